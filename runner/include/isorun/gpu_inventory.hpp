@@ -1,0 +1,48 @@
+#pragma once
+/// @file gpu_inventory.hpp
+/// The GPUs the supervisor may assign. Read from NVML, loaded at run time with dlopen, so the
+/// supervisor neither links against nor initializes CUDA; no driver simply means no GPUs.
+/// `ISORUN_SIMULATE_GPUS=2x16G` (or `16G,24G`) replaces it with a simulated inventory, for
+/// tests and dry runs on machines without GPUs.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace isorun::runner {
+
+struct gpu_info {
+  int index = 0;                  ///< NVML index (PCI bus order)
+  std::string uuid;               ///< what CUDA_VISIBLE_DEVICES gets
+  std::string name;
+  std::uint64_t total_memory = 0; ///< bytes
+  std::uint64_t free_memory = 0;  ///< bytes, at detection time
+};
+
+struct gpu_inventory {
+  enum class origin { nvml, simulated, none };
+
+  std::vector<gpu_info> gpus;
+  origin source = origin::none;
+  std::string detail;  ///< why there are none, or where they came from
+
+  /// @brief ISORUN_SIMULATE_GPUS if set, else NVML, else an empty inventory.
+  /// @throws parse_error if ISORUN_SIMULATE_GPUS is malformed.
+  static gpu_inventory detect();
+
+  /// @brief A simulated inventory: `NxSIZE` groups separated by commas (`2x16G`, `16G,24G`,
+  ///        `2x16G,1x80G`). Simulated UUIDs are `GPU-sim-<index>`.
+  /// @throws parse_error naming the bad part.
+  static gpu_inventory simulated(std::string_view spec);
+
+  /// @brief The GPU with NVML index `index`.
+  /// @throws usage_error (exit code 2) naming the available indices, `--cpu` and the simulation
+  ///         variable when there is no such GPU.
+  [[nodiscard]] const gpu_info& at(int index) const;
+
+  /// @brief "NVML", "simulated (ISORUN_SIMULATE_GPUS=...)" or "none".
+  [[nodiscard]] std::string describe_source() const;
+};
+
+}  // namespace isorun::runner

@@ -1,0 +1,190 @@
+#pragma once
+/// @file isolated.hpp
+/// The decorator-style API: wrap a registered task; calling the wrapper runs the task in a
+/// fresh worker process and returns its result.
+///
+///     ISORUN_TASK(train);
+///     int main(int argc, char** argv) {
+///       isorun::init(argc, argv);
+///       auto f = isorun::isolated(train, {.gpu = 0, .mem_limit = 2_GiB, .timeout = 10min});
+///       metrics m = f(params);          // throws task_error, worker_crashed, task_timeout, ...
+///       auto h = f.async(params);       // h.get(), h.wait_for(1s), h.cancel()
+///       auto r = f.try_call(params);    // r.ok(), r.value(), r.status() — no exceptions
+///     }
+
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "isorun/errors.hpp"
+#include "isorun/job.hpp"
+#include "isorun/outcome.hpp"
+#include "isorun/serialization/blob.hpp"
+#include "isorun/serialization/codec.hpp"
+#include "isorun/task.hpp"
+
+namespace isorun {
+
+/// How to run an isolated call.
+struct options {
+  std::optional<int> gpu;                 ///< physical GPU index; unset = CPU only
+  std::uint64_t mem_limit = 0;            ///< hard cap for the worker's device memory; 0 = none
+  std::chrono::milliseconds timeout{0};   ///< 0 = none
+  std::chrono::milliseconds grace{5000};  ///< between SIGTERM and SIGKILL when stopping
+  std::string alloc_conf;                 ///< allocator configuration (ISORUN_ALLOC_CONF syntax)
+  std::vector<std::string> env;           ///< extra "KEY=VALUE" for the worker
+  bool echo_stderr = true;                ///< copy the worker's stderr to ours, live
+  std::uint64_t max_result = 1ULL << 40;  ///< larger results are rejected
+};
+
+namespace detail {
+/// @brief Starts a worker for the task registered at `fn`.
+/// @throws usage_error (not registered, bad GPU, cap too large), internal_error.
+std::shared_ptr<runner::job> start_isolated(const void* fn, blob args, const options& opts);
+
+template <class... A>
+blob encode_args(const A&... args) {
+  if constexpr (sizeof...(A) == 0) {
+    return blob();
+  } else {
+    blob b(static_cast<std::size_t>(serialization::encoded_size(args...)));
+    serialization::encode_into(b.mutable_data(), b.size(), args...);
+    return b;
+  }
+}
+
+template <class R>
+R decode_result(const runner::job_result& r) {
+  if constexpr (std::is_void_v<R>) {
+    return;
+  } else {
+    R value{};
+    try {
+      serialization::decode(r.payload, r.owner, value);
+    } catch (const std::exception& e) {
+      throw invalid_result(std::string("result could not be decoded: ") + e.what());
+    }
+    return value;
+  }
+}
+}  // namespace detail
+
+/// A finished call as a value: the outcome, and the result on success.
+template <class R>
+class result {
+ public:
+  explicit result(outcome status, std::optional<std::conditional_t<std::is_void_v<R>, char, R>> value = {})
+      : status_{std::move(status)}, value_{std::move(value)} {}
+  [[nodiscard]] bool ok() const noexcept { return status_.ok(); }
+  [[nodiscard]] const outcome& status() const noexcept { return status_; }
+  /// @brief The result. @throws the outcome's exception if the call failed.
+  decltype(auto) value() {
+    status_.rethrow();
+    if constexpr (!std::is_void_v<R>) return (*value_);
+  }
+
+ private:
+  outcome status_;
+  std::optional<std::conditional_t<std::is_void_v<R>, char, R>> value_;
+};
+
+namespace detail {
+template <class R>
+result<R> to_result(const runner::job_result& r) {
+  if (!r.status.ok()) return result<R>(r.status);
+  try {
+    if constexpr (std::is_void_v<R>) {
+      return result<R>(r.status, char{});
+    } else {
+      return result<R>(r.status, decode_result<R>(r));
+    }
+  } catch (const invalid_result& e) {
+    outcome o = r.status;
+    o.kind = outcome_kind::invalid_result;
+    o.message = e.what();
+    return result<R>(o);
+  }
+}
+}  // namespace detail
+
+/// A call in flight. Dropping it before it finished cancels it: nothing is left running.
+template <class R>
+class call_handle {
+ public:
+  call_handle(std::shared_ptr<runner::job> job)
+      : job_{std::move(job)}, done_{std::async(std::launch::async, [j = job_] { j->wait(); }).share()} {}
+  call_handle(call_handle&&) noexcept = default;
+  call_handle& operator=(call_handle&&) noexcept = default;
+  ~call_handle() {
+    if (job_ && done_.valid() && done_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) job_->cancel();
+  }
+
+  /// @brief Waits for the result. @throws the outcome's exception on failure.
+  R get() { return try_get().value(); }
+  /// @brief Waits for the result or outcome, without throwing for task failures.
+  result<R> try_get() {
+    done_.wait();
+    return detail::to_result<R>(job_->wait());
+  }
+  /// @return true once finished.
+  bool wait_for(std::chrono::milliseconds timeout) const {
+    return done_.wait_for(timeout) == std::future_status::ready;
+  }
+  /// Stops the worker (SIGTERM, then SIGKILL after the grace period); get() then throws `cancelled`.
+  void cancel() noexcept { job_->cancel(); }
+  /// The worker's pid.
+  [[nodiscard]] pid_t pid() const noexcept { return job_->pid(); }
+
+ private:
+  std::shared_ptr<runner::job> job_;
+  std::shared_future<void> done_;
+};
+
+/// A task wrapped to run isolated, with the task's own signature.
+template <class R, class... A>
+class isolated_function {
+ public:
+  isolated_function(R (*fn)(A...), options opts) : fn_{fn}, options_{std::move(opts)} {}
+
+  /// @brief Runs the task in a fresh worker and waits.
+  /// @throws task_error, worker_crashed, task_timeout, out_of_memory, invalid_result, cancelled,
+  ///         usage_error, internal_error.
+  R operator()(const std::decay_t<A>&... args) const { return try_call(args...).value(); }
+
+  /// @brief Like operator() but returns the outcome as a value instead of throwing for failures
+  ///        of the task or worker (usage and internal errors still throw).
+  result<R> try_call(const std::decay_t<A>&... args) const {
+    auto job = start(args...);
+    return detail::to_result<R>(job->wait());
+  }
+
+  /// @brief Starts the task and returns at once.
+  call_handle<R> async(const std::decay_t<A>&... args) const { return call_handle<R>(start(args...)); }
+
+  [[nodiscard]] const options& opts() const noexcept { return options_; }
+
+ private:
+  std::shared_ptr<runner::job> start(const std::decay_t<A>&... args) const {
+    return detail::start_isolated(reinterpret_cast<const void*>(fn_), detail::encode_args(args...), options_);
+  }
+  R (*fn_)(A...);
+  options options_;
+};
+
+/// @brief Wraps registered task `fn` (see ISORUN_TASK) to run isolated with `opts`.
+template <class R, class... A>
+isolated_function<R, A...> isolated(R (*fn)(A...), options opts = {}) {
+  return isolated_function<R, A...>(fn, std::move(opts));
+}
+
+/// @brief The GPU inventory the API assigns from (NVML, or ISORUN_SIMULATE_GPUS), read once.
+const runner::gpu_inventory& gpus();
+
+}  // namespace isorun

@@ -1,0 +1,97 @@
+#pragma once
+/// @file job.hpp
+/// One task in one fresh worker process: spawn, watch, stop, classify. The building block of
+/// the C++ API, the CLI and sweeps.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "isorun/gpu_inventory.hpp"
+#include "isorun/outcome.hpp"
+#include "isorun/serialization/blob.hpp"
+#include "isorun/serialization/wire.hpp"
+
+namespace isorun::runner {
+
+/// Where a worker's stdout goes.
+enum class stdout_mode {
+  inherit,    ///< the supervisor's stdout
+  to_stderr,  ///< merged into the worker's stderr stream (the CLI keeps stdout for the result)
+  file,       ///< `job_spec::stdout_path`
+};
+
+struct job_spec {
+  std::string task;  ///< registered task name
+  serialization::encoding encoding = serialization::encoding::binary;
+  blob args;                                ///< arguments, already encoded
+  std::optional<gpu_info> gpu;              ///< nullopt: CPU only (no GPU visible)
+  std::uint64_t mem_limit = 0;              ///< bytes, 0 = none
+  std::chrono::milliseconds timeout{0};     ///< 0 = none
+  std::chrono::milliseconds grace{5000};    ///< SIGTERM → SIGKILL delay
+  std::vector<std::string> task_libraries;  ///< shared objects the worker loads
+  std::string alloc_conf;                   ///< allocator configuration string
+  std::string executable;                   ///< worker program; empty = this program
+  stdout_mode stdout_to = stdout_mode::inherit;
+  std::string stdout_path;
+  int stderr_echo_fd = 2;            ///< live copy of the worker's stderr; -1 = none
+  std::size_t stderr_tail_lines = 20;
+  std::uint64_t max_result = 1ULL << 40;  ///< larger results are rejected
+  std::vector<std::string> extra_env;     ///< "KEY=VALUE" added to the worker's environment
+};
+
+/// A finished job: its outcome and, on success, the validated result payload.
+struct job_result {
+  outcome status;
+  serialization::encoding encoding = serialization::encoding::binary;
+  std::span<const std::byte> payload;   ///< valid while `owner` lives
+  std::shared_ptr<const void> owner;    ///< keeps the result segment mapped
+  std::int64_t received_ns = 0;         ///< CLOCK_MONOTONIC when the payload was validated
+  std::int64_t encode_begin_ns = 0;     ///< CLOCK_MONOTONIC when the worker began encoding
+};
+
+class job {
+ public:
+  /// @brief Spawns a fresh worker for `spec`. Returns once the process exists.
+  /// @throws internal_error if shared memory or the process cannot be created.
+  static std::shared_ptr<job> start(job_spec spec);
+
+  ~job();
+  job(const job&) = delete;
+  job& operator=(const job&) = delete;
+
+  /// @brief Blocks until the worker is gone (enforcing the timeout) and classifies its end.
+  ///        Safe to call again, and from several threads; all get the same result.
+  const job_result& wait();
+
+  /// @brief Waits up to `timeout`. @return true once the result is available via wait().
+  bool wait_for(std::chrono::milliseconds timeout);
+
+  /// @brief Asks for the worker to be stopped (SIGTERM, then SIGKILL after the grace period).
+  ///        Thread-safe and async-signal-safe; returns at once.
+  void cancel() noexcept;
+
+  /// @brief The worker's pid (also its process group id).
+  [[nodiscard]] pid_t pid() const noexcept;
+
+  struct state;
+
+ private:
+  explicit job(std::unique_ptr<state> s);
+  std::unique_ptr<state> state_;
+};
+
+/// @brief Builds a worker environment: the current one minus isorun's and CUDA's device
+///        variables, plus the device assignment for `gpu` (CUDA_VISIBLE_DEVICES by UUID,
+///        CUDA_DEVICE_ORDER=PCI_BUS_ID) and ISORUN_MEM_LIMIT.
+std::vector<std::string> worker_environment(const std::optional<gpu_info>& gpu, std::uint64_t mem_limit,
+                                            const std::vector<std::string>& extra);
+
+/// @brief The CUDA_VISIBLE_DEVICES value a worker gets for `gpu` ("" hides every GPU).
+std::string visible_devices_for(const std::optional<gpu_info>& gpu);
+
+}  // namespace isorun::runner

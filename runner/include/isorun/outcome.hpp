@@ -1,0 +1,53 @@
+#pragma once
+/// @file outcome.hpp
+/// How an isolated task ended, as a value. Every worker ends in exactly one class.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "isorun/process.hpp"
+
+namespace isorun {
+
+enum class outcome_kind {
+  success,         ///< result delivered and validated
+  task_error,      ///< the task threw
+  out_of_memory,   ///< the task hit its memory cap
+  crashed,         ///< killed by a signal, or exited without a result
+  timeout,         ///< stopped after its timeout
+  cancelled,       ///< stopped by the caller (cancel(), Ctrl-C)
+  invalid_result,  ///< handshake or result failed validation
+  internal_error,  ///< the supervisor could not run it
+};
+
+/// @brief "success", "task_error", ...
+std::string_view to_string(outcome_kind kind) noexcept;
+
+/// @brief The CLI exit code of each class (see README): 0, 1, 3, 4, 124, 130, 5, 125.
+int exit_code(outcome_kind kind) noexcept;
+
+struct outcome {
+  outcome_kind kind = outcome_kind::internal_error;
+  std::string error_type;   ///< exception type for task_error / out_of_memory
+  std::string message;      ///< human-readable detail
+  runner::exit_status exit; ///< how the worker process ended
+  std::vector<std::string> stderr_tail;  ///< last lines of the worker's stderr
+  std::chrono::milliseconds timeout{0};
+  std::uint64_t peak_allocated = 0;  ///< worker allocator peaks, bytes (0 when unknown)
+  std::uint64_t peak_reserved = 0;
+  std::chrono::nanoseconds wall{0};  ///< spawn to reap
+  std::chrono::nanoseconds run{0};   ///< inside the task function
+  std::string device;                ///< "cpu" or the GPU's UUID
+
+  [[nodiscard]] bool ok() const noexcept { return kind == outcome_kind::success; }
+  /// @brief One line: "task_error: std::runtime_error: bad lr".
+  [[nodiscard]] std::string describe() const;
+  /// @brief Throws the exception matching `kind` (task_error, worker_crashed, ...). Does nothing
+  ///        on success.
+  void rethrow() const;
+};
+
+}  // namespace isorun

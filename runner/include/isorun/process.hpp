@@ -1,0 +1,109 @@
+#pragma once
+/// @file process.hpp
+/// Starting and stopping child processes. A child's end is a value (`exit_status`), never an
+/// exception; stopping escalates wait → SIGTERM → SIGKILL with a grace period, always for the
+/// child's whole process group. process.cpp is the only file that touches Boost.Process.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <csignal>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace isorun::runner {
+
+/// How a process ended.
+struct exit_status {
+  int code = -1;      ///< exit code when it exited normally, else -1
+  int signal = 0;     ///< terminating signal, or 0
+  bool core_dumped = false;
+  [[nodiscard]] bool exited() const noexcept { return signal == 0; }
+  [[nodiscard]] bool success() const noexcept { return signal == 0 && code == 0; }
+  /// Shell convention: the code, or 128 + signal.
+  [[nodiscard]] int shell_code() const noexcept { return signal ? 128 + signal : code; }
+};
+
+/// @brief "SIGSEGV" for 11; "signal 64" for one without a name.
+std::string signal_name(int sig);
+
+/// @brief "exited with code 3" / "killed by SIGSEGV (core dumped)".
+std::string describe(const exit_status& status);
+
+/// What to start and how.
+struct spawn_options {
+  std::string executable;                ///< path to exec (not searched in PATH)
+  std::vector<std::string> args;         ///< argv[1..]; argv[0] is `executable`
+  std::vector<std::string> env;          ///< the whole environment, "KEY=VALUE"
+  /// {child fd, parent fd}: each parent fd appears in the child under the given number.
+  /// Child fds must be 0, 1, 2 or a contiguous run from 3; every other descriptor is closed.
+  std::vector<std::pair<int, int>> fds;
+  bool new_process_group = true;         ///< the child leads a group of its own
+  int parent_death_signal = SIGKILL;     ///< sent to the child if the spawning thread dies; 0 = none
+};
+
+/// The process could not be started (exec failed, fork failed, bad options).
+class spawn_error : public std::runtime_error {
+ public:
+  spawn_error(const std::string& what, int error) : std::runtime_error(what), error_{error} {}
+  /// errno of the failure.
+  [[nodiscard]] int error() const noexcept { return error_; }
+
+ private:
+  int error_;
+};
+
+/// A started child process, owned: destroying a still-running child kills its group and reaps it.
+class child {
+ public:
+  child() = default;
+  child(pid_t pid, int pidfd, bool group) noexcept : pid_{pid}, pidfd_{pidfd}, group_{group} {}
+  child(child&& other) noexcept;
+  child& operator=(child&& other) noexcept;
+  child(const child&) = delete;
+  child& operator=(const child&) = delete;
+  ~child();
+
+  [[nodiscard]] pid_t pid() const noexcept { return pid_; }
+  /// A pidfd: readable once the process has exited. -1 after reap().
+  [[nodiscard]] int pidfd() const noexcept { return pidfd_; }
+  [[nodiscard]] bool valid() const noexcept { return pid_ > 0; }
+
+  /// @brief The exit status if the process has exited, without reaping it (its pid and process
+  ///        group stay reserved until reap(), so signalling the group cannot hit a stranger).
+  std::optional<exit_status> peek() const noexcept;
+
+  /// @brief Waits up to `timeout` for the process to exit. @return true once it has exited.
+  bool wait_for(std::chrono::milliseconds timeout) const noexcept;
+
+  /// @brief Sends `sig` to the child's process group (or to the child alone without one).
+  void signal(int sig) const noexcept;
+
+  /// @brief Kills whatever is left of the process group, then reaps the child. Blocks until
+  ///        the child itself has exited.
+  exit_status reap() noexcept;
+
+  /// @brief Waits `wait` for a voluntary exit, then SIGTERM, waits `grace`, then SIGKILL; reaps.
+  exit_status stop(std::chrono::milliseconds wait, std::chrono::milliseconds grace) noexcept;
+
+ private:
+  pid_t pid_ = -1;
+  int pidfd_ = -1;
+  bool group_ = false;
+};
+
+/// @brief Starts a process. Uses vfork, so the cost does not grow with the parent's memory.
+/// @throws spawn_error if it cannot be started; no zombie is left behind in that case.
+child spawn(const spawn_options& options);
+
+/// @brief Resolves `name` like execvp would (a name with '/' is taken as a path).
+/// @return the path, or nullopt if nothing executable is found.
+std::optional<std::string> find_executable(const std::string& name);
+
+/// @brief The running program's own executable (/proc/self/exe resolved).
+std::string self_executable();
+
+}  // namespace isorun::runner

@@ -1,0 +1,134 @@
+#include "cli_args.hpp"
+
+#include <cstdlib>
+#include <string_view>
+
+#include "isorun/errors.hpp"
+#include "isorun/units.hpp"
+
+namespace isorun::cli {
+
+const char* usage_text() {
+  return R"(usage: isorun [OPTIONS] TASK [key=value ...]    run a registered task in a fresh worker
+       isorun [OPTIONS] -- CMD [ARGS ...]        run any program isolated
+       isorun tasks [--tasks LIB.so] [--json]    list registered tasks
+       isorun gpus [--json]                      show the GPU inventory
+       isorun sweep SPEC.yaml [SWEEP OPTIONS]    run a hyperparameter sweep (isorun sweep --help)
+
+options:
+  --gpu N            run on GPU N (default: GPU 0 if there is one, else CPU)
+  --cpu              run with no GPU visible
+  --mem-limit SIZE   hard cap on the worker's device memory: 2G, 512M, 1.5GiB, 2GB, bytes
+                     (for -- CMD it is exported as ISORUN_MEM_LIMIT and only advisory)
+  --timeout DUR      stop the worker after DUR: 500ms, 30s, 5m, 1h
+  --grace DUR        time between SIGTERM and SIGKILL when stopping (default 5s)
+  --tasks LIB.so     load tasks from this library (repeatable; also ISORUN_TASKS=a.so:b.so;
+                     libraries in <prefix>/lib/isorun/tasks are always loaded)
+  --alloc-conf STR   allocator configuration, as ISORUN_ALLOC_CONF
+  --max-result SIZE  reject results larger than SIZE (default 1T)
+  --json             print a JSON record (outcome, result, timings) instead of only the result
+  -q, --quiet        no summary line on stderr
+  -h, --help         this text
+  --version          the version
+
+exit codes: 0 success, 1 task raised, 2 bad usage, 3 out of memory, 4 worker crashed,
+            5 invalid result, 124 timeout, 125 internal error, 130 interrupted;
+            with -- CMD: the command's own status (128+N if killed by signal N)
+environment: ISORUN_SIMULATE_GPUS=2x16G simulates a GPU inventory (tests, dry runs)
+)";
+}
+
+namespace {
+
+std::string_view value_of(int& i, int argc, char** argv, std::string_view flag, std::string_view& arg) {
+  if (auto eq = arg.find('='); eq != std::string_view::npos) return arg.substr(eq + 1);
+  if (i + 1 >= argc) throw usage_error(std::string(flag) + " needs a value; see isorun --help");
+  return argv[++i];
+}
+
+int parse_gpu_index(std::string_view text) {
+  char* end = nullptr;
+  std::string s(text);
+  long v = std::strtol(s.c_str(), &end, 10);
+  if (s.empty() || *end || v < 0 || v > 1024)
+    throw usage_error("--gpu '" + s + "': expected a GPU index such as 0 (see isorun gpus), or use --cpu");
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+cli_options parse_command_line(int argc, char** argv) {
+  cli_options o;
+  o.what = mode::run_task;
+  int i = 1;
+  if (argc > 1) {
+    std::string_view first = argv[1];
+    if (first == "tasks") o.what = mode::list_tasks, i = 2;
+    else if (first == "gpus") o.what = mode::list_gpus, i = 2;
+    else if (first == "sweep") {
+      o.what = mode::sweep;
+      for (int j = 2; j < argc; ++j) o.rest.emplace_back(argv[j]);
+      return o;
+    }
+  }
+  for (; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    auto flag = arg.substr(0, arg.find('='));
+    auto is = [&](std::string_view name) { return flag == name; };
+    try {
+      if (arg == "--") {
+        for (++i; i < argc; ++i) o.command.emplace_back(argv[i]);
+        if (o.command.empty()) throw usage_error("'--' must be followed by a command to run");
+        if (o.what != mode::run_task) throw usage_error("'--' cannot be combined with a subcommand");
+        o.what = mode::run_command;
+        break;
+      } else if (arg == "-h" || arg == "--help") {
+        o.what = mode::help;
+        return o;
+      } else if (arg == "--version") {
+        o.what = mode::version;
+        return o;
+      } else if (is("--gpu")) {
+        o.gpu = parse_gpu_index(value_of(i, argc, argv, flag, arg));
+      } else if (arg == "--cpu") {
+        o.cpu = true;
+      } else if (is("--mem-limit")) {
+        o.mem_limit = parse_size(value_of(i, argc, argv, flag, arg));
+        if (o.mem_limit == 0) throw usage_error("--mem-limit must be greater than zero");
+      } else if (is("--timeout")) {
+        o.timeout = parse_duration(value_of(i, argc, argv, flag, arg));
+        if (o.timeout.count() <= 0) throw usage_error("--timeout must be greater than zero");
+      } else if (is("--grace")) {
+        o.grace = parse_duration(value_of(i, argc, argv, flag, arg));
+      } else if (is("--tasks")) {
+        o.task_libraries.emplace_back(value_of(i, argc, argv, flag, arg));
+      } else if (is("--alloc-conf")) {
+        o.alloc_conf = value_of(i, argc, argv, flag, arg);
+      } else if (is("--max-result")) {
+        o.max_result = parse_size(value_of(i, argc, argv, flag, arg));
+      } else if (arg == "--json") {
+        o.json = true;
+      } else if (arg == "-q" || arg == "--quiet") {
+        o.quiet = true;
+      } else if (arg.size() > 1 && arg[0] == '-') {
+        throw usage_error("unknown option '" + std::string(arg) + "'; see isorun --help");
+      } else if (o.what == mode::run_task && o.task.empty()) {
+        o.task = arg;
+      } else if (o.what == mode::run_task) {
+        o.params.emplace_back(arg);
+      } else {
+        throw usage_error("unexpected argument '" + std::string(arg) + "'; see isorun --help");
+      }
+    } catch (const parse_error& e) {
+      throw usage_error(std::string(flag) + ": " + e.what());
+    }
+  }
+  if (o.gpu && o.cpu) throw usage_error("--gpu and --cpu exclude each other");
+  if (o.what == mode::run_task && o.task.empty()) {
+    if (argc <= 1) o.what = mode::help;
+    else throw usage_error("no task given; usage: isorun [OPTIONS] TASK [key=value ...] (isorun tasks lists them)");
+  }
+  return o;
+}
+
+}  // namespace isorun::cli

@@ -1,0 +1,39 @@
+#pragma once
+// Command-line parsing for `isorun`. Bad input throws usage_error (exit code 2) before anything
+// is started.
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace isorun::cli {
+
+enum class mode { run_task, run_command, list_tasks, list_gpus, help, version, sweep };
+
+struct cli_options {
+  mode what = mode::help;
+  std::optional<int> gpu;  ///< --gpu N
+  bool cpu = false;        ///< --cpu
+  std::uint64_t mem_limit = 0;
+  std::chrono::milliseconds timeout{0};
+  std::chrono::milliseconds grace{5000};
+  std::vector<std::string> task_libraries;  ///< --tasks
+  std::string alloc_conf;
+  std::uint64_t max_result = 1ULL << 40;
+  bool json = false;
+  bool quiet = false;
+  std::string task;                 ///< TASK
+  std::vector<std::string> params;  ///< key=value after TASK
+  std::vector<std::string> command; ///< after --
+  std::vector<std::string> rest;    ///< arguments of subcommands (sweep)
+};
+
+/// @brief Parses argv. @throws usage_error naming the offending argument.
+cli_options parse_command_line(int argc, char** argv);
+
+/// The --help text.
+const char* usage_text();
+
+}  // namespace isorun::cli

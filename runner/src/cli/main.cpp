@@ -1,0 +1,259 @@
+// isorun: the command-line supervisor. Also serves as its own worker and shim when re-executed.
+#include <dirent.h>
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_args.hpp"
+#include "command.hpp"
+#include "isorun/errors.hpp"
+#include "isorun/gpu_inventory.hpp"
+#include "isorun/init.hpp"
+#include "isorun/job.hpp"
+#include "isorun/outcome.hpp"
+#include "isorun/process.hpp"
+#include "isorun/task.hpp"
+#include "isorun/units.hpp"
+#include "task_params.hpp"
+
+#ifndef ISORUN_TASK_DIR
+#define ISORUN_TASK_DIR "lib/isorun/tasks"
+#endif
+
+namespace isorun::cli {
+int run_sweep(const cli_options& opts, const std::vector<std::string>& libraries);
+}
+
+namespace {
+using namespace isorun;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+// Task libraries: --tasks, then ISORUN_TASKS, then every .so in <exe>/../lib/isorun/tasks.
+std::vector<std::string> task_libraries(const cli::cli_options& o) {
+  std::vector<std::string> libs;
+  for (const auto& l : o.task_libraries) {
+    std::error_code ec;
+    if (!fs::exists(l, ec)) throw usage_error("--tasks " + l + ": no such file");
+    libs.push_back(fs::absolute(l).string());
+  }
+  if (const char* env = std::getenv("ISORUN_TASKS"); env && *env) {
+    std::string s = env;
+    for (std::size_t start = 0; start <= s.size();) {
+      auto end = s.find(':', start);
+      if (end == std::string::npos) end = s.size();
+      if (end > start) {
+        std::string l = s.substr(start, end - start);
+        std::error_code ec;
+        if (!fs::exists(l, ec)) throw usage_error("ISORUN_TASKS entry " + l + ": no such file");
+        libs.push_back(fs::absolute(l).string());
+      }
+      start = end + 1;
+    }
+  }
+  const fs::path dir = fs::path(runner::self_executable()).parent_path().parent_path() / ISORUN_TASK_DIR;
+  std::error_code ec;
+  std::vector<std::string> found;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.path().extension() == ".so") found.push_back(entry.path().string());
+  std::sort(found.begin(), found.end());
+  for (auto& f : found)
+    if (std::find(libs.begin(), libs.end(), f) == libs.end()) libs.push_back(std::move(f));
+  return libs;
+}
+
+void load_libraries(const std::vector<std::string>& libs) {
+  for (const auto& l : libs) {
+    try {
+      if (!::dlopen(l.c_str(), RTLD_NOW | RTLD_GLOBAL))
+        throw usage_error(std::string("cannot load task library: ") + ::dlerror());
+    } catch (const std::logic_error& e) {  // duplicate task names
+      throw usage_error(e.what());
+    }
+  }
+}
+
+std::string json_kind(const std::vector<std::string>& types) {
+  std::string s;
+  for (std::size_t i = 0; i < types.size(); ++i) s += (i ? ", " : "") + types[i];
+  return s;
+}
+
+int list_tasks(const cli::cli_options& o) {
+  auto tasks = worker::registry::instance().all();
+  std::sort(tasks.begin(), tasks.end(), [](auto* a, auto* b) { return a->name < b->name; });
+  if (o.json) {
+    json out = json::array();
+    for (auto* t : tasks)
+      out.push_back({{"name", t->name},
+                     {"arguments", t->arg_types},
+                     {"result", t->result_type},
+                     {"parameters", cli::task_parameters(*t)}});
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  if (tasks.empty()) {
+    std::cout << "no tasks registered (load a task library with --tasks LIB.so)\n";
+    return 0;
+  }
+  for (auto* t : tasks) {
+    std::cout << t->name << "(" << json_kind(t->arg_types) << ") -> " << t->result_type << "\n";
+    json params = cli::task_parameters(*t);
+    for (auto it = params.begin(); it != params.end(); ++it)
+      std::cout << "    " << it.key() << "=" << it.value().dump() << "\n";
+  }
+  return 0;
+}
+
+int list_gpus(const cli::cli_options& o) {
+  const auto inv = runner::gpu_inventory::detect();
+  if (o.json) {
+    json out = {{"source", inv.describe_source()}, {"gpus", json::array()}};
+    for (const auto& g : inv.gpus)
+      out["gpus"].push_back({{"index", g.index}, {"uuid", g.uuid}, {"name", g.name},
+                             {"total_memory", g.total_memory}, {"free_memory", g.free_memory}});
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "GPU inventory: " << inv.describe_source() << "\n";
+  if (inv.gpus.empty()) std::cout << "no GPUs; tasks run with --cpu (or set ISORUN_SIMULATE_GPUS=2x16G to simulate)\n";
+  for (const auto& g : inv.gpus)
+    std::cout << "  " << g.index << "  " << g.uuid << "  " << g.name << "  " << format_size(g.total_memory) << " total, "
+              << format_size(g.free_memory) << " free\n";
+  return 0;
+}
+
+std::optional<runner::gpu_info> pick_gpu(const cli::cli_options& o) {
+  if (o.cpu) return std::nullopt;
+  const auto inv = runner::gpu_inventory::detect();
+  std::optional<runner::gpu_info> gpu;
+  if (o.gpu) gpu = inv.at(*o.gpu);
+  else if (!inv.gpus.empty()) gpu = inv.gpus.front();
+  if (gpu && o.mem_limit > gpu->total_memory)
+    throw usage_error("--mem-limit " + format_size(o.mem_limit) + " exceeds GPU " + std::to_string(gpu->index) + "'s " +
+                      format_size(gpu->total_memory));
+  return gpu;
+}
+
+int run_task(const cli::cli_options& o, const std::vector<std::string>& libs) {
+  const worker::task_info* task = worker::registry::instance().find(o.task);
+  if (!task) {
+    std::string known;
+    for (auto* t : worker::registry::instance().all()) known += (known.empty() ? "" : ", ") + t->name;
+    throw usage_error("unknown task '" + o.task + "'; " +
+                      (known.empty() ? "no tasks are registered (load a library with --tasks LIB.so)"
+                                     : "registered tasks: " + known));
+  }
+  const json args = cli::build_task_args(*task, o.params);
+  const auto gpu = pick_gpu(o);
+
+  runner::job_spec spec;
+  spec.task = task->name;
+  spec.encoding = serialization::encoding::json;
+  const std::string text = args.dump();
+  spec.args = blob(text.data(), text.size());
+  spec.gpu = gpu;
+  spec.mem_limit = o.mem_limit;
+  spec.timeout = o.timeout;
+  spec.grace = o.grace;
+  spec.task_libraries = libs;
+  spec.alloc_conf = o.alloc_conf;
+  spec.max_result = o.max_result;
+  spec.stdout_to = runner::stdout_mode::to_stderr;  // stdout carries the result only
+  auto job = runner::job::start(std::move(spec));
+
+  // Ctrl-C / SIGTERM cancel the worker (SIGTERM, grace, SIGKILL) instead of orphaning it.
+  static std::weak_ptr<runner::job> running;
+  running = job;
+  static runner::job* raw = job.get();
+  struct sigaction sa {};
+  sa.sa_handler = [](int) { raw->cancel(); };
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGHUP, &sa, nullptr);
+
+  const runner::job_result& r = job->wait();
+  const outcome& out = r.status;
+  json result;
+  if (out.ok()) {
+    std::string_view text_result(reinterpret_cast<const char*>(r.payload.data()), r.payload.size());
+    json parsed = json::parse(text_result, nullptr, false);
+    if (parsed.is_discarded() || !parsed.is_object() || !parsed.contains("result")) {
+      std::fprintf(stderr, "isorun: %s: worker result is not valid JSON\n", o.task.c_str());
+      return exit_code(outcome_kind::invalid_result);
+    }
+    result = parsed["result"];
+  }
+  if (o.json) {
+    json record = {{"task", o.task},
+                   {"outcome", to_string(out.kind)},
+                   {"exit_code", exit_code(out.kind)},
+                   {"device", out.device},
+                   {"wall_ms", out.wall.count() / 1e6},
+                   {"run_ms", out.run.count() / 1e6},
+                   {"peak_allocated", out.peak_allocated},
+                   {"peak_reserved", out.peak_reserved}};
+    if (out.ok()) record["result"] = result;
+    else {
+      record["error_type"] = out.error_type;
+      record["message"] = out.message;
+      if (out.exit.signal) record["signal"] = runner::signal_name(out.exit.signal);
+    }
+    std::cout << record.dump() << std::endl;
+  } else if (out.ok()) {
+    std::cout << result.dump(2) << std::endl;
+  }
+  if (!o.quiet) {
+    if (out.ok())
+      std::fprintf(stderr, "isorun: %s succeeded on %s in %s (task %s)\n", o.task.c_str(), out.device.c_str(),
+                   format_duration(out.wall).c_str(), format_duration(out.run).c_str());
+    else
+      std::fprintf(stderr, "isorun: %s failed on %s: %s\n", o.task.c_str(), out.device.c_str(), out.describe().c_str());
+  }
+  return exit_code(out.kind);
+}
+
+int real_main(int argc, char** argv) {
+  const cli::cli_options o = cli::parse_command_line(argc, argv);
+  switch (o.what) {
+    case cli::mode::help: std::cout << cli::usage_text(); return 0;
+    case cli::mode::version: std::cout << "isorun 0.1.0\n"; return 0;
+    case cli::mode::list_gpus: return list_gpus(o);
+    case cli::mode::run_command: return cli::run_command(o, pick_gpu(o));
+    default: break;
+  }
+  const auto libs = task_libraries(o);
+  load_libraries(libs);
+  switch (o.what) {
+    case cli::mode::list_tasks: return list_tasks(o);
+    case cli::mode::sweep: return cli::run_sweep(o, libs);
+    default: return run_task(o, libs);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (cli::is_shim_process()) cli::run_shim(argc, argv);
+  isorun::init(argc, argv);
+  try {
+    return real_main(argc, argv);
+  } catch (const usage_error& e) {
+    std::fprintf(stderr, "isorun: error: %s\n", e.what());
+    return 2;
+  } catch (const parse_error& e) {
+    std::fprintf(stderr, "isorun: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "isorun: internal error: %s\n", e.what());
+    return 125;
+  }
+}

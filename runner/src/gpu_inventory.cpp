@@ -1,0 +1,143 @@
+#include "isorun/gpu_inventory.hpp"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+
+#include "isorun/errors.hpp"
+#include "isorun/units.hpp"
+
+namespace isorun::runner {
+namespace {
+
+// The few NVML entry points used, declared here so nothing links against the driver.
+using nvml_return = int;
+using nvml_device = void*;
+struct nvml_memory {
+  unsigned long long total, free, used;
+};
+
+struct nvml_api {
+  nvml_return (*init)();
+  nvml_return (*shutdown)();
+  nvml_return (*count)(unsigned*);
+  nvml_return (*handle)(unsigned, nvml_device*);
+  nvml_return (*uuid)(nvml_device, char*, unsigned);
+  nvml_return (*name)(nvml_device, char*, unsigned);
+  nvml_return (*memory)(nvml_device, nvml_memory*);
+};
+
+template <class F>
+bool load(void* lib, const char* symbol, F& out) {
+  out = reinterpret_cast<F>(::dlsym(lib, symbol));
+  return out != nullptr;
+}
+
+gpu_inventory from_nvml() {
+  gpu_inventory inv;
+  void* lib = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    inv.detail = "no NVIDIA driver (libnvidia-ml.so.1 not found)";
+    return inv;
+  }
+  nvml_api api{};
+  if (!load(lib, "nvmlInit_v2", api.init) || !load(lib, "nvmlShutdown", api.shutdown) ||
+      !load(lib, "nvmlDeviceGetCount_v2", api.count) || !load(lib, "nvmlDeviceGetHandleByIndex_v2", api.handle) ||
+      !load(lib, "nvmlDeviceGetUUID", api.uuid) || !load(lib, "nvmlDeviceGetName", api.name) ||
+      !load(lib, "nvmlDeviceGetMemoryInfo", api.memory)) {
+    inv.detail = "libnvidia-ml.so.1 lacks required symbols";
+    ::dlclose(lib);
+    return inv;
+  }
+  if (int rc = api.init(); rc != 0) {
+    inv.detail = "nvmlInit failed with code " + std::to_string(rc);
+    ::dlclose(lib);
+    return inv;
+  }
+  unsigned count = 0;
+  api.count(&count);
+  for (unsigned i = 0; i < count; ++i) {
+    nvml_device dev{};
+    if (api.handle(i, &dev) != 0) continue;
+    gpu_info g;
+    g.index = static_cast<int>(i);
+    char buf[96] = {};
+    if (api.uuid(dev, buf, sizeof buf) == 0) g.uuid = buf;
+    if (api.name(dev, buf, sizeof buf) == 0) g.name = buf;
+    nvml_memory mem{};
+    if (api.memory(dev, &mem) == 0) {
+      g.total_memory = mem.total;
+      g.free_memory = mem.free;
+    }
+    inv.gpus.push_back(std::move(g));
+  }
+  api.shutdown();
+  ::dlclose(lib);
+  inv.source = gpu_inventory::origin::nvml;
+  inv.detail = "NVML";
+  return inv;
+}
+
+}  // namespace
+
+gpu_inventory gpu_inventory::simulated(std::string_view spec) {
+  gpu_inventory inv;
+  inv.source = origin::simulated;
+  inv.detail = "simulated (ISORUN_SIMULATE_GPUS=" + std::string(spec) + ")";
+  std::size_t start = 0;
+  while (start <= spec.size()) {
+    std::size_t end = spec.find(',', start);
+    if (end == std::string_view::npos) end = spec.size();
+    std::string_view part = spec.substr(start, end - start);
+    start = end + 1;
+    if (part.empty()) throw parse_error("ISORUN_SIMULATE_GPUS='" + std::string(spec) + "': empty entry; expected e.g. 2x16G or 16G,24G");
+    long count = 1;
+    std::string_view size = part;
+    if (auto x = part.find('x'); x != std::string_view::npos) {
+      std::string n(part.substr(0, x));
+      char* e = nullptr;
+      count = std::strtol(n.c_str(), &e, 10);
+      if (n.empty() || *e || count < 1 || count > 64)
+        throw parse_error("ISORUN_SIMULATE_GPUS='" + std::string(spec) + "': bad count '" + n + "' (1..64)");
+      size = part.substr(x + 1);
+    }
+    const std::uint64_t bytes = parse_size(size);
+    if (bytes == 0) throw parse_error("ISORUN_SIMULATE_GPUS='" + std::string(spec) + "': a GPU needs a non-zero memory size");
+    for (long i = 0; i < count; ++i) {
+      gpu_info g;
+      g.index = static_cast<int>(inv.gpus.size());
+      g.uuid = "GPU-sim-" + std::to_string(g.index);
+      g.name = "Simulated GPU";
+      g.total_memory = g.free_memory = bytes;
+      inv.gpus.push_back(std::move(g));
+    }
+    if (end == spec.size()) break;
+  }
+  return inv;
+}
+
+gpu_inventory gpu_inventory::detect() {
+  if (const char* sim = std::getenv("ISORUN_SIMULATE_GPUS"); sim && *sim) return simulated(sim);
+  return from_nvml();
+}
+
+const gpu_info& gpu_inventory::at(int index) const {
+  for (const auto& g : gpus)
+    if (g.index == index) return g;
+  if (gpus.empty())
+    throw usage_error("GPU " + std::to_string(index) + " was requested but there is no GPU (" + detail +
+                      "); run with --cpu, or set ISORUN_SIMULATE_GPUS=2x16G for a simulated inventory");
+  throw usage_error("GPU " + std::to_string(index) + " does not exist; available: 0.." +
+                    std::to_string(gpus.size() - 1) + " (see `isorun gpus`), or use --cpu");
+}
+
+std::string gpu_inventory::describe_source() const {
+  switch (source) {
+    case origin::nvml: return "NVML";
+    case origin::simulated: return detail;
+    case origin::none: break;
+  }
+  return "none: " + detail;
+}
+
+}  // namespace isorun::runner

@@ -1,0 +1,94 @@
+#pragma once
+/// @file blob.hpp
+/// `isorun::blob`: a byte buffer that crosses the process boundary without being copied on
+/// the receiving side.
+///
+/// In a worker a blob owns its bytes; encoding copies them once into the result segment. When
+/// the supervisor decodes a result, every blob in it becomes a read-only view into the mapped
+/// segment, which stays mapped for as long as any such view lives.
+
+#include <cereal/archives/binary.hpp>
+#include <cereal/cereal.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <type_traits>
+
+#include "isorun/serialization/streams.hpp"
+
+namespace isorun {
+
+class blob {
+ public:
+  blob() = default;
+
+  /// @brief An owned, uninitialized buffer of `size` bytes.
+  /// @throws std::bad_alloc
+  explicit blob(std::size_t size) : storage_{new std::byte[size]}, data_{storage_.get()}, size_{size} {}
+
+  /// @brief An owned copy of `size` bytes at `data`.
+  blob(const void* data, std::size_t size) : blob(size) {
+    if (size) std::memcpy(storage_.get(), data, size);
+  }
+
+  /// @brief A read-only view of `size` bytes at `data`, kept valid by `owner`.
+  blob(std::shared_ptr<const void> owner, const std::byte* data, std::size_t size) noexcept
+      : owner_{std::move(owner)}, data_{data}, size_{size} {}
+
+  blob(blob&&) noexcept = default;
+  blob& operator=(blob&&) noexcept = default;
+  blob(const blob& other) : blob(other.data_, other.size_) {}
+  blob& operator=(const blob& other) {
+    if (this != &other) *this = blob(other);
+    return *this;
+  }
+
+  [[nodiscard]] const std::byte* data() const noexcept { return data_; }
+  /// Writable bytes; nullptr for a view (views are read-only).
+  [[nodiscard]] std::byte* mutable_data() noexcept { return storage_.get(); }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  [[nodiscard]] std::span<const std::byte> bytes() const noexcept { return {data_, size_}; }
+  /// True when this blob aliases a shared-memory result instead of owning its bytes.
+  [[nodiscard]] bool is_view() const noexcept { return data_ != nullptr && !storage_; }
+
+  template <class Archive>
+  void save(Archive& ar) const {
+    ar(cereal::make_size_tag(static_cast<cereal::size_type>(size_)));
+    if constexpr (std::is_same_v<Archive, cereal::BinaryOutputArchive>) {
+      ar(cereal::binary_data(data_, size_));
+    } else {
+      // Text archives (CLI JSON) carry only the size: bytes are not meant to be printed.
+    }
+  }
+
+  template <class Archive>
+  void load(Archive& ar) {
+    cereal::size_type n = 0;
+    ar(cereal::make_size_tag(n));
+    if constexpr (std::is_same_v<Archive, cereal::BinaryInputArchive>) {
+      if (auto* scope = serialization::in_place_scope::current()) {
+        const std::byte* at = scope->reader().current();
+        scope->reader().skip(n);
+        *this = blob(scope->owner(), at, static_cast<std::size_t>(n));
+        return;
+      }
+      blob owned(static_cast<std::size_t>(n));
+      ar(cereal::binary_data(owned.mutable_data(), owned.size()));
+      *this = std::move(owned);
+    } else {
+      *this = blob(static_cast<std::size_t>(n));
+    }
+  }
+
+ private:
+  std::unique_ptr<std::byte[]> storage_;
+  std::shared_ptr<const void> owner_;
+  const std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+}  // namespace isorun

@@ -1,0 +1,67 @@
+#pragma once
+/// @file control.hpp
+/// Control messages between supervisor and worker over a SOCK_SEQPACKET socket pair: small,
+/// framed, validated. Bulk data never travels here; it goes through shared memory.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+
+namespace isorun::serialization {
+
+inline constexpr std::uint32_t protocol_version = 1;
+/// Largest control message either side accepts.
+inline constexpr std::size_t max_control_message = 64 * 1024;
+
+/// Sent by the worker once it has mapped its request: who it is and what it sees.
+struct hello_message {
+  std::uint32_t protocol = protocol_version;
+  std::int64_t pid = 0;
+  std::string visible_devices;  ///< CUDA_VISIBLE_DEVICES as the worker sees it
+  std::string device_order;     ///< CUDA_DEVICE_ORDER as the worker sees it
+
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(protocol, pid, visible_devices, device_order);
+  }
+};
+
+/// How a task ended inside the worker.
+enum class task_status : std::uint8_t { ok = 0, task_error = 1, out_of_memory = 2 };
+
+/// Sent by the worker when the task has finished (result, if any, already in shared memory).
+struct done_message {
+  task_status status = task_status::ok;
+  std::string error_type;  ///< demangled exception type, for task_error / out_of_memory
+  std::string message;     ///< exception message (truncated to fit a control message)
+  std::uint64_t peak_allocated = 0;  ///< allocator peak, bytes (0 when unknown)
+  std::uint64_t peak_reserved = 0;
+  std::uint64_t run_ns = 0;           ///< time inside the task function
+  std::uint64_t encode_ns = 0;        ///< time to encode the result into shared memory
+  std::int64_t encode_begin_ns = 0;   ///< CLOCK_MONOTONIC when encoding began
+
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(status, error_type, message, peak_allocated, peak_reserved, run_ns, encode_ns, encode_begin_ns);
+  }
+};
+
+using control_message = std::variant<hello_message, done_message>;
+
+/// @brief Sends one message; retries on EINTR.
+/// @throws std::system_error on a socket error (e.g. the peer is gone).
+void send_message(int fd, const control_message& message);
+
+/// Result of a non-blocking receive.
+struct receive_result {
+  std::optional<control_message> message;  ///< set when a message arrived
+  bool closed = false;                      ///< the peer closed its end
+};
+
+/// @brief Receives at most one message without blocking.
+/// @throws wire_error for an oversized, truncated, unknown or undecodable message.
+/// @throws std::system_error on a socket error.
+receive_result try_receive(int fd);
+
+}  // namespace isorun::serialization

@@ -1,0 +1,64 @@
+#pragma once
+/// @file wire.hpp
+/// The layout of a shared-memory segment: a 64-byte header followed by the payload.
+///
+/// Everything read from a worker is untrusted. `open_payload` checks magic, version, encoding,
+/// bounds and the XXH3-64 checksum before handing out a view, and throws `wire_error` naming the
+/// first thing that was wrong.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+namespace isorun::serialization {
+
+/// A malformed, truncated, oversized or corrupt segment or message.
+class wire_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// How the payload is encoded.
+enum class encoding : std::uint32_t {
+  binary = 1,  ///< cereal binary archive (C++ API)
+  json = 2,    ///< UTF-8 JSON text (CLI)
+};
+
+inline constexpr std::uint64_t request_magic = 0x3151'4e55'524f'5349ULL;  // "ISORUNQ1"
+inline constexpr std::uint64_t result_magic = 0x3152'4e55'524f'5349ULL;   // "ISORUNR1"
+inline constexpr std::uint32_t wire_version = 1;
+
+/// First 64 bytes of every segment. Plain data, written last by the producer.
+struct segment_header {
+  std::uint64_t magic;
+  std::uint32_t version;
+  std::uint32_t encoding;
+  std::uint64_t payload_size;
+  std::uint64_t checksum;  ///< XXH3-64 of the payload bytes
+  std::uint64_t reserved[4];
+};
+static_assert(sizeof(segment_header) == 64);
+
+inline constexpr std::uint64_t header_size = sizeof(segment_header);
+
+/// @brief XXH3-64 of `bytes`.
+std::uint64_t checksum(std::span<const std::byte> bytes) noexcept;
+
+/// @brief Writes the header for a payload already in place after it.
+void write_header(std::byte* segment, std::uint64_t magic, encoding enc, std::uint64_t payload_size,
+                  std::uint64_t payload_checksum) noexcept;
+
+/// @brief Validates a segment and returns its payload.
+/// @param segment     start of the mapped segment
+/// @param mapped_size bytes mapped at `segment`
+/// @param magic       expected magic (request_magic or result_magic)
+/// @param max_payload largest payload the reader accepts
+/// @param enc         receives the payload encoding
+/// @throws wire_error if the segment is too small, has a wrong magic/version/encoding, claims a
+///         payload beyond the mapping or above `max_payload`, or fails its checksum.
+std::span<const std::byte> open_payload(const std::byte* segment, std::uint64_t mapped_size,
+                                        std::uint64_t magic, std::uint64_t max_payload, encoding& enc);
+
+}  // namespace isorun::serialization

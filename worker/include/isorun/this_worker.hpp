@@ -1,0 +1,50 @@
+#pragma once
+/// @file this_worker.hpp
+/// What a task can ask about the worker it runs in.
+
+#include <cstdint>
+#include <string>
+
+namespace isorun {
+
+namespace alloc {
+class caching_allocator;
+}
+
+class worker_context {
+ public:
+  /// True inside an isolated worker; false in an ordinary process.
+  [[nodiscard]] bool in_worker() const noexcept { return in_worker_; }
+  /// The assigned GPU's physical (NVML) index, or -1 for a CPU-only worker. Inside the worker
+  /// this GPU is the only visible one: CUDA device 0.
+  [[nodiscard]] int device() const noexcept { return device_; }
+  [[nodiscard]] bool has_gpu() const noexcept { return device_ >= 0; }
+  /// The assigned GPU's UUID ("" without a GPU).
+  [[nodiscard]] const std::string& device_uuid() const noexcept { return device_uuid_; }
+  /// Total memory of the assigned GPU, bytes (0 without a GPU).
+  [[nodiscard]] std::uint64_t device_memory() const noexcept { return device_memory_; }
+  /// The memory cap, bytes; 0 = none.
+  [[nodiscard]] std::uint64_t mem_limit() const noexcept { return mem_limit_; }
+  /// Name of the running task.
+  [[nodiscard]] const std::string& task() const noexcept { return task_; }
+  /// The worker's allocator configuration string (ISORUN_ALLOC_CONF syntax).
+  [[nodiscard]] const std::string& alloc_conf() const noexcept { return alloc_conf_; }
+
+  /// Sets the context; called once by the worker before the task runs.
+  void assign(int device, std::string uuid, std::uint64_t device_memory, std::uint64_t mem_limit, std::string task,
+              std::string alloc_conf);
+
+ private:
+  bool in_worker_ = false;
+  int device_ = -1;
+  std::string device_uuid_;
+  std::uint64_t device_memory_ = 0;
+  std::uint64_t mem_limit_ = 0;
+  std::string task_;
+  std::string alloc_conf_;
+};
+
+/// @brief The context of the worker this code runs in (in_worker() is false outside one).
+worker_context& this_worker() noexcept;
+
+}  // namespace isorun

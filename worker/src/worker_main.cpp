@@ -1,0 +1,197 @@
+// The worker side of the protocol: map the request, say hello, run one task, publish its result
+// in shared memory, report, exit. Everything the supervisor sent is validated first.
+#include <cxxabi.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <thread>
+
+#include "isorun/alloc/out_of_memory.hpp"
+#include "isorun/init.hpp"
+#include "isorun/serialization/codec.hpp"
+#include "isorun/serialization/control.hpp"
+#include "isorun/serialization/request.hpp"
+#include "isorun/serialization/shm_segment.hpp"
+#include "isorun/serialization/wire.hpp"
+#include "isorun/task.hpp"
+#include "isorun/this_worker.hpp"
+
+namespace isorun {
+namespace {
+namespace ser = isorun::serialization;
+
+std::int64_t monotonic_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+[[noreturn]] void die(const std::string& why) {
+  std::fprintf(stderr, "isorun worker: %s\n", why.c_str());
+  std::fflush(stderr);
+  ::_exit(70);
+}
+
+std::string demangle(const char* name) {
+  int status = 0;
+  char* raw = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+  std::string s = status == 0 && raw ? raw : name;
+  std::free(raw);
+  return s;
+}
+
+std::string truncate(std::string s) {
+  constexpr std::size_t limit = 16 * 1024;
+  if (s.size() > limit) {
+    s.resize(limit);
+    s += "... (truncated)";
+  }
+  return s;
+}
+
+// If the supervisor goes away (even SIGKILL), the control socket hangs up: take the whole
+// process group down with us, grandchildren included.
+void watch_supervisor() {
+  pollfd p{ser::worker_control_fd, POLLRDHUP, 0};
+  for (;;) {
+    int rc = ::poll(&p, 1, -1);
+    if (rc > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+      ::kill(0, SIGKILL);
+      ::_exit(137);
+    }
+  }
+}
+
+class segment_sink final : public worker::result_sink {
+ public:
+  explicit segment_sink(std::uint64_t max_result) : file_{ser::worker_result_fd}, max_result_{max_result} {}
+  ~segment_sink() override { file_.release(); }
+
+  std::byte* reserve(std::uint64_t size) override {
+    run_end_ns_ = monotonic_ns();
+    if (size > max_result_)
+      throw std::length_error("result of " + std::to_string(size) + " bytes exceeds the supervisor's limit of " +
+                              std::to_string(max_result_) + " bytes");
+    file_.reserve(ser::header_size + size);
+    map_ = ser::mapping::map(file_.fd(), ser::header_size + size, ser::mapping::access::read_write, true);
+    return map_.data() + ser::header_size;
+  }
+
+  void commit(std::uint64_t size, std::uint64_t checksum, ser::encoding enc) override {
+    ser::write_header(map_.data(), ser::result_magic, enc, size, checksum);
+    committed_ns_ = monotonic_ns();
+  }
+
+  std::int64_t run_end_ns_ = 0, committed_ns_ = 0;
+
+ private:
+  ser::shm_file file_;
+  ser::mapping map_;
+  std::uint64_t max_result_;
+};
+
+[[noreturn]] void run_worker() {
+  for (int fd : {ser::worker_control_fd, ser::worker_request_fd, ser::worker_result_fd}) {
+    if (::fcntl(fd, F_SETFD, FD_CLOEXEC) != 0)
+      die("descriptor " + std::to_string(fd) + " is missing; workers are started by isorun, not by hand");
+  }
+  std::thread(watch_supervisor).detach();
+
+  ser::request req;
+  std::shared_ptr<ser::mapping> request_map;
+  try {
+    ser::shm_file file{ser::worker_request_fd};
+    const std::uint64_t size = file.size();
+    request_map = std::make_shared<ser::mapping>(ser::mapping::map(file.fd(), size, ser::mapping::access::read_only, true));
+    file.release();
+    ser::encoding enc{};
+    auto payload = ser::open_payload(request_map->data(), request_map->size(), ser::request_magic, size, enc);
+    ser::decode(payload, request_map, req);
+  } catch (const std::exception& e) {
+    die(std::string("bad request: ") + e.what());
+  }
+  if (req.protocol != ser::protocol_version) die("request has protocol " + std::to_string(req.protocol));
+
+  for (const auto& lib : req.task_libraries)
+    if (!::dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL)) die(std::string("cannot load task library: ") + ::dlerror());
+
+  ser::hello_message hello;
+  hello.pid = ::getpid();
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) hello.visible_devices = v;
+  if (const char* v = std::getenv("CUDA_DEVICE_ORDER")) hello.device_order = v;
+  try {
+    ser::send_message(ser::worker_control_fd, hello);
+  } catch (const std::exception& e) {
+    die(std::string("cannot reach the supervisor: ") + e.what());
+  }
+
+  this_worker().assign(req.gpu_index, req.gpu_uuid, req.gpu_memory, req.mem_limit, req.task, req.alloc_conf);
+
+  ser::done_message done;
+  segment_sink sink(req.max_result);
+  const std::int64_t start_ns = monotonic_ns();
+  try {
+    const worker::task_info* task = worker::registry::instance().find(req.task);
+    if (!task) throw std::invalid_argument("no task named '" + req.task + "' in this worker");
+    if (req.encoding == static_cast<std::uint32_t>(ser::encoding::json)) {
+      std::string json(reinterpret_cast<const char*>(req.args.data()), req.args.size());
+      task->run_json(json, sink);
+    } else {
+      task->run_binary(req.args.bytes(), request_map, sink);
+    }
+    done.status = ser::task_status::ok;
+  } catch (const out_of_memory& e) {
+    done.status = ser::task_status::out_of_memory;
+    done.error_type = "isorun::out_of_memory";
+    done.message = truncate(e.what());
+  } catch (const std::exception& e) {
+    done.status = ser::task_status::task_error;
+    done.error_type = demangle(typeid(e).name());
+    done.message = truncate(e.what());
+  } catch (...) {
+    done.status = ser::task_status::task_error;
+    const std::type_info* t = abi::__cxa_current_exception_type();
+    done.error_type = t ? demangle(t->name()) : "unknown";
+    done.message = "(an exception not derived from std::exception)";
+  }
+  const std::int64_t end_ns = sink.run_end_ns_ ? sink.run_end_ns_ : monotonic_ns();
+  done.run_ns = static_cast<std::uint64_t>(end_ns - start_ns);
+  if (sink.committed_ns_) {
+    done.encode_begin_ns = sink.run_end_ns_;
+    done.encode_ns = static_cast<std::uint64_t>(sink.committed_ns_ - sink.run_end_ns_);
+  }
+  std::cout.flush();
+  std::fflush(nullptr);
+  try {
+    ser::send_message(ser::worker_control_fd, done);
+  } catch (const std::exception& e) {
+    die(std::string("cannot report to the supervisor: ") + e.what());
+  }
+  // No static destructors: a CUDA context or task library may take long to tear down, and the
+  // kernel releases everything this process holds anyway.
+  ::_exit(0);
+}
+
+}  // namespace
+
+bool is_worker_process() noexcept {
+  const char* w = std::getenv("ISORUN_WORKER");
+  return w && std::strcmp(w, "1") == 0;
+}
+
+void init(int, char**) {
+  if (!is_worker_process()) return;
+  ::unsetenv("ISORUN_WORKER");  // the task's own children are ordinary processes
+  run_worker();
+}
+
+}  // namespace isorun
