@@ -85,9 +85,14 @@ class result {
   [[nodiscard]] bool ok() const noexcept { return status_.ok(); }
   [[nodiscard]] const outcome& status() const noexcept { return status_; }
   /// @brief The result. @throws the outcome's exception if the call failed.
-  decltype(auto) value() {
+  decltype(auto) value() & {
     status_.rethrow();
     if constexpr (!std::is_void_v<R>) return (*value_);
+  }
+  /// @brief Moves the result out (a blob stays a view into shared memory).
+  R value() && {
+    status_.rethrow();
+    if constexpr (!std::is_void_v<R>) return std::move(*value_);
   }
 
  private:
@@ -127,7 +132,7 @@ class call_handle {
   }
 
   /// @brief Waits for the result. @throws the outcome's exception on failure.
-  R get() { return try_get().value(); }
+  R get() { return try_get().value(); }  // rvalue: moves the result out
   /// @brief Waits for the result or outcome, without throwing for task failures.
   result<R> try_get() {
     done_.wait();

@@ -1,0 +1,140 @@
+// Runner building blocks: process spawning and stopping, sizes and durations, GPU inventory.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "isorun/errors.hpp"
+#include "isorun/gpu_inventory.hpp"
+#include "isorun/process.hpp"
+#include "isorun/units.hpp"
+#include "test_support.hpp"
+
+using namespace std::chrono_literals;
+namespace r = isorun::runner;
+
+namespace {
+r::spawn_options shell(const std::string& script) {
+  r::spawn_options o;
+  o.executable = "/bin/sh";
+  o.args = {"-c", script};
+  for (char** e = environ; *e; ++e) o.env.emplace_back(*e);
+  return o;
+}
+}  // namespace
+
+TEST_CASE("exit codes and signals are values", "[process]") {
+  CHECK(r::spawn(shell("exit 7")).reap().code == 7);
+  auto st = r::spawn(shell("kill -SEGV $$")).reap();
+  CHECK(st.signal == SIGSEGV);
+  CHECK(st.shell_code() == 128 + SIGSEGV);
+  CHECK(r::describe(st).find("SIGSEGV") != std::string::npos);
+  CHECK(r::signal_name(SIGKILL) == "SIGKILL");
+}
+
+TEST_CASE("a failed exec throws spawn_error and leaves no zombie", "[process]") {
+  r::spawn_options o;
+  o.executable = "/nonexistent/program";
+  try {
+    r::spawn(o);
+    FAIL("expected spawn_error");
+  } catch (const r::spawn_error& e) {
+    CHECK(e.error() == ENOENT);
+    CHECK(std::string(e.what()).find("/nonexistent/program") != std::string::npos);
+  }
+  CHECK(::waitpid(-1, nullptr, WNOHANG) == -1);
+  CHECK(errno == ECHILD);
+}
+
+TEST_CASE("descriptors are passed under the requested numbers and nothing else leaks", "[process]") {
+  int p[2];
+  REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
+  int stray = ::open("/dev/null", O_RDONLY);  // not close-on-exec: must still not reach the child
+  auto o = shell("echo via-fd-3 >&3; ls /proc/self/fd | wc -l >&3");
+  o.fds = {{3, p[1]}};
+  auto c = r::spawn(o);
+  ::close(p[1]);
+  char buf[128] = {};
+  std::string got;
+  for (ssize_t n; (n = ::read(p[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<std::size_t>(n));
+  ::close(p[0]);
+  ::close(stray);
+  CHECK(c.reap().code == 0);
+  CHECK(got.rfind("via-fd-3\n", 0) == 0);
+  // 0, 1, 2, 3 and the descriptor ls opens for /proc/self/fd.
+  CHECK(std::stoi(got.substr(9)) == 5);
+}
+
+TEST_CASE("stop escalates to SIGKILL for a child that ignores SIGTERM, grandchildren included", "[process]") {
+  int p[2];
+  REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
+  auto o = shell("trap '' TERM; sleep 1000 & echo $!; wait");
+  o.fds = {{1, p[1]}};
+  auto c = r::spawn(o);
+  ::close(p[1]);
+  FILE* in = ::fdopen(p[0], "r");
+  int grandchild = 0;
+  REQUIRE(std::fscanf(in, "%d", &grandchild) == 1);
+  std::fclose(in);
+  auto st = c.stop(0ms, 100ms);
+  CHECK(st.signal == SIGKILL);
+  CHECK(isorun::test::process_gone(grandchild));
+}
+
+TEST_CASE("find_executable resolves like execvp", "[process]") {
+  CHECK(r::find_executable("sh").has_value());
+  CHECK(r::find_executable("/bin/sh") == std::optional<std::string>("/bin/sh"));
+  CHECK_FALSE(r::find_executable("no-such-program-isorun").has_value());
+  CHECK_FALSE(r::find_executable("/etc/passwd").has_value());  // not executable
+}
+
+TEST_CASE("sizes", "[units]") {
+  using isorun::parse_size;
+  CHECK(parse_size("2G") == 2ULL << 30);
+  CHECK(parse_size("512M") == 512ULL << 20);
+  CHECK(parse_size("1.5GiB") == 3ULL << 29);
+  CHECK(parse_size("2GB") == 2ULL << 30);
+  CHECK(parse_size("4096") == 4096);
+  CHECK(parse_size("16k") == 16384);
+  CHECK(parse_size("1T") == 1ULL << 40);
+  for (const char* bad : {"", "G", "-1G", "2X", "1.5", "2 Gigs", "1e3", "99999999999T"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(parse_size(bad), isorun::parse_error);
+  }
+  CHECK_THROWS_WITH(parse_size("2X"), Catch::Contains("e.g. 2G, 512M, 1.5GiB"));
+  CHECK(isorun::format_size(3ULL << 29) == "1.50 GiB");
+}
+
+TEST_CASE("durations", "[units]") {
+  using isorun::parse_duration;
+  CHECK(parse_duration("500ms") == 500ms);
+  CHECK(parse_duration("30s") == 30s);
+  CHECK(parse_duration("5m") == 5min);
+  CHECK(parse_duration("1.5s") == 1500ms);
+  CHECK(parse_duration("2h") == 2h);
+  CHECK(parse_duration("10") == 10s);
+  for (const char* bad : {"", "s", "5 minutes", "-3s", "1d"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(parse_duration(bad), isorun::parse_error);
+  }
+}
+
+TEST_CASE("simulated GPU inventories", "[inventory]") {
+  auto inv = r::gpu_inventory::simulated("2x16G,1x80G");
+  REQUIRE(inv.gpus.size() == 3);
+  CHECK(inv.gpus[0].uuid == "GPU-sim-0");
+  CHECK(inv.gpus[2].total_memory == 80ULL << 30);
+  CHECK(inv.at(2).index == 2);
+  CHECK(r::gpu_inventory::simulated("16G,24G").gpus[1].total_memory == 24ULL << 30);
+  CHECK_THROWS_WITH(inv.at(3), Catch::Contains("does not exist"));
+  for (const char* bad : {"", "2x", "0x16G", "axb", "16G,,8G", "2x0"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(r::gpu_inventory::simulated(bad), isorun::parse_error);
+  }
+  r::gpu_inventory none;
+  none.detail = "no NVIDIA driver";
+  CHECK_THROWS_WITH(none.at(0), Catch::Contains("--cpu") && Catch::Contains("ISORUN_SIMULATE_GPUS"));
+}

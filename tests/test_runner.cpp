@@ -1,0 +1,394 @@
+// Runner: real worker processes, real shared memory. The tasks below run in re-executed copies
+// of this binary (see catch_main.cpp).
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "isorun/isorun.hpp"
+#include "isorun/job.hpp"
+#include "isorun/process.hpp"
+#include "test_support.hpp"
+
+using namespace std::chrono_literals;
+using namespace isorun::literals;
+using isorun::test::process_gone;
+
+// Before main: the API's inventory is read once, from this simulated 2-GPU machine.
+static const int simulated_gpus = (::setenv("ISORUN_SIMULATE_GPUS", "2x16G", 1), 0);
+
+namespace {
+
+struct point {
+  int x = 0;
+  double y = 0;
+  std::string label;
+  std::vector<int> tags;
+  template <class A>
+  void serialize(A& ar) {
+    ar(CEREAL_NVP(x), CEREAL_NVP(y), CEREAL_NVP(label), CEREAL_NVP(tags));
+  }
+  bool operator==(const point&) const = default;
+};
+
+point echo_point(const point& p) {
+  point q = p;
+  q.x += 1;
+  q.label += "!";
+  q.tags.push_back(static_cast<int>(q.tags.size()));
+  return q;
+}
+
+std::string concat(std::string a, const std::string& b, int times) {
+  std::string out;
+  for (int i = 0; i < times; ++i) out += a + b;
+  return out;
+}
+
+std::vector<double> scale(const std::vector<double>& v, double k) {
+  std::vector<double> out(v);
+  for (double& x : out) x *= k;
+  return out;
+}
+
+std::uint64_t pattern_word(std::uint64_t i, std::uint64_t seed) { return (i + seed) * 0x9E3779B97F4A7C15ULL; }
+
+isorun::blob make_pattern(std::uint64_t size, std::uint64_t seed) {
+  isorun::blob b(size);
+  auto* words = reinterpret_cast<std::uint64_t*>(b.mutable_data());
+  for (std::uint64_t i = 0; i < size / 8; ++i) words[i] = pattern_word(i, seed);
+  return b;
+}
+
+std::uint64_t sum_blob(const isorun::blob& b) {
+  std::uint64_t s = 0;
+  for (std::byte c : b.bytes()) s += static_cast<std::uint8_t>(c);
+  return s;
+}
+
+struct custom_failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+int throws(int which) {
+  if (which == 1) throw custom_failure("custom failure 42");
+  throw std::runtime_error("bad value " + std::to_string(which));
+}
+
+int segfaults(int) {
+  std::fprintf(stderr, "about to crash\n");
+  std::fflush(stderr);
+  ::raise(SIGSEGV);
+  return 0;
+}
+
+int aborts(int) { std::abort(); }
+
+int exits_early(int code) { std::_Exit(code); }
+
+std::string visible_devices(int) {
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  const char* o = std::getenv("CUDA_DEVICE_ORDER");
+  const auto& w = isorun::this_worker();
+  return std::string(v ? v : "<unset>") + "|" + (o ? o : "<unset>") + "|" + std::to_string(w.device()) + "|" +
+         std::to_string(w.mem_limit());
+}
+
+// Starts a grandchild, ignores SIGTERM (so stopping must escalate to SIGKILL), reports both pids
+// through the FIFO at `path`, then waits forever.
+int hang_with_grandchild(const std::string& path) {
+  pid_t g = ::fork();
+  if (g == 0) {
+    for (;;) ::pause();
+  }
+  ::signal(SIGTERM, SIG_IGN);
+  std::ofstream(path) << ::getpid() << " " << g << std::endl;
+  for (;;) ::pause();
+}
+
+void no_result(int) {}
+
+}  // namespace
+
+ISORUN_TASK(echo_point);
+ISORUN_TASK(concat);
+ISORUN_TASK(scale);
+ISORUN_TASK(make_pattern);
+ISORUN_TASK(sum_blob);
+ISORUN_TASK(throws);
+ISORUN_TASK(segfaults);
+ISORUN_TASK(aborts);
+ISORUN_TASK(exits_early);
+ISORUN_TASK(visible_devices);
+ISORUN_TASK(hang_with_grandchild);
+ISORUN_TASK(no_result);
+
+namespace {
+
+// Reads "WORKER GRANDCHILD" from a FIFO written by hang_with_grandchild.
+std::pair<pid_t, pid_t> read_pids(const std::string& fifo) {
+  std::ifstream in(fifo);  // blocks until the task opens it for writing
+  long w = 0, g = 0;
+  in >> w >> g;
+  return {static_cast<pid_t>(w), static_cast<pid_t>(g)};
+}
+
+std::string make_fifo() {
+  char dir[] = "/tmp/isorun-test-XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  std::string path = std::string(dir) + "/pids";
+  REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("structs, strings and vectors round-trip through a worker", "[runner]") {
+  auto f = isorun::isolated(echo_point);
+  point p{41, 2.5, "hi", {7, 8}};
+  point q = f(p);
+  CHECK(q == point{42, 2.5, "hi!", {7, 8, 2}});
+
+  CHECK(isorun::isolated(concat)("ab", "c", 3) == "abcabcabc");
+  CHECK(isorun::isolated(scale)(std::vector<double>{1, -2, 3.5}, 2.0) == std::vector<double>{2, -4, 7});
+}
+
+TEST_CASE("a 256 MiB blob result arrives intact and is read in place", "[runner]") {
+  const std::uint64_t size = 256_MiB;
+  isorun::blob b = isorun::isolated(make_pattern)(size, 7);
+  REQUIRE(b.size() == size);
+  CHECK(b.is_view());  // aliases the shared-memory segment: no copy on the receiving side
+  const auto* words = reinterpret_cast<const std::uint64_t*>(b.data());
+  std::uint64_t mismatches = 0;
+  for (std::uint64_t i = 0; i < size / 8; ++i) mismatches += words[i] != pattern_word(i, 7);
+  CHECK(mismatches == 0);
+}
+
+TEST_CASE("blob arguments reach the task intact", "[runner]") {
+  std::vector<std::uint8_t> bytes(1 << 20);
+  std::uint64_t expected = 0;
+  for (std::size_t i = 0; i < bytes.size(); ++i) expected += bytes[i] = static_cast<std::uint8_t>(i * 31);
+  CHECK(isorun::isolated(sum_blob)(isorun::blob(bytes.data(), bytes.size())) == expected);
+}
+
+TEST_CASE("a task's exception is rethrown as task_error with its type and message", "[runner]") {
+  auto f = isorun::isolated(throws);
+  try {
+    f(7);
+    FAIL("expected task_error");
+  } catch (const isorun::task_error& e) {
+    CHECK(e.type_name() == "std::runtime_error");
+    CHECK(e.message() == "bad value 7");
+  }
+  try {
+    f(1);
+    FAIL("expected task_error");
+  } catch (const isorun::task_error& e) {
+    CHECK(e.type_name() == "(anonymous namespace)::custom_failure");
+    CHECK(e.message() == "custom failure 42");
+  }
+  auto r = f.try_call(7);
+  CHECK_FALSE(r.ok());
+  CHECK(r.status().kind == isorun::outcome_kind::task_error);
+  CHECK(isorun::exit_code(r.status().kind) == 1);
+}
+
+TEST_CASE("SIGSEGV and abort are reported as worker_crashed with the signal", "[runner]") {
+  try {
+    isorun::isolated(segfaults, {.echo_stderr = false})(0);
+    FAIL("expected worker_crashed");
+  } catch (const isorun::worker_crashed& e) {
+    CHECK(e.signal() == SIGSEGV);
+    CHECK(e.exit_code() == -1);
+    REQUIRE_FALSE(e.stderr_tail().empty());
+    CHECK(e.stderr_tail().back() == "about to crash");
+    CHECK(std::string(e.what()).find("SIGSEGV") != std::string::npos);
+  }
+  auto r = isorun::isolated(aborts).try_call(0);
+  CHECK(r.status().kind == isorun::outcome_kind::crashed);
+  CHECK(r.status().exit.signal == SIGABRT);
+}
+
+TEST_CASE("a worker that exits without a result is a crash with its exit code", "[runner]") {
+  auto r = isorun::isolated(exits_early).try_call(3);
+  REQUIRE(r.status().kind == isorun::outcome_kind::crashed);
+  CHECK(r.status().exit.code == 3);
+  CHECK(r.status().message.find("without delivering a result") != std::string::npos);
+  CHECK_THROWS_AS(r.value(), isorun::worker_crashed);
+}
+
+TEST_CASE("void tasks return normally", "[runner]") { CHECK_NOTHROW(isorun::isolated(no_result)(1)); }
+
+TEST_CASE("a timeout stops the task and the grandchild it started, escalating to SIGKILL", "[runner]") {
+  const std::string fifo = make_fifo();
+  auto f = isorun::isolated(hang_with_grandchild, {.timeout = 2s, .grace = 200ms});
+  auto call = f.async(fifo);
+  auto [worker, grandchild] = read_pids(fifo);
+  REQUIRE(worker == call.pid());
+  auto r = call.try_get();
+  CHECK(r.status().kind == isorun::outcome_kind::timeout);
+  CHECK(r.status().exit.signal == SIGKILL);  // SIGTERM was ignored
+  CHECK(process_gone(worker));
+  CHECK(process_gone(grandchild));
+  CHECK_THROWS_AS(r.value(), isorun::task_timeout);
+}
+
+TEST_CASE("cancel() stops an async call and everything it started", "[runner]") {
+  const std::string fifo = make_fifo();
+  auto call = isorun::isolated(hang_with_grandchild, {.grace = 100ms}).async(fifo);
+  auto [worker, grandchild] = read_pids(fifo);
+  CHECK_FALSE(call.wait_for(0ms));
+  call.cancel();
+  auto r = call.try_get();
+  CHECK(r.status().kind == isorun::outcome_kind::cancelled);
+  CHECK(process_gone(worker));
+  CHECK(process_gone(grandchild));
+}
+
+TEST_CASE("dropping an unfinished async handle cancels the worker", "[runner]") {
+  const std::string fifo = make_fifo();
+  pid_t worker = 0, grandchild = 0;
+  {
+    auto call = isorun::isolated(hang_with_grandchild, {.grace = 100ms}).async(fifo);
+    std::tie(worker, grandchild) = read_pids(fifo);
+  }
+  CHECK(process_gone(worker));
+  CHECK(process_gone(grandchild));
+}
+
+TEST_CASE("killing the supervisor with SIGKILL takes its workers and their children down", "[runner]") {
+  int out[2];
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  isorun::runner::spawn_options o;
+  o.executable = ISORUN_VICTIM;
+  for (char** e = environ; *e; ++e) o.env.emplace_back(*e);
+  o.fds = {{1, out[1]}};
+  auto victim = isorun::runner::spawn(o);
+  ::close(out[1]);
+  FILE* in = ::fdopen(out[0], "r");
+  int worker = 0, grandchild = 0;
+  REQUIRE(std::fscanf(in, "%d %d", &worker, &grandchild) == 2);
+  std::fclose(in);
+  ::kill(victim.pid(), SIGKILL);
+  CHECK(process_gone(worker));
+  CHECK(process_gone(grandchild));
+  CHECK(victim.reap().signal == SIGKILL);
+}
+
+TEST_CASE("the worker sees exactly its assigned GPU (simulated inventory)", "[runner]") {
+  REQUIRE(isorun::gpus().source == isorun::runner::gpu_inventory::origin::simulated);
+  REQUIRE(isorun::gpus().gpus.size() == 2);
+  CHECK(isorun::isolated(visible_devices, {.gpu = 1, .mem_limit = 6_GiB})(0) ==
+        "GPU-sim-1|PCI_BUS_ID|1|" + std::to_string(6_GiB));
+  CHECK(isorun::isolated(visible_devices)(0) == "|PCI_BUS_ID|-1|0");  // CPU: no GPU visible
+}
+
+TEST_CASE("impossible requests are usage errors and start nothing", "[runner]") {
+  const int fds = isorun::test::open_fds();
+  CHECK_THROWS_AS(isorun::isolated(visible_devices, {.gpu = 5})(0), isorun::usage_error);
+  CHECK_THROWS_WITH(isorun::isolated(visible_devices, {.gpu = 5})(0), Catch::Contains("available: 0..1"));
+  CHECK_THROWS_WITH(isorun::isolated(visible_devices, {.gpu = 0, .mem_limit = 32_GiB})(0),
+                    Catch::Contains("exceeds GPU 0"));
+  int (*unregistered)(int) = [](int x) { return x; };
+  CHECK_THROWS_WITH(isorun::isolated(unregistered)(1), Catch::Contains("not a registered task"));
+  CHECK(::waitpid(-1, nullptr, WNOHANG) == -1);  // no child was started
+  CHECK(isorun::test::open_fds() == fds);
+}
+
+namespace {
+isorun::runner::job_result run_bad_worker(const std::string& mode, const std::optional<isorun::runner::gpu_info>& gpu = {}) {
+  isorun::runner::job_spec spec;
+  spec.task = "anything";
+  spec.executable = ISORUN_BAD_WORKER;
+  spec.extra_env = {"BAD_WORKER_MODE=" + mode};
+  spec.gpu = gpu;
+  spec.stderr_echo_fd = -1;
+  auto job = isorun::runner::job::start(std::move(spec));
+  return job->wait();
+}
+}  // namespace
+
+TEST_CASE("misbehaving workers are classified and never crash the supervisor", "[runner]") {
+  using k = isorun::outcome_kind;
+  const int shm = isorun::test::shm_entries();
+  const int fds = isorun::test::open_fds();
+  {
+    auto valid = run_bad_worker("valid");
+    REQUIRE(valid.status.kind == k::success);
+    CHECK(isorun::detail::to_result<std::string>(valid).value() == "ok");
+  }
+
+  struct expectation {
+    const char* mode;
+    k kind;
+    const char* says;
+  };
+  const expectation cases[] = {
+      {"corrupt_checksum", k::invalid_result, "checksum mismatch"},
+      {"bad_magic", k::invalid_result, "wrong magic"},
+      {"oversize_claim", k::invalid_result, "exceeds the limit"},
+      {"wrong_encoding", k::invalid_result, "different encoding"},
+      {"garbage_control", k::invalid_result, "malformed control message"},
+      {"oversized_control", k::invalid_result, "exceeds the 65536-byte limit"},
+      {"wrong_devices", k::invalid_result, "handshake mismatch"},
+      {"wrong_pid", k::invalid_result, "handshake mismatch"},
+      {"exit_without_result", k::crashed, "without delivering a result"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.mode);
+    auto r = run_bad_worker(c.mode);
+    CHECK(r.status.kind == c.kind);
+    CHECK_THAT(r.status.message, Catch::Contains(c.says));
+    CHECK(r.payload.empty());
+  }
+  {
+    // A checksum-valid payload that does not decode as the declared type.
+    auto garbage = run_bad_worker("garbage_payload");
+    REQUIRE(garbage.status.kind == k::success);
+    auto decoded = isorun::detail::to_result<std::string>(garbage);
+    CHECK(decoded.status().kind == k::invalid_result);
+    CHECK_THROWS_AS(decoded.value(), isorun::invalid_result);
+  }
+  // The result was complete before the crash: it counts.
+  CHECK(run_bad_worker("crash_after_done").status.kind == k::success);
+
+  CHECK(isorun::test::shm_entries() == shm);
+  CHECK(isorun::test::open_fds() == fds);
+}
+
+TEST_CASE("many calls, failures included, leave no descriptors, children or /dev/shm entries", "[runner]") {
+  auto ok = isorun::isolated(concat);
+  auto bad = isorun::isolated(throws);
+  auto crash = isorun::isolated(aborts);
+  ok("warm", "up", 1);  // first call creates the segment pool
+  const int fds = isorun::test::open_fds();
+  for (int i = 0; i < 20; ++i) {
+    CHECK(ok("a", "b", 2) == "abab");
+    CHECK_FALSE(bad.try_call(i).ok());
+    CHECK(crash.try_call(0).status().kind == isorun::outcome_kind::crashed);
+  }
+  CHECK(isorun::test::open_fds() == fds);
+  CHECK(::waitpid(-1, nullptr, WNOHANG) == -1);
+  CHECK(isorun::test::shm_entries() == 0);
+}
+
+TEST_CASE("results over 4 GiB use 64-bit sizes end to end", "[runner][large]") {
+  const std::uint64_t size = 4_GiB + 512_MiB;
+  isorun::blob b = isorun::isolated(make_pattern)(size, 3);
+  REQUIRE(b.size() == size);
+  const auto* words = reinterpret_cast<const std::uint64_t*>(b.data());
+  std::uint64_t mismatches = 0;
+  for (std::uint64_t i = 0; i < size / 8; i += 4097) mismatches += words[i] != pattern_word(i, 3);
+  CHECK(words[size / 8 - 1] == pattern_word(size / 8 - 1, 3));
+  CHECK(mismatches == 0);
+}

@@ -1,0 +1,210 @@
+// Serialization: segments, the wire format, codecs, blobs, control messages, the segment pool.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <cereal/types/map.hpp>
+#include <cereal/types/string.hpp>
+#include <cereal/types/vector.hpp>
+
+#include "isorun/serialization/blob.hpp"
+#include "isorun/serialization/codec.hpp"
+#include "isorun/serialization/control.hpp"
+#include "isorun/serialization/segment_pool.hpp"
+#include "isorun/serialization/shm_segment.hpp"
+#include "isorun/serialization/wire.hpp"
+#include "test_support.hpp"
+
+namespace ser = isorun::serialization;
+
+namespace {
+// A segment holding `payload` under a valid header.
+std::vector<std::byte> segment_with(const std::string& payload, std::uint64_t magic = ser::result_magic) {
+  std::vector<std::byte> seg(ser::header_size + payload.size());
+  std::memcpy(seg.data() + ser::header_size, payload.data(), payload.size());
+  ser::write_header(seg.data(), magic, ser::encoding::json, payload.size(),
+                    ser::checksum({seg.data() + ser::header_size, payload.size()}));
+  return seg;
+}
+}  // namespace
+
+TEST_CASE("segments are created already unlinked, 0600, and grow on demand", "[shm]") {
+  const int before = isorun::test::shm_entries();
+  auto f = ser::shm_file::create(4096);
+  CHECK(isorun::test::shm_entries() == before);  // no name to leave behind
+  CHECK(f.size() == 4096);
+  f.reserve(1 << 20);
+  CHECK(f.size() == 1 << 20);
+  f.reserve(10);  // never shrinks
+  CHECK(f.size() == 1 << 20);
+  auto m = ser::mapping::map(f.fd(), f.size(), ser::mapping::access::read_write, true);
+  std::memset(m.data(), 0xab, m.size());
+  // A second, independent mapping of the same descriptor sees the bytes: it is shared memory.
+  auto m2 = ser::mapping::map(f.fd(), f.size(), ser::mapping::access::read_only, false);
+  CHECK(static_cast<unsigned char>(m2.data()[12345]) == 0xab);
+}
+
+TEST_CASE("stale names of dead supervisors are swept, live ones are not", "[shm]") {
+  pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ::waitpid(dead, nullptr, 0);
+  const std::string stale = "/isorun-" + std::to_string(dead) + "-deadbeef";
+  const std::string live = "/isorun-" + std::to_string(::getpid()) + "-cafe";
+  for (const auto& n : {stale, live}) ::close(::shm_open(n.c_str(), O_CREAT | O_RDWR, 0600));
+  CHECK(ser::remove_stale_segments() >= 1);
+  CHECK(::shm_open(stale.c_str(), O_RDONLY, 0) == -1);
+  int fd = ::shm_open(live.c_str(), O_RDONLY, 0);
+  CHECK(fd >= 0);
+  ::close(fd);
+  ::shm_unlink(live.c_str());
+}
+
+TEST_CASE("open_payload accepts a valid segment and rejects each kind of damage", "[wire]") {
+  auto seg = segment_with("{\"result\":1}");
+  ser::encoding enc{};
+  auto p = ser::open_payload(seg.data(), seg.size(), ser::result_magic, 1 << 20, enc);
+  CHECK(std::string(reinterpret_cast<const char*>(p.data()), p.size()) == "{\"result\":1}");
+  CHECK(enc == ser::encoding::json);
+
+  auto expect_error = [&](std::vector<std::byte> s, std::uint64_t mapped, std::uint64_t max, const char* says) {
+    CHECK_THROWS_WITH(ser::open_payload(s.data(), mapped, ser::result_magic, max, enc), Catch::Contains(says));
+  };
+  expect_error(seg, 10, 1 << 20, "smaller than its 64-byte header");
+  expect_error(segment_with("x", ser::request_magic), ser::header_size + 1, 1 << 20, "wrong magic");
+  expect_error(seg, seg.size(), 3, "exceeds the limit");
+  expect_error(seg, seg.size() - 1, 1 << 20, "segment holds only");
+  auto flipped = seg;
+  flipped[ser::header_size] = static_cast<std::byte>(static_cast<unsigned>(flipped[ser::header_size]) ^ 1u);
+  expect_error(flipped, flipped.size(), 1 << 20, "checksum mismatch");
+  auto version = seg;
+  ser::segment_header h;
+  std::memcpy(&h, version.data(), sizeof h);
+  h.version = 99;
+  std::memcpy(version.data(), &h, sizeof h);
+  expect_error(version, version.size(), 1 << 20, "wire version 99");
+  h.version = ser::wire_version;
+  h.encoding = 7;
+  std::memcpy(version.data(), &h, sizeof h);
+  expect_error(version, version.size(), 1 << 20, "unknown encoding");
+}
+
+TEST_CASE("codec round trip, exact sizing and rejection of malformed payloads", "[codec]") {
+  std::map<std::string, std::vector<double>> value{{"a", {1, 2}}, {"b", {}}};
+  std::string text = "hello";
+  const auto n = ser::encoded_size(value, text);
+  std::vector<std::byte> buf(n);
+  const auto sum = ser::encode_into(buf.data(), n, value, text);
+  CHECK(sum == ser::checksum(buf));
+  decltype(value) value2;
+  std::string text2;
+  ser::decode(buf, nullptr, value2, text2);
+  CHECK(value2 == value);
+  CHECK(text2 == text);
+
+  CHECK_THROWS_AS(ser::encode_into(buf.data(), n - 1, value, text), ser::wire_error);
+  std::string s;
+  CHECK_THROWS_WITH(ser::decode(std::span(buf).first(n - 2), nullptr, value2, s), Catch::Contains("decoding failed"));
+  CHECK_THROWS_WITH(ser::decode(buf, nullptr, value2), Catch::Contains("trailing bytes"));
+  std::vector<std::byte> huge(8);
+  const std::uint64_t len = 1ULL << 62;
+  std::memcpy(huge.data(), &len, 8);
+  CHECK_THROWS_AS(ser::decode(huge, nullptr, s), ser::wire_error);
+}
+
+TEST_CASE("large writes are hashed on the fly with the same checksum", "[codec]") {
+  isorun::blob big(3 << 20);
+  for (std::size_t i = 0; i < big.size(); ++i) big.mutable_data()[i] = static_cast<std::byte>(i * 7);
+  const auto n = ser::encoded_size(big);
+  std::vector<std::byte> buf(n);
+  const auto sum = ser::encode_into(buf.data(), n, big);
+  CHECK(sum == ser::checksum(buf));
+}
+
+TEST_CASE("decoded blobs alias the payload and keep its owner alive", "[blob]") {
+  isorun::blob original("abcdef", 6);
+  const auto n = ser::encoded_size(original);
+  auto storage = std::make_shared<std::vector<std::byte>>(n);
+  ser::encode_into(storage->data(), n, original);
+  std::weak_ptr<std::vector<std::byte>> watch = storage;
+  isorun::blob view;
+  ser::decode(*storage, storage, view);
+  const std::byte* base = storage->data();
+  storage.reset();
+  REQUIRE_FALSE(watch.expired());  // the view holds the bytes
+  CHECK(view.is_view());
+  CHECK(view.data() >= base);
+  CHECK(std::memcmp(view.data(), "abcdef", 6) == 0);
+  isorun::blob copy = view;  // copying a view gives an owned buffer
+  CHECK_FALSE(copy.is_view());
+  view = isorun::blob();
+  CHECK(watch.expired());
+  CHECK(std::memcmp(copy.data(), "abcdef", 6) == 0);
+}
+
+TEST_CASE("control messages: framing, validation, hang-up", "[control]") {
+  int sv[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == 0);
+  ser::hello_message hello;
+  hello.pid = 42;
+  hello.visible_devices = "GPU-sim-0";
+  ser::send_message(sv[0], hello);
+  ser::done_message done;
+  done.status = ser::task_status::task_error;
+  done.error_type = "std::runtime_error";
+  done.message = std::string(1000, 'm');
+  ser::send_message(sv[0], done);
+
+  auto r1 = ser::try_receive(sv[1]);
+  REQUIRE(r1.message);
+  CHECK(std::get<ser::hello_message>(*r1.message).visible_devices == "GPU-sim-0");
+  auto r2 = ser::try_receive(sv[1]);
+  REQUIRE(r2.message);
+  CHECK(std::get<ser::done_message>(*r2.message).message.size() == 1000);
+  CHECK_FALSE(ser::try_receive(sv[1]).message);  // nothing pending: does not block
+
+  const char junk[] = "junk-junk-junk";
+  ::send(sv[0], junk, sizeof junk, 0);
+  CHECK_THROWS_WITH(ser::try_receive(sv[1]), Catch::Contains("wrong magic"));
+  std::vector<char> big(ser::max_control_message + 10, 'x');
+  ::send(sv[0], big.data(), big.size(), 0);
+  CHECK_THROWS_WITH(ser::try_receive(sv[1]), Catch::Contains("exceeds"));
+  done.message = std::string(ser::max_control_message, 'm');
+  CHECK_THROWS_AS(ser::send_message(sv[0], done), ser::wire_error);
+
+  ::close(sv[0]);
+  CHECK(ser::try_receive(sv[1]).closed);
+  ::close(sv[1]);
+}
+
+TEST_CASE("the segment pool recycles warm segments within its idle limit", "[pool]") {
+  auto& pool = ser::segment_pool::instance();
+  pool.clear();
+  pool.set_idle_limit(8 << 20);
+  int fd_first = -1;
+  {
+    auto s = pool.acquire(1 << 20);
+    s->writable(1 << 20)[0] = std::byte{1};
+    fd_first = s->fd();
+  }
+  CHECK(pool.idle_bytes() == 1 << 20);
+  {
+    auto s = pool.acquire(4096);  // fits in the idle one: reused, not recreated
+    CHECK(s->fd() == fd_first);
+    CHECK(pool.idle_bytes() == 0);
+    auto big = pool.acquire(16 << 20);
+    big->writable(16 << 20);
+  }
+  CHECK(pool.idle_bytes() == 1 << 20);  // the 16 MiB one was over the limit and was closed
+  pool.clear();
+  CHECK(pool.idle_bytes() == 0);
+  pool.set_idle_limit(2ULL << 30);
+}
