@@ -101,7 +101,12 @@ gpu_inventory gpu_inventory::simulated(std::string_view spec) {
         throw parse_error("ISORUN_SIMULATE_GPUS='" + std::string(spec) + "': bad count '" + n + "' (1..64)");
       size = part.substr(x + 1);
     }
-    const std::uint64_t bytes = parse_size(size);
+    std::uint64_t bytes = 0;
+    try {
+      bytes = parse_size(size);
+    } catch (const parse_error& e) {
+      throw parse_error("ISORUN_SIMULATE_GPUS='" + std::string(spec) + "': " + e.what() + "; expected e.g. 2x16G or 16G,24G");
+    }
     if (bytes == 0) throw parse_error("ISORUN_SIMULATE_GPUS='" + std::string(spec) + "': a GPU needs a non-zero memory size");
     for (long i = 0; i < count; ++i) {
       gpu_info g;

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -104,6 +105,9 @@ class segment_sink final : public worker::result_sink {
     if (::fcntl(fd, F_SETFD, FD_CLOEXEC) != 0)
       die("descriptor " + std::to_string(fd) + " is missing; workers are started by isorun, not by hand");
   }
+  // From here the watchdog, not PR_SET_PDEATHSIG, handles the supervisor's death: a parent-death
+  // SIGKILL would race it and leave the task's children behind.
+  ::prctl(PR_SET_PDEATHSIG, 0);
   std::thread(watch_supervisor).detach();
 
   ser::request req;

@@ -61,16 +61,6 @@ cli_options parse_command_line(int argc, char** argv) {
   cli_options o;
   o.what = mode::run_task;
   int i = 1;
-  if (argc > 1) {
-    std::string_view first = argv[1];
-    if (first == "tasks") o.what = mode::list_tasks, i = 2;
-    else if (first == "gpus") o.what = mode::list_gpus, i = 2;
-    else if (first == "sweep") {
-      o.what = mode::sweep;
-      for (int j = 2; j < argc; ++j) o.rest.emplace_back(argv[j]);
-      return o;
-    }
-  }
   for (; i < argc; ++i) {
     std::string_view arg = argv[i];
     auto flag = arg.substr(0, arg.find('='));
@@ -112,6 +102,12 @@ cli_options parse_command_line(int argc, char** argv) {
         o.quiet = true;
       } else if (arg.size() > 1 && arg[0] == '-') {
         throw usage_error("unknown option '" + std::string(arg) + "'; see isorun --help");
+      } else if (o.what == mode::run_task && o.task.empty() && (arg == "tasks" || arg == "gpus")) {
+        o.what = arg == "tasks" ? mode::list_tasks : mode::list_gpus;
+      } else if (o.what == mode::run_task && o.task.empty() && arg == "sweep") {
+        o.what = mode::sweep;
+        for (++i; i < argc; ++i) o.rest.emplace_back(argv[i]);
+        break;
       } else if (o.what == mode::run_task && o.task.empty()) {
         o.task = arg;
       } else if (o.what == mode::run_task) {

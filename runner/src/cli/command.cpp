@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -48,6 +49,9 @@ void run_shim(int argc, char** argv) {
   }
   // Only the command should react to Ctrl-C and SIGTERM; the shim waits to report its end.
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::signal(sig, SIG_IGN);
+  // The watcher below takes over from PR_SET_PDEATHSIG, which would race it and could leave the
+  // command's children behind.
+  ::prctl(PR_SET_PDEATHSIG, 0);
   std::thread([] {
     pollfd p{shim_fd, POLLRDHUP, 0};
     for (;;)

@@ -53,16 +53,15 @@ nlohmann::json coerce_value(const std::string& key, const std::string& text, con
     throw bad("true or false");
   }
   if (like.is_number_integer()) {
-    if (like.is_number_unsigned()) {
-      std::uint64_t v{};
-      auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-      if (ec != std::errc{} || p != text.data() + text.size()) throw bad("a non-negative integer");
-      return v;
-    }
+    // JSON does not tell int from unsigned (nlohmann reads every non-negative literal as
+    // unsigned), so accept any integer; cereal range-checks it against the field's type.
     std::int64_t v{};
     auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-    if (ec != std::errc{} || p != text.data() + text.size()) throw bad("an integer");
-    return v;
+    if (ec == std::errc{} && p == text.data() + text.size()) return v;
+    std::uint64_t u{};
+    auto [p2, ec2] = std::from_chars(text.data(), text.data() + text.size(), u);
+    if (ec2 == std::errc{} && p2 == text.data() + text.size()) return u;
+    throw bad("an integer");
   }
   if (like.is_number()) {
     double v{};

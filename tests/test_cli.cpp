@@ -1,0 +1,263 @@
+// The `isorun` command line, run as a real program.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "isorun/process.hpp"
+#include "test_support.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+struct run_result {
+  int code = -1;
+  std::string out, err;
+};
+
+struct running {
+  isorun::runner::child process;
+  int out = -1, err = -1;
+};
+
+running start(const std::vector<std::string>& args, const std::vector<std::string>& env_extra = {}) {
+  int o[2], e[2];
+  REQUIRE(::pipe2(o, O_CLOEXEC) == 0);
+  REQUIRE(::pipe2(e, O_CLOEXEC) == 0);
+  isorun::runner::spawn_options opts;
+  opts.executable = ISORUN_CLI;
+  opts.args = args;
+  for (char** v = environ; *v; ++v)
+    if (std::string(*v).rfind("ISORUN_", 0) != 0) opts.env.emplace_back(*v);
+  for (const auto& v : env_extra) opts.env.push_back(v);
+  opts.fds = {{1, o[1]}, {2, e[1]}};
+  running r{isorun::runner::spawn(opts), o[0], e[0]};
+  ::close(o[1]);
+  ::close(e[1]);
+  return r;
+}
+
+run_result finish(running& r) {
+  run_result out;
+  char buf[4096];
+  pollfd fds[2] = {{r.out, POLLIN, 0}, {r.err, POLLIN, 0}};
+  int open = 2;
+  while (open > 0) {
+    ::poll(fds, 2, -1);
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !fds[i].revents) continue;
+      ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+      if (n > 0) {
+        (i == 0 ? out.out : out.err).append(buf, static_cast<std::size_t>(n));
+      } else {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open;
+      }
+    }
+  }
+  out.code = r.process.reap().shell_code();
+  return out;
+}
+
+run_result run(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+  auto r = start(args, env);
+  return finish(r);
+}
+
+std::vector<std::string> with_tasks(std::vector<std::string> args) {
+  args.insert(args.begin(), {"--tasks", CLI_TEST_TASKS});
+  return args;
+}
+
+std::string marker() {
+  static int n = 0;
+  return (fs::temp_directory_path() / ("isorun-cli-marker-" + std::to_string(::getpid()) + "-" + std::to_string(n++)))
+      .string();
+}
+
+}  // namespace
+
+TEST_CASE("runs a task from the default task directory and prints its result as JSON", "[cli]") {
+  auto r = run({"--cpu", "hello", "name=tester", "repeat=2"});
+  REQUIRE(r.code == 0);
+  json j = json::parse(r.out);
+  CHECK(j["message"] == "hello, tester hello, tester");
+  CHECK(j["device"] == "cpu");
+  CHECK(r.err.find("hello succeeded on cpu") != std::string::npos);
+}
+
+TEST_CASE("key=value arguments are typed by the task's defaults", "[cli]") {
+  auto r = run(with_tasks({"-q", "--cpu", "typed", "n=5", "x=2", "flag=true", "s=a b", "v=[3,4,5]"}));
+  REQUIRE(r.code == 0);
+  json j = json::parse(r.out);
+  CHECK(j["n"] == 5);
+  CHECK(j["x"] == 2.0);
+  CHECK(j["flag"] == true);
+  CHECK(j["s"] == "a b");
+  CHECK(j["v"] == json::array({3, 4, 5}));
+  CHECK(r.err.empty());
+}
+
+TEST_CASE("--json prints a full record, for failures too", "[cli]") {
+  auto ok = run(with_tasks({"--json", "--cpu", "where", "arg0=0"}));
+  REQUIRE(ok.code == 0);
+  json j = json::parse(ok.out);
+  CHECK(j["outcome"] == "success");
+  CHECK(j["result"] == " cap=0");  // CPU: CUDA_VISIBLE_DEVICES is empty
+  auto bad = run(with_tasks({"--json", "--cpu", "fail", "arg0=nope"}));
+  CHECK(bad.code == 1);
+  json b = json::parse(bad.out);
+  CHECK(b["outcome"] == "task_error");
+  CHECK(b["error_type"] == "std::domain_error");
+  CHECK(b["message"] == "nope");
+}
+
+TEST_CASE("each outcome class has its exit code", "[cli]") {
+  CHECK(run(with_tasks({"--cpu", "fail", "arg0=x"})).code == 1);
+  auto oom = run(with_tasks({"--cpu", "oom"}));
+  CHECK(oom.code == 3);
+  CHECK(oom.err.find("out_of_memory") != std::string::npos);
+  auto crash = run(with_tasks({"--cpu", "crash"}));
+  CHECK(crash.code == 4);
+  CHECK(crash.err.find("SIGSEGV") != std::string::npos);
+  auto slow = run(with_tasks({"--cpu", "--timeout", "300ms", "--grace", "100ms", "wait_forever"}));
+  CHECK(slow.code == 124);
+  CHECK(slow.err.find("timed out after") != std::string::npos);
+}
+
+TEST_CASE("a GPU assignment reaches the worker (simulated inventory)", "[cli]") {
+  auto r = run(with_tasks({"-q", "--gpu", "1", "--mem-limit", "6G", "where"}), {"ISORUN_SIMULATE_GPUS=2x16G"});
+  REQUIRE(r.code == 0);
+  CHECK(json::parse(r.out) == "GPU-sim-1 cap=" + std::to_string(6ULL << 30));
+  auto g = run({"gpus"}, {"ISORUN_SIMULATE_GPUS=2x16G"});
+  CHECK(g.code == 0);
+  CHECK(g.out.find("simulated") != std::string::npos);
+  CHECK(g.out.find("GPU-sim-1") != std::string::npos);
+}
+
+TEST_CASE("bad input: clear message, exit 2, no worker started", "[cli]") {
+  struct bad_case {
+    std::vector<std::string> args;
+    std::vector<std::string> env;
+    const char* says;
+  };
+  const std::string m = marker();
+  const std::string touch = "arg0=" + m;
+  const bad_case cases[] = {
+      {{"--cpu", "no_such_task"}, {}, "unknown task 'no_such_task'"},
+      {{"--cpu", "--mem-limit", "2X", "touch", touch}, {}, "invalid size '2X'"},
+      {{"--cpu", "--timeout", "soon", "touch", touch}, {}, "invalid duration 'soon'"},
+      {{"--cpu", "touch", "justaword"}, {}, "is not key=value"},
+      {{"--cpu", "touch", touch, "colour=red"}, {}, "has no parameter 'colour'"},
+      {{"--cpu", "typed", "n=many"}, {}, "expected an integer"},
+      {{"--cpu", "typed", "v=[1,"}, {}, "expected valid JSON"},
+      {{"--cpu", "--frobnicate", "touch", touch}, {}, "unknown option '--frobnicate'"},
+      {{"--gpu", "0", "touch", touch}, {}, "--cpu, or set ISORUN_SIMULATE_GPUS"},
+      {{"--gpu", "7", "touch", touch}, {"ISORUN_SIMULATE_GPUS=2x16G"}, "GPU 7 does not exist"},
+      {{"--gpu", "0", "--mem-limit", "20G", "touch", touch}, {"ISORUN_SIMULATE_GPUS=2x16G"}, "exceeds GPU 0"},
+      {{"touch", touch}, {"ISORUN_SIMULATE_GPUS=lots"}, "ISORUN_SIMULATE_GPUS"},
+      {{"--cpu", "--gpu", "0", "touch", touch}, {}, "exclude each other"},
+      {{"--cpu", "--", "no-such-command-isorun"}, {}, "command not found"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.args[0] << " " << c.args[1] << " ... expects: " << c.says);
+    auto r = run(with_tasks(c.args), c.env);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains(c.says));
+    CHECK(r.out.empty());
+    CHECK_FALSE(fs::exists(m));
+  }
+  auto lib = run({"--tasks", "/etc/hostname", "--cpu", "touch", touch});
+  CHECK(lib.code == 2);
+  CHECK_THAT(lib.err, Catch::Contains("cannot load task library"));
+  auto missing = run({"--tasks", "/nonexistent.so", "tasks"});
+  CHECK(missing.code == 2);
+  CHECK_THAT(missing.err, Catch::Contains("no such file"));
+  CHECK_FALSE(fs::exists(m));
+  // The same command line without the mistake does run.
+  REQUIRE(run(with_tasks({"-q", "--cpu", "touch", touch})).code == 0);
+  CHECK(fs::exists(m));
+  fs::remove(m);
+}
+
+TEST_CASE("`isorun tasks` lists tasks with their signature and parameters", "[cli]") {
+  auto r = run(with_tasks({"tasks"}));
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("typed(typed_args) -> typed_args"));
+  CHECK_THAT(r.out, Catch::Contains("n=1"));
+  CHECK_THAT(r.out, Catch::Contains("hello(greeting_args) -> greeting"));
+  auto j = run(with_tasks({"tasks", "--json"}));
+  REQUIRE(j.code == 0);
+  bool found = false;
+  for (const auto& t : json::parse(j.out))
+    if (t["name"] == "typed") {
+      found = true;
+      CHECK(t["parameters"]["x"] == 0.5);
+    }
+  CHECK(found);
+}
+
+TEST_CASE("-- CMD mirrors the command's status and exports the assignment", "[cli]") {
+  CHECK(run({"--cpu", "--", "sh", "-c", "exit 7"}).code == 7);
+  CHECK(run({"-q", "--cpu", "--", "sh", "-c", "kill -TERM $$"}).code == 128 + SIGTERM);
+  auto env = run({"--gpu", "1", "--mem-limit", "1G", "--", "sh", "-c", "echo $CUDA_VISIBLE_DEVICES $CUDA_DEVICE_ORDER $ISORUN_MEM_LIMIT"},
+                 {"ISORUN_SIMULATE_GPUS=2x16G"});
+  CHECK(env.code == 0);
+  CHECK(env.out == "GPU-sim-1 PCI_BUS_ID 1073741824\n");
+  CHECK_THAT(env.err, Catch::Contains("advisory"));
+}
+
+TEST_CASE("-- CMD timeout stops the command and its children", "[cli]") {
+  auto r = run({"--cpu", "--timeout", "500ms", "--grace", "100ms", "--", "sh", "-c",
+                "trap '' TERM; sleep 1000 & echo $!; wait"});
+  CHECK(r.code == 124);
+  const pid_t grandchild = std::stoi(r.out);
+  CHECK(isorun::test::process_gone(grandchild));
+}
+
+TEST_CASE("killing the CLI with SIGKILL takes the worker down; SIGINT cancels it", "[cli]") {
+  for (int sig : {SIGKILL, SIGINT}) {
+    INFO("signal " << sig);
+    auto r = start(with_tasks({"--cpu", "--grace", "100ms", "wait_forever"}));
+    std::string err;
+    char buf[256];
+    while (err.find('\n') == std::string::npos) {
+      ssize_t n = ::read(r.err, buf, sizeof buf);
+      REQUIRE(n > 0);
+      err.append(buf, static_cast<std::size_t>(n));
+    }
+    const pid_t worker = std::stoi(err.substr(err.find("worker-pid ") + 11));
+    ::kill(r.process.pid(), sig);
+    auto done = finish(r);
+    CHECK(isorun::test::process_gone(worker));
+    if (sig == SIGINT) CHECK(done.code == 130);
+    else CHECK(done.code == 128 + SIGKILL);
+  }
+}
+
+TEST_CASE("killing the CLI with SIGKILL also takes down a -- CMD and its children", "[cli]") {
+  auto r = start({"--cpu", "--", "sh", "-c", "sleep 1000 & echo $!; wait"});
+  std::string out;
+  char buf[64];
+  while (out.find('\n') == std::string::npos) {
+    ssize_t n = ::read(r.out, buf, sizeof buf);
+    REQUIRE(n > 0);
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  const pid_t grandchild = std::stoi(out);
+  ::kill(r.process.pid(), SIGKILL);
+  finish(r);
+  CHECK(isorun::test::process_gone(grandchild));
+}
