@@ -176,7 +176,7 @@ std::shared_ptr<job> job::start(job_spec spec) {
     std::byte* base = s->request_segment->writable(ser::header_size + n);
     const std::uint64_t sum = ser::encode_into(base + ser::header_size, n, req);
     ser::write_header(base, ser::request_magic, spec.encoding, n, sum);
-    s->result_segment = pool.acquire(0);
+    s->result_segment = pool.acquire(0, true);
   } catch (const std::system_error& e) {
     throw internal_error(std::string("cannot prepare shared memory for the worker: ") + e.what());
   }
@@ -317,8 +317,10 @@ const job_result& job::wait() {
 
   bool stderr_open = true;
   for (;;) {
+    // The control socket is read once the worker is gone: its few small messages wait in the
+    // socket buffer, and not waking up for each of them keeps a short task's round trip short.
     pollfd fds[4] = {{s.process.pidfd(), POLLIN, 0},
-                     {s.control ? s.control.get() : -1, POLLIN, 0},
+                     {-1, POLLIN, 0},
                      {stderr_open ? s.stderr_read.get() : -1, POLLIN, 0},
                      {s.cancel_event.get(), POLLIN, 0}};
     int timeout_ms = -1;
@@ -361,6 +363,7 @@ const job_result& job::wait() {
     o.peak_reserved = s.done->peak_reserved;
     o.run = std::chrono::nanoseconds(s.done->run_ns);
     r.encode_begin_ns = static_cast<std::int64_t>(s.done->encode_begin_ns);
+    r.encode_ns = s.done->encode_ns;
   }
 
   if (forced_set) {

@@ -22,7 +22,7 @@ segment_pool& segment_pool::instance() {
   return *pool;
 }
 
-std::shared_ptr<pooled_segment> segment_pool::acquire(std::uint64_t min_capacity) {
+std::shared_ptr<pooled_segment> segment_pool::acquire(std::uint64_t min_capacity, bool largest) {
   std::unique_ptr<pooled_segment> picked;
   {
     std::lock_guard lock(mutex_);
@@ -35,7 +35,7 @@ std::shared_ptr<pooled_segment> segment_pool::acquire(std::uint64_t min_capacity
         continue;
       }
       const auto best_cap = (*best)->capacity();
-      const bool fits = cap >= min_capacity, best_fits = best_cap >= min_capacity;
+      const bool fits = !largest && cap >= min_capacity, best_fits = !largest && best_cap >= min_capacity;
       if ((fits && (!best_fits || cap < best_cap)) || (!fits && !best_fits && cap > best_cap)) best = it;
     }
     if (best != idle_.end()) {

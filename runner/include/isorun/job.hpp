@@ -52,6 +52,7 @@ struct job_result {
   std::shared_ptr<const void> owner;    ///< keeps the result segment mapped
   std::int64_t received_ns = 0;         ///< CLOCK_MONOTONIC when the payload was validated
   std::int64_t encode_begin_ns = 0;     ///< CLOCK_MONOTONIC when the worker began encoding
+  std::uint64_t encode_ns = 0;          ///< time the worker spent encoding into shared memory
 };
 
 class job {

@@ -42,10 +42,12 @@ class segment_pool {
   /// The process-wide pool.
   static segment_pool& instance();
 
-  /// @brief A segment with at least `min_capacity` bytes if one is idle, else the largest idle
-  ///        one, else a new one. It returns to the pool when the last reference goes.
+  /// @brief The smallest idle segment with at least `min_capacity` bytes, else the largest idle
+  ///        one (grown once, then warm), else a new one. With `largest`, simply the largest idle
+  ///        one: for results, whose size is unknown in advance. It returns to the pool when the
+  ///        last reference goes.
   /// @throws std::system_error if a new segment cannot be created.
-  std::shared_ptr<pooled_segment> acquire(std::uint64_t min_capacity);
+  std::shared_ptr<pooled_segment> acquire(std::uint64_t min_capacity, bool largest = false);
 
   /// @brief Most bytes kept idle; segments beyond it are closed when released (default 2 GiB).
   void set_idle_limit(std::uint64_t bytes);

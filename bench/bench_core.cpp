@@ -1,0 +1,233 @@
+// Core benchmarks, side by side in one run (see bench/README.md):
+//  (a) cold round trip of a trivial isolated task vs posix_spawn+waitpid of a C++ hello
+//  (b) the same from a parent with 4 GiB resident
+//  (c) isolated trivial tasks per second on all cores
+//  (d) result bandwidth through shared memory vs memcpy and vs a pipe
+// Usage: bench_core [--quick] [--resident-gib N]
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "isorun/isorun.hpp"
+#include "isorun/job.hpp"
+#include "stats.hpp"
+
+extern char** environ;
+using namespace isorun;
+using bench::show;
+using bench::summarize;
+using clk = std::chrono::steady_clock;
+
+namespace {
+
+int noop(int x) { return x; }
+
+isorun::blob produce(std::uint64_t size) {
+  isorun::blob b(size);
+  std::memset(b.mutable_data(), 0x5a, size);  // touched before the clock starts
+  return b;
+}
+
+}  // namespace
+ISORUN_TASK(noop);
+ISORUN_TASK(produce);
+
+namespace {
+
+std::int64_t now_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+double spawn_hello_ms() {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  char* argv[] = {const_cast<char*>(BENCH_HELLO), nullptr};
+  auto t0 = clk::now();
+  pid_t pid;
+  if (posix_spawn(&pid, BENCH_HELLO, &fa, nullptr, argv, environ) != 0) std::abort();
+  int st;
+  ::waitpid(pid, &st, 0);
+  auto t1 = clk::now();
+  posix_spawn_file_actions_destroy(&fa);
+  return std::chrono::duration<double, std::milli>(t1 - t0).count();
+}
+
+double isolated_ms(const isolated_function<int, int>& f) {
+  auto t0 = clk::now();
+  if (f(7) != 7) std::abort();
+  return std::chrono::duration<double, std::milli>(clk::now() - t0).count();
+}
+
+struct pair_result {
+  bench::summary isolated, hello;
+};
+
+pair_result round_trips(int n) {
+  auto f = isolated(noop);
+  f(0);  // warm the segment pool and page cache
+  spawn_hello_ms();
+  std::vector<double> a, b;
+  for (int i = 0; i < n; ++i) {  // interleaved, so noise hits both alike
+    a.push_back(isolated_ms(f));
+    b.push_back(spawn_hello_ms());
+  }
+  return {summarize(a), summarize(b)};
+}
+
+double throughput(int tasks, int in_flight) {
+  auto f = isolated(noop);
+  std::deque<call_handle<int>> running;
+  auto t0 = clk::now();
+  for (int i = 0; i < tasks; ++i) {
+    if (static_cast<int>(running.size()) >= in_flight) {
+      running.front().get();
+      running.pop_front();
+    }
+    running.push_back(f.async(i));
+  }
+  while (!running.empty()) {
+    running.front().get();
+    running.pop_front();
+  }
+  return tasks / std::chrono::duration<double>(clk::now() - t0).count();
+}
+
+// Worker began encoding -> supervisor holds a validated view.
+double channel_gbps(std::uint64_t size) {
+  runner::job_spec spec;
+  spec.task = "produce";
+  spec.args = detail::encode_args(size);
+  auto job = runner::job::start(std::move(spec));
+  const auto& r = job->wait();
+  if (!r.status.ok() || r.payload.size() < size) std::abort();
+  if (std::getenv("BENCH_BREAKDOWN"))
+    std::printf("      worker encode %.1f ms, supervisor side %.1f ms\n", r.encode_ns / 1e6,
+                (r.received_ns - r.encode_begin_ns - static_cast<std::int64_t>(r.encode_ns)) / 1e6);
+  return static_cast<double>(size) / static_cast<double>(r.received_ns - r.encode_begin_ns);
+}
+
+double memcpy_gbps(std::uint64_t size) {
+  static std::vector<char> src, dst;
+  if (src.size() < size) {
+    src.assign(size, 1);
+    dst.assign(size, 2);
+  }
+  auto t0 = now_ns();
+  std::memcpy(dst.data(), src.data(), size);
+  auto t1 = now_ns();
+  if (dst[size / 2] != 1) std::abort();
+  return static_cast<double>(size) / static_cast<double>(t1 - t0);
+}
+
+// A fresh process (this program, re-executed) writes `size` bytes already in its memory into a
+// pipe; the parent reads them into a warm buffer. The writer sends its start time first.
+int pipe_writer(std::uint64_t size) {
+  std::vector<char> data(size, 7);
+  std::int64_t t0 = now_ns();
+  if (::write(1, &t0, sizeof t0) != sizeof t0) return 1;
+  for (std::uint64_t off = 0; off < size;) {
+    ssize_t n = ::write(1, data.data() + off, size - off);
+    if (n <= 0) return 1;
+    off += static_cast<std::uint64_t>(n);
+  }
+  return 0;
+}
+
+double pipe_gbps(std::uint64_t size) {
+  static std::vector<char> sink;
+  if (sink.size() < size) sink.assign(size, 0);
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) std::abort();
+  ::fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+  const std::string n = std::to_string(size);
+  char* argv[] = {const_cast<char*>("bench_core"), const_cast<char*>("--pipe-writer"), const_cast<char*>(n.c_str()),
+                  nullptr};
+  pid_t pid;
+  if (posix_spawn(&pid, "/proc/self/exe", &fa, nullptr, argv, environ) != 0) std::abort();
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(p[1]);
+  std::int64_t t0 = 0;
+  if (::read(p[0], &t0, sizeof t0) != sizeof t0) std::abort();
+  for (std::uint64_t off = 0; off < size;) {
+    ssize_t r = ::read(p[0], sink.data() + off, size - off);
+    if (r <= 0) std::abort();
+    off += static_cast<std::uint64_t>(r);
+  }
+  std::int64_t t1 = now_ns();
+  ::close(p[0]);
+  ::waitpid(pid, nullptr, 0);
+  return static_cast<double>(size) / static_cast<double>(t1 - t0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  isorun::init(argc, argv);
+  if (argc == 3 && std::string(argv[1]) == "--pipe-writer") return pipe_writer(std::strtoull(argv[2], nullptr, 10));
+  bool quick = false;
+  std::uint64_t resident_gib = 4;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--quick") quick = true;
+    if (std::string(argv[i]) == "--resident-gib" && i + 1 < argc) resident_gib = std::strtoull(argv[++i], nullptr, 10);
+  }
+  const int n = quick ? 30 : 200;
+  std::printf("isorun core benchmarks (%ld cores)\n\n", ::sysconf(_SC_NPROCESSORS_ONLN));
+
+  auto small = round_trips(n);
+  std::printf("(a) cold round trip, trivial isolated task  %s\n", show(small.isolated, "ms").c_str());
+  std::printf("    posix_spawn+waitpid of a C++ hello      %s\n", show(small.hello, "ms").c_str());
+  std::printf("    ratio isolated / hello (medians)        %.2f   goal <= 1.3\n\n",
+              small.isolated.median / small.hello.median);
+
+  {
+    std::vector<char> ballast(resident_gib << 30);
+    std::memset(ballast.data(), 1, ballast.size());  // resident, not just reserved
+    auto big = round_trips(n);
+    std::printf("(b) same with %llu GiB resident in the parent %s\n", static_cast<unsigned long long>(resident_gib),
+                show(big.isolated, "ms").c_str());
+    std::printf("    posix_spawn hello from that parent      %s\n", show(big.hello, "ms").c_str());
+    std::printf("    ratio (b) / (a) isolated medians        %.2f   goal <= 1.3\n\n",
+                big.isolated.median / small.isolated.median);
+    if (!ballast.empty() && ballast[ballast.size() / 2] != 1) return 1;
+  }
+
+  std::vector<double> rates;
+  for (int rep = 0; rep < (quick ? 2 : 5); ++rep) rates.push_back(throughput(quick ? 300 : 1000, 4));
+  std::printf("(c) isolated trivial tasks per second       %s   goal >= 800\n\n",
+              show(summarize(rates), "tasks/s").c_str());
+
+  std::printf("(d) result bandwidth (GB/s = bytes/ns; worker starts encoding -> parent holds a validated view)\n");
+  for (std::uint64_t size : {1ULL << 20, 64ULL << 20, 1ULL << 30}) {
+    std::vector<double> ch, mc, pp;
+    const int reps = size >= (1ULL << 30) ? (quick ? 3 : 5) : (quick ? 5 : 15);
+    channel_gbps(size);  // warm the pooled segment
+    for (int i = 0; i < reps; ++i) {
+      ch.push_back(channel_gbps(size));
+      mc.push_back(memcpy_gbps(size));
+      pp.push_back(pipe_gbps(size));
+    }
+    auto c = summarize(ch), m = summarize(mc), p = summarize(pp);
+    std::printf("    %5llu MiB  isorun %s\n", static_cast<unsigned long long>(size >> 20), show(c, "GB/s").c_str());
+    std::printf("               memcpy %s\n", show(m, "GB/s").c_str());
+    std::printf("               pipe   %s\n", show(p, "GB/s").c_str());
+    std::printf("               isorun/memcpy %.2f (goal >= 0.5 at 1 GiB), isorun/pipe %.1f (goal >= 10)\n",
+                c.median / m.median, c.median / p.median);
+  }
+  return 0;
+}

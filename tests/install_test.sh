@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs the build into a temporary prefix, builds an outside project against it with
+# find_package(isorun), and runs both it and the installed CLI.
+set -euo pipefail
+build=$1
+work=$(mktemp -d /tmp/isorun-install-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+cmake --install "$build" --prefix "$work/prefix" > "$work/install.log"
+cmake -S "$(dirname "$0")/install_consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$work/prefix" > "$work/configure.log"
+cmake --build "$work/consumer" > "$work/build.log"
+out=$("$work/consumer/consumer")
+[ "$out" = "installed!" ] || { echo "consumer printed '$out'"; exit 1; }
+# The installed CLI finds the installed example tasks without --tasks.
+"$work/prefix/bin/isorun" --cpu -q hello name=prefix | grep -q '"hello, prefix"'
+echo "install test passed"
