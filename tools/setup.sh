@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs the Debian packages isorun needs, if any are missing. Safe to run repeatedly.
+set -euo pipefail
+packages=(build-essential cmake pkg-config libboost1.81-dev libcereal-dev catch2 nlohmann-json3-dev
+          libxxhash-dev libyaml-cpp-dev libbenchmark-dev libmimalloc-dev libjemalloc-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "isorun setup: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" > /dev/null
+fi
