@@ -6,7 +6,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 if [ "${1:-}" = "--sanitize" ]; then
   export ISORUN_BUILD_DIR=$root/build-asan ISORUN_BUILD_TYPE=Debug
   "$root/tools/build.sh" -DISORUN_SANITIZE=ON -DISORUN_BUILD_BENCH=OFF
-  exclude=(-LE "large|gpu")
+  exclude=(-LE "large|gpu|install")
 else
   "$root/tools/build.sh"
   exclude=()

@@ -31,6 +31,7 @@ void span_writer::hash_pending() {
 std::streamsize span_writer::xsputn(const char* s, std::streamsize n) {
   const auto len = static_cast<std::uint64_t>(n);
   if (len > capacity_ - pos_) return 0;  // cereal turns a short write into an exception
+  if (len == 0) return 0;
   if (len < hash_chunk) {
     std::memcpy(begin_ + pos_, s, len);
     pos_ += len;
@@ -74,6 +75,7 @@ void span_reader::skip(std::uint64_t n) {
 
 std::streamsize span_reader::xsgetn(char* s, std::streamsize n) {
   const auto len = std::min<std::uint64_t>(static_cast<std::uint64_t>(n), remaining());
+  if (len == 0) return 0;
   std::memcpy(s, gptr(), len);
   setg(eback(), gptr() + len, egptr());
   return static_cast<std::streamsize>(len);

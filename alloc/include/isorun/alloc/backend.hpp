@@ -1,0 +1,58 @@
+#pragma once
+/// @file backend.hpp
+/// Where the caching allocator gets its memory from. The allocator's policy code is the same on
+/// every backend; a backend only maps and unmaps memory, and orders work on streams.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace isorun::alloc {
+
+/// A stream, as an opaque id (a cudaStream_t on the CUDA backend; 0 is the default stream).
+using stream_id = std::uintptr_t;
+/// A recorded event, as an opaque id.
+using event_id = std::uintptr_t;
+
+struct memory_info {
+  std::uint64_t free = 0;
+  std::uint64_t total = 0;
+};
+
+class backend {
+ public:
+  virtual ~backend() = default;
+
+  /// @brief "host" or "cuda".
+  [[nodiscard]] virtual std::string name() const = 0;
+
+  /// @brief A fresh segment of `bytes` (a multiple of 2 MiB), or nullptr if the device is out
+  ///        of memory. @throws std::runtime_error for failures other than lack of memory.
+  virtual void* allocate(std::size_t bytes) = 0;
+  /// @brief Returns a segment obtained from allocate().
+  virtual void deallocate(void* p, std::size_t bytes) noexcept = 0;
+
+  /// @brief Device memory as the device sees it (all processes).
+  [[nodiscard]] virtual memory_info device_memory() const = 0;
+
+  /// @brief Granule of the virtual-memory API (2 MiB on current GPUs).
+  [[nodiscard]] virtual std::size_t granularity() const { return 2u << 20; }
+  /// @brief Reserves `bytes` of address space without memory behind it; nullptr on failure.
+  virtual void* reserve_address(std::size_t bytes) = 0;
+  /// @brief Releases an address range from reserve_address() (everything in it unmapped).
+  virtual void release_address(void* p, std::size_t bytes) noexcept = 0;
+  /// @brief Backs [p, p+bytes) with memory. @return false if the device is out of memory.
+  virtual bool map(void* p, std::size_t bytes) = 0;
+  /// @brief Removes the memory behind [p, p+bytes); the addresses stay reserved.
+  virtual void unmap(void* p, std::size_t bytes) noexcept = 0;
+
+  /// @brief Records an event on `stream`, completed once work queued so far on it is done.
+  virtual event_id record_event(stream_id stream) = 0;
+  /// @brief True once `event` has completed; a completed event is released.
+  virtual bool event_done(event_id event) = 0;
+
+  /// @brief Fills `bytes` at `p` with `value` (debug fill of new allocations).
+  virtual void fill(void* p, std::size_t bytes, std::uint8_t value, stream_id stream) = 0;
+};
+
+}  // namespace isorun::alloc

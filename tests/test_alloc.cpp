@@ -1,0 +1,390 @@
+// The capped caching allocator on the host backend: randomized sequences with every invariant
+// checked after every operation, and each policy, error and report on its own.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "isorun/alloc/caching_allocator.hpp"
+#include "isorun/alloc/config.hpp"
+#include "isorun/alloc/device_buffer.hpp"
+#include "isorun/alloc/host_backend.hpp"
+#include "isorun/alloc/std_adaptor.hpp"
+
+using namespace isorun::alloc;
+constexpr std::size_t MiB = 1 << 20;
+
+namespace {
+
+// A host backend whose bookkeeping outlives the allocator that owns it.
+struct shared_host final : backend {
+  host_backend* inner;
+  explicit shared_host(host_backend* b) : inner{b} {}
+  std::string name() const override { return "host"; }
+  void* allocate(std::size_t n) override { return inner->allocate(n); }
+  void deallocate(void* p, std::size_t n) noexcept override { inner->deallocate(p, n); }
+  memory_info device_memory() const override { return inner->device_memory(); }
+  void* reserve_address(std::size_t n) override { return inner->reserve_address(n); }
+  void release_address(void* p, std::size_t n) noexcept override { inner->release_address(p, n); }
+  bool map(void* p, std::size_t n) override { return inner->map(p, n); }
+  void unmap(void* p, std::size_t n) noexcept override { inner->unmap(p, n); }
+  event_id record_event(stream_id s) override { return inner->record_event(s); }
+  bool event_done(event_id e) override { return inner->event_done(e); }
+  void fill(void* p, std::size_t n, std::uint8_t v, stream_id s) override { inner->fill(p, n, v, s); }
+};
+
+struct fixture {
+  host_backend device;
+  caching_allocator alloc;
+  fixture(std::uint64_t cap, const char* conf, std::uint64_t capacity = 1ULL << 30)
+      : device(capacity), alloc(std::make_unique<shared_host>(&device), cap, alloc_config::parse(conf)) {}
+};
+
+// Independent of the allocator's own bookkeeping: live ranges must never overlap and must keep
+// the bytes written into them.
+struct shadow {
+  std::map<std::uintptr_t, std::pair<std::size_t, unsigned char>> live;
+  void add(void* p, std::size_t n, unsigned char tag) {
+    auto a = reinterpret_cast<std::uintptr_t>(p);
+    auto next = live.lower_bound(a);
+    if (next != live.end()) REQUIRE(a + n <= next->first);
+    if (next != live.begin()) {
+      auto prev = std::prev(next);
+      REQUIRE(prev->first + prev->second.first <= a);
+    }
+    std::memset(p, tag, std::min<std::size_t>(n, 64));
+    std::memset(static_cast<char*>(p) + n - std::min<std::size_t>(n, 64), tag, std::min<std::size_t>(n, 64));
+    live[a] = {n, tag};
+  }
+  void check(void* p) {
+    auto& [n, tag] = live.at(reinterpret_cast<std::uintptr_t>(p));
+    auto* c = static_cast<unsigned char*>(p);
+    REQUIRE(c[0] == tag);
+    REQUIRE(c[n - 1] == tag);
+  }
+};
+
+void random_run(const char* conf, std::uint32_t seed, int ops) {
+  fixture f(256 * MiB, conf);
+  std::mt19937 rng(seed);
+  shadow sh;
+  std::vector<void*> live;
+  int ooms = 0;
+  for (int i = 0; i < ops; ++i) {
+    const int what = static_cast<int>(rng() % 100);
+    if (what < 55 || live.empty()) {
+      std::size_t n = rng() % 4 == 0 ? 1 + rng() % (48 * MiB) : 1 + rng() % (1 * MiB);
+      try {
+        void* p = f.alloc.allocate(n);
+        sh.add(p, n, static_cast<unsigned char>(rng()));
+        live.push_back(p);
+      } catch (const isorun::out_of_memory& e) {
+        ++ooms;
+        REQUIRE(e.figures().requested == n);
+        REQUIRE(e.figures().limit == 256 * MiB);
+      }
+    } else if (what < 98) {
+      std::size_t k = rng() % live.size();
+      sh.check(live[k]);
+      f.alloc.deallocate(live[k]);
+      sh.live.erase(reinterpret_cast<std::uintptr_t>(live[k]));
+      live[k] = live.back();
+      live.pop_back();
+    } else {
+      f.alloc.empty_cache();
+    }
+    f.alloc.check_invariants();
+    const auto s = f.alloc.stats();
+    REQUIRE(static_cast<std::uint64_t>(s.reserved_bytes.current) == f.device.used());
+    REQUIRE(s.reserved_bytes.peak <= static_cast<std::int64_t>(256 * MiB));
+  }
+  for (void* p : live) f.alloc.deallocate(p);
+  f.alloc.check_invariants();
+  CHECK(f.alloc.stats().allocated_bytes.current == 0);
+  f.alloc.empty_cache();
+  if (f.alloc.config().kind != strategy::preallocate) CHECK(f.device.used() == 0);
+}
+
+}  // namespace
+
+TEST_CASE("randomized sequences keep every invariant, for each strategy", "[alloc]") {
+  const char* confs[] = {"strategy:auto_growth",
+                         "strategy:preallocate",
+                         "strategy:expandable",
+                         "pytorch_compat:true",
+                         "no_caching:true",
+                         "max_split_size_mb:8,garbage_collection_threshold:0.7",
+                         "regrowth_chunk_mb:32,initial_chunk_mb:64"};
+  for (const char* conf : confs)
+    for (std::uint32_t seed = 1; seed <= 16; ++seed) {
+      INFO(conf << " seed " << seed);
+      random_run(conf, seed, 3000);
+    }
+}
+
+TEST_CASE("concurrent allocation from several threads never exceeds the cap", "[alloc]") {
+  fixture f(128 * MiB, "strategy:auto_growth");
+  std::atomic<int> ooms{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(t + 100);
+      std::vector<void*> mine;
+      for (int i = 0; i < 3000; ++i) {
+        if (rng() % 2 || mine.empty()) {
+          try {
+            mine.push_back(f.alloc.allocate(1 + rng() % (rng() % 8 ? 256 * 1024 : 24 * MiB)));
+          } catch (const isorun::out_of_memory&) {
+            ++ooms;
+          }
+        } else {
+          std::size_t k = rng() % mine.size();
+          f.alloc.deallocate(mine[k]);
+          mine.erase(mine.begin() + static_cast<long>(k));
+        }
+      }
+      for (void* p : mine) f.alloc.deallocate(p);
+    });
+  for (auto& t : threads) t.join();
+  f.alloc.check_invariants();
+  const auto s = f.alloc.stats();
+  CHECK(s.allocated_bytes.current == 0);
+  CHECK(s.reserved_bytes.peak <= static_cast<std::int64_t>(128 * MiB));
+  CHECK(s.num_ooms == static_cast<std::uint64_t>(ooms.load()));
+}
+
+TEST_CASE("the OOM report gives the numbers and advice that applies", "[alloc]") {
+  fixture f(64 * MiB, "strategy:auto_growth");
+  void* a = f.alloc.allocate(40 * MiB);
+  try {
+    f.alloc.allocate(40 * MiB);
+    FAIL("expected out_of_memory");
+  } catch (const isorun::out_of_memory& e) {
+    const std::string m = e.what();
+    CHECK_THAT(m, Catch::Contains("tried to allocate 40.00 MiB"));
+    CHECK_THAT(m, Catch::Contains("cap 64.00 MiB"));
+    CHECK_THAT(m, Catch::Contains("reserved 40.00 MiB, allocated 40.00 MiB"));
+    CHECK_THAT(m, Catch::Contains("Largest live allocations: 40.00 MiB"));
+    CHECK_THAT(m, Catch::Contains("raise --mem-limit"));
+    CHECK(e.figures().allocated == 40 * MiB);
+    CHECK(e.figures().limit == 64 * MiB);
+  }
+  CHECK(f.alloc.stats().num_ooms == 1);
+  f.alloc.deallocate(a);
+}
+
+namespace {
+// Leaves the cache fragmented: small blocks, every other one freed.
+std::vector<void*> fragment(caching_allocator& a, std::size_t cap) {
+  std::vector<void*> all, kept;
+  for (std::size_t used = 0; used + 512 * 1024 <= cap; used += 512 * 1024) all.push_back(a.allocate(512 * 1024));
+  for (std::size_t i = 0; i < all.size(); ++i) (i % 2 ? kept.push_back(all[i]) : a.deallocate(all[i]));
+  return kept;
+}
+}  // namespace
+
+TEST_CASE("fragmentation advice never names an option that is already set", "[alloc]") {
+  fixture plain(16 * MiB, "strategy:auto_growth");
+  auto kept = fragment(plain.alloc, 16 * MiB);
+  try {
+    plain.alloc.allocate(6 * MiB);
+    FAIL("expected out_of_memory");
+  } catch (const isorun::out_of_memory& e) {
+    CHECK_THAT(e.what(), Catch::Contains("fragmented") && Catch::Contains("strategy:expandable") &&
+                             Catch::Contains("garbage_collection_threshold"));
+  }
+  for (void* p : kept) plain.alloc.deallocate(p);
+
+  fixture tuned(16 * MiB, "strategy:auto_growth,max_split_size_mb:4,garbage_collection_threshold:0.9");
+  kept = fragment(tuned.alloc, 16 * MiB);
+  try {
+    tuned.alloc.allocate(6 * MiB);
+    FAIL("expected out_of_memory");
+  } catch (const isorun::out_of_memory& e) {
+    CHECK_THAT(e.what(), !Catch::Contains("max_split_size_mb") && !Catch::Contains("garbage_collection_threshold"));
+  }
+  for (void* p : kept) tuned.alloc.deallocate(p);
+}
+
+TEST_CASE("expandable maps pages on demand and never strands freed pages", "[alloc]") {
+  // A partly used 12 MiB segment strands 8 MiB under auto_growth; expandable reuses the pages.
+  for (const char* conf : {"strategy:auto_growth", "strategy:expandable"}) {
+    INFO(conf);
+    fixture f(16 * MiB, conf);
+    f.alloc.deallocate(f.alloc.allocate(12 * MiB));
+    void* small = f.alloc.allocate(4 * MiB);
+    bool fits = true;
+    try {
+      f.alloc.deallocate(f.alloc.allocate(10 * MiB));
+    } catch (const isorun::out_of_memory&) {
+      fits = false;
+    }
+    CHECK(fits == (std::string(conf) == "strategy:expandable"));
+    f.alloc.check_invariants();
+    f.alloc.deallocate(small);
+  }
+  fixture e(64 * MiB, "strategy:expandable");
+  void* p = e.alloc.allocate(5 * MiB);
+  CHECK(e.alloc.stats().reserved_bytes.current == static_cast<std::int64_t>(6 * MiB));  // three 2 MiB pages
+  e.alloc.deallocate(p);
+  e.alloc.empty_cache();
+  CHECK(e.alloc.stats().reserved_bytes.current == 0);
+  CHECK(e.device.used() == 0);
+}
+
+TEST_CASE("preallocate reserves up front and never grows", "[alloc]") {
+  fixture f(32 * MiB, "strategy:preallocate");
+  CHECK(f.device.used() == 32 * MiB);
+  void* a = f.alloc.allocate(20 * MiB);
+  CHECK_THROWS_AS(f.alloc.allocate(20 * MiB), isorun::out_of_memory);
+  CHECK(f.alloc.stats().num_backend_allocs == 1);
+  CHECK_THROWS_WITH(f.alloc.allocate(1024, 7), Catch::Contains("default stream only"));
+  f.alloc.deallocate(a);
+  fixture half(32 * MiB, "strategy:preallocate,fraction:0.5", 32 * MiB);
+  CHECK(half.device.used() == 16 * MiB);
+}
+
+TEST_CASE("garbage_collection_threshold releases cache before growing past it", "[alloc]") {
+  for (bool gc : {false, true}) {
+    fixture f(100 * MiB, gc ? "garbage_collection_threshold:0.5" : "strategy:auto_growth");
+    f.alloc.deallocate(f.alloc.allocate(30 * MiB));
+    void* b = f.alloc.allocate(31 * MiB);  // does not fit the cached 30 MiB block
+    const auto s = f.alloc.stats();
+    CHECK(s.reserved_bytes.peak == static_cast<std::int64_t>(gc ? 32 * MiB : 62 * MiB));
+    f.alloc.deallocate(b);
+  }
+}
+
+TEST_CASE("max_split_size keeps oversize blocks whole", "[alloc]") {
+  for (bool limit : {false, true}) {
+    fixture f(256 * MiB, limit ? "max_split_size_mb:8" : "strategy:auto_growth");
+    f.alloc.deallocate(f.alloc.allocate(32 * MiB));
+    void* small = f.alloc.allocate(4 * MiB);
+    CHECK(f.alloc.stats().segment.current == (limit ? 2 : 1));
+    f.alloc.deallocate(small);
+    f.alloc.check_invariants();
+  }
+}
+
+TEST_CASE("pytorch_compat reproduces PyTorch's 20 MiB segments for mid-size requests", "[alloc]") {
+  fixture compat(256 * MiB, "pytorch_compat:true");
+  fixture ours(256 * MiB, "strategy:auto_growth");
+  compat.alloc.deallocate(compat.alloc.allocate(3 * MiB));
+  ours.alloc.deallocate(ours.alloc.allocate(3 * MiB));
+  CHECK(compat.alloc.stats().reserved_bytes.current == static_cast<std::int64_t>(20 * MiB));
+  CHECK(ours.alloc.stats().reserved_bytes.current == static_cast<std::int64_t>(4 * MiB));
+}
+
+TEST_CASE("a block used on another stream is not reused before that stream's work is done", "[alloc]") {
+  fixture f(64 * MiB, "strategy:auto_growth");
+  void* p = f.alloc.allocate(3 * MiB, 1);
+  f.alloc.record_stream(p, 2);
+  f.alloc.deallocate(p);
+  CHECK(f.alloc.stats().active_bytes.current == static_cast<std::int64_t>(4 * MiB / 4 * 3));  // pending
+  void* q = f.alloc.allocate(3 * MiB, 1);
+  CHECK(q != p);  // still pending: not handed out again
+  f.device.synchronize(2);
+  void* r = f.alloc.allocate(3 * MiB, 1);
+  CHECK(r == p);  // the event completed: the block came back
+  CHECK(f.device.pending_events() == 0);
+  CHECK(f.alloc.stats().active_bytes.current == static_cast<std::int64_t>(6 * MiB));
+  f.alloc.deallocate(q);
+  f.alloc.deallocate(r);
+  f.alloc.check_invariants();
+}
+
+TEST_CASE("teardown returns everything and reports leaks", "[alloc]") {
+  host_backend device(1ULL << 30);
+  {
+    caching_allocator a(std::make_unique<shared_host>(&device), 64 * MiB);
+    a.allocate(1000);
+    a.allocate(5 * MiB);
+    a.deallocate(a.allocate(7 * MiB));
+    auto s = a.release_all();
+    CHECK(s.leaked_allocations == 2);
+    CHECK(s.leaked_bytes == 1024 + 5 * MiB);
+    CHECK(device.used() == 0);
+  }
+  {
+    caching_allocator a(std::make_unique<shared_host>(&device), 64 * MiB, alloc_config::parse("strategy:expandable"));
+    a.allocate(3 * MiB);
+  }
+  CHECK(device.used() == 0);
+}
+
+TEST_CASE("bad input gets a specific error", "[alloc]") {
+  fixture f(64 * MiB, "strategy:auto_growth");
+  CHECK_THROWS_WITH(f.alloc.allocate(0), Catch::Contains("zero-byte"));
+  CHECK_THROWS_WITH(f.alloc.allocate(std::size_t{1} << 60), Catch::Contains("absurd"));
+  void* p = f.alloc.allocate(100);
+  f.alloc.deallocate(p);
+  CHECK_THROWS_WITH(f.alloc.deallocate(p), Catch::Contains("already freed"));
+  int local = 0;
+  CHECK_THROWS_AS(f.alloc.deallocate(&local), std::invalid_argument);
+  CHECK_THROWS_AS(f.alloc.record_stream(&local, 1), std::invalid_argument);
+  host_backend d(1ULL << 30);
+  CHECK_THROWS_WITH(caching_allocator(std::make_unique<shared_host>(&d), 1 * MiB), Catch::Contains("cannot hold a single 2 MiB"));
+  CHECK_THROWS_WITH(caching_allocator(std::make_unique<shared_host>(&d), 8 * MiB, alloc_config::parse("reserve_mb:8")),
+                    Catch::Contains("leaves nothing"));
+  f.alloc.check_invariants();
+}
+
+TEST_CASE("configuration strings: every knob, and precise errors", "[alloc][config]") {
+  auto c = alloc_config::parse(
+      "strategy:expandable, max_split_size_mb:128,garbage_collection_threshold:0.8,reserve_mb:256,"
+      "debug_fill:0xA5,history:100,no_caching:false");
+  CHECK(c.kind == strategy::expandable);
+  CHECK(c.max_split_size == 128 * MiB);
+  CHECK(c.garbage_collection_threshold == 0.8);
+  CHECK(c.reserve == 256 * MiB);
+  CHECK(c.debug_fill == 0xA5);
+  CHECK(c.history == 100);
+  CHECK(alloc_config::parse(c.to_string()).to_string() == c.to_string());
+  CHECK(alloc_config::parse("expandable_segments:True").kind == strategy::expandable);
+  CHECK(alloc_config::parse("").kind == strategy::auto_growth);
+  auto p = alloc_config::parse("strategy:preallocate,fraction:0.9,initial_chunk_mb:512,regrowth_chunk_mb:64");
+  CHECK(p.fraction == 0.9);
+  const std::pair<const char*, const char*> bad[] = {
+      {"strategy:greedy", "expected auto_growth, preallocate or expandable"},
+      {"colour:blue", "unknown key 'colour'"},
+      {"max_split_size_mb:lots", "whole number of MiB"},
+      {"max_split_size_mb:1", "at least 2"},
+      {"garbage_collection_threshold:1.5", "in (0, 1]"},
+      {"no_caching:maybe", "true or false"},
+      {"debug_fill:300", "a byte"},
+      {"strategy", "not key:value"},
+      {"fraction:0.5", "strategy:preallocate only"},
+  };
+  for (auto [text, says] : bad) {
+    INFO(text);
+    CHECK_THROWS_AS(alloc_config::parse(text), config_error);
+    CHECK_THROWS_WITH(alloc_config::parse(text), Catch::Contains(says));
+  }
+}
+
+TEST_CASE("debug fill, history, mem_info, RAII buffers and container adaptor", "[alloc]") {
+  fixture f(64 * MiB, "debug_fill:0xA5,history:8");
+  {
+    device_buffer buf(f.alloc, 4096);
+    CHECK(buf.as<unsigned char>()[4095] == 0xA5);
+    CHECK(f.alloc.mem_info().total == 64 * MiB);
+    CHECK(f.alloc.mem_info().free == 64 * MiB - 4096);
+  }
+  CHECK(f.alloc.stats().allocated_bytes.current == 0);
+  {
+    std::vector<int, std_adaptor<int>> v{std_adaptor<int>(f.alloc)};
+    for (int i = 0; i < 100000; ++i) v.push_back(i);
+    CHECK(v[99999] == 99999);
+    CHECK(f.alloc.stats().allocated_bytes.current > 0);
+  }
+  CHECK(f.alloc.stats().allocated_bytes.current == 0);
+  const std::string h = f.alloc.history_json();
+  CHECK_THAT(h, Catch::Contains("\"action\":\"free\""));
+  CHECK(std::count(h.begin(), h.end(), '{') == 8);  // a ring buffer of 8
+  CHECK_THAT(f.alloc.stats().to_json(), Catch::Contains("\"num_ooms\":0"));
+}
