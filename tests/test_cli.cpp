@@ -261,3 +261,23 @@ TEST_CASE("killing the CLI with SIGKILL also takes down a -- CMD and its childre
   finish(r);
   CHECK(isorun::test::process_gone(grandchild));
 }
+
+TEST_CASE("--mem-limit is enforced by the worker's allocator; OOM exits 3 with the numbers", "[cli][alloc]") {
+  auto ok = run(with_tasks({"-q", "--json", "--cpu", "--mem-limit", "64M", "hog", "arg0=40"}));
+  REQUIRE(ok.code == 0);
+  json j = json::parse(ok.out);
+  CHECK(j["result"] == "held 40 MiB under a cap of 64 MiB");
+  CHECK(j["peak_reserved"] == 40 << 20);
+  auto oom = run(with_tasks({"--cpu", "--mem-limit", "64M", "hog", "arg0=100"}));
+  CHECK(oom.code == 3);
+  CHECK_THAT(oom.err, Catch::Contains("tried to allocate 8.00 MiB") && Catch::Contains("cap 64.00 MiB") &&
+                          Catch::Contains("--mem-limit 64 MiB"));
+  auto conf = run(with_tasks({"--cpu", "--alloc-conf", "strategy:greedy", "hog", "arg0=1"}));
+  CHECK(conf.code == 2);
+  CHECK_THAT(conf.err, Catch::Contains("--alloc-conf") && Catch::Contains("expected auto_growth"));
+  auto env = run(with_tasks({"--cpu", "hog", "arg0=1"}), {"ISORUN_ALLOC_CONF=colour:red"});
+  CHECK(env.code == 2);
+  CHECK_THAT(env.err, Catch::Contains("ISORUN_ALLOC_CONF") && Catch::Contains("unknown key 'colour'"));
+  auto expandable = run(with_tasks({"-q", "--cpu", "--mem-limit", "64M", "--alloc-conf", "strategy:expandable", "hog", "arg0=56"}));
+  CHECK(expandable.code == 0);
+}

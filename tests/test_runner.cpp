@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "isorun/alloc/device_buffer.hpp"
 #include "isorun/isorun.hpp"
 #include "isorun/job.hpp"
 #include "isorun/process.hpp"
@@ -118,6 +119,14 @@ int hang_with_grandchild(const std::string& path) {
 
 void no_result(int) {}
 
+// Holds `mib` MiB from the worker's capped allocator.
+std::uint64_t hold(int mib) {
+  auto& a = isorun::this_worker().allocator();
+  std::vector<isorun::alloc::device_buffer> held;
+  for (int i = 0; i < mib; ++i) held.emplace_back(a, 1u << 20);
+  return a.cap();
+}
+
 }  // namespace
 
 ISORUN_TASK(echo_point);
@@ -132,6 +141,7 @@ ISORUN_TASK(exits_early);
 ISORUN_TASK(visible_devices);
 ISORUN_TASK(hang_with_grandchild);
 ISORUN_TASK(no_result);
+ISORUN_TASK(hold);
 
 namespace {
 
@@ -391,4 +401,21 @@ TEST_CASE("results over 4 GiB use 64-bit sizes end to end", "[runner][large]") {
   for (std::uint64_t i = 0; i < size / 8; i += 4097) mismatches += words[i] != pattern_word(i, 3);
   CHECK(words[size / 8 - 1] == pattern_word(size / 8 - 1, 3));
   CHECK(mismatches == 0);
+}
+
+TEST_CASE("the worker's allocator enforces the cap and reports its peaks", "[runner][alloc]") {
+  auto f = isorun::isolated(hold, {.mem_limit = 32_MiB});
+  auto r = f.try_call(20);
+  REQUIRE(r.ok());
+  CHECK(r.value() == 32_MiB);
+  CHECK(r.status().peak_allocated == 20_MiB);
+  CHECK(r.status().peak_reserved >= 20_MiB);
+  CHECK(r.status().peak_reserved <= 32_MiB);
+  try {
+    f(40);
+    FAIL("expected out_of_memory");
+  } catch (const isorun::out_of_memory& e) {
+    CHECK_THAT(e.what(), Catch::Contains("cap 32.00 MiB"));
+  }
+  CHECK_THROWS_AS(isorun::isolated(hold, {.alloc_conf = "strategy:nope"})(1), isorun::usage_error);
 }

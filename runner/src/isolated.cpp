@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "isorun/alloc/config.hpp"
 #include "isorun/init.hpp"
 #include "isorun/units.hpp"
 
@@ -39,6 +40,11 @@ std::shared_ptr<runner::job> start_isolated(const void* fn, blob args, const opt
   spec.mem_limit = opts.mem_limit;
   spec.timeout = opts.timeout;
   spec.grace = opts.grace;
+  try {
+    alloc::alloc_config::parse(opts.alloc_conf);
+  } catch (const alloc::config_error& e) {
+    throw usage_error(std::string("options.alloc_conf: ") + e.what());
+  }
   spec.alloc_conf = opts.alloc_conf;
   spec.extra_env = opts.env;
   spec.stderr_echo_fd = opts.echo_stderr ? 2 : -1;

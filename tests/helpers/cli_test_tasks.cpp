@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "isorun/alloc/device_buffer.hpp"
 #include "isorun/isorun.hpp"
 
 namespace {
@@ -63,3 +64,14 @@ ISORUN_TASK(crash);
 ISORUN_TASK(oom);
 ISORUN_TASK(wait_forever);
 ISORUN_TASK(where);
+
+namespace {
+// Allocates `mib` MiB through the worker's capped allocator, in 8 MiB steps.
+std::string hog(int mib) {
+  auto& a = isorun::this_worker().allocator();
+  std::vector<isorun::alloc::device_buffer> held;
+  for (int i = 0; i < mib; i += 8) held.emplace_back(a, 8u << 20);
+  return "held " + std::to_string(mib) + " MiB under a cap of " + std::to_string(a.cap() >> 20) + " MiB";
+}
+}  // namespace
+ISORUN_TASK(hog);

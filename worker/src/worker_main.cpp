@@ -167,6 +167,11 @@ class segment_sink final : public worker::result_sink {
     done.error_type = t ? demangle(t->name()) : "unknown";
     done.message = "(an exception not derived from std::exception)";
   }
+  if (this_worker().has_allocator()) {
+    const auto st = this_worker().allocator().stats();
+    done.peak_allocated = static_cast<std::uint64_t>(st.allocated_bytes.peak);
+    done.peak_reserved = static_cast<std::uint64_t>(st.reserved_bytes.peak);
+  }
   const std::int64_t end_ns = sink.run_end_ns_ ? sink.run_end_ns_ : monotonic_ns();
   done.run_ns = static_cast<std::uint64_t>(end_ns - start_ns);
   if (sink.committed_ns_) {

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "isorun/alloc/config.hpp"
 #include "isorun/errors.hpp"
 #include "isorun/units.hpp"
 
@@ -94,6 +95,11 @@ cli_options parse_command_line(int argc, char** argv) {
         o.task_libraries.emplace_back(value_of(i, argc, argv, flag, arg));
       } else if (is("--alloc-conf")) {
         o.alloc_conf = value_of(i, argc, argv, flag, arg);
+        try {
+          alloc::alloc_config::parse(o.alloc_conf);
+        } catch (const alloc::config_error& e) {
+          throw usage_error(std::string("--alloc-conf: ") + e.what());
+        }
       } else if (is("--max-result")) {
         o.max_result = parse_size(value_of(i, argc, argv, flag, arg));
       } else if (arg == "--json") {
@@ -120,6 +126,13 @@ cli_options parse_command_line(int argc, char** argv) {
     }
   }
   if (o.gpu && o.cpu) throw usage_error("--gpu and --cpu exclude each other");
+  if (const char* env = std::getenv("ISORUN_ALLOC_CONF"); env && o.alloc_conf.empty()) {
+    try {
+      alloc::alloc_config::parse(env);
+    } catch (const alloc::config_error& e) {
+      throw usage_error(std::string("ISORUN_ALLOC_CONF: ") + e.what());
+    }
+  }
   if (o.what == mode::run_task && o.task.empty()) {
     if (argc <= 1) o.what = mode::help;
     else throw usage_error("no task given; usage: isorun [OPTIONS] TASK [key=value ...] (isorun tasks lists them)");

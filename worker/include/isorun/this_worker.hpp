@@ -3,13 +3,13 @@
 /// What a task can ask about the worker it runs in.
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
 
-namespace isorun {
+#include "isorun/alloc/caching_allocator.hpp"
 
-namespace alloc {
-class caching_allocator;
-}
+namespace isorun {
 
 class worker_context {
  public:
@@ -30,6 +30,16 @@ class worker_context {
   /// The worker's allocator configuration string (ISORUN_ALLOC_CONF syntax).
   [[nodiscard]] const std::string& alloc_conf() const noexcept { return alloc_conf_; }
 
+  /// @brief The worker's capped caching allocator, created on first use: the CUDA backend on the
+  ///        assigned GPU (its cap is --mem-limit minus the measured CUDA context), or the host
+  ///        backend in a CPU worker (cap = --mem-limit). Configured by --alloc-conf /
+  ///        ISORUN_ALLOC_CONF. Outside a worker: a host allocator capped at physical memory.
+  /// @throws alloc::config_error for an invalid configuration; out_of_memory if the CUDA context
+  ///         alone exceeds the cap; std::runtime_error if the CUDA backend cannot be loaded.
+  alloc::caching_allocator& allocator();
+  /// True once allocator() has created the allocator.
+  [[nodiscard]] bool has_allocator() const noexcept { return allocator_ != nullptr; }
+
   /// Sets the context; called once by the worker before the task runs.
   void assign(int device, std::string uuid, std::uint64_t device_memory, std::uint64_t mem_limit, std::string task,
               std::string alloc_conf);
@@ -42,6 +52,8 @@ class worker_context {
   std::uint64_t mem_limit_ = 0;
   std::string task_;
   std::string alloc_conf_;
+  std::once_flag allocator_once_;
+  std::unique_ptr<alloc::caching_allocator> allocator_;
 };
 
 /// @brief The context of the worker this code runs in (in_worker() is false outside one).
