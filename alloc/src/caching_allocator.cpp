@@ -288,10 +288,13 @@ struct caching_allocator::impl {
     std::size_t need = unmapped();
     if (!need) return true;
     if (reserved() + need * g > limit) {
-      release_cached(reserved() + need * g - limit, false);
       ++st.num_alloc_retries;
-      need = unmapped();  // releasing may have unmapped pages under this very block
-      if (reserved() + need * g > limit) return false;
+      // Releasing may unmap pages under this very block, which raises `need`: repeat until it
+      // fits or nothing more can be released.
+      while (reserved() + need * g > limit) {
+        if (!release_cached(reserved() + need * g - limit, false)) return false;
+        need = unmapped();
+      }
     }
     for (std::size_t p = first; p <= last; ++p) {
       if (s.mapped[p]) continue;
@@ -352,9 +355,10 @@ struct caching_allocator::impl {
   segment* expandable_segment(stream_id stream) {
     for (auto& s : segments)
       if (s.expandable && s.stream == stream) return &s;
-    // Address space is cheap: twice the cap, so that free ranges rarely block a large request.
+    // Address space is cheap: eight times the cap, so that a large request finds a contiguous
+    // range even when live blocks are scattered (physical pages are what the cap counts).
     const std::size_t g = granule();
-    const std::size_t span = round_up(std::max<std::uint64_t>(limit, g) * 2, g);
+    const std::size_t span = round_up(std::max<std::uint64_t>(limit, g) * 8, g);
     void* p = memory->reserve_address(span);
     if (!p) throw std::runtime_error("cannot reserve " + human(span) + " of address space for the expandable strategy");
     segment* s = add_segment(reinterpret_cast<std::uintptr_t>(p), span, false, stream, true);
