@@ -13,6 +13,8 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include <boost/intrusive/set.hpp>
+
 namespace isorun::alloc {
 namespace {
 
@@ -43,7 +45,11 @@ std::int64_t now_ns() {
 
 struct segment;
 
+namespace bi = boost::intrusive;
+
 struct block {
+  // Free blocks sit in an intrusive tree: no node allocation on the hot path.
+  bi::set_member_hook<bi::link_mode<bi::safe_link>> hook;
   std::uintptr_t addr = 0;
   std::size_t size = 0;
   std::size_t requested = 0;
@@ -71,11 +77,70 @@ struct segment {
 };
 
 struct by_size {
-  bool operator()(const block* a, const block* b) const {
-    if (a->stream != b->stream) return a->stream < b->stream;
-    if (a->size != b->size) return a->size < b->size;
-    return a->addr < b->addr;
+  bool operator()(const block& a, const block& b) const {
+    if (a.stream != b.stream) return a.stream < b.stream;
+    if (a.size != b.size) return a.size < b.size;
+    return a.addr < b.addr;
   }
+};
+
+using free_set = bi::set<block, bi::member_hook<block, decltype(block::hook), &block::hook>, bi::compare<by_size>>;
+
+// Live allocations by address: open addressing, so allocate/free do not touch the heap.
+class address_map {
+ public:
+  block* find(std::uintptr_t addr) const {
+    if (slots_.empty()) return nullptr;
+    for (std::size_t i = slot(addr);; i = (i + 1) & mask_) {
+      if (!slots_[i]) return nullptr;
+      if (slots_[i]->addr == addr) return slots_[i];
+    }
+  }
+  void insert(block* b) {
+    if ((size_ + 1) * 2 > slots_.size()) grow();
+    std::size_t i = slot(b->addr);
+    while (slots_[i]) i = (i + 1) & mask_;
+    slots_[i] = b;
+    ++size_;
+  }
+  void erase(std::uintptr_t addr) {
+    std::size_t i = slot(addr);
+    while (slots_[i]->addr != addr) i = (i + 1) & mask_;
+    slots_[i] = nullptr;
+    --size_;
+    // Backward-shift deletion keeps probe chains unbroken without tombstones.
+    for (std::size_t j = (i + 1) & mask_; slots_[j]; j = (j + 1) & mask_) {
+      const std::size_t home = slot(slots_[j]->addr);
+      if (((j - home) & mask_) >= ((j - i) & mask_)) {
+        slots_[i] = slots_[j];
+        slots_[j] = nullptr;
+        i = j;
+      }
+    }
+  }
+  [[nodiscard]] std::size_t size() const { return size_; }
+  template <class F>
+  void for_each(F f) const {
+    for (block* b : slots_)
+      if (b) f(b);
+  }
+  void clear() {
+    slots_.assign(slots_.size(), nullptr);
+    size_ = 0;
+  }
+
+ private:
+  std::size_t slot(std::uintptr_t addr) const { return ((addr >> 9) * 0x9E3779B97F4A7C15ULL >> 20) & mask_; }
+  void grow() {
+    std::vector<block*> old = std::move(slots_);
+    slots_.assign(old.empty() ? 64 : old.size() * 2, nullptr);
+    mask_ = slots_.size() - 1;
+    size_ = 0;
+    for (block* b : old)
+      if (b) insert(b);
+  }
+  std::vector<block*> slots_;
+  std::size_t mask_ = 0, size_ = 0;
 };
 
 struct event_record {
@@ -97,8 +162,24 @@ struct caching_allocator::impl {
   mutable std::mutex mutex;
 
   std::list<segment> segments;
-  std::set<block*, by_size> small_free, large_free;
-  std::unordered_map<std::uintptr_t, block*> live;
+  free_set small_free, large_free;
+  address_map live;
+  std::vector<block*> spare;  // recycled block objects
+
+  block* make_block() {
+    if (spare.empty()) return new block;
+    block* b = spare.back();
+    spare.pop_back();
+    return b;
+  }
+  void drop_block(block* b) {
+    b->uses.clear();
+    b->events.clear();
+    spare.push_back(b);
+  }
+  ~impl() {
+    for (block* b : spare) delete b;
+  }
   std::vector<block*> pending;
   allocator_stats st;
   std::uint64_t clock = 0;
@@ -114,7 +195,7 @@ struct caching_allocator::impl {
     history.push_back({now_ns(), action, addr, size, s});
   }
 
-  std::set<block*, by_size>& pool_of(const segment& s) { return s.small ? small_free : large_free; }
+  free_set& pool_of(const segment& s) { return s.small ? small_free : large_free; }
 
   // --- segments -------------------------------------------------------------------------
 
@@ -127,13 +208,14 @@ struct caching_allocator::impl {
     s.stream = stream;
     s.expandable = expandable;
     s.last_used = ++clock;
-    auto* b = new block;
+    block* b = make_block();
+    *b = block{};
     b->addr = base;
     b->size = size;
     b->stream = stream;
     b->seg = &s;
     s.first = b;
-    pool_of(s).insert(b);
+    pool_of(s).insert(*b);
     return &s;
   }
 
@@ -141,13 +223,13 @@ struct caching_allocator::impl {
   void release_segment(std::list<segment>::iterator it) {
     segment& s = *it;
     block* b = s.first;
-    pool_of(s).erase(b);
+    pool_of(s).erase(pool_of(s).iterator_to(*b));
     memory->deallocate(reinterpret_cast<void*>(s.base), s.size);
     st.reserved_bytes.sub(static_cast<std::int64_t>(s.size));
     st.segment.sub(1);
     ++st.num_backend_frees;
     log("segment_free", s.base, s.size, s.stream);
-    delete b;
+    drop_block(b);
     segments.erase(it);
   }
 
@@ -214,12 +296,13 @@ struct caching_allocator::impl {
 
   // --- blocks ---------------------------------------------------------------------------
 
-  void merge_into(block* dst, block* src) {  // src follows dst, both free
-    pool_of(*dst->seg).erase(src);
+  void merge_into(block* dst, block* src) {  // src follows dst, both free; src is in its pool
+    auto& pool = pool_of(*dst->seg);
+    pool.erase(pool.iterator_to(*src));
     dst->size += src->size;
     dst->next = src->next;
     if (src->next) src->next->prev = dst;
-    delete src;
+    drop_block(src);
   }
 
   void release_block(block* b) {
@@ -233,11 +316,16 @@ struct caching_allocator::impl {
     if (b->next && !b->next->allocated && !b->next->pending) merge_into(b, b->next);
     if (b->prev && !b->prev->allocated && !b->prev->pending) {
       block* p = b->prev;
-      pool_of(s).erase(p);
-      merge_into(p, b);
+      auto& pool = pool_of(s);
+      pool.erase(pool.iterator_to(*p));
+      // b is not in a pool yet: absorb it directly.
+      p->size += b->size;
+      p->next = b->next;
+      if (b->next) b->next->prev = p;
+      drop_block(b);
       b = p;
     }
-    pool_of(s).insert(b);
+    pool_of(s).insert(*b);
     if (cfg.no_caching && !s.expandable && segment_free(s)) {
       for (auto it = segments.begin(); it != segments.end(); ++it)
         if (&*it == &s) {
@@ -262,8 +350,8 @@ struct caching_allocator::impl {
     key.stream = stream;
     key.size = size;
     key.addr = 0;
-    for (auto it = pool.lower_bound(&key); it != pool.end() && (*it)->stream == stream; ++it) {
-      block* b = *it;
+    for (auto it = pool.lower_bound(key); it != pool.end() && it->stream == stream; ++it) {
+      block* b = &*it;
       if (cfg.max_split_size && !small) {
         // As in PyTorch: no oversize block for a small request, and no much larger block for a
         // large one, so oversize blocks do not get chopped into unusable pieces.
@@ -371,7 +459,7 @@ struct caching_allocator::impl {
     log("oom", 0, size, stream);
     std::size_t largest = 0;
     for (auto* set : {&small_free, &large_free})
-      for (block* b : *set) largest = std::max(largest, b->size);
+      for (const block& b : *set) largest = std::max(largest, b.size);
     const std::uint64_t res = reserved(), alloc = static_cast<std::uint64_t>(st.allocated_bytes.current);
     const double frag = res ? 1.0 - double(alloc) / double(res) : 0.0;
     std::ostringstream m;
@@ -382,7 +470,7 @@ struct caching_allocator::impl {
     m << "; reserved " << human(res) << ", allocated " << human(alloc) << ", cached free " << human(res - std::min(res, alloc))
       << " (largest free block " << human(largest) << "), fragmentation " << int(frag * 100 + 0.5) << "%.";
     std::vector<std::pair<std::uintptr_t, std::size_t>> big;
-    for (auto& [addr, b] : live) big.emplace_back(addr, b->size);
+    live.for_each([&](block* b) { big.emplace_back(b->addr, b->size); });
     std::sort(big.begin(), big.end(), [](auto& a, auto& b) { return a.second > b.second; });
     if (!big.empty()) {
       m << " Largest live allocations:";
@@ -439,9 +527,9 @@ struct caching_allocator::impl {
     if (!b) throw_oom(bytes, size, stream);
 
     auto& pool = pool_of(*b->seg);
-    pool.erase(b);
+    pool.erase(pool.iterator_to(*b));
     if (should_split(b, size)) {
-      auto* rest = new block;
+      block* rest = make_block();
       rest->addr = b->addr + size;
       rest->size = b->size - size;
       rest->stream = b->stream;
@@ -451,14 +539,14 @@ struct caching_allocator::impl {
       if (b->next) b->next->prev = rest;
       b->next = rest;
       b->size = size;
-      pool.insert(rest);
+      pool.insert(*rest);
     }
     b->allocated = true;
     b->requested = bytes;
     b->stream = stream;
     b->seg->live++;
     b->seg->last_used = ++clock;
-    live.emplace(b->addr, b);
+    live.insert(b);
     st.allocated_bytes.add(static_cast<std::int64_t>(b->size));
     st.requested_bytes.add(static_cast<std::int64_t>(bytes));
     st.active_bytes.add(static_cast<std::int64_t>(b->size));
@@ -471,13 +559,13 @@ struct caching_allocator::impl {
   }
 
   block* lookup(void* p, const char* what) const {
-    auto it = live.find(reinterpret_cast<std::uintptr_t>(p));
-    if (it == live.end()) {
+    block* b = live.find(reinterpret_cast<std::uintptr_t>(p));
+    if (!b) {
       char buf[160];
       std::snprintf(buf, sizeof buf, "%s(%p): not an address returned by this allocator, or already freed", what, p);
       throw std::invalid_argument(buf);
     }
-    return it->second;
+    return b;
   }
 
   void deallocate(void* p) {
@@ -500,7 +588,7 @@ struct caching_allocator::impl {
 
   void teardown() {
     st.leaked_allocations = live.size();
-    for (auto& [addr, b] : live) st.leaked_bytes += b->size;
+    live.for_each([&](block* b) { st.leaked_bytes += b->size; });
     live.clear();
     pending.clear();
     small_free.clear();
@@ -508,7 +596,7 @@ struct caching_allocator::impl {
     for (auto& s : segments) {
       for (block* b = s.first; b;) {
         block* n = b->next;
-        delete b;
+        drop_block(b);
         b = n;
       }
       if (s.expandable) {
@@ -595,9 +683,9 @@ allocator_stats caching_allocator::stats() const {
   s.inactive_split_bytes.current = 0;
   s.inactive_split.current = 0;
   for (auto* set : {&impl_->small_free, &impl_->large_free})
-    for (const block* b : *set)
-      if (b->prev || b->next) {
-        s.inactive_split_bytes.current += static_cast<std::int64_t>(b->size);
+    for (const block& b : *set)
+      if (b.prev || b.next) {
+        s.inactive_split_bytes.current += static_cast<std::int64_t>(b.size);
         s.inactive_split.current += 1;
       }
   return s;
@@ -621,7 +709,7 @@ backend& caching_allocator::memory() noexcept { return *impl_->memory; }
 std::vector<std::pair<std::uintptr_t, std::size_t>> caching_allocator::largest_allocations(std::size_t n) const {
   std::lock_guard lock(impl_->mutex);
   std::vector<std::pair<std::uintptr_t, std::size_t>> v;
-  for (auto& [addr, b] : impl_->live) v.emplace_back(addr, b->size);
+  impl_->live.for_each([&](block* b) { v.emplace_back(b->addr, b->size); });
   std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.second > b.second; });
   if (v.size() > n) v.resize(n);
   return v;
@@ -665,13 +753,12 @@ void caching_allocator::check_invariants() const {
         ++live_blocks;
         ++seg_live;
         allocated += b->size;
-        auto it = m.live.find(b->addr);
-        if (it == m.live.end() || it->second != b) fail("allocated block missing from the live map");
+        if (m.live.find(b->addr) != b) fail("allocated block missing from the live map");
       }
       if (b->pending) ++seg_live;
       if (is_free) {
         ++free_blocks;
-        if (!(s.small ? m.small_free : m.large_free).count(const_cast<block*>(b))) fail("free block missing from its pool");
+        if (!b->hook.is_linked()) fail("free block missing from its pool");
         if (prev && !prev->allocated && !prev->pending) fail("adjacent free blocks not coalesced");
       }
       if (s.expandable && b->allocated) {
