@@ -22,7 +22,7 @@
 #include "isorun/process.hpp"
 #include "isorun/task.hpp"
 #include "isorun/units.hpp"
-#include "task_params.hpp"
+#include "../task_params.hpp"
 
 #ifndef ISORUN_TASK_DIR
 #define ISORUN_TASK_DIR "lib/isorun/tasks"

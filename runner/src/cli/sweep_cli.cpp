@@ -1,0 +1,167 @@
+// `isorun sweep SPEC.yaml | TASK --grid k=v1,v2 ... [flags]`.
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "cli_args.hpp"
+#include "isorun/errors.hpp"
+#include "isorun/process.hpp"
+#include "isorun/sweep.hpp"
+#include "isorun/units.hpp"
+
+namespace isorun::cli {
+namespace {
+
+const char* sweep_usage = R"(usage: isorun [--tasks LIB.so] sweep SPEC.yaml [FLAGS]
+       isorun [--tasks LIB.so] sweep TASK --grid key=v1,v2 [--grid ...] [FLAGS]
+
+flags (override the spec):
+  --out DIR          output folder (results.jsonl, results.csv, logs/); default isorun-sweep-TASK
+  --gpus LIST        GPU indices (0,1) or all; without it, trials use CPU slots
+  --mem-limit SIZE   cap per trial; on GPUs, slots per GPU = floor(free memory / SIZE)
+  --per-gpu N        trials per GPU instead
+  --cpu-slots N      parallel CPU trials (default: number of cores)
+  --timeout DUR      per-trial timeout
+  --retry CLASS=N    retries for crashed, timeout, invalid_result or task_error (OOM never)
+  --rerun-failed     rerun trials whose journaled outcome is a failure
+  --fail-fast        stop at the first failed trial
+  --top K            rows in the final table (default 5)
+  --no-progress      no progress output
+Re-running the same command resumes: finished trials are skipped. Ctrl-C stops launching and
+cancels running trials (a second Ctrl-C kills them at once); the journal stays consistent.
+)";
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string part; std::getline(in, part, sep);) out.push_back(part);
+  return out;
+}
+
+int whole(const std::string& flag, const std::string& v) {
+  try {
+    std::size_t pos = 0;
+    int n = std::stoi(v, &pos);
+    if (pos == v.size() && n >= 0) return n;
+  } catch (...) {
+  }
+  throw usage_error(flag + " " + v + ": expected a whole number");
+}
+
+}  // namespace
+
+int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
+  const auto& a = o.rest;
+  if (a.empty() || a[0] == "--help" || a[0] == "-h") {
+    std::cout << sweep_usage;
+    return a.empty() ? 2 : 0;
+  }
+  std::vector<std::pair<std::string, std::vector<std::string>>> grid;
+  std::string out, gpus;
+  int per_gpu = -1, cpu_slots = -1, top = 5;
+  bool rerun = false, fail_fast = false, progress = true;
+  std::map<std::string, int> retries;
+  std::uint64_t mem_limit = o.mem_limit;
+  auto timeout = o.timeout;
+  for (std::size_t i = 1; i < a.size(); ++i) {
+    const std::string& f = a[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= a.size()) throw usage_error(f + " needs a value; see isorun sweep --help");
+      return a[++i];
+    };
+    try {
+      if (f == "--grid") {
+        const std::string g = value();
+        const auto eq = g.find('=');
+        if (eq == std::string::npos || eq == 0) throw usage_error("--grid " + g + ": expected key=v1,v2,...");
+        grid.emplace_back(g.substr(0, eq), split(g.substr(eq + 1), ','));
+      } else if (f == "--out") out = value();
+      else if (f == "--gpus") gpus = value();
+      else if (f == "--mem-limit") mem_limit = parse_size(value());
+      else if (f == "--per-gpu") per_gpu = whole(f, value());
+      else if (f == "--cpu-slots") cpu_slots = whole(f, value());
+      else if (f == "--timeout") timeout = parse_duration(value());
+      else if (f == "--top") top = whole(f, value());
+      else if (f == "--rerun-failed") rerun = true;
+      else if (f == "--fail-fast") fail_fast = true;
+      else if (f == "--no-progress") progress = false;
+      else if (f == "--retry") {
+        const std::string r = value();
+        const auto eq = r.find('=');
+        if (eq == std::string::npos) throw usage_error("--retry " + r + ": expected CLASS=N");
+        retries[r.substr(0, eq)] = whole("--retry", r.substr(eq + 1));
+      } else throw usage_error("unknown sweep flag '" + f + "'; see isorun sweep --help");
+    } catch (const parse_error& e) {
+      throw usage_error(f + ": " + e.what());
+    }
+  }
+
+  sweep::spec s;
+  try {
+    const std::string& first = a[0];
+    if (first.size() > 5 && (first.ends_with(".yaml") || first.ends_with(".yml"))) {
+      std::ifstream in(first);
+      if (!in) throw usage_error("cannot read sweep spec " + first);
+      std::stringstream text;
+      text << in.rdbuf();
+      if (!grid.empty()) throw usage_error("--grid goes with a TASK, not with a spec file");
+      s = sweep::parse_spec(text.str(), first);
+    } else {
+      if (grid.empty()) throw usage_error("sweep " + first + ": give a SPEC.yaml, or a TASK with --grid key=v1,v2");
+      s = sweep::spec_from_grid(first, grid);
+    }
+    if (!out.empty()) s.out = out;
+    if (!gpus.empty()) {
+      s.gpus.clear();
+      s.all_gpus = gpus == "all";
+      if (!s.all_gpus)
+        for (const auto& g : split(gpus, ',')) s.gpus.push_back(whole("--gpus", g));
+    }
+    if (mem_limit) s.mem_limit = mem_limit;
+    if (per_gpu >= 0) s.per_gpu = per_gpu;
+    if (cpu_slots >= 0) s.cpu_slots = cpu_slots;
+    if (timeout.count()) s.timeout = timeout;
+    if (!o.alloc_conf.empty()) s.alloc_conf = o.alloc_conf;
+    for (const auto& [cls, n] : retries) {
+      if (cls == "out_of_memory") throw usage_error("--retry out_of_memory: OOM is never retried at the same cap");
+      if (cls != "crashed" && cls != "timeout" && cls != "invalid_result" && cls != "task_error")
+        throw usage_error("--retry " + cls + ": unknown outcome class (crashed, timeout, invalid_result, task_error)");
+      s.retries[cls] = n;
+    }
+    if (fail_fast) s.fail_fast = true;
+    const auto slots = sweep::plan_slots(s, runner::gpu_inventory::detect());
+
+    struct sigaction sa {};
+    sa.sa_handler = [](int) { sweep::request_stop(); };
+    ::sigaction(SIGINT, &sa, nullptr);
+    ::sigaction(SIGTERM, &sa, nullptr);
+
+    sweep::run_options ro;
+    ro.task_libraries = libraries;
+    ro.rerun_failed = rerun;
+    ro.progress = progress;
+    ro.grace = o.grace;
+    const std::string where = s.out.empty() ? "isorun-sweep-" + s.task : s.out;
+    std::fprintf(stderr, "isorun: sweep %s: %zu trials on %zu %s slot%s; results in %s/\n", s.task.c_str(), s.trials.size(),
+                 slots.size(), slots.front().gpu ? "GPU" : "CPU", slots.size() == 1 ? "" : "s", where.c_str());
+    const auto summary = sweep::run(s, slots, ro);
+    std::cout << sweep::top_table(s, summary.records, top);
+    std::fprintf(stderr,
+                 "isorun: sweep %s: %zu succeeded, %zu failed, %zu already done%s; journal %s/results.jsonl, table "
+                 "%s/results.csv\n",
+                 summary.interrupted ? "interrupted" : "finished", summary.succeeded, summary.failed, summary.skipped,
+                 summary.cancelled ? (", " + std::to_string(summary.cancelled) + " cancelled").c_str() : "",
+                 where.c_str(), where.c_str());
+    if (summary.interrupted) return 130;
+    std::size_t failed_total = 0;
+    for (const auto& r : summary.records) failed_total += r.kind != outcome_kind::success;
+    return failed_total ? 1 : 0;
+  } catch (const sweep::spec_error& e) {
+    throw usage_error(std::string(a[0].ends_with(".yaml") || a[0].ends_with(".yml") ? a[0] + ": " : "") + e.what());
+  }
+}
+
+}  // namespace isorun::cli

@@ -1,0 +1,358 @@
+#include <xxhash.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "isorun/sweep.hpp"
+#include "isorun/units.hpp"
+
+namespace isorun::sweep {
+namespace {
+using nlohmann::json;
+
+int line_of(const YAML::Node& n) { return n.Mark().line >= 0 ? n.Mark().line + 1 : 0; }
+
+[[noreturn]] void fail(const YAML::Node& n, const std::string& what) {
+  throw spec_error("line " + std::to_string(line_of(n)) + ": " + what, line_of(n));
+}
+
+// A YAML scalar as JSON: integer, number, bool or string, in that order.
+json scalar(const YAML::Node& n) {
+  const std::string s = n.Scalar();
+  if (n.Tag() == "!") return s;  // quoted: a string
+  try {
+    std::size_t pos = 0;
+    long long i = std::stoll(s, &pos);
+    if (pos == s.size()) return i;
+  } catch (...) {
+  }
+  try {
+    std::size_t pos = 0;
+    double d = std::stod(s, &pos);
+    if (pos == s.size()) return d;
+  } catch (...) {
+  }
+  if (s == "true" || s == "True") return true;
+  if (s == "false" || s == "False") return false;
+  return s;
+}
+
+json to_json(const YAML::Node& n) {
+  if (n.IsScalar()) return scalar(n);
+  if (n.IsSequence()) {
+    json a = json::array();
+    for (const auto& x : n) a.push_back(to_json(x));
+    return a;
+  }
+  if (n.IsMap()) {
+    json o = json::object();
+    for (const auto& kv : n) o[kv.first.Scalar()] = to_json(kv.second);
+    return o;
+  }
+  return nullptr;
+}
+
+double number(const YAML::Node& n, const std::string& what) {
+  json v = n.IsScalar() ? scalar(n) : json();
+  if (!v.is_number()) fail(n, what + " must be a number");
+  return v.get<double>();
+}
+
+std::pair<double, double> bounds(const YAML::Node& n, const std::string& what) {
+  if (!n.IsSequence() || n.size() != 2) fail(n, what + " takes [low, high]");
+  double lo = number(n[0], what), hi = number(n[1], what);
+  if (!(lo < hi)) fail(n, what + ": low must be below high");
+  return {lo, hi};
+}
+
+// The values of one grid parameter: a list, {values: [...]}, {range: [a, b], num: n, scale},
+// {range: [a, b], step: s}, or a constant.
+std::vector<json> grid_values(const std::string& name, const YAML::Node& v) {
+  if (v.IsSequence()) {
+    if (v.size() == 0) fail(v, "parameter '" + name + "' has an empty list");
+    std::vector<json> out;
+    for (const auto& x : v) out.push_back(to_json(x));
+    return out;
+  }
+  if (v.IsMap()) {
+    for (const auto& kv : v) {
+      const std::string k = kv.first.Scalar();
+      if (k != "values" && k != "range" && k != "num" && k != "scale" && k != "step")
+        fail(kv.first, "parameter '" + name + "': unknown key '" + k + "' (expected values, range, num, scale, step)");
+    }
+    if (v["values"]) return grid_values(name, v["values"]);
+    if (!v["range"]) fail(v, "parameter '" + name + "' needs a list, values: or range:");
+    auto [lo, hi] = bounds(v["range"], "parameter '" + name + "' range");
+    const bool integral = scalar(v["range"][0]).is_number_integer() && scalar(v["range"][1]).is_number_integer();
+    std::vector<json> out;
+    if (v["step"]) {
+      double step = number(v["step"], "step");
+      if (step <= 0) fail(v["step"], "parameter '" + name + "': step must be positive");
+      for (double x = lo; x <= hi + 1e-9 * std::abs(hi); x += step)
+        out.push_back(integral && std::floor(step) == step ? json(static_cast<long long>(x)) : json(x));
+      return out;
+    }
+    if (!v["num"]) fail(v, "parameter '" + name + "': range needs num: or step:");
+    double n = number(v["num"], "num");
+    if (n < 2 || n != std::floor(n) || n > 10000) fail(v["num"], "parameter '" + name + "': num must be a whole number from 2");
+    const std::string scale = v["scale"] ? v["scale"].Scalar() : "linear";
+    if (scale != "linear" && scale != "log") fail(v["scale"], "parameter '" + name + "': scale is linear or log");
+    if (scale == "log" && lo <= 0) fail(v["range"], "parameter '" + name + "': a log range needs positive bounds");
+    for (int i = 0; i < static_cast<int>(n); ++i) {
+      const double t = i / (n - 1);
+      const double x = scale == "log" ? std::exp(std::log(lo) + t * (std::log(hi) - std::log(lo))) : lo + t * (hi - lo);
+      char buf[32];  // 12 significant digits: 0.3, not 0.30000000000000004, in ids and tables
+      std::snprintf(buf, sizeof buf, "%.12g", x);
+      out.push_back(std::stod(buf));
+    }
+    return out;
+  }
+  return {to_json(v)};
+}
+
+void cartesian(std::vector<json>& trials, const std::vector<std::pair<std::string, std::vector<json>>>& dims) {
+  for (const auto& [name, values] : dims) {
+    std::vector<json> next;
+    for (const auto& t : trials)
+      for (const auto& v : values) {
+        json u = t;
+        u[name] = v;
+        next.push_back(std::move(u));
+      }
+    trials = std::move(next);
+  }
+}
+
+}  // namespace
+
+std::string trial_id(const std::string& task, const nlohmann::json& params) {
+  const std::string canonical = task + "\n" + params.dump();  // object keys are sorted
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(XXH3_64bits(canonical.data(), canonical.size())));
+  return buf;
+}
+
+spec parse_spec(const std::string& text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw spec_error(source + ": line " + std::to_string(e.mark.line + 1) + ": malformed YAML: " + e.msg, e.mark.line + 1);
+  }
+  if (!root.IsMap()) throw spec_error(source + ": a sweep spec is a YAML mapping (task:, params:, ...)", 1);
+  spec s;
+  static const std::set<std::string> known = {"task", "metric", "params", "zip", "random", "resources", "policy", "out"};
+  for (const auto& kv : root)
+    if (!known.count(kv.first.Scalar()))
+      fail(kv.first, "unknown key '" + kv.first.Scalar() + "' (known: task, metric, params, zip, random, resources, policy, out)");
+  if (!root["task"] || !root["task"].IsScalar()) fail(root, "the spec needs task: NAME");
+  s.task = root["task"].Scalar();
+
+  if (auto m = root["metric"]) {
+    if (m.IsScalar()) {
+      s.metric.name = m.Scalar();
+    } else {
+      if (!m["name"]) fail(m, "metric needs name:");
+      s.metric.name = m["name"].Scalar();
+      if (auto g = m["goal"]) {
+        if (g.Scalar() != "maximize" && g.Scalar() != "minimize") fail(g, "metric goal is maximize or minimize");
+        s.metric.maximize = g.Scalar() == "maximize";
+      }
+    }
+  }
+
+  std::vector<std::pair<std::string, std::vector<json>>> dims;
+  std::set<std::string> names;
+  auto claim = [&](const YAML::Node& at, const std::string& name) {
+    if (!names.insert(name).second) fail(at, "parameter '" + name + "' is given twice");
+  };
+  if (auto p = root["params"]) {
+    if (!p.IsMap()) fail(p, "params: is a mapping of parameter names");
+    for (const auto& kv : p) {
+      claim(kv.first, kv.first.Scalar());
+      dims.emplace_back(kv.first.Scalar(), grid_values(kv.first.Scalar(), kv.second));
+    }
+  }
+  std::vector<json> trials{json::object()};
+  cartesian(trials, dims);
+
+  if (auto z = root["zip"]) {
+    if (!z.IsSequence()) fail(z, "zip: is a list of groups, each {name: [values], ...}");
+    for (const auto& group : z) {
+      if (!group.IsMap() || group.size() == 0) fail(group, "a zip group maps names to equally long lists");
+      std::size_t len = 0;
+      std::vector<std::pair<std::string, std::vector<json>>> cols;
+      for (const auto& kv : group) {
+        claim(kv.first, kv.first.Scalar());
+        if (!kv.second.IsSequence() || kv.second.size() == 0) fail(kv.second, "zip parameter '" + kv.first.Scalar() + "' needs a non-empty list");
+        if (len && kv.second.size() != len)
+          fail(kv.second, "zip parameter '" + kv.first.Scalar() + "' has " + std::to_string(kv.second.size()) +
+                              " values, others in its group have " + std::to_string(len));
+        len = kv.second.size();
+        cols.emplace_back(kv.first.Scalar(), grid_values(kv.first.Scalar(), kv.second));
+      }
+      std::vector<json> next;
+      for (const auto& t : trials)
+        for (std::size_t i = 0; i < len; ++i) {
+          json u = t;
+          for (const auto& [name, values] : cols) u[name] = values[i];
+          next.push_back(std::move(u));
+        }
+      trials = std::move(next);
+    }
+  }
+
+  if (auto r = root["random"]) {
+    if (!r["count"] || !r["params"] || !r["params"].IsMap()) fail(r, "random: needs count: and params:");
+    const double count = number(r["count"], "random count");
+    if (count < 1 || count != std::floor(count) || count > 100000) fail(r["count"], "random count must be a whole number from 1");
+    const std::uint64_t seed = r["seed"] ? static_cast<std::uint64_t>(number(r["seed"], "random seed")) : 0;
+    std::vector<std::pair<std::string, YAML::Node>> draws;
+    for (const auto& kv : r["params"]) {
+      claim(kv.first, kv.first.Scalar());
+      const auto& d = kv.second;
+      if (!d.IsMap() || !(d["uniform"] || d["loguniform"] || d["choice"]))
+        fail(d, "random parameter '" + kv.first.Scalar() + "' needs uniform: [a, b], loguniform: [a, b] or choice: [...]");
+      if (d["uniform"]) bounds(d["uniform"], "uniform");
+      if (d["loguniform"] && bounds(d["loguniform"], "loguniform").first <= 0) fail(d, "loguniform needs positive bounds");
+      if (d["choice"] && (!d["choice"].IsSequence() || d["choice"].size() == 0)) fail(d, "choice needs a non-empty list");
+      draws.emplace_back(kv.first.Scalar(), d);
+    }
+    std::vector<json> next;
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> u01(0.0, 1.0);
+    for (int i = 0; i < static_cast<int>(count); ++i) {
+      json drawn = json::object();
+      for (const auto& [name, d] : draws) {
+        if (d["uniform"]) {
+          auto [lo, hi] = bounds(d["uniform"], "uniform");
+          drawn[name] = lo + u01(rng) * (hi - lo);
+        } else if (d["loguniform"]) {
+          auto [lo, hi] = bounds(d["loguniform"], "loguniform");
+          drawn[name] = std::exp(std::log(lo) + u01(rng) * (std::log(hi) - std::log(lo)));
+        } else {
+          drawn[name] = to_json(d["choice"][static_cast<std::size_t>(rng() % d["choice"].size())]);
+        }
+      }
+      for (const auto& t : trials) {
+        json u = t;
+        u.update(drawn);
+        next.push_back(std::move(u));
+      }
+    }
+    trials = std::move(next);
+  }
+  s.trials = std::move(trials);
+
+  if (auto res = root["resources"]) {
+    for (const auto& kv : res) {
+      const std::string k = kv.first.Scalar();
+      const auto& v = kv.second;
+      try {
+        if (k == "gpus") {
+          if (v.IsScalar() && v.Scalar() == "all") s.all_gpus = true;
+          else if (v.IsSequence())
+            for (const auto& g : v) s.gpus.push_back(static_cast<int>(number(g, "gpus entry")));
+          else fail(v, "gpus is a list of indices or all");
+        } else if (k == "mem_limit") {
+          s.mem_limit = parse_size(v.Scalar());
+        } else if (k == "per_gpu") {
+          s.per_gpu = static_cast<int>(number(v, "per_gpu"));
+          if (s.per_gpu < 1) fail(v, "per_gpu must be at least 1");
+        } else if (k == "cpu_slots") {
+          s.cpu_slots = static_cast<int>(number(v, "cpu_slots"));
+          if (s.cpu_slots < 1) fail(v, "cpu_slots must be at least 1");
+        } else if (k == "alloc_conf") {
+          s.alloc_conf = v.Scalar();
+        } else {
+          fail(kv.first, "unknown resource '" + k + "' (known: gpus, mem_limit, per_gpu, cpu_slots, alloc_conf)");
+        }
+      } catch (const parse_error& e) {
+        fail(v, std::string(e.what()));
+      }
+    }
+  }
+  if (auto pol = root["policy"]) {
+    for (const auto& kv : pol) {
+      const std::string k = kv.first.Scalar();
+      const auto& v = kv.second;
+      if (k == "timeout") {
+        try {
+          s.timeout = parse_duration(v.Scalar());
+        } catch (const parse_error& e) {
+          fail(v, e.what());
+        }
+      } else if (k == "fail_fast") {
+        s.fail_fast = v.Scalar() == "true";
+      } else if (k == "retries") {
+        if (!v.IsMap()) fail(v, "retries maps outcome classes to counts, e.g. {crashed: 2, timeout: 1}");
+        for (const auto& r : v) {
+          const std::string cls = r.first.Scalar();
+          if (cls == "out_of_memory")
+            fail(r.first, "out_of_memory is never retried at the same cap (it would fail again); raise mem_limit instead");
+          if (cls != "crashed" && cls != "timeout" && cls != "invalid_result" && cls != "task_error")
+            fail(r.first, "retries: unknown outcome class '" + cls + "' (crashed, timeout, invalid_result, task_error)");
+          const double n = number(r.second, "retries");
+          if (n < 0 || n > 100 || n != std::floor(n)) fail(r.second, "retries must be a whole number 0..100");
+          s.retries[cls] = static_cast<int>(n);
+        }
+      } else {
+        fail(kv.first, "unknown policy '" + k + "' (known: timeout, retries, fail_fast)");
+      }
+    }
+  }
+  if (auto o = root["out"]) s.out = o.Scalar();
+  if (s.trials.empty()) fail(root, "the spec expands to no trials");
+  return s;
+}
+
+spec spec_from_grid(const std::string& task, const std::vector<std::pair<std::string, std::vector<std::string>>>& grid) {
+  std::string yaml = "task: \"" + task + "\"\nparams:\n";
+  for (const auto& [name, values] : grid) {
+    if (values.empty()) throw spec_error("--grid " + name + "= has no values", 0);
+    yaml += "  \"" + name + "\": [";
+    for (std::size_t i = 0; i < values.size(); ++i) yaml += (i ? ", " : "") + values[i];
+    yaml += "]\n";
+  }
+  try {
+    return parse_spec(yaml, "--grid");
+  } catch (const spec_error& e) {
+    throw spec_error(std::string("--grid: ") + e.what(), 0);
+  }
+}
+
+std::vector<slot> plan_slots(const spec& s, const gpu_inventory& inv) {
+  std::vector<slot> slots;
+  std::vector<int> gpus = s.gpus;
+  if (s.all_gpus)
+    for (const auto& g : inv.gpus) gpus.push_back(g.index);
+  if (s.all_gpus && gpus.empty())
+    throw spec_error("resources: gpus: all, but there are no GPUs (" + inv.describe_source() +
+                     "); drop gpus: for CPU slots, or set ISORUN_SIMULATE_GPUS", 0);
+  if (gpus.empty()) {
+    const int n = s.cpu_slots ? s.cpu_slots : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    for (int i = 0; i < n; ++i) slots.push_back({std::nullopt, i});
+    return slots;
+  }
+  if (!s.mem_limit && !s.per_gpu)
+    throw spec_error("GPU sweeps need mem_limit (or per_gpu) to pack trials; e.g. --mem-limit 6G", 0);
+  for (int index : gpus) {
+    const gpu_info& g = inv.at(index);  // usage_error for a missing GPU
+    if (s.mem_limit > g.total_memory)
+      throw spec_error("mem_limit " + format_size(s.mem_limit) + " exceeds GPU " + std::to_string(index) + "'s " +
+                       format_size(g.total_memory), 0);
+    // A trial's cap includes its CUDA context, so caps simply add up against free memory.
+    int n = s.per_gpu ? s.per_gpu : static_cast<int>(g.free_memory / s.mem_limit);
+    if (s.per_gpu && s.mem_limit && static_cast<std::uint64_t>(s.per_gpu) * s.mem_limit > g.free_memory)
+      throw spec_error("per_gpu " + std::to_string(s.per_gpu) + " x mem_limit " + format_size(s.mem_limit) +
+                       " exceeds GPU " + std::to_string(index) + "'s free " + format_size(g.free_memory), 0);
+    for (int i = 0; i < n; ++i) slots.push_back({g, static_cast<int>(slots.size())});
+  }
+  if (slots.empty()) throw spec_error("no trial fits on the listed GPUs with mem_limit " + format_size(s.mem_limit), 0);
+  return slots;
+}
+
+}  // namespace isorun::sweep

@@ -1,0 +1,65 @@
+// Tasks for the sweep tests.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "isorun/isorun.hpp"
+
+namespace {
+
+struct step_args {
+  int i = 0;
+  std::string log;  // each completed step appends "i" here
+  template <class A>
+  void serialize(A& ar) {
+    ar(CEREAL_NVP(i), CEREAL_NVP(log));
+  }
+};
+
+struct step_result {
+  int i = 0;
+  double score = 0;
+  std::string device;
+  template <class A>
+  void serialize(A& ar) {
+    ar(CEREAL_NVP(i), CEREAL_NVP(score), CEREAL_NVP(device));
+  }
+};
+
+// Step ISORUN_TEST_HANG_AT announces "WORKER_PID" on the FIFO ISORUN_TEST_FIFO and waits forever.
+step_result step(const step_args& a) {
+  if (const char* h = std::getenv("ISORUN_TEST_HANG_AT"); h && std::atoi(h) == a.i) {
+    std::ofstream(std::getenv("ISORUN_TEST_FIFO")) << ::getpid() << std::endl;
+    for (;;) ::pause();
+  }
+  if (!a.log.empty()) {
+    int fd = ::open(a.log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    const std::string line = std::to_string(a.i) + "\n";
+    [[maybe_unused]] auto n = ::write(fd, line.data(), line.size());
+    ::close(fd);
+  }
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  return {a.i, static_cast<double>((a.i * 7) % 10), v && *v ? v : "cpu"};
+}
+
+// Crashes on the first attempt for each i (marker file absent), succeeds on the next.
+int flaky(int i, const std::string& dir) {
+  const std::string marker = dir + "/flaky-" + std::to_string(i);
+  if (::access(marker.c_str(), F_OK) != 0) {
+    std::ofstream(marker) << "1";
+    ::raise(SIGSEGV);
+  }
+  return i;
+}
+
+int always_fails(int i) { throw std::runtime_error("deterministic failure " + std::to_string(i)); }
+
+}  // namespace
+
+ISORUN_TASK(step);
+ISORUN_TASK(flaky);
+ISORUN_TASK(always_fails);

@@ -1,0 +1,383 @@
+// Sweeps: spec parsing, slot packing, retries, the journal, resume after kill -9, Ctrl-C, and
+// the digits example.
+#include <catch2/catch.hpp>
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "isorun/errors.hpp"
+#include "isorun/process.hpp"
+#include "isorun/sweep.hpp"
+#include "test_support.hpp"
+
+namespace fs = std::filesystem;
+namespace sw = isorun::sweep;
+using nlohmann::json;
+
+namespace {
+
+std::string temp_dir() {
+  char dir[] = "/tmp/isorun-sweep-test-XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  return dir;
+}
+
+std::vector<std::string> lines(const fs::path& p) {
+  std::ifstream in(p);
+  std::vector<std::string> out;
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+void load_test_tasks() {
+  static bool loaded = ::dlopen(SWEEP_TEST_TASKS, RTLD_NOW | RTLD_GLOBAL) != nullptr;
+  REQUIRE(loaded);
+}
+
+int spec_line(const std::string& yaml) {
+  try {
+    sw::parse_spec(yaml, "t.yaml");
+  } catch (const sw::spec_error& e) {
+    return e.line();
+  }
+  return -1;
+}
+
+struct cli_run {
+  isorun::runner::child process;
+  int code = -1;
+};
+
+isorun::runner::child start_cli(const std::vector<std::string>& args, const std::vector<std::string>& env) {
+  isorun::runner::spawn_options o;
+  o.executable = ISORUN_CLI;
+  o.args = args;
+  for (char** e = environ; *e; ++e)
+    if (std::string(*e).rfind("ISORUN_", 0) != 0) o.env.emplace_back(*e);
+  for (const auto& e : env) o.env.push_back(e);
+  int devnull = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  o.fds = {{1, devnull}, {2, devnull}};
+  auto c = isorun::runner::spawn(o);
+  ::close(devnull);
+  return c;
+}
+
+// A sweep spec of `n` step trials writing their completions to `log`.
+std::string step_spec(int n, const std::string& log, const std::string& out) {
+  std::string s = "task: step\nmetric: {name: score, goal: maximize}\nparams:\n  i: [";
+  for (int i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(i);
+  return s + "]\n  log: \"" + log + "\"\nresources: {cpu_slots: 1}\nout: \"" + out + "\"\n";
+}
+
+}  // namespace
+
+TEST_CASE("spec parsing: every parameter kind expands as specified", "[sweep][spec]") {
+  auto s = sw::parse_spec(R"(
+task: train
+metric: {name: loss, goal: minimize}
+params:
+  lr: [0.1, 0.01]
+  depth: {values: [2, 4, 8]}
+  wd: {range: [1.0e-4, 1.0e-2], num: 3, scale: log}
+  epochs: {range: [10, 30], step: 10}
+  optimizer: adam
+zip:
+  - {width: [32, 64], heads: [4, 8]}
+random:
+  count: 3
+  seed: 11
+  params:
+    dropout: {uniform: [0.0, 0.5]}
+    beta: {loguniform: [0.001, 0.1]}
+    act: {choice: [relu, gelu]}
+resources: {gpus: [0, 1], mem_limit: 6G, per_gpu: 2}
+policy: {timeout: 90s, retries: {crashed: 2, timeout: 1}, fail_fast: true}
+out: runs/x
+)",
+                          "t.yaml");
+  CHECK(s.task == "train");
+  CHECK_FALSE(s.metric.maximize);
+  CHECK(s.trials.size() == 2u * 3 * 3 * 3 * 2 * 3);
+  const json& t = s.trials.front();
+  CHECK(t["optimizer"] == "adam");
+  CHECK(t["wd"] == 1e-4);
+  CHECK(t["epochs"] == 10);
+  CHECK(s.trials[1]["epochs"] == 20);  // the last listed dimension varies fastest
+  std::set<double> wds;
+  for (const auto& x : s.trials) wds.insert(x["wd"].get<double>());
+  CHECK(wds == std::set<double>{1e-4, 1e-3, 1e-2});  // log range, 12 significant digits
+  std::set<std::pair<int, int>> zipped;
+  std::set<std::string> acts;
+  for (const auto& x : s.trials) {
+    zipped.insert({x["width"].get<int>(), x["heads"].get<int>()});
+    CHECK(x["dropout"].get<double>() >= 0.0);
+    CHECK(x["dropout"].get<double>() <= 0.5);
+    CHECK(x["beta"].get<double>() >= 0.001);
+    acts.insert(x["act"].get<std::string>());
+  }
+  CHECK(zipped == std::set<std::pair<int, int>>{{32, 4}, {64, 8}});  // zipped: never 32 with 8
+  CHECK(s.gpus == std::vector<int>{0, 1});
+  CHECK(s.mem_limit == 6ULL << 30);
+  CHECK(s.timeout == std::chrono::seconds(90));
+  CHECK(s.retries.at("crashed") == 2);
+  CHECK(s.fail_fast);
+  // Same spec, same seed: same trials and ids (resume depends on it).
+  auto again = sw::parse_spec(R"(
+task: train
+params: {lr: [0.1]}
+random: {count: 2, seed: 11, params: {dropout: {uniform: [0.0, 0.5]}}}
+)",
+                              "t.yaml");
+  auto again2 = sw::parse_spec(R"(
+task: train
+params: {lr: [0.1]}
+random: {count: 2, seed: 11, params: {dropout: {uniform: [0.0, 0.5]}}}
+)",
+                               "t.yaml");
+  CHECK(sw::trial_id("train", again.trials[1]) == sw::trial_id("train", again2.trials[1]));
+  CHECK(sw::trial_id("train", again.trials[0]) != sw::trial_id("train", again.trials[1]));
+}
+
+TEST_CASE("spec errors name the YAML line", "[sweep][spec]") {
+  CHECK(spec_line("task: t\nparams:\n  lr: [0.1\n") >= 3);                      // malformed YAML
+  CHECK(spec_line("task: t\nparms:\n  lr: [1]\n") == 2);                           // unknown key
+  CHECK(spec_line("task: t\nparams:\n  lr: []\n") == 3);                           // empty grid
+  CHECK(spec_line("task: t\nparams:\n  lr: {range: [1, 0], num: 3}\n") == 3);      // bad range
+  CHECK(spec_line("task: t\nparams:\n  lr: {range: [0, 1]}\n") == 3);              // range without num
+  CHECK(spec_line("task: t\nzip:\n  - {a: [1, 2], b: [1]}\n") == 3);               // uneven zip
+  CHECK(spec_line("task: t\npolicy:\n  retries: {out_of_memory: 1}\n") == 3);      // OOM retry
+  CHECK(spec_line("task: t\nresources:\n  mem_limit: lots\n") == 3);
+  CHECK_THROWS_WITH(sw::parse_spec("task: t\nparams:\n  lr: []\n", "t.yaml"), Catch::Contains("empty list"));
+  CHECK_THROWS_WITH(sw::parse_spec("task: t\nparams:\n  lr: {range: [1, 0], num: 3}\n", "t.yaml"),
+                    Catch::Contains("low must be below high"));
+}
+
+TEST_CASE("GPU slots pack floor(free / cap) trials per GPU and no more", "[sweep][packing]") {
+  auto inv = isorun::runner::gpu_inventory::simulated("2x16G");
+  sw::spec s;
+  s.task = "step";
+  s.all_gpus = true;
+  s.mem_limit = 6ULL << 30;
+  auto slots = sw::plan_slots(s, inv);
+  REQUIRE(slots.size() == 4);
+  std::map<std::string, int> per_gpu;
+  for (const auto& sl : slots) per_gpu[sl.gpu->uuid]++;
+  CHECK(per_gpu == std::map<std::string, int>{{"GPU-sim-0", 2}, {"GPU-sim-1", 2}});
+  s.mem_limit = 5ULL << 30;
+  CHECK(sw::plan_slots(s, inv).size() == 6);
+  s.per_gpu = 4;
+  CHECK_THROWS_WITH(sw::plan_slots(s, inv), Catch::Contains("exceeds GPU"));  // 4 x 5G > 16G
+  s.per_gpu = 0;
+  s.mem_limit = 20ULL << 30;
+  CHECK_THROWS_WITH(sw::plan_slots(s, inv), Catch::Contains("exceeds GPU 0"));
+  s.mem_limit = 6ULL << 30;
+  CHECK_THROWS_WITH(sw::plan_slots(s, isorun::runner::gpu_inventory{}), Catch::Contains("no GPUs"));
+  s.all_gpus = false;
+  s.gpus = {3};
+  CHECK_THROWS_AS(sw::plan_slots(s, inv), isorun::usage_error);
+  s.gpus.clear();
+  s.cpu_slots = 3;
+  auto cpu = sw::plan_slots(s, inv);
+  CHECK(cpu.size() == 3);
+  CHECK_FALSE(cpu[0].gpu.has_value());
+}
+
+TEST_CASE("trials run on their slot's GPU and every assignment is journaled", "[sweep][packing]") {
+  load_test_tasks();
+  const std::string dir = temp_dir();
+  auto s = sw::parse_spec("task: step\nparams:\n  i: [0, 1, 2, 3, 4, 5, 6, 7]\n", "t.yaml");
+  s.all_gpus = true;
+  s.mem_limit = 6ULL << 30;
+  s.out = dir + "/out";
+  auto slots = sw::plan_slots(s, isorun::runner::gpu_inventory::simulated("2x16G"));
+  sw::run_options ro;
+  ro.task_libraries = {SWEEP_TEST_TASKS};
+  ro.progress = false;
+  auto summary = sw::run(s, slots, ro);
+  REQUIRE(summary.succeeded == 8);
+  for (const auto& r : summary.records) {
+    CHECK(r.result["device"] == r.device);  // what the worker saw is what it was given
+    CHECK(r.device == (r.slot < 2 ? "GPU-sim-0" : "GPU-sim-1"));
+  }
+  CHECK(lines(dir + "/out/results.jsonl").size() == 8);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("retries follow the outcome class; deterministic failures are not retried", "[sweep][retries]") {
+  load_test_tasks();
+  const std::string dir = temp_dir();
+  sw::run_options ro;
+  ro.task_libraries = {SWEEP_TEST_TASKS};
+  ro.progress = false;
+  auto flaky = sw::parse_spec("task: flaky\nparams:\n  arg0: [1, 2]\n  arg1: \"" + dir + "\"\n", "t.yaml");
+  flaky.out = dir + "/flaky";
+  flaky.cpu_slots = 1;
+  auto no_retry = sw::run(flaky, sw::plan_slots(flaky, {}), ro);
+  CHECK(no_retry.failed == 2);
+  for (auto& r : no_retry.records) CHECK(r.kind == isorun::outcome_kind::crashed);
+  fs::remove_all(dir + "/flaky");
+  for (int i : {1, 2}) fs::remove(dir + "/flaky-" + std::to_string(i));
+  flaky.retries["crashed"] = 1;
+  auto retried = sw::run(flaky, sw::plan_slots(flaky, {}), ro);
+  CHECK(retried.succeeded == 2);
+  for (auto& r : retried.records) CHECK(r.attempts == 2);
+
+  auto fails = sw::parse_spec("task: always_fails\nparams:\n  arg0: [1]\n", "t.yaml");
+  fails.out = dir + "/fails";
+  fails.retries["crashed"] = 3;
+  auto f = sw::run(fails, sw::plan_slots(fails, {}), ro);
+  REQUIRE(f.records.size() == 1);
+  CHECK(f.records[0].kind == isorun::outcome_kind::task_error);
+  CHECK(f.records[0].attempts == 1);
+  CHECK_THAT(f.records[0].error, Catch::Contains("deterministic failure 1"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("kill -9 of the sweep, then the same command: nothing lost, nothing rerun", "[sweep][resume]") {
+  for (int hang_at : {0, 3}) {
+    INFO("killed while trial " << hang_at << " runs");
+    const std::string dir = temp_dir(), fifo = dir + "/fifo", log = dir + "/completed";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    std::ofstream(dir + "/spec.yaml") << step_spec(6, log, dir + "/out");
+    const std::vector<std::string> args = {"--tasks", SWEEP_TEST_TASKS, "sweep", dir + "/spec.yaml", "--no-progress"};
+    auto sweep = start_cli(args, {"ISORUN_TEST_HANG_AT=" + std::to_string(hang_at), "ISORUN_TEST_FIFO=" + fifo});
+    int worker = 0;
+    {
+      std::ifstream in(fifo);  // the hanging trial has started: earlier ones are journaled
+      in >> worker;
+    }
+    REQUIRE(lines(dir + "/out/results.jsonl").size() == static_cast<std::size_t>(hang_at));
+    ::kill(sweep.pid(), SIGKILL);
+    CHECK(sweep.reap().signal == SIGKILL);
+    CHECK(isorun::test::process_gone(worker));
+
+    auto resumed = start_cli(args, {});
+    CHECK(resumed.reap().code == 0);
+    const auto journal = lines(dir + "/out/results.jsonl");
+    CHECK(journal.size() == 6);
+    std::set<std::string> ids;
+    for (const auto& l : journal) ids.insert(json::parse(l)["id"].get<std::string>());
+    CHECK(ids.size() == 6);
+    std::map<std::string, int> completions;
+    for (const auto& l : lines(log)) completions[l]++;
+    CHECK(completions.size() == 6);
+    for (auto& [i, n] : completions) CHECK(n == 1);  // none ran twice
+    CHECK(lines(dir + "/out/results.csv").size() == 7);
+    // A third run has nothing left to do.
+    CHECK(start_cli(args, {}).reap().code == 0);
+    CHECK(lines(dir + "/out/results.jsonl").size() == 6);
+    fs::remove_all(dir);
+  }
+}
+
+TEST_CASE("a truncated last journal line (crash mid-write) is dropped, not fatal", "[sweep][resume]") {
+  load_test_tasks();
+  const std::string dir = temp_dir();
+  auto s = sw::parse_spec(step_spec(3, "", dir + "/out"), "t.yaml");
+  sw::run_options ro;
+  ro.task_libraries = {SWEEP_TEST_TASKS};
+  ro.progress = false;
+  sw::run(s, sw::plan_slots(s, {}), ro);
+  auto journal = lines(dir + "/out/results.jsonl");
+  REQUIRE(journal.size() == 3);
+  {
+    std::ofstream out(dir + "/out/results.jsonl", std::ios::trunc);
+    out << journal[0] << "\n" << journal[1] << "\n" << journal[2].substr(0, 20);
+  }
+  auto again = sw::run(s, sw::plan_slots(s, {}), ro);
+  CHECK(again.skipped == 2);
+  CHECK(again.succeeded == 1);
+  CHECK(lines(dir + "/out/results.jsonl").size() == 3);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("Ctrl-C stops launching, cancels the running trial and keeps the journal", "[sweep][signals]") {
+  const std::string dir = temp_dir(), fifo = dir + "/fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  std::ofstream(dir + "/spec.yaml") << step_spec(5, "", dir + "/out");
+  auto sweep = start_cli({"--tasks", SWEEP_TEST_TASKS, "--grace", "200ms", "sweep", dir + "/spec.yaml"},
+                         {"ISORUN_TEST_HANG_AT=2", "ISORUN_TEST_FIFO=" + fifo});
+  int worker = 0;
+  {
+    std::ifstream in(fifo);
+    in >> worker;
+  }
+  ::kill(sweep.pid(), SIGINT);
+  CHECK(sweep.reap().code == 130);
+  CHECK(isorun::test::process_gone(worker));
+  CHECK(lines(dir + "/out/results.jsonl").size() == 2);  // the cancelled trial is not recorded
+  fs::remove_all(dir);
+}
+
+TEST_CASE("bad sweep input: exit 2, nothing started, an existing journal untouched", "[sweep][errors]") {
+  const std::string dir = temp_dir(), log = dir + "/completed";
+  std::ofstream(dir + "/spec.yaml") << step_spec(2, log, dir + "/out");
+  auto tasks = std::vector<std::string>{"--tasks", SWEEP_TEST_TASKS};
+  auto run_cli = [&](std::vector<std::string> extra, std::vector<std::string> env = {}) {
+    auto a = tasks;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return start_cli(a, env).reap().code;
+  };
+  REQUIRE(run_cli({"sweep", dir + "/spec.yaml", "--no-progress"}) == 0);
+  const auto before = lines(dir + "/out/results.jsonl");
+  std::ofstream(dir + "/bad.yaml") << "task: step\nparams:\n  i: [1, 2\n";
+  std::ofstream(dir + "/unknown_param.yaml") << "task: step\nparams:\n  colour: [red]\n";
+  std::ofstream(dir + "/unknown_task.yaml") << "task: nope\nparams:\n  i: [1]\n";
+  std::ofstream(dir + "/other.yaml") << step_spec(3, log, dir + "/out");
+  CHECK(run_cli({"sweep", dir + "/bad.yaml"}) == 2);
+  CHECK(run_cli({"sweep", dir + "/unknown_param.yaml", "--out", dir + "/o2"}) == 2);
+  CHECK(run_cli({"sweep", dir + "/unknown_task.yaml", "--out", dir + "/o3"}) == 2);
+  CHECK(run_cli({"sweep", dir + "/other.yaml"}) == 2);  // --out holds a different sweep
+  CHECK(run_cli({"sweep", dir + "/spec.yaml", "--gpus", "all", "--mem-limit", "1G"}) == 2);  // no GPUs
+  CHECK(run_cli({"sweep", dir + "/spec.yaml", "--gpus", "0", "--mem-limit", "64G"}, {"ISORUN_SIMULATE_GPUS=2x16G"}) == 2);
+  CHECK(run_cli({"sweep", dir + "/spec.yaml", "--retry", "out_of_memory=1"}) == 2);
+  CHECK(run_cli({"sweep", "step", "--grid", "i="}) == 2);
+  CHECK(lines(dir + "/out/results.jsonl") == before);
+  CHECK(lines(log).size() == 2);  // nothing more ran
+  CHECK_FALSE(fs::exists(dir + "/o2"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("inline --grid sweeps work like a spec", "[sweep]") {
+  const std::string dir = temp_dir();
+  auto code = start_cli({"--tasks", SWEEP_TEST_TASKS, "sweep", "step", "--grid", "i=1,2,3", "--out", dir + "/g",
+                         "--cpu-slots", "2", "--no-progress"},
+                        {})
+                  .reap()
+                  .code;
+  CHECK(code == 0);
+  CHECK(lines(dir + "/g/results.jsonl").size() == 3);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("the digits example reaches at least 0.95 held-out accuracy on the CPU path", "[sweep][digits]") {
+  int out[2];
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  isorun::runner::spawn_options o;
+  o.executable = ISORUN_CLI;
+  o.args = {"--cpu", "-q", "--mem-limit", "256M", "digits", "model=mlp", "lr=0.1", "hidden=64", "epochs=30", "seed=1"};
+  for (char** e = environ; *e; ++e) o.env.emplace_back(*e);
+  o.fds = {{1, out[1]}};
+  auto c = isorun::runner::spawn(o);
+  ::close(out[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+  ::close(out[0]);
+  REQUIRE(c.reap().code == 0);
+  json r = json::parse(text);
+  CHECK(r["accuracy"].get<double>() >= 0.95);
+  CHECK(r["test_size"] == 359);
+  CHECK(r["train_size"] == 1438);
+}
