@@ -15,6 +15,18 @@
 #include "isorun/serialization/streams.hpp"
 #include "isorun/serialization/wire.hpp"
 
+namespace cereal {
+/// Size tags read from untrusted payloads are checked against the bytes left before a container
+/// is resized to them: a corrupt length fails cleanly instead of allocating wildly. (A
+/// non-template overload: preferred over cereal's own template for the binary input archive.)
+inline void CEREAL_SERIALIZE_FUNCTION_NAME(BinaryInputArchive& ar, SizeTag<size_type&>& tag) {
+  ar(tag.size);
+  if (auto* scope = isorun::serialization::in_place_scope::current(); scope && tag.size > scope->reader().remaining())
+    throw Exception("length " + std::to_string(tag.size) + " exceeds the " + std::to_string(scope->reader().remaining()) +
+                    " bytes left in the payload");
+}
+}  // namespace cereal
+
 namespace isorun::serialization {
 
 /// @brief Exact encoded size of `values` (a counting pass, no copy of bulk data).
