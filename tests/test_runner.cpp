@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -418,4 +419,20 @@ TEST_CASE("the worker's allocator enforces the cap and reports its peaks", "[run
     CHECK_THAT(e.what(), Catch::Contains("cap 32.00 MiB"));
   }
   CHECK_THROWS_AS(isorun::isolated(hold, {.alloc_conf = "strategy:nope"})(1), isorun::usage_error);
+}
+
+TEST_CASE("map runs a task over inputs on packed slots and keeps input order", "[runner][map]") {
+  std::vector<int> inputs = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  auto results = isorun::map(exits_early, inputs, {.cpu_slots = 3, .echo_stderr = false});
+  REQUIRE(results.size() == inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    CHECK(results[i].status().kind == isorun::outcome_kind::crashed);
+    CHECK(results[i].status().exit.code == static_cast<int>(i));  // each result is its own input's
+  }
+  auto on_gpus = isorun::map(visible_devices, std::vector<int>(6, 0), {.all_gpus = true, .mem_limit = 8_GiB});
+  std::map<std::string, int> seen;
+  for (auto& r : on_gpus) seen[r.value().substr(0, 9)]++;
+  CHECK(seen.size() == 2);  // both simulated GPUs were used
+  CHECK_THROWS_AS(isorun::map(visible_devices, std::vector<int>{0}, {.all_gpus = true, .mem_limit = 64_GiB}),
+                  isorun::usage_error);
 }

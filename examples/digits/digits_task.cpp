@@ -20,6 +20,10 @@
 #include "isorun/alloc/std_adaptor.hpp"
 #include "isorun/isorun.hpp"
 
+#ifdef ISORUN_DIGITS_CUDA
+#include "digits_cuda.hpp"
+#endif
+
 namespace {
 
 struct digits_params {
@@ -227,31 +231,10 @@ digits_result digits(const digits_params& p) {
   gather(0, n_train, xtr, ytr);
   gather(n_train, n_test, xte, yte);
 
-  // CPU path. (A GPU worker runs the same math: see README, "the digits example".)
   std::mt19937 rng(static_cast<unsigned>(p.seed));
   model m(p.model == "mlp", p.hidden, rng, isorun::this_worker().allocator());
-  std::vector<int> idx(n_train);
-  std::iota(idx.begin(), idx.end(), 0);
-  std::vector<float> bx, h, logits;
-  std::vector<int> by;
-  for (int e = 0; e < p.epochs; ++e) {
-    std::shuffle(idx.begin(), idx.end(), rng);
-    for (int s = 0; s < n_train; s += p.batch) {
-      const int rows = std::min(p.batch, n_train - s);
-      bx.clear();
-      by.clear();
-      for (int r = 0; r < rows; ++r) {
-        const int k = idx[s + r];
-        bx.insert(bx.end(), xtr.begin() + k * features, xtr.begin() + (k + 1) * features);
-        by.push_back(ytr[k]);
-      }
-      m.sgd_step(bx.data(), by.data(), rows, static_cast<float>(p.lr), static_cast<float>(p.weight_decay), h, logits);
-    }
-  }
-
   digits_result r;
-  auto evaluate = [&](const std::vector<float>& x, const std::vector<int>& y, int n, double& loss) {
-    m.forward(x.data(), n, h, logits);
+  auto score = [&](std::vector<float>& logits, const std::vector<int>& y, int n, double& loss) {
     int correct = 0;
     for (int i = 0; i < n; ++i) {
       const float* l = &logits[static_cast<std::size_t>(i) * classes];
@@ -260,11 +243,46 @@ digits_result digits(const digits_params& p) {
     loss = softmax_xent(logits.data(), n, y.data(), false) / n;
     return static_cast<double>(correct) / n;
   };
-  evaluate(xtr, ytr, n_train, r.train_loss);
-  r.accuracy = evaluate(xte, yte, n_test, r.test_loss);
+#ifdef ISORUN_DIGITS_CUDA
+  if (isorun::this_worker().has_gpu()) {
+    digits_gpu::problem gp{&xtr, &ytr, &xte, &yte, m.mlp, p.hidden, static_cast<float>(p.lr),
+                           static_cast<float>(p.weight_decay), p.epochs, p.batch, &rng,
+                           {m.w1.begin(), m.w1.end()}, {m.b1.begin(), m.b1.end()},
+                           {m.w2.begin(), m.w2.end()}, {m.b2.begin(), m.b2.end()}};
+    std::vector<float> train_logits, test_logits;
+    digits_gpu::train(gp, train_logits, test_logits);
+    score(train_logits, ytr, n_train, r.train_loss);
+    r.accuracy = score(test_logits, yte, n_test, r.test_loss);
+    r.device = "cuda:" + isorun::this_worker().device_uuid();
+  } else
+#endif
+  {
+    std::vector<int> idx(n_train);
+    std::iota(idx.begin(), idx.end(), 0);
+    std::vector<float> bx, h, logits;
+    std::vector<int> by;
+    for (int e = 0; e < p.epochs; ++e) {
+      std::shuffle(idx.begin(), idx.end(), rng);
+      for (int s = 0; s < n_train; s += p.batch) {
+        const int rows = std::min(p.batch, n_train - s);
+        bx.clear();
+        by.clear();
+        for (int k = 0; k < rows; ++k) {
+          const int j = idx[s + k];
+          bx.insert(bx.end(), xtr.begin() + j * features, xtr.begin() + (j + 1) * features);
+          by.push_back(ytr[j]);
+        }
+        m.sgd_step(bx.data(), by.data(), rows, static_cast<float>(p.lr), static_cast<float>(p.weight_decay), h, logits);
+      }
+    }
+    m.forward(xtr.data(), n_train, h, logits);
+    score(logits, ytr, n_train, r.train_loss);
+    m.forward(xte.data(), n_test, h, logits);
+    r.accuracy = score(logits, yte, n_test, r.test_loss);
+    r.device = "cpu";
+  }
   r.train_size = n_train;
   r.test_size = n_test;
-  r.device = "cpu";
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

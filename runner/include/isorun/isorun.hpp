@@ -5,6 +5,7 @@
 #include "isorun/errors.hpp"
 #include "isorun/init.hpp"
 #include "isorun/isolated.hpp"
+#include "isorun/map.hpp"
 #include "isorun/outcome.hpp"
 #include "isorun/serialization/blob.hpp"
 #include "isorun/task.hpp"
