@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <dlfcn.h>
+#include <poll.h>
+#include <sys/inotify.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -38,6 +40,24 @@ std::vector<std::string> lines(const fs::path& p) {
   std::vector<std::string> out;
   for (std::string l; std::getline(in, l);) out.push_back(l);
   return out;
+}
+
+// Blocks until `path` holds at least `n` lines (inotify; a 30 s bound turns a hang into a failure).
+bool wait_for_lines(const std::string& path, std::size_t n) {
+  int fd = ::inotify_init1(IN_CLOEXEC);
+  ::inotify_add_watch(fd, path.c_str(), IN_MODIFY);
+  bool ok = true;
+  while (lines(path).size() < n) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 30000) != 1) {
+      ok = false;
+      break;
+    }
+    char buf[4096];
+    [[maybe_unused]] auto r = ::read(fd, buf, sizeof buf);
+  }
+  ::close(fd);
+  return ok;
 }
 
 void load_test_tasks() {
@@ -256,7 +276,8 @@ TEST_CASE("kill -9 of the sweep, then the same command: nothing lost, nothing re
       std::ifstream in(fifo);  // the hanging trial has started: earlier ones are journaled
       in >> worker;
     }
-    REQUIRE(lines(dir + "/out/results.jsonl").size() == static_cast<std::size_t>(hang_at));
+    // Earlier trials are done; their records reach the journal (group commit) before we kill.
+    REQUIRE(wait_for_lines(dir + "/out/results.jsonl", static_cast<std::size_t>(hang_at)));
     ::kill(sweep.pid(), SIGKILL);
     CHECK(sweep.reap().signal == SIGKILL);
     CHECK(isorun::test::process_gone(worker));
@@ -312,6 +333,7 @@ TEST_CASE("Ctrl-C stops launching, cancels the running trial and keeps the journ
     std::ifstream in(fifo);
     in >> worker;
   }
+  REQUIRE(wait_for_lines(dir + "/out/results.jsonl", 2));
   ::kill(sweep.pid(), SIGINT);
   CHECK(sweep.reap().code == 130);
   CHECK(isorun::test::process_gone(worker));

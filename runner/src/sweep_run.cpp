@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -236,6 +237,11 @@ sweep_summary run(const spec& s, const std::vector<slot>& slots, const run_optio
   double busy_seconds = 0;
   const bool tty = opt.progress && ::isatty(STDERR_FILENO);
   std::atomic<bool> fail_fast_hit{false};
+  std::mutex journal_mutex;
+  std::condition_variable journal_cv;
+  std::vector<trial_record> unwritten;
+  bool writer_done = false;
+  std::exception_ptr writer_error;
   stop_count = 0;
 
   auto progress = [&](const trial_record* r) {
@@ -353,39 +359,78 @@ sweep_summary run(const spec& s, const std::vector<slot>& slots, const run_optio
       }
       rec.wall_s = std::chrono::duration<double>(clock::now() - t0).count();
 
-      std::lock_guard lock(mutex);
-      --running_count;
-      if (rec.kind == outcome_kind::cancelled) {
-        ++summary.cancelled;  // not journaled: a resume runs it again
-        continue;
-      }
-      write_all(journal.get(), rec.to_json().dump() + "\n");
-      if (::fsync(journal.get()) != 0) throw internal_error("fsync of the sweep journal failed");
-      ++finished;
-      busy_seconds += rec.wall_s;
-      if (rec.kind == outcome_kind::success) {
-        ++summary.succeeded;
-        if (auto m = metric_of(s, rec); m && (!best || (s.metric.maximize ? *m > *best : *m < *best))) best = m;
-      } else {
-        ++failed;
-        ++summary.failed;
-        if (s.fail_fast) {
+      {
+        std::lock_guard lock(mutex);
+        --running_count;
+        if (rec.kind == outcome_kind::cancelled) {
+          ++summary.cancelled;  // not journaled: a resume runs it again
+          continue;
+        }
+        if (rec.kind != outcome_kind::success && s.fail_fast) {
           fail_fast_hit = true;
           for (auto& j : running)
             if (j) j->cancel();
         }
       }
-      latest[rec.id] = rec;
-      progress(&rec);
+      // Hand the record to the journal writer and take the next trial at once.
+      std::lock_guard lock(journal_mutex);
+      unwritten.push_back(std::move(rec));
+      journal_cv.notify_one();
     }
   };
+
+  // The journal writer: appends what the slots hand over, one fsync per batch (group commit).
+  // A trial counts as done only once its record is durable.
+  std::thread writer([&] {
+    std::unique_lock lk(journal_mutex);
+    for (;;) {
+      journal_cv.wait(lk, [&] { return !unwritten.empty() || writer_done; });
+      if (unwritten.empty()) return;
+      std::vector<trial_record> batch = std::move(unwritten);
+      unwritten.clear();
+      lk.unlock();
+      try {
+        std::string text;
+        for (const auto& r : batch) text += r.to_json().dump() + "\n";
+        write_all(journal.get(), text);
+        if (::fsync(journal.get()) != 0) throw internal_error("fsync of the sweep journal failed");
+      } catch (...) {
+        writer_error = std::current_exception();
+        request_stop();
+      }
+      {
+        std::lock_guard lock(mutex);
+        for (auto& rec : batch) {
+          ++finished;
+          busy_seconds += rec.wall_s;
+          if (rec.kind == outcome_kind::success) {
+            ++summary.succeeded;
+            if (auto m = metric_of(s, rec); m && (!best || (s.metric.maximize ? *m > *best : *m < *best))) best = m;
+          } else {
+            ++failed;
+            ++summary.failed;
+          }
+          progress(&rec);
+          latest[rec.id] = std::move(rec);
+        }
+      }
+      lk.lock();
+    }
+  });
 
   std::vector<std::thread> threads;
   for (const auto& sl : slots) threads.emplace_back(run_slot, std::cref(sl));
   for (auto& t : threads) t.join();
+  {
+    std::lock_guard lk(journal_mutex);
+    writer_done = true;
+    journal_cv.notify_one();
+  }
+  writer.join();
   all_done = true;
   watcher.join();
   stop_fd = -1;
+  if (writer_error) std::rethrow_exception(writer_error);
   if (tty) std::fprintf(stderr, "\n");
   summary.interrupted = stop_count.load() > 0;
 
