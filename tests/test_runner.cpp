@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -70,6 +71,30 @@ isorun::blob make_pattern(std::uint64_t size, std::uint64_t seed) {
   auto* words = reinterpret_cast<std::uint64_t*>(b.mutable_data());
   for (std::uint64_t i = 0; i < size / 8; ++i) words[i] = pattern_word(i, seed);
   return b;
+}
+
+// Writes its result where the result will be: nothing is copied on either side.
+isorun::blob fill_in_place(std::uint64_t size, std::uint64_t seed) {
+  isorun::blob b = isorun::this_worker().output_blob(size);
+  auto* words = reinterpret_cast<std::uint64_t*>(b.mutable_data());
+  for (std::uint64_t i = 0; i < size / 8; ++i) words[i] = pattern_word(i, seed);
+  return b;
+}
+
+struct wrapped {
+  int tag = 0;
+  isorun::blob bytes;
+  template <class A>
+  void serialize(A& ar) {
+    ar(tag, bytes);
+  }
+};
+
+// output_blob in a result that is not a bare blob: an ordinary buffer, still correct.
+wrapped wrap_in_place(std::uint64_t size) {
+  wrapped w{7, isorun::this_worker().output_blob(size)};
+  std::memset(w.bytes.mutable_data(), 0x5a, size);
+  return w;
 }
 
 std::uint64_t sum_blob(const isorun::blob& b) {
@@ -135,6 +160,8 @@ ISORUN_TASK(concat);
 ISORUN_TASK(scale);
 ISORUN_TASK(make_pattern);
 ISORUN_TASK(sum_blob);
+ISORUN_TASK(fill_in_place);
+ISORUN_TASK(wrap_in_place);
 ISORUN_TASK(throws);
 ISORUN_TASK(segfaults);
 ISORUN_TASK(aborts);
@@ -435,4 +462,24 @@ TEST_CASE("map runs a task over inputs on packed slots and keeps input order", "
   CHECK(seen.size() == 2);  // both simulated GPUs were used
   CHECK_THROWS_AS(isorun::map(visible_devices, std::vector<int>{0}, {.all_gpus = true, .mem_limit = 64_GiB}),
                   isorun::usage_error);
+}
+
+TEST_CASE("output_blob: a result written in place in shared memory", "[runner]") {
+  const std::uint64_t size = 64_MiB;
+  isorun::blob b = isorun::isolated(fill_in_place)(size, 5);
+  REQUIRE(b.size() == size);
+  CHECK(b.is_view());
+  const auto* words = reinterpret_cast<const std::uint64_t*>(b.data());
+  std::uint64_t mismatches = 0;
+  for (std::uint64_t i = 0; i < size / 8; ++i) mismatches += words[i] != pattern_word(i, 5);
+  CHECK(mismatches == 0);
+
+  wrapped w = isorun::isolated(wrap_in_place)(1_MiB);
+  CHECK(w.tag == 7);
+  REQUIRE(w.bytes.size() == 1_MiB);
+  CHECK(static_cast<unsigned char>(w.bytes.data()[12345]) == 0x5a);
+
+  isorun::blob local = isorun::this_worker().output_blob(16);  // outside a worker: owned
+  CHECK_FALSE(local.is_view());
+  CHECK(local.mutable_data() != nullptr);
 }

@@ -7,7 +7,6 @@
 #include <string>
 
 #include "digits_cuda.hpp"
-#include "isorun/this_worker.hpp"
 
 namespace digits_gpu {
 namespace {
@@ -20,15 +19,16 @@ void check(cudaError_t rc, const char* what) {
 
 // Device memory from the worker's capped allocator.
 struct buffer {
+  isorun::alloc::caching_allocator& a;
   float* p = nullptr;
   std::size_t n = 0;
-  explicit buffer(std::size_t count) : n{count} {
-    p = static_cast<float*>(isorun::this_worker().allocator().allocate(count * sizeof(float)));
+  buffer(isorun::alloc::caching_allocator& alloc, std::size_t count) : a{alloc}, n{count} {
+    p = static_cast<float*>(a.allocate(count * sizeof(float)));
   }
-  buffer(const std::vector<float>& host) : buffer(host.size()) {
+  buffer(isorun::alloc::caching_allocator& alloc, const std::vector<float>& host) : buffer(alloc, host.size()) {
     check(cudaMemcpy(p, host.data(), n * sizeof(float), cudaMemcpyHostToDevice), "copy to device");
   }
-  ~buffer() { isorun::this_worker().allocator().deallocate(p); }
+  ~buffer() { a.deallocate(p); }
   buffer(const buffer&) = delete;
   buffer& operator=(const buffer&) = delete;
 };
@@ -82,12 +82,14 @@ __global__ void update(float* w, float* b, const float* input, int in, const flo
 void train(const problem& p, std::vector<float>& train_logits, std::vector<float>& test_logits) {
   const int n_train = static_cast<int>(p.y_train->size()), n_test = static_cast<int>(p.y_test->size());
   const int in2 = p.mlp ? p.hidden : features;
-  buffer w1(p.mlp ? p.w1 : std::vector<float>(1)), b1(p.mlp ? p.b1 : std::vector<float>(1));
-  buffer w2(p.w2), b2(p.b2);
-  buffer bx(static_cast<std::size_t>(std::max(p.batch, std::max(n_train, n_test))) * features);
-  buffer h(static_cast<std::size_t>(std::max(p.batch, std::max(n_train, n_test))) * std::max(p.hidden, 1));
-  buffer dh(static_cast<std::size_t>(p.batch) * std::max(p.hidden, 1));
-  buffer logits(static_cast<std::size_t>(std::max(p.batch, std::max(n_train, n_test))) * classes);
+  auto& a = *p.allocator;
+  buffer w1(a, p.mlp ? p.w1 : std::vector<float>(1)), b1(a, p.mlp ? p.b1 : std::vector<float>(1));
+  buffer w2(a, p.w2), b2(a, p.b2);
+  const std::size_t most = static_cast<std::size_t>(std::max(p.batch, std::max(n_train, n_test)));
+  buffer bx(a, most * features);
+  buffer h(a, most * static_cast<std::size_t>(std::max(p.hidden, 1)));
+  buffer dh(a, static_cast<std::size_t>(p.batch) * static_cast<std::size_t>(std::max(p.hidden, 1)));
+  buffer logits(a, most * classes);
   int* labels = nullptr;
   check(cudaMalloc(&labels, sizeof(int) * p.batch), "labels");  // tiny; outside the cap's bookkeeping
 

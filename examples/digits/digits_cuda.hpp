@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "isorun/alloc/caching_allocator.hpp"
+
 namespace digits_gpu {
 
 struct problem {
@@ -17,6 +19,7 @@ struct problem {
   float lr, weight_decay;
   int epochs, batch;
   std::mt19937* rng;  // the CPU path's generator, after initialization: same batches
+  isorun::alloc::caching_allocator* allocator;  // the worker's (CUDA backend)
   // Initial parameters (from the host RNG, as on the CPU path).
   std::vector<float> w1, b1, w2, b2;
 };

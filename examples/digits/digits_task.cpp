@@ -247,6 +247,7 @@ digits_result digits(const digits_params& p) {
   if (isorun::this_worker().has_gpu()) {
     digits_gpu::problem gp{&xtr, &ytr, &xte, &yte, m.mlp, p.hidden, static_cast<float>(p.lr),
                            static_cast<float>(p.weight_decay), p.epochs, p.batch, &rng,
+                           &isorun::this_worker().allocator(),
                            {m.w1.begin(), m.w1.end()}, {m.b1.begin(), m.b1.end()},
                            {m.w2.begin(), m.w2.end()}, {m.b2.begin(), m.b2.end()}};
     std::vector<float> train_logits, test_logits;

@@ -274,10 +274,11 @@ sweep_summary run(const spec& s, const std::vector<slot>& slots, const run_optio
   std::thread watcher([&] {
     while (!all_done) {
       pollfd p{stop_read.get(), POLLIN, 0};
-      if (::poll(&p, 1, 200) <= 0) continue;
+      if (::poll(&p, 1, -1) <= 0) continue;
       char buf[16];
       while (::read(stop_read.get(), buf, sizeof buf) > 0) {
       }
+      if (all_done) break;
       std::lock_guard lock(mutex);
       for (auto& j : running)
         if (j) j->cancel();
@@ -428,6 +429,7 @@ sweep_summary run(const spec& s, const std::vector<slot>& slots, const run_optio
   }
   writer.join();
   all_done = true;
+  [[maybe_unused]] auto woken = ::write(stop_write.get(), "", 1);  // wake the watcher now, not at its next poll
   watcher.join();
   stop_fd = -1;
   if (writer_error) std::rethrow_exception(writer_error);

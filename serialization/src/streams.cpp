@@ -32,6 +32,12 @@ std::streamsize span_writer::xsputn(const char* s, std::streamsize n) {
   const auto len = static_cast<std::uint64_t>(n);
   if (len > capacity_ - pos_) return 0;  // cereal turns a short write into an exception
   if (len == 0) return 0;
+  if (reinterpret_cast<const std::byte*>(s) == begin_ + pos_) {
+    // Written in place by the task (worker_context::output_blob): only hash it.
+    pos_ += len;
+    hash_pending();
+    return n;
+  }
   if (len < hash_chunk) {
     std::memcpy(begin_ + pos_, s, len);
     pos_ += len;

@@ -28,13 +28,14 @@ void* load_cuda_module() {
   return ::dlopen(alloc::cuda_module_name, RTLD_NOW | RTLD_LOCAL);
 }
 
-std::unique_ptr<alloc::caching_allocator> make_allocator(const worker_context& w) {
+std::unique_ptr<alloc::caching_allocator> make_allocator(const worker_context& w, void*& module_out) {
   std::string conf = w.alloc_conf();
   if (conf.empty())
     if (const char* env = std::getenv("ISORUN_ALLOC_CONF")) conf = env;
   const auto config = alloc::alloc_config::parse(conf);
   if (w.has_gpu()) {
     void* module = load_cuda_module();
+    module_out = module;
     if (!module)
       throw std::runtime_error(std::string("cannot load the CUDA backend (") + alloc::cuda_module_name + "): " + ::dlerror());
     using create_t = alloc::backend* (*)(int, char*, std::size_t);
@@ -77,8 +78,24 @@ void worker_context::assign(int device, std::string uuid, std::uint64_t device_m
 }
 
 alloc::caching_allocator& worker_context::allocator() {
-  std::call_once(allocator_once_, [&] { allocator_ = make_allocator(*this); });
+  std::call_once(allocator_once_, [&] { allocator_ = make_allocator(*this, cuda_module_); });
   return *allocator_;
+}
+
+blob worker_context::output_blob(std::size_t size) {
+  if (!in_worker_ || !output_area_) return blob(size);
+  // The payload of a blob result is its 8-byte length, then the bytes: put them where the
+  // encoder will find them, so encoding only checksums.
+  std::byte* area = output_area_(sizeof(std::uint64_t) + size);
+  if (!area) return blob(size);
+  if (has_gpu()) {
+    allocator();  // loads the CUDA module
+    using reg_t = int (*)(void*, std::size_t);
+    if (cuda_module_)
+      if (auto reg = reinterpret_cast<reg_t>(::dlsym(cuda_module_, "isorun_cuda_host_register")))
+        reg(area + sizeof(std::uint64_t), size);  // best effort: pageable memory works too
+  }
+  return blob::external(area + sizeof(std::uint64_t), size);
 }
 
 worker_context& this_worker() noexcept {

@@ -79,11 +79,19 @@ class segment_sink final : public worker::result_sink {
 
   std::byte* reserve(std::uint64_t size) override {
     run_end_ns_ = monotonic_ns();
+    return area(size);
+  }
+
+  // Maps the segment for a payload of `size` bytes; an existing large enough mapping is kept,
+  // so bytes a task wrote in place (output_blob) stay where the encoder expects them.
+  std::byte* area(std::uint64_t size) {
     if (size > max_result_)
       throw std::length_error("result of " + std::to_string(size) + " bytes exceeds the supervisor's limit of " +
                               std::to_string(max_result_) + " bytes");
-    file_.reserve(ser::header_size + size);
-    map_ = ser::mapping::map(file_.fd(), ser::header_size + size, ser::mapping::access::read_write, true);
+    if (map_.size() < ser::header_size + size) {
+      file_.reserve(ser::header_size + size);
+      map_ = ser::mapping::map(file_.fd(), ser::header_size + size, ser::mapping::access::read_write, true);
+    }
     return map_.data() + ser::header_size;
   }
 
@@ -146,6 +154,8 @@ class segment_sink final : public worker::result_sink {
   try {
     const worker::task_info* task = worker::registry::instance().find(req.task);
     if (!task) throw std::invalid_argument("no task named '" + req.task + "' in this worker");
+    if (task->result_type == "isorun::blob" && req.encoding == static_cast<std::uint32_t>(ser::encoding::binary))
+      this_worker().set_output_area([&sink](std::uint64_t n) { return sink.area(n); });
     if (req.encoding == static_cast<std::uint32_t>(ser::encoding::json)) {
       std::string json(reinterpret_cast<const char*>(req.args.data()), req.args.size());
       task->run_json(json, sink);

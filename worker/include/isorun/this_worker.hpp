@@ -3,11 +3,13 @@
 /// What a task can ask about the worker it runs in.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 
 #include "isorun/alloc/caching_allocator.hpp"
+#include "isorun/serialization/blob.hpp"
 
 namespace isorun {
 
@@ -37,6 +39,16 @@ class worker_context {
   /// @throws alloc::config_error for an invalid configuration; out_of_memory if the CUDA context
   ///         alone exceeds the cap; std::runtime_error if the CUDA backend cannot be loaded.
   alloc::caching_allocator& allocator();
+  /// @brief A writable buffer of `size` bytes for a task whose result type is `isorun::blob`.
+  ///        Inside a worker it lies in the result's shared-memory segment, where the result will
+  ///        be (page-locked on a GPU worker, so a device-to-host copy lands there directly):
+  ///        return it and nothing is copied on either side. Elsewhere, or for other result
+  ///        types, it is an ordinary owned blob, so the same code works everywhere.
+  blob output_blob(std::size_t size);
+  /// Set by the worker: maps the result segment for a payload of the given size (nullptr if
+  /// the running task's result is not a blob).
+  void set_output_area(std::function<std::byte*(std::uint64_t)> area) { output_area_ = std::move(area); }
+
   /// True once allocator() has created the allocator.
   [[nodiscard]] bool has_allocator() const noexcept { return allocator_ != nullptr; }
 
@@ -52,6 +64,8 @@ class worker_context {
   std::uint64_t mem_limit_ = 0;
   std::string task_;
   std::string alloc_conf_;
+  std::function<std::byte*(std::uint64_t)> output_area_;
+  void* cuda_module_ = nullptr;
   std::once_flag allocator_once_;
   std::unique_ptr<alloc::caching_allocator> allocator_;
 };

@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <type_traits>
+#include <utility>
 
 #include "isorun/serialization/streams.hpp"
 
@@ -38,8 +39,27 @@ class blob {
   blob(std::shared_ptr<const void> owner, const std::byte* data, std::size_t size) noexcept
       : owner_{std::move(owner)}, data_{data}, size_{size} {}
 
-  blob(blob&&) noexcept = default;
-  blob& operator=(blob&&) noexcept = default;
+  /// @brief A writable view of `size` bytes at `data` owned elsewhere (the worker's result
+  ///        segment: see worker_context::output_blob).
+  static blob external(std::byte* data, std::size_t size) noexcept {
+    blob b;
+    b.external_ = data;
+    b.data_ = data;
+    b.size_ = size;
+    return b;
+  }
+
+  blob(blob&& o) noexcept
+      : storage_{std::move(o.storage_)}, external_{std::exchange(o.external_, nullptr)}, owner_{std::move(o.owner_)},
+        data_{std::exchange(o.data_, nullptr)}, size_{std::exchange(o.size_, 0)} {}
+  blob& operator=(blob&& o) noexcept {
+    storage_ = std::move(o.storage_);
+    external_ = std::exchange(o.external_, nullptr);
+    owner_ = std::move(o.owner_);
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+    return *this;
+  }
   blob(const blob& other) : blob(other.data_, other.size_) {}
   blob& operator=(const blob& other) {
     if (this != &other) *this = blob(other);
@@ -47,13 +67,13 @@ class blob {
   }
 
   [[nodiscard]] const std::byte* data() const noexcept { return data_; }
-  /// Writable bytes; nullptr for a view (views are read-only).
-  [[nodiscard]] std::byte* mutable_data() noexcept { return storage_.get(); }
+  /// Writable bytes; nullptr for a view of a received result (those are read-only).
+  [[nodiscard]] std::byte* mutable_data() noexcept { return storage_ ? storage_.get() : external_; }
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
   [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
   [[nodiscard]] std::span<const std::byte> bytes() const noexcept { return {data_, size_}; }
   /// True when this blob aliases a shared-memory result instead of owning its bytes.
-  [[nodiscard]] bool is_view() const noexcept { return data_ != nullptr && !storage_; }
+  [[nodiscard]] bool is_view() const noexcept { return data_ != nullptr && !storage_ && !external_; }
 
   template <class Archive>
   void save(Archive& ar) const {
@@ -86,6 +106,7 @@ class blob {
 
  private:
   std::unique_ptr<std::byte[]> storage_;
+  std::byte* external_ = nullptr;
   std::shared_ptr<const void> owner_;
   const std::byte* data_ = nullptr;
   std::size_t size_ = 0;
