@@ -24,7 +24,7 @@
 #include "test_support.hpp"
 
 namespace fs = std::filesystem;
-namespace sw = isorun::sweep;
+namespace sw = isorun::sweeps;
 using nlohmann::json;
 
 namespace {

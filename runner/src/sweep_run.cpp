@@ -29,7 +29,7 @@
 #include "isorun/units.hpp"
 #include "task_params.hpp"
 
-namespace isorun::sweep {
+namespace isorun::sweeps {
 namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -468,4 +468,4 @@ sweep_summary run(const spec& s, const std::vector<slot>& slots, const run_optio
   return summary;
 }
 
-}  // namespace isorun::sweep
+}  // namespace isorun::sweeps

@@ -9,7 +9,7 @@
 #include "isorun/sweep.hpp"
 #include "isorun/units.hpp"
 
-namespace isorun::sweep {
+namespace isorun::sweeps {
 namespace {
 using nlohmann::json;
 
@@ -355,4 +355,4 @@ std::vector<slot> plan_slots(const spec& s, const gpu_inventory& inv) {
   return slots;
 }
 
-}  // namespace isorun::sweep
+}  // namespace isorun::sweeps

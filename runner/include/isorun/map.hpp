@@ -7,7 +7,8 @@
 ///     auto results = isorun::map(train, configs, {.all_gpus = true, .mem_limit = 6_GiB});
 ///     for (auto& r : results) if (r.ok()) use(r.value());
 ///
-/// (`isorun::sweep` is the same call, named for hyperparameter searches.)
+/// `isorun::sweep` is the same call, named for hyperparameter searches; `isorun sweep` (the CLI)
+/// adds specs, the journal and resume on top.
 
 #include <atomic>
 #include <chrono>
@@ -37,16 +38,16 @@ struct map_options {
 /// @throws usage_error for an impossible plan (no GPUs, cap above every GPU, unregistered task).
 template <class R, class A>
 std::vector<result<R>> map(R (*fn)(A), const std::vector<std::decay_t<A>>& inputs, const map_options& o = {}) {
-  sweep::spec plan;
+  sweeps::spec plan;
   plan.gpus = o.gpus;
   plan.all_gpus = o.all_gpus;
   plan.mem_limit = o.mem_limit;
   plan.per_gpu = o.per_gpu;
   plan.cpu_slots = o.cpu_slots;
-  std::vector<sweep::slot> slots;
+  std::vector<sweeps::slot> slots;
   try {
-    slots = sweep::plan_slots(plan, gpus());
-  } catch (const sweep::spec_error& e) {
+    slots = sweeps::plan_slots(plan, gpus());
+  } catch (const sweeps::spec_error& e) {
     throw usage_error(e.what());
   }
   std::vector<std::optional<result<R>>> out(inputs.size());
@@ -81,9 +82,10 @@ std::vector<result<R>> map(R (*fn)(A), const std::vector<std::decay_t<A>>& input
   return results;
 }
 
-/// @brief `map` for hyperparameter sets: one isolated, capped trial per element of `params`.
+/// @brief `map` for hyperparameter sets: one isolated, capped trial per element of `params`,
+///        typed results plus per-trial outcomes, in order.
 template <class R, class A>
-std::vector<result<R>> sweep_over(R (*fn)(A), const std::vector<std::decay_t<A>>& params, const map_options& o = {}) {
+std::vector<result<R>> sweep(R (*fn)(A), const std::vector<std::decay_t<A>>& params, const map_options& o = {}) {
   return map(fn, params, o);
 }
 

@@ -16,7 +16,7 @@
 #include "isorun/gpu_inventory.hpp"
 #include "isorun/outcome.hpp"
 
-namespace isorun::sweep {
+namespace isorun::sweeps {
 
 using runner::gpu_info;
 using runner::gpu_inventory;
@@ -119,4 +119,4 @@ void request_stop() noexcept;
 /// @brief The top-k table, sorted by the metric.
 std::string top_table(const spec& s, const std::vector<trial_record>& records, int k);
 
-}  // namespace isorun::sweep
+}  // namespace isorun::sweeps

@@ -99,7 +99,7 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
     }
   }
 
-  sweep::spec s;
+  sweeps::spec s;
   try {
     const std::string& first = a[0];
     if (first.size() > 5 && (first.ends_with(".yaml") || first.ends_with(".yml"))) {
@@ -108,10 +108,10 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
       std::stringstream text;
       text << in.rdbuf();
       if (!grid.empty()) throw usage_error("--grid goes with a TASK, not with a spec file");
-      s = sweep::parse_spec(text.str(), first);
+      s = sweeps::parse_spec(text.str(), first);
     } else {
       if (grid.empty()) throw usage_error("sweep " + first + ": give a SPEC.yaml, or a TASK with --grid key=v1,v2");
-      s = sweep::spec_from_grid(first, grid);
+      s = sweeps::spec_from_grid(first, grid);
     }
     if (!out.empty()) s.out = out;
     if (!gpus.empty()) {
@@ -132,14 +132,14 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
       s.retries[cls] = n;
     }
     if (fail_fast) s.fail_fast = true;
-    const auto slots = sweep::plan_slots(s, runner::gpu_inventory::detect());
+    const auto slots = sweeps::plan_slots(s, runner::gpu_inventory::detect());
 
     struct sigaction sa {};
-    sa.sa_handler = [](int) { sweep::request_stop(); };
+    sa.sa_handler = [](int) { sweeps::request_stop(); };
     ::sigaction(SIGINT, &sa, nullptr);
     ::sigaction(SIGTERM, &sa, nullptr);
 
-    sweep::run_options ro;
+    sweeps::run_options ro;
     ro.task_libraries = libraries;
     ro.rerun_failed = rerun;
     ro.progress = progress;
@@ -147,8 +147,8 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
     const std::string where = s.out.empty() ? "isorun-sweep-" + s.task : s.out;
     std::fprintf(stderr, "isorun: sweep %s: %zu trials on %zu %s slot%s; results in %s/\n", s.task.c_str(), s.trials.size(),
                  slots.size(), slots.front().gpu ? "GPU" : "CPU", slots.size() == 1 ? "" : "s", where.c_str());
-    const auto summary = sweep::run(s, slots, ro);
-    std::cout << sweep::top_table(s, summary.records, top);
+    const auto summary = sweeps::run(s, slots, ro);
+    std::cout << sweeps::top_table(s, summary.records, top);
     std::fprintf(stderr,
                  "isorun: sweep %s: %zu succeeded, %zu failed, %zu already done%s; journal %s/results.jsonl, table "
                  "%s/results.csv\n",
@@ -159,7 +159,7 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
     std::size_t failed_total = 0;
     for (const auto& r : summary.records) failed_total += r.kind != outcome_kind::success;
     return failed_total ? 1 : 0;
-  } catch (const sweep::spec_error& e) {
+  } catch (const sweeps::spec_error& e) {
     throw usage_error(std::string(a[0].ends_with(".yaml") || a[0].ends_with(".yml") ? a[0] + ": " : "") + e.what());
   }
 }
