@@ -464,7 +464,7 @@ TEST_CASE("map runs a task over inputs on packed slots and keeps input order", "
                   isorun::usage_error);
   // isorun::sweep: the same call for parameter sets, typed results with outcomes.
   std::vector<point> configs = {{1, 0.5, "a", {}}, {2, 1.5, "b", {}}};
-  auto trials = isorun::sweep(echo_point, configs, {.cpu_slots = 2, .mem_limit = 64_MiB});
+  auto trials = isorun::sweep(echo_point, configs, {.mem_limit = 64_MiB, .cpu_slots = 2});
   REQUIRE(trials.size() == 2);
   CHECK(trials[1].value().label == "b!");
   CHECK(trials[0].value().x == 2);
