@@ -21,59 +21,17 @@ using nlohmann::json;
 
 namespace {
 
-struct run_result {
-  int code = -1;
-  std::string out, err;
-};
-
-struct running {
-  isorun::runner::child process;
-  int out = -1, err = -1;
-};
+using run_result = isorun::test::captured;
+using running = isorun::test::started;
 
 running start(const std::vector<std::string>& args, const std::vector<std::string>& env_extra = {}) {
-  int o[2], e[2];
-  REQUIRE(::pipe2(o, O_CLOEXEC) == 0);
-  REQUIRE(::pipe2(e, O_CLOEXEC) == 0);
-  isorun::runner::spawn_options opts;
-  opts.executable = ISORUN_CLI;
-  opts.args = args;
-  for (char** v = environ; *v; ++v)
-    if (std::string(*v).rfind("ISORUN_", 0) != 0) opts.env.emplace_back(*v);
-  for (const auto& v : env_extra) opts.env.push_back(v);
-  opts.fds = {{1, o[1]}, {2, e[1]}};
-  running r{isorun::runner::spawn(opts), o[0], e[0]};
-  ::close(o[1]);
-  ::close(e[1]);
-  return r;
+  return isorun::test::start_captured(ISORUN_CLI, args, env_extra);
 }
 
-run_result finish(running& r) {
-  run_result out;
-  char buf[4096];
-  pollfd fds[2] = {{r.out, POLLIN, 0}, {r.err, POLLIN, 0}};
-  int open = 2;
-  while (open > 0) {
-    ::poll(fds, 2, -1);
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || !fds[i].revents) continue;
-      ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
-      if (n > 0) {
-        (i == 0 ? out.out : out.err).append(buf, static_cast<std::size_t>(n));
-      } else {
-        ::close(fds[i].fd);
-        fds[i].fd = -1;
-        --open;
-      }
-    }
-  }
-  out.code = r.process.reap().shell_code();
-  return out;
-}
+run_result finish(running& r) { return isorun::test::finish_captured(r); }
 
 run_result run(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
-  auto r = start(args, env);
-  return finish(r);
+  return isorun::test::run_captured(ISORUN_CLI, args, env);
 }
 
 std::vector<std::string> with_tasks(std::vector<std::string> args) {

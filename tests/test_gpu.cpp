@@ -14,37 +14,15 @@
 
 #include "isorun/gpu_inventory.hpp"
 #include "isorun/process.hpp"
+#include "test_support.hpp"
 
 using nlohmann::json;
 
 namespace {
 
-struct run_result {
-  int code;
-  std::string out, err;
-};
-
-run_result run(std::vector<std::string> args) {
-  int o[2], e[2];
-  REQUIRE(::pipe2(o, O_CLOEXEC) == 0);
-  REQUIRE(::pipe2(e, O_CLOEXEC) == 0);
-  isorun::runner::spawn_options opts;
-  opts.executable = ISORUN_CLI;
+isorun::test::captured run(std::vector<std::string> args) {
   args.insert(args.begin(), {"--tasks", CLI_TEST_TASKS});
-  opts.args = args;
-  for (char** v = environ; *v; ++v) opts.env.emplace_back(*v);
-  opts.fds = {{1, o[1]}, {2, e[1]}};
-  auto c = isorun::runner::spawn(opts);
-  ::close(o[1]);
-  ::close(e[1]);
-  run_result r{-1, {}, {}};
-  char buf[4096];
-  for (ssize_t n; (n = ::read(o[0], buf, sizeof buf)) > 0;) r.out.append(buf, static_cast<std::size_t>(n));
-  for (ssize_t n; (n = ::read(e[0], buf, sizeof buf)) > 0;) r.err.append(buf, static_cast<std::size_t>(n));
-  ::close(o[0]);
-  ::close(e[0]);
-  r.code = c.reap().shell_code();
-  return r;
+  return isorun::test::run_captured(ISORUN_CLI, args);
 }
 
 }  // namespace

@@ -6,8 +6,15 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
 #include <cerrno>
 #include <string>
+#include <vector>
+
+#include "isorun/process.hpp"
+
+extern char** environ;
 
 namespace isorun::test {
 
@@ -42,6 +49,66 @@ inline bool process_gone(pid_t pid, int bound_ms = 30000) {
   int rc = ::poll(&p, 1, bound_ms);
   ::close(fd);
   return rc == 1;
+}
+
+/// A program started with its stdout and stderr on pipes.
+struct started {
+  runner::child process;
+  int out = -1, err = -1;
+};
+
+/// A finished program: exit status (shell convention) and what it printed.
+struct captured {
+  int code = -1;
+  std::string out, err;
+};
+
+/// @brief Starts `exe args...` with this environment minus ISORUN_* variables, plus `env_extra`.
+inline started start_captured(const std::string& exe, const std::vector<std::string>& args,
+                              const std::vector<std::string>& env_extra = {}) {
+  int o[2], e[2];
+  if (::pipe2(o, O_CLOEXEC) != 0 || ::pipe2(e, O_CLOEXEC) != 0) throw std::runtime_error("pipe2");
+  runner::spawn_options opts;
+  opts.executable = exe;
+  opts.args = args;
+  for (char** v = environ; *v; ++v)
+    if (std::string(*v).rfind("ISORUN_", 0) != 0) opts.env.emplace_back(*v);
+  for (const auto& v : env_extra) opts.env.push_back(v);
+  opts.fds = {{1, o[1]}, {2, e[1]}};
+  started s{runner::spawn(opts), o[0], e[0]};
+  ::close(o[1]);
+  ::close(e[1]);
+  return s;
+}
+
+/// @brief Reads both pipes to the end, then reaps the program.
+inline captured finish_captured(started& s) {
+  captured c;
+  char buf[4096];
+  pollfd fds[2] = {{s.out, POLLIN, 0}, {s.err, POLLIN, 0}};
+  for (int open = 2; open > 0;) {
+    ::poll(fds, 2, -1);
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !fds[i].revents) continue;
+      const ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+      if (n > 0) {
+        (i == 0 ? c.out : c.err).append(buf, static_cast<std::size_t>(n));
+      } else {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open;
+      }
+    }
+  }
+  c.code = s.process.reap().shell_code();
+  return c;
+}
+
+/// @brief Runs a program to completion and captures its output.
+inline captured run_captured(const std::string& exe, const std::vector<std::string>& args,
+                             const std::vector<std::string>& env_extra = {}) {
+  auto s = start_captured(exe, args, env_extra);
+  return finish_captured(s);
 }
 
 }  // namespace isorun::test

@@ -383,22 +383,11 @@ TEST_CASE("inline --grid sweeps work like a spec", "[sweep]") {
 }
 
 TEST_CASE("the digits example reaches at least 0.95 held-out accuracy on the CPU path", "[sweep][digits]") {
-  int out[2];
-  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
-  isorun::runner::spawn_options o;
-  o.executable = ISORUN_CLI;
-  o.args = {"--cpu", "-q", "--mem-limit", "256M", "digits", "model=mlp", "lr=0.1", "hidden=64", "epochs=30", "seed=1"};
-  for (char** e = environ; *e; ++e) o.env.emplace_back(*e);
-  o.fds = {{1, out[1]}};
-  auto c = isorun::runner::spawn(o);
-  ::close(out[1]);
-  std::string text;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
-  ::close(out[0]);
-  REQUIRE(c.reap().code == 0);
-  json r = json::parse(text);
-  CHECK(r["accuracy"].get<double>() >= 0.95);
-  CHECK(r["test_size"] == 359);
-  CHECK(r["train_size"] == 1438);
+  auto r = isorun::test::run_captured(ISORUN_CLI, {"--cpu", "-q", "--mem-limit", "256M", "digits", "model=mlp", "lr=0.1",
+                                                   "hidden=64", "epochs=30", "seed=1"});
+  REQUIRE(r.code == 0);
+  json j = json::parse(r.out);
+  CHECK(j["accuracy"].get<double>() >= 0.95);
+  CHECK(j["test_size"] == 359);
+  CHECK(j["train_size"] == 1438);
 }
