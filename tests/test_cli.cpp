@@ -178,7 +178,7 @@ TEST_CASE("-- CMD mirrors the command's status and exports the assignment", "[cl
 }
 
 TEST_CASE("-- CMD timeout stops the command and its children", "[cli]") {
-  auto r = run({"--cpu", "--timeout", "500ms", "--grace", "100ms", "--", "sh", "-c",
+  auto r = run({"--cpu", "--timeout", "2s", "--grace", "100ms", "--", "sh", "-c",
                 "trap '' TERM; sleep 1000 & echo $!; wait"});
   CHECK(r.code == 124);
   const pid_t grandchild = std::stoi(r.out);

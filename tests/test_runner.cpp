@@ -269,7 +269,7 @@ TEST_CASE("void tasks return normally", "[runner]") { CHECK_NOTHROW(isorun::isol
 
 TEST_CASE("a timeout stops the task and the grandchild it started, escalating to SIGKILL", "[runner]") {
   const std::string fifo = make_fifo();
-  auto f = isorun::isolated(hang_with_grandchild, {.timeout = 2s, .grace = 200ms});
+  auto f = isorun::isolated(hang_with_grandchild, {.timeout = 5s, .grace = 200ms});
   auto call = f.async(fifo);
   auto [worker, grandchild] = read_pids(fifo);
   REQUIRE(worker == call.pid());
