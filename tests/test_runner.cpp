@@ -181,13 +181,21 @@ std::pair<pid_t, pid_t> read_pids(const std::string& fifo) {
   return {static_cast<pid_t>(w), static_cast<pid_t>(g)};
 }
 
-std::string make_fifo() {
-  char dir[] = "/tmp/isorun-test-XXXXXX";
-  REQUIRE(::mkdtemp(dir) != nullptr);
-  std::string path = std::string(dir) + "/pids";
-  REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
-  return path;
-}
+// A FIFO in a fresh temporary folder, removed with it at the end of the test.
+struct temp_fifo {
+  std::string dir, path;
+  temp_fifo() {
+    char tmpl[] = "/tmp/isorun-test-XXXXXX";
+    REQUIRE(::mkdtemp(tmpl) != nullptr);
+    dir = tmpl;
+    path = dir + "/pids";
+    REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+  }
+  ~temp_fifo() {
+    ::unlink(path.c_str());
+    ::rmdir(dir.c_str());
+  }
+};
 
 }  // namespace
 
@@ -268,7 +276,8 @@ TEST_CASE("a worker that exits without a result is a crash with its exit code", 
 TEST_CASE("void tasks return normally", "[runner]") { CHECK_NOTHROW(isorun::isolated(no_result)(1)); }
 
 TEST_CASE("a timeout stops the task and the grandchild it started, escalating to SIGKILL", "[runner]") {
-  const std::string fifo = make_fifo();
+  const temp_fifo tf;
+  const std::string& fifo = tf.path;
   auto f = isorun::isolated(hang_with_grandchild, {.timeout = 5s, .grace = 200ms});
   auto call = f.async(fifo);
   auto [worker, grandchild] = read_pids(fifo);
@@ -282,7 +291,8 @@ TEST_CASE("a timeout stops the task and the grandchild it started, escalating to
 }
 
 TEST_CASE("cancel() stops an async call and everything it started", "[runner]") {
-  const std::string fifo = make_fifo();
+  const temp_fifo tf;
+  const std::string& fifo = tf.path;
   auto call = isorun::isolated(hang_with_grandchild, {.grace = 100ms}).async(fifo);
   auto [worker, grandchild] = read_pids(fifo);
   CHECK_FALSE(call.wait_for(0ms));
@@ -294,7 +304,8 @@ TEST_CASE("cancel() stops an async call and everything it started", "[runner]") 
 }
 
 TEST_CASE("dropping an unfinished async handle cancels the worker", "[runner]") {
-  const std::string fifo = make_fifo();
+  const temp_fifo tf;
+  const std::string& fifo = tf.path;
   pid_t worker = 0, grandchild = 0;
   {
     auto call = isorun::isolated(hang_with_grandchild, {.grace = 100ms}).async(fifo);
