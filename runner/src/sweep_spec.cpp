@@ -1,4 +1,4 @@
-#include <xxhash.h>
+// Sweep specs in YAML: only the CLI (and tests) link this, so workers never load yaml-cpp.
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
@@ -127,13 +127,6 @@ void cartesian(std::vector<json>& trials, const std::vector<std::pair<std::strin
 }
 
 }  // namespace
-
-std::string trial_id(const std::string& task, const nlohmann::json& params) {
-  const std::string canonical = task + "\n" + params.dump();  // object keys are sorted
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(XXH3_64bits(canonical.data(), canonical.size())));
-  return buf;
-}
 
 spec parse_spec(const std::string& text, const std::string& source) {
   YAML::Node root;
@@ -322,37 +315,6 @@ spec spec_from_grid(const std::string& task, const std::vector<std::pair<std::st
   } catch (const spec_error& e) {
     throw spec_error(std::string("--grid: ") + e.what(), 0);
   }
-}
-
-std::vector<slot> plan_slots(const spec& s, const gpu_inventory& inv) {
-  std::vector<slot> slots;
-  std::vector<int> gpus = s.gpus;
-  if (s.all_gpus)
-    for (const auto& g : inv.gpus) gpus.push_back(g.index);
-  if (s.all_gpus && gpus.empty())
-    throw spec_error("resources: gpus: all, but there are no GPUs (" + inv.describe_source() +
-                     "); drop gpus: for CPU slots, or set ISORUN_SIMULATE_GPUS", 0);
-  if (gpus.empty()) {
-    const int n = s.cpu_slots ? s.cpu_slots : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    for (int i = 0; i < n; ++i) slots.push_back({std::nullopt, i});
-    return slots;
-  }
-  if (!s.mem_limit && !s.per_gpu)
-    throw spec_error("GPU sweeps need mem_limit (or per_gpu) to pack trials; e.g. --mem-limit 6G", 0);
-  for (int index : gpus) {
-    const gpu_info& g = inv.at(index);  // usage_error for a missing GPU
-    if (s.mem_limit > g.total_memory)
-      throw spec_error("mem_limit " + format_size(s.mem_limit) + " exceeds GPU " + std::to_string(index) + "'s " +
-                       format_size(g.total_memory), 0);
-    // A trial's cap includes its CUDA context, so caps simply add up against free memory.
-    int n = s.per_gpu ? s.per_gpu : static_cast<int>(g.free_memory / s.mem_limit);
-    if (s.per_gpu && s.mem_limit && static_cast<std::uint64_t>(s.per_gpu) * s.mem_limit > g.free_memory)
-      throw spec_error("per_gpu " + std::to_string(s.per_gpu) + " x mem_limit " + format_size(s.mem_limit) +
-                       " exceeds GPU " + std::to_string(index) + "'s free " + format_size(g.free_memory), 0);
-    for (int i = 0; i < n; ++i) slots.push_back({g, static_cast<int>(slots.size())});
-  }
-  if (slots.empty()) throw spec_error("no trial fits on the listed GPUs with mem_limit " + format_size(s.mem_limit), 0);
-  return slots;
 }
 
 }  // namespace isorun::sweeps

@@ -52,11 +52,12 @@ struct spec {
   std::string alloc_conf;
 };
 
-/// @brief Parses a YAML sweep spec and expands its trials.
+/// @brief Parses a YAML sweep spec and expands its trials (library isorun::sweep_spec).
 /// @throws spec_error with the YAML line of the problem.
 spec parse_spec(const std::string& yaml_text, const std::string& source_name);
 
-/// @brief Builds a spec from `TASK --grid k=v1,v2 ...` style flags (values already split).
+/// @brief Builds a spec from `TASK --grid k=v1,v2 ...` style flags (values already split;
+///        library isorun::sweep_spec).
 /// @throws spec_error.
 spec spec_from_grid(const std::string& task, const std::vector<std::pair<std::string, std::vector<std::string>>>& grid);
 
