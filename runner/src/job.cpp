@@ -34,11 +34,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::int64_t monotonic_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
+using ser::monotonic_ns;
 
 bool starts_with_key(const std::string& entry, std::string_view key) {
   return entry.size() > key.size() && entry.compare(0, key.size(), key) == 0 && entry[key.size()] == '=';

@@ -30,11 +30,7 @@ namespace isorun {
 namespace {
 namespace ser = isorun::serialization;
 
-std::int64_t monotonic_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
+using ser::monotonic_ns;
 
 [[noreturn]] void die(const std::string& why) {
   std::fprintf(stderr, "isorun worker: %s\n", why.c_str());

@@ -3,6 +3,8 @@
 /// Control messages between supervisor and worker over a SOCK_SEQPACKET socket pair: small,
 /// framed, validated. Bulk data never travels here; it goes through shared memory.
 
+#include <time.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -13,6 +15,14 @@ namespace isorun::serialization {
 inline constexpr std::uint32_t protocol_version = 1;
 /// Largest control message either side accepts.
 inline constexpr std::size_t max_control_message = 64 * 1024;
+
+/// @brief CLOCK_MONOTONIC in nanoseconds: system-wide, so worker and supervisor timestamps in
+///        these messages compare directly.
+inline std::int64_t monotonic_ns() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
 
 /// Sent by the worker once it has mapped its request: who it is and what it sees.
 struct hello_message {
