@@ -303,6 +303,20 @@ TEST_CASE("cancel() stops an async call and everything it started", "[runner]") 
   CHECK(process_gone(grandchild));
 }
 
+TEST_CASE("a second cancel() kills at once, without waiting out the grace period", "[runner]") {
+  const temp_fifo tf;
+  // The task ignores SIGTERM and the grace period is an hour: only the second cancel ends it.
+  auto call = isorun::isolated(hang_with_grandchild, {.grace = std::chrono::hours(1)}).async(tf.path);
+  auto [worker, grandchild] = read_pids(tf.path);
+  call.cancel();
+  call.cancel();
+  auto r = call.try_get();
+  CHECK(r.status().kind == isorun::outcome_kind::cancelled);
+  CHECK(r.status().exit.signal == SIGKILL);
+  CHECK(process_gone(worker));
+  CHECK(process_gone(grandchild));
+}
+
 TEST_CASE("dropping an unfinished async handle cancels the worker", "[runner]") {
   const temp_fifo tf;
   const std::string& fifo = tf.path;

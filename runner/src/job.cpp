@@ -268,8 +268,6 @@ const job_result& job::wait() {
       } catch (const std::exception& e) {
         force(outcome_kind::invalid_result, std::string("malformed control message from worker: ") + e.what());
         s.control.reset();
-        s.process.signal(SIGKILL);
-        ph = phase::killed;
         return;
       }
       if (r.closed) {
@@ -284,11 +282,7 @@ const job_result& job::wait() {
         else if (h->visible_devices != s.expected_devices)
           bad = "CUDA_VISIBLE_DEVICES='" + h->visible_devices + "' (assigned '" + s.expected_devices + "')";
         else if (h->device_order != "PCI_BUS_ID") bad = "CUDA_DEVICE_ORDER='" + h->device_order + "'";
-        if (!bad.empty()) {
-          force(outcome_kind::invalid_result, "worker handshake mismatch: it reports " + bad);
-          s.process.signal(SIGKILL);
-          ph = phase::killed;
-        }
+        if (!bad.empty()) force(outcome_kind::invalid_result, "worker handshake mismatch: it reports " + bad);
         s.hello = *h;
       } else {
         s.done = std::get<ser::done_message>(*r.message);
@@ -315,8 +309,7 @@ const job_result& job::wait() {
   for (;;) {
     // The control socket is read once the worker is gone: its few small messages wait in the
     // socket buffer, and not waking up for each of them keeps a short task's round trip short.
-    pollfd fds[4] = {{s.process.pidfd(), POLLIN, 0},
-                     {-1, POLLIN, 0},
+    pollfd fds[3] = {{s.process.pidfd(), POLLIN, 0},
                      {stderr_open ? s.stderr_read.get() : -1, POLLIN, 0},
                      {s.cancel_event.get(), POLLIN, 0}};
     int timeout_ms = -1;
@@ -324,16 +317,16 @@ const job_result& job::wait() {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
       timeout_ms = static_cast<int>(std::clamp<long long>(left + 1, 0, INT_MAX));
     }
-    int rc = ::poll(fds, 4, timeout_ms);
+    int rc = ::poll(fds, 3, timeout_ms);
     if (rc < 0 && errno != EINTR) break;
-    if (fds[3].revents & POLLIN) {
-      std::uint64_t v;
-      [[maybe_unused]] auto n = ::read(s.cancel_event.get(), &v, sizeof v);
+    if (fds[2].revents & POLLIN) {
+      std::uint64_t requests = 1;  // the eventfd counts cancels that arrived since the last read
+      [[maybe_unused]] auto n = ::read(s.cancel_event.get(), &requests, sizeof requests);
       force(outcome_kind::cancelled, "cancelled by the caller");
-      if (ph == phase::running) escalate();
+      // A first cancel sends SIGTERM, a second one SIGKILL at once.
+      for (std::uint64_t i = 0; i < std::min<std::uint64_t>(requests, 2); ++i) escalate();
     }
-    if (fds[1].revents) read_control();
-    if (fds[2].revents) stderr_open = read_stderr();
+    if (fds[1].revents) stderr_open = read_stderr();
     if (deadline != never && clock::now() >= deadline) {
       if (ph == phase::running)
         force(outcome_kind::timeout, "timed out after " + format_duration(s.spec.timeout) + "; stopped");
@@ -342,7 +335,7 @@ const job_result& job::wait() {
     if (fds[0].revents & POLLIN) break;
   }
 
-  read_control();  // anything sent just before exit
+  read_control();  // hello and done, waiting in the socket buffer
   const exit_status exited = s.process.reap();  // also kills what is left of the group
   if (stderr_open) read_stderr();
   const auto wall = clock::now() - s.started;

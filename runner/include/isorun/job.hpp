@@ -72,8 +72,8 @@ class job {
   /// @brief Waits up to `timeout`. @return true once the result is available via wait().
   bool wait_for(std::chrono::milliseconds timeout);
 
-  /// @brief Asks for the worker to be stopped (SIGTERM, then SIGKILL after the grace period).
-  ///        Thread-safe and async-signal-safe; returns at once.
+  /// @brief Asks for the worker to be stopped (SIGTERM, then SIGKILL after the grace period); a
+  ///        second call sends SIGKILL at once. Thread-safe and async-signal-safe; returns at once.
   void cancel() noexcept;
 
   /// @brief The worker's pid (also its process group id).
