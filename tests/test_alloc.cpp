@@ -2,18 +2,25 @@
 // checked after every operation, and each policy, error and report on its own.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "isorun/alloc/caching_allocator.hpp"
 #include "isorun/alloc/config.hpp"
+#include "isorun/alloc/cuda_module.hpp"
 #include "isorun/alloc/device_buffer.hpp"
 #include "isorun/alloc/host_backend.hpp"
+#include "isorun/alloc/simulated_device.hpp"
 #include "isorun/alloc/std_adaptor.hpp"
 
 using namespace isorun::alloc;
@@ -26,6 +33,7 @@ struct shared_host final : backend {
   host_backend* inner;
   explicit shared_host(host_backend* b) : inner{b} {}
   std::string name() const override { return "host"; }
+  bool host_accessible() const noexcept override { return inner->host_accessible(); }
   void* allocate(std::size_t n) override { return inner->allocate(n); }
   void deallocate(void* p, std::size_t n) noexcept override { inner->deallocate(p, n); }
   memory_info device_memory() const override { return inner->device_memory(); }
@@ -33,6 +41,7 @@ struct shared_host final : backend {
   void release_address(void* p, std::size_t n) noexcept override { inner->release_address(p, n); }
   bool map(void* p, std::size_t n) override { return inner->map(p, n); }
   void unmap(void* p, std::size_t n) noexcept override { inner->unmap(p, n); }
+  void copy(void* d, const void* s, std::size_t n, copy_kind k, stream_id st) override { inner->copy(d, s, n, k, st); }
   event_id record_event(stream_id s) override { return inner->record_event(s); }
   bool event_done(event_id e) override { return inner->event_done(e); }
   void fill(void* p, std::size_t n, std::uint8_t v, stream_id s) override { inner->fill(p, n, v, s); }
@@ -387,4 +396,122 @@ TEST_CASE("debug fill, history, mem_info, RAII buffers and container adaptor", "
   CHECK_THAT(h, Catch::Contains("\"action\":\"free\""));
   CHECK(std::count(h.begin(), h.end(), '{') == 8);  // a ring buffer of 8
   CHECK_THAT(f.alloc.stats().to_json(), Catch::Contains("\"num_ooms\":0"));
+}
+
+namespace {
+
+// Runs `touch` in a forked child; returns the signal that killed it (0 if it exited).
+template <class F>
+int dies_by(F touch) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::signal(SIGSEGV, SIG_DFL);  // die by the signal itself, not a sanitizer's report of it
+    ::signal(SIGBUS, SIG_DFL);
+    touch();
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+}
+
+struct simulated_fixture {
+  simulated_device* device;
+  caching_allocator alloc;
+  simulated_fixture(std::uint64_t cap, const char* conf, std::uint64_t capacity = 1ULL << 30)
+      : device(new simulated_device(capacity)),
+        alloc(std::unique_ptr<backend>(device), cap, alloc_config::parse(conf), "--mem-limit, simulated GPU") {}
+};
+
+}  // namespace
+
+TEST_CASE("simulated device: host code that touches device memory dies as on a GPU", "[alloc][simulated]") {
+  for (const char* conf : {"strategy:auto_growth", "strategy:expandable", "strategy:preallocate"}) {
+    INFO(conf);
+    simulated_fixture f(64 * MiB, conf);
+    device_buffer buf(f.alloc, 4096);
+    CHECK_FALSE(f.alloc.memory().host_accessible());
+    CHECK(f.device->is_device_memory(buf.data(), 4096));
+    CHECK(dies_by([&] { static_cast<volatile char*>(buf.data())[0] = 1; }) == SIGSEGV);
+    CHECK(dies_by([&] { [[maybe_unused]] char c = static_cast<volatile char*>(buf.data())[100]; }) == SIGSEGV);
+    // The way in and out is a copy, and it round-trips.
+    std::vector<int> in(1024), out(1024, -1);
+    std::iota(in.begin(), in.end(), 7);
+    buf.copy_from_host(in.data(), in.size() * sizeof(int));
+    buf.copy_to_host(out.data(), out.size() * sizeof(int));
+    CHECK(out == in);
+    device_buffer other = device_buffer::from_host(f.alloc, in.data(), 16);
+    f.alloc.memory().copy(other.data(), buf.data(), 16, copy_kind::device_to_device);
+    int back[4] = {};
+    other.copy_to_host(back, sizeof back);
+    CHECK(back[3] == 10);
+  }
+}
+
+TEST_CASE("simulated device: a copy checks which side each pointer is on", "[alloc][simulated]") {
+  simulated_fixture f(64 * MiB, "");
+  device_buffer buf(f.alloc, 4096);
+  std::vector<char> host(4096);
+  auto& be = f.alloc.memory();
+  // A host pointer where a device pointer belongs, and the reverse: what cudaMemcpy rejects.
+  CHECK_THROWS_WITH(be.copy(host.data(), host.data(), 16, copy_kind::host_to_device), Catch::Contains("not device memory"));
+  CHECK_THROWS_WITH(be.copy(buf.data(), buf.data(), 16, copy_kind::device_to_host), Catch::Contains("is device memory"));
+  CHECK_THROWS_WITH(be.copy(buf.data(), host.data(), 16, copy_kind::device_to_device), Catch::Contains("not device memory"));
+  CHECK_THROWS_WITH(buf.copy_from_host(host.data(), 4097), Catch::Contains("exceed"));
+  CHECK_THROWS_AS(std_adaptor<int>(f.alloc), std::invalid_argument);
+}
+
+TEST_CASE("simulated device: caps, expandable pages, debug fill and capacity behave as on a GPU", "[alloc][simulated]") {
+  {
+    simulated_fixture f(64 * MiB, "strategy:expandable,debug_fill:0xA5");
+    std::vector<device_buffer> held;
+    for (int i = 0; i < 8; ++i) held.emplace_back(f.alloc, 8 * MiB);
+    CHECK_THROWS_AS(device_buffer(f.alloc, 8 * MiB), isorun::out_of_memory);
+    unsigned char probe[8] = {};
+    held[3].copy_to_host(probe, sizeof probe);
+    CHECK(probe[7] == 0xA5);
+    CHECK(f.device->used() == 64 * MiB);
+    held.clear();
+    f.alloc.empty_cache();
+    CHECK(f.device->used() == 0);
+    f.alloc.check_invariants();
+  }
+  {
+    simulated_device device(16 * MiB);  // the GPU itself is full before the cap is
+    void* a = device.allocate(16 * MiB);
+    REQUIRE(a != nullptr);
+    CHECK(device.allocate(2 * MiB) == nullptr);
+    CHECK(device.device_memory().free == 0);
+    device.deallocate(a, 16 * MiB);
+    CHECK(device.device_memory().free == 16 * MiB);
+  }
+  {
+    simulated_device device(64 * MiB);
+    auto* range = static_cast<char*>(device.reserve_address(8 * MiB));
+    REQUIRE(range != nullptr);
+    char byte = 1;
+    CHECK_THROWS_WITH(device.copy(range, &byte, 1, copy_kind::host_to_device), Catch::Contains("no memory mapped"));
+    REQUIRE(device.map(range, 2 * MiB));
+    device.copy(range + 100, &byte, 1, copy_kind::host_to_device);
+    device.unmap(range, 2 * MiB);
+    REQUIRE(device.map(range, 2 * MiB));
+    char back = 9;
+    device.copy(&back, range + 100, 1, copy_kind::device_to_host);
+    CHECK(back == 0);  // unmapped pages went back to the device
+    device.unmap(range, 2 * MiB);
+    device.release_address(range, 8 * MiB);
+    CHECK(device.used() == 0);
+  }
+}
+
+TEST_CASE("the CUDA context counted against the cap: the device's delta when plausible", "[alloc][cuda]") {
+  // H100, driver 580: NVML attributes 518 MiB to the process, the device's used memory grew 527.
+  CHECK(counted_context_bytes(518 * MiB, 527 * MiB) == 527 * MiB);
+  // Another process allocated (or freed) while the context was created: the delta says nothing.
+  CHECK(counted_context_bytes(518 * MiB, 2048 * MiB) == 518 * MiB + context_margin);
+  CHECK(counted_context_bytes(518 * MiB, 100 * MiB) == 518 * MiB + context_margin);
+  CHECK(counted_context_bytes(518 * MiB, 0) == 518 * MiB + context_margin);
+  // No per-process accounting (some vGPU and MIG setups): the delta is all there is.
+  CHECK(counted_context_bytes(0, 530 * MiB) == 530 * MiB);
+  CHECK(counted_context_bytes(0, 0) == 0);
 }

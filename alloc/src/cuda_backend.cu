@@ -1,20 +1,19 @@
-// The CUDA backend module (see cuda_backend.hpp). Compiled whenever nvcc is found; exercised by
+// The CUDA backend module (see cuda_module.hpp). Compiled whenever nvcc is found; exercised by
 // the `gpu`-labelled tests on a machine with a GPU.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <unistd.h>
 
-#include <stdexcept>
-
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "isorun/alloc/backend.hpp"
+#include "isorun/alloc/cuda_module.hpp"
 
 namespace {
 using namespace isorun::alloc;
@@ -29,11 +28,74 @@ F driver_entry(const char* name) {
   return reinterpret_cast<F>(fn);
 }
 
+void check(cudaError_t rc, const char* what) {
+  if (rc != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(rc));
+}
+
+// NVML, loaded at run time, for the context's cost as the device and as NVML's per-process
+// accounting see it.
+class nvml_probe {
+ public:
+  explicit nvml_probe(const char* uuid) {
+    lib_ = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib_) return;
+    auto init = reinterpret_cast<int (*)()>(::dlsym(lib_, "nvmlInit_v2"));
+    auto by_uuid = reinterpret_cast<int (*)(const char*, void**)>(::dlsym(lib_, "nvmlDeviceGetHandleByUUID"));
+    memory_ = reinterpret_cast<memory_t>(::dlsym(lib_, "nvmlDeviceGetMemoryInfo"));
+    procs_ = reinterpret_cast<procs_t>(::dlsym(lib_, "nvmlDeviceGetComputeRunningProcesses_v3"));
+    shutdown_ = reinterpret_cast<int (*)()>(::dlsym(lib_, "nvmlShutdown"));
+    if (init && by_uuid && init() == 0) {
+      initialized_ = true;
+      if (uuid && by_uuid(uuid, &device_) != 0) device_ = nullptr;
+    }
+  }
+  ~nvml_probe() {
+    if (initialized_ && shutdown_) shutdown_();
+    if (lib_) ::dlclose(lib_);
+  }
+  nvml_probe(const nvml_probe&) = delete;
+  nvml_probe& operator=(const nvml_probe&) = delete;
+
+  /// Device memory used, all processes; 0 if unknown.
+  std::uint64_t device_used() const {
+    struct { unsigned long long total, free, used; } m{};
+    return device_ && memory_ && memory_(device_, &m) == 0 ? m.used : 0;
+  }
+  /// This process's usage; 0 if unknown.
+  std::uint64_t process_used() const {
+    struct process_info { unsigned pid; unsigned long long used; unsigned gpu_instance, compute_instance; };
+    if (!device_ || !procs_) return 0;
+    std::vector<process_info> list(256);
+    unsigned n = static_cast<unsigned>(list.size());
+    if (procs_(device_, &n, list.data()) != 0) return 0;
+    for (unsigned i = 0; i < n && i < list.size(); ++i)
+      if (list[i].pid == static_cast<unsigned>(::getpid())) return list[i].used;
+    return 0;
+  }
+
+ private:
+  using memory_t = int (*)(void*, void*);
+  using procs_t = int (*)(void*, unsigned*, void*);
+  void* lib_ = nullptr;
+  void* device_ = nullptr;
+  bool initialized_ = false;
+  memory_t memory_ = nullptr;
+  procs_t procs_ = nullptr;
+  int (*shutdown_)() = nullptr;
+};
+
 class cuda_backend final : public backend {
  public:
-  explicit cuda_backend(int device) : device_{device} {
-    check(cudaSetDevice(device), "cudaSetDevice");
+  explicit cuda_backend(const char* uuid, cuda_context_info& context) {
+    nvml_probe nvml(uuid);
+    const std::uint64_t before = nvml.device_used();
+    check(cudaSetDevice(0), "cudaSetDevice");
     check(cudaFree(nullptr), "creating the CUDA context");
+    const std::uint64_t after = nvml.device_used();
+    context.process_bytes = nvml.process_used();
+    context.device_delta_bytes = before && after > before ? after - before : 0;
+    context.counted_bytes = counted_context_bytes(context.process_bytes, context.device_delta_bytes);
+
     reserve_ = driver_entry<decltype(&cuMemAddressReserve)>("cuMemAddressReserve");
     free_address_ = driver_entry<decltype(&cuMemAddressFree)>("cuMemAddressFree");
     create_ = driver_entry<decltype(&cuMemCreate)>("cuMemCreate");
@@ -44,7 +106,7 @@ class cuda_backend final : public backend {
     auto granularity = driver_entry<decltype(&cuMemGetAllocationGranularity)>("cuMemGetAllocationGranularity");
     prop_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop_.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop_.location.id = device;
+    prop_.location.id = 0;
     if (granularity) granularity(&granularity_, &prop_, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     if (!granularity_) granularity_ = 2u << 20;
   }
@@ -55,7 +117,7 @@ class cuda_backend final : public backend {
     void* p = nullptr;
     cudaError_t rc = cudaMalloc(&p, bytes);
     if (rc == cudaErrorMemoryAllocation) {
-      cudaGetLastError();  // clear the sticky-free error state
+      cudaGetLastError();  // clear the error state
       return nullptr;
     }
     check(rc, "cudaMalloc");
@@ -106,6 +168,21 @@ class cuda_backend final : public backend {
     }
   }
 
+  void copy(void* dst, const void* src, std::size_t bytes, copy_kind kind, stream_id stream) override {
+    if (bytes == 0) return;
+    const cudaMemcpyKind k = kind == copy_kind::host_to_device   ? cudaMemcpyHostToDevice
+                             : kind == copy_kind::device_to_host ? cudaMemcpyDeviceToHost
+                                                                 : cudaMemcpyDeviceToDevice;
+    const auto s = reinterpret_cast<cudaStream_t>(stream);
+    cudaError_t rc = cudaMemcpyAsync(dst, src, bytes, k, s);
+    if (rc == cudaErrorInvalidValue) {
+      cudaGetLastError();
+      throw std::invalid_argument("cudaMemcpy: a pointer is not on the side the copy's direction says");
+    }
+    check(rc, "cudaMemcpyAsync");
+    check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  }
+
   event_id record_event(stream_id stream) override {
     cudaEvent_t e{};
     check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
@@ -124,10 +201,6 @@ class cuda_backend final : public backend {
   }
 
  private:
-  static void check(cudaError_t rc, const char* what) {
-    if (rc != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(rc));
-  }
-  int device_;
   std::size_t granularity_ = 0;
   CUmemAllocationProp prop_{};
   std::mutex mutex_;
@@ -141,96 +214,26 @@ class cuda_backend final : public backend {
   decltype(&cuMemSetAccess) set_access_ = nullptr;
 };
 
-// NVML, for this process's own usage after context creation.
-struct nvml_process_info {
-  unsigned pid;
-  unsigned long long used;
-  unsigned gpu_instance, compute_instance;
-};
-
-struct pinned_pool {
-  std::size_t cap, held = 0;
-  std::mutex mutex;
-  std::multimap<std::size_t, void*> idle;
-  std::map<void*, std::size_t> sizes;
-};
-
-}  // namespace
-
-extern "C" {
-
-isorun::alloc::backend* isorun_cuda_backend_create(int device, char* error, std::size_t error_size) {
+backend* create_backend(const char* uuid, cuda_context_info* context, char* error, std::size_t error_size) {
   try {
-    return new cuda_backend(device);
+    cuda_context_info info;
+    auto* b = new cuda_backend(uuid, info);
+    if (context) *context = info;
+    return b;
   } catch (const std::exception& e) {
     if (error && error_size) std::snprintf(error, error_size, "%s", e.what());
     return nullptr;
   }
 }
 
-std::uint64_t isorun_cuda_context_bytes(int device) {
-  void* lib = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) return 0;
-  using init_t = int (*)();
-  using handle_t = int (*)(const char*, void**);
-  using procs_t = int (*)(void*, unsigned*, nvml_process_info*);
-  auto init = reinterpret_cast<init_t>(::dlsym(lib, "nvmlInit_v2"));
-  auto by_uuid = reinterpret_cast<handle_t>(::dlsym(lib, "nvmlDeviceGetHandleByUUID"));
-  auto procs = reinterpret_cast<procs_t>(::dlsym(lib, "nvmlDeviceGetComputeRunningProcesses_v3"));
-  std::uint64_t used = 0;
-  cudaDeviceProp prop{};
-  if (init && by_uuid && procs && init() == 0 && cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
-    char uuid[64] = "GPU-";
-    const auto* u = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
-    std::snprintf(uuid + 4, sizeof uuid - 4, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
-                  u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
-    void* dev = nullptr;
-    if (by_uuid(uuid, &dev) == 0) {
-      std::vector<nvml_process_info> list(64);
-      unsigned n = static_cast<unsigned>(list.size());
-      if (procs(dev, &n, list.data()) == 0)
-        for (unsigned i = 0; i < n; ++i)
-          if (list[i].pid == static_cast<unsigned>(::getpid())) used = list[i].used;
-    }
-  }
-  ::dlclose(lib);
-  return used;
-}
-
-int isorun_cuda_host_register(void* p, std::size_t n) {
+int host_register(void* p, std::size_t n) {
   return cudaHostRegister(p, n, cudaHostRegisterPortable) == cudaSuccess ? 0 : -1;
 }
 
-int isorun_cuda_host_unregister(void* p) { return cudaHostUnregister(p) == cudaSuccess ? 0 : -1; }
+int host_unregister(void* p) { return cudaHostUnregister(p) == cudaSuccess ? 0 : -1; }
 
-void* isorun_cuda_pinned_pool_create(std::size_t cap) { return new pinned_pool{cap}; }
+constexpr cuda_module_api api{cuda_module_abi, &create_backend, &host_register, &host_unregister};
 
-void* isorun_cuda_pinned_alloc(void* pool_ptr, std::size_t n) {
-  auto* pool = static_cast<pinned_pool*>(pool_ptr);
-  std::lock_guard lock(pool->mutex);
-  if (auto it = pool->idle.lower_bound(n); it != pool->idle.end()) {
-    void* p = it->second;
-    pool->idle.erase(it);
-    return p;
-  }
-  if (pool->held + n > pool->cap) return nullptr;  // capped: the caller falls back to pageable
-  void* p = nullptr;
-  if (cudaHostAlloc(&p, n, cudaHostAllocPortable) != cudaSuccess) return nullptr;
-  pool->held += n;
-  pool->sizes[p] = n;
-  return p;
-}
+}  // namespace
 
-void isorun_cuda_pinned_free(void* pool_ptr, void* p) {
-  auto* pool = static_cast<pinned_pool*>(pool_ptr);
-  std::lock_guard lock(pool->mutex);
-  pool->idle.emplace(pool->sizes[p], p);
-}
-
-void isorun_cuda_pinned_pool_destroy(void* pool_ptr) {
-  auto* pool = static_cast<pinned_pool*>(pool_ptr);
-  for (auto& [p, n] : pool->sizes) cudaFreeHost(p);
-  delete pool;
-}
-
-}  // extern "C"
+extern "C" const isorun::alloc::cuda_module_api* isorun_cuda_module() { return &api; }

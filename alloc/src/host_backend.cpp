@@ -64,26 +64,8 @@ void host_backend::unmap(void* p, std::size_t bytes) noexcept {
   used_ -= bytes;
 }
 
-event_id host_backend::record_event(stream_id stream) {
-  std::lock_guard lock(mutex_);
-  const std::uint64_t seq = ++recorded_[stream];
-  const event_id id = next_event_++;
-  events_[id] = {stream, seq};
-  return id;
-}
-
-bool host_backend::event_done(event_id event) {
-  std::lock_guard lock(mutex_);
-  auto it = events_.find(event);
-  if (it == events_.end()) return true;
-  if (completed_[it->second.first] < it->second.second) return false;
-  events_.erase(it);
-  return true;
-}
-
-void host_backend::synchronize(stream_id stream) {
-  std::lock_guard lock(mutex_);
-  completed_[stream] = recorded_[stream];
+void host_backend::copy(void* dst, const void* src, std::size_t bytes, copy_kind, stream_id) {
+  if (bytes) std::memmove(dst, src, bytes);
 }
 
 void host_backend::fill(void* p, std::size_t bytes, std::uint8_t value, stream_id) { std::memset(p, value, bytes); }
@@ -91,11 +73,6 @@ void host_backend::fill(void* p, std::size_t bytes, std::uint8_t value, stream_i
 std::uint64_t host_backend::used() const {
   std::lock_guard lock(mutex_);
   return used_;
-}
-
-std::size_t host_backend::pending_events() const {
-  std::lock_guard lock(mutex_);
-  return events_.size();
 }
 
 }  // namespace isorun::alloc

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <optional>
 
 #include "isorun/errors.hpp"
 #include "isorun/units.hpp"
@@ -33,46 +34,75 @@ bool load(void* lib, const char* symbol, F& out) {
   return out != nullptr;
 }
 
-gpu_inventory from_nvml() {
-  gpu_inventory inv;
-  void* lib = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) {
-    inv.detail = "no NVIDIA driver (libnvidia-ml.so.1 not found)";
-    return inv;
+// NVML, loaded and initialized for as long as this object lives.
+class nvml_session {
+ public:
+  nvml_session() {
+    lib_ = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib_) {
+      error_ = "no NVIDIA driver (libnvidia-ml.so.1 not found)";
+      return;
+    }
+    if (!load(lib_, "nvmlInit_v2", api_.init) || !load(lib_, "nvmlShutdown", api_.shutdown) ||
+        !load(lib_, "nvmlDeviceGetCount_v2", api_.count) || !load(lib_, "nvmlDeviceGetHandleByIndex_v2", api_.handle) ||
+        !load(lib_, "nvmlDeviceGetUUID", api_.uuid) || !load(lib_, "nvmlDeviceGetName", api_.name) ||
+        !load(lib_, "nvmlDeviceGetMemoryInfo", api_.memory)) {
+      error_ = "libnvidia-ml.so.1 lacks required symbols";
+      return;
+    }
+    if (int rc = api_.init(); rc != 0) {
+      error_ = "nvmlInit failed with code " + std::to_string(rc);
+      return;
+    }
+    ready_ = true;
   }
-  nvml_api api{};
-  if (!load(lib, "nvmlInit_v2", api.init) || !load(lib, "nvmlShutdown", api.shutdown) ||
-      !load(lib, "nvmlDeviceGetCount_v2", api.count) || !load(lib, "nvmlDeviceGetHandleByIndex_v2", api.handle) ||
-      !load(lib, "nvmlDeviceGetUUID", api.uuid) || !load(lib, "nvmlDeviceGetName", api.name) ||
-      !load(lib, "nvmlDeviceGetMemoryInfo", api.memory)) {
-    inv.detail = "libnvidia-ml.so.1 lacks required symbols";
-    ::dlclose(lib);
-    return inv;
+  ~nvml_session() {
+    if (ready_) api_.shutdown();
+    if (lib_) ::dlclose(lib_);
   }
-  if (int rc = api.init(); rc != 0) {
-    inv.detail = "nvmlInit failed with code " + std::to_string(rc);
-    ::dlclose(lib);
-    return inv;
+  nvml_session(const nvml_session&) = delete;
+  nvml_session& operator=(const nvml_session&) = delete;
+
+  [[nodiscard]] bool ready() const noexcept { return ready_; }
+  [[nodiscard]] const std::string& error() const noexcept { return error_; }
+
+  [[nodiscard]] unsigned count() const {
+    unsigned n = 0;
+    return api_.count(&n) == 0 ? n : 0;
   }
-  unsigned count = 0;
-  api.count(&count);
-  for (unsigned i = 0; i < count; ++i) {
+
+  [[nodiscard]] std::optional<gpu_info> device(unsigned index) const {
     nvml_device dev{};
-    if (api.handle(i, &dev) != 0) continue;
+    if (api_.handle(index, &dev) != 0) return std::nullopt;
     gpu_info g;
-    g.index = static_cast<int>(i);
+    g.index = static_cast<int>(index);
     char buf[96] = {};
-    if (api.uuid(dev, buf, sizeof buf) == 0) g.uuid = buf;
-    if (api.name(dev, buf, sizeof buf) == 0) g.name = buf;
+    if (api_.uuid(dev, buf, sizeof buf) == 0) g.uuid = buf;
+    if (api_.name(dev, buf, sizeof buf) == 0) g.name = buf;
     nvml_memory mem{};
-    if (api.memory(dev, &mem) == 0) {
+    if (api_.memory(dev, &mem) == 0) {
       g.total_memory = mem.total;
       g.free_memory = mem.free;
     }
-    inv.gpus.push_back(std::move(g));
+    return g;
   }
-  api.shutdown();
-  ::dlclose(lib);
+
+ private:
+  void* lib_ = nullptr;
+  nvml_api api_{};
+  bool ready_ = false;
+  std::string error_;
+};
+
+gpu_inventory from_nvml() {
+  gpu_inventory inv;
+  nvml_session nvml;
+  if (!nvml.ready()) {
+    inv.detail = nvml.error();
+    return inv;
+  }
+  for (unsigned i = 0, n = nvml.count(); i < n; ++i)
+    if (auto g = nvml.device(i)) inv.gpus.push_back(std::move(*g));
   inv.source = gpu_inventory::origin::nvml;
   inv.detail = "NVML";
   return inv;
@@ -84,6 +114,7 @@ gpu_inventory gpu_inventory::simulated(std::string_view spec) {
   gpu_inventory inv;
   inv.source = origin::simulated;
   inv.detail = "simulated (ISORUN_SIMULATE_GPUS=" + std::string(spec) + ")";
+  if (spec == "none") return inv;  // explicitly no GPU, whatever the machine has
   std::size_t start = 0;
   while (start <= spec.size()) {
     std::size_t end = spec.find(',', start);
@@ -114,11 +145,23 @@ gpu_inventory gpu_inventory::simulated(std::string_view spec) {
       g.uuid = "GPU-sim-" + std::to_string(g.index);
       g.name = "Simulated GPU";
       g.total_memory = g.free_memory = bytes;
+      g.simulated = true;
       inv.gpus.push_back(std::move(g));
     }
     if (end == spec.size()) break;
   }
   return inv;
+}
+
+std::optional<gpu_info> gpu_inventory::probe(int index) {
+  if (const char* sim = std::getenv("ISORUN_SIMULATE_GPUS"); sim && *sim) {
+    for (const auto& g : simulated(sim).gpus)
+      if (g.index == index) return g;
+    return std::nullopt;
+  }
+  nvml_session nvml;
+  if (!nvml.ready() || index < 0) return std::nullopt;
+  return nvml.device(static_cast<unsigned>(index));
 }
 
 gpu_inventory gpu_inventory::detect() {

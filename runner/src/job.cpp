@@ -163,6 +163,7 @@ std::shared_ptr<job> job::start(job_spec spec) {
       req.gpu_index = spec.gpu->index;
       req.gpu_uuid = spec.gpu->uuid;
       req.gpu_memory = spec.gpu->total_memory;
+      req.gpu_simulated = spec.gpu->simulated;
     }
     req.alloc_conf = spec.alloc_conf;
     req.max_result = spec.max_result;

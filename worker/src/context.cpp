@@ -9,9 +9,9 @@
 #include <stdexcept>
 
 #include "isorun/alloc/config.hpp"
-#include "isorun/alloc/cuda_backend.hpp"
 #include "isorun/alloc/host_backend.hpp"
 #include "isorun/alloc/out_of_memory.hpp"
+#include "isorun/alloc/simulated_device.hpp"
 
 namespace isorun {
 namespace {
@@ -19,66 +19,96 @@ namespace {
 std::string mib(std::uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
 // libisorun_cuda.so sits next to libisorun.so (build tree and install tree alike).
-void* load_cuda_module() {
+const alloc::cuda_module_api* load_cuda_module() {
+  void* handle = nullptr;
   Dl_info info{};
   if (::dladdr(reinterpret_cast<void*>(&this_worker), &info) && info.dli_fname) {
     auto path = std::filesystem::path(info.dli_fname).parent_path() / alloc::cuda_module_name;
-    if (void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) return h;
+    handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   }
-  return ::dlopen(alloc::cuda_module_name, RTLD_NOW | RTLD_LOCAL);
+  if (!handle) handle = ::dlopen(alloc::cuda_module_name, RTLD_NOW | RTLD_LOCAL);
+  if (!handle)
+    throw std::runtime_error(std::string("cannot load the CUDA backend (") + alloc::cuda_module_name + "): " + ::dlerror() +
+                             "; was isorun built without nvcc?");
+  using entry_t = const alloc::cuda_module_api* (*)();
+  auto entry = reinterpret_cast<entry_t>(::dlsym(handle, "isorun_cuda_module"));
+  const alloc::cuda_module_api* api = entry ? entry() : nullptr;
+  if (!api || api->abi != alloc::cuda_module_abi)
+    throw std::runtime_error(std::string(alloc::cuda_module_name) + " is from another isorun version");
+  return api;
 }
 
-std::unique_ptr<alloc::caching_allocator> make_allocator(const worker_context& w, void*& module_out) {
-  std::string conf = w.alloc_conf();
-  if (conf.empty())
-    if (const char* env = std::getenv("ISORUN_ALLOC_CONF")) conf = env;
-  const auto config = alloc::alloc_config::parse(conf);
-  if (w.has_gpu()) {
-    void* module = load_cuda_module();
-    module_out = module;
-    if (!module)
-      throw std::runtime_error(std::string("cannot load the CUDA backend (") + alloc::cuda_module_name + "): " + ::dlerror());
-    using create_t = alloc::backend* (*)(int, char*, std::size_t);
-    using context_t = std::uint64_t (*)(int);
-    auto create = reinterpret_cast<create_t>(::dlsym(module, "isorun_cuda_backend_create"));
-    auto context = reinterpret_cast<context_t>(::dlsym(module, "isorun_cuda_context_bytes"));
-    if (!create || !context) throw std::runtime_error("the CUDA backend module lacks its entry points");
-    char error[256] = {};
-    std::unique_ptr<alloc::backend> backend(create(0, error, sizeof error));  // device 0: the only visible one
-    if (!backend) throw std::runtime_error(std::string("CUDA backend: ") + error);
-    const std::uint64_t ctx = context(0);
-    std::uint64_t cap = w.mem_limit() ? w.mem_limit() : backend->device_memory().total;
-    std::string origin = w.mem_limit() ? "--mem-limit " + mib(w.mem_limit()) : "device memory";
-    if (ctx) {
-      if (ctx >= cap)
-        throw out_of_memory("the CUDA context alone takes " + mib(ctx) + ", more than the " + mib(cap) + " cap");
-      cap -= ctx;
-      origin += " minus " + mib(ctx) + " CUDA context";
+struct selected_backend {
+  std::unique_ptr<alloc::backend> memory;
+  std::uint64_t cap = 0;
+  std::string origin;  // how the cap was derived, for OOM reports
+};
+
+// The one place a worker's device kind becomes a backend and a cap.
+selected_backend select_backend(const worker_context& w, const alloc::cuda_module_api*& cuda,
+                                alloc::cuda_context_info& context) {
+  const std::string limit = w.mem_limit() ? "--mem-limit " + mib(w.mem_limit()) : "";
+  switch (w.kind()) {
+    case device_kind::cuda: {
+      cuda = load_cuda_module();
+      char error[512] = {};
+      std::unique_ptr<alloc::backend> memory(cuda->create_backend(w.device_uuid().c_str(), &context, error, sizeof error));
+      if (!memory) throw std::runtime_error("cannot use GPU " + w.device_uuid() + ": " + error);
+      std::uint64_t cap = w.mem_limit() ? w.mem_limit() : memory->device_memory().total;
+      std::string origin = w.mem_limit() ? limit : "device memory";
+      if (const std::uint64_t ctx = context.counted_bytes) {
+        if (ctx >= cap)
+          throw out_of_memory("the CUDA context alone takes " + mib(ctx) + ", more than the " + mib(cap) + " cap");
+        cap -= ctx;
+        origin += " minus " + mib(ctx) + " CUDA context";
+      }
+      return {std::move(memory), cap, origin};
     }
-    return std::make_unique<alloc::caching_allocator>(std::move(backend), cap, config, origin);
+    case device_kind::simulated: {
+      const std::uint64_t cap = w.mem_limit() ? w.mem_limit() : w.device_memory();
+      return {std::make_unique<alloc::simulated_device>(w.device_memory()), cap,
+              (w.mem_limit() ? limit : "device memory") + ", simulated GPU"};
+    }
+    case device_kind::cpu: break;
   }
   // CPU worker, or a process outside isorun: the host backend, capped like a device would be.
   const std::uint64_t ram = static_cast<std::uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
   const std::uint64_t cap = w.mem_limit() ? w.mem_limit() : ram;
-  const std::string origin = w.mem_limit() ? "--mem-limit " + mib(w.mem_limit()) + ", host backend" : "host memory";
-  return std::make_unique<alloc::caching_allocator>(std::make_unique<alloc::host_backend>(cap), cap, config, origin);
+  return {std::make_unique<alloc::host_backend>(cap), cap, w.mem_limit() ? limit + ", host backend" : "host memory"};
 }
 
 }  // namespace
 
-void worker_context::assign(int device, std::string uuid, std::uint64_t device_memory, std::uint64_t mem_limit,
-                            std::string task, std::string alloc_conf) {
+const char* to_string(device_kind kind) noexcept {
+  switch (kind) {
+    case device_kind::cpu: return "cpu";
+    case device_kind::cuda: return "cuda";
+    case device_kind::simulated: return "simulated";
+  }
+  return "?";
+}
+
+void worker_context::assign(assignment a) {
   in_worker_ = true;
-  device_ = device;
-  device_uuid_ = std::move(uuid);
-  device_memory_ = device_memory;
-  mem_limit_ = mem_limit;
-  task_ = std::move(task);
-  alloc_conf_ = std::move(alloc_conf);
+  device_ = a.device;
+  kind_ = a.kind;
+  device_uuid_ = std::move(a.uuid);
+  device_memory_ = a.device_memory;
+  mem_limit_ = a.mem_limit;
+  task_ = std::move(a.task);
+  alloc_conf_ = std::move(a.alloc_conf);
 }
 
 alloc::caching_allocator& worker_context::allocator() {
-  std::call_once(allocator_once_, [&] { allocator_ = make_allocator(*this, cuda_module_); });
+  std::call_once(allocator_once_, [&] {
+    std::string conf = alloc_conf_;
+    if (conf.empty())
+      if (const char* env = std::getenv("ISORUN_ALLOC_CONF")) conf = env;
+    const auto config = alloc::alloc_config::parse(conf);
+    auto selected = select_backend(*this, cuda_, context_);
+    allocator_ = std::make_unique<alloc::caching_allocator>(std::move(selected.memory), selected.cap, config,
+                                                            selected.origin);
+  });
   return *allocator_;
 }
 
@@ -88,12 +118,9 @@ blob worker_context::output_blob(std::size_t size) {
   // encoder will find them, so encoding only checksums.
   std::byte* area = output_area_(sizeof(std::uint64_t) + size);
   if (!area) return blob(size);
-  if (has_gpu()) {
+  if (kind_ == device_kind::cuda) {
     allocator();  // loads the CUDA module
-    using reg_t = int (*)(void*, std::size_t);
-    if (cuda_module_)
-      if (auto reg = reinterpret_cast<reg_t>(::dlsym(cuda_module_, "isorun_cuda_host_register")))
-        reg(area + sizeof(std::uint64_t), size);  // best effort: pageable memory works too
+    cuda_->host_register(area + sizeof(std::uint64_t), size);  // best effort: pageable memory works too
   }
   return blob::external(area + sizeof(std::uint64_t), size);
 }

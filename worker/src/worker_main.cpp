@@ -142,7 +142,15 @@ class segment_sink final : public worker::result_sink {
     die(std::string("cannot reach the supervisor: ") + e.what());
   }
 
-  this_worker().assign(req.gpu_index, req.gpu_uuid, req.gpu_memory, req.mem_limit, req.task, req.alloc_conf);
+  this_worker().assign({.device = req.gpu_index,
+                        .kind = req.gpu_index < 0   ? device_kind::cpu
+                                : req.gpu_simulated ? device_kind::simulated
+                                                    : device_kind::cuda,
+                        .uuid = req.gpu_uuid,
+                        .device_memory = req.gpu_memory,
+                        .mem_limit = req.mem_limit,
+                        .task = req.task,
+                        .alloc_conf = req.alloc_conf});
 
   ser::done_message done;
   segment_sink sink(req.max_result);

@@ -6,6 +6,7 @@
 /// tests and dry runs on machines without GPUs.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +19,7 @@ struct gpu_info {
   std::string name;
   std::uint64_t total_memory = 0; ///< bytes
   std::uint64_t free_memory = 0;  ///< bytes, at detection time
+  bool simulated = false;         ///< from ISORUN_SIMULATE_GPUS: workers get a simulated device
 };
 
 struct gpu_inventory {
@@ -31,8 +33,15 @@ struct gpu_inventory {
   /// @throws parse_error if ISORUN_SIMULATE_GPUS is malformed.
   static gpu_inventory detect();
 
+  /// @brief Fresh figures (free memory now) for one GPU by NVML index, without enumerating the
+  ///        others; the simulated GPU under ISORUN_SIMULATE_GPUS. nullopt if there is no such GPU.
+  /// @throws parse_error if ISORUN_SIMULATE_GPUS is malformed.
+  static std::optional<gpu_info> probe(int index);
+
   /// @brief A simulated inventory: `NxSIZE` groups separated by commas (`2x16G`, `16G,24G`,
-  ///        `2x16G,1x80G`). Simulated UUIDs are `GPU-sim-<index>`.
+  ///        `2x16G,1x80G`), or `none` for a machine without GPUs. Simulated UUIDs are
+  ///        `GPU-sim-<index>`; workers on a simulated GPU get device memory the host cannot touch
+  ///        (alloc::simulated_device).
   /// @throws parse_error naming the bad part.
   static gpu_inventory simulated(std::string_view spec);
 

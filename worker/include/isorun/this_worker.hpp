@@ -9,9 +9,21 @@
 #include <string>
 
 #include "isorun/alloc/caching_allocator.hpp"
+#include "isorun/alloc/cuda_module.hpp"
 #include "isorun/serialization/blob.hpp"
 
 namespace isorun {
+
+/// What a worker computes on.
+enum class device_kind {
+  cpu,        ///< no GPU: the allocator is the host backend, host-accessible
+  cuda,       ///< a real GPU: the CUDA backend
+  simulated,  ///< a simulated GPU (ISORUN_SIMULATE_GPUS): device memory the host cannot touch,
+              ///< reached through copies only; tasks compute on the host
+};
+
+/// @brief "cpu", "cuda", "simulated".
+const char* to_string(device_kind kind) noexcept;
 
 class worker_context {
  public:
@@ -20,7 +32,10 @@ class worker_context {
   /// The assigned GPU's physical (NVML) index, or -1 for a CPU-only worker. Inside the worker
   /// this GPU is the only visible one: CUDA device 0.
   [[nodiscard]] int device() const noexcept { return device_; }
+  /// True if the worker was assigned a GPU, real or simulated.
   [[nodiscard]] bool has_gpu() const noexcept { return device_ >= 0; }
+  /// What the worker computes on: pick a task's CUDA path only for device_kind::cuda.
+  [[nodiscard]] device_kind kind() const noexcept { return kind_; }
   /// The assigned GPU's UUID ("" without a GPU).
   [[nodiscard]] const std::string& device_uuid() const noexcept { return device_uuid_; }
   /// Total memory of the assigned GPU, bytes (0 without a GPU).
@@ -32,13 +47,20 @@ class worker_context {
   /// The worker's allocator configuration string (ISORUN_ALLOC_CONF syntax).
   [[nodiscard]] const std::string& alloc_conf() const noexcept { return alloc_conf_; }
 
-  /// @brief The worker's capped caching allocator, created on first use: the CUDA backend on the
-  ///        assigned GPU (its cap is --mem-limit minus the measured CUDA context), or the host
-  ///        backend in a CPU worker (cap = --mem-limit). Configured by --alloc-conf /
-  ///        ISORUN_ALLOC_CONF. Outside a worker: a host allocator capped at physical memory.
+  /// @brief The worker's capped caching allocator, created on first use. Its backend follows
+  ///        kind(): the CUDA backend on a real GPU (cap = --mem-limit minus the measured CUDA
+  ///        context), the simulated device on a simulated GPU, the host backend in a CPU worker
+  ///        (cap = --mem-limit). Configured by --alloc-conf / ISORUN_ALLOC_CONF. Outside a
+  ///        worker: a host allocator capped at physical memory. Only the host backend's memory
+  ///        may be touched by host code; device memory is reached through
+  ///        alloc::device_buffer's copies (or CUDA kernels).
   /// @throws alloc::config_error for an invalid configuration; out_of_memory if the CUDA context
-  ///         alone exceeds the cap; std::runtime_error if the CUDA backend cannot be loaded.
+  ///         alone exceeds the cap; std::runtime_error if the CUDA backend cannot be loaded or
+  ///         the GPU cannot be used (no driver, say).
   alloc::caching_allocator& allocator();
+  /// @brief What the CUDA context took when the allocator was created (all zero unless kind()
+  ///        is cuda and allocator() has run).
+  [[nodiscard]] const alloc::cuda_context_info& context_info() const noexcept { return context_; }
   /// @brief A writable buffer of `size` bytes for a task whose result type is `isorun::blob`.
   ///        Inside a worker it lies in the result's shared-memory segment, where the result will
   ///        be (page-locked on a GPU worker, so a device-to-host copy lands there directly):
@@ -52,20 +74,31 @@ class worker_context {
   /// True once allocator() has created the allocator.
   [[nodiscard]] bool has_allocator() const noexcept { return allocator_ != nullptr; }
 
+  /// The assignment a worker receives; set once, before the task runs.
+  struct assignment {
+    int device = -1;
+    device_kind kind = device_kind::cpu;
+    std::string uuid;
+    std::uint64_t device_memory = 0;
+    std::uint64_t mem_limit = 0;
+    std::string task;
+    std::string alloc_conf;
+  };
   /// Sets the context; called once by the worker before the task runs.
-  void assign(int device, std::string uuid, std::uint64_t device_memory, std::uint64_t mem_limit, std::string task,
-              std::string alloc_conf);
+  void assign(assignment a);
 
  private:
   bool in_worker_ = false;
   int device_ = -1;
+  device_kind kind_ = device_kind::cpu;
   std::string device_uuid_;
   std::uint64_t device_memory_ = 0;
   std::uint64_t mem_limit_ = 0;
   std::string task_;
   std::string alloc_conf_;
   std::function<std::byte*(std::uint64_t)> output_area_;
-  void* cuda_module_ = nullptr;
+  const alloc::cuda_module_api* cuda_ = nullptr;
+  alloc::cuda_context_info context_;
   std::once_flag allocator_once_;
   std::unique_ptr<alloc::caching_allocator> allocator_;
 };

@@ -1,7 +1,8 @@
 #pragma once
 /// @file backend.hpp
 /// Where the caching allocator gets its memory from. The allocator's policy code is the same on
-/// every backend; a backend only maps and unmaps memory, and orders work on streams.
+/// every backend; a backend only maps and unmaps memory, copies between host and device, and
+/// orders work on streams.
 
 #include <cstddef>
 #include <cstdint>
@@ -19,12 +20,23 @@ struct memory_info {
   std::uint64_t total = 0;
 };
 
+/// Direction of a copy through a backend.
+enum class copy_kind {
+  host_to_device,
+  device_to_host,
+  device_to_device,
+};
+
 class backend {
  public:
   virtual ~backend() = default;
 
-  /// @brief "host" or "cuda".
+  /// @brief "host", "simulated" or "cuda".
   [[nodiscard]] virtual std::string name() const = 0;
+
+  /// @brief True if the host may dereference memory from this backend (the host backend only).
+  ///        Device memory, real or simulated, is reached through copy() alone.
+  [[nodiscard]] virtual bool host_accessible() const noexcept { return false; }
 
   /// @brief A fresh segment of `bytes` (a multiple of 2 MiB), or nullptr if the device is out
   ///        of memory. @throws std::runtime_error for failures other than lack of memory.
@@ -45,6 +57,13 @@ class backend {
   virtual bool map(void* p, std::size_t bytes) = 0;
   /// @brief Removes the memory behind [p, p+bytes); the addresses stay reserved.
   virtual void unmap(void* p, std::size_t bytes) noexcept = 0;
+
+  /// @brief Copies `bytes` from `src` to `dst`, ordered on `stream`; returns once the copy is
+  ///        complete (the host may reuse or read its side at once).
+  /// @throws std::invalid_argument if a pointer is not on the side `kind` says (a host pointer
+  ///         given as device memory, or the reverse), where the backend can tell;
+  ///         std::runtime_error if the copy fails.
+  virtual void copy(void* dst, const void* src, std::size_t bytes, copy_kind kind, stream_id stream = 0) = 0;
 
   /// @brief Records an event on `stream`, completed once work queued so far on it is done.
   virtual event_id record_event(stream_id stream) = 0;

@@ -12,7 +12,7 @@
 
 namespace isorun::serialization {
 
-inline constexpr std::uint32_t protocol_version = 1;
+inline constexpr std::uint32_t protocol_version = 2;
 /// Largest control message either side accepts.
 inline constexpr std::size_t max_control_message = 64 * 1024;
 

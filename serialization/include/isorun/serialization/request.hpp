@@ -29,13 +29,14 @@ struct request {
   std::int32_t gpu_index = -1;               ///< physical index; -1 = CPU only
   std::string gpu_uuid;
   std::uint64_t gpu_memory = 0;              ///< total device memory, bytes
+  bool gpu_simulated = false;                ///< a simulated GPU (ISORUN_SIMULATE_GPUS)
   std::string alloc_conf;                    ///< ISORUN_ALLOC_CONF-style configuration
   std::uint64_t max_result = 0;              ///< largest result the supervisor accepts
   blob args;                                 ///< encoded arguments
 
   template <class Archive>
   void serialize(Archive& ar) {
-    ar(protocol, task, encoding, task_libraries, mem_limit, gpu_index, gpu_uuid, gpu_memory, alloc_conf, max_result,
+    ar(protocol, task, encoding, task_libraries, mem_limit, gpu_index, gpu_uuid, gpu_memory, gpu_simulated, alloc_conf, max_result,
        args);
   }
 };
