@@ -7,6 +7,7 @@
 #include <string>
 
 #include "digits_cuda.hpp"
+#include "isorun/alloc/device_buffer.hpp"
 
 namespace digits_gpu {
 namespace {
@@ -16,22 +17,6 @@ constexpr int features = 64, classes = 10;
 void check(cudaError_t rc, const char* what) {
   if (rc != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(rc));
 }
-
-// Device memory from the worker's capped allocator.
-struct buffer {
-  isorun::alloc::caching_allocator& a;
-  float* p = nullptr;
-  std::size_t n = 0;
-  buffer(isorun::alloc::caching_allocator& alloc, std::size_t count) : a{alloc}, n{count} {
-    p = static_cast<float*>(a.allocate(count * sizeof(float)));
-  }
-  buffer(isorun::alloc::caching_allocator& alloc, const std::vector<float>& host) : buffer(alloc, host.size()) {
-    check(cudaMemcpy(p, host.data(), n * sizeof(float), cudaMemcpyHostToDevice), "copy to device");
-  }
-  ~buffer() { a.deallocate(p); }
-  buffer(const buffer&) = delete;
-  buffer& operator=(const buffer&) = delete;
-};
 
 __global__ void affine(const float* x, int rows, int in, const float* w, const float* b, int out, float* y, bool relu) {
   const int r = blockIdx.x, o = threadIdx.x;
@@ -80,21 +65,24 @@ __global__ void update(float* w, float* b, const float* input, int in, const flo
 }  // namespace
 
 void train(const problem& p, std::vector<float>& train_logits, std::vector<float>& test_logits) {
+  using isorun::alloc::device_buffer;
   const int n_train = static_cast<int>(p.y_train->size()), n_test = static_cast<int>(p.y_test->size());
   const int in2 = p.mlp ? p.hidden : features;
+  if (p.mlp && p.hidden > 1024) throw std::runtime_error("the GPU path supports hidden <= 1024");
   auto& a = *p.allocator;
-  buffer w1(a, p.mlp ? p.w1 : std::vector<float>(1)), b1(a, p.mlp ? p.b1 : std::vector<float>(1));
-  buffer w2(a, p.w2), b2(a, p.b2);
   const std::size_t most = static_cast<std::size_t>(std::max(p.batch, std::max(n_train, n_test)));
-  buffer bx(a, most * features);
-  buffer h(a, most * static_cast<std::size_t>(std::max(p.hidden, 1)));
-  buffer dh(a, static_cast<std::size_t>(p.batch) * static_cast<std::size_t>(std::max(p.hidden, 1)));
-  buffer logits(a, most * classes);
-  int* labels = nullptr;
-  check(cudaMalloc(&labels, sizeof(int) * p.batch), "labels");  // tiny; outside the cap's bookkeeping
+  const std::size_t width = static_cast<std::size_t>(std::max(p.hidden, 1));
+  device_buffer bx(a, most * features * sizeof(float));
+  device_buffer h(a, most * width * sizeof(float));
+  device_buffer dh(a, static_cast<std::size_t>(p.batch) * width * sizeof(float));
+  device_buffer logits(a, most * classes * sizeof(float));
+  device_buffer labels(a, static_cast<std::size_t>(p.batch) * sizeof(int));
+  float* w1 = p.w1;
+  float* b1 = p.b1;
+  float* w2 = p.w2;
+  float* b2 = p.b2;
 
   std::mt19937& rng = *p.rng;
-  if (p.mlp && p.hidden > 1024) throw std::runtime_error("the GPU path supports hidden <= 1024");
   std::vector<int> idx(n_train);
   std::iota(idx.begin(), idx.end(), 0);
   std::vector<float> hx;
@@ -110,36 +98,38 @@ void train(const problem& p, std::vector<float>& train_logits, std::vector<float
         hx.insert(hx.end(), p.x_train->begin() + k * features, p.x_train->begin() + (k + 1) * features);
         hy.push_back((*p.y_train)[k]);
       }
-      check(cudaMemcpy(bx.p, hx.data(), hx.size() * sizeof(float), cudaMemcpyHostToDevice), "batch");
-      check(cudaMemcpy(labels, hy.data(), hy.size() * sizeof(int), cudaMemcpyHostToDevice), "labels");
-      const float* a = bx.p;
+      bx.copy_from_host(hx.data(), hx.size() * sizeof(float));
+      labels.copy_from_host(hy.data(), hy.size() * sizeof(int));
+      const float* in = bx.as<float>();
       if (p.mlp) {
-        affine<<<rows, p.hidden>>>(bx.p, rows, features, w1.p, b1.p, p.hidden, h.p, true);
-        a = h.p;
+        affine<<<rows, p.hidden>>>(bx.as<float>(), rows, features, w1, b1, p.hidden, h.as<float>(), true);
+        in = h.as<float>();
       }
-      affine<<<rows, classes>>>(a, rows, in2, w2.p, b2.p, classes, logits.p, false);
-      softmax_grad<<<(rows + 127) / 128, 128>>>(logits.p, rows, labels);
+      affine<<<rows, classes>>>(in, rows, in2, w2, b2, classes, logits.as<float>(), false);
+      softmax_grad<<<(rows + 127) / 128, 128>>>(logits.as<float>(), rows, labels.as<int>());
       const float scale = 1.0f / static_cast<float>(rows);
-      if (p.mlp) hidden_grad<<<rows, p.hidden>>>(h.p, w2.p, logits.p, rows, p.hidden, dh.p);
-      update<<<in2, classes>>>(w2.p, b2.p, a, in2, logits.p, classes, rows, p.lr, p.weight_decay, scale);
-      if (p.mlp) update<<<features, p.hidden>>>(w1.p, b1.p, bx.p, features, dh.p, p.hidden, rows, p.lr, p.weight_decay, scale);
+      if (p.mlp) hidden_grad<<<rows, p.hidden>>>(h.as<float>(), w2, logits.as<float>(), rows, p.hidden, dh.as<float>());
+      update<<<in2, classes>>>(w2, b2, in, in2, logits.as<float>(), classes, rows, p.lr, p.weight_decay, scale);
+      if (p.mlp)
+        update<<<features, p.hidden>>>(w1, b1, bx.as<float>(), features, dh.as<float>(), p.hidden, rows, p.lr,
+                                       p.weight_decay, scale);
       check(cudaGetLastError(), "training kernels");
     }
   }
   auto infer = [&](const std::vector<float>& x, int n, std::vector<float>& out) {
-    check(cudaMemcpy(bx.p, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice), "inputs");
-    const float* a = bx.p;
+    bx.copy_from_host(x.data(), x.size() * sizeof(float));
+    const float* in = bx.as<float>();
     if (p.mlp) {
-      affine<<<n, p.hidden>>>(bx.p, n, features, w1.p, b1.p, p.hidden, h.p, true);
-      a = h.p;
+      affine<<<n, p.hidden>>>(bx.as<float>(), n, features, w1, b1, p.hidden, h.as<float>(), true);
+      in = h.as<float>();
     }
-    affine<<<n, classes>>>(a, n, in2, w2.p, b2.p, classes, logits.p, false);
+    affine<<<n, classes>>>(in, n, in2, w2, b2, classes, logits.as<float>(), false);
+    check(cudaGetLastError(), "inference kernels");
     out.resize(static_cast<std::size_t>(n) * classes);
-    check(cudaMemcpy(out.data(), logits.p, out.size() * sizeof(float), cudaMemcpyDeviceToHost), "logits");
+    logits.copy_to_host(out.data(), out.size() * sizeof(float));
   };
   infer(*p.x_train, n_train, train_logits);
   infer(*p.x_test, n_test, test_logits);
-  cudaFree(labels);
 }
 
 }  // namespace digits_gpu

@@ -2,8 +2,14 @@
 // examples/data/digits.csv.gz) and report held-out accuracy. Softmax regression or a
 // one-hidden-layer MLP (ReLU), minibatch SGD with L2 weight decay, a fixed 80/20 split.
 //   isorun --cpu digits model=mlp lr=0.1 hidden=64 epochs=30
-// Parameters live in the worker's capped allocator (std_adaptor), so --mem-limit applies and
-// the result reports the peak.
+//
+// Where the memory lives, as in any GPU program: host data (the dataset, the batches, the host
+// path's working copy of the model) in ordinary host memory; the model's parameters on the
+// worker's device, in buffers from its capped allocator, so --mem-limit applies to them and the
+// result reports the peak. On a real GPU (device_kind::cuda) the model trains there with CUDA
+// kernels; elsewhere (a CPU worker, or a simulated GPU whose memory the host cannot touch) it
+// trains on the host and checkpoints its parameters to the device after every epoch, and the
+// final scores are computed from the device copy.
 #include <dlfcn.h>
 #include <zlib.h>
 
@@ -17,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "isorun/alloc/std_adaptor.hpp"
+#include "isorun/alloc/device_buffer.hpp"
 #include "isorun/isorun.hpp"
 
 #ifdef ISORUN_DIGITS_CUDA
@@ -59,7 +65,8 @@ struct digits_result {
   }
 };
 
-using fvec = std::vector<float, isorun::alloc::std_adaptor<float>>;
+using fvec = std::vector<float>;
+using isorun::alloc::device_buffer;
 constexpr int features = 64, classes = 10;
 
 std::string default_data_path() {
@@ -138,9 +145,7 @@ struct model {
   int hidden;
   fvec w1, b1, w2, b2;  // mlp: 64->h->10; softmax: w2/b2 only (64->10)
 
-  model(bool use_mlp, int h, std::mt19937& rng, isorun::alloc::caching_allocator& a)
-      : mlp{use_mlp}, hidden{h}, w1(isorun::alloc::std_adaptor<float>(a)), b1(w1.get_allocator()),
-        w2(w1.get_allocator()), b2(w1.get_allocator()) {
+  model(bool use_mlp, int h, std::mt19937& rng) : mlp{use_mlp}, hidden{h} {
     auto init = [&](fvec& w, int in, int out) {
       std::normal_distribution<float> n(0.0f, std::sqrt(2.0f / static_cast<float>(in)));
       w.resize(static_cast<std::size_t>(in) * out);
@@ -209,6 +214,32 @@ struct model {
   }
 };
 
+// The model's parameters on the worker's device, in buffers from its capped allocator. Host
+// code never touches them directly: it copies in and out, as it would with a GPU.
+struct device_model {
+  device_buffer w1, b1, w2, b2;
+
+  device_model(const model& m, isorun::alloc::caching_allocator& a) {
+    auto put = [&](device_buffer& d, const fvec& host) {
+      if (!host.empty()) d = device_buffer::from_host(a, host.data(), host.size() * sizeof(float));
+    };
+    put(w1, m.w1);
+    put(b1, m.b1);
+    put(w2, m.w2);
+    put(b2, m.b2);
+  }
+
+  void store(const model& m) {
+    for (auto [d, host] : {std::pair{&w1, &m.w1}, {&b1, &m.b1}, {&w2, &m.w2}, {&b2, &m.b2}})
+      if (!host->empty()) d->copy_from_host(host->data(), host->size() * sizeof(float));
+  }
+
+  void load(model& m) const {
+    for (auto [d, host] : {std::pair{&w1, &m.w1}, {&b1, &m.b1}, {&w2, &m.w2}, {&b2, &m.b2}})
+      if (!host->empty()) d->copy_to_host(host->data(), host->size() * sizeof(float));
+  }
+};
+
 digits_result digits(const digits_params& p) {
   const auto t0 = std::chrono::steady_clock::now();
   if (p.model != "mlp" && p.model != "softmax") throw std::invalid_argument("model must be mlp or softmax, not " + p.model);
@@ -232,7 +263,9 @@ digits_result digits(const digits_params& p) {
   gather(n_train, n_test, xte, yte);
 
   std::mt19937 rng(static_cast<unsigned>(p.seed));
-  model m(p.model == "mlp", p.hidden, rng, isorun::this_worker().allocator());
+  model m(p.model == "mlp", p.hidden, rng);
+  auto& worker = isorun::this_worker();
+  device_model on_device(m, worker.allocator());
   digits_result r;
   auto score = [&](std::vector<float>& logits, const std::vector<int>& y, int n, double& loss) {
     int correct = 0;
@@ -243,18 +276,14 @@ digits_result digits(const digits_params& p) {
     loss = softmax_xent(logits.data(), n, y.data(), false) / n;
     return static_cast<double>(correct) / n;
   };
+  std::vector<float> train_logits, test_logits;
 #ifdef ISORUN_DIGITS_CUDA
-  if (isorun::this_worker().has_gpu()) {
+  if (worker.kind() == isorun::device_kind::cuda) {
     digits_gpu::problem gp{&xtr, &ytr, &xte, &yte, m.mlp, p.hidden, static_cast<float>(p.lr),
-                           static_cast<float>(p.weight_decay), p.epochs, p.batch, &rng,
-                           &isorun::this_worker().allocator(),
-                           {m.w1.begin(), m.w1.end()}, {m.b1.begin(), m.b1.end()},
-                           {m.w2.begin(), m.w2.end()}, {m.b2.begin(), m.b2.end()}};
-    std::vector<float> train_logits, test_logits;
+                           static_cast<float>(p.weight_decay), p.epochs, p.batch, &rng, &worker.allocator(),
+                           on_device.w1.as<float>(), on_device.b1.as<float>(), on_device.w2.as<float>(),
+                           on_device.b2.as<float>()};
     digits_gpu::train(gp, train_logits, test_logits);
-    score(train_logits, ytr, n_train, r.train_loss);
-    r.accuracy = score(test_logits, yte, n_test, r.test_loss);
-    r.device = "cuda:" + isorun::this_worker().device_uuid();
   } else
 #endif
   {
@@ -275,13 +304,17 @@ digits_result digits(const digits_params& p) {
         }
         m.sgd_step(bx.data(), by.data(), rows, static_cast<float>(p.lr), static_cast<float>(p.weight_decay), h, logits);
       }
+      on_device.store(m);  // checkpoint
     }
-    m.forward(xtr.data(), n_train, h, logits);
-    score(logits, ytr, n_train, r.train_loss);
-    m.forward(xte.data(), n_test, h, logits);
-    r.accuracy = score(logits, yte, n_test, r.test_loss);
-    r.device = "cpu";
+    model trained = m;
+    on_device.load(trained);  // scores come from the device copy
+    trained.forward(xtr.data(), n_train, h, train_logits);
+    trained.forward(xte.data(), n_test, h, test_logits);
   }
+  score(train_logits, ytr, n_train, r.train_loss);
+  r.accuracy = score(test_logits, yte, n_test, r.test_loss);
+  r.device = worker.kind() == isorun::device_kind::cpu ? "cpu"
+                                                       : std::string(to_string(worker.kind())) + ":" + worker.device_uuid();
   r.train_size = n_train;
   r.test_size = n_test;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
