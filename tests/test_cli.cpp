@@ -239,3 +239,43 @@ TEST_CASE("--mem-limit is enforced by the worker's allocator; OOM exits 3 with t
   auto expandable = run(with_tasks({"-q", "--cpu", "--mem-limit", "64M", "--alloc-conf", "strategy:expandable", "hog", "arg0=56"}));
   CHECK(expandable.code == 0);
 }
+
+TEST_CASE("a simulated GPU's memory is device memory: host code that touches it crashes the worker", "[cli][simulated]") {
+  const std::vector<std::string> sim = {"ISORUN_SIMULATE_GPUS=1x4G"};
+  auto on_gpu = run(with_tasks({"--gpu", "0", "--mem-limit", "1G", "touch_device"}), sim);
+  CHECK(on_gpu.code == 4);
+  CHECK_THAT(on_gpu.err, Catch::Contains("SIGSEGV"));
+  // On a CPU worker the allocator hands out host memory, so the same code runs.
+  CHECK(run(with_tasks({"-q", "--cpu", "--mem-limit", "1G", "touch_device"})).code == 0);
+  auto info = run(with_tasks({"-q", "--gpu", "0", "--mem-limit", "1G", "device_info"}), sim);
+  REQUIRE(info.code == 0);
+  json j = json::parse(info.out);
+  CHECK(j["kind"] == "simulated");
+  CHECK(j["cap"] == 1ULL << 30);
+}
+
+TEST_CASE("the examples' tasks run on a simulated GPU", "[cli][simulated]") {
+  const std::vector<std::string> sim = {"ISORUN_SIMULATE_GPUS=2x4G"};
+  auto hello = run({"-q", "--gpu", "1", "hello"}, sim);
+  REQUIRE(hello.code == 0);
+  CHECK(json::parse(hello.out)["device"] == "GPU-sim-1");
+  CHECK(run({"-q", "--gpu", "0", "sum_squares", "arg0=10"}, sim).code == 0);
+  for (const char* model : {"mlp", "softmax"}) {
+    INFO(model);
+    auto digits = run({"-q", "--json", "--gpu", "0", "--mem-limit", "1G", "digits", std::string("model=") + model}, sim);
+    REQUIRE(digits.code == 0);
+    json j = json::parse(digits.out);
+    CHECK(j["result"]["device"] == "simulated:GPU-sim-0");
+    CHECK(j["result"]["accuracy"].get<double>() >= 0.95);
+    CHECK(j["peak_allocated"].get<std::uint64_t>() > 0);  // the parameters live on the device
+  }
+}
+
+TEST_CASE("a GPU without a usable driver: a clear error, not a crash", "[cli]") {
+  // The stand-in NVML reports a GPU that has no driver behind it.
+  auto r = run(with_tasks({"--gpu", "0", "--mem-limit", "1G", "hog", "arg0=8"}),
+               {isorun::test::real_gpus, "LD_LIBRARY_PATH=" FAKE_NVML_DIR});
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Catch::Contains("cannot use GPU GPU-5a7e1d2c") || Catch::Contains("cannot load the CUDA backend"));
+  CHECK_THAT(r.err, !Catch::Contains("SIGSEGV"));
+}

@@ -63,7 +63,28 @@ struct captured {
   std::string out, err;
 };
 
-/// @brief Starts `exe args...` with this environment minus ISORUN_* variables, plus `env_extra`.
+/// Pass in `env_extra` to give a program the machine's real GPU inventory (NVML), for the
+/// gpu-labelled tests; every other program started by a test sees the inventory it names.
+inline const std::string real_gpus = "ISORUN_SIMULATE_GPUS=";
+
+/// @brief The environment for a program a test starts: this one minus ISORUN_* variables, plus
+///        `env_extra`. The GPU inventory is pinned so a test gives the same verdict on any
+///        machine: no GPU (`ISORUN_SIMULATE_GPUS=none`) unless `env_extra` sets
+///        ISORUN_SIMULATE_GPUS itself (a simulated inventory, or `real_gpus`).
+inline std::vector<std::string> test_environment(const std::vector<std::string>& env_extra) {
+  std::vector<std::string> env;
+  for (char** v = environ; *v; ++v)
+    if (std::string(*v).rfind("ISORUN_", 0) != 0) env.emplace_back(*v);
+  bool pinned = false;
+  for (const auto& v : env_extra) {
+    pinned = pinned || v.rfind("ISORUN_SIMULATE_GPUS=", 0) == 0;
+    if (v != real_gpus) env.push_back(v);
+  }
+  if (!pinned) env.emplace_back("ISORUN_SIMULATE_GPUS=none");
+  return env;
+}
+
+/// @brief Starts `exe args...` in test_environment(env_extra).
 inline started start_captured(const std::string& exe, const std::vector<std::string>& args,
                               const std::vector<std::string>& env_extra = {}) {
   int o[2], e[2];
@@ -71,9 +92,7 @@ inline started start_captured(const std::string& exe, const std::vector<std::str
   runner::spawn_options opts;
   opts.executable = exe;
   opts.args = args;
-  for (char** v = environ; *v; ++v)
-    if (std::string(*v).rfind("ISORUN_", 0) != 0) opts.env.emplace_back(*v);
-  for (const auto& v : env_extra) opts.env.push_back(v);
+  opts.env = test_environment(env_extra);
   opts.fds = {{1, o[1]}, {2, e[1]}};
   started s{runner::spawn(opts), o[0], e[0]};
   ::close(o[1]);

@@ -83,9 +83,7 @@ isorun::runner::child start_cli(const std::vector<std::string>& args, const std:
   isorun::runner::spawn_options o;
   o.executable = ISORUN_CLI;
   o.args = args;
-  for (char** e = environ; *e; ++e)
-    if (std::string(*e).rfind("ISORUN_", 0) != 0) o.env.emplace_back(*e);
-  for (const auto& e : env) o.env.push_back(e);
+  o.env = isorun::test::test_environment(env);
   int devnull = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
   o.fds = {{1, devnull}, {2, devnull}};
   auto c = isorun::runner::spawn(o);
@@ -390,4 +388,24 @@ TEST_CASE("the digits example reaches at least 0.95 held-out accuracy on the CPU
   CHECK(j["accuracy"].get<double>() >= 0.95);
   CHECK(j["test_size"] == 359);
   CHECK(j["train_size"] == 1438);
+}
+
+TEST_CASE("a digits sweep on simulated GPUs: every trial on its slot's GPU, device memory untouched by the host", "[sweep][digits][simulated]") {
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/spec.yaml") << "task: digits\nmetric: {name: accuracy, goal: maximize}\n"
+                                       "params:\n  model: [mlp, softmax]\n  lr: [0.1, 0.3]\n  epochs: 10\n"
+                                       "resources: {gpus: all, mem_limit: 1G, per_gpu: 1}\nout: \""
+                                    << dir << "/out\"\n";
+  auto code = start_cli({"sweep", dir + "/spec.yaml", "--no-progress"}, {"ISORUN_SIMULATE_GPUS=2x4G"}).reap().code;
+  CHECK(code == 0);
+  const auto journal = lines(dir + "/out/results.jsonl");
+  REQUIRE(journal.size() == 4);
+  for (const auto& l : journal) {
+    json r = json::parse(l);
+    CHECK(r["outcome"] == "success");
+    CHECK(r["result"]["device"] == "simulated:" + r["device"].get<std::string>());
+    CHECK(r["result"]["accuracy"].get<double>() >= 0.9);
+    CHECK(r["peak_reserved"].get<std::uint64_t>() > 0);
+  }
+  fs::remove_all(dir);
 }

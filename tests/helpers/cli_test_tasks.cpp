@@ -75,3 +75,58 @@ std::string hog(int mib) {
 }
 }  // namespace
 ISORUN_TASK(hog);
+
+namespace {
+// The worker's device as the allocator sees it: its cap and what the CUDA context took.
+struct device_report {
+  std::string kind;
+  std::uint64_t cap = 0;
+  std::uint64_t context_counted = 0, context_process = 0, context_device_delta = 0;
+  template <class A>
+  void serialize(A& ar) {
+    ar(CEREAL_NVP(kind), CEREAL_NVP(cap), CEREAL_NVP(context_counted), CEREAL_NVP(context_process),
+       CEREAL_NVP(context_device_delta));
+  }
+};
+
+device_report device_info(int) {
+  auto& w = isorun::this_worker();
+  device_report r;
+  r.cap = w.allocator().cap();
+  r.kind = to_string(w.kind());
+  r.context_counted = w.context_info().counted_bytes;
+  r.context_process = w.context_info().process_bytes;
+  r.context_device_delta = w.context_info().device_delta_bytes;
+  return r;
+}
+
+// Takes everything the cap allows (8 MiB steps, then 2 MiB ones), says so on the FIFO `ready`
+// and holds it until the FIFO `release` is opened and closed by the test.
+std::uint64_t hold_cap(const std::string& ready, const std::string& release) {
+  auto& a = isorun::this_worker().allocator();
+  std::vector<isorun::alloc::device_buffer> held;
+  for (std::size_t step : {8u << 20, 2u << 20}) {
+    try {
+      for (;;) held.emplace_back(a, step);
+    } catch (const isorun::out_of_memory&) {
+    }
+  }
+  const auto reserved = static_cast<std::uint64_t>(a.stats().reserved_bytes.current);
+  std::ofstream(ready) << reserved << std::endl;
+  std::ifstream wait(release);
+  std::string ignored;
+  std::getline(wait, ignored);
+  return reserved;
+}
+
+// Host code that writes into memory from the device allocator: fine on a CPU worker, where the
+// allocator hands out host memory; a crash on a GPU, real or simulated.
+int touch_device(int) {
+  isorun::alloc::device_buffer b(isorun::this_worker().allocator(), 4096);
+  static_cast<volatile char*>(b.data())[0] = 1;
+  return 0;
+}
+}  // namespace
+ISORUN_TASK(device_info);
+ISORUN_TASK(hold_cap);
+ISORUN_TASK(touch_device);

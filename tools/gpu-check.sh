@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The GPU checks, with a pass/fail summary, on a machine with an NVIDIA driver and a built tree
+# (tools/build.sh here, or a tree that ../shared/gpu/run.sh unpacked on a GPU machine):
+#   tools/gpu-check.sh            (build folder: $ISORUN_BUILD_DIR, else build/)
+# Runs each gpu-labelled test case on its own, then the command-line checks a new user would
+# try, and checks the figures the tests report (context size, device memory under the cap,
+# memory release times) against their goals. Exit status 0 only if everything passed.
+set -uo pipefail
+unset ISORUN_SIMULATE_GPUS
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${ISORUN_BUILD_DIR:-$root/build}
+bin=$build/bin
+log=$(mktemp -d /tmp/isorun-gpu-check-XXXXXX)
+trap 'rm -rf "$log"' EXIT
+declare -a summary
+failed=0
+
+record() {  # record NAME STATUS [DETAIL]
+  summary+=("$(printf '%-4s %s%s' "$2" "$1" "${3:+  ($3)}")")
+  [ "$2" = PASS ] || failed=$((failed + 1))
+}
+
+if ! "$bin/isorun" gpus | grep -q '^GPU inventory: NVML'; then
+  echo "gpu-check: no GPU found through NVML; nothing to check here"; exit 77
+fi
+"$bin/isorun" gpus
+uuid=$("$bin/isorun" gpus --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["gpus"][0]["uuid"])')
+
+# 1. Every gpu-labelled test case, one by one (its figures go to the log).
+while IFS= read -r name; do
+  [ -n "$name" ] || continue
+  if "$bin/test_gpu" "$name" > "$log/case.out" 2>&1; then record "test: $name" PASS; else
+    record "test: $name" FAIL "see output below"; echo "---- $name"; tail -40 "$log/case.out"; fi
+  cat "$log/case.out" >> "$log/all.out"
+done < <("$bin/test_gpu" --list-test-names-only)
+
+# 2. What a new user types.
+if out=$("$bin/isorun" --gpu 0 --mem-limit 2G digits 2> "$log/digits.err") &&
+   python3 -c 'import json,sys; r=json.loads(sys.argv[1]); assert r["device"]=="cuda:"+sys.argv[2] and r["accuracy"]>=0.95, r' "$out" "$uuid" 2>> "$log/digits.err"; then
+  record "isorun --gpu 0 --mem-limit 2G digits" PASS "$(python3 -c 'import json,sys; print("accuracy %.4f" % json.loads(sys.argv[1])["accuracy"])' "$out")"
+else
+  record "isorun --gpu 0 --mem-limit 2G digits" FAIL "$(tail -1 "$log/digits.err")"
+fi
+
+# 3. Figures the tests reported, against their goals.
+while read -r what ms; do
+  if [ "${ms%.*}" -le 2000 ]; then record "memory back to baseline within 2 s after $what" PASS "${ms} ms"
+  else record "memory back to baseline within 2 s after $what" FAIL "${ms} ms"; fi
+done < <(sed -n 's/^gpu-check: release after \(.*\): \([0-9]*\) ms$/\1 \2/p' "$log/all.out")
+grep -h '^gpu-check:' "$log/all.out" | grep -v 'release after' | sed 's/^gpu-check: /     /' > "$log/figures"
+
+echo
+echo "== isorun GPU check: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+printf '%s\n' "${summary[@]}"
+echo "figures:"; cat "$log/figures"
+echo "== $((${#summary[@]} - failed)) passed, $failed failed"
+[ "$failed" -eq 0 ]
