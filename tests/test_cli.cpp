@@ -279,3 +279,65 @@ TEST_CASE("a GPU without a usable driver: a clear error, not a crash", "[cli]") 
   CHECK_THAT(r.err, Catch::Contains("cannot use GPU GPU-5a7e1d2c") || Catch::Contains("cannot load the CUDA backend"));
   CHECK_THAT(r.err, !Catch::Contains("SIGSEGV"));
 }
+
+TEST_CASE("every documented exit code, and the messages that go with the rough edges", "[cli][exit]") {
+  CHECK(run({"-q", "--cpu", "hello"}).code == 0);
+  auto bare = run({});
+  CHECK(bare.code == 2);
+  CHECK(bare.out.empty());
+  CHECK_THAT(bare.err, Catch::Contains("usage: isorun"));
+  auto help = run({"--help"});
+  CHECK(help.code == 0);
+  CHECK_THAT(help.out, Catch::Contains("usage: isorun"));
+  // --json reports usage errors as a record too.
+  auto usage = run({"--json", "--cpu", "helo"});
+  CHECK(usage.code == 2);
+  json u = json::parse(usage.out);
+  CHECK(u["outcome"] == "usage");
+  CHECK(u["exit_code"] == 2);
+  CHECK_THAT(u["message"].get<std::string>(), Catch::Contains("unknown task 'helo' (did you mean 'hello'?)"));
+  CHECK_THAT(run({"--mem-limt", "2G", "hello"}).err, Catch::Contains("(did you mean '--mem-limit'?)"));
+  // Known before anything starts, so usage errors: a cap the allocator cannot use, a duration
+  // without its unit, a value out of range for the task's field.
+  auto tiny = run({"--cpu", "--mem-limit", "1M", "digits"});
+  CHECK(tiny.code == 2);
+  CHECK_THAT(tiny.err, Catch::Contains("cannot hold a single 2 MiB segment"));
+  auto unitless = run({"--cpu", "--timeout", "10", "hello"});
+  CHECK(unitless.code == 2);
+  CHECK_THAT(unitless.err, Catch::Contains("has no unit: write 10s, 10ms or 10m"));
+  auto big = run(with_tasks({"--cpu", "typed", "n=3000000000"}));
+  CHECK(big.code == 2);
+  CHECK_THAT(big.err, Catch::Contains("parameter n=3000000000: out of range for the task's type (a 32-bit integer)"));
+  CHECK_THAT(run(with_tasks({"--cpu", "typed", "n=99999999999999999999999"})).err, Catch::Contains("out of range"));
+  // An oversized result is an invalid result (5), not the task's error.
+  auto oversized = run({"--cpu", "--max-result", "10", "hello"});
+  CHECK(oversized.code == 5);
+  CHECK_THAT(oversized.err, Catch::Contains("invalid_result") && Catch::Contains("exceeds the limit of 10 bytes (--max-result)"));
+  // isorun itself failing (here: no descriptors left for the worker's channels) is 125.
+  auto internal = isorun::test::run_captured("/bin/sh", {"-c", "ulimit -n 8; exec \"$0\" --cpu hello", ISORUN_CLI});
+  CHECK(internal.code == 125);
+  CHECK_THAT(internal.err, Catch::Contains("internal error"));
+  // 1, 3, 4 and 124: "each outcome class has its exit code"; 130: the Ctrl-C test below.
+}
+
+TEST_CASE("Ctrl-C on a task says at once what happens", "[cli][signals]") {
+  auto r = start(with_tasks({"--cpu", "--grace", "30s", "stubborn"}));
+  std::string err;
+  char buf[256];
+  while (err.find("worker-pid") == std::string::npos) {
+    ssize_t n = ::read(r.err, buf, sizeof buf);
+    REQUIRE(n > 0);
+    err.append(buf, static_cast<std::size_t>(n));
+  }
+  ::kill(r.process.pid(), SIGINT);
+  while (err.find("Ctrl-C again") == std::string::npos) {
+    ssize_t n = ::read(r.err, buf, sizeof buf);
+    REQUIRE(n > 0);
+    err.append(buf, static_cast<std::size_t>(n));
+  }
+  CHECK_THAT(err, Catch::Contains("isorun: stopping stubborn (SIGTERM, then SIGKILL after 30.00 s)"));
+  ::kill(r.process.pid(), SIGINT);  // the task ignores SIGTERM: only this second Ctrl-C ends it
+  auto done = finish(r);
+  CHECK(done.code == 130);
+  CHECK_THAT(done.err, Catch::Contains("isorun: killing stubborn now"));
+}

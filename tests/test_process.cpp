@@ -115,7 +115,7 @@ TEST_CASE("durations", "[units]") {
   CHECK(parse_duration("5m") == 5min);
   CHECK(parse_duration("1.5s") == 1500ms);
   CHECK(parse_duration("2h") == 2h);
-  CHECK(parse_duration("10") == 10s);
+  CHECK_THROWS_WITH(parse_duration("10"), Catch::Contains("has no unit: write 10s, 10ms or 10m"));
   for (const char* bad : {"", "s", "5 minutes", "-3s", "1d"}) {
     INFO(bad);
     CHECK_THROWS_AS(parse_duration(bad), isorun::parse_error);

@@ -624,11 +624,8 @@ caching_allocator::caching_allocator(std::unique_ptr<backend> memory, std::uint6
   m.cap = cap;
   m.cfg = config;
   m.cap_origin = std::move(cap_origin);
-  if (config.reserve >= cap)
-    throw config_error("reserve_mb (" + human(config.reserve) + ") leaves nothing of the " + human(cap) + " cap");
+  check_cap(cap, config);
   m.limit = cap - config.reserve;
-  if (m.limit < small_segment)
-    throw config_error("a cap of " + human(m.limit) + " cannot hold a single 2 MiB segment; raise --mem-limit");
   if (config.kind == strategy::preallocate) {
     std::uint64_t want = m.limit;
     if (config.fraction > 0)

@@ -41,6 +41,15 @@ bool as_bool(std::string_view key, std::string_view v) {
 
 }  // namespace
 
+void check_cap(std::uint64_t cap, const alloc_config& config) {
+  auto mib = [](std::uint64_t b) { return std::to_string(b / MiB) + (b % MiB ? "." + std::to_string(b % MiB * 10 / MiB) : "") + " MiB"; };
+  if (config.reserve >= cap)
+    throw config_error("reserve_mb (" + mib(config.reserve) + ") leaves nothing of the " + mib(cap) + " cap");
+  if (cap - config.reserve < 2 * MiB)
+    throw config_error("a cap of " + mib(cap - config.reserve) +
+                       " cannot hold a single 2 MiB segment, the allocator's smallest unit; raise --mem-limit to 2M or more");
+}
+
 const char* to_string(strategy s) noexcept {
   switch (s) {
     case strategy::auto_growth: return "auto_growth";

@@ -31,20 +31,10 @@ std::shared_ptr<runner::job> start_isolated(const void* fn, blob args, const opt
   spec.task = task->name;
   spec.encoding = serialization::encoding::binary;
   spec.args = std::move(args);
-  if (opts.gpu) {
-    spec.gpu = gpus().at(*opts.gpu);
-    if (opts.mem_limit > spec.gpu->total_memory)
-      throw usage_error("mem_limit " + format_size(opts.mem_limit) + " exceeds GPU " + std::to_string(*opts.gpu) +
-                        "'s " + format_size(spec.gpu->total_memory));
-  }
+  if (opts.gpu) spec.gpu = gpus().at(*opts.gpu);
   spec.mem_limit = opts.mem_limit;
   spec.timeout = opts.timeout;
   spec.grace = opts.grace;
-  try {
-    alloc::alloc_config::parse(opts.alloc_conf);
-  } catch (const alloc::config_error& e) {
-    throw usage_error(std::string("options.alloc_conf: ") + e.what());
-  }
   spec.alloc_conf = opts.alloc_conf;
   spec.extra_env = opts.env;
   spec.stderr_echo_fd = opts.echo_stderr ? 2 : -1;

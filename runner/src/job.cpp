@@ -15,6 +15,7 @@
 #include <deque>
 #include <mutex>
 
+#include "isorun/alloc/config.hpp"
 #include "isorun/errors.hpp"
 #include "isorun/process.hpp"
 #include "isorun/serialization/codec.hpp"
@@ -142,7 +143,27 @@ void job::cancel() noexcept {
   [[maybe_unused]] auto n = ::write(state_->cancel_event.get(), &one, sizeof one);
 }
 
+void check_job_spec(const job_spec& spec) {
+  alloc::alloc_config config;
+  try {
+    config = alloc::alloc_config::parse(spec.alloc_conf);
+  } catch (const alloc::config_error& e) {
+    throw usage_error(std::string("allocator configuration: ") + e.what());
+  }
+  if (spec.mem_limit) {
+    try {
+      alloc::check_cap(spec.mem_limit, config);
+    } catch (const alloc::config_error& e) {
+      throw usage_error("mem-limit " + format_size(spec.mem_limit) + ": " + e.what());
+    }
+  }
+  if (spec.gpu && spec.mem_limit > spec.gpu->total_memory)
+    throw usage_error("mem-limit " + format_size(spec.mem_limit) + " exceeds GPU " + std::to_string(spec.gpu->index) +
+                      "'s " + format_size(spec.gpu->total_memory));
+}
+
 std::shared_ptr<job> job::start(job_spec spec) {
+  check_job_spec(spec);
   static std::once_flag sweep_once;
   std::call_once(sweep_once, [] { ser::remove_stale_segments(); });
 
@@ -374,6 +395,9 @@ const job_result& job::wait() {
       o.kind = outcome_kind::invalid_result;
       o.message = std::string("worker result rejected: ") + e.what();
     }
+  } else if (s.done && s.done->status == ser::task_status::result_too_large) {
+    o.kind = outcome_kind::invalid_result;
+    o.message = "worker result rejected: " + s.done->message;
   } else if (s.done) {
     o.kind = s.done->status == ser::task_status::out_of_memory ? outcome_kind::out_of_memory : outcome_kind::task_error;
     o.error_type = s.done->error_type;

@@ -1,9 +1,10 @@
 #include "task_params.hpp"
 
+#include <algorithm>
 #include <charconv>
-#include <set>
 
 #include "isorun/errors.hpp"
+#include "suggest.hpp"
 
 namespace isorun::cli {
 namespace {
@@ -30,6 +31,18 @@ std::string describe_parameters(const nlohmann::json& params) {
   return s;
 }
 
+// cereal reports a JSON number that does not fit the field as a failed RapidJSON assertion
+// naming the type flag it wanted; say that in words.
+std::string decode_failure(const std::string& what) {
+  static const std::pair<const char*, const char*> flags[] = {{"kIntFlag", "a 32-bit integer"},
+                                                              {"kUintFlag", "a 32-bit unsigned integer"},
+                                                              {"kInt64Flag", "a 64-bit integer"},
+                                                              {"kUint64Flag", "a 64-bit unsigned integer"}};
+  for (const auto& [flag, type] : flags)
+    if (what.find(flag) != std::string::npos) return std::string("out of range for the task's type (") + type + ")";
+  return what;
+}
+
 }  // namespace
 
 bool addressed_by_field(const nlohmann::json& defaults) {
@@ -44,7 +57,7 @@ nlohmann::json task_parameters(const worker::task_info& task) {
 
 nlohmann::json coerce_value(const std::string& key, const std::string& text, const nlohmann::json& like) {
   auto bad = [&](const std::string& expected) {
-    return usage_error("parameter " + key + "='" + text + "': expected " + expected);
+    return param_error("parameter " + key + "='" + text + "': expected " + expected, key);
   };
   if (like.is_string()) return text;
   if (like.is_boolean()) {
@@ -61,11 +74,15 @@ nlohmann::json coerce_value(const std::string& key, const std::string& text, con
     std::uint64_t u{};
     auto [p2, ec2] = std::from_chars(text.data(), text.data() + text.size(), u);
     if (ec2 == std::errc{} && p2 == text.data() + text.size()) return u;
+    if (ec2 == std::errc::result_out_of_range || ec == std::errc::result_out_of_range)
+      throw param_error("parameter " + key + "='" + text + "': out of range for a 64-bit integer", key);
     throw bad("an integer");
   }
   if (like.is_number()) {
     double v{};
     auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec == std::errc::result_out_of_range)
+      throw param_error("parameter " + key + "='" + text + "': out of range for a double", key);
     if (ec != std::errc{} || p != text.data() + text.size()) throw bad("a number");
     return v;
   }
@@ -79,19 +96,44 @@ nlohmann::json build_task_args(const worker::task_info& task, const std::vector<
   if (!task.default_args_json)
     throw usage_error("task '" + task.name +
                       "' cannot be called from the command line: its argument types are not default-constructible");
-  nlohmann::json defaults = nlohmann::json::parse(task.default_args_json());
+  const nlohmann::json pristine = nlohmann::json::parse(task.default_args_json());
+  nlohmann::json defaults = pristine;
   const bool by_field = addressed_by_field(defaults);
   nlohmann::json& params = by_field ? defaults["arg0"] : defaults;
-  std::set<std::string> seen;
+  std::vector<std::string> names;
+  for (auto it = params.begin(); it != params.end(); ++it) names.push_back(it.key());
+  std::vector<std::pair<std::string, nlohmann::json>> given;
   for (const auto& word : words) {
     const auto eq = word.find('=');
     if (eq == std::string::npos || eq == 0)
-      throw usage_error("argument '" + word + "' is not key=value; " + describe_parameters(params));
+      throw param_error("argument '" + word + "' is not key=value; " + describe_parameters(params), "");
     const std::string key = word.substr(0, eq), text = word.substr(eq + 1);
     if (!params.contains(key))
-      throw usage_error("task '" + task.name + "' has no parameter '" + key + "'; " + describe_parameters(params));
-    if (!seen.insert(key).second) throw usage_error("parameter '" + key + "' is given twice");
+      throw param_error("task '" + task.name + "' has no parameter '" + key + "'" + did_you_mean(key, names) + "; " +
+                            describe_parameters(params),
+                        key);
+    if (std::any_of(given.begin(), given.end(), [&](auto& g) { return g.first == key; }))
+      throw param_error("parameter '" + key + "' is given twice", key);
     params[key] = coerce_value(key, text, params[key]);
+    given.emplace_back(key, params[key]);
+  }
+  if (task.check_json_args) {
+    // Decode as the worker will, so a value that fits JSON but not the C++ field (3000000000 for
+    // an int) is a usage error now rather than a task error later; then find the culprit.
+    try {
+      task.check_json_args(defaults.dump());
+    } catch (const std::exception& whole) {
+      for (const auto& [key, value] : given) {
+        nlohmann::json one = pristine;
+        (by_field ? one["arg0"] : one)[key] = value;
+        try {
+          task.check_json_args(one.dump());
+        } catch (const std::exception& e) {
+          throw param_error("parameter " + key + "=" + value.dump() + ": " + decode_failure(e.what()), key);
+        }
+      }
+      throw usage_error("task '" + task.name + "': the arguments do not fit its types: " + decode_failure(whole.what()));
+    }
   }
   return defaults;
 }

@@ -6,15 +6,28 @@
 
 #include <nlohmann/json.hpp>
 
+#include "isorun/errors.hpp"
 #include "isorun/task.hpp"
 
 namespace isorun::cli {
 
+/// A `key=value` argument that does not fit the task; `key()` names the parameter ("" when the
+/// word is not key=value at all), so a sweep spec can point at the parameter's line.
+class param_error : public usage_error {
+ public:
+  param_error(const std::string& what, std::string key) : usage_error(what), key_{std::move(key)} {}
+  [[nodiscard]] const std::string& key() const noexcept { return key_; }
+
+ private:
+  std::string key_;
+};
+
 /// @brief Builds the JSON arguments (`{"arg0": ...}`) for `task` from `key=value` words. A task
 ///        taking one struct is addressed by field (`lr=0.1`); otherwise by `arg0=...`. Values
 ///        are converted to the type of the default value (number, bool, string, JSON).
-/// @throws usage_error for a word without '=', an unknown or repeated key, or a value of the
-///         wrong type; the message lists the task's parameters.
+/// @throws param_error for a word without '=', an unknown (with "did you mean") or repeated key,
+///         a value of the wrong type, or one out of range for the task's C++ type (checked by
+///         decoding the arguments as the worker would); the message lists the parameters.
 nlohmann::json build_task_args(const worker::task_info& task, const std::vector<std::string>& words);
 
 /// @brief The task's parameters with their defaults, as accepted by build_task_args (an object;
@@ -24,7 +37,7 @@ nlohmann::json task_parameters(const worker::task_info& task);
 /// @brief True if the task's arguments take the one-struct-by-field form.
 bool addressed_by_field(const nlohmann::json& defaults);
 
-/// @brief Converts `text` to the JSON type of `like`. @throws usage_error naming `key`.
+/// @brief Converts `text` to the JSON type of `like`. @throws param_error naming `key`.
 nlohmann::json coerce_value(const std::string& key, const std::string& text, const nlohmann::json& like);
 
 }  // namespace isorun::cli

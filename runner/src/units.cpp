@@ -55,7 +55,10 @@ std::chrono::milliseconds parse_duration(std::string_view text) {
   std::string unit;
   if (!split_number(text, value, unit)) throw parse_error(what);
   double ms;
-  if (unit.empty() || unit == "s" || unit == "sec") ms = value * 1e3;
+  if (unit.empty())
+    throw parse_error("duration '" + std::string(text) + "' has no unit: write " + std::string(text) + "s, " +
+                      std::string(text) + "ms or " + std::string(text) + "m");
+  if (unit == "s" || unit == "sec") ms = value * 1e3;
   else if (unit == "ms") ms = value;
   else if (unit == "m" || unit == "min") ms = value * 60e3;
   else if (unit == "h") ms = value * 3600e3;

@@ -50,6 +50,14 @@ int wait_forever(int) {
   for (;;) ::pause();
 }
 
+// Like wait_forever, but ignores SIGTERM: only SIGKILL stops it.
+int stubborn(int) {
+  ::signal(SIGTERM, SIG_IGN);
+  std::printf("worker-pid %d\n", static_cast<int>(::getpid()));
+  std::fflush(stdout);
+  for (;;) ::pause();
+}
+
 std::string where(int) {
   const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
   return std::string(v ? v : "<unset>") + " cap=" + std::to_string(isorun::this_worker().mem_limit());
@@ -63,6 +71,7 @@ ISORUN_TASK(fail);
 ISORUN_TASK(crash);
 ISORUN_TASK(oom);
 ISORUN_TASK(wait_forever);
+ISORUN_TASK(stubborn);
 ISORUN_TASK(where);
 
 namespace {

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <stdexcept>
 #include <thread>
 
 #include "isorun/alloc/out_of_memory.hpp"
@@ -68,6 +69,12 @@ void watch_supervisor() {
   }
 }
 
+// A result larger than the supervisor accepts: not the task's fault, so not a task_error.
+class result_too_large : public std::length_error {
+ public:
+  using std::length_error::length_error;
+};
+
 class segment_sink final : public worker::result_sink {
  public:
   explicit segment_sink(std::uint64_t max_result) : file_{ser::worker_result_fd}, max_result_{max_result} {}
@@ -82,8 +89,8 @@ class segment_sink final : public worker::result_sink {
   // so bytes a task wrote in place (output_blob) stay where the encoder expects them.
   std::byte* area(std::uint64_t size) {
     if (size > max_result_)
-      throw std::length_error("result of " + std::to_string(size) + " bytes exceeds the supervisor's limit of " +
-                              std::to_string(max_result_) + " bytes");
+      throw result_too_large("result of " + std::to_string(size) + " bytes exceeds the limit of " +
+                             std::to_string(max_result_) + " bytes (--max-result)");
     if (map_.size() < ser::header_size + size) {
       file_.reserve(ser::header_size + size);
       map_ = ser::mapping::map(file_.fd(), ser::header_size + size, ser::mapping::access::read_write, true);
@@ -167,6 +174,9 @@ class segment_sink final : public worker::result_sink {
       task->run_binary(req.args.bytes(), request_map, sink);
     }
     done.status = ser::task_status::ok;
+  } catch (const result_too_large& e) {
+    done.status = ser::task_status::result_too_large;
+    done.message = e.what();
   } catch (const out_of_memory& e) {
     done.status = ser::task_status::out_of_memory;
     done.error_type = "isorun::out_of_memory";

@@ -55,10 +55,17 @@ struct job_result {
   std::uint64_t encode_ns = 0;          ///< time the worker spent encoding into shared memory
 };
 
+/// @brief Checks what `spec` asks for before anything starts: the allocator configuration
+///        parses, the cap can hold the allocator's smallest segment, the cap fits the GPU.
+/// @throws usage_error saying what is wrong and what to change.
+void check_job_spec(const job_spec& spec);
+
 class job {
  public:
-  /// @brief Spawns a fresh worker for `spec`. Returns once the process exists.
-  /// @throws internal_error if shared memory or the process cannot be created.
+  /// @brief Checks `spec` (check_job_spec), then spawns a fresh worker for it. Returns once the
+  ///        process exists.
+  /// @throws usage_error for an impossible spec (nothing is started); internal_error if shared
+  ///         memory or the process cannot be created.
   static std::shared_ptr<job> start(job_spec spec);
 
   ~job();

@@ -22,8 +22,8 @@ class parse_error : public std::invalid_argument {
 /// @throws parse_error for anything else (negative, empty, unknown unit, overflow).
 std::uint64_t parse_size(std::string_view text);
 
-/// @brief Parses a duration: a number followed by `ms`, `s`, `m`, `h` (`500ms`, `1.5s`, `5m`);
-///        a bare number means seconds.
+/// @brief Parses a duration: a number followed by `ms`, `s`, `m`, `h` (`500ms`, `1.5s`, `5m`).
+///        The unit is required: a bare `10` could mean seconds or milliseconds.
 /// @throws parse_error for anything else.
 std::chrono::milliseconds parse_duration(std::string_view text);
 

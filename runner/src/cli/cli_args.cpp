@@ -6,6 +6,7 @@
 #include "isorun/alloc/config.hpp"
 #include "isorun/errors.hpp"
 #include "isorun/units.hpp"
+#include "../suggest.hpp"
 
 namespace isorun::cli {
 
@@ -58,6 +59,15 @@ int parse_gpu_index(std::string_view text) {
 
 }  // namespace
 
+bool wants_json(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") return false;
+    if (arg == "--json") return true;
+  }
+  return false;
+}
+
 cli_options parse_command_line(int argc, char** argv) {
   cli_options o;
   o.what = mode::run_task;
@@ -107,7 +117,11 @@ cli_options parse_command_line(int argc, char** argv) {
       } else if (arg == "-q" || arg == "--quiet") {
         o.quiet = true;
       } else if (arg.size() > 1 && arg[0] == '-') {
-        throw usage_error("unknown option '" + std::string(arg) + "'; see isorun --help");
+        static const std::vector<std::string> known = {"--gpu",        "--cpu",  "--mem-limit", "--timeout", "--grace",
+                                                       "--tasks",      "--alloc-conf", "--max-result", "--json",
+                                                       "--quiet",      "--help",  "--version"};
+        throw usage_error("unknown option '" + std::string(arg) + "'" + did_you_mean(flag, known) +
+                          "; see isorun --help");
       } else if (o.what == mode::run_task && o.task.empty() && (arg == "tasks" || arg == "gpus")) {
         o.what = arg == "tasks" ? mode::list_tasks : mode::list_gpus;
       } else if (o.what == mode::run_task && o.task.empty() && arg == "sweep") {
@@ -134,7 +148,7 @@ cli_options parse_command_line(int argc, char** argv) {
     }
   }
   if (o.what == mode::run_task && o.task.empty()) {
-    if (argc <= 1) o.what = mode::help;
+    if (argc <= 1) o.what = mode::nothing;
     else throw usage_error("no task given; usage: isorun [OPTIONS] TASK [key=value ...] (isorun tasks lists them)");
   }
   return o;

@@ -10,7 +10,16 @@
 
 namespace isorun::cli {
 
-enum class mode { run_task, run_command, list_tasks, list_gpus, help, version, sweep };
+enum class mode {
+  run_task,
+  run_command,
+  list_tasks,
+  list_gpus,
+  help,     ///< --help: usage on stdout, exit 0
+  nothing,  ///< no arguments at all: usage on stderr, exit 2
+  version,
+  sweep,
+};
 
 struct cli_options {
   mode what = mode::help;
@@ -35,5 +44,9 @@ cli_options parse_command_line(int argc, char** argv);
 
 /// The --help text.
 const char* usage_text();
+
+/// @brief True if argv asks for JSON output (--json before any `--`), so that even a usage
+///        error is reported as a JSON record.
+bool wants_json(int argc, char** argv);
 
 }  // namespace isorun::cli

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -22,6 +23,7 @@
 #include "isorun/process.hpp"
 #include "isorun/task.hpp"
 #include "isorun/units.hpp"
+#include "../suggest.hpp"
 #include "../task_params.hpp"
 
 #ifndef ISORUN_TASK_DIR
@@ -147,8 +149,12 @@ int run_task(const cli::cli_options& o, const std::vector<std::string>& libs) {
   const worker::task_info* task = worker::registry::instance().find(o.task);
   if (!task) {
     std::string known;
-    for (auto* t : worker::registry::instance().all()) known += (known.empty() ? "" : ", ") + t->name;
-    throw usage_error("unknown task '" + o.task + "'; " +
+    std::vector<std::string> names;
+    for (auto* t : worker::registry::instance().all()) {
+      known += (known.empty() ? "" : ", ") + t->name;
+      names.push_back(t->name);
+    }
+    throw usage_error("unknown task '" + o.task + "'" + did_you_mean(o.task, names) + "; " +
                       (known.empty() ? "no tasks are registered (load a library with --tasks LIB.so)"
                                      : "registered tasks: " + known));
   }
@@ -170,12 +176,20 @@ int run_task(const cli::cli_options& o, const std::vector<std::string>& libs) {
   spec.stdout_to = runner::stdout_mode::to_stderr;  // stdout carries the result only
   auto job = runner::job::start(std::move(spec));
 
-  // Ctrl-C / SIGTERM cancel the worker (SIGTERM, grace, SIGKILL) instead of orphaning it.
-  static std::weak_ptr<runner::job> running;
-  running = job;
+  // Ctrl-C / SIGTERM cancel the worker (SIGTERM, grace, SIGKILL) instead of orphaning it, and
+  // say so at once; a second one kills it now.
   static runner::job* raw = job.get();
+  static std::string first_notice, second_notice;
+  static std::atomic<int> interrupts{0};
+  first_notice = "\nisorun: stopping " + o.task + " (SIGTERM, then SIGKILL after " + format_duration(o.grace) +
+                 "); Ctrl-C again to kill it now\n";
+  second_notice = "isorun: killing " + o.task + " now\n";
   struct sigaction sa {};
-  sa.sa_handler = [](int) { raw->cancel(); };
+  sa.sa_handler = [](int) {
+    const std::string& notice = interrupts.fetch_add(1) == 0 ? first_notice : second_notice;
+    [[maybe_unused]] auto n = ::write(STDERR_FILENO, notice.data(), notice.size());  // async-signal-safe
+    raw->cancel();
+  };
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
   ::sigaction(SIGHUP, &sa, nullptr);
@@ -225,6 +239,7 @@ int real_main(int argc, char** argv) {
   const cli::cli_options o = cli::parse_command_line(argc, argv);
   switch (o.what) {
     case cli::mode::help: std::cout << cli::usage_text(); return 0;
+    case cli::mode::nothing: std::fputs(cli::usage_text(), stderr); return 2;
     case cli::mode::version: std::cout << "isorun 0.1.0\n"; return 0;
     case cli::mode::list_gpus: return list_gpus(o);
     case cli::mode::run_command: return cli::run_command(o, pick_gpu(o));
@@ -241,19 +256,24 @@ int real_main(int argc, char** argv) {
 
 }  // namespace
 
+// A failure before or outside the task: on stderr, and as a record on stdout under --json.
+int report_failure(bool as_json, const char* outcome, int code, const std::string& what) {
+  std::fprintf(stderr, "isorun: %s: %s\n", code == 2 ? "error" : "internal error", what.c_str());
+  if (as_json) std::cout << json{{"outcome", outcome}, {"exit_code", code}, {"message", what}}.dump() << std::endl;
+  return code;
+}
+
 int main(int argc, char** argv) {
   if (cli::is_shim_process()) cli::run_shim(argc, argv);
   isorun::init(argc, argv);
+  const bool as_json = cli::wants_json(argc, argv);
   try {
     return real_main(argc, argv);
   } catch (const usage_error& e) {
-    std::fprintf(stderr, "isorun: error: %s\n", e.what());
-    return 2;
+    return report_failure(as_json, "usage", 2, e.what());
   } catch (const parse_error& e) {
-    std::fprintf(stderr, "isorun: error: %s\n", e.what());
-    return 2;
+    return report_failure(as_json, "usage", 2, e.what());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "isorun: internal error: %s\n", e.what());
-    return 125;
+    return report_failure(as_json, "internal_error", 125, e.what());
   }
 }

@@ -60,6 +60,12 @@ struct task_info {
   const void* function = nullptr;  ///< the function's address, to find it from isolated(fn)
   /// JSON of default-constructed arguments, `{"arg0": ...}`; empty if not default-constructible.
   std::function<std::string()> default_args_json;
+  /// JSON of a default-constructed result, `{"result": ...}`: the result's shape (its field
+  /// names and types), for checking a sweep's metric up front. Empty if not default-constructible.
+  std::function<std::string()> default_result_json;
+  /// Decodes JSON arguments into the task's types without running it, throwing what the worker
+  /// would throw: lets the supervisor reject, say, 3000000000 for an `int` before starting.
+  std::function<void(const std::string&)> check_json_args;
   std::function<void(std::span<const std::byte>, std::shared_ptr<const void>, result_sink&)> run_binary;
   std::function<void(const std::string&, result_sink&)> run_json;
 };
@@ -140,8 +146,15 @@ bool register_task(const char* name, R (*fn)(A...)) {
   t.arg_types = {readable_type_name(typeid(std::decay_t<A>))...};
   if constexpr (std::is_void_v<R>) t.result_type = "void";
   else t.result_type = readable_type_name(typeid(R));
-  if constexpr (std::is_default_constructible_v<args_t>)
+  if constexpr (std::is_default_constructible_v<args_t>) {
     t.default_args_json = [] { return detail::args_to_json(args_t{}, seq{}); };
+    t.check_json_args = [](const std::string& json) {
+      args_t args;
+      if constexpr (sizeof...(A) > 0) detail::args_from_json(json, args, seq{});
+    };
+  }
+  if constexpr (!std::is_void_v<R> && std::is_default_constructible_v<R>)
+    t.default_result_json = [] { return detail::result_to_json(R{}); };
 
   auto call = [fn](args_t& args) -> decltype(auto) {
     return std::apply([fn](auto&... a) -> R { return fn(a...); }, args);

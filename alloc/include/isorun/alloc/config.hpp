@@ -56,6 +56,12 @@ struct alloc_config {
   [[nodiscard]] std::string to_string() const;
 };
 
+/// @brief Checks that a cap of `cap` bytes can serve `config`: after `reserve`, at least one 2 MiB
+///        segment must fit. The supervisor calls it before starting a worker, so an impossible
+///        --mem-limit is a usage error; the allocator checks it again.
+/// @throws config_error saying what to raise.
+void check_cap(std::uint64_t cap, const alloc_config& config);
+
 /// @brief "auto_growth", "preallocate", "expandable".
 const char* to_string(strategy s) noexcept;
 

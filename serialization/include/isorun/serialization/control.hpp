@@ -38,7 +38,12 @@ struct hello_message {
 };
 
 /// How a task ended inside the worker.
-enum class task_status : std::uint8_t { ok = 0, task_error = 1, out_of_memory = 2 };
+enum class task_status : std::uint8_t {
+  ok = 0,
+  task_error = 1,
+  out_of_memory = 2,
+  result_too_large = 3,  ///< the result exceeds the supervisor's --max-result; it was not written
+};
 
 /// Sent by the worker when the task has finished (result, if any, already in shared memory).
 struct done_message {

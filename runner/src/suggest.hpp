@@ -1,0 +1,19 @@
+#pragma once
+// "Did you mean ...?" for names a user typed: tasks, parameters, spec keys, flags.
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace isorun {
+
+/// @brief The candidate `word` most likely meant, if one is close: a small edit distance
+///        (typos: `helo` → `hello`), or a candidate that is a prefix of `word` up to a separator
+///        (`lr_rate` → `lr`). nullopt if none is close enough to suggest.
+std::optional<std::string> closest_name(std::string_view word, const std::vector<std::string>& candidates);
+
+/// @brief " (did you mean 'hello'?)" for closest_name's answer, or "".
+std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates);
+
+}  // namespace isorun
