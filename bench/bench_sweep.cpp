@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
     s.per_gpu = per_gpu;
     const auto dir = std::filesystem::temp_directory_path() / ("isorun-bench-sweep-" + std::to_string(::getpid()) + "-" + std::to_string(rep));
     s.out = dir.string();
-    const auto slots = sweeps::plan_slots(s, runner::gpu_inventory::simulated("2x16G"));
+    const auto slots = sweeps::plan_slots(s, runner::gpu_inventory::simulated("2x16G")).slots;
     sweeps::run_options ro;
     ro.progress = false;
     const auto t0 = std::chrono::steady_clock::now();

@@ -186,13 +186,13 @@ TEST_CASE("GPU slots pack floor(free / cap) trials per GPU and no more", "[sweep
   s.task = "step";
   s.all_gpus = true;
   s.mem_limit = 6ULL << 30;
-  auto slots = sw::plan_slots(s, inv);
+  auto slots = sw::plan_slots(s, inv, 16).slots;
   REQUIRE(slots.size() == 4);
   std::map<std::string, int> per_gpu;
   for (const auto& sl : slots) per_gpu[sl.gpu->uuid]++;
   CHECK(per_gpu == std::map<std::string, int>{{"GPU-sim-0", 2}, {"GPU-sim-1", 2}});
   s.mem_limit = 5ULL << 30;
-  CHECK(sw::plan_slots(s, inv).size() == 6);
+  CHECK(sw::plan_slots(s, inv, 16).slots.size() == 6);
   s.per_gpu = 4;
   CHECK_THROWS_WITH(sw::plan_slots(s, inv), Catch::Contains("exceeds GPU"));  // 4 x 5G > 16G
   s.per_gpu = 0;
@@ -205,9 +205,28 @@ TEST_CASE("GPU slots pack floor(free / cap) trials per GPU and no more", "[sweep
   CHECK_THROWS_AS(sw::plan_slots(s, inv), isorun::usage_error);
   s.gpus.clear();
   s.cpu_slots = 3;
-  auto cpu = sw::plan_slots(s, inv);
+  auto cpu = sw::plan_slots(s, inv).slots;
   CHECK(cpu.size() == 3);
   CHECK_FALSE(cpu[0].gpu.has_value());
+}
+
+TEST_CASE("by default a GPU gets no more slots than the cores per GPU, and the plan says why", "[sweep][packing]") {
+  auto inv = isorun::runner::gpu_inventory::simulated("1x80G");
+  sw::spec s;
+  s.task = "step";
+  s.all_gpus = true;
+  s.mem_limit = 1ULL << 30;
+  auto plan = sw::plan_slots(s, inv, 16);  // 80 caps would fit; 16 cores
+  CHECK(plan.slots.size() == 16);
+  CHECK_THAT(plan.how, Catch::Contains("16 = min(80 caps of 1.00 GiB in 80.00 GiB free, 16 cores)"));
+  auto two = sw::plan_slots(s, isorun::runner::gpu_inventory::simulated("2x16G"), 2);
+  CHECK(two.slots.size() == 2);  // one core per GPU
+  CHECK_THAT(two.how, Catch::Contains("per GPU"));
+  s.per_gpu = 20;  // an explicit per_gpu wins
+  CHECK(sw::plan_slots(s, inv, 16).slots.size() == 20);
+  s.gpus.clear();
+  s.all_gpus = false;
+  CHECK_THAT(sw::plan_slots(s, inv, 2).how, Catch::Contains("2 CPU slots (one per core)"));
 }
 
 TEST_CASE("trials run on their slot's GPU and every assignment is journaled", "[sweep][packing]") {
@@ -217,7 +236,7 @@ TEST_CASE("trials run on their slot's GPU and every assignment is journaled", "[
   s.all_gpus = true;
   s.mem_limit = 6ULL << 30;
   s.out = dir + "/out";
-  auto slots = sw::plan_slots(s, isorun::runner::gpu_inventory::simulated("2x16G"));
+  auto slots = sw::plan_slots(s, isorun::runner::gpu_inventory::simulated("2x16G"), 16).slots;
   sw::run_options ro;
   ro.task_libraries = {SWEEP_TEST_TASKS};
   ro.progress = false;
@@ -240,20 +259,20 @@ TEST_CASE("retries follow the outcome class; deterministic failures are not retr
   auto flaky = sw::parse_spec("task: flaky\nparams:\n  arg0: [1, 2]\n  arg1: \"" + dir + "\"\n", "t.yaml");
   flaky.out = dir + "/flaky";
   flaky.cpu_slots = 1;
-  auto no_retry = sw::run(flaky, sw::plan_slots(flaky, {}), ro);
+  auto no_retry = sw::run(flaky, sw::plan_slots(flaky, {}).slots, ro);
   CHECK(no_retry.failed == 2);
   for (auto& r : no_retry.records) CHECK(r.kind == isorun::outcome_kind::crashed);
   fs::remove_all(dir + "/flaky");
   for (int i : {1, 2}) fs::remove(dir + "/flaky-" + std::to_string(i));
   flaky.retries["crashed"] = 1;
-  auto retried = sw::run(flaky, sw::plan_slots(flaky, {}), ro);
+  auto retried = sw::run(flaky, sw::plan_slots(flaky, {}).slots, ro);
   CHECK(retried.succeeded == 2);
   for (auto& r : retried.records) CHECK(r.attempts == 2);
 
   auto fails = sw::parse_spec("task: always_fails\nparams:\n  arg0: [1]\n", "t.yaml");
   fails.out = dir + "/fails";
   fails.retries["crashed"] = 3;
-  auto f = sw::run(fails, sw::plan_slots(fails, {}), ro);
+  auto f = sw::run(fails, sw::plan_slots(fails, {}).slots, ro);
   REQUIRE(f.records.size() == 1);
   CHECK(f.records[0].kind == isorun::outcome_kind::task_error);
   CHECK(f.records[0].attempts == 1);
@@ -306,14 +325,14 @@ TEST_CASE("a truncated last journal line (crash mid-write) is dropped, not fatal
   sw::run_options ro;
   ro.task_libraries = {SWEEP_TEST_TASKS};
   ro.progress = false;
-  sw::run(s, sw::plan_slots(s, {}), ro);
+  sw::run(s, sw::plan_slots(s, {}).slots, ro);
   auto journal = lines(dir + "/out/results.jsonl");
   REQUIRE(journal.size() == 3);
   {
     std::ofstream out(dir + "/out/results.jsonl", std::ios::trunc);
     out << journal[0] << "\n" << journal[1] << "\n" << journal[2].substr(0, 20);
   }
-  auto again = sw::run(s, sw::plan_slots(s, {}), ro);
+  auto again = sw::run(s, sw::plan_slots(s, {}).slots, ro);
   CHECK(again.skipped == 2);
   CHECK(again.succeeded == 1);
   CHECK(lines(dir + "/out/results.jsonl").size() == 3);
@@ -407,5 +426,203 @@ TEST_CASE("a digits sweep on simulated GPUs: every trial on its slot's GPU, devi
     CHECK(r["result"]["accuracy"].get<double>() >= 0.9);
     CHECK(r["peak_reserved"].get<std::uint64_t>() > 0);
   }
+  fs::remove_all(dir);
+}
+
+namespace {
+isorun::test::captured sweep_cli(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+  std::vector<std::string> a = {"--tasks", SWEEP_TEST_TASKS};
+  a.insert(a.end(), args.begin(), args.end());
+  return isorun::test::run_captured(ISORUN_CLI, a, env);
+}
+
+// Reads `fd` until `text` appears (true) or EOF (false); returns what was read in `seen`.
+bool read_until(int fd, const std::string& text, std::string& seen) {
+  char buf[512];
+  while (seen.find(text) == std::string::npos) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) return false;
+    seen.append(buf, static_cast<std::size_t>(n));
+  }
+  return true;
+}
+}  // namespace
+
+TEST_CASE("a metric that is not a numeric field of the result is an error, not a wrong table", "[sweep][metric]") {
+  const std::string dir = temp_dir(), log = dir + "/completed";
+  // Known result type: refused before anything runs, naming the spec line and the fields.
+  std::ofstream(dir + "/acc.yaml") << "task: step\nparams:\n  i: [1, 2]\n  log: \"" << log
+                                   << "\"\nmetric: {name: scor, goal: maximize}\n";
+  auto r = sweep_cli({"sweep", dir + "/acc.yaml", "--out", dir + "/o1"});
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains(dir + "/acc.yaml: line 5: metric 'scor' is not a field of the result of task 'step'"));
+  CHECK_THAT(r.err, Catch::Contains("did you mean 'score'?") && Catch::Contains("numeric fields: i, score"));
+  CHECK_FALSE(fs::exists(log));
+  CHECK_FALSE(fs::exists(dir + "/o1"));
+  std::ofstream(dir + "/text.yaml") << "task: step\nparams:\n  i: [1]\nmetric: device\n";
+  CHECK_THAT(sweep_cli({"sweep", dir + "/text.yaml", "--out", dir + "/o2"}).err, Catch::Contains("is a string"));
+  CHECK_THAT(sweep_cli({"sweep", "plain_number", "--grid", "arg0=1", "--metric", "x", "--out", dir + "/o3"}).err,
+             Catch::Contains("is number, not an object with fields"));
+  // Result type not known up front: the first success decides, and the sweep stops.
+  auto late = sweep_cli({"sweep", "opaque", "--grid", "arg0=1,2,3", "--metric", "score", "--cpu-slots", "1", "--out",
+                         dir + "/o4", "--no-progress"});
+  CHECK(late.code == 2);
+  CHECK_THAT(late.err, Catch::Contains("metric 'score' is not a field of the result of trial") &&
+                           Catch::Contains("numeric fields: value") && Catch::Contains("the sweep was stopped"));
+  CHECK(lines(dir + "/o4/results.jsonl").size() < 3);
+  auto fine = sweep_cli({"sweep", "opaque", "--grid", "arg0=1,2,3", "--metric", "value", "--out", dir + "/o5",
+                         "--no-progress"});
+  CHECK(fine.code == 0);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("--metric ranks a --grid sweep", "[sweep][metric]") {
+  const std::string dir = temp_dir();
+  auto r = sweep_cli({"sweep", "step", "--grid", "i=1,2,3,4", "--metric", "score:min", "--out", dir + "/g", "--no-progress"});
+  REQUIRE(r.code == 0);
+  std::istringstream table(r.out);
+  std::string header, first, second;
+  std::getline(table, header);
+  std::getline(table, first);
+  std::getline(table, second);
+  CHECK_THAT(header, Catch::Contains("score"));
+  CHECK_THAT(first, Catch::Contains("i=3"));  // score (7i mod 10): 1 for i=3, then 4 for i=2
+  CHECK_THAT(second, Catch::Contains("i=2"));
+  CHECK(sweep_cli({"sweep", "step", "--grid", "i=1", "--metric", "score:up"}).code == 2);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("the top table aligns its numbers", "[sweep][metric]") {
+  sw::spec s;
+  s.metric = {"accuracy", true};
+  std::vector<sw::trial_record> records(3);
+  const double values[] = {0.97493, 0.980501, 0.5};
+  for (int i = 0; i < 3; ++i) {
+    records[i].id = "trial" + std::to_string(i);
+    records[i].params = {{"seed", i}};
+    records[i].result = {{"accuracy", values[i]}};
+  }
+  std::istringstream table(sw::top_table(s, records, 5));
+  std::vector<std::string> rows;
+  for (std::string l; std::getline(table, l);) rows.push_back(l);
+  REQUIRE(rows.size() == 4);
+  CHECK_THAT(rows[1], Catch::Contains("0.980501"));
+  CHECK_THAT(rows[2], Catch::Contains("0.974930"));
+  CHECK(rows[1].find('.') == rows[2].find('.'));
+  CHECK(rows[1].find('.') == rows[3].find('.'));
+}
+
+TEST_CASE("one sweep per output folder: a second one is refused or waits, and nothing runs twice", "[sweep][lock]") {
+  const std::string dir = temp_dir(), fifo = dir + "/fifo", log = dir + "/completed";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  std::ofstream(dir + "/spec.yaml") << step_spec(4, log, dir + "/out");
+  const std::vector<std::string> args = {"--tasks", SWEEP_TEST_TASKS, "sweep", dir + "/spec.yaml", "--no-progress"};
+  auto first = start_cli(args, {"ISORUN_TEST_HANG_AT=1", "ISORUN_TEST_FIFO=" + fifo});
+  int worker = 0;
+  {
+    std::ifstream in(fifo);  // the first sweep runs (and holds the folder)
+    in >> worker;
+  }
+  auto refused = isorun::test::run_captured(ISORUN_CLI, args);
+  CHECK(refused.code == 2);
+  CHECK_THAT(refused.err, Catch::Contains("is in use by another sweep (pid " + std::to_string(first.pid()) + ")") &&
+                              Catch::Contains("--wait"));
+  auto waiting = isorun::test::start_captured(ISORUN_CLI, [&] {
+    auto a = args;
+    a.push_back("--wait");
+    return a;
+  }());
+  std::string said;
+  REQUIRE(read_until(waiting.err, "waiting for the sweep", said));
+  ::kill(first.pid(), SIGKILL);  // the kernel releases the lock: the waiting sweep takes over
+  CHECK(first.reap().signal == SIGKILL);
+  CHECK(isorun::test::process_gone(worker));
+  CHECK(isorun::test::finish_captured(waiting).code == 0);
+  const auto journal = lines(dir + "/out/results.jsonl");
+  std::set<std::string> ids;
+  for (const auto& l : journal) ids.insert(json::parse(l)["id"].get<std::string>());
+  CHECK(journal.size() == 4);
+  CHECK(ids.size() == 4);
+  std::map<std::string, int> completions;
+  for (const auto& l : lines(log)) completions[l]++;
+  CHECK(completions.size() == 4);
+  for (auto& [i, n] : completions) CHECK(n == 1);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("spec errors: checked before the sweep is announced, the file named once, the line always", "[sweep][errors]") {
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/typo.yaml") << "task: step\nparams:\n  ii: [1, 2]\n";
+  auto r = sweep_cli({"sweep", dir + "/typo.yaml", "--out", dir + "/o"});
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains(dir + "/typo.yaml: line 3: task 'step' has no parameter 'ii' (did you mean 'i'?)"));
+  CHECK_THAT(r.err, !Catch::Contains("sweep step:"));  // not announced
+  CHECK(r.err.find("typo.yaml") == r.err.rfind("typo.yaml"));
+  CHECK_FALSE(fs::exists(dir + "/o"));
+  std::ofstream(dir + "/bad.yaml") << "task: step\nparams:\n  i: [1, 2\n";
+  auto bad = sweep_cli({"sweep", dir + "/bad.yaml"});
+  CHECK(bad.err.find("bad.yaml") == bad.err.rfind("bad.yaml"));
+  CHECK_THAT(bad.err, Catch::Contains("bad.yaml: line"));
+  std::ofstream(dir + "/key.yaml") << "task: step\nparams:\n  i: [1]\nresources: {gpu: [0]}\n";
+  CHECK_THAT(sweep_cli({"sweep", dir + "/key.yaml"}).err, Catch::Contains("line 4: unknown resource 'gpu' (did you mean 'gpus'?)"));
+  std::ofstream(dir + "/big.yaml") << "task: step\nparams:\n  i: [3000000000]\n";
+  CHECK_THAT(sweep_cli({"sweep", dir + "/big.yaml"}).err, Catch::Contains("line 3: parameter i=3000000000: out of range"));
+  CHECK_THAT(sweep_cli({"sweep", dir + "/typo.yaml", "--wiat"}).err, Catch::Contains("did you mean '--wait'?"));
+  CHECK_THAT(sweep_cli({"sweep", "stpe", "--grid", "i=1"}).err, Catch::Contains("unknown task 'stpe' (did you mean 'step'?)"));
+  // A valid sweep announces how its slots were planned.
+  auto ok = sweep_cli({"sweep", "step", "--grid", "i=1", "--cpu-slots", "3", "--out", dir + "/g", "--no-progress"});
+  CHECK(ok.code == 0);
+  CHECK_THAT(ok.err, Catch::Contains("sweep step: 1 trials (1 to run) on 3 CPU slots (cpu_slots)"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("Ctrl-C says at once what happens; garbage in the journal is reported by line", "[sweep][signals]") {
+  const std::string dir = temp_dir(), fifo = dir + "/fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  std::ofstream(dir + "/spec.yaml") << step_spec(3, "", dir + "/out");
+  const std::vector<std::string> args = {"--tasks", SWEEP_TEST_TASKS, "--grace", "30s", "sweep", dir + "/spec.yaml",
+                                         "--no-progress"};
+  auto sweep = isorun::test::start_captured(ISORUN_CLI, args, {"ISORUN_TEST_HANG_AT=1", "ISORUN_TEST_FIFO=" + fifo});
+  {
+    std::ifstream in(fifo);
+    int worker = 0;
+    in >> worker;
+  }
+  ::kill(sweep.process.pid(), SIGINT);
+  std::string said;
+  REQUIRE(read_until(sweep.err, "Ctrl-C again", said));
+  CHECK_THAT(said, Catch::Contains("stopping: no new trials; 1 running trial gets SIGTERM, then SIGKILL after 30.00 s"));
+  auto done = isorun::test::finish_captured(sweep);
+  CHECK(done.code == 130);
+  // A line in the middle of the journal that is not a record: reported, and the trial runs again.
+  auto journal = lines(dir + "/out/results.jsonl");
+  REQUIRE(journal.size() == 1);
+  {
+    std::ofstream out(dir + "/out/results.jsonl", std::ios::trunc);
+    out << "{not json\n" << journal[0] << "\n";
+  }
+  auto resumed = isorun::test::run_captured(ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "sweep", dir + "/spec.yaml", "--no-progress"});
+  CHECK(resumed.code == 0);
+  CHECK_THAT(resumed.err, Catch::Contains("results.jsonl line 1 is not a trial record; ignored"));
+  CHECK_THAT(resumed.err, Catch::Contains("3 trials (2 to run)"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a journal holding a trial twice counts it once", "[sweep][resume]") {
+  load_test_tasks();
+  const std::string dir = temp_dir();
+  auto s = sw::parse_spec(step_spec(2, "", dir + "/out"), "t.yaml");
+  sw::run_options ro;
+  ro.task_libraries = {SWEEP_TEST_TASKS};
+  ro.progress = false;
+  sw::run(s, sw::plan_slots(s, {}).slots, ro);
+  auto journal = lines(dir + "/out/results.jsonl");
+  REQUIRE(journal.size() == 2);
+  std::ofstream(dir + "/out/results.jsonl", std::ios::app) << journal[0] << "\n" << journal[1] << "\n";
+  auto again = sw::run(s, sw::plan_slots(s, {}).slots, ro);
+  CHECK(again.skipped == 2);
+  CHECK(again.succeeded == 0);
+  CHECK(again.records.size() == 2);
+  CHECK(lines(dir + "/out/results.csv").size() == 3);
   fs::remove_all(dir);
 }

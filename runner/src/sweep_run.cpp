@@ -3,6 +3,7 @@
 // it counts. Re-running resumes from the journal.
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -27,6 +28,7 @@
 #include "isorun/task.hpp"
 #include "isorun/unique_fd.hpp"
 #include "isorun/units.hpp"
+#include "suggest.hpp"
 #include "task_params.hpp"
 
 namespace isorun::sweeps {
@@ -93,6 +95,83 @@ std::optional<double> metric_of(const spec& s, const trial_record& r) {
   return std::nullopt;
 }
 
+// A spec error located in the spec: "FILE: line N: what" (as much of it as is known).
+spec_error located(const spec& s, int line, const std::string& what) {
+  std::string where = s.source.empty() ? "" : s.source + ": ";
+  if (line > 0) where += "line " + std::to_string(line) + ": ";
+  return spec_error(where + what, line);
+}
+
+// Why `result` cannot be ranked by the metric, or "" if it can.
+std::string metric_problem(const spec& s, const json& result, const std::string& whose) {
+  const std::string& name = s.metric.name;
+  if (!result.is_object())
+    return "metric '" + name + "': the result of " + whose + " is " + std::string(result.type_name()) +
+           ", not an object with fields; drop metric: to rank by wall time";
+  std::vector<std::string> numeric, all;
+  for (auto it = result.begin(); it != result.end(); ++it) {
+    all.push_back(it.key());
+    if (it.value().is_number()) numeric.push_back(it.key());
+  }
+  auto listing = [](const std::vector<std::string>& names) {
+    std::string out;
+    for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+    return out.empty() ? std::string("none") : out;
+  };
+  if (!result.contains(name))
+    return "metric '" + name + "' is not a field of the result of " + whose + did_you_mean(name, numeric) +
+           "; its numeric fields: " + listing(numeric);
+  if (!result[name].is_number())
+    return "metric '" + name + "' is a " + std::string(result[name].type_name()) + " in the result of " + whose +
+           ", not a number; numeric fields: " + listing(numeric);
+  return "";
+}
+
+// The output folder's lock: flock, so the kernel releases it when its holder dies.
+unique_fd lock_output(const fs::path& out, bool wait) {
+  const fs::path path = out / "sweep.lock";
+  unique_fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (!fd) throw internal_error("cannot open " + path.string() + ": " + std::strerror(errno));
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK) throw internal_error("cannot lock " + path.string() + ": " + std::strerror(errno));
+    char holder[64] = {};
+    [[maybe_unused]] auto n = ::pread(fd.get(), holder, sizeof holder - 1, 0);
+    std::string who = holder;
+    while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
+    if (!wait)
+      throw usage_error("output folder " + out.string() + " is in use by another sweep (" +
+                        (who.empty() ? std::string("its pid is unknown") : "pid " + who) +
+                        "); wait for it to finish, pass --wait to wait for it, or choose another --out");
+    std::fprintf(stderr, "isorun: waiting for the sweep using %s (pid %s) to finish\n", out.c_str(), who.c_str());
+    while (::flock(fd.get(), LOCK_EX) != 0)
+      if (errno != EINTR) throw internal_error("cannot lock " + path.string() + ": " + std::strerror(errno));
+  }
+  const std::string me = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd.get(), 0) == 0) {
+    [[maybe_unused]] auto n = ::pwrite(fd.get(), me.data(), me.size(), 0);
+  }
+  return fd;
+}
+
+// Numbers of one column printed with the same decimals, right-aligned.
+std::vector<std::string> aligned(const std::vector<double>& values) {
+  double most = 0;
+  for (double v : values) most = std::max(most, std::abs(v));
+  const bool scientific = most != 0 && (most < 1e-3 || most >= 1e9);
+  const int decimals = most >= 1 ? std::max(0, 5 - static_cast<int>(std::floor(std::log10(most)))) : 6;
+  std::vector<std::string> out;
+  std::size_t width = 0;
+  for (double v : values) {
+    char buf[64];
+    if (scientific) std::snprintf(buf, sizeof buf, "%.4e", v);
+    else std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+    out.emplace_back(buf);
+    width = std::max(width, out.back().size());
+  }
+  for (auto& t : out) t.insert(0, width - t.size(), ' ');
+  return out;
+}
+
 std::string duration(double seconds) {
   char buf[32];
   if (seconds < 60) std::snprintf(buf, sizeof buf, "%.0fs", seconds);
@@ -147,88 +226,173 @@ std::string top_table(const spec& s, const std::vector<trial_record>& records, i
     if (!ma) return a->wall_s < b->wall_s;
     return s.metric.maximize ? *ma > *mb : *ma < *mb;
   });
-  std::ostringstream o;
+  if (ok.empty()) return "(no successful trials)\n";
+  ok.resize(std::min<std::size_t>(static_cast<std::size_t>(std::max(k, 0)), ok.size()));
+  std::vector<double> values;
+  for (auto* r : ok) values.push_back(metric_of(s, *r).value_or(r->wall_s));
+  auto shown = aligned(values);
   const std::string metric = s.metric.name.empty() ? "wall_s" : s.metric.name;
-  char head[128];
-  std::snprintf(head, sizeof head, "%-4s %-12s %-17s %s\n", "rank", metric.c_str(), "trial", "parameters");
-  o << head;
-  for (int i = 0; i < std::min<int>(k, static_cast<int>(ok.size())); ++i) {
+  const std::size_t width = std::max(metric.size(), shown.empty() ? 0 : shown[0].size());
+  std::ostringstream o;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-4s  %*s  %-16s  %s\n", "rank", static_cast<int>(width), metric.c_str(), "trial",
+                "parameters");
+  o << line;
+  for (std::size_t i = 0; i < ok.size(); ++i) {
     std::vector<std::string> words;
     const std::string desc = param_words(ok[i]->params, words);
-    auto m = metric_of(s, *ok[i]);
-    char line[64];
-    std::snprintf(line, sizeof line, "%-4d %-12.6g %-17s ", i + 1, m ? *m : ok[i]->wall_s, ok[i]->id.c_str());
+    std::snprintf(line, sizeof line, "%-4zu  %*s  %-16s  ", i + 1, static_cast<int>(width), shown[i].c_str(),
+                  ok[i]->id.c_str());
     o << line << desc << "\n";
   }
-  if (ok.empty()) o << "(no successful trials)\n";
   return o.str();
 }
 
-sweep_summary run(const spec& s, const std::vector<slot>& slots, const run_options& opt) {
+struct sweep_run::state {
+  spec s;
+  std::vector<slot> slots;
+  run_options opt;
+  std::vector<std::string> args;  // each trial's JSON arguments, checked
+  fs::path out;
+  std::string out_text;
+  unique_fd lock;
+  unique_fd journal;
+  std::map<std::string, trial_record> latest;  // by trial id: the journal's last word on each
+  std::vector<std::size_t> queue;              // indices into s.trials
+  std::size_t skipped = 0;
+  std::vector<std::string> warnings;
+  bool metric_known = false;  // checked against the result type up front
+  bool ran = false;
+};
+
+sweep_run::sweep_run(sweep_run&&) noexcept = default;
+sweep_run& sweep_run::operator=(sweep_run&&) noexcept = default;
+sweep_run::~sweep_run() = default;
+
+std::size_t sweep_run::pending() const noexcept { return state_->queue.size(); }
+const std::string& sweep_run::out() const noexcept { return state_->out_text; }
+const std::vector<std::string>& sweep_run::warnings() const noexcept { return state_->warnings; }
+
+sweep_run::sweep_run(const spec& sp, std::vector<slot> slots, run_options options) : state_{std::make_unique<state>()} {
+  state& st = *state_;
+  st.s = sp;
+  st.slots = std::move(slots);
+  st.opt = std::move(options);
+  const spec& s = st.s;
+  if (st.slots.empty()) throw usage_error("a sweep needs at least one slot");
+
+  // Everything is checked before anything is created or started.
   const worker::task_info* task = worker::registry::instance().find(s.task);
-  if (!task) throw spec_error("unknown task '" + s.task + "' (load its library with --tasks LIB.so; isorun tasks lists them)", 0);
-  // Every trial's arguments are checked before anything starts.
-  std::vector<std::string> args(s.trials.size());
+  if (!task) {
+    std::vector<std::string> names;
+    for (auto* t : worker::registry::instance().all()) names.push_back(t->name);
+    throw located(s, 0, "unknown task '" + s.task + "'" + did_you_mean(s.task, names) +
+                            " (load its library with --tasks LIB.so; isorun tasks lists them)");
+  }
+  st.args.resize(s.trials.size());
   for (std::size_t i = 0; i < s.trials.size(); ++i) {
     std::vector<std::string> words;
     param_words(s.trials[i], words);
     try {
-      args[i] = cli::build_task_args(*task, words).dump();
+      st.args[i] = cli::build_task_args(*task, words).dump();
+    } catch (const cli::param_error& e) {
+      const auto line = s.param_lines.find(e.key());
+      throw located(s, line == s.param_lines.end() ? 0 : line->second, e.what());
     } catch (const usage_error& e) {
-      throw spec_error(std::string("params: ") + e.what(), 0);
+      throw located(s, 0, e.what());
     }
   }
+  if (!s.metric.name.empty() && task->default_result_json) {
+    const json shape = json::parse(task->default_result_json())["result"];
+    if (auto problem = metric_problem(s, shape, "task '" + s.task + "'"); !problem.empty())
+      throw located(s, s.metric.line, problem);
+    st.metric_known = true;
+  }
+  for (const auto& sl : st.slots) {
+    runner::job_spec probe;
+    probe.gpu = sl.gpu;
+    probe.mem_limit = s.mem_limit;
+    probe.alloc_conf = s.alloc_conf;
+    runner::check_job_spec(probe);
+  }
 
-  const fs::path out = s.out.empty() ? fs::path("isorun-sweep-" + s.task) : fs::path(s.out);
-  fs::create_directories(out / "logs");
+  st.out = s.out.empty() ? fs::path("isorun-sweep-" + s.task) : fs::path(s.out);
+  st.out_text = st.out.string();
+  std::error_code ec;
+  fs::create_directories(st.out / "logs", ec);
+  if (ec) throw internal_error("cannot create " + (st.out / "logs").string() + ": " + ec.message());
+  st.lock = lock_output(st.out, st.opt.wait_for_lock);
+
   const json identity = {{"task", s.task}, {"trials", s.trials.size()}, {"fingerprint", fingerprint(s)}};
-  if (fs::exists(out / "sweep.json")) {
-    std::ifstream in(out / "sweep.json");
+  if (fs::exists(st.out / "sweep.json")) {
+    std::ifstream in(st.out / "sweep.json");
     json old = json::parse(in, nullptr, false);
     if (old.is_discarded() || old.value("fingerprint", "") != identity["fingerprint"])
-      throw usage_error("output folder " + out.string() + " holds a different sweep (task " +
+      throw usage_error("output folder " + st.out_text + " holds a different sweep (task " +
                         (old.is_discarded() ? std::string("?") : old.value("task", "?")) + ", " +
                         (old.is_discarded() ? std::string("?") : std::to_string(old.value("trials", 0))) +
                         " trials); choose another --out, or remove it");
   } else {
-    write_file_durably(out / "sweep.json", identity.dump(2) + "\n");
+    write_file_durably(st.out / "sweep.json", identity.dump(2) + "\n");
   }
 
-  // The journal: complete lines only. A line cut short by a crash is dropped before appending.
-  const fs::path journal_path = out / "results.jsonl";
-  unique_fd journal(::open(journal_path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
-  if (!journal) throw internal_error("cannot open " + journal_path.string() + ": " + std::strerror(errno));
-  std::map<std::string, trial_record> latest;
+  // The journal: complete lines only. A line cut short by a crash is dropped before appending;
+  // a line that is not a record is reported and ignored; the last record of a trial counts.
+  const fs::path journal_path = st.out / "results.jsonl";
+  st.journal.reset(::open(journal_path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  if (!st.journal) throw internal_error("cannot open " + journal_path.string() + ": " + std::strerror(errno));
   {
     std::ifstream in(journal_path, std::ios::binary);
     std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     const auto last_newline = content.rfind('\n');
     const std::size_t complete = last_newline == std::string::npos ? 0 : last_newline + 1;
     if (complete != content.size()) {
-      if (::ftruncate(journal.get(), static_cast<off_t>(complete)) != 0)
+      if (::ftruncate(st.journal.get(), static_cast<off_t>(complete)) != 0)
         throw internal_error("cannot repair " + journal_path.string());
-      ::fsync(journal.get());
+      ::fsync(st.journal.get());
     }
     std::istringstream lines(content.substr(0, complete));
+    int number = 0;
     for (std::string line; std::getline(lines, line);) {
-      json j = json::parse(line, nullptr, false);
-      if (j.is_discarded()) continue;
-      trial_record r = trial_record::from_json(j);
-      latest[r.id] = r;
+      ++number;
+      try {
+        trial_record r = trial_record::from_json(json::parse(line));
+        st.latest[r.id] = std::move(r);
+      } catch (const std::exception&) {
+        st.warnings.push_back(journal_path.string() + " line " + std::to_string(number) +
+                              " is not a trial record; ignored (" + line.substr(0, 60) +
+                              (line.size() > 60 ? "..." : "") + ")");
+      }
     }
   }
-
-  sweep_summary summary;
-  summary.total = s.trials.size();
-  std::vector<std::size_t> queue;
   std::set<std::string> queued;
   for (std::size_t i = 0; i < s.trials.size(); ++i) {
     const std::string id = trial_id(s.task, s.trials[i]);
-    auto it = latest.find(id);
-    const bool done = it != latest.end() && (it->second.kind == outcome_kind::success || !opt.rerun_failed);
-    if (done || !queued.insert(id).second) ++summary.skipped;
-    else queue.push_back(i);
+    auto it = st.latest.find(id);
+    const bool done = it != st.latest.end() && (it->second.kind == outcome_kind::success || !st.opt.rerun_failed);
+    if (done || !queued.insert(id).second) ++st.skipped;
+    else st.queue.push_back(i);
   }
+}
+
+sweep_summary run(const spec& s, const std::vector<slot>& slots, const run_options& options) {
+  return sweep_run(s, slots, options).run();
+}
+
+sweep_summary sweep_run::run() {
+  state& st = *state_;
+  if (st.ran) throw std::logic_error("sweep_run::run() called twice");
+  st.ran = true;
+  const spec& s = st.s;
+  const run_options& opt = st.opt;
+  const auto& slots = st.slots;
+  const auto& queue = st.queue;
+  const fs::path& out = st.out;
+  auto& latest = st.latest;
+
+  sweep_summary summary;
+  summary.total = s.trials.size();
+  summary.skipped = st.skipped;
 
   std::mutex mutex;  // queue, journal, progress, running
   std::size_t next = 0, finished = 0, running_count = 0, failed = 0;
@@ -236,7 +400,9 @@ sweep_summary run(const spec& s, const std::vector<slot>& slots, const run_optio
   std::optional<double> best;
   double busy_seconds = 0;
   const bool tty = opt.progress && ::isatty(STDERR_FILENO);
-  std::atomic<bool> fail_fast_hit{false};
+  std::atomic<bool> halted{false};  // fail-fast, or a metric the results do not have
+  std::string metric_error;
+  bool metric_checked = st.metric_known;
   std::mutex journal_mutex;
   std::condition_variable journal_cv;
   std::vector<trial_record> unwritten;
@@ -264,14 +430,20 @@ sweep_summary run(const spec& s, const std::vector<slot>& slots, const run_optio
     std::fflush(stderr);
   };
 
-  // Ctrl-C (request_stop) wakes this watcher, which cancels what runs: SIGTERM first, SIGKILL on
-  // a second request.
+  auto cancel_running = [&] {  // caller holds mutex
+    for (auto& j : running)
+      if (j) j->cancel();
+  };
+
+  // Ctrl-C (request_stop) wakes this watcher, which says what happens and cancels what runs:
+  // SIGTERM first, SIGKILL on a second request.
   int pipefd[2];
   if (::pipe2(pipefd, O_CLOEXEC | O_NONBLOCK) != 0) throw internal_error("pipe2 failed");
   unique_fd stop_read(pipefd[0]), stop_write(pipefd[1]);
   stop_fd = stop_write.get();
   std::atomic<bool> all_done{false};
   std::thread watcher([&] {
+    int announced = 0;
     while (!all_done) {
       pollfd p{stop_read.get(), POLLIN, 0};
       if (::poll(&p, 1, -1) <= 0) continue;
@@ -280,13 +452,24 @@ sweep_summary run(const spec& s, const std::vector<slot>& slots, const run_optio
       }
       if (all_done) break;
       std::lock_guard lock(mutex);
-      for (auto& j : running)
-        if (j) j->cancel();
+      const int requests = stop_count.load();
+      if (requests > announced) {
+        if (tty) std::fprintf(stderr, "\n");
+        if (announced == 0 && requests == 1)
+          std::fprintf(stderr,
+                       "isorun: stopping: no new trials; %zu running trial%s SIGTERM, then SIGKILL after %s; "
+                       "Ctrl-C again to kill %s now\n",
+                       running_count, running_count == 1 ? " gets" : "s get", format_duration(opt.grace).c_str(),
+                       running_count == 1 ? "it" : "them");
+        else
+          std::fprintf(stderr, "isorun: killing %zu running trial%s now\n", running_count, running_count == 1 ? "" : "s");
+        announced = requests;
+      }
+      cancel_running();
     }
   });
 
-  auto stopping = [&] { return stop_count.load() > 0 || fail_fast_hit.load(); };
-
+  auto stopping = [&] { return stop_count.load() > 0 || halted.load(); };
   auto run_slot = [&](const slot& sl) {
     for (;;) {
       std::size_t index;
@@ -308,7 +491,7 @@ sweep_summary run(const spec& s, const std::vector<slot>& slots, const run_optio
         runner::job_spec spec;
         spec.task = s.task;
         spec.encoding = serialization::encoding::json;
-        spec.args = blob(args[index].data(), args[index].size());
+        spec.args = blob(st.args[index].data(), st.args[index].size());
         spec.gpu = sl.gpu;
         spec.mem_limit = s.mem_limit;
         spec.timeout = s.timeout;
@@ -368,9 +551,8 @@ sweep_summary run(const spec& s, const std::vector<slot>& slots, const run_optio
           continue;
         }
         if (rec.kind != outcome_kind::success && s.fail_fast) {
-          fail_fast_hit = true;
-          for (auto& j : running)
-            if (j) j->cancel();
+          halted = true;
+          cancel_running();
         }
       }
       // Hand the record to the journal writer and take the next trial at once.
@@ -393,8 +575,8 @@ sweep_summary run(const spec& s, const std::vector<slot>& slots, const run_optio
       try {
         std::string text;
         for (const auto& r : batch) text += r.to_json().dump() + "\n";
-        write_all(journal.get(), text);
-        if (::fsync(journal.get()) != 0) throw internal_error("fsync of the sweep journal failed");
+        write_all(st.journal.get(), text);
+        if (::fsync(st.journal.get()) != 0) throw internal_error("fsync of the sweep journal failed");
       } catch (...) {
         writer_error = std::current_exception();
         request_stop();
@@ -406,6 +588,15 @@ sweep_summary run(const spec& s, const std::vector<slot>& slots, const run_optio
           busy_seconds += rec.wall_s;
           if (rec.kind == outcome_kind::success) {
             ++summary.succeeded;
+            if (!metric_checked && !s.metric.name.empty()) {
+              // The result type was not known up front: the first result decides.
+              metric_checked = true;
+              metric_error = metric_problem(s, rec.result, "trial " + rec.id);
+              if (!metric_error.empty()) {
+                halted = true;
+                cancel_running();
+              }
+            }
             if (auto m = metric_of(s, rec); m && (!best || (s.metric.maximize ? *m > *best : *m < *best))) best = m;
           } else {
             ++failed;
@@ -434,6 +625,7 @@ sweep_summary run(const spec& s, const std::vector<slot>& slots, const run_optio
   stop_fd = -1;
   if (writer_error) std::rethrow_exception(writer_error);
   if (tty) std::fprintf(stderr, "\n");
+  if (!metric_error.empty()) throw located(s, s.metric.line, metric_error + "; the sweep was stopped");
   summary.interrupted = stop_count.load() > 0;
 
   // Results in spec order, then results.csv.

@@ -8,6 +8,7 @@
 
 #include "isorun/sweep.hpp"
 #include "isorun/units.hpp"
+#include "suggest.hpp"
 
 namespace isorun::sweeps {
 namespace {
@@ -126,25 +127,41 @@ void cartesian(std::vector<json>& trials, const std::vector<std::pair<std::strin
   }
 }
 
+spec parse_yaml(const std::string& text);
+
 }  // namespace
 
 spec parse_spec(const std::string& text, const std::string& source) {
+  try {
+    spec s = parse_yaml(text);
+    s.source = source;
+    return s;
+  } catch (const spec_error& e) {
+    throw spec_error(source + ": " + e.what(), e.line());  // the file is named once, here
+  }
+}
+
+namespace {
+spec parse_yaml(const std::string& text) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    throw spec_error(source + ": line " + std::to_string(e.mark.line + 1) + ": malformed YAML: " + e.msg, e.mark.line + 1);
+    throw spec_error("line " + std::to_string(e.mark.line + 1) + ": malformed YAML: " + e.msg, e.mark.line + 1);
   }
-  if (!root.IsMap()) throw spec_error(source + ": a sweep spec is a YAML mapping (task:, params:, ...)", 1);
+  if (!root.IsMap()) throw spec_error("a sweep spec is a YAML mapping (task:, params:, ...)", 1);
   spec s;
   static const std::set<std::string> known = {"task", "metric", "params", "zip", "random", "resources", "policy", "out"};
   for (const auto& kv : root)
     if (!known.count(kv.first.Scalar()))
-      fail(kv.first, "unknown key '" + kv.first.Scalar() + "' (known: task, metric, params, zip, random, resources, policy, out)");
+      fail(kv.first, "unknown key '" + kv.first.Scalar() + "'" +
+                         did_you_mean(kv.first.Scalar(), {known.begin(), known.end()}) +
+                         "; known: task, metric, params, zip, random, resources, policy, out");
   if (!root["task"] || !root["task"].IsScalar()) fail(root, "the spec needs task: NAME");
   s.task = root["task"].Scalar();
 
   if (auto m = root["metric"]) {
+    s.metric.line = line_of(m);
     if (m.IsScalar()) {
       s.metric.name = m.Scalar();
     } else {
@@ -161,6 +178,7 @@ spec parse_spec(const std::string& text, const std::string& source) {
   std::set<std::string> names;
   auto claim = [&](const YAML::Node& at, const std::string& name) {
     if (!names.insert(name).second) fail(at, "parameter '" + name + "' is given twice");
+    s.param_lines[name] = line_of(at);
   };
   if (auto p = root["params"]) {
     if (!p.IsMap()) fail(p, "params: is a mapping of parameter names");
@@ -261,7 +279,9 @@ spec parse_spec(const std::string& text, const std::string& source) {
         } else if (k == "alloc_conf") {
           s.alloc_conf = v.Scalar();
         } else {
-          fail(kv.first, "unknown resource '" + k + "' (known: gpus, mem_limit, per_gpu, cpu_slots, alloc_conf)");
+          fail(kv.first, "unknown resource '" + k + "'" +
+                             did_you_mean(k, {"gpus", "mem_limit", "per_gpu", "cpu_slots", "alloc_conf"}) +
+                             "; known: gpus, mem_limit, per_gpu, cpu_slots, alloc_conf");
         }
       } catch (const parse_error& e) {
         fail(v, std::string(e.what()));
@@ -293,7 +313,8 @@ spec parse_spec(const std::string& text, const std::string& source) {
           s.retries[cls] = static_cast<int>(n);
         }
       } else {
-        fail(kv.first, "unknown policy '" + k + "' (known: timeout, retries, fail_fast)");
+        fail(kv.first, "unknown policy '" + k + "'" + did_you_mean(k, {"timeout", "retries", "fail_fast"}) +
+                           "; known: timeout, retries, fail_fast");
       }
     }
   }
@@ -301,6 +322,7 @@ spec parse_spec(const std::string& text, const std::string& source) {
   if (s.trials.empty()) fail(root, "the spec expands to no trials");
   return s;
 }
+}  // namespace
 
 spec spec_from_grid(const std::string& task, const std::vector<std::pair<std::string, std::vector<std::string>>>& grid) {
   std::string yaml = "task: \"" + task + "\"\nparams:\n";
@@ -311,7 +333,10 @@ spec spec_from_grid(const std::string& task, const std::vector<std::pair<std::st
     yaml += "]\n";
   }
   try {
-    return parse_spec(yaml, "--grid");
+    spec s = parse_yaml(yaml);
+    s.source = "--grid";
+    s.param_lines.clear();  // lines of the YAML made up here mean nothing to the user
+    return s;
   } catch (const spec_error& e) {
     throw spec_error(std::string("--grid: ") + e.what(), 0);
   }

@@ -63,3 +63,22 @@ int always_fails(int i) { throw std::runtime_error("deterministic failure " + st
 ISORUN_TASK(step);
 ISORUN_TASK(flaky);
 ISORUN_TASK(always_fails);
+
+namespace {
+// A result type that is not default-constructible: its fields are only known from a result.
+struct scored {
+  explicit scored(double v) : value{v} {}
+  double value;
+  template <class A>
+  void serialize(A& ar) {
+    ar(CEREAL_NVP(value));
+  }
+};
+
+scored opaque(int i) { return scored(i * 0.5); }
+
+double plain_number(int i) { return i; }
+}  // namespace
+
+ISORUN_TASK(opaque);
+ISORUN_TASK(plain_number);

@@ -46,7 +46,7 @@ std::vector<result<R>> map(R (*fn)(A), const std::vector<std::decay_t<A>>& input
   plan.cpu_slots = o.cpu_slots;
   std::vector<sweeps::slot> slots;
   try {
-    slots = sweeps::plan_slots(plan, gpus());
+    slots = sweeps::plan_slots(plan, gpus()).slots;
   } catch (const sweeps::spec_error& e) {
     throw usage_error(e.what());
   }

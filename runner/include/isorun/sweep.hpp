@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <thread>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,7 +23,8 @@ namespace isorun::sweeps {
 using runner::gpu_info;
 using runner::gpu_inventory;
 
-/// A sweep spec or flag that is wrong; `line` is the YAML line (1-based) or 0 for flags.
+/// A sweep spec or flag that is wrong; `line` is the YAML line (1-based) or 0 for flags. The
+/// message names the spec file (once) and the line where they are known.
 class spec_error : public std::invalid_argument {
  public:
   spec_error(const std::string& what, int line) : std::invalid_argument(what), line_{line} {}
@@ -32,14 +35,21 @@ class spec_error : public std::invalid_argument {
 };
 
 struct metric_spec {
-  std::string name;       ///< field of the task's result object
+  std::string name;       ///< numeric field of the task's result object; "" = rank by wall time
   bool maximize = true;
+  int line = 0;           ///< YAML line of `metric:` (0 for flags)
 };
 
+/// @brief Parses `--metric NAME[:min|max]` (max when no goal is given).
+/// @throws spec_error for an empty name or another goal.
+metric_spec parse_metric_flag(const std::string& text);
+
 struct spec {
+  std::string source;                   ///< where it came from, for messages: "FILE.yaml", "--grid" or ""
   std::string task;
   metric_spec metric;
   std::vector<nlohmann::json> trials;   ///< expanded parameter sets, in order
+  std::map<std::string, int> param_lines;  ///< YAML line where each parameter is given
   std::vector<int> gpus;                ///< GPU indices; empty = CPU slots
   bool all_gpus = false;
   std::uint64_t mem_limit = 0;
@@ -70,11 +80,19 @@ struct slot {
   int index = 0;                ///< slot number
 };
 
-/// @brief The slots for a sweep: per listed GPU, `per_gpu` or floor(free memory / mem_limit)
-///        slots, so that the caps on a GPU never add up to more than its free memory (a trial's
-///        cap includes its CUDA context); CPU slots when no GPU is listed.
+/// Where a sweep's trials run, and how that was decided (for the sweep's first line).
+struct slot_plan {
+  std::vector<slot> slots;
+  std::string how;  ///< e.g. "GPU 0: 16 = min(79 caps of 1.00 GiB in 79.2 GiB free, 16 cores per GPU)"
+};
+
+/// @brief The slots for a sweep: per listed GPU, `per_gpu` slots, or as many as fit, so that
+///        the caps on a GPU never add up to more than its free memory (a trial's cap includes
+///        its CUDA context) but at most `cores` / number of GPUs, so trials do not starve each
+///        other of CPU; CPU slots (`cpu_slots`, default one per core) when no GPU is listed.
+/// @param cores the machine's cores (this one's by default)
 /// @throws spec_error when a cap exceeds every GPU, GPUs are asked for but absent, or no slot fits.
-std::vector<slot> plan_slots(const spec& s, const gpu_inventory& inventory);
+slot_plan plan_slots(const spec& s, const gpu_inventory& inventory, unsigned cores = std::thread::hardware_concurrency());
 
 /// How a finished trial ended, as journaled.
 struct trial_record {
@@ -97,7 +115,7 @@ struct run_options {
   std::string executable;  ///< worker program; empty = this program
   bool rerun_failed = false;
   bool progress = true;    ///< live progress line on a terminal, plain lines otherwise
-  int top_k = 5;
+  bool wait_for_lock = false;  ///< wait for another sweep using the output folder instead of failing
   std::chrono::milliseconds grace{5000};
 };
 
@@ -107,17 +125,48 @@ struct sweep_summary {
   std::vector<trial_record> records;  ///< every trial's latest record
 };
 
-/// @brief Runs (or resumes) a sweep. Writes OUT/results.jsonl (fsync'ed per trial),
-///        OUT/results.csv, OUT/logs/ID.{out,err} and OUT/sweep.json.
-/// @throws spec_error / usage_error for bad input before anything starts (e.g. OUT holds a
-///         different sweep); internal_error if the journal cannot be written.
+/// A sweep whose every input has been checked and whose output folder is locked, with nothing
+/// run yet: each trial's arguments against the task, the metric against the task's result
+/// type (where the task's result is default-constructible; otherwise at the first success),
+/// the folder against a different sweep. The lock (flock on OUT/sweep.lock) is held while this
+/// object lives; the kernel releases it if the process dies, so kill -9 and resume still work.
+class sweep_run {
+ public:
+  /// @throws spec_error naming the spec line where one is known, or usage_error, for bad input
+  ///         (nothing is created for it); usage_error if another sweep holds OUT (unless
+  ///         options.wait_for_lock); internal_error if OUT cannot be written.
+  sweep_run(const spec& s, std::vector<slot> slots, run_options options);
+  ~sweep_run();
+  sweep_run(sweep_run&&) noexcept;
+  sweep_run& operator=(sweep_run&&) noexcept;
+
+  /// Trials the run will start (not yet journaled, or failed with rerun_failed).
+  [[nodiscard]] std::size_t pending() const noexcept;
+  /// The output folder.
+  [[nodiscard]] const std::string& out() const noexcept;
+  /// Problems found reading an existing journal (lines that are not records), one per line.
+  [[nodiscard]] const std::vector<std::string>& warnings() const noexcept;
+
+  /// @brief Runs the pending trials; call once. Writes OUT/results.jsonl (fsync'ed per trial),
+  ///        OUT/results.csv and OUT/logs/ID.{out,err}.
+  /// @throws usage_error if the metric turns out not to be a numeric field of the result (first
+  ///         success; running trials are stopped); internal_error if the journal cannot be written.
+  sweep_summary run();
+
+  struct state;
+
+ private:
+  std::unique_ptr<state> state_;
+};
+
+/// @brief Checks, runs (or resumes) a sweep: sweep_run(s, slots, options).run().
 sweep_summary run(const spec& s, const std::vector<slot>& slots, const run_options& options);
 
 /// @brief Asks a running sweep to stop (as Ctrl-C): no new trials, running ones cancelled; a
-///        second call kills them at once. Async-signal-safe.
+///        second call kills them at once. Says so on stderr at once. Async-signal-safe.
 void request_stop() noexcept;
 
-/// @brief The top-k table, sorted by the metric.
+/// @brief The top-k table, sorted by the metric (wall time when there is none), numbers aligned.
 std::string top_table(const spec& s, const std::vector<trial_record>& records, int k);
 
 }  // namespace isorun::sweeps

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "cli_args.hpp"
@@ -11,6 +12,7 @@
 #include "isorun/process.hpp"
 #include "isorun/sweep.hpp"
 #include "isorun/units.hpp"
+#include "../suggest.hpp"
 
 namespace isorun::cli {
 namespace {
@@ -22,13 +24,15 @@ flags (override the spec):
   --out DIR          output folder (results.jsonl, results.csv, logs/); default isorun-sweep-TASK
   --gpus LIST        GPU indices (0,1) or all; without it, trials use CPU slots
   --mem-limit SIZE   cap per trial; on GPUs, slots per GPU = floor(free memory / SIZE)
-  --per-gpu N        trials per GPU instead
+  --per-gpu N        trials per GPU instead (default: as many caps as fit, at most the cores per GPU)
   --cpu-slots N      parallel CPU trials (default: number of cores)
   --timeout DUR      per-trial timeout
   --retry CLASS=N    retries for crashed, timeout, invalid_result or task_error (OOM never)
   --rerun-failed     rerun trials whose journaled outcome is a failure
   --fail-fast        stop at the first failed trial
+  --metric NAME[:min|max]  rank by this numeric field of the result (max if no goal given)
   --top K            rows in the final table (default 5)
+  --wait             if another sweep uses the output folder, wait for it instead of failing
   --no-progress      no progress output
 Re-running the same command resumes: finished trials are skipped. Ctrl-C stops launching and
 cancels running trials (a second Ctrl-C kills them at once); the journal stays consistent.
@@ -62,7 +66,8 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
   std::vector<std::pair<std::string, std::vector<std::string>>> grid;
   std::string out, gpus;
   int per_gpu = -1, cpu_slots = -1, top = 5;
-  bool rerun = false, fail_fast = false, progress = true;
+  bool rerun = false, fail_fast = false, progress = true, wait = false;
+  std::optional<sweeps::metric_spec> metric;
   std::map<std::string, int> retries;
   std::uint64_t mem_limit = o.mem_limit;
   auto timeout = o.timeout;
@@ -88,14 +93,24 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
       else if (f == "--rerun-failed") rerun = true;
       else if (f == "--fail-fast") fail_fast = true;
       else if (f == "--no-progress") progress = false;
+      else if (f == "--wait") wait = true;
+      else if (f == "--metric") metric = sweeps::parse_metric_flag(value());
       else if (f == "--retry") {
         const std::string r = value();
         const auto eq = r.find('=');
         if (eq == std::string::npos) throw usage_error("--retry " + r + ": expected CLASS=N");
         retries[r.substr(0, eq)] = whole("--retry", r.substr(eq + 1));
-      } else throw usage_error("unknown sweep flag '" + f + "'; see isorun sweep --help");
+      } else {
+        static const std::vector<std::string> known = {"--grid",      "--out",          "--gpus",     "--mem-limit",
+                                                       "--per-gpu",   "--cpu-slots",    "--timeout",  "--retry",
+                                                       "--rerun-failed", "--fail-fast", "--metric",   "--top",
+                                                       "--wait",      "--no-progress"};
+        throw usage_error("unknown sweep flag '" + f + "'" + did_you_mean(f, known) + "; see isorun sweep --help");
+      }
     } catch (const parse_error& e) {
       throw usage_error(f + ": " + e.what());
+    } catch (const sweeps::spec_error& e) {
+      throw usage_error(e.what());
     }
   }
 
@@ -132,22 +147,26 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
       s.retries[cls] = n;
     }
     if (fail_fast) s.fail_fast = true;
-    const auto slots = sweeps::plan_slots(s, runner::gpu_inventory::detect());
-
-    struct sigaction sa {};
-    sa.sa_handler = [](int) { sweeps::request_stop(); };
-    ::sigaction(SIGINT, &sa, nullptr);
-    ::sigaction(SIGTERM, &sa, nullptr);
+    if (metric) s.metric = *metric;
+    const auto plan = sweeps::plan_slots(s, runner::gpu_inventory::detect());
 
     sweeps::run_options ro;
     ro.task_libraries = libraries;
     ro.rerun_failed = rerun;
     ro.progress = progress;
     ro.grace = o.grace;
-    const std::string where = s.out.empty() ? "isorun-sweep-" + s.task : s.out;
-    std::fprintf(stderr, "isorun: sweep %s: %zu trials on %zu %s slot%s; results in %s/\n", s.task.c_str(), s.trials.size(),
-                 slots.size(), slots.front().gpu ? "GPU" : "CPU", slots.size() == 1 ? "" : "s", where.c_str());
-    const auto summary = sweeps::run(s, slots, ro);
+    ro.wait_for_lock = wait;
+    sweeps::sweep_run sweep(s, plan.slots, ro);  // checks everything and locks the folder
+    const std::string& where = sweep.out();
+    for (const auto& w : sweep.warnings()) std::fprintf(stderr, "isorun: warning: %s\n", w.c_str());
+    std::fprintf(stderr, "isorun: sweep %s: %zu trials (%zu to run) on %s; results in %s/\n", s.task.c_str(),
+                 s.trials.size(), sweep.pending(), plan.how.c_str(), where.c_str());
+
+    struct sigaction sa {};
+    sa.sa_handler = [](int) { sweeps::request_stop(); };
+    ::sigaction(SIGINT, &sa, nullptr);
+    ::sigaction(SIGTERM, &sa, nullptr);
+    const auto summary = sweep.run();
     std::cout << sweeps::top_table(s, summary.records, top);
     std::fprintf(stderr,
                  "isorun: sweep %s: %zu succeeded, %zu failed, %zu already done%s; journal %s/results.jsonl, table "
@@ -160,7 +179,7 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
     for (const auto& r : summary.records) failed_total += r.kind != outcome_kind::success;
     return failed_total ? 1 : 0;
   } catch (const sweeps::spec_error& e) {
-    throw usage_error(std::string(a[0].ends_with(".yaml") || a[0].ends_with(".yml") ? a[0] + ": " : "") + e.what());
+    throw usage_error(e.what());  // it names the spec file and line itself
   }
 }
 
