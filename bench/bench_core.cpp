@@ -45,8 +45,12 @@ isorun::blob produce_in_place(std::uint64_t size) {
   return b;
 }
 
+// An ordinary container result: encoded into shared memory, decoded into the caller's vector.
+std::vector<float> produce_vector(std::uint64_t size) { return std::vector<float>(size / sizeof(float), 1.5f); }
+
 }  // namespace
 ISORUN_TASK(noop);
+ISORUN_TASK(produce_vector);
 ISORUN_TASK(produce);
 ISORUN_TASK(produce_in_place);
 
@@ -147,6 +151,20 @@ double channel_gbps(std::uint64_t size, const char* task = "produce") {
     std::printf("      worker encode %.1f ms, supervisor side %.1f ms\n", r.encode_ns / 1e6,
                 (r.received_ns - r.encode_begin_ns - static_cast<std::int64_t>(r.encode_ns)) / 1e6);
   return static_cast<double>(size) / static_cast<double>(r.received_ns - r.encode_begin_ns);
+}
+
+// Worker began encoding -> the caller holds the decoded std::vector<float>.
+double vector_gbps(std::uint64_t size) {
+  runner::job_spec spec;
+  spec.task = "produce_vector";
+  spec.args = detail::encode_args(size);
+  auto job = runner::job::start(std::move(spec));
+  const auto& r = job->wait();
+  if (!r.status.ok()) std::abort();
+  const auto v = detail::decode_result<std::vector<float>>(r);
+  const std::int64_t done = now_ns();
+  if (v.size() != size / sizeof(float) || v.back() != 1.5f) std::abort();
+  return static_cast<double>(size) / static_cast<double>(done - r.encode_begin_ns);
 }
 
 double memcpy_gbps(std::uint64_t size) {
@@ -250,19 +268,22 @@ int main(int argc, char** argv) {
 
   std::printf("(d) result bandwidth (GB/s = bytes/ns; worker starts encoding -> parent holds a validated view)\n");
   for (std::uint64_t size : {1ULL << 20, 64ULL << 20, 1ULL << 30}) {
-    std::vector<double> ch, ip, mc, pp;
+    std::vector<double> ch, ip, vc, mc, pp;
     const int reps = size >= (1ULL << 30) ? (quick ? 3 : 5) : (quick ? 5 : 15);
     channel_gbps(size);  // warm the pooled segment
     for (int i = 0; i < reps; ++i) {
       ch.push_back(channel_gbps(size));
       ip.push_back(channel_gbps(size, "produce_in_place"));
+      vc.push_back(vector_gbps(size));
       mc.push_back(memcpy_gbps(size));
       pp.push_back(pipe_gbps(size));
     }
-    auto c = summarize(ch), in_place = summarize(ip), m = summarize(mc), p = summarize(pp);
+    auto c = summarize(ch), in_place = summarize(ip), vec = summarize(vc), m = summarize(mc), p = summarize(pp);
     std::printf("    %5llu MiB  isorun %s   (blob result, copied into shared memory)\n",
                 static_cast<unsigned long long>(size >> 20), show(c, "GB/s").c_str());
     std::printf("               isorun %s   (output_blob, written in place)\n", show(in_place, "GB/s").c_str());
+    std::printf("               isorun %s   (std::vector<float>, decoded into the caller's memory)\n",
+                show(vec, "GB/s").c_str());
     std::printf("               memcpy %s\n", show(m, "GB/s").c_str());
     std::printf("               pipe   %s\n", show(p, "GB/s").c_str());
     std::printf("               isorun/memcpy %.2f, in place %.2f (goal >= 0.5 at 1 GiB); isorun/pipe %.1f, in place %.1f "
