@@ -3,6 +3,10 @@
 # find_package(isorun), and runs both it and the installed CLI.
 set -euo pipefail
 build=$1
+if [ ! -f "$build/cmake_install.cmake" ]; then
+  echo "install test skipped: $build has no cmake_install.cmake (a packed copy of a build, not a build tree)"
+  exit 77
+fi
 work=$(mktemp -d /tmp/isorun-install-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build" --prefix "$work/prefix" > "$work/install.log"

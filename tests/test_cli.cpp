@@ -273,8 +273,10 @@ TEST_CASE("the examples' tasks run on a simulated GPU", "[cli][simulated]") {
 
 TEST_CASE("a GPU without a usable driver: a clear error, not a crash", "[cli]") {
   // The stand-in NVML reports a GPU that has no driver behind it.
+  const char* inherited = std::getenv("LD_LIBRARY_PATH");  // the build's own dependencies may need it
   auto r = run(with_tasks({"--gpu", "0", "--mem-limit", "1G", "hog", "arg0=8"}),
-               {isorun::test::real_gpus, "LD_LIBRARY_PATH=" FAKE_NVML_DIR});
+               {isorun::test::real_gpus, std::string("LD_LIBRARY_PATH=" FAKE_NVML_DIR) +
+                                             (inherited && *inherited ? std::string(":") + inherited : "")});
   CHECK(r.code == 1);
   CHECK_THAT(r.err, Catch::Contains("cannot use GPU GPU-5a7e1d2c") || Catch::Contains("cannot load the CUDA backend"));
   CHECK_THAT(r.err, !Catch::Contains("SIGSEGV"));
