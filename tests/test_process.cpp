@@ -79,9 +79,41 @@ TEST_CASE("stop escalates to SIGKILL for a child that ignores SIGTERM, grandchil
   int grandchild = 0;
   REQUIRE(std::fscanf(in, "%d", &grandchild) == 1);
   std::fclose(in);
-  auto st = c.stop(0ms, 100ms);
+  auto st = c.stop(r::stop_plan::graceful(100ms));
   CHECK(st.signal == SIGKILL);
   CHECK(isorun::test::process_gone(grandchild));
+}
+
+TEST_CASE("a stop plan's steps run in order, only while the child runs", "[process]") {
+  // A first step that only waits: a child that exits on its own within it is never signalled.
+  int p[2];
+  REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
+  auto o = shell("cat > /dev/null; exit 3");
+  o.fds = {{0, p[0]}};
+  auto c = r::spawn(o);
+  ::close(p[0]);
+  ::close(p[1]);  // EOF: the child exits with 3
+  auto st = c.stop({{{0, std::chrono::hours(1)}, {SIGKILL, 0ms}}});
+  CHECK(st.code == 3);
+  CHECK(st.signal == 0);
+
+  // Driven from an event loop: each advance() takes the next step at once, whatever is due.
+  int ready[2];
+  REQUIRE(::pipe2(ready, O_CLOEXEC) == 0);
+  auto so = shell("trap '' TERM INT; echo ready; while :; do sleep 1; done");
+  so.fds = {{1, ready[1]}};
+  auto stubborn = r::spawn(so);
+  ::close(ready[1]);
+  char buf[6] = {};
+  REQUIRE(::read(ready[0], buf, 5) == 5);  // the trap is set
+  ::close(ready[0]);
+  r::stop_escalation e(r::stop_plan::graceful(std::chrono::hours(1), SIGINT));
+  CHECK_FALSE(e.started());
+  CHECK(e.advance(stubborn) != std::chrono::steady_clock::time_point::max());  // SIGINT: ignored
+  CHECK(e.started());
+  CHECK_FALSE(stubborn.wait_for(0ms));
+  CHECK(e.advance(stubborn) == std::chrono::steady_clock::time_point::max());  // SIGKILL: the last step
+  CHECK(stubborn.reap().signal == SIGKILL);
 }
 
 TEST_CASE("find_executable resolves like execvp", "[process]") {

@@ -21,6 +21,7 @@
 #include "isorun/isorun.hpp"
 #include "isorun/job.hpp"
 #include "isorun/process.hpp"
+#include "launcher.hpp"
 #include "test_support.hpp"
 
 using namespace std::chrono_literals;
@@ -366,6 +367,31 @@ TEST_CASE("impossible requests are usage errors and start nothing", "[runner]") 
   CHECK_THROWS_WITH(isorun::isolated(unregistered)(1), Catch::Contains("not a registered task"));
   CHECK(::waitpid(-1, nullptr, WNOHANG) == -1);  // no child was started
   CHECK(isorun::test::open_fds() == fds);
+}
+
+TEST_CASE("a worker launched before its work waits for it, and takes its GPU from the assignment", "[runner]") {
+  namespace r = isorun::runner;
+  r::local_launcher launcher;
+  {
+    // Launched and never assigned: stopped with its handle, nothing left.
+    r::launched_worker idle = launcher.launch({.label = "idle"});
+    const pid_t pid = idle.process.pid();
+    idle = {};
+    CHECK(isorun::test::process_gone(pid));
+  }
+  r::launched_worker w = launcher.launch({.label = "standby"});
+  const pid_t pid = w.process.pid();
+  r::job_spec spec;
+  spec.task = "visible_devices";
+  spec.args = isorun::detail::encode_args(0);
+  spec.gpu = isorun::gpus().gpus.at(1);
+  spec.mem_limit = 6_GiB;
+  auto job = r::job::start(std::move(spec), std::move(w));
+  CHECK(job->pid() == pid);
+  const auto& res = job->wait();
+  REQUIRE(res.status.kind == isorun::outcome_kind::success);
+  // It was exec'd seeing no GPU; the assignment brought GPU 1 and the cap.
+  CHECK(isorun::detail::to_result<std::string>(res).value() == "GPU-sim-1|PCI_BUS_ID|1|" + std::to_string(6_GiB));
 }
 
 namespace {

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -182,6 +183,42 @@ TEST_CASE("control messages: framing, validation, hang-up", "[control]") {
 
   ::close(sv[0]);
   CHECK(ser::try_receive(sv[1]).closed);
+  ::close(sv[1]);
+}
+
+TEST_CASE("an assignment carries its segments' descriptors; stray descriptors are refused and closed", "[control]") {
+  int sv[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == 0);
+  auto request = ser::shm_file::create(4096), result = ser::shm_file::create(8192);
+  const int before = isorun::test::open_fds();
+
+  ser::assign_message a;
+  a.env = {"CUDA_VISIBLE_DEVICES=GPU-sim-1", "ISORUN_MEM_LIMIT=1073741824"};
+  const int fds[] = {request.fd(), result.fd()};
+  ser::send_message(sv[0], a, fds);
+  auto r = ser::receive_message(sv[1], true);
+  REQUIRE(r.message);
+  CHECK(std::get<ser::assign_message>(*r.message).env == a.env);
+  REQUIRE(r.fds.size() == ser::assign_fds);
+  // The same open files, in order, close-on-exec.
+  struct stat ours {}, theirs {};
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE(::fstat(fds[i], &ours) == 0);
+    REQUIRE(::fstat(r.fds[i], &theirs) == 0);
+    CHECK(ours.st_ino == theirs.st_ino);
+    CHECK((::fcntl(r.fds[i], F_GETFD) & FD_CLOEXEC) != 0);
+    ::close(r.fds[i]);
+  }
+  CHECK(isorun::test::open_fds() == before);
+
+  // An assignment with the wrong number of descriptors, and a hello with any, are rejected
+  // whole, and what they carried is closed.
+  ser::send_message(sv[0], a, std::span<const int>(fds, 1));
+  CHECK_THROWS_WITH(ser::try_receive(sv[1]), Catch::Contains("carried 1 descriptors, not 2"));
+  ser::send_message(sv[0], ser::hello_message{}, fds);
+  CHECK_THROWS_WITH(ser::try_receive(sv[1]), Catch::Contains("descriptors it should not"));
+  CHECK(isorun::test::open_fds() == before);
+  ::close(sv[0]);
   ::close(sv[1]);
 }
 

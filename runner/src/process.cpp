@@ -30,6 +30,7 @@
 #include <boost/process/v2/process.hpp>
 
 #include <array>
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -187,7 +188,7 @@ child::child(child&& other) noexcept
 
 child& child::operator=(child&& other) noexcept {
   if (this != &other) {
-    if (valid()) stop(std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+    if (valid()) stop(stop_plan::immediate());
     pid_ = std::exchange(other.pid_, -1);
     pidfd_ = std::exchange(other.pidfd_, -1);
     group_ = other.group_;
@@ -196,7 +197,7 @@ child& child::operator=(child&& other) noexcept {
 }
 
 child::~child() {
-  if (valid()) stop(std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+  if (valid()) stop(stop_plan::immediate());
 }
 
 std::optional<exit_status> child::peek() const noexcept {
@@ -244,13 +245,30 @@ exit_status child::reap() noexcept {
   return status;
 }
 
-exit_status child::stop(std::chrono::milliseconds wait, std::chrono::milliseconds grace) noexcept {
+exit_status child::stop(const stop_plan& plan) noexcept {
   if (!valid()) return {};
-  if (!wait_for(wait)) {
-    signal(SIGTERM);
-    if (!wait_for(grace)) signal(SIGKILL);
+  stop_escalation escalation(plan);
+  while (!peek()) {
+    const auto due = escalation.advance(*this);
+    if (due == std::chrono::steady_clock::time_point::max()) break;  // reap() waits for the rest
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(due - std::chrono::steady_clock::now());
+    wait_for(std::max(left, std::chrono::milliseconds(0)));
   }
   return reap();
+}
+
+stop_plan stop_plan::graceful(std::chrono::milliseconds grace, int first_signal) {
+  return {{{first_signal, grace}, {SIGKILL, std::chrono::milliseconds(0)}}};
+}
+
+stop_plan stop_plan::immediate() { return {{{SIGKILL, std::chrono::milliseconds(0)}}}; }
+
+std::chrono::steady_clock::time_point stop_escalation::advance(const child& c) noexcept {
+  if (next_ >= plan_.steps.size()) return std::chrono::steady_clock::time_point::max();
+  const stop_step& step = plan_.steps[next_++];
+  if (step.signal) c.signal(step.signal);
+  if (next_ >= plan_.steps.size()) return std::chrono::steady_clock::time_point::max();
+  return std::chrono::steady_clock::now() + step.timeout;
 }
 
 std::optional<std::string> find_executable(const std::string& name) {

@@ -24,6 +24,7 @@
 
 #include "isorun/errors.hpp"
 #include "isorun/job.hpp"
+#include "worker_env.hpp"
 #include "isorun/sweep.hpp"
 #include "isorun/task.hpp"
 #include "isorun/unique_fd.hpp"

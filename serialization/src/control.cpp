@@ -1,6 +1,8 @@
 #include "isorun/serialization/control.hpp"
 
 #include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -10,6 +12,7 @@
 
 #include <cereal/archives/binary.hpp>
 #include <cereal/types/string.hpp>
+#include <cereal/types/vector.hpp>
 
 #include "isorun/serialization/codec.hpp"
 #include "isorun/serialization/wire.hpp"
@@ -22,9 +25,19 @@ struct frame {
   std::uint32_t magic;
   std::uint32_t kind;  // variant index + 1
 };
+
+// The most descriptors a receiver makes room for; a message with more is rejected whole.
+constexpr std::size_t max_fds = 4;
+
+template <class M>
+M decoded(std::span<const std::byte> body) {
+  M m;
+  decode(body, nullptr, m);
+  return m;
+}
 }  // namespace
 
-void send_message(int fd, const control_message& message) {
+void send_message(int fd, const control_message& message, std::span<const int> fds) {
   std::vector<std::byte> buf(sizeof(frame));
   std::visit(
       [&](const auto& m) {
@@ -36,25 +49,83 @@ void send_message(int fd, const control_message& message) {
       message);
   const frame f{control_magic, static_cast<std::uint32_t>(message.index() + 1)};
   std::memcpy(buf.data(), &f, sizeof f);
+
+  iovec iov{buf.data(), buf.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * max_fds)];
+  if (!fds.empty()) {
+    if (fds.size() > max_fds) throw wire_error("too many descriptors for one control message");
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  }
   for (;;) {
-    ssize_t n = ::send(fd, buf.data(), buf.size(), MSG_NOSIGNAL);
+    ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (n >= 0) return;
     if (errno != EINTR) throw std::system_error(errno, std::generic_category(), "sending control message");
   }
 }
 
-receive_result try_receive(int fd) {
+receive_result receive_message(int fd, bool wait) {
   std::vector<std::byte> buf(max_control_message);
+  iovec iov{buf.data(), buf.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * max_fds)];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
   ssize_t n;
-  do {
-    n = ::recv(fd, buf.data(), buf.size(), MSG_DONTWAIT | MSG_TRUNC);
-  } while (n < 0 && errno == EINTR);
+  bool reset_seen = false;
+  for (;;) {
+    n = ::recvmsg(fd, &msg, (wait ? 0 : MSG_DONTWAIT) | MSG_TRUNC | MSG_CMSG_CLOEXEC);
+    if (n >= 0 || errno == EINTR) {
+      if (n >= 0) break;
+      continue;
+    }
+    // A peer that closed its end with messages unread (a worker that died before reading its
+    // assignment) leaves one ECONNRESET, reported ahead of what it sent before: read on.
+    if (errno == ECONNRESET && !reset_seen) {
+      reset_seen = true;
+      continue;
+    }
+    break;
+  }
   if (n < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) return {};
-    if (errno == ECONNRESET) return {std::nullopt, true};
+    if (errno == ECONNRESET) return {std::nullopt, true, {}};
     throw std::system_error(errno, std::generic_category(), "receiving control message");
   }
-  if (n == 0) return {std::nullopt, true};
+  if (n == 0) return {std::nullopt, true, {}};
+
+  // Take ownership of any descriptors first, so every rejection below closes them.
+  receive_result r;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (std::size_t i = 0; i < count; ++i) {
+      int received;
+      std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof received);
+      r.fds.push_back(received);
+    }
+  }
+  struct close_unless_kept {
+    receive_result& r;
+    bool keep = false;
+    ~close_unless_kept() {
+      if (keep) return;
+      for (int d : r.fds) ::close(d);
+      r.fds.clear();
+    }
+  } guard{r};
+
+  if (msg.msg_flags & MSG_CTRUNC) throw wire_error("control message carried more descriptors than any message may");
   if (static_cast<std::size_t>(n) > buf.size())
     throw wire_error("control message of " + std::to_string(n) + " bytes exceeds the " +
                      std::to_string(max_control_message) + "-byte limit");
@@ -63,23 +134,24 @@ receive_result try_receive(int fd) {
   std::memcpy(&f, buf.data(), sizeof f);
   if (f.magic != control_magic) throw wire_error("control message has a wrong magic number");
   std::span<const std::byte> body{buf.data() + sizeof f, static_cast<std::size_t>(n) - sizeof f};
-  receive_result r;
   switch (f.kind) {
-    case 1: {
-      hello_message m;
-      decode(body, nullptr, m);
-      r.message = m;
+    case 1:
+      r.message = decoded<hello_message>(body);
       break;
-    }
-    case 2: {
-      done_message m;
-      decode(body, nullptr, m);
-      r.message = m;
+    case 2:
+      r.message = decoded<done_message>(body);
       break;
-    }
+    case 3:
+      r.message = decoded<assign_message>(body);
+      if (r.fds.size() != assign_fds)
+        throw wire_error("assignment carried " + std::to_string(r.fds.size()) + " descriptors, not " +
+                         std::to_string(assign_fds));
+      break;
     default:
       throw wire_error("control message of unknown kind " + std::to_string(f.kind));
   }
+  if (f.kind != 3 && !r.fds.empty()) throw wire_error("control message carried descriptors it should not");
+  guard.keep = true;
   return r;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "isorun/serialization/codec.hpp"
@@ -19,7 +20,7 @@ namespace ser = isorun::serialization;
 int main() {
   const char* m = std::getenv("BAD_WORKER_MODE");
   const std::string mode = m ? m : "valid";
-  const int ctl = ser::worker_control_fd;
+  const int ctl = ser::control_fd;
 
   if (mode == "garbage_control") {
     const char junk[] = "definitely not a control message";
@@ -31,6 +32,12 @@ int main() {
     ::send(ctl, big.data(), big.size(), 0);
     return 0;
   }
+
+  // The assignment: the device as an environment to apply, and the segments' descriptors.
+  ser::receive_result assigned = ser::receive_message(ctl, true);
+  if (!assigned.message || !std::holds_alternative<ser::assign_message>(*assigned.message)) return 70;
+  for (const auto& e : std::get<ser::assign_message>(*assigned.message).env) ::putenv(::strdup(e.c_str()));
+  const int result_fd = assigned.fds[1];
 
   ser::hello_message hello;
   hello.pid = ::getpid();
@@ -44,7 +51,7 @@ int main() {
   // A valid binary payload: a std::string "ok".
   const std::string value = "ok";
   const std::uint64_t n = ser::encoded_size(value);
-  ser::shm_file out{ser::worker_result_fd};
+  ser::shm_file out{result_fd};
   out.reserve(ser::header_size + n);
   auto map = ser::mapping::map(out.fd(), ser::header_size + n, ser::mapping::access::read_write, false);
   std::uint64_t sum = ser::encode_into(map.data() + ser::header_size, n, value);

@@ -3,8 +3,6 @@
 #include <cxxabi.h>
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <poll.h>
-#include <sys/prctl.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -15,12 +13,12 @@
 #include <cstring>
 #include <iostream>
 #include <stdexcept>
-#include <thread>
 
 #include "isorun/alloc/out_of_memory.hpp"
 #include "isorun/init.hpp"
 #include "isorun/serialization/codec.hpp"
 #include "isorun/serialization/control.hpp"
+#include "isorun/serialization/protocol.hpp"
 #include "isorun/serialization/request.hpp"
 #include "isorun/serialization/shm_segment.hpp"
 #include "isorun/serialization/wire.hpp"
@@ -56,17 +54,33 @@ std::string truncate(std::string s) {
   return s;
 }
 
-// If the supervisor goes away (even SIGKILL), the control socket hangs up: take the whole
-// process group down with us, grandchildren included.
-void watch_supervisor() {
-  pollfd p{ser::worker_control_fd, POLLRDHUP, 0};
-  for (;;) {
-    int rc = ::poll(&p, 1, -1);
-    if (rc > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
-      ::kill(0, SIGKILL);
-      ::_exit(137);
-    }
+// What the supervisor's assignment gives a worker: its request and where its result goes.
+struct assignment {
+  ser::shm_file request, result;
+};
+
+// Waits for the assignment and applies its environment before anything (a task library, the
+// CUDA module) can read it: CUDA takes CUDA_VISIBLE_DEVICES when it initialises, not at exec.
+assignment receive_assignment() {
+  ser::receive_result r;
+  try {
+    r = ser::receive_message(ser::control_fd, true);
+  } catch (const std::exception& e) {
+    die(std::string("bad assignment: ") + e.what());
   }
+  if (r.closed) die("the supervisor closed the channel before assigning work");
+  const auto* a = r.message ? std::get_if<ser::assign_message>(&*r.message) : nullptr;
+  if (!a) die("expected an assignment first");
+  assignment out{ser::shm_file{r.fds[0]}, ser::shm_file{r.fds[1]}};
+  if (a->protocol != ser::protocol_version)
+    die("assignment has protocol " + std::to_string(a->protocol) + ", this worker speaks " +
+        std::to_string(ser::protocol_version));
+  for (const auto& entry : a->env) {
+    const auto eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0) die("assignment has a malformed environment entry '" + entry + "'");
+    ::setenv(entry.substr(0, eq).c_str(), entry.c_str() + eq + 1, 1);
+  }
+  return out;
 }
 
 // A result larger than the supervisor accepts: not the task's fault, so not a task_error.
@@ -77,8 +91,7 @@ class result_too_large : public std::length_error {
 
 class segment_sink final : public worker::result_sink {
  public:
-  explicit segment_sink(std::uint64_t max_result) : file_{ser::worker_result_fd}, max_result_{max_result} {}
-  ~segment_sink() override { file_.release(); }
+  segment_sink(ser::shm_file file, std::uint64_t max_result) : file_{std::move(file)}, max_result_{max_result} {}
 
   std::byte* reserve(std::uint64_t size) override {
     run_end_ns_ = monotonic_ns();
@@ -112,22 +125,17 @@ class segment_sink final : public worker::result_sink {
 };
 
 [[noreturn]] void run_worker() {
-  for (int fd : {ser::worker_control_fd, ser::worker_request_fd, ser::worker_result_fd}) {
-    if (::fcntl(fd, F_SETFD, FD_CLOEXEC) != 0)
-      die("descriptor " + std::to_string(fd) + " is missing; workers are started by isorun, not by hand");
-  }
-  // From here the watchdog, not PR_SET_PDEATHSIG, handles the supervisor's death: a parent-death
-  // SIGKILL would race it and leave the task's children behind.
-  ::prctl(PR_SET_PDEATHSIG, 0);
-  std::thread(watch_supervisor).detach();
+  if (::fcntl(ser::control_fd, F_SETFD, FD_CLOEXEC) != 0)
+    die("descriptor " + std::to_string(ser::control_fd) + " is missing; workers are started by isorun, not by hand");
+  ser::exit_with_supervisor(ser::control_fd);
 
+  assignment assigned = receive_assignment();
   ser::request req;
   std::shared_ptr<ser::mapping> request_map;
   try {
-    ser::shm_file file{ser::worker_request_fd};
-    const std::uint64_t size = file.size();
-    request_map = std::make_shared<ser::mapping>(ser::mapping::map(file.fd(), size, ser::mapping::access::read_only, true));
-    file.release();
+    const std::uint64_t size = assigned.request.size();
+    request_map = std::make_shared<ser::mapping>(
+        ser::mapping::map(assigned.request.fd(), size, ser::mapping::access::read_only, true));
     ser::encoding enc{};
     auto payload = ser::open_payload(request_map->data(), request_map->size(), ser::request_magic, size, enc);
     ser::decode(payload, request_map, req);
@@ -144,7 +152,7 @@ class segment_sink final : public worker::result_sink {
   if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) hello.visible_devices = v;
   if (const char* v = std::getenv("CUDA_DEVICE_ORDER")) hello.device_order = v;
   try {
-    ser::send_message(ser::worker_control_fd, hello);
+    ser::send_message(ser::control_fd, hello);
   } catch (const std::exception& e) {
     die(std::string("cannot reach the supervisor: ") + e.what());
   }
@@ -160,7 +168,7 @@ class segment_sink final : public worker::result_sink {
                         .alloc_conf = req.alloc_conf});
 
   ser::done_message done;
-  segment_sink sink(req.max_result);
+  segment_sink sink(std::move(assigned.result), req.max_result);
   const std::int64_t start_ns = monotonic_ns();
   try {
     const worker::task_info* task = worker::registry::instance().find(req.task);
@@ -205,7 +213,7 @@ class segment_sink final : public worker::result_sink {
   std::cout.flush();
   std::fflush(nullptr);
   try {
-    ser::send_message(ser::worker_control_fd, done);
+    ser::send_message(ser::control_fd, done);
   } catch (const std::exception& e) {
     die(std::string("cannot report to the supervisor: ") + e.what());
   }
@@ -217,13 +225,13 @@ class segment_sink final : public worker::result_sink {
 }  // namespace
 
 bool is_worker_process() noexcept {
-  const char* w = std::getenv("ISORUN_WORKER");
+  const char* w = std::getenv(ser::env::worker.data());
   return w && std::strcmp(w, "1") == 0;
 }
 
 void init(int, char**) {
   if (!is_worker_process()) return;
-  ::unsetenv("ISORUN_WORKER");  // the task's own children are ordinary processes
+  ::unsetenv(ser::env::worker.data());  // the task's own children are ordinary processes
   run_worker();
 }
 

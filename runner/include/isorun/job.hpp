@@ -60,13 +60,21 @@ struct job_result {
 /// @throws usage_error saying what is wrong and what to change.
 void check_job_spec(const job_spec& spec);
 
+struct launched_worker;  // launcher.hpp
+
 class job {
  public:
-  /// @brief Checks `spec` (check_job_spec), then spawns a fresh worker for it. Returns once the
-  ///        process exists.
+  /// @brief Checks `spec` (check_job_spec), then launches a fresh worker and assigns it the
+  ///        task. Returns once the process exists.
   /// @throws usage_error for an impossible spec (nothing is started); internal_error if shared
   ///         memory or the process cannot be created.
   static std::shared_ptr<job> start(job_spec spec);
+
+  /// @brief Like start(), on a worker launched earlier that is waiting for its assignment (a
+  ///        standby worker, or one another launcher started). `spec.executable`, `extra_env`
+  ///        and `stdout_to` were the launcher's business and are not looked at.
+  /// @throws usage_error for an impossible spec (the worker is stopped); internal_error.
+  static std::shared_ptr<job> start(job_spec spec, launched_worker worker);
 
   ~job();
   job(const job&) = delete;
@@ -92,14 +100,5 @@ class job {
   explicit job(std::unique_ptr<state> s);
   std::unique_ptr<state> state_;
 };
-
-/// @brief Builds a worker environment: the current one minus isorun's and CUDA's device
-///        variables, plus the device assignment for `gpu` (CUDA_VISIBLE_DEVICES by UUID,
-///        CUDA_DEVICE_ORDER=PCI_BUS_ID) and ISORUN_MEM_LIMIT.
-std::vector<std::string> worker_environment(const std::optional<gpu_info>& gpu, std::uint64_t mem_limit,
-                                            const std::vector<std::string>& extra);
-
-/// @brief The CUDA_VISIBLE_DEVICES value a worker gets for `gpu` ("" hides every GPU).
-std::string visible_devices_for(const std::optional<gpu_info>& gpu);
 
 }  // namespace isorun::runner

@@ -1,8 +1,9 @@
 #pragma once
 /// @file process.hpp
 /// Starting and stopping child processes. A child's end is a value (`exit_status`), never an
-/// exception; stopping escalates wait → SIGTERM → SIGKILL with a grace period, always for the
-/// child's whole process group. process.cpp is the only file that touches Boost.Process.
+/// exception. Every stop (a timeout, a cancel, Ctrl-C, a handle destroyed) follows a
+/// `stop_plan`, always for the child's whole process group. process.cpp is the only file that
+/// touches Boost.Process.
 
 #include <sys/types.h>
 
@@ -56,6 +57,46 @@ class spawn_error : public std::runtime_error {
   int error_;
 };
 
+/// One step of stopping a child: send `signal` to its process group (0: send nothing, only
+/// wait), then allow it `timeout` to exit before the next step.
+struct stop_step {
+  int signal = 0;
+  std::chrono::milliseconds timeout{0};
+};
+
+/// How a child is stopped, as data: its steps in order, each taken only while the child still
+/// runs. Once they are used up the child is waited for without limit, so a plan should end with
+/// SIGKILL. The escalation isorun uses everywhere is graceful(): SIGTERM, a grace period, SIGKILL.
+struct stop_plan {
+  std::vector<stop_step> steps;
+
+  /// @brief `first_signal` (SIGTERM, or the signal the user sent), `grace` to exit, then SIGKILL.
+  static stop_plan graceful(std::chrono::milliseconds grace, int first_signal = SIGTERM);
+  /// @brief SIGKILL at once.
+  static stop_plan immediate();
+};
+
+class child;
+
+/// Carries out a stop_plan from an event loop, one step per call; child::stop() is the
+/// blocking form. Calling advance() before a step's timeout is up (a second Ctrl-C, a second
+/// cancel) takes the next step at once.
+class stop_escalation {
+ public:
+  explicit stop_escalation(stop_plan plan) : plan_{std::move(plan)} {}
+
+  /// @brief True once a step has been taken.
+  [[nodiscard]] bool started() const noexcept { return next_ > 0; }
+
+  /// @brief Takes the next step on `c`.
+  /// @return when the step after it is due; time_point::max() once no step is left.
+  std::chrono::steady_clock::time_point advance(const child& c) noexcept;
+
+ private:
+  stop_plan plan_;
+  std::size_t next_ = 0;
+};
+
 /// A started child process, owned: destroying a still-running child kills its group and reaps it.
 class child {
  public:
@@ -86,8 +127,8 @@ class child {
   ///        the child itself has exited.
   exit_status reap() noexcept;
 
-  /// @brief Waits `wait` for a voluntary exit, then SIGTERM, waits `grace`, then SIGKILL; reaps.
-  exit_status stop(std::chrono::milliseconds wait, std::chrono::milliseconds grace) noexcept;
+  /// @brief Stops the child by `plan` (blocking), then reaps it.
+  exit_status stop(const stop_plan& plan) noexcept;
 
  private:
   pid_t pid_ = -1;

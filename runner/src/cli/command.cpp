@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/prctl.h>
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -14,20 +13,22 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
+#include <optional>
 
 #include "isorun/errors.hpp"
 #include "isorun/job.hpp"
 #include "isorun/process.hpp"
 #include "isorun/unique_fd.hpp"
+#include "isorun/serialization/protocol.hpp"
 #include "isorun/units.hpp"
+#include "../worker_env.hpp"
 
 extern char** environ;
 
 namespace isorun::cli {
 namespace {
 using clock = std::chrono::steady_clock;
-constexpr int shim_fd = 3;
+constexpr int shim_fd = serialization::control_fd;
 
 struct shim_report {
   std::int32_t code;
@@ -37,29 +38,19 @@ struct shim_report {
 }  // namespace
 
 bool is_shim_process() {
-  const char* s = std::getenv("ISORUN_SHIM");
+  const char* s = std::getenv(serialization::env::shim.data());
   return s && std::strcmp(s, "1") == 0;
 }
 
 void run_shim(int argc, char** argv) {
-  ::unsetenv("ISORUN_SHIM");
+  ::unsetenv(serialization::env::shim.data());
   if (argc < 2 || ::fcntl(shim_fd, F_SETFD, FD_CLOEXEC) != 0) {
     std::fprintf(stderr, "isorun shim: started without a command or channel\n");
     ::_exit(125);
   }
   // Only the command should react to Ctrl-C and SIGTERM; the shim waits to report its end.
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::signal(sig, SIG_IGN);
-  // The watcher below takes over from PR_SET_PDEATHSIG, which would race it and could leave the
-  // command's children behind.
-  ::prctl(PR_SET_PDEATHSIG, 0);
-  std::thread([] {
-    pollfd p{shim_fd, POLLRDHUP, 0};
-    for (;;)
-      if (::poll(&p, 1, -1) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
-        ::kill(0, SIGKILL);  // the supervisor is gone: take the whole group down
-        ::_exit(137);
-      }
-  }).detach();
+  serialization::exit_with_supervisor(shim_fd);
 
   runner::spawn_options opts;
   opts.executable = argv[1];
@@ -106,8 +97,9 @@ int run_command(const cli_options& o, const std::optional<runner::gpu_info>& gpu
   opts.executable = runner::self_executable();
   opts.args = {*exe};
   opts.args.insert(opts.args.end(), o.command.begin() + 1, o.command.end());
-  opts.env = runner::worker_environment(gpu, o.mem_limit, {});
-  opts.env.push_back("ISORUN_SHIM=1");
+  opts.env = runner::inherited_environment();
+  for (auto& e : runner::assignment_environment(gpu, o.mem_limit)) opts.env.push_back(std::move(e));
+  opts.env.push_back(std::string(serialization::env::shim) + "=1");
   opts.fds = {{0, 0}, {1, 1}, {2, 2}, {shim_fd, theirs.get()}};
   runner::child c;
   try {
@@ -117,10 +109,12 @@ int run_command(const cli_options& o, const std::optional<runner::gpu_info>& gpu
   }
   theirs.reset();
 
-  const auto started = clock::now();
+  // Stops follow one plan: the signal that asked for it (SIGTERM on a timeout), the grace
+  // period, SIGKILL. A second Ctrl-C takes the next step at once.
+  std::optional<runner::stop_escalation> stopping;
   std::optional<clock::time_point> deadline;
-  if (o.timeout.count() > 0) deadline = started + o.timeout;
-  bool timed_out = false, terminating = false;
+  if (o.timeout.count() > 0) deadline = clock::now() + o.timeout;
+  bool timed_out = false;
   int interrupted = 0;
   for (;;) {
     pollfd fds[2] = {{c.pidfd(), POLLIN, 0}, {signals.get(), POLLIN, 0}};
@@ -133,28 +127,27 @@ int run_command(const cli_options& o, const std::optional<runner::gpu_info>& gpu
     if (fds[1].revents & POLLIN) {
       signalfd_siginfo si{};
       while (::read(signals.get(), &si, sizeof si) == sizeof si) {
-        if (interrupted && si.ssi_signo == SIGINT) {
-          c.signal(SIGKILL);  // a second Ctrl-C does not wait
+        const int sig = static_cast<int>(si.ssi_signo);
+        if (!stopping) {
+          interrupted = sig;
+          stopping.emplace(runner::stop_plan::graceful(o.grace, sig));
+          deadline = stopping->advance(c);
+        } else if (sig == SIGINT) {
+          deadline = stopping->advance(c);
         } else {
-          interrupted = static_cast<int>(si.ssi_signo);
-          c.signal(static_cast<int>(si.ssi_signo));
-          if (!deadline || *deadline > clock::now() + o.grace) deadline = clock::now() + o.grace;
-          terminating = true;
+          c.signal(sig);  // passed on; the stop already under way keeps its course
         }
       }
     }
     if (fds[0].revents & POLLIN) break;
     if (deadline && clock::now() >= *deadline) {
-      if (!terminating) {
+      if (!stopping) {
         timed_out = true;
-        terminating = true;
-        c.signal(SIGTERM);
-        deadline = clock::now() + o.grace;
-      } else {
-        c.signal(SIGKILL);
-        deadline.reset();
+        stopping.emplace(runner::stop_plan::graceful(o.grace));
       }
+      deadline = stopping->advance(c);
     }
+    if (deadline == clock::time_point::max()) deadline.reset();
   }
   shim_report report{-1, 0};
   const bool reported = ::recv(ours.get(), &report, sizeof report, MSG_DONTWAIT) == sizeof report;

@@ -1,18 +1,22 @@
 #pragma once
 /// @file control.hpp
 /// Control messages between supervisor and worker over a SOCK_SEQPACKET socket pair: small,
-/// framed, validated. Bulk data never travels here; it goes through shared memory.
+/// framed, validated. Bulk data never travels here; it goes through shared memory, whose
+/// descriptors travel with the assignment. The order of the messages: protocol.hpp.
 
 #include <time.h>
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <variant>
+#include <vector>
+
+#include "isorun/serialization/protocol.hpp"
 
 namespace isorun::serialization {
 
-inline constexpr std::uint32_t protocol_version = 2;
 /// Largest control message either side accepts.
 inline constexpr std::size_t max_control_message = 64 * 1024;
 
@@ -24,7 +28,25 @@ inline std::int64_t monotonic_ns() noexcept {
   return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
-/// Sent by the worker once it has mapped its request: who it is and what it sees.
+/// Sent by the supervisor to give a launched worker its task. Carries, as SCM_RIGHTS, the request
+/// segment's descriptor and then the result segment's.
+struct assign_message {
+  std::uint32_t protocol = protocol_version;
+  /// "KEY=VALUE" the worker sets before anything else (the device assignment, protocol.hpp's
+  /// env::gpu / env::mem_limit / env::visible_devices / env::device_order, and the job's own).
+  std::vector<std::string> env;
+
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(protocol, env);
+  }
+};
+
+/// Descriptors an assign_message carries.
+inline constexpr std::size_t assign_fds = 2;
+
+/// Sent by the worker once it has applied its assignment and mapped its request: who it is and
+/// what it sees.
 struct hello_message {
   std::uint32_t protocol = protocol_version;
   std::int64_t pid = 0;
@@ -62,21 +84,29 @@ struct done_message {
   }
 };
 
-using control_message = std::variant<hello_message, done_message>;
+using control_message = std::variant<hello_message, done_message, assign_message>;
 
-/// @brief Sends one message; retries on EINTR.
+/// @brief Sends one message, with `fds` attached as SCM_RIGHTS (the caller keeps its copies);
+///        retries on EINTR.
 /// @throws std::system_error on a socket error (e.g. the peer is gone).
-void send_message(int fd, const control_message& message);
+void send_message(int fd, const control_message& message, std::span<const int> fds = {});
 
-/// Result of a non-blocking receive.
+/// Result of a receive.
 struct receive_result {
   std::optional<control_message> message;  ///< set when a message arrived
   bool closed = false;                      ///< the peer closed its end
+  /// Descriptors that came with the message (close-on-exec), owned by the receiver. Only an
+  /// assign_message may carry them, exactly assign_fds of them; anything else is rejected.
+  std::vector<int> fds;
 };
 
-/// @brief Receives at most one message without blocking.
-/// @throws wire_error for an oversized, truncated, unknown or undecodable message.
+/// @brief Receives at most one message; without `wait`, returns at once when none is queued.
+/// @throws wire_error for an oversized, truncated, unknown or undecodable message, or one with
+///         descriptors it should not carry (those are closed).
 /// @throws std::system_error on a socket error.
-receive_result try_receive(int fd);
+receive_result receive_message(int fd, bool wait);
+
+/// @brief receive_message(fd, false).
+inline receive_result try_receive(int fd) { return receive_message(fd, false); }
 
 }  // namespace isorun::serialization

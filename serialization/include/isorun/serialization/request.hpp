@@ -1,7 +1,7 @@
 #pragma once
 /// @file request.hpp
-/// What the supervisor asks a worker to do. Written into the request segment before the worker
-/// is spawned; the worker validates it like any other untrusted input.
+/// What the supervisor asks a worker to do. Written into the request segment, whose descriptor
+/// reaches the worker with its assignment; the worker validates it like any other untrusted input.
 
 #include <cereal/types/string.hpp>
 #include <cereal/types/vector.hpp>
@@ -15,10 +15,6 @@
 
 namespace isorun::serialization {
 
-/// Descriptor numbers a worker finds its channels under.
-inline constexpr int worker_control_fd = 3;
-inline constexpr int worker_request_fd = 4;
-inline constexpr int worker_result_fd = 5;
 
 struct request {
   std::uint32_t protocol = protocol_version;

@@ -1,0 +1,59 @@
+#include "launcher.hpp"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "isorun/errors.hpp"
+#include "isorun/serialization/protocol.hpp"
+#include "worker_env.hpp"
+
+namespace isorun::runner {
+namespace ser = isorun::serialization;
+
+launched_worker local_launcher::launch(const launch_spec& spec) {
+  launched_worker w;
+  int sv[2], err_pipe[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+    throw internal_error(std::string("socketpair: ") + std::strerror(errno));
+  w.control.reset(sv[0]);
+  unique_fd worker_control(sv[1]);
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) throw internal_error(std::string("pipe2: ") + std::strerror(errno));
+  w.stderr_read.reset(err_pipe[0]);
+  unique_fd stderr_write(err_pipe[1]);
+  ::fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
+  unique_fd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+
+  unique_fd out_file;
+  int stdout_fd = STDOUT_FILENO;
+  if (spec.stdout_to == stdout_mode::to_stderr) {
+    stdout_fd = stderr_write.get();
+  } else if (spec.stdout_to == stdout_mode::file) {
+    out_file.reset(::open(spec.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!out_file) throw internal_error("cannot open " + spec.stdout_path + ": " + std::strerror(errno));
+    stdout_fd = out_file.get();
+  }
+
+  spawn_options opts;
+  opts.executable = spec.executable.empty() ? self_executable() : spec.executable;
+  opts.args = {"isorun-worker"};
+  if (!spec.label.empty()) opts.args.push_back(spec.label);
+  opts.env = inherited_environment();
+  // No GPU until the assignment says which: CUDA initialised before it would see none.
+  opts.env.push_back(std::string(ser::env::visible_devices) + "=");
+  opts.env.insert(opts.env.end(), spec.extra_env.begin(), spec.extra_env.end());
+  opts.env.push_back(std::string(ser::env::worker) + "=1");
+  opts.fds = {{0, devnull.get()}, {1, stdout_fd}, {2, stderr_write.get()}, {ser::control_fd, worker_control.get()}};
+  w.started = std::chrono::steady_clock::now();
+  try {
+    w.process = spawn(opts);
+  } catch (const spawn_error& e) {
+    throw internal_error(std::string("cannot start worker: ") + e.what());
+  }
+  return w;
+}
+
+}  // namespace isorun::runner

@@ -1,0 +1,26 @@
+#pragma once
+/// @file worker_env.hpp
+/// The environments isorun gives the processes it starts: what they inherit, and the variables
+/// that carry an assignment (protocol.hpp names them).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "isorun/gpu_inventory.hpp"
+
+namespace isorun::runner {
+
+/// @brief This process's environment without any of the protocol's variables: what a worker
+///        or a command inherits before its assignment is added.
+std::vector<std::string> inherited_environment();
+
+/// @brief The variables that assign `gpu` and `mem_limit`: CUDA_VISIBLE_DEVICES (the GPU by
+///        UUID; empty hides every GPU), CUDA_DEVICE_ORDER=PCI_BUS_ID, ISORUN_GPU, ISORUN_MEM_LIMIT.
+std::vector<std::string> assignment_environment(const std::optional<gpu_info>& gpu, std::uint64_t mem_limit);
+
+/// @brief The CUDA_VISIBLE_DEVICES value for `gpu` ("" hides every GPU).
+std::string visible_devices_for(const std::optional<gpu_info>& gpu);
+
+}  // namespace isorun::runner

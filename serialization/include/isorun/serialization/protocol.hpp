@@ -1,0 +1,49 @@
+#pragma once
+/// @file protocol.hpp
+/// The worker protocol in one place: how a worker is recognised, which descriptor it talks on,
+/// which environment variables carry its assignment, and the order of the messages.
+///
+///   supervisor                                     worker (exec'd; fd 3 is its only channel)
+///     launch: spawn with ISORUN_WORKER=1, fd 3 = control socket, no GPU visible
+///     assign_message {env} + SCM_RIGHTS [request segment, result segment]  -->
+///                                         applies env (CUDA_VISIBLE_DEVICES, ...), maps request
+///                          <--  hello_message {pid, visible devices as it sees them}
+///                                         runs the task, writes the result segment
+///                          <--  done_message {status, peaks, timings}
+///                                         exits; the supervisor classifies the end
+///
+/// Launching and assigning are separate steps, so a worker can be started before its work is
+/// known (standby workers) or somewhere the supervisor does not spawn directly; everything a
+/// worker needs that is not in its environment at exec arrives with the assignment.
+
+#include <cstdint>
+#include <string_view>
+
+namespace isorun::serialization {
+
+/// Bumped whenever a message or the request changes shape.
+inline constexpr std::uint32_t protocol_version = 3;
+
+/// The descriptor a worker (and the `-- CMD` shim) finds its control socket under.
+inline constexpr int control_fd = 3;
+
+/// Environment variables of the protocol. Set by the supervisor; the first two are removed by
+/// the process they start, so a task's own children are ordinary processes.
+namespace env {
+inline constexpr std::string_view worker = "ISORUN_WORKER";  ///< "1": run as a worker
+inline constexpr std::string_view shim = "ISORUN_SHIM";      ///< "1": run as the `-- CMD` shim
+inline constexpr std::string_view gpu = "ISORUN_GPU";              ///< assigned GPU's index, "" for none
+inline constexpr std::string_view mem_limit = "ISORUN_MEM_LIMIT";  ///< the cap in bytes, "0" for none
+inline constexpr std::string_view visible_devices = "CUDA_VISIBLE_DEVICES";  ///< the assigned GPU's UUID
+inline constexpr std::string_view device_order = "CUDA_DEVICE_ORDER";        ///< always PCI_BUS_ID
+/// Every variable above: removed from the environment a worker inherits, set only by isorun.
+inline constexpr std::string_view all[] = {worker, shim, gpu, mem_limit, visible_devices, device_order};
+}  // namespace env
+
+/// @brief Starts a thread that, when the supervisor's end of `control` hangs up (it exited, even
+///        by SIGKILL), kills this process's whole group and exits 137: nothing a worker or the
+///        shim started outlives its supervisor. Clears PR_SET_PDEATHSIG first, which would race
+///        the thread and leave grandchildren behind.
+void exit_with_supervisor(int control);
+
+}  // namespace isorun::serialization
