@@ -513,9 +513,9 @@ TEST_CASE("map runs a task over inputs on packed slots and keeps input order", "
   CHECK(seen.size() == 2);  // both simulated GPUs were used
   CHECK_THROWS_AS(isorun::map(visible_devices, std::vector<int>{0}, {.all_gpus = true, .mem_limit = 64_GiB}),
                   isorun::usage_error);
-  // isorun::sweep: the same call for parameter sets, typed results with outcomes.
+  // Parameter sets as inputs: typed results with outcomes.
   std::vector<point> configs = {{1, 0.5, "a", {}}, {2, 1.5, "b", {}}};
-  auto trials = isorun::sweep(echo_point, configs, {.mem_limit = 64_MiB, .cpu_slots = 2});
+  auto trials = isorun::map(echo_point, configs, {.mem_limit = 64_MiB, .cpu_slots = 2});
   REQUIRE(trials.size() == 2);
   CHECK(trials[1].value().label == "b!");
   CHECK(trials[0].value().x == 2);

@@ -6,6 +6,7 @@
 
 #include "isorun/alloc/config.hpp"
 #include "isorun/init.hpp"
+#include "isorun/placement.hpp"
 #include "isorun/units.hpp"
 
 namespace isorun {
@@ -31,7 +32,7 @@ std::shared_ptr<runner::job> start_isolated(const void* fn, blob args, const opt
   spec.task = task->name;
   spec.encoding = serialization::encoding::binary;
   spec.args = std::move(args);
-  if (opts.gpu) spec.gpu = gpus().at(*opts.gpu);
+  spec.gpu = runner::place_job(gpus(), opts.gpu, false, opts.mem_limit);  // isolated() defaults to the CPU
   spec.mem_limit = opts.mem_limit;
   spec.timeout = opts.timeout;
   spec.grace = opts.grace;

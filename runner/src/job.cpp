@@ -24,6 +24,7 @@
 #include "isorun/serialization/shm_segment.hpp"
 #include "isorun/unique_fd.hpp"
 #include "isorun/units.hpp"
+#include "isorun/placement.hpp"
 #include "launcher.hpp"
 #include "worker_env.hpp"
 
@@ -343,9 +344,7 @@ void check_job_spec(const job_spec& spec) {
       throw usage_error("mem-limit " + format_size(spec.mem_limit) + ": " + e.what());
     }
   }
-  if (spec.gpu && spec.mem_limit > spec.gpu->total_memory)
-    throw usage_error("mem-limit " + format_size(spec.mem_limit) + " exceeds GPU " + std::to_string(spec.gpu->index) +
-                      "'s " + format_size(spec.gpu->total_memory));
+  if (spec.gpu) check_fits(*spec.gpu, spec.mem_limit);
 }
 
 std::shared_ptr<job> job::start(job_spec spec) {

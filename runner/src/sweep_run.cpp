@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -33,6 +35,28 @@
 #include "task_params.hpp"
 
 namespace isorun::sweeps {
+
+std::string trial_id(const std::string& task, const nlohmann::json& params) {
+  const std::string canonical = task + "\n" + params.dump();  // object keys are sorted
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(XXH3_64bits(canonical.data(), canonical.size())));
+  return buf;
+}
+
+metric_spec parse_metric_flag(const std::string& text) {
+  metric_spec m;
+  const auto colon = text.rfind(':');
+  m.name = text.substr(0, colon);
+  if (colon != std::string::npos) {
+    const std::string goal = text.substr(colon + 1);
+    if (goal == "min" || goal == "minimize") m.maximize = false;
+    else if (goal != "max" && goal != "maximize")
+      throw spec_error("--metric " + text + ": the goal after ':' is min or max", 0);
+  }
+  if (m.name.empty()) throw spec_error("--metric " + text + ": expected NAME[:min|max], e.g. accuracy:max", 0);
+  return m;
+}
+
 namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -396,7 +420,7 @@ sweep_summary sweep_run::run() {
   summary.skipped = st.skipped;
 
   std::mutex mutex;  // queue, journal, progress, running
-  std::size_t next = 0, finished = 0, running_count = 0, failed = 0;
+  std::size_t finished = 0, running_count = 0, failed = 0;
   std::vector<std::shared_ptr<runner::job>> running(slots.size());
   std::optional<double> best;
   double busy_seconds = 0;
@@ -471,96 +495,95 @@ sweep_summary sweep_run::run() {
   });
 
   auto stopping = [&] { return stop_count.load() > 0 || halted.load(); };
-  auto run_slot = [&](const slot& sl) {
-    for (;;) {
-      std::size_t index;
-      {
-        std::lock_guard lock(mutex);
-        if (stopping() || next >= queue.size()) return;
-        index = queue[next++];
-        ++running_count;
-        progress(nullptr);
-      }
-      const json& params = s.trials[index];
-      trial_record rec;
-      rec.id = trial_id(s.task, params);
-      rec.params = params;
-      rec.slot = sl.index;
-      rec.device = sl.gpu ? runner::visible_devices_for(sl.gpu) : "cpu";
-      const auto t0 = clock::now();
-      for (int attempt = 1;; ++attempt) {
-        runner::job_spec spec;
-        spec.task = s.task;
-        spec.encoding = serialization::encoding::json;
-        spec.args = blob(st.args[index].data(), st.args[index].size());
-        spec.gpu = sl.gpu;
-        spec.mem_limit = s.mem_limit;
-        spec.timeout = s.timeout;
-        spec.grace = opt.grace;
-        spec.task_libraries = opt.task_libraries;
-        spec.executable = opt.executable;
-        spec.alloc_conf = s.alloc_conf;
-        spec.stdout_to = runner::stdout_mode::file;
-        spec.stdout_path = (out / "logs" / (rec.id + ".out")).string();
-        unique_fd err(::open((out / "logs" / (rec.id + ".err")).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-        spec.stderr_echo_fd = err.get();
-        std::shared_ptr<runner::job> job;
-        try {
-          job = runner::job::start(std::move(spec));
-        } catch (const std::exception& e) {
-          rec.kind = outcome_kind::internal_error;
-          rec.error = e.what();
-          break;
-        }
-        {
-          std::lock_guard lock(mutex);
-          running[static_cast<std::size_t>(sl.index)] = job;
-        }
-        if (stopping()) job->cancel();
-        const runner::job_result& r = job->wait();
-        {
-          std::lock_guard lock(mutex);
-          running[static_cast<std::size_t>(sl.index)].reset();
-        }
-        rec.attempts = attempt;
-        rec.kind = r.status.kind;
-        rec.peak_reserved = r.status.peak_reserved;
-        rec.error = r.status.ok() ? "" : r.status.describe();
-        rec.result = nullptr;
-        if (r.status.ok()) {
-          json parsed = json::parse(std::string_view(reinterpret_cast<const char*>(r.payload.data()), r.payload.size()),
-                                    nullptr, false);
-          if (parsed.is_object() && parsed.contains("result")) {
-            rec.result = parsed["result"];
-          } else {
-            rec.kind = outcome_kind::invalid_result;
-            rec.error = "worker result is not valid JSON";
-          }
-        }
-        const auto allowed = s.retries.find(std::string(to_string(rec.kind)));
-        const bool retry = rec.kind != outcome_kind::success && rec.kind != outcome_kind::cancelled &&
-                           allowed != s.retries.end() && attempt <= allowed->second && !stopping();
-        if (!retry) break;
-      }
-      rec.wall_s = std::chrono::duration<double>(clock::now() - t0).count();
-
-      {
-        std::lock_guard lock(mutex);
-        --running_count;
-        if (rec.kind == outcome_kind::cancelled) {
-          ++summary.cancelled;  // not journaled: a resume runs it again
-          continue;
-        }
-        if (rec.kind != outcome_kind::success && s.fail_fast) {
-          halted = true;
-          cancel_running();
-        }
-      }
-      // Hand the record to the journal writer and take the next trial at once.
-      std::lock_guard lock(journal_mutex);
-      unwritten.push_back(std::move(rec));
-      journal_cv.notify_one();
+  // One trial on slot `sl`, its retries included; runner::run_on_slots hands them out.
+  auto run_trial = [&](const slot& sl, std::size_t queued) {
+    std::size_t index;
+    {
+      std::lock_guard lock(mutex);
+      if (stopping()) return;
+      index = queue[queued];
+      ++running_count;
+      progress(nullptr);
     }
+    const json& params = s.trials[index];
+    trial_record rec;
+    rec.id = trial_id(s.task, params);
+    rec.params = params;
+    rec.slot = sl.index;
+    rec.device = sl.gpu ? runner::visible_devices_for(sl.gpu) : "cpu";
+    const auto t0 = clock::now();
+    for (int attempt = 1;; ++attempt) {
+      runner::job_spec spec;
+      spec.task = s.task;
+      spec.encoding = serialization::encoding::json;
+      spec.args = blob(st.args[index].data(), st.args[index].size());
+      spec.gpu = sl.gpu;
+      spec.mem_limit = s.mem_limit;
+      spec.timeout = s.timeout;
+      spec.grace = opt.grace;
+      spec.task_libraries = opt.task_libraries;
+      spec.executable = opt.executable;
+      spec.alloc_conf = s.alloc_conf;
+      spec.stdout_to = runner::stdout_mode::file;
+      spec.stdout_path = (out / "logs" / (rec.id + ".out")).string();
+      unique_fd err(::open((out / "logs" / (rec.id + ".err")).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+      spec.stderr_echo_fd = err.get();
+      std::shared_ptr<runner::job> job;
+      try {
+        job = runner::job::start(std::move(spec));
+      } catch (const std::exception& e) {
+        rec.kind = outcome_kind::internal_error;
+        rec.error = e.what();
+        break;
+      }
+      {
+        std::lock_guard lock(mutex);
+        running[static_cast<std::size_t>(sl.index)] = job;
+      }
+      if (stopping()) job->cancel();
+      const runner::job_result& r = job->wait();
+      {
+        std::lock_guard lock(mutex);
+        running[static_cast<std::size_t>(sl.index)].reset();
+      }
+      rec.attempts = attempt;
+      rec.kind = r.status.kind;
+      rec.peak_reserved = r.status.peak_reserved;
+      rec.error = r.status.ok() ? "" : r.status.describe();
+      rec.result = nullptr;
+      if (r.status.ok()) {
+        json parsed = json::parse(std::string_view(reinterpret_cast<const char*>(r.payload.data()), r.payload.size()),
+                                  nullptr, false);
+        if (parsed.is_object() && parsed.contains("result")) {
+          rec.result = parsed["result"];
+        } else {
+          rec.kind = outcome_kind::invalid_result;
+          rec.error = "worker result is not valid JSON";
+        }
+      }
+      const auto allowed = s.retries.find(std::string(to_string(rec.kind)));
+      const bool retry = rec.kind != outcome_kind::success && rec.kind != outcome_kind::cancelled &&
+                         allowed != s.retries.end() && attempt <= allowed->second && !stopping();
+      if (!retry) break;
+    }
+    rec.wall_s = std::chrono::duration<double>(clock::now() - t0).count();
+
+    {
+      std::lock_guard lock(mutex);
+      --running_count;
+      if (rec.kind == outcome_kind::cancelled) {
+        ++summary.cancelled;  // not journaled: a resume runs it again
+        return;
+      }
+      if (rec.kind != outcome_kind::success && s.fail_fast) {
+        halted = true;
+        cancel_running();
+      }
+    }
+    // Hand the record to the journal writer and take the next trial at once.
+    std::lock_guard lock(journal_mutex);
+    unwritten.push_back(std::move(rec));
+    journal_cv.notify_one();
   };
 
   // The journal writer: appends what the slots hand over, one fsync per batch (group commit).
@@ -611,9 +634,7 @@ sweep_summary sweep_run::run() {
     }
   });
 
-  std::vector<std::thread> threads;
-  for (const auto& sl : slots) threads.emplace_back(run_slot, std::cref(sl));
-  for (auto& t : threads) t.join();
+  runner::run_on_slots(slots, queue.size(), run_trial, stopping);
   {
     std::lock_guard lk(journal_mutex);
     writer_done = true;

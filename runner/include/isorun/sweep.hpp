@@ -17,6 +17,7 @@
 
 #include "isorun/gpu_inventory.hpp"
 #include "isorun/outcome.hpp"
+#include "isorun/placement.hpp"
 
 namespace isorun::sweeps {
 
@@ -74,25 +75,20 @@ spec spec_from_grid(const std::string& task, const std::vector<std::pair<std::st
 /// @brief Stable id of a trial: 16 hex digits of XXH3 over the task and canonical parameters.
 std::string trial_id(const std::string& task, const nlohmann::json& params);
 
-/// One place a trial can run.
-struct slot {
-  std::optional<gpu_info> gpu;  ///< nullopt: a CPU slot
-  int index = 0;                ///< slot number
-};
+using runner::slot;
+using runner::slot_plan;
 
-/// Where a sweep's trials run, and how that was decided (for the sweep's first line).
-struct slot_plan {
-  std::vector<slot> slots;
-  std::string how;  ///< e.g. "GPU 0: 16 = min(79 caps of 1.00 GiB in 79.2 GiB free, 16 cores per GPU)"
-};
+/// @brief The GPUs, cap and packing a sweep asks for, for runner::plan_slots.
+[[nodiscard]] inline runner::slot_request resources(const spec& s) {
+  return {.gpus = s.gpus, .all_gpus = s.all_gpus, .mem_limit = s.mem_limit, .per_gpu = s.per_gpu, .cpu_slots = s.cpu_slots};
+}
 
-/// @brief The slots for a sweep: per listed GPU, `per_gpu` slots, or as many as fit, so that
-///        the caps on a GPU never add up to more than its free memory (a trial's cap includes
-///        its CUDA context) but at most `cores` / number of GPUs, so trials do not starve each
-///        other of CPU; CPU slots (`cpu_slots`, default one per core) when no GPU is listed.
-/// @param cores the machine's cores (this one's by default)
-/// @throws spec_error when a cap exceeds every GPU, GPUs are asked for but absent, or no slot fits.
-slot_plan plan_slots(const spec& s, const gpu_inventory& inventory, unsigned cores = std::thread::hardware_concurrency());
+/// @brief The slots for a sweep's trials: runner::plan_slots for what the spec asks for.
+/// @throws usage_error when a cap exceeds a GPU, GPUs are asked for but absent, or no slot fits.
+inline slot_plan plan_slots(const spec& s, const gpu_inventory& inventory,
+                            unsigned cores = std::thread::hardware_concurrency()) {
+  return runner::plan_slots(resources(s), inventory, cores);
+}
 
 /// How a finished trial ended, as journaled.
 struct trial_record {

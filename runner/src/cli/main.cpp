@@ -19,6 +19,7 @@
 #include "isorun/gpu_inventory.hpp"
 #include "isorun/init.hpp"
 #include "isorun/job.hpp"
+#include "isorun/placement.hpp"
 #include "isorun/outcome.hpp"
 #include "isorun/process.hpp"
 #include "isorun/task.hpp"
@@ -133,16 +134,10 @@ int list_gpus(const cli::cli_options& o) {
   return 0;
 }
 
+// The CLI runs on the first GPU unless told otherwise (--gpu N, --cpu).
 std::optional<runner::gpu_info> pick_gpu(const cli::cli_options& o) {
   if (o.cpu) return std::nullopt;
-  const auto inv = runner::gpu_inventory::detect();
-  std::optional<runner::gpu_info> gpu;
-  if (o.gpu) gpu = inv.at(*o.gpu);
-  else if (!inv.gpus.empty()) gpu = inv.gpus.front();
-  if (gpu && o.mem_limit > gpu->total_memory)
-    throw usage_error("--mem-limit " + format_size(o.mem_limit) + " exceeds GPU " + std::to_string(gpu->index) + "'s " +
-                      format_size(gpu->total_memory));
-  return gpu;
+  return runner::place_job(runner::gpu_inventory::detect(), o.gpu, true, o.mem_limit);
 }
 
 int run_task(const cli::cli_options& o, const std::vector<std::string>& libs) {

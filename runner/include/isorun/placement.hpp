@@ -1,0 +1,72 @@
+#pragma once
+/// @file placement.hpp
+/// Where work runs: the GPU (or none) one job gets, and the slots a batch of jobs (a sweep,
+/// `map`) is spread over. The one place that checks a cap against a GPU and packs caps per GPU.
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "isorun/gpu_inventory.hpp"
+
+namespace isorun::runner {
+
+/// @brief Checks that a cap of `mem_limit` bytes fits `gpu` at all.
+/// @throws usage_error "mem-limit X exceeds GPU N's Y".
+void check_fits(const gpu_info& gpu, std::uint64_t mem_limit);
+
+/// @brief The GPU for one job: GPU `index` when given; otherwise the first GPU if `default_to_gpu`
+///        and there is one; otherwise none (CPU). The cap is checked against the GPU chosen.
+/// @throws usage_error for a GPU that does not exist (naming those that do) or a cap too large.
+std::optional<gpu_info> place_job(const gpu_inventory& inventory, std::optional<int> index, bool default_to_gpu,
+                                  std::uint64_t mem_limit);
+
+/// What a batch of jobs asks for.
+struct slot_request {
+  std::vector<int> gpus;        ///< GPU indices; empty and !all_gpus = CPU slots
+  bool all_gpus = false;
+  std::uint64_t mem_limit = 0;  ///< cap per job: packs jobs per GPU
+  int per_gpu = 0;              ///< jobs per GPU; 0 = as many caps as fit, at most cores per GPU
+  int cpu_slots = 0;            ///< 0 = one per core
+};
+
+/// One place a job of the batch can run.
+struct slot {
+  std::optional<gpu_info> gpu;  ///< nullopt: a CPU slot
+  int index = 0;                ///< slot number
+};
+
+/// The slots of a batch, and how they were decided (a sweep prints it in its first line).
+struct slot_plan {
+  std::vector<slot> slots;
+  std::string how;  ///< e.g. "16 GPU slots (GPU 0: 16 = min(79 caps of 1.00 GiB in 79.2 GiB free, 16 cores))"
+};
+
+/// @brief Per listed GPU, `per_gpu` slots, or as many as fit, so that the caps on a GPU never
+///        add up to more than its free memory (a job's cap includes its CUDA context) but at
+///        most `cores` / number of GPUs, so jobs do not starve each other of CPU; CPU slots
+///        (`cpu_slots`, default one per core) when no GPU is listed.
+/// @param cores the machine's cores (this one's by default)
+/// @throws usage_error when a cap exceeds a GPU, GPUs are asked for but absent, or no slot fits.
+slot_plan plan_slots(const slot_request& request, const gpu_inventory& inventory,
+                     unsigned cores = std::thread::hardware_concurrency());
+
+/// @brief Runs items 0..count-1 on `slots`, one thread per slot: a slot that comes free takes
+///        the next item at once (work-conserving). No item is handed out once `stop()` is true.
+///        `run(slot, item)` is what runs and must not throw; this is who runs it.
+template <class Run, class Stop>
+void run_on_slots(const std::vector<slot>& slots, std::size_t count, Run&& run, Stop&& stop) {
+  std::atomic<std::size_t> next{0};
+  std::vector<std::thread> threads;
+  threads.reserve(slots.size());
+  for (const slot& s : slots)
+    threads.emplace_back([&, s] {
+      for (std::size_t item; !stop() && (item = next++) < count;) run(s, item);
+    });
+  for (auto& t : threads) t.join();
+}
+
+}  // namespace isorun::runner

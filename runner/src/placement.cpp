@@ -1,0 +1,68 @@
+// Placement: which GPU a job gets, and how a batch's jobs are packed onto slots.
+#include "isorun/placement.hpp"
+
+#include <algorithm>
+
+#include "isorun/errors.hpp"
+#include "isorun/units.hpp"
+
+namespace isorun::runner {
+
+void check_fits(const gpu_info& gpu, std::uint64_t mem_limit) {
+  if (mem_limit > gpu.total_memory)
+    throw usage_error("mem-limit " + format_size(mem_limit) + " exceeds GPU " + std::to_string(gpu.index) + "'s " +
+                      format_size(gpu.total_memory));
+}
+
+std::optional<gpu_info> place_job(const gpu_inventory& inventory, std::optional<int> index, bool default_to_gpu,
+                                  std::uint64_t mem_limit) {
+  std::optional<gpu_info> gpu;
+  if (index) gpu = inventory.at(*index);  // usage_error naming the GPUs there are
+  else if (default_to_gpu && !inventory.gpus.empty()) gpu = inventory.gpus.front();
+  if (gpu) check_fits(*gpu, mem_limit);
+  return gpu;
+}
+
+slot_plan plan_slots(const slot_request& s, const gpu_inventory& inv, unsigned cores) {
+  slot_plan plan;
+  cores = std::max(1u, cores);
+  std::vector<int> gpus = s.gpus;
+  if (s.all_gpus)
+    for (const auto& g : inv.gpus) gpus.push_back(g.index);
+  if (s.all_gpus && gpus.empty())
+    throw usage_error("all GPUs were asked for, but there are no GPUs (" + inv.describe_source() +
+                      "); ask for CPU slots instead, or set ISORUN_SIMULATE_GPUS");
+  if (gpus.empty()) {
+    const int n = s.cpu_slots ? s.cpu_slots : static_cast<int>(cores);
+    for (int i = 0; i < n; ++i) plan.slots.push_back({std::nullopt, i});
+    plan.how = std::to_string(n) + " CPU slot" + (n == 1 ? "" : "s") + (s.cpu_slots ? " (cpu_slots)" : " (one per core)");
+    return plan;
+  }
+  if (!s.mem_limit && !s.per_gpu)
+    throw usage_error("packing jobs on GPUs needs a mem-limit (or per_gpu); e.g. --mem-limit 6G");
+  const int cores_per_gpu = static_cast<int>(std::max<std::size_t>(1, cores / gpus.size()));
+  for (int index : gpus) {
+    const gpu_info& g = inv.at(index);  // usage_error for a missing GPU
+    check_fits(g, s.mem_limit);
+    if (s.per_gpu && s.mem_limit && static_cast<std::uint64_t>(s.per_gpu) * s.mem_limit > g.free_memory)
+      throw usage_error("per_gpu " + std::to_string(s.per_gpu) + " x mem-limit " + format_size(s.mem_limit) +
+                        " exceeds GPU " + std::to_string(index) + "'s free " + format_size(g.free_memory));
+    // A job's cap includes its CUDA context, so caps simply add up against free memory.
+    int n = s.per_gpu;
+    std::string how = "GPU " + std::to_string(index) + ": " + std::to_string(n) + " (per_gpu)";
+    if (!n) {
+      const int fit = static_cast<int>(g.free_memory / s.mem_limit);
+      n = std::min(fit, cores_per_gpu);
+      how = "GPU " + std::to_string(index) + ": " + std::to_string(n) + " = min(" + std::to_string(fit) + " caps of " +
+            format_size(s.mem_limit) + " in " + format_size(g.free_memory) + " free, " + std::to_string(cores_per_gpu) +
+            " core" + (cores_per_gpu == 1 ? "" : "s") + (gpus.size() > 1 ? " per GPU)" : ")");
+    }
+    for (int i = 0; i < n; ++i) plan.slots.push_back({g, static_cast<int>(plan.slots.size())});
+    plan.how += (plan.how.empty() ? "" : "; ") + how;
+  }
+  if (plan.slots.empty()) throw usage_error("no job fits on the listed GPUs with mem-limit " + format_size(s.mem_limit));
+  plan.how = std::to_string(plan.slots.size()) + " GPU slot" + (plan.slots.size() == 1 ? "" : "s") + " (" + plan.how + ")";
+  return plan;
+}
+
+}  // namespace isorun::runner
