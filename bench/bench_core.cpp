@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "isorun/isorun.hpp"
-#include "isorun/job.hpp"
+#include "isorun/runner/job.hpp"
 #include "stats.hpp"
 
 extern char** environ;

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "isorun/isorun.hpp"
-#include "isorun/sweep.hpp"
+#include "isorun/sweep/sweep.hpp"
 #include "stats.hpp"
 
 namespace {
@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
   using namespace isorun;
   std::vector<double> ratios, overheads;
   for (int rep = 0; rep < 3; ++rep) {
-    sweeps::spec s;
+    sweep::sweep_spec s;
     s.task = "wait_ms";
     std::mt19937 rng(42 + rep);
     double total_ms = 0;
@@ -51,11 +51,11 @@ int main(int argc, char** argv) {
     s.per_gpu = per_gpu;
     const auto dir = std::filesystem::temp_directory_path() / ("isorun-bench-sweep-" + std::to_string(::getpid()) + "-" + std::to_string(rep));
     s.out = dir.string();
-    const auto slots = sweeps::plan_slots(s, runner::gpu_inventory::simulated("2x16G")).slots;
-    sweeps::run_options ro;
+    const auto slots = sweep::plan_slots(s, runner::gpu_inventory::simulated("2x16G")).slots;
+    sweep::sweep_options ro;
     ro.progress = false;
     const auto t0 = std::chrono::steady_clock::now();
-    auto summary = sweeps::run(s, slots, ro);
+    auto summary = sweep::sweep_run(s, slots, ro).run();
     const double makespan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::filesystem::remove_all(dir);
     if (summary.succeeded != summary.total - summary.skipped) {

@@ -4,7 +4,7 @@
 
 #include <cstdlib>
 
-#include "isorun/init.hpp"
+#include "isorun/worker/init.hpp"
 
 int main(int argc, char** argv) {
   isorun::init(argc, argv);

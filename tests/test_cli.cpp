@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "isorun/process.hpp"
+#include "isorun/runner/process.hpp"
 #include "test_support.hpp"
 
 namespace fs = std::filesystem;

@@ -21,9 +21,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "isorun/gpu_inventory.hpp"
-#include "isorun/process.hpp"
-#include "isorun/units.hpp"
+#include "isorun/runner/gpu_inventory.hpp"
+#include "isorun/runner/process.hpp"
+#include "isorun/runner/units.hpp"
 #include "test_support.hpp"
 
 using nlohmann::json;

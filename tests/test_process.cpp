@@ -7,10 +7,10 @@
 
 #include <cstdio>
 
-#include "isorun/errors.hpp"
-#include "isorun/gpu_inventory.hpp"
-#include "isorun/process.hpp"
-#include "isorun/units.hpp"
+#include "isorun/runner/errors.hpp"
+#include "isorun/runner/gpu_inventory.hpp"
+#include "isorun/runner/process.hpp"
+#include "isorun/runner/units.hpp"
 #include "test_support.hpp"
 
 using namespace std::chrono_literals;

@@ -19,9 +19,9 @@
 
 #include "isorun/alloc/device_buffer.hpp"
 #include "isorun/isorun.hpp"
-#include "isorun/job.hpp"
-#include "isorun/process.hpp"
-#include "launcher.hpp"
+#include "isorun/runner/job.hpp"
+#include "isorun/runner/process.hpp"
+#include "isorun/runner/launcher.hpp"
 #include "test_support.hpp"
 
 using namespace std::chrono_literals;

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "isorun/process.hpp"
+#include "isorun/runner/process.hpp"
 
 extern char** environ;
 

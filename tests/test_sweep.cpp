@@ -18,13 +18,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "isorun/errors.hpp"
-#include "isorun/process.hpp"
-#include "isorun/sweep.hpp"
+#include "isorun/runner/errors.hpp"
+#include "isorun/runner/process.hpp"
+#include "isorun/sweep/sweep.hpp"
 #include "test_support.hpp"
 
 namespace fs = std::filesystem;
-namespace sw = isorun::sweeps;
+namespace sw = isorun::sweep;
 using nlohmann::json;
 
 namespace {
@@ -182,7 +182,7 @@ TEST_CASE("spec errors name the YAML line", "[sweep][spec]") {
 
 TEST_CASE("GPU slots pack floor(free / cap) trials per GPU and no more", "[sweep][packing]") {
   auto inv = isorun::runner::gpu_inventory::simulated("2x16G");
-  sw::spec s;
+  sw::sweep_spec s;
   s.task = "step";
   s.all_gpus = true;
   s.mem_limit = 6ULL << 30;
@@ -212,7 +212,7 @@ TEST_CASE("GPU slots pack floor(free / cap) trials per GPU and no more", "[sweep
 
 TEST_CASE("by default a GPU gets no more slots than the cores per GPU, and the plan says why", "[sweep][packing]") {
   auto inv = isorun::runner::gpu_inventory::simulated("1x80G");
-  sw::spec s;
+  sw::sweep_spec s;
   s.task = "step";
   s.all_gpus = true;
   s.mem_limit = 1ULL << 30;
@@ -237,10 +237,10 @@ TEST_CASE("trials run on their slot's GPU and every assignment is journaled", "[
   s.mem_limit = 6ULL << 30;
   s.out = dir + "/out";
   auto slots = sw::plan_slots(s, isorun::runner::gpu_inventory::simulated("2x16G"), 16).slots;
-  sw::run_options ro;
+  sw::sweep_options ro;
   ro.task_libraries = {SWEEP_TEST_TASKS};
   ro.progress = false;
-  auto summary = sw::run(s, slots, ro);
+  auto summary = sw::sweep_run(s, slots, ro).run();
   REQUIRE(summary.succeeded == 8);
   for (const auto& r : summary.records) {
     CHECK(r.result["device"] == r.device);  // what the worker saw is what it was given
@@ -253,26 +253,26 @@ TEST_CASE("trials run on their slot's GPU and every assignment is journaled", "[
 TEST_CASE("retries follow the outcome class; deterministic failures are not retried", "[sweep][retries]") {
   load_test_tasks();
   const std::string dir = temp_dir();
-  sw::run_options ro;
+  sw::sweep_options ro;
   ro.task_libraries = {SWEEP_TEST_TASKS};
   ro.progress = false;
   auto flaky = sw::parse_spec("task: flaky\nparams:\n  arg0: [1, 2]\n  arg1: \"" + dir + "\"\n", "t.yaml");
   flaky.out = dir + "/flaky";
   flaky.cpu_slots = 1;
-  auto no_retry = sw::run(flaky, sw::plan_slots(flaky, {}).slots, ro);
+  auto no_retry = sw::sweep_run(flaky, sw::plan_slots(flaky, {}).slots, ro).run();
   CHECK(no_retry.failed == 2);
   for (auto& r : no_retry.records) CHECK(r.kind == isorun::outcome_kind::crashed);
   fs::remove_all(dir + "/flaky");
   for (int i : {1, 2}) fs::remove(dir + "/flaky-" + std::to_string(i));
   flaky.retries["crashed"] = 1;
-  auto retried = sw::run(flaky, sw::plan_slots(flaky, {}).slots, ro);
+  auto retried = sw::sweep_run(flaky, sw::plan_slots(flaky, {}).slots, ro).run();
   CHECK(retried.succeeded == 2);
   for (auto& r : retried.records) CHECK(r.attempts == 2);
 
   auto fails = sw::parse_spec("task: always_fails\nparams:\n  arg0: [1]\n", "t.yaml");
   fails.out = dir + "/fails";
   fails.retries["crashed"] = 3;
-  auto f = sw::run(fails, sw::plan_slots(fails, {}).slots, ro);
+  auto f = sw::sweep_run(fails, sw::plan_slots(fails, {}).slots, ro).run();
   REQUIRE(f.records.size() == 1);
   CHECK(f.records[0].kind == isorun::outcome_kind::task_error);
   CHECK(f.records[0].attempts == 1);
@@ -322,17 +322,17 @@ TEST_CASE("a truncated last journal line (crash mid-write) is dropped, not fatal
   load_test_tasks();
   const std::string dir = temp_dir();
   auto s = sw::parse_spec(step_spec(3, "", dir + "/out"), "t.yaml");
-  sw::run_options ro;
+  sw::sweep_options ro;
   ro.task_libraries = {SWEEP_TEST_TASKS};
   ro.progress = false;
-  sw::run(s, sw::plan_slots(s, {}).slots, ro);
+  sw::sweep_run(s, sw::plan_slots(s, {}).slots, ro).run();
   auto journal = lines(dir + "/out/results.jsonl");
   REQUIRE(journal.size() == 3);
   {
     std::ofstream out(dir + "/out/results.jsonl", std::ios::trunc);
     out << journal[0] << "\n" << journal[1] << "\n" << journal[2].substr(0, 20);
   }
-  auto again = sw::run(s, sw::plan_slots(s, {}).slots, ro);
+  auto again = sw::sweep_run(s, sw::plan_slots(s, {}).slots, ro).run();
   CHECK(again.skipped == 2);
   CHECK(again.succeeded == 1);
   CHECK(lines(dir + "/out/results.jsonl").size() == 3);
@@ -493,7 +493,7 @@ TEST_CASE("--metric ranks a --grid sweep", "[sweep][metric]") {
 }
 
 TEST_CASE("the top table aligns its numbers", "[sweep][metric]") {
-  sw::spec s;
+  sw::sweep_spec s;
   s.metric = {"accuracy", true};
   std::vector<sw::trial_record> records(3);
   const double values[] = {0.97493, 0.980501, 0.5};
@@ -612,14 +612,14 @@ TEST_CASE("a journal holding a trial twice counts it once", "[sweep][resume]") {
   load_test_tasks();
   const std::string dir = temp_dir();
   auto s = sw::parse_spec(step_spec(2, "", dir + "/out"), "t.yaml");
-  sw::run_options ro;
+  sw::sweep_options ro;
   ro.task_libraries = {SWEEP_TEST_TASKS};
   ro.progress = false;
-  sw::run(s, sw::plan_slots(s, {}).slots, ro);
+  sw::sweep_run(s, sw::plan_slots(s, {}).slots, ro).run();
   auto journal = lines(dir + "/out/results.jsonl");
   REQUIRE(journal.size() == 2);
   std::ofstream(dir + "/out/results.jsonl", std::ios::app) << journal[0] << "\n" << journal[1] << "\n";
-  auto again = sw::run(s, sw::plan_slots(s, {}).slots, ro);
+  auto again = sw::sweep_run(s, sw::plan_slots(s, {}).slots, ro).run();
   CHECK(again.skipped == 2);
   CHECK(again.succeeded == 0);
   CHECK(again.records.size() == 2);

@@ -1,12 +1,12 @@
-#include "isorun/gpu_inventory.hpp"
+#include "isorun/runner/gpu_inventory.hpp"
 
 #include <dlfcn.h>
 
 #include <cstdlib>
 #include <optional>
 
-#include "isorun/errors.hpp"
-#include "isorun/units.hpp"
+#include "isorun/runner/errors.hpp"
+#include "isorun/runner/units.hpp"
 
 namespace isorun::runner {
 namespace {

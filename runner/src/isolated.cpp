@@ -1,13 +1,13 @@
-#include "isorun/isolated.hpp"
+#include "isorun/runner/isolated.hpp"
 
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 
 #include "isorun/alloc/config.hpp"
-#include "isorun/init.hpp"
-#include "isorun/placement.hpp"
-#include "isorun/units.hpp"
+#include "isorun/worker/init.hpp"
+#include "isorun/runner/placement.hpp"
+#include "isorun/runner/units.hpp"
 
 namespace isorun {
 

@@ -1,4 +1,4 @@
-#include "isorun/job.hpp"
+#include "isorun/runner/job.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -15,18 +15,18 @@
 #include <mutex>
 
 #include "isorun/alloc/config.hpp"
-#include "isorun/errors.hpp"
-#include "isorun/process.hpp"
+#include "isorun/runner/errors.hpp"
+#include "isorun/runner/process.hpp"
 #include "isorun/serialization/codec.hpp"
 #include "isorun/serialization/control.hpp"
 #include "isorun/serialization/request.hpp"
 #include "isorun/serialization/segment_pool.hpp"
 #include "isorun/serialization/shm_segment.hpp"
-#include "isorun/unique_fd.hpp"
-#include "isorun/units.hpp"
-#include "isorun/placement.hpp"
-#include "launcher.hpp"
-#include "worker_env.hpp"
+#include "isorun/runner/unique_fd.hpp"
+#include "isorun/runner/units.hpp"
+#include "isorun/runner/placement.hpp"
+#include "isorun/runner/launcher.hpp"
+#include "isorun/runner/worker_env.hpp"
 
 namespace isorun::runner {
 namespace ser = isorun::serialization;

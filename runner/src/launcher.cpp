@@ -1,4 +1,4 @@
-#include "launcher.hpp"
+#include "isorun/runner/launcher.hpp"
 
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -7,9 +7,9 @@
 #include <cerrno>
 #include <cstring>
 
-#include "isorun/errors.hpp"
+#include "isorun/runner/errors.hpp"
 #include "isorun/serialization/protocol.hpp"
-#include "worker_env.hpp"
+#include "isorun/runner/worker_env.hpp"
 
 namespace isorun::runner {
 namespace ser = isorun::serialization;

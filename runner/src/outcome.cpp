@@ -1,8 +1,25 @@
-#include "isorun/outcome.hpp"
+#include "isorun/runner/outcome.hpp"
 
-#include "isorun/errors.hpp"
+#include "isorun/runner/errors.hpp"
+
+#include <string.h>
 
 namespace isorun {
+
+namespace runner {
+std::string signal_name(int sig) {
+  if (const char* abbrev = ::sigabbrev_np(sig)) return std::string("SIG") + abbrev;
+  return "signal " + std::to_string(sig);
+}
+
+std::string describe(const exit_status& status) {
+  if (status.signal)
+    return "killed by " + signal_name(status.signal) + (status.core_dumped ? " (core dumped)" : "");
+  return "exited with code " + std::to_string(status.code);
+}
+
+}  // namespace runner
+
 
 std::string_view to_string(outcome_kind kind) noexcept {
   switch (kind) {

@@ -1,10 +1,10 @@
 // Placement: which GPU a job gets, and how a batch's jobs are packed onto slots.
-#include "isorun/placement.hpp"
+#include "isorun/runner/placement.hpp"
 
 #include <algorithm>
 
-#include "isorun/errors.hpp"
-#include "isorun/units.hpp"
+#include "isorun/runner/errors.hpp"
+#include "isorun/runner/units.hpp"
 
 namespace isorun::runner {
 

@@ -15,7 +15,7 @@
 //  - the vfork child calls io_context::notify_fork(fork_child), which rebuilds an existing
 //    reactor inside the parent's memory: each spawn uses a fresh io_context whose reactor does
 //    not exist yet at vfork time.
-#include "isorun/process.hpp"
+#include "isorun/runner/process.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -133,17 +133,6 @@ exit_status from_siginfo(const siginfo_t& info) {
 }
 
 }  // namespace
-
-std::string signal_name(int sig) {
-  if (const char* abbrev = ::sigabbrev_np(sig)) return std::string("SIG") + abbrev;
-  return "signal " + std::to_string(sig);
-}
-
-std::string describe(const exit_status& status) {
-  if (status.signal)
-    return "killed by " + signal_name(status.signal) + (status.core_dumped ? " (core dumped)" : "");
-  return "exited with code " + std::to_string(status.code);
-}
 
 child spawn(const spawn_options& options) {
   if (options.fds.size() > max_fds) throw spawn_error("too many descriptors to pass to a child", EINVAL);

@@ -1,4 +1,4 @@
-#include "suggest.hpp"
+#include "isorun/runner/suggest.hpp"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "isorun/units.hpp"
+#include "isorun/runner/units.hpp"
 
 #include <cctype>
 #include <charconv>

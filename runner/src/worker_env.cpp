@@ -1,4 +1,4 @@
-#include "worker_env.hpp"
+#include "isorun/runner/worker_env.hpp"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "isorun/this_worker.hpp"
+#include "isorun/worker/this_worker.hpp"
 
 #include <dlfcn.h>
 #include <unistd.h>

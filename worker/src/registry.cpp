@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
-#include "isorun/task.hpp"
+#include "isorun/worker/task.hpp"
 
 namespace isorun::worker {
 namespace {

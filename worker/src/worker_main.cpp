@@ -15,15 +15,15 @@
 #include <stdexcept>
 
 #include "isorun/alloc/out_of_memory.hpp"
-#include "isorun/init.hpp"
+#include "isorun/worker/init.hpp"
 #include "isorun/serialization/codec.hpp"
 #include "isorun/serialization/control.hpp"
 #include "isorun/serialization/protocol.hpp"
 #include "isorun/serialization/request.hpp"
 #include "isorun/serialization/shm_segment.hpp"
 #include "isorun/serialization/wire.hpp"
-#include "isorun/task.hpp"
-#include "isorun/this_worker.hpp"
+#include "isorun/worker/task.hpp"
+#include "isorun/worker/this_worker.hpp"
 
 namespace isorun {
 namespace {

@@ -2,12 +2,12 @@
 /// @file isorun.hpp
 /// Everything a user program needs: tasks, init, the isolated() wrapper, outcomes, units.
 
-#include "isorun/errors.hpp"
-#include "isorun/init.hpp"
-#include "isorun/isolated.hpp"
-#include "isorun/map.hpp"
-#include "isorun/outcome.hpp"
+#include "isorun/runner/errors.hpp"
+#include "isorun/worker/init.hpp"
+#include "isorun/runner/isolated.hpp"
+#include "isorun/runner/map.hpp"
+#include "isorun/runner/outcome.hpp"
 #include "isorun/serialization/blob.hpp"
-#include "isorun/task.hpp"
-#include "isorun/this_worker.hpp"
-#include "isorun/units.hpp"
+#include "isorun/worker/task.hpp"
+#include "isorun/worker/this_worker.hpp"
+#include "isorun/runner/units.hpp"

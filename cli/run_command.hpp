@@ -4,7 +4,7 @@
 // the supervisor disappears; the supervisor forwards Ctrl-C and enforces the timeout.
 
 #include "cli_args.hpp"
-#include "isorun/gpu_inventory.hpp"
+#include "isorun/runner/gpu_inventory.hpp"
 
 namespace isorun::cli {
 

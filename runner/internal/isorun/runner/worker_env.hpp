@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "isorun/gpu_inventory.hpp"
+#include "isorun/runner/gpu_inventory.hpp"
 
 namespace isorun::runner {
 

@@ -1,4 +1,4 @@
-#include "command.hpp"
+#include "run_command.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -15,13 +15,13 @@
 #include <cstring>
 #include <optional>
 
-#include "isorun/errors.hpp"
-#include "isorun/job.hpp"
-#include "isorun/process.hpp"
-#include "isorun/unique_fd.hpp"
+#include "isorun/runner/errors.hpp"
+#include "isorun/runner/job.hpp"
+#include "isorun/runner/process.hpp"
+#include "isorun/runner/unique_fd.hpp"
 #include "isorun/serialization/protocol.hpp"
-#include "isorun/units.hpp"
-#include "../worker_env.hpp"
+#include "isorun/runner/units.hpp"
+#include "isorun/runner/worker_env.hpp"
 
 extern char** environ;
 

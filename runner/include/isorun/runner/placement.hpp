@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "isorun/gpu_inventory.hpp"
+#include "isorun/runner/gpu_inventory.hpp"
 
 namespace isorun::runner {
 

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "isorun/job.hpp"
-#include "isorun/process.hpp"
-#include "isorun/unique_fd.hpp"
+#include "isorun/runner/job.hpp"
+#include "isorun/runner/process.hpp"
+#include "isorun/runner/unique_fd.hpp"
 
 namespace isorun::runner {
 

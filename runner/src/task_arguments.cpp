@@ -1,10 +1,10 @@
-#include "task_params.hpp"
+#include "isorun/runner/task_arguments.hpp"
 
 #include <algorithm>
 #include <charconv>
 
-#include "isorun/errors.hpp"
-#include "suggest.hpp"
+#include "isorun/runner/errors.hpp"
+#include "isorun/runner/suggest.hpp"
 
 namespace isorun::cli {
 namespace {

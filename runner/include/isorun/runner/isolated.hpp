@@ -23,12 +23,12 @@
 #include <utility>
 #include <vector>
 
-#include "isorun/errors.hpp"
-#include "isorun/job.hpp"
-#include "isorun/outcome.hpp"
+#include "isorun/runner/errors.hpp"
+#include "isorun/runner/job.hpp"
+#include "isorun/runner/outcome.hpp"
 #include "isorun/serialization/blob.hpp"
 #include "isorun/serialization/codec.hpp"
-#include "isorun/task.hpp"
+#include "isorun/worker/task.hpp"
 
 namespace isorun {
 

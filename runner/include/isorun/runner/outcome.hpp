@@ -8,9 +8,28 @@
 #include <string_view>
 #include <vector>
 
-#include "isorun/process.hpp"
-
 namespace isorun {
+
+namespace runner {
+/// How a process ended.
+struct exit_status {
+  int code = -1;      ///< exit code when it exited normally, else -1
+  int signal = 0;     ///< terminating signal, or 0
+  bool core_dumped = false;
+  [[nodiscard]] bool exited() const noexcept { return signal == 0; }
+  [[nodiscard]] bool success() const noexcept { return signal == 0 && code == 0; }
+  /// Shell convention: the code, or 128 + signal.
+  [[nodiscard]] int shell_code() const noexcept { return signal ? 128 + signal : code; }
+};
+
+/// @brief "SIGSEGV" for 11; "signal 64" for one without a name.
+std::string signal_name(int sig);
+
+/// @brief "exited with code 3" / "killed by SIGSEGV (core dumped)".
+std::string describe(const exit_status& status);
+
+}  // namespace runner
+
 
 enum class outcome_kind {
   success,         ///< result delivered and validated

@@ -6,11 +6,11 @@
 #include <set>
 #include <thread>
 
-#include "isorun/sweep.hpp"
-#include "isorun/units.hpp"
-#include "suggest.hpp"
+#include "isorun/sweep/spec.hpp"
+#include "isorun/runner/units.hpp"
+#include "isorun/runner/suggest.hpp"
 
-namespace isorun::sweeps {
+namespace isorun::sweep {
 namespace {
 using nlohmann::json;
 
@@ -127,13 +127,13 @@ void cartesian(std::vector<json>& trials, const std::vector<std::pair<std::strin
   }
 }
 
-spec parse_yaml(const std::string& text);
+sweep_spec parse_yaml(const std::string& text);
 
 }  // namespace
 
-spec parse_spec(const std::string& text, const std::string& source) {
+sweep_spec parse_spec(const std::string& text, const std::string& source) {
   try {
-    spec s = parse_yaml(text);
+    sweep_spec s = parse_yaml(text);
     s.source = source;
     return s;
   } catch (const spec_error& e) {
@@ -142,7 +142,7 @@ spec parse_spec(const std::string& text, const std::string& source) {
 }
 
 namespace {
-spec parse_yaml(const std::string& text) {
+sweep_spec parse_yaml(const std::string& text) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -150,7 +150,7 @@ spec parse_yaml(const std::string& text) {
     throw spec_error("line " + std::to_string(e.mark.line + 1) + ": malformed YAML: " + e.msg, e.mark.line + 1);
   }
   if (!root.IsMap()) throw spec_error("a sweep spec is a YAML mapping (task:, params:, ...)", 1);
-  spec s;
+  sweep_spec s;
   static const std::set<std::string> known = {"task", "metric", "params", "zip", "random", "resources", "policy", "out"};
   for (const auto& kv : root)
     if (!known.count(kv.first.Scalar()))
@@ -324,7 +324,7 @@ spec parse_yaml(const std::string& text) {
 }
 }  // namespace
 
-spec spec_from_grid(const std::string& task, const std::vector<std::pair<std::string, std::vector<std::string>>>& grid) {
+sweep_spec spec_from_grid(const std::string& task, const std::vector<std::pair<std::string, std::vector<std::string>>>& grid) {
   std::string yaml = "task: \"" + task + "\"\nparams:\n";
   for (const auto& [name, values] : grid) {
     if (values.empty()) throw spec_error("--grid " + name + "= has no values", 0);
@@ -333,7 +333,7 @@ spec spec_from_grid(const std::string& task, const std::vector<std::pair<std::st
     yaml += "]\n";
   }
   try {
-    spec s = parse_yaml(yaml);
+    sweep_spec s = parse_yaml(yaml);
     s.source = "--grid";
     s.param_lines.clear();  // lines of the YAML made up here mean nothing to the user
     return s;
@@ -342,4 +342,4 @@ spec spec_from_grid(const std::string& task, const std::vector<std::pair<std::st
   }
 }
 
-}  // namespace isorun::sweeps
+}  // namespace isorun::sweep

@@ -6,8 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "isorun/errors.hpp"
-#include "isorun/task.hpp"
+#include "isorun/runner/errors.hpp"
+#include "isorun/worker/task.hpp"
 
 namespace isorun::cli {
 

@@ -4,9 +4,9 @@
 #include <string_view>
 
 #include "isorun/alloc/config.hpp"
-#include "isorun/errors.hpp"
-#include "isorun/units.hpp"
-#include "../suggest.hpp"
+#include "isorun/runner/errors.hpp"
+#include "isorun/runner/units.hpp"
+#include "isorun/runner/suggest.hpp"
 
 namespace isorun::cli {
 

@@ -17,8 +17,8 @@
 #include <optional>
 #include <vector>
 
-#include "isorun/isolated.hpp"
-#include "isorun/placement.hpp"
+#include "isorun/runner/isolated.hpp"
+#include "isorun/runner/placement.hpp"
 
 namespace isorun {
 

@@ -8,11 +8,11 @@
 #include <sstream>
 
 #include "cli_args.hpp"
-#include "isorun/errors.hpp"
-#include "isorun/process.hpp"
-#include "isorun/sweep.hpp"
-#include "isorun/units.hpp"
-#include "../suggest.hpp"
+#include "isorun/runner/errors.hpp"
+#include "isorun/runner/process.hpp"
+#include "isorun/sweep/sweep.hpp"
+#include "isorun/runner/units.hpp"
+#include "isorun/runner/suggest.hpp"
 
 namespace isorun::cli {
 namespace {
@@ -67,7 +67,7 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
   std::string out, gpus;
   int per_gpu = -1, cpu_slots = -1, top = 5;
   bool rerun = false, fail_fast = false, progress = true, wait = false;
-  std::optional<sweeps::metric_spec> metric;
+  std::optional<sweep::metric_spec> metric;
   std::map<std::string, int> retries;
   std::uint64_t mem_limit = o.mem_limit;
   auto timeout = o.timeout;
@@ -94,7 +94,7 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
       else if (f == "--fail-fast") fail_fast = true;
       else if (f == "--no-progress") progress = false;
       else if (f == "--wait") wait = true;
-      else if (f == "--metric") metric = sweeps::parse_metric_flag(value());
+      else if (f == "--metric") metric = sweep::parse_metric_flag(value());
       else if (f == "--retry") {
         const std::string r = value();
         const auto eq = r.find('=');
@@ -109,12 +109,12 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
       }
     } catch (const parse_error& e) {
       throw usage_error(f + ": " + e.what());
-    } catch (const sweeps::spec_error& e) {
+    } catch (const sweep::spec_error& e) {
       throw usage_error(e.what());
     }
   }
 
-  sweeps::spec s;
+  sweep::sweep_spec s;
   try {
     const std::string& first = a[0];
     if (first.size() > 5 && (first.ends_with(".yaml") || first.ends_with(".yml"))) {
@@ -123,10 +123,10 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
       std::stringstream text;
       text << in.rdbuf();
       if (!grid.empty()) throw usage_error("--grid goes with a TASK, not with a spec file");
-      s = sweeps::parse_spec(text.str(), first);
+      s = sweep::parse_spec(text.str(), first);
     } else {
       if (grid.empty()) throw usage_error("sweep " + first + ": give a SPEC.yaml, or a TASK with --grid key=v1,v2");
-      s = sweeps::spec_from_grid(first, grid);
+      s = sweep::spec_from_grid(first, grid);
     }
     if (!out.empty()) s.out = out;
     if (!gpus.empty()) {
@@ -148,26 +148,26 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
     }
     if (fail_fast) s.fail_fast = true;
     if (metric) s.metric = *metric;
-    const auto plan = sweeps::plan_slots(s, runner::gpu_inventory::detect());
+    const auto plan = sweep::plan_slots(s, runner::gpu_inventory::detect());
 
-    sweeps::run_options ro;
+    sweep::sweep_options ro;
     ro.task_libraries = libraries;
     ro.rerun_failed = rerun;
     ro.progress = progress;
     ro.grace = o.grace;
     ro.wait_for_lock = wait;
-    sweeps::sweep_run sweep(s, plan.slots, ro);  // checks everything and locks the folder
+    sweep::sweep_run sweep(s, plan.slots, ro);  // checks everything and locks the folder
     const std::string& where = sweep.out();
     for (const auto& w : sweep.warnings()) std::fprintf(stderr, "isorun: warning: %s\n", w.c_str());
     std::fprintf(stderr, "isorun: sweep %s: %zu trials (%zu to run) on %s; results in %s/\n", s.task.c_str(),
                  s.trials.size(), sweep.pending(), plan.how.c_str(), where.c_str());
 
     struct sigaction sa {};
-    sa.sa_handler = [](int) { sweeps::request_stop(); };
+    sa.sa_handler = [](int) { sweep::request_stop(); };
     ::sigaction(SIGINT, &sa, nullptr);
     ::sigaction(SIGTERM, &sa, nullptr);
     const auto summary = sweep.run();
-    std::cout << sweeps::top_table(s, summary.records, top);
+    std::cout << sweep::top_table(s, summary.records, top);
     std::fprintf(stderr,
                  "isorun: sweep %s: %zu succeeded, %zu failed, %zu already done%s; journal %s/results.jsonl, table "
                  "%s/results.csv\n",
@@ -178,7 +178,7 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
     std::size_t failed_total = 0;
     for (const auto& r : summary.records) failed_total += r.kind != outcome_kind::success;
     return failed_total ? 1 : 0;
-  } catch (const sweeps::spec_error& e) {
+  } catch (const sweep::spec_error& e) {
     throw usage_error(e.what());  // it names the spec file and line itself
   }
 }

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "isorun/gpu_inventory.hpp"
-#include "isorun/outcome.hpp"
+#include "isorun/runner/gpu_inventory.hpp"
+#include "isorun/runner/outcome.hpp"
 #include "isorun/serialization/blob.hpp"
 #include "isorun/serialization/wire.hpp"
 

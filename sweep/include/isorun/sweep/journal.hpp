@@ -1,0 +1,88 @@
+#pragma once
+/// @file journal.hpp
+/// A sweep's durable record in its output folder: the journal (results.jsonl, one JSON record
+/// per finished trial, each batch fsync'ed before it counts), the folder's lock, and files
+/// written whole or not at all. What makes kill -9 and resume safe.
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "isorun/runner/outcome.hpp"
+
+namespace isorun::sweep {
+
+/// @brief Stable id of a trial: 16 hex digits of XXH3 over the task and canonical parameters.
+std::string trial_id(const std::string& task, const nlohmann::json& params);
+
+/// How a finished trial ended, as journaled.
+struct trial_record {
+  std::string id;
+  nlohmann::json params;
+  outcome_kind kind = outcome_kind::success;
+  nlohmann::json result;  ///< the task's result (success) or null
+  std::string error;      ///< description for failures
+  double wall_s = 0;
+  std::string device;
+  int slot = 0;
+  int attempts = 0;
+  std::uint64_t peak_reserved = 0;
+  [[nodiscard]] nlohmann::json to_json() const;
+  static trial_record from_json(const nlohmann::json& j);
+};
+
+/// OUT/results.jsonl, open for appending. Reading it keeps complete lines only: a line cut short
+/// by a crash is truncated away before anything is appended; a line that is not a record is
+/// reported and ignored; the last record of a trial is the one that counts.
+class journal {
+ public:
+  /// @brief Opens (or creates) the journal in `folder` and reads what it holds.
+  /// @throws internal_error if it cannot be opened, read or repaired.
+  explicit journal(const std::filesystem::path& folder);
+  ~journal();
+  journal(journal&&) noexcept;
+  journal& operator=(journal&&) noexcept;
+
+  /// The last record of each trial, by id.
+  [[nodiscard]] const std::map<std::string, trial_record>& latest() const noexcept { return latest_; }
+  /// Lines that were not records, one message each (file and line number).
+  [[nodiscard]] const std::vector<std::string>& warnings() const noexcept { return warnings_; }
+
+  /// @brief Appends `records` and fsyncs once (a group commit): durable when this returns.
+  ///        Also makes them the latest records of their trials.
+  /// @throws internal_error if the write or the fsync fails.
+  void append(const std::vector<trial_record>& records);
+
+ private:
+  int fd_ = -1;
+  std::filesystem::path path_;
+  std::map<std::string, trial_record> latest_;
+  std::vector<std::string> warnings_;
+};
+
+/// One sweep's hold on an output folder: flock on OUT/sweep.lock, holding the holder's pid. The
+/// kernel releases it when the process dies, so kill -9 and resume still work.
+class folder_lock {
+ public:
+  /// @brief Takes the lock, or waits for it with `wait`.
+  /// @throws usage_error naming the holder's pid if another sweep holds it and !`wait`;
+  ///         internal_error if the lock file cannot be used.
+  folder_lock(const std::filesystem::path& folder, bool wait);
+  ~folder_lock();
+  folder_lock(folder_lock&& other) noexcept;
+  folder_lock& operator=(folder_lock&& other) noexcept;
+
+ private:
+  int fd_ = -1;
+};
+
+/// @brief Writes `content` to `path` whole or not at all: a temporary file, fsync, rename.
+/// @throws internal_error.
+void write_file_durably(const std::filesystem::path& path, const std::string& content);
+
+}  // namespace isorun::sweep

@@ -1,0 +1,73 @@
+#pragma once
+/// @file run.hpp
+/// Running a sweep: every input checked and the output folder locked before anything starts;
+/// then trials run isolated and capped on the planned slots, each final outcome journaled before
+/// it counts, so re-running the same command resumes.
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "isorun/sweep/journal.hpp"
+#include "isorun/sweep/spec.hpp"
+
+namespace isorun::sweep {
+
+/// How a sweep runs, beyond its spec.
+struct sweep_options {
+  std::vector<std::string> task_libraries;
+  std::string executable;  ///< worker program; empty = this program
+  bool rerun_failed = false;
+  bool progress = true;    ///< live progress line on a terminal, plain lines otherwise
+  bool wait_for_lock = false;  ///< wait for another sweep using the output folder instead of failing
+  std::chrono::milliseconds grace{5000};
+};
+
+/// What a finished (or interrupted) sweep did.
+struct sweep_summary {
+  std::size_t total = 0, skipped = 0, succeeded = 0, failed = 0, cancelled = 0;
+  bool interrupted = false;
+  std::vector<trial_record> records;  ///< every trial's latest record
+};
+
+/// A sweep whose every input has been checked and whose output folder is locked, with nothing
+/// run yet: each trial's arguments against the task, the metric against the task's result
+/// type (where the task's result is default-constructible; otherwise at the first success),
+/// the folder against a different sweep. The lock (flock on OUT/sweep.lock) is held while this
+/// object lives; the kernel releases it if the process dies, so kill -9 and resume still work.
+class sweep_run {
+ public:
+  /// @throws spec_error naming the spec line where one is known, or usage_error, for bad input
+  ///         (nothing is created for it); usage_error if another sweep holds OUT (unless
+  ///         options.wait_for_lock); internal_error if OUT cannot be written.
+  sweep_run(const sweep_spec& s, std::vector<slot> slots, sweep_options options);
+  ~sweep_run();
+  sweep_run(sweep_run&&) noexcept;
+  sweep_run& operator=(sweep_run&&) noexcept;
+
+  /// Trials the run will start (not yet journaled, or failed with rerun_failed).
+  [[nodiscard]] std::size_t pending() const noexcept;
+  /// The output folder.
+  [[nodiscard]] const std::string& out() const noexcept;
+  /// Problems found reading an existing journal (lines that are not records), one per line.
+  [[nodiscard]] const std::vector<std::string>& warnings() const noexcept;
+
+  /// @brief Runs the pending trials; call once. Writes OUT/results.jsonl (fsync'ed per trial),
+  ///        OUT/results.csv and OUT/logs/ID.{out,err}.
+  /// @throws usage_error if the metric turns out not to be a numeric field of the result (first
+  ///         success; running trials are stopped); internal_error if the journal cannot be written.
+  sweep_summary run();
+
+  struct state;
+
+ private:
+  std::unique_ptr<state> state_;
+};
+
+/// @brief Asks a running sweep to stop (as Ctrl-C): no new trials, running ones cancelled; a
+///        second call kills them at once. Says so on stderr at once. Async-signal-safe.
+void request_stop() noexcept;
+
+}  // namespace isorun::sweep

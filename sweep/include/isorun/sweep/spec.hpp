@@ -1,0 +1,94 @@
+#pragma once
+/// @file spec.hpp
+/// What a sweep is: a task and its expanded trials (from YAML or `--grid` flags), the resources
+/// they run on, and the metric they are ranked by. Errors name the spec file once, and the line.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "isorun/runner/gpu_inventory.hpp"
+#include "isorun/runner/placement.hpp"
+
+namespace isorun::sweep {
+
+using runner::gpu_info;
+using runner::gpu_inventory;
+
+/// A sweep spec or flag that is wrong; `line` is the YAML line (1-based) or 0 for flags. The
+/// message names the spec file (once) and the line where they are known.
+class spec_error : public std::invalid_argument {
+ public:
+  spec_error(const std::string& what, int line) : std::invalid_argument(what), line_{line} {}
+  [[nodiscard]] int line() const noexcept { return line_; }
+
+ private:
+  int line_;
+};
+
+struct metric_spec {
+  std::string name;       ///< numeric field of the task's result object; "" = rank by wall time
+  bool maximize = true;
+  int line = 0;           ///< YAML line of `metric:` (0 for flags)
+};
+
+/// @brief Parses `--metric NAME[:min|max]` (max when no goal is given).
+/// @throws spec_error for an empty name or another goal.
+metric_spec parse_metric_flag(const std::string& text);
+
+/// A sweep: the task, its trials, where they run, and what to rank them by.
+struct sweep_spec {
+  std::string source;                   ///< where it came from, for messages: "FILE.yaml", "--grid" or ""
+  std::string task;
+  metric_spec metric;
+  std::vector<nlohmann::json> trials;   ///< expanded parameter sets, in order
+  std::map<std::string, int> param_lines;  ///< YAML line where each parameter is given
+  std::vector<int> gpus;                ///< GPU indices; empty = CPU slots
+  bool all_gpus = false;
+  std::uint64_t mem_limit = 0;
+  int per_gpu = 0;                      ///< 0 = floor(free memory / mem_limit)
+  int cpu_slots = 0;                    ///< 0 = number of cores
+  std::chrono::milliseconds timeout{0};
+  std::map<std::string, int> retries;   ///< outcome class -> extra attempts
+  bool fail_fast = false;
+  std::string out;                      ///< output folder
+  std::string alloc_conf;
+};
+
+/// @brief Parses a YAML sweep spec and expands its trials (library isorun::sweep_spec).
+/// @throws spec_error with the YAML line of the problem.
+sweep_spec parse_spec(const std::string& yaml_text, const std::string& source_name);
+
+/// @brief Builds a spec from `TASK --grid k=v1,v2 ...` style flags (values already split;
+///        library isorun::sweep_spec).
+/// @throws spec_error.
+sweep_spec spec_from_grid(const std::string& task, const std::vector<std::pair<std::string, std::vector<std::string>>>& grid);
+
+/// @brief The error for `what` at `line` of `s`: "FILE: line N: what" (as much as is known).
+spec_error located(const sweep_spec& s, int line, const std::string& what);
+
+/// @brief A trial's parameters as "key=value" words, in key order (how tasks take arguments).
+std::vector<std::string> param_words(const nlohmann::json& params);
+
+using runner::slot;
+using runner::slot_plan;
+
+/// @brief The GPUs, cap and packing a sweep asks for, for runner::plan_slots.
+[[nodiscard]] inline runner::slot_request resources(const sweep_spec& s) {
+  return {.gpus = s.gpus, .all_gpus = s.all_gpus, .mem_limit = s.mem_limit, .per_gpu = s.per_gpu, .cpu_slots = s.cpu_slots};
+}
+
+/// @brief The slots for a sweep's trials: runner::plan_slots for what the spec asks for.
+/// @throws usage_error when a cap exceeds a GPU, GPUs are asked for but absent, or no slot fits.
+inline slot_plan plan_slots(const sweep_spec& s, const gpu_inventory& inventory,
+                            unsigned cores = std::thread::hardware_concurrency()) {
+  return runner::plan_slots(resources(s), inventory, cores);
+}
+
+}  // namespace isorun::sweep

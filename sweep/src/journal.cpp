@@ -1,0 +1,178 @@
+// The journal and the output folder: durable appends, crash repair, the lock.
+#include "isorun/sweep/journal.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "isorun/runner/errors.hpp"
+#include "isorun/runner/unique_fd.hpp"
+
+namespace isorun::sweep {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+void write_all(int fd, const std::string& s) {
+  const char* p = s.data();
+  std::size_t n = s.size();
+  while (n) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) throw internal_error(std::string("cannot write the sweep journal: ") + std::strerror(errno));
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+}
+}  // namespace
+
+std::string trial_id(const std::string& task, const nlohmann::json& params) {
+  const std::string canonical = task + "\n" + params.dump();  // object keys are sorted
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(XXH3_64bits(canonical.data(), canonical.size())));
+  return buf;
+}
+
+json trial_record::to_json() const {
+  json j = {{"id", id},         {"params", params}, {"outcome", std::string(to_string(kind))},
+            {"attempts", attempts}, {"wall_s", wall_s}, {"device", device},
+            {"slot", slot},     {"peak_reserved", peak_reserved}};
+  j["result"] = result;
+  if (!error.empty()) j["error"] = error;
+  return j;
+}
+
+trial_record trial_record::from_json(const json& j) {
+  trial_record r;
+  r.id = j.at("id").get<std::string>();
+  r.params = j.at("params");
+  const std::string k = j.at("outcome").get<std::string>();
+  r.kind = outcome_kind::internal_error;
+  for (auto kind : {outcome_kind::success, outcome_kind::task_error, outcome_kind::out_of_memory, outcome_kind::crashed,
+                    outcome_kind::timeout, outcome_kind::cancelled, outcome_kind::invalid_result, outcome_kind::internal_error})
+    if (to_string(kind) == k) r.kind = kind;
+  r.result = j.value("result", json());
+  r.error = j.value("error", "");
+  r.wall_s = j.value("wall_s", 0.0);
+  r.device = j.value("device", "");
+  r.slot = j.value("slot", 0);
+  r.attempts = j.value("attempts", 1);
+  r.peak_reserved = j.value("peak_reserved", std::uint64_t{0});
+  return r;
+}
+
+journal::journal(const fs::path& folder) : path_{folder / "results.jsonl"} {
+  unique_fd fd(::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  if (!fd) throw internal_error("cannot open " + path_.string() + ": " + std::strerror(errno));
+  std::ifstream in(path_, std::ios::binary);
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto last_newline = content.rfind('\n');
+  const std::size_t complete = last_newline == std::string::npos ? 0 : last_newline + 1;
+  if (complete != content.size()) {
+    if (::ftruncate(fd.get(), static_cast<off_t>(complete)) != 0) throw internal_error("cannot repair " + path_.string());
+    ::fsync(fd.get());
+  }
+  std::istringstream lines(content.substr(0, complete));
+  int number = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++number;
+    try {
+      trial_record r = trial_record::from_json(json::parse(line));
+      latest_[r.id] = std::move(r);
+    } catch (const std::exception&) {
+      warnings_.push_back(path_.string() + " line " + std::to_string(number) + " is not a trial record; ignored (" +
+                          line.substr(0, 60) + (line.size() > 60 ? "..." : "") + ")");
+    }
+  }
+  fd_ = fd.release();
+}
+
+journal::~journal() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+journal::journal(journal&& other) noexcept
+    : fd_{std::exchange(other.fd_, -1)},
+      path_{std::move(other.path_)},
+      latest_{std::move(other.latest_)},
+      warnings_{std::move(other.warnings_)} {}
+
+journal& journal::operator=(journal&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    path_ = std::move(other.path_);
+    latest_ = std::move(other.latest_);
+    warnings_ = std::move(other.warnings_);
+  }
+  return *this;
+}
+
+void journal::append(const std::vector<trial_record>& records) {
+  std::string text;
+  for (const auto& r : records) text += r.to_json().dump() + "\n";
+  write_all(fd_, text);
+  if (::fsync(fd_) != 0) throw internal_error("fsync of the sweep journal failed");
+  for (const auto& r : records) latest_[r.id] = r;
+}
+
+folder_lock::folder_lock(const fs::path& out, bool wait) {
+  const fs::path path = out / "sweep.lock";
+  unique_fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (!fd) throw internal_error("cannot open " + path.string() + ": " + std::strerror(errno));
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK) throw internal_error("cannot lock " + path.string() + ": " + std::strerror(errno));
+    char holder[64] = {};
+    [[maybe_unused]] auto n = ::pread(fd.get(), holder, sizeof holder - 1, 0);
+    std::string who = holder;
+    while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
+    if (!wait)
+      throw usage_error("output folder " + out.string() + " is in use by another sweep (" +
+                        (who.empty() ? std::string("its pid is unknown") : "pid " + who) +
+                        "); wait for it to finish, pass --wait to wait for it, or choose another --out");
+    std::fprintf(stderr, "isorun: waiting for the sweep using %s (pid %s) to finish\n", out.c_str(), who.c_str());
+    while (::flock(fd.get(), LOCK_EX) != 0)
+      if (errno != EINTR) throw internal_error("cannot lock " + path.string() + ": " + std::strerror(errno));
+  }
+  const std::string me = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd.get(), 0) == 0) {
+    [[maybe_unused]] auto n = ::pwrite(fd.get(), me.data(), me.size(), 0);
+  }
+  fd_ = fd.release();
+}
+
+
+folder_lock::~folder_lock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the flock
+}
+
+folder_lock::folder_lock(folder_lock&& other) noexcept : fd_{std::exchange(other.fd_, -1)} {}
+
+folder_lock& folder_lock::operator=(folder_lock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
+}
+
+void write_file_durably(const fs::path& path, const std::string& content) {
+  const fs::path tmp = path.string() + ".tmp";
+  unique_fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd) throw internal_error("cannot write " + tmp.string() + ": " + std::strerror(errno));
+  write_all(fd.get(), content);
+  ::fsync(fd.get());
+  fd.reset();
+  fs::rename(tmp, path);
+}
+
+}  // namespace isorun::sweep

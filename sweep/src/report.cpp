@@ -1,0 +1,134 @@
+// Ranking and tabulating a sweep's results.
+#include "isorun/sweep/report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <sstream>
+
+#include "isorun/runner/suggest.hpp"
+
+namespace isorun::sweep {
+using nlohmann::json;
+
+namespace {
+std::string csv_field(const json& v) {
+  std::string s = v.is_string() ? v.get<std::string>() : v.is_null() ? "" : v.dump();
+  if (s.find_first_of(",\"\n") != std::string::npos) {
+    std::string q = "\"";
+    for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return q + "\"";
+  }
+  return s;
+}
+
+// Numbers of one column printed with the same decimals, right-aligned.
+std::vector<std::string> aligned(const std::vector<double>& values) {
+  double most = 0;
+  for (double v : values) most = std::max(most, std::abs(v));
+  const bool scientific = most != 0 && (most < 1e-3 || most >= 1e9);
+  const int decimals = most >= 1 ? std::max(0, 5 - static_cast<int>(std::floor(std::log10(most)))) : 6;
+  std::vector<std::string> out;
+  std::size_t width = 0;
+  for (double v : values) {
+    char buf[64];
+    if (scientific) std::snprintf(buf, sizeof buf, "%.4e", v);
+    else std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+    out.emplace_back(buf);
+    width = std::max(width, out.back().size());
+  }
+  for (auto& t : out) t.insert(0, width - t.size(), ' ');
+  return out;
+}
+}  // namespace
+
+std::optional<double> metric_of(const sweep_spec& s, const trial_record& r) {
+  if (r.kind != outcome_kind::success || s.metric.name.empty()) return std::nullopt;
+  if (r.result.is_object() && r.result.contains(s.metric.name) && r.result[s.metric.name].is_number())
+    return r.result[s.metric.name].get<double>();
+  return std::nullopt;
+}
+
+std::string metric_problem(const sweep_spec& s, const json& result, const std::string& whose) {
+  const std::string& name = s.metric.name;
+  if (!result.is_object())
+    return "metric '" + name + "': the result of " + whose + " is " + std::string(result.type_name()) +
+           ", not an object with fields; drop metric: to rank by wall time";
+  std::vector<std::string> numeric, all;
+  for (auto it = result.begin(); it != result.end(); ++it) {
+    all.push_back(it.key());
+    if (it.value().is_number()) numeric.push_back(it.key());
+  }
+  auto listing = [](const std::vector<std::string>& names) {
+    std::string out;
+    for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+    return out.empty() ? std::string("none") : out;
+  };
+  if (!result.contains(name))
+    return "metric '" + name + "' is not a field of the result of " + whose + did_you_mean(name, numeric) +
+           "; its numeric fields: " + listing(numeric);
+  if (!result[name].is_number())
+    return "metric '" + name + "' is a " + std::string(result[name].type_name()) + " in the result of " + whose +
+           ", not a number; numeric fields: " + listing(numeric);
+  return "";
+}
+
+std::string top_table(const sweep_spec& s, const std::vector<trial_record>& records, int k) {
+  std::vector<const trial_record*> ok;
+  for (const auto& r : records)
+    if (r.kind == outcome_kind::success) ok.push_back(&r);
+  std::stable_sort(ok.begin(), ok.end(), [&](auto* a, auto* b) {
+    auto ma = metric_of(s, *a), mb = metric_of(s, *b);
+    if (ma.has_value() != mb.has_value()) return ma.has_value();
+    if (!ma) return a->wall_s < b->wall_s;
+    return s.metric.maximize ? *ma > *mb : *ma < *mb;
+  });
+  if (ok.empty()) return "(no successful trials)\n";
+  ok.resize(std::min<std::size_t>(static_cast<std::size_t>(std::max(k, 0)), ok.size()));
+  std::vector<double> values;
+  for (auto* r : ok) values.push_back(metric_of(s, *r).value_or(r->wall_s));
+  auto shown = aligned(values);
+  const std::string metric = s.metric.name.empty() ? "wall_s" : s.metric.name;
+  const std::size_t width = std::max(metric.size(), shown.empty() ? 0 : shown[0].size());
+  std::ostringstream o;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-4s  %*s  %-16s  %s\n", "rank", static_cast<int>(width), metric.c_str(), "trial",
+                "parameters");
+  o << line;
+  for (std::size_t i = 0; i < ok.size(); ++i) {
+    std::string desc;
+    for (const auto& w : param_words(ok[i]->params)) desc += (desc.empty() ? "" : " ") + w;
+    std::snprintf(line, sizeof line, "%-4zu  %*s  %-16s  ", i + 1, static_cast<int>(width), shown[i].c_str(),
+                  ok[i]->id.c_str());
+    o << line << desc << "\n";
+  }
+  return o.str();
+}
+
+std::string results_csv(const std::vector<trial_record>& records) {
+  std::set<std::string> param_names, result_names;
+  for (const auto& r : records) {
+    for (auto it = r.params.begin(); it != r.params.end(); ++it) param_names.insert(it.key());
+    if (r.result.is_object())
+      for (auto it = r.result.begin(); it != r.result.end(); ++it) result_names.insert(it.key());
+  }
+  std::ostringstream csv;
+  csv << "id,outcome,attempts,wall_s,device,peak_reserved";
+  for (const auto& p : param_names) csv << "," << p;
+  static const std::set<std::string> fixed = {"id", "outcome", "attempts", "wall_s", "device", "peak_reserved", "error"};
+  for (const auto& m : result_names) csv << "," << (param_names.count(m) || fixed.count(m) ? "result_" + m : m);
+  if (result_names.empty()) csv << ",result";
+  csv << ",error\n";
+  for (const auto& r : records) {
+    csv << r.id << "," << to_string(r.kind) << "," << r.attempts << "," << r.wall_s << "," << r.device << ","
+        << r.peak_reserved;
+    for (const auto& p : param_names) csv << "," << csv_field(r.params.value(p, json()));
+    for (const auto& m : result_names) csv << "," << csv_field(r.result.is_object() ? r.result.value(m, json()) : json());
+    if (result_names.empty()) csv << "," << csv_field(r.result);
+    csv << "," << csv_field(json(r.error)) << "\n";
+  }
+  return csv.str();
+}
+
+}  // namespace isorun::sweep

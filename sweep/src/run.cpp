@@ -1,0 +1,414 @@
+// Running a sweep: slot threads (runner::run_on_slots) take trials from one queue, each trial
+// runs in a fresh capped worker, every final outcome is appended to the journal and fsync'ed
+// before it counts. Re-running resumes from the journal.
+#include "isorun/sweep/run.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include "isorun/runner/errors.hpp"
+#include "isorun/runner/job.hpp"
+#include "isorun/runner/suggest.hpp"
+#include "isorun/runner/task_arguments.hpp"
+#include "isorun/runner/unique_fd.hpp"
+#include "isorun/runner/units.hpp"
+#include "isorun/runner/worker_env.hpp"
+#include "isorun/sweep/report.hpp"
+#include "isorun/worker/task.hpp"
+
+namespace isorun::sweep {
+
+namespace {
+namespace fs = std::filesystem;
+using nlohmann::json;
+using clock = std::chrono::steady_clock;
+
+std::atomic<int> stop_count{0};
+std::atomic<int> stop_fd{-1};
+
+// Which sweep a folder holds: the task and every trial id.
+std::string fingerprint(const sweep_spec& s) {
+  std::string all = s.task;
+  for (const auto& t : s.trials) all += "\n" + trial_id(s.task, t);
+  return trial_id(s.task, json(all));
+}
+
+std::string duration(double seconds) {
+  char buf[32];
+  if (seconds < 60) std::snprintf(buf, sizeof buf, "%.0fs", seconds);
+  else std::snprintf(buf, sizeof buf, "%dm%02ds", static_cast<int>(seconds) / 60, static_cast<int>(seconds) % 60);
+  return buf;
+}
+
+}  // namespace
+
+void request_stop() noexcept {
+  stop_count.fetch_add(1);
+  if (int fd = stop_fd.load(); fd >= 0) {
+    [[maybe_unused]] auto n = ::write(fd, "x", 1);
+  }
+}
+
+struct sweep_run::state {
+  sweep_spec s;
+  std::vector<slot> slots;
+  sweep_options opt;
+  std::vector<std::string> args;  // each trial's JSON arguments, checked
+  fs::path out;
+  std::string out_text;
+  std::optional<folder_lock> lock;
+  std::optional<sweep::journal> journal;
+  std::vector<std::size_t> queue;  // indices into s.trials
+  std::size_t skipped = 0;
+  bool metric_known = false;  // checked against the result type up front
+  bool ran = false;
+};
+
+sweep_run::sweep_run(sweep_run&&) noexcept = default;
+sweep_run& sweep_run::operator=(sweep_run&&) noexcept = default;
+sweep_run::~sweep_run() = default;
+
+std::size_t sweep_run::pending() const noexcept { return state_->queue.size(); }
+const std::string& sweep_run::out() const noexcept { return state_->out_text; }
+const std::vector<std::string>& sweep_run::warnings() const noexcept { return state_->journal->warnings(); }
+
+sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_options options) : state_{std::make_unique<state>()} {
+  state& st = *state_;
+  st.s = sp;
+  st.slots = std::move(slots);
+  st.opt = std::move(options);
+  const sweep_spec& s = st.s;
+  if (st.slots.empty()) throw usage_error("a sweep needs at least one slot");
+
+  // Everything is checked before anything is created or started.
+  const worker::task_info* task = worker::registry::instance().find(s.task);
+  if (!task) {
+    std::vector<std::string> names;
+    for (auto* t : worker::registry::instance().all()) names.push_back(t->name);
+    throw located(s, 0, "unknown task '" + s.task + "'" + did_you_mean(s.task, names) +
+                            " (load its library with --tasks LIB.so; isorun tasks lists them)");
+  }
+  st.args.resize(s.trials.size());
+  for (std::size_t i = 0; i < s.trials.size(); ++i) {
+    try {
+      st.args[i] = cli::build_task_args(*task, param_words(s.trials[i])).dump();
+    } catch (const cli::param_error& e) {
+      const auto line = s.param_lines.find(e.key());
+      throw located(s, line == s.param_lines.end() ? 0 : line->second, e.what());
+    } catch (const usage_error& e) {
+      throw located(s, 0, e.what());
+    }
+  }
+  if (!s.metric.name.empty() && task->default_result_json) {
+    const json shape = json::parse(task->default_result_json())["result"];
+    if (auto problem = metric_problem(s, shape, "task '" + s.task + "'"); !problem.empty())
+      throw located(s, s.metric.line, problem);
+    st.metric_known = true;
+  }
+  for (const auto& sl : st.slots) {
+    runner::job_spec probe;
+    probe.gpu = sl.gpu;
+    probe.mem_limit = s.mem_limit;
+    probe.alloc_conf = s.alloc_conf;
+    runner::check_job_spec(probe);
+  }
+
+  st.out = s.out.empty() ? fs::path("isorun-sweep-" + s.task) : fs::path(s.out);
+  st.out_text = st.out.string();
+  std::error_code ec;
+  fs::create_directories(st.out / "logs", ec);
+  if (ec) throw internal_error("cannot create " + (st.out / "logs").string() + ": " + ec.message());
+  st.lock.emplace(st.out, st.opt.wait_for_lock);
+
+  const json identity = {{"task", s.task}, {"trials", s.trials.size()}, {"fingerprint", fingerprint(s)}};
+  if (fs::exists(st.out / "sweep.json")) {
+    std::ifstream in(st.out / "sweep.json");
+    json old = json::parse(in, nullptr, false);
+    if (old.is_discarded() || old.value("fingerprint", "") != identity["fingerprint"])
+      throw usage_error("output folder " + st.out_text + " holds a different sweep (task " +
+                        (old.is_discarded() ? std::string("?") : old.value("task", "?")) + ", " +
+                        (old.is_discarded() ? std::string("?") : std::to_string(old.value("trials", 0))) +
+                        " trials); choose another --out, or remove it");
+  } else {
+    write_file_durably(st.out / "sweep.json", identity.dump(2) + "\n");
+  }
+
+  st.journal.emplace(st.out);
+  std::set<std::string> queued;
+  for (std::size_t i = 0; i < s.trials.size(); ++i) {
+    const std::string id = trial_id(s.task, s.trials[i]);
+    auto it = st.journal->latest().find(id);
+    const bool done = it != st.journal->latest().end() && (it->second.kind == outcome_kind::success || !st.opt.rerun_failed);
+    if (done || !queued.insert(id).second) ++st.skipped;
+    else st.queue.push_back(i);
+  }
+}
+
+sweep_summary sweep_run::run() {
+  state& st = *state_;
+  if (st.ran) throw std::logic_error("sweep_run::run() called twice");
+  st.ran = true;
+  const sweep_spec& s = st.s;
+  const sweep_options& opt = st.opt;
+  const auto& slots = st.slots;
+  const auto& queue = st.queue;
+  const fs::path& out = st.out;
+
+  sweep_summary summary;
+  summary.total = s.trials.size();
+  summary.skipped = st.skipped;
+
+  std::mutex mutex;  // queue, journal, progress, running
+  std::size_t finished = 0, running_count = 0, failed = 0;
+  std::vector<std::shared_ptr<runner::job>> running(slots.size());
+  std::optional<double> best;
+  double busy_seconds = 0;
+  const bool tty = opt.progress && ::isatty(STDERR_FILENO);
+  std::atomic<bool> halted{false};  // fail-fast, or a metric the results do not have
+  std::string metric_error;
+  bool metric_checked = st.metric_known;
+  std::mutex journal_mutex;
+  std::condition_variable journal_cv;
+  std::vector<trial_record> unwritten;
+  bool writer_done = false;
+  std::exception_ptr writer_error;
+  stop_count = 0;
+
+  auto progress = [&](const trial_record* r) {
+    if (!opt.progress) return;
+    const std::size_t todo = queue.size();
+    const double avg = finished ? busy_seconds / double(finished) : 0;
+    const double eta = avg * double(todo - std::min(todo, finished)) / double(std::max<std::size_t>(1, slots.size()));
+    char best_text[64] = "";
+    if (best) std::snprintf(best_text, sizeof best_text, " | best %s %.4g", s.metric.name.c_str(), *best);
+    if (tty) {
+      std::fprintf(stderr, "\r\033[K[%zu/%zu done | %zu running | %zu failed | ETA %s%s]", finished, todo, running_count,
+                   failed, finished ? duration(eta).c_str() : "?", best_text);
+    } else if (r) {
+      auto m = metric_of(s, *r);
+      std::fprintf(stderr, "[%zu/%zu] %s %s%s (%.2f s on %s, attempt %d)\n", finished, todo, r->id.c_str(),
+                   std::string(to_string(r->kind)).c_str(),
+                   m ? (" " + s.metric.name + "=" + std::to_string(*m)).c_str() : "", r->wall_s, r->device.c_str(),
+                   r->attempts);
+    }
+    std::fflush(stderr);
+  };
+
+  auto cancel_running = [&] {  // caller holds mutex
+    for (auto& j : running)
+      if (j) j->cancel();
+  };
+
+  // Ctrl-C (request_stop) wakes this watcher, which says what happens and cancels what runs:
+  // SIGTERM first, SIGKILL on a second request.
+  int pipefd[2];
+  if (::pipe2(pipefd, O_CLOEXEC | O_NONBLOCK) != 0) throw internal_error("pipe2 failed");
+  unique_fd stop_read(pipefd[0]), stop_write(pipefd[1]);
+  stop_fd = stop_write.get();
+  std::atomic<bool> all_done{false};
+  std::thread watcher([&] {
+    int announced = 0;
+    while (!all_done) {
+      pollfd p{stop_read.get(), POLLIN, 0};
+      if (::poll(&p, 1, -1) <= 0) continue;
+      char buf[16];
+      while (::read(stop_read.get(), buf, sizeof buf) > 0) {
+      }
+      if (all_done) break;
+      std::lock_guard lock(mutex);
+      const int requests = stop_count.load();
+      if (requests > announced) {
+        if (tty) std::fprintf(stderr, "\n");
+        if (announced == 0 && requests == 1)
+          std::fprintf(stderr,
+                       "isorun: stopping: no new trials; %zu running trial%s SIGTERM, then SIGKILL after %s; "
+                       "Ctrl-C again to kill %s now\n",
+                       running_count, running_count == 1 ? " gets" : "s get", format_duration(opt.grace).c_str(),
+                       running_count == 1 ? "it" : "them");
+        else
+          std::fprintf(stderr, "isorun: killing %zu running trial%s now\n", running_count, running_count == 1 ? "" : "s");
+        announced = requests;
+      }
+      cancel_running();
+    }
+  });
+
+  auto stopping = [&] { return stop_count.load() > 0 || halted.load(); };
+  // One trial on slot `sl`, its retries included; runner::run_on_slots hands them out.
+  auto run_trial = [&](const slot& sl, std::size_t queued) {
+    std::size_t index;
+    {
+      std::lock_guard lock(mutex);
+      if (stopping()) return;
+      index = queue[queued];
+      ++running_count;
+      progress(nullptr);
+    }
+    const json& params = s.trials[index];
+    trial_record rec;
+    rec.id = trial_id(s.task, params);
+    rec.params = params;
+    rec.slot = sl.index;
+    rec.device = sl.gpu ? runner::visible_devices_for(sl.gpu) : "cpu";
+    const auto t0 = clock::now();
+    for (int attempt = 1;; ++attempt) {
+      runner::job_spec spec;
+      spec.task = s.task;
+      spec.encoding = serialization::encoding::json;
+      spec.args = blob(st.args[index].data(), st.args[index].size());
+      spec.gpu = sl.gpu;
+      spec.mem_limit = s.mem_limit;
+      spec.timeout = s.timeout;
+      spec.grace = opt.grace;
+      spec.task_libraries = opt.task_libraries;
+      spec.executable = opt.executable;
+      spec.alloc_conf = s.alloc_conf;
+      spec.stdout_to = runner::stdout_mode::file;
+      spec.stdout_path = (out / "logs" / (rec.id + ".out")).string();
+      unique_fd err(::open((out / "logs" / (rec.id + ".err")).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+      spec.stderr_echo_fd = err.get();
+      std::shared_ptr<runner::job> job;
+      try {
+        job = runner::job::start(std::move(spec));
+      } catch (const std::exception& e) {
+        rec.kind = outcome_kind::internal_error;
+        rec.error = e.what();
+        break;
+      }
+      {
+        std::lock_guard lock(mutex);
+        running[static_cast<std::size_t>(sl.index)] = job;
+      }
+      if (stopping()) job->cancel();
+      const runner::job_result& r = job->wait();
+      {
+        std::lock_guard lock(mutex);
+        running[static_cast<std::size_t>(sl.index)].reset();
+      }
+      rec.attempts = attempt;
+      rec.kind = r.status.kind;
+      rec.peak_reserved = r.status.peak_reserved;
+      rec.error = r.status.ok() ? "" : r.status.describe();
+      rec.result = nullptr;
+      if (r.status.ok()) {
+        json parsed = json::parse(std::string_view(reinterpret_cast<const char*>(r.payload.data()), r.payload.size()),
+                                  nullptr, false);
+        if (parsed.is_object() && parsed.contains("result")) {
+          rec.result = parsed["result"];
+        } else {
+          rec.kind = outcome_kind::invalid_result;
+          rec.error = "worker result is not valid JSON";
+        }
+      }
+      const auto allowed = s.retries.find(std::string(to_string(rec.kind)));
+      const bool retry = rec.kind != outcome_kind::success && rec.kind != outcome_kind::cancelled &&
+                         allowed != s.retries.end() && attempt <= allowed->second && !stopping();
+      if (!retry) break;
+    }
+    rec.wall_s = std::chrono::duration<double>(clock::now() - t0).count();
+
+    {
+      std::lock_guard lock(mutex);
+      --running_count;
+      if (rec.kind == outcome_kind::cancelled) {
+        ++summary.cancelled;  // not journaled: a resume runs it again
+        return;
+      }
+      if (rec.kind != outcome_kind::success && s.fail_fast) {
+        halted = true;
+        cancel_running();
+      }
+    }
+    // Hand the record to the journal writer and take the next trial at once.
+    std::lock_guard lock(journal_mutex);
+    unwritten.push_back(std::move(rec));
+    journal_cv.notify_one();
+  };
+
+  // The journal writer: appends what the slots hand over, one fsync per batch (group commit).
+  // A trial counts as done only once its record is durable.
+  std::thread writer([&] {
+    std::unique_lock lk(journal_mutex);
+    for (;;) {
+      journal_cv.wait(lk, [&] { return !unwritten.empty() || writer_done; });
+      if (unwritten.empty()) return;
+      std::vector<trial_record> batch = std::move(unwritten);
+      unwritten.clear();
+      lk.unlock();
+      try {
+        st.journal->append(batch);
+      } catch (...) {
+        writer_error = std::current_exception();
+        request_stop();
+      }
+      {
+        std::lock_guard lock(mutex);
+        for (auto& rec : batch) {
+          ++finished;
+          busy_seconds += rec.wall_s;
+          if (rec.kind == outcome_kind::success) {
+            ++summary.succeeded;
+            if (!metric_checked && !s.metric.name.empty()) {
+              // The result type was not known up front: the first result decides.
+              metric_checked = true;
+              metric_error = metric_problem(s, rec.result, "trial " + rec.id);
+              if (!metric_error.empty()) {
+                halted = true;
+                cancel_running();
+              }
+            }
+            if (auto m = metric_of(s, rec); m && (!best || (s.metric.maximize ? *m > *best : *m < *best))) best = m;
+          } else {
+            ++failed;
+            ++summary.failed;
+          }
+          progress(&rec);
+        }
+      }
+      lk.lock();
+    }
+  });
+
+  runner::run_on_slots(slots, queue.size(), run_trial, stopping);
+  {
+    std::lock_guard lk(journal_mutex);
+    writer_done = true;
+    journal_cv.notify_one();
+  }
+  writer.join();
+  all_done = true;
+  [[maybe_unused]] auto woken = ::write(stop_write.get(), "", 1);  // wake the watcher now, not at its next poll
+  watcher.join();
+  stop_fd = -1;
+  if (writer_error) std::rethrow_exception(writer_error);
+  if (tty) std::fprintf(stderr, "\n");
+  if (!metric_error.empty()) throw located(s, s.metric.line, metric_error + "; the sweep was stopped");
+  summary.interrupted = stop_count.load() > 0;
+
+  // Results in spec order, then results.csv.
+  const auto& latest = st.journal->latest();
+  std::set<std::string> listed;
+  for (const auto& t : s.trials) {
+    auto it = latest.find(trial_id(s.task, t));
+    if (it != latest.end() && listed.insert(it->first).second) summary.records.push_back(it->second);
+  }
+  write_file_durably(out / "results.csv", results_csv(summary.records));
+  return summary;
+}
+
+}  // namespace isorun::sweep
