@@ -156,18 +156,14 @@ int run_task(const cli::cli_options& o, const std::vector<std::string>& libs) {
   const json args = cli::build_task_args(*task, o.params);
   const auto gpu = pick_gpu(o);
 
-  runner::job_spec spec;
-  spec.task = task->name;
-  spec.encoding = serialization::encoding::json;
   const std::string text = args.dump();
-  spec.args = blob(text.data(), text.size());
-  spec.gpu = gpu;
-  spec.mem_limit = o.mem_limit;
-  spec.timeout = o.timeout;
-  spec.grace = o.grace;
+  runner::job_spec spec = runner::job_spec_for(task->name, serialization::encoding::json, blob(text.data(), text.size()), gpu,
+                                               {.mem_limit = o.mem_limit,
+                                                .timeout = o.timeout,
+                                                .grace = o.grace,
+                                                .alloc_conf = o.alloc_conf,
+                                                .max_result = o.max_result});
   spec.task_libraries = libs;
-  spec.alloc_conf = o.alloc_conf;
-  spec.max_result = o.max_result;
   spec.stdout_to = runner::stdout_mode::to_stderr;  // stdout carries the result only
   auto job = runner::job::start(std::move(spec));
 

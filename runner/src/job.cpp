@@ -330,6 +330,23 @@ void job::cancel() noexcept {
   [[maybe_unused]] auto n = ::write(state_->cancel_event.get(), &one, sizeof one);
 }
 
+job_spec job_spec_for(std::string task, serialization::encoding encoding, blob args, std::optional<gpu_info> gpu,
+                      const isolated_options& opts) {
+  job_spec spec;
+  spec.task = std::move(task);
+  spec.encoding = encoding;
+  spec.args = std::move(args);
+  spec.gpu = std::move(gpu);
+  spec.mem_limit = opts.mem_limit;
+  spec.timeout = opts.timeout;
+  spec.grace = opts.grace;
+  spec.alloc_conf = opts.alloc_conf;
+  spec.extra_env = opts.env;
+  spec.stderr_echo_fd = opts.echo_stderr ? 2 : -1;
+  spec.max_result = opts.max_result;
+  return spec;
+}
+
 void check_job_spec(const job_spec& spec) {
   alloc::alloc_config config;
   try {

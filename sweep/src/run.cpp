@@ -267,17 +267,11 @@ sweep_summary sweep_run::run() {
     rec.device = sl.gpu ? runner::visible_devices_for(sl.gpu) : "cpu";
     const auto t0 = clock::now();
     for (int attempt = 1;; ++attempt) {
-      runner::job_spec spec;
-      spec.task = s.task;
-      spec.encoding = serialization::encoding::json;
-      spec.args = blob(st.args[index].data(), st.args[index].size());
-      spec.gpu = sl.gpu;
-      spec.mem_limit = s.mem_limit;
-      spec.timeout = s.timeout;
-      spec.grace = opt.grace;
+      runner::job_spec spec = runner::job_spec_for(
+          s.task, serialization::encoding::json, blob(st.args[index].data(), st.args[index].size()), sl.gpu,
+          {.mem_limit = s.mem_limit, .timeout = s.timeout, .grace = opt.grace, .alloc_conf = s.alloc_conf});
       spec.task_libraries = opt.task_libraries;
       spec.executable = opt.executable;
-      spec.alloc_conf = s.alloc_conf;
       spec.stdout_to = runner::stdout_mode::file;
       spec.stdout_path = (out / "logs" / (rec.id + ".out")).string();
       unique_fd err(::open((out / "logs" / (rec.id + ".err")).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));

@@ -90,18 +90,12 @@ const char* to_string(device_kind kind) noexcept {
 
 void worker_context::assign(assignment a) {
   in_worker_ = true;
-  device_ = a.device;
-  kind_ = a.kind;
-  device_uuid_ = std::move(a.uuid);
-  device_memory_ = a.device_memory;
-  mem_limit_ = a.mem_limit;
-  task_ = std::move(a.task);
-  alloc_conf_ = std::move(a.alloc_conf);
+  assigned_ = std::move(a);
 }
 
 alloc::caching_allocator& worker_context::allocator() {
   std::call_once(allocator_once_, [&] {
-    std::string conf = alloc_conf_;
+    std::string conf = assigned_.alloc_conf;
     if (conf.empty())
       if (const char* env = std::getenv("ISORUN_ALLOC_CONF")) conf = env;
     const auto config = alloc::alloc_config::parse(conf);
@@ -118,7 +112,7 @@ blob worker_context::output_blob(std::size_t size) {
   // encoder will find them, so encoding only checksums.
   std::byte* area = output_area_(sizeof(std::uint64_t) + size);
   if (!area) return blob(size);
-  if (kind_ == device_kind::cuda) {
+  if (assigned_.kind == device_kind::cuda) {
     allocator();  // loads the CUDA module
     cuda_->host_register(area + sizeof(std::uint64_t), size);  // best effort: pageable memory works too
   }

@@ -25,6 +25,7 @@
 
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/job.hpp"
+#include "isorun/runner/options.hpp"
 #include "isorun/runner/outcome.hpp"
 #include "isorun/serialization/blob.hpp"
 #include "isorun/serialization/codec.hpp"
@@ -32,22 +33,10 @@
 
 namespace isorun {
 
-/// How to run an isolated call.
-struct options {
-  std::optional<int> gpu;                 ///< physical GPU index; unset = CPU only
-  std::uint64_t mem_limit = 0;            ///< hard cap for the worker's device memory; 0 = none
-  std::chrono::milliseconds timeout{0};   ///< 0 = none
-  std::chrono::milliseconds grace{5000};  ///< between SIGTERM and SIGKILL when stopping
-  std::string alloc_conf;                 ///< allocator configuration (ISORUN_ALLOC_CONF syntax)
-  std::vector<std::string> env;           ///< extra "KEY=VALUE" for the worker
-  bool echo_stderr = true;                ///< copy the worker's stderr to ours, live
-  std::uint64_t max_result = 1ULL << 40;  ///< larger results are rejected
-};
-
 namespace detail {
 /// @brief Starts a worker for the task registered at `fn`.
 /// @throws usage_error (not registered, bad GPU, cap too large), internal_error.
-std::shared_ptr<runner::job> start_isolated(const void* fn, blob args, const options& opts);
+std::shared_ptr<runner::job> start_isolated(const void* fn, blob args, const isolated_options& opts);
 
 template <class... A>
 blob encode_args(const A&... args) {
@@ -156,7 +145,7 @@ class call_handle {
 template <class R, class... A>
 class isolated_function {
  public:
-  isolated_function(R (*fn)(A...), options opts) : fn_{fn}, options_{std::move(opts)} {}
+  isolated_function(R (*fn)(A...), isolated_options opts) : fn_{fn}, options_{std::move(opts)} {}
 
   /// @brief Runs the task in a fresh worker and waits.
   /// @throws task_error, worker_crashed, task_timeout, out_of_memory, invalid_result, cancelled,
@@ -173,19 +162,19 @@ class isolated_function {
   /// @brief Starts the task and returns at once.
   call_handle<R> async(const std::decay_t<A>&... args) const { return call_handle<R>(start(args...)); }
 
-  [[nodiscard]] const options& opts() const noexcept { return options_; }
+  [[nodiscard]] const isolated_options& opts() const noexcept { return options_; }
 
  private:
   std::shared_ptr<runner::job> start(const std::decay_t<A>&... args) const {
     return detail::start_isolated(reinterpret_cast<const void*>(fn_), detail::encode_args(args...), options_);
   }
   R (*fn_)(A...);
-  options options_;
+  isolated_options options_;
 };
 
 /// @brief Wraps registered task `fn` (see ISORUN_TASK) to run isolated with `opts`.
 template <class R, class... A>
-isolated_function<R, A...> isolated(R (*fn)(A...), options opts = {}) {
+isolated_function<R, A...> isolated(R (*fn)(A...), isolated_options opts = {}) {
   return isolated_function<R, A...>(fn, std::move(opts));
 }
 

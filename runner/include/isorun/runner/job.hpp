@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "isorun/runner/gpu_inventory.hpp"
+#include "isorun/runner/options.hpp"
 #include "isorun/runner/outcome.hpp"
 #include "isorun/serialization/blob.hpp"
 #include "isorun/serialization/wire.hpp"
@@ -54,6 +55,12 @@ struct job_result {
   std::int64_t encode_begin_ns = 0;     ///< CLOCK_MONOTONIC when the worker began encoding
   std::uint64_t encode_ns = 0;          ///< time the worker spent encoding into shared memory
 };
+
+/// @brief The job_spec for `task` with `args` (encoded as `encoding`) on `gpu` (nullopt: the
+///        CPU) under `opts`: the one place options become a spec. The caller adds what only it
+///        knows (task libraries, where output goes).
+job_spec job_spec_for(std::string task, serialization::encoding encoding, blob args, std::optional<gpu_info> gpu,
+                      const isolated_options& opts);
 
 /// @brief Checks what `spec` asks for before anything starts: the allocator configuration
 ///        parses, the cap can hold the allocator's smallest segment, the cap fits the GPU.

@@ -48,7 +48,7 @@ std::vector<result<R>> map(R (*fn)(A), const std::vector<std::decay_t<A>>& input
   runner::run_on_slots(
       slots, inputs.size(),
       [&](const runner::slot& sl, std::size_t i) {
-        options opts;
+        isolated_options opts;
         if (sl.gpu) opts.gpu = sl.gpu->index;
         opts.mem_limit = o.mem_limit;
         opts.timeout = o.timeout;

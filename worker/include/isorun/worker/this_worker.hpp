@@ -31,21 +31,21 @@ class worker_context {
   [[nodiscard]] bool in_worker() const noexcept { return in_worker_; }
   /// The assigned GPU's physical (NVML) index, or -1 for a CPU-only worker. Inside the worker
   /// this GPU is the only visible one: CUDA device 0.
-  [[nodiscard]] int device() const noexcept { return device_; }
+  [[nodiscard]] int device() const noexcept { return assigned_.device; }
   /// True if the worker was assigned a GPU, real or simulated.
-  [[nodiscard]] bool has_gpu() const noexcept { return device_ >= 0; }
+  [[nodiscard]] bool has_gpu() const noexcept { return assigned_.device >= 0; }
   /// What the worker computes on: pick a task's CUDA path only for device_kind::cuda.
-  [[nodiscard]] device_kind kind() const noexcept { return kind_; }
+  [[nodiscard]] device_kind kind() const noexcept { return assigned_.kind; }
   /// The assigned GPU's UUID ("" without a GPU).
-  [[nodiscard]] const std::string& device_uuid() const noexcept { return device_uuid_; }
+  [[nodiscard]] const std::string& device_uuid() const noexcept { return assigned_.uuid; }
   /// Total memory of the assigned GPU, bytes (0 without a GPU).
-  [[nodiscard]] std::uint64_t device_memory() const noexcept { return device_memory_; }
+  [[nodiscard]] std::uint64_t device_memory() const noexcept { return assigned_.device_memory; }
   /// The memory cap, bytes; 0 = none.
-  [[nodiscard]] std::uint64_t mem_limit() const noexcept { return mem_limit_; }
+  [[nodiscard]] std::uint64_t mem_limit() const noexcept { return assigned_.mem_limit; }
   /// Name of the running task.
-  [[nodiscard]] const std::string& task() const noexcept { return task_; }
+  [[nodiscard]] const std::string& task() const noexcept { return assigned_.task; }
   /// The worker's allocator configuration string (ISORUN_ALLOC_CONF syntax).
-  [[nodiscard]] const std::string& alloc_conf() const noexcept { return alloc_conf_; }
+  [[nodiscard]] const std::string& alloc_conf() const noexcept { return assigned_.alloc_conf; }
 
   /// @brief The worker's capped caching allocator, created on first use. Its backend follows
   ///        kind(): the CUDA backend on a real GPU (cap = --mem-limit minus the measured CUDA
@@ -89,13 +89,7 @@ class worker_context {
 
  private:
   bool in_worker_ = false;
-  int device_ = -1;
-  device_kind kind_ = device_kind::cpu;
-  std::string device_uuid_;
-  std::uint64_t device_memory_ = 0;
-  std::uint64_t mem_limit_ = 0;
-  std::string task_;
-  std::string alloc_conf_;
+  assignment assigned_;
   std::function<std::byte*(std::uint64_t)> output_area_;
   const alloc::cuda_module_api* cuda_ = nullptr;
   alloc::cuda_context_info context_;

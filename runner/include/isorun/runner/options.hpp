@@ -1,0 +1,26 @@
+#pragma once
+/// @file options.hpp
+/// The options of one isolated call, in the words users give them.
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace isorun {
+
+/// How to run an isolated call: what isolated() and map() take, and what the CLI's flags and a
+/// sweep's spec turn into (runner::job_spec_for).
+struct isolated_options {
+  std::optional<int> gpu;                 ///< physical GPU index; unset = CPU only
+  std::uint64_t mem_limit = 0;            ///< hard cap for the worker's device memory; 0 = none
+  std::chrono::milliseconds timeout{0};   ///< 0 = none
+  std::chrono::milliseconds grace{5000};  ///< between SIGTERM and SIGKILL when stopping
+  std::string alloc_conf;                 ///< allocator configuration (ISORUN_ALLOC_CONF syntax)
+  std::vector<std::string> env;           ///< extra "KEY=VALUE" for the worker
+  bool echo_stderr = true;                ///< copy the worker's stderr to ours, live
+  std::uint64_t max_result = 1ULL << 40;  ///< larger results are rejected
+};
+
+}  // namespace isorun
