@@ -365,6 +365,7 @@ TEST_CASE("configuration strings: every knob, and precise errors", "[alloc][conf
       {"max_split_size_mb:1", "at least 2"},
       {"garbage_collection_threshold:1.5", "in (0, 1]"},
       {"no_caching:maybe", "true or false"},
+      {"strategy:expandable,no_caching:true", "applies to strategy:auto_growth only"},
       {"debug_fill:300", "a byte"},
       {"strategy", "not key:value"},
       {"fraction:0.5", "strategy:preallocate only"},

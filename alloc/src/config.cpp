@@ -124,6 +124,9 @@ alloc_config alloc_config::parse(std::string_view text) {
   }
   if (c.fraction > 0 && c.kind != strategy::preallocate)
     throw config_error("alloc conf: fraction applies to strategy:preallocate only");
+  if (c.no_caching && c.kind != strategy::auto_growth)
+    throw config_error("alloc conf: no_caching applies to strategy:auto_growth only (preallocate keeps its one "
+                       "segment; expandable returns free pages under pressure)");
   return c;
 }
 
