@@ -1,0 +1,183 @@
+// GPU benchmarks, each against its physical reference measured in the same run (skipped, exit 77,
+// without an NVIDIA GPU):
+//   (a) a result made on the GPU: from the task's device buffer being ready to the supervisor
+//       holding a validated view (checksum included), against a bare cudaMemcpy into
+//       cudaHostAlloc'ed memory;
+//   (b) a cold trivial CUDA task, isolated, against a bare process that initialises CUDA,
+//       allocates 2 MiB and exits;
+//   (c) what the CLI itself costs with --gpu (NVML) against --cpu.
+//   bench_gpu [--quick]        BENCH_BREAKDOWN=1 prints the worker's steps per transfer
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench_gpu_cuda.hpp"
+#include "isorun/alloc/device_buffer.hpp"
+#include "isorun/isorun.hpp"
+#include "isorun/runner/job.hpp"
+#include "isorun/runner/process.hpp"
+#include "stats.hpp"
+
+extern char** environ;
+
+namespace {
+using namespace isorun;
+using bench::show;
+using bench::summarize;
+constexpr std::uint64_t MiB = 1ULL << 20;
+
+std::int64_t now_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return std::int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// A result made on the GPU and handed back the way a task should: output_blob, one copy into it.
+// Its first 8 bytes are overwritten with the moment the device buffer was ready.
+blob gpu_result(std::uint64_t size) {
+  auto& w = this_worker();
+  alloc::device_buffer d(w.allocator(), size);
+  bench_gpu::fill_device(d.data(), size);
+  const std::int64_t ready = now_ns();
+  blob out = w.output_blob(size);
+  const std::int64_t area = now_ns();
+  d.copy_to_host(out.mutable_data(), size);
+  const std::int64_t copied = now_ns();
+  std::memcpy(out.mutable_data(), &ready, sizeof ready);
+  if (std::getenv("BENCH_BREAKDOWN"))
+    std::fprintf(stderr, "      worker: output_blob %.1f ms, device-to-host copy %.1f ms\n", (area - ready) / 1e6,
+                 (copied - area) / 1e6);
+  return out;
+}
+
+std::uint64_t pinned_reference(std::uint64_t size) { return bench_gpu::pinned_copy_ns(size, 5); }
+
+int trivial_gpu(int) {
+  auto& a = this_worker().allocator();  // creates the CUDA context, as any GPU task does
+  a.deallocate(a.allocate(2 * MiB));
+  return 0;
+}
+
+ISORUN_TASK(gpu_result);
+ISORUN_TASK(pinned_reference);
+ISORUN_TASK(trivial_gpu);
+
+// GB/s from the device buffer being ready to the supervisor holding the validated view.
+double result_gbps(std::uint64_t size) {
+  auto spec = runner::job_spec_for("gpu_result", serialization::encoding::binary, detail::encode_args(size),
+                                   gpus().at(0), {});
+  auto job = runner::job::start(std::move(spec));
+  const auto& r = job->wait();
+  if (!r.status.ok()) {
+    std::fprintf(stderr, "gpu_result failed: %s\n", r.status.describe().c_str());
+    std::exit(1);
+  }
+  std::int64_t ready = 0;
+  std::uint32_t word = 0;
+  std::memcpy(&ready, r.payload.data() + 8, sizeof ready);       // after the blob's length
+  std::memcpy(&word, r.payload.data() + 8 + 3 * 4, sizeof word);  // the pattern's fourth word
+  if (word != static_cast<std::uint32_t>(3u * 2654435761u)) {
+    std::fprintf(stderr, "gpu_result: wrong bytes came back\n");
+    std::exit(1);
+  }
+  return static_cast<double>(size) / static_cast<double>(r.received_ns - ready);
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Runs `args` (argv[0] first) with `env` added, waits; milliseconds.
+double spawn_ms(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<std::string> all(env);
+  for (char** e = environ; *e; ++e) all.emplace_back(*e);
+  for (auto& e : all) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  pid_t pid;
+  if (::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data()) != 0) std::exit(1);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  const double ms = ms_since(t0);
+  posix_spawn_file_actions_destroy(&fa);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::fprintf(stderr, "%s failed\n", args[0].c_str());
+    std::exit(1);
+  }
+  return ms;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  isorun::init(argc, argv);
+  if (argc == 2 && std::string(argv[1]) == "--bare-cuda") return bench_gpu::trivial_cuda();
+  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  if (gpus().source != runner::gpu_inventory::origin::nvml || gpus().gpus.empty()) {
+    std::printf("bench_gpu: no NVIDIA GPU (%s); nothing to measure\n", gpus().describe_source().c_str());
+    return 77;
+  }
+  const auto& gpu = gpus().gpus.front();
+  std::printf("isorun GPU benchmarks: %s (%ld cores)\n\n", gpu.name.c_str(), ::sysconf(_SC_NPROCESSORS_ONLN));
+
+  std::printf("(a) result made on the GPU: device buffer ready -> supervisor holds the validated view\n");
+  std::vector<std::uint64_t> sizes = {1 * MiB, 64 * MiB, 1024 * MiB};
+  if (!quick) sizes.push_back(4096 * MiB);
+  for (std::uint64_t size : sizes) {
+    const int n = quick ? 3 : (size >= 1024 * MiB ? 5 : 9);
+    std::vector<double> ours, bare;
+    for (int i = 0; i < n; ++i) {
+      ours.push_back(result_gbps(size));
+      bare.push_back(static_cast<double>(size) /
+                     static_cast<double>(isolated(pinned_reference, {.gpu = 0, .echo_stderr = true})(size)));
+    }
+    const auto o = summarize(ours), b = summarize(bare);
+    std::printf("  %6llu MiB  isorun  %s\n", static_cast<unsigned long long>(size / MiB), show(o, "GB/s").c_str());
+    std::printf("             pinned  %s   (cudaMemcpy into cudaHostAlloc memory)\n", show(b, "GB/s").c_str());
+    std::printf("             ratio %.2f%s\n", o.median / b.median, size >= 1024 * MiB ? "   goal >= 0.5" : "");
+  }
+
+  std::printf("\n(b) cold trivial CUDA task\n");
+  const std::string self = runner::self_executable();
+  std::vector<double> ours, bare;
+  for (int i = 0; i < (quick ? 5 : 20); ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    isolated(trivial_gpu, {.gpu = 0})(0);
+    ours.push_back(ms_since(t0));
+    bare.push_back(spawn_ms({self, "--bare-cuda"}, {"CUDA_VISIBLE_DEVICES=" + gpu.uuid}));
+  }
+  const auto o = summarize(ours), b = summarize(bare);
+  std::printf("  isolated(task, {.gpu = 0})        %s\n", show(o, "ms").c_str());
+  std::printf("  bare process: cuInit, 2 MiB, exit %s\n", show(b, "ms").c_str());
+  std::printf("  ratio %.2f   goal <= 1.1\n", o.median / b.median);
+
+#ifdef ISORUN_CLI
+  std::printf("\n(c) the CLI's own cost\n");
+  const std::string tasks = ISORUN_EXAMPLE_TASKS;
+  std::vector<double> with_gpu, with_cpu, list;
+  for (int i = 0; i < (quick ? 5 : 20); ++i) {
+    with_cpu.push_back(spawn_ms({ISORUN_CLI, "--tasks", tasks, "--cpu", "-q", "hello"}));
+    with_gpu.push_back(spawn_ms({ISORUN_CLI, "--tasks", tasks, "--gpu", "0", "-q", "hello"}));
+    list.push_back(spawn_ms({ISORUN_CLI, "gpus"}));
+  }
+  std::printf("  isorun --gpu 0 hello  %s\n", show(summarize(with_gpu), "ms").c_str());
+  std::printf("  isorun --cpu hello    %s\n", show(summarize(with_cpu), "ms").c_str());
+  std::printf("  isorun gpus           %s\n", show(summarize(list), "ms").c_str());
+#endif
+  return 0;
+}
