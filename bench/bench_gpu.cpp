@@ -89,6 +89,10 @@ double result_gbps(std::uint64_t size) {
     std::fprintf(stderr, "gpu_result: wrong bytes came back\n");
     std::exit(1);
   }
+  if (std::getenv("BENCH_BREAKDOWN"))
+    std::fprintf(stderr, "      then: encode (checksum) %.1f ms, worker exit + supervisor validation %.1f ms\n",
+                 static_cast<double>(r.encode_ns) / 1e6,
+                 static_cast<double>(r.received_ns - r.encode_begin_ns - static_cast<std::int64_t>(r.encode_ns)) / 1e6);
   return static_cast<double>(size) / static_cast<double>(r.received_ns - ready);
 }
 
