@@ -3,6 +3,8 @@
 //  (b) the same from a parent with 4 GiB resident
 //  (c) isolated trivial tasks per second on all cores
 //  (d) result bandwidth through shared memory vs memcpy and vs a pipe
+//  (e) the same trivial task on a standby worker (launched ahead, used once), and tasks per
+//      second with standby workers
 // Usage: bench_core [--quick] [--resident-gib N]
 #include <fcntl.h>
 #include <spawn.h>
@@ -20,6 +22,7 @@
 
 #include "isorun/isorun.hpp"
 #include "isorun/runner/job.hpp"
+#include "isorun/runner/standby.hpp"
 #include "stats.hpp"
 
 extern char** environ;
@@ -121,8 +124,21 @@ pair_result round_trips(int n) {
   return {summarize(a), summarize(b)};
 }
 
-double throughput(int tasks, int in_flight) {
-  auto f = isolated(noop);
+// (e): each call on a standby worker that is ready (the pool is refilled between calls, untimed).
+pair_result standby_round_trips(int n) {
+  auto f = isolated(noop, {.standby = 2});
+  auto& pool = runner::standby_for({.label = "standby"}, 2);  // the pool f uses
+  std::vector<double> a, b;
+  for (int i = 0; i < n; ++i) {
+    pool.fill();
+    a.push_back(isolated_ms(f));
+    b.push_back(spawn_hello_ms());
+  }
+  return {summarize(a), summarize(b)};
+}
+
+double throughput(int tasks, int in_flight, std::size_t standby = 0) {
+  auto f = isolated(noop, {.standby = standby});
   std::deque<call_handle<int>> running;
   auto t0 = clk::now();
   for (int i = 0; i < tasks; ++i) {
@@ -265,6 +281,18 @@ int main(int argc, char** argv) {
   std::printf("    posix_spawn'd C++ hellos per second     %s   (the ceiling on this machine)\n",
               show(hr, "procs/s").c_str());
   std::printf("    ratio isolated / hello                  %.2f\n\n", tr.median / hr.median);
+
+  {
+    auto sb = standby_round_trips(quick ? 30 : 200);
+    std::printf("(e) trivial task on a ready standby worker %s   goal <= 0.5 ms\n", show(sb.isolated, "ms").c_str());
+    std::printf("    posix_spawn+waitpid of a C++ hello      %s\n", show(sb.hello, "ms").c_str());
+    std::vector<double> srates;
+    for (int rep = 0; rep < (quick ? 2 : 5); ++rep) srates.push_back(throughput(quick ? 300 : 1000, 4, 8));
+    const auto st = summarize(srates);
+    std::printf("    tasks per second, 8 standby, 4 in flight %s\n", show(st, "tasks/s").c_str());
+    std::printf("    ratio to the bare hellos of (c)         %.2f   goal >= 0.9\n\n", st.median / hr.median);
+    runner::stop_standby();
+  }
 
   std::printf("(d) result bandwidth (GB/s = bytes/ns; worker starts encoding -> parent holds a validated view)\n");
   for (std::uint64_t size : {1ULL << 20, 64ULL << 20, 1ULL << 30}) {

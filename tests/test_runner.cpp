@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "isorun/runner/job.hpp"
 #include "isorun/runner/process.hpp"
 #include "isorun/runner/launcher.hpp"
+#include "isorun/runner/standby.hpp"
 #include "test_support.hpp"
 
 using namespace std::chrono_literals;
@@ -124,6 +126,16 @@ int aborts(int) { std::abort(); }
 
 int exits_early(int code) { std::_Exit(code); }
 
+// "pid calls": which process ran it, and how many calls that process has served.
+std::string pid_and_calls(int) {
+  static int calls = 0;
+  return std::to_string(::getpid()) + " " + std::to_string(++calls);
+}
+
+int sleeps_long(int) {
+  for (;;) ::pause();
+}
+
 std::string visible_devices(int) {
   const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
   const char* o = std::getenv("CUDA_DEVICE_ORDER");
@@ -168,6 +180,8 @@ ISORUN_TASK(segfaults);
 ISORUN_TASK(aborts);
 ISORUN_TASK(exits_early);
 ISORUN_TASK(visible_devices);
+ISORUN_TASK(pid_and_calls);
+ISORUN_TASK(sleeps_long);
 ISORUN_TASK(hang_with_grandchild);
 ISORUN_TASK(no_result);
 ISORUN_TASK(hold);
@@ -392,6 +406,76 @@ TEST_CASE("a worker launched before its work waits for it, and takes its GPU fro
   REQUIRE(res.status.kind == isorun::outcome_kind::success);
   // It was exec'd seeing no GPU; the assignment brought GPU 1 and the cap.
   CHECK(isorun::detail::to_result<std::string>(res).value() == "GPU-sim-1|PCI_BUS_ID|1|" + std::to_string(6_GiB));
+}
+
+namespace {
+// Standby pools are process-wide; other tests check that no child is left, so each standby test
+// stops them when it ends.
+struct stop_standby_at_end {
+  ~stop_standby_at_end() { isorun::runner::stop_standby(); }
+};
+}  // namespace
+
+TEST_CASE("a standby worker serves exactly one call, and calls take standby workers", "[runner][standby]") {
+  stop_standby_at_end guard;
+  auto& pool = isorun::runner::standby_for({.label = "standby"}, 2);  // the pool isolated() uses below
+  std::set<std::string> pids;
+  for (int i = 0; i < 6; ++i) {
+    pool.fill();
+    const auto waiting = pool.waiting_pids();
+    REQUIRE(waiting.size() >= 2);
+    const std::string got = isorun::isolated(pid_and_calls, {.standby = 2})(0);
+    const auto space = got.find(' ');
+    CHECK(got.substr(space + 1) == "1");                              // a process that ran nothing before
+    CHECK(got.substr(0, space) == std::to_string(waiting.front()));  // the oldest waiting worker
+    pids.insert(got.substr(0, space));
+  }
+  CHECK(pids.size() == 6);  // one process per call
+}
+
+TEST_CASE("a standby worker that died while waiting is skipped, and the call still runs", "[runner][standby]") {
+  stop_standby_at_end guard;
+  auto& pool = isorun::runner::standby_for({.label = "standby"}, 2);
+  pool.fill();
+  const pid_t victim = pool.waiting_pids().front();
+  ::kill(victim, SIGKILL);
+  REQUIRE(process_gone(victim));  // exited (a zombie until the pool reaps it)
+  const std::string got = isorun::isolated(pid_and_calls, {.standby = 2})(0);
+  CHECK(got.substr(0, got.find(' ')) != std::to_string(victim));
+  CHECK(got.substr(got.find(' ') + 1) == "1");
+}
+
+TEST_CASE("a call on a standby worker can be cancelled as it is handed over", "[runner][standby]") {
+  stop_standby_at_end guard;
+  auto& pool = isorun::runner::standby_for({.label = "standby"}, 1);
+  pool.fill();
+  auto h = isorun::isolated(sleeps_long, {.standby = 1}).async(0);
+  const pid_t pid = h.pid();
+  h.cancel();
+  auto r = h.try_get();
+  CHECK(r.status().kind == isorun::outcome_kind::cancelled);
+  CHECK(process_gone(pid));
+}
+
+TEST_CASE("killing a supervisor with standby workers waiting leaves nothing behind", "[runner][standby]") {
+  const int shm = isorun::test::shm_entries();
+  int out[2];
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  isorun::runner::spawn_options o;
+  o.executable = ISORUN_VICTIM;
+  o.args = {"standby"};
+  for (char** e = environ; *e; ++e) o.env.emplace_back(*e);
+  o.fds = {{1, out[1]}};
+  auto victim = isorun::runner::spawn(o);
+  ::close(out[1]);
+  FILE* in = ::fdopen(out[0], "r");
+  std::vector<int> waiting(3);
+  REQUIRE(std::fscanf(in, "%d %d %d", &waiting[0], &waiting[1], &waiting[2]) == 3);
+  std::fclose(in);
+  ::kill(victim.pid(), SIGKILL);
+  for (int pid : waiting) CHECK(process_gone(pid));
+  CHECK(victim.reap().signal == SIGKILL);
+  CHECK(isorun::test::shm_entries() == shm);
 }
 
 namespace {

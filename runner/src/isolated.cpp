@@ -7,6 +7,7 @@
 #include "isorun/alloc/config.hpp"
 #include "isorun/worker/init.hpp"
 #include "isorun/runner/placement.hpp"
+#include "isorun/runner/standby.hpp"
 #include "isorun/runner/units.hpp"
 
 namespace isorun {
@@ -29,8 +30,11 @@ std::shared_ptr<runner::job> start_isolated(const void* fn, blob args, const iso
   if (!task) throw usage_error("isolated(): this function is not a registered task; add ISORUN_TASK(fn) at namespace scope");
 
   auto gpu = runner::place_job(gpus(), opts.gpu, false, opts.mem_limit);  // isolated() defaults to the CPU
-  return runner::job::start(
-      runner::job_spec_for(task->name, serialization::encoding::binary, std::move(args), std::move(gpu), opts));
+  auto spec = runner::job_spec_for(task->name, serialization::encoding::binary, std::move(args), std::move(gpu), opts);
+  if (!opts.standby) return runner::job::start(std::move(spec));
+  runner::check_job_spec(spec);  // before a standby worker is spent on it
+  auto& pool = runner::standby_for({.label = "standby", .extra_env = spec.extra_env}, opts.standby);
+  return runner::job::start(std::move(spec), pool.take());
 }
 
 }  // namespace detail

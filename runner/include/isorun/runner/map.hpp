@@ -31,6 +31,7 @@ struct map_options {
   std::chrono::milliseconds timeout{0};
   std::string alloc_conf;
   bool echo_stderr = true;
+  std::size_t standby = 0;               ///< workers launched ahead of need (isolated_options::standby)
 };
 
 /// @brief Runs `fn` on every input, in parallel on planned slots; returns results in input order.
@@ -54,6 +55,7 @@ std::vector<result<R>> map(R (*fn)(A), const std::vector<std::decay_t<A>>& input
         opts.timeout = o.timeout;
         opts.alloc_conf = o.alloc_conf;
         opts.echo_stderr = o.echo_stderr;
+        opts.standby = o.standby;
         try {
           out[i].emplace(isolated(fn, opts).try_call(inputs[i]));
         } catch (...) {  // not the task's failure (that is a result): the call could not be made

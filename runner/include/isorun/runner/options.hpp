@@ -3,6 +3,7 @@
 /// The options of one isolated call, in the words users give them.
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -21,6 +22,10 @@ struct isolated_options {
   std::vector<std::string> env;           ///< extra "KEY=VALUE" for the worker
   bool echo_stderr = true;                ///< copy the worker's stderr to ours, live
   std::uint64_t max_result = 1ULL << 40;  ///< larger results are rejected
+  /// Workers to keep launched ahead of need for calls like this one (same `env`); each is used
+  /// for exactly one call, and its replacement is launched in the background. 0: launch a
+  /// worker when the call is made.
+  std::size_t standby = 0;
 };
 
 }  // namespace isorun

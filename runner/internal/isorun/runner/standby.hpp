@@ -1,0 +1,68 @@
+#pragma once
+/// @file standby.hpp
+/// Standby workers: launched ahead of need, each used exactly once. A task still runs in a
+/// process that ran nothing before; it only no longer waits for that process to start.
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "isorun/runner/launcher.hpp"
+
+namespace isorun::runner {
+
+/// Keeps `size` workers launched and waiting for their assignment. take() hands one over and a
+/// background thread launches its replacement. Waiting workers are stopped with the pool; they
+/// also die with the supervisor (their control socket hangs up), like any worker.
+class standby_pool {
+ public:
+  /// @brief Starts filling the pool in the background.
+  standby_pool(launch_spec spec, std::size_t size);
+  /// @brief Stops the background thread and every waiting worker.
+  ~standby_pool();
+  standby_pool(const standby_pool&) = delete;
+  standby_pool& operator=(const standby_pool&) = delete;
+
+  /// @brief A worker waiting for its assignment: a standby one that is still alive if there is
+  ///        one (one that died while waiting is reaped and skipped), else one launched now.
+  /// @throws internal_error if a worker has to be launched now and cannot be.
+  launched_worker take();
+
+  /// @brief Raises the number of workers kept waiting to at least `size`.
+  void reserve(std::size_t size);
+
+  /// @brief Blocks until the pool holds all its workers (or launching them fails): a warm-up
+  ///        before timing, and a fixed point for tests.
+  void fill();
+
+  /// @brief The pids of the workers waiting now, oldest first (the next take() gets the first).
+  [[nodiscard]] std::vector<pid_t> waiting_pids() const;
+
+ private:
+  void refill();
+
+  launch_spec spec_;
+  local_launcher launcher_;
+  mutable std::mutex mutex_;
+  std::condition_variable wanted_;  // the filler: a worker is wanted
+  std::condition_variable changed_;  // fill(): the pool changed
+  std::deque<launched_worker> ready_;
+  std::size_t size_;
+  bool stopping_ = false;
+  bool failing_ = false;  // launching failed: stop trying in the background, take() reports it
+  std::thread filler_;
+};
+
+/// @brief The process-wide pool for workers launched as `spec` says, keeping at least `size`
+///        waiting; created on first use and kept until the program exits.
+standby_pool& standby_for(const launch_spec& spec, std::size_t size);
+
+/// @brief Stops every process-wide pool and its waiting workers; the next call that asks for
+///        standby workers starts its pool afresh. No call may be taking from a pool meanwhile.
+void stop_standby();
+
+}  // namespace isorun::runner
