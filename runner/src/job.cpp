@@ -365,17 +365,21 @@ void check_job_spec(const job_spec& spec) {
 }
 
 std::shared_ptr<job> job::start(job_spec spec) {
-  check_job_spec(spec);
+  check_job_spec(spec);  // before a worker is launched for it
   launched_worker w = local().launch({.executable = spec.executable,
                                       .label = spec.task,
                                       .extra_env = spec.extra_env,
                                       .stdout_to = spec.stdout_to,
                                       .stdout_path = spec.stdout_path});
-  return start(std::move(spec), std::move(w));
+  return assign_checked(std::move(spec), std::move(w));
 }
 
 std::shared_ptr<job> job::start(job_spec spec, launched_worker worker) {
   check_job_spec(spec);  // a launched worker that is not used is stopped when `worker` goes
+  return assign_checked(std::move(spec), std::move(worker));
+}
+
+std::shared_ptr<job> job::assign_checked(job_spec spec, launched_worker worker) {
   static std::once_flag sweep_once;
   std::call_once(sweep_once, [] { ser::remove_stale_segments(); });
 

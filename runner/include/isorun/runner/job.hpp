@@ -105,6 +105,8 @@ class job {
 
  private:
   explicit job(std::unique_ptr<state> s);
+  // Both start()s after their check: prepares the request and assigns it to `worker`.
+  static std::shared_ptr<job> assign_checked(job_spec spec, launched_worker worker);
   std::unique_ptr<state> state_;
 };
 
