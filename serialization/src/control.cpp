@@ -82,13 +82,10 @@ receive_result receive_message(int fd, bool wait) {
   msg.msg_control = control;
   msg.msg_controllen = sizeof control;
   ssize_t n;
-  bool reset_seen = false;
-  for (;;) {
+  for (bool reset_seen = false;;) {
     n = ::recvmsg(fd, &msg, (wait ? 0 : MSG_DONTWAIT) | MSG_TRUNC | MSG_CMSG_CLOEXEC);
-    if (n >= 0 || errno == EINTR) {
-      if (n >= 0) break;
-      continue;
-    }
+    if (n >= 0) break;
+    if (errno == EINTR) continue;
     // A peer that closed its end with messages unread (a worker that died before reading its
     // assignment) leaves one ECONNRESET, reported ahead of what it sent before: read on.
     if (errno == ECONNRESET && !reset_seen) {
