@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
@@ -431,6 +432,21 @@ TEST_CASE("a standby worker serves exactly one call, and calls take standby work
     pids.insert(got.substr(0, space));
   }
   CHECK(pids.size() == 6);  // one process per call
+}
+
+TEST_CASE("a standby pool launches like any launcher: waiting workers for its spec, fresh ones otherwise",
+          "[runner][standby]") {
+  stop_standby_at_end guard;
+  auto& pool = isorun::runner::standby_for({.label = "standby"}, 2);
+  pool.fill();
+  const auto waiting = pool.waiting_pids();
+  // Another spec (an extra variable): launched now, the waiting workers untouched.
+  auto other = pool.launch({.label = "other", .extra_env = {"ISORUN_TEST_OTHER=1"}});
+  CHECK(std::find(waiting.begin(), waiting.end(), other.process.pid()) == waiting.end());
+  CHECK(pool.waiting_pids() == waiting);
+  // The pool's own spec, whatever the label: the oldest waiting worker.
+  auto same = pool.launch({.label = "some_task"});
+  CHECK(same.process.pid() == waiting.front());
 }
 
 TEST_CASE("a standby worker that died while waiting is skipped, and the call still runs", "[runner][standby]") {

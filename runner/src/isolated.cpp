@@ -32,9 +32,8 @@ std::shared_ptr<runner::job> start_isolated(const void* fn, blob args, const iso
   auto gpu = runner::place_job(gpus(), opts.gpu, false, opts.mem_limit);  // isolated() defaults to the CPU
   auto spec = runner::job_spec_for(task->name, serialization::encoding::binary, std::move(args), std::move(gpu), opts);
   if (!opts.standby) return runner::job::start(std::move(spec));
-  runner::check_job_spec(spec);  // before a standby worker is taken for it (start checks too; cheap)
-  auto& pool = runner::standby_for({.label = "standby", .extra_env = spec.extra_env}, opts.standby);
-  return runner::job::start(std::move(spec), pool.take());
+  auto& pool = runner::standby_for(runner::launch_spec_for(spec), opts.standby);
+  return runner::job::start(std::move(spec), pool);
 }
 
 }  // namespace detail

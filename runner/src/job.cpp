@@ -364,13 +364,11 @@ void check_job_spec(const job_spec& spec) {
   if (spec.gpu) check_fits(*spec.gpu, spec.mem_limit);
 }
 
-std::shared_ptr<job> job::start(job_spec spec) {
-  check_job_spec(spec);  // before a worker is launched for it
-  launched_worker w = local().launch({.executable = spec.executable,
-                                      .label = spec.task,
-                                      .extra_env = spec.extra_env,
-                                      .stdout_to = spec.stdout_to,
-                                      .stdout_path = spec.stdout_path});
+std::shared_ptr<job> job::start(job_spec spec) { return start(std::move(spec), local()); }
+
+std::shared_ptr<job> job::start(job_spec spec, launcher& from) {
+  check_job_spec(spec);  // before a worker is launched (or taken from standby) for it
+  launched_worker w = from.launch(launch_spec_for(spec));
   return assign_checked(std::move(spec), std::move(w));
 }
 

@@ -9,7 +9,14 @@
 
 namespace isorun::runner {
 
+namespace {
+// What makes two launches interchangeable: everything but the label, which only names the
+// worker in ps.
+auto key_of(const launch_spec& s) { return std::tie(s.executable, s.extra_env, s.stdout_to, s.stdout_path); }
+}  // namespace
+
 standby_pool::standby_pool(launch_spec spec, std::size_t size) : spec_{std::move(spec)}, size_{size} {
+  spec_.label = "standby";  // its task is not known yet
   filler_ = std::thread([this] { refill(); });
 }
 
@@ -57,6 +64,10 @@ launched_worker standby_pool::take() {
   return launcher_.launch(spec_);  // none ready: launched now, as without standby
 }
 
+launched_worker standby_pool::launch(const launch_spec& spec) {
+  return key_of(spec) == key_of(spec_) ? take() : launcher_.launch(spec);
+}
+
 void standby_pool::reserve(std::size_t size) {
   {
     std::lock_guard lock(mutex_);
@@ -80,7 +91,7 @@ std::vector<pid_t> standby_pool::waiting_pids() const {
 namespace {
 struct pools {
   std::mutex mutex;
-  std::map<std::tuple<std::string, std::vector<std::string>, int, std::string>, std::unique_ptr<standby_pool>> by_spec;
+  std::map<std::tuple<std::string, std::vector<std::string>, stdout_mode, std::string>, std::unique_ptr<standby_pool>> by_spec;
 };
 pools& all_pools() {
   static pools p;
@@ -91,7 +102,7 @@ pools& all_pools() {
 standby_pool& standby_for(const launch_spec& spec, std::size_t size) {
   auto& p = all_pools();
   std::lock_guard lock(p.mutex);
-  auto& pool = p.by_spec[{spec.executable, spec.extra_env, static_cast<int>(spec.stdout_to), spec.stdout_path}];
+  auto& pool = p.by_spec[key_of(spec)];
   if (!pool) pool = std::make_unique<standby_pool>(spec, size);
   else pool->reserve(size);
   return *pool;

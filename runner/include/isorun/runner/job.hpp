@@ -68,6 +68,7 @@ job_spec job_spec_for(std::string task, serialization::encoding encoding, blob a
 void check_job_spec(const job_spec& spec);
 
 struct launched_worker;  // launcher.hpp
+class launcher;          // launcher.hpp
 
 class job {
  public:
@@ -76,6 +77,10 @@ class job {
   /// @throws usage_error for an impossible spec (nothing is started); internal_error if shared
   ///         memory or the process cannot be created.
   static std::shared_ptr<job> start(job_spec spec);
+
+  /// @brief Like start(), with the worker from `from` (a standby pool hands over one already
+  ///        waiting). The spec is checked before a worker is asked for.
+  static std::shared_ptr<job> start(job_spec spec, launcher& from);
 
   /// @brief Like start(), on a worker launched earlier that is waiting for its assignment (a
   ///        standby worker, or one another launcher started). `spec.executable`, `extra_env`
@@ -105,7 +110,7 @@ class job {
 
  private:
   explicit job(std::unique_ptr<state> s);
-  // Both start()s after their check: prepares the request and assigns it to `worker`.
+  // Every start() after its check: prepares the request and assigns it to `worker`.
   static std::shared_ptr<job> assign_checked(job_spec spec, launched_worker worker);
   std::unique_ptr<state> state_;
 };

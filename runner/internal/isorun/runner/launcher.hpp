@@ -31,6 +31,15 @@ struct launched_worker {
   std::chrono::steady_clock::time_point started;
 };
 
+/// @brief What launching a worker for `spec` takes: its program, environment and output.
+inline launch_spec launch_spec_for(const job_spec& spec) {
+  return {.executable = spec.executable,
+          .label = spec.task,
+          .extra_env = spec.extra_env,
+          .stdout_to = spec.stdout_to,
+          .stdout_path = spec.stdout_path};
+}
+
 /// Starts workers.
 class launcher {
  public:

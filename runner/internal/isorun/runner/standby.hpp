@@ -18,12 +18,12 @@ namespace isorun::runner {
 /// Keeps `size` workers launched and waiting for their assignment. take() hands one over and a
 /// background thread launches its replacement. Waiting workers are stopped with the pool; they
 /// also die with the supervisor (their control socket hangs up), like any worker.
-class standby_pool {
+class standby_pool final : public launcher {
  public:
-  /// @brief Starts filling the pool in the background.
+  /// @brief Starts filling the pool in the background with workers launched as `spec` says.
   standby_pool(launch_spec spec, std::size_t size);
   /// @brief Stops the background thread and every waiting worker.
-  ~standby_pool();
+  ~standby_pool() override;
   standby_pool(const standby_pool&) = delete;
   standby_pool& operator=(const standby_pool&) = delete;
 
@@ -31,6 +31,10 @@ class standby_pool {
   ///        one (one that died while waiting is reaped and skipped), else one launched now.
   /// @throws internal_error if a worker has to be launched now and cannot be.
   launched_worker take();
+
+  /// @brief take() for a `spec` the pool's workers were launched for (its label aside);
+  ///        any other spec gets a worker launched now.
+  launched_worker launch(const launch_spec& spec) override;
 
   /// @brief Raises the number of workers kept waiting to at least `size`.
   void reserve(std::size_t size);
