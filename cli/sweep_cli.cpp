@@ -27,6 +27,8 @@ flags (override the spec):
   --per-gpu N        trials per GPU instead (default: as many caps as fit, at most the cores per GPU)
   --cpu-slots N      parallel CPU trials (default: number of cores)
   --timeout DUR      per-trial timeout
+  --standby N        workers launched ahead per slot, each used for one trial (default 1; 0: none)
+  --no-warm-context  standby workers on GPUs do not create their CUDA context ahead
   --retry CLASS=N    retries for crashed, timeout, invalid_result or task_error (OOM never)
   --rerun-failed     rerun trials whose journaled outcome is a failure
   --fail-fast        stop at the first failed trial
@@ -65,7 +67,8 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
   }
   std::vector<std::pair<std::string, std::vector<std::string>>> grid;
   std::string out, gpus;
-  int per_gpu = -1, cpu_slots = -1, top = 5;
+  int per_gpu = -1, cpu_slots = -1, top = 5, standby = -1;
+  bool cold_standby = false;
   bool rerun = false, fail_fast = false, progress = true, wait = false;
   std::optional<sweep::metric_spec> metric;
   std::map<std::string, int> retries;
@@ -90,6 +93,8 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
       else if (f == "--cpu-slots") cpu_slots = whole(f, value());
       else if (f == "--timeout") timeout = parse_duration(value());
       else if (f == "--top") top = whole(f, value());
+      else if (f == "--standby") standby = whole(f, value());
+      else if (f == "--no-warm-context") cold_standby = true;
       else if (f == "--rerun-failed") rerun = true;
       else if (f == "--fail-fast") fail_fast = true;
       else if (f == "--no-progress") progress = false;
@@ -104,7 +109,7 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
         static const std::vector<std::string> known = {"--grid",      "--out",          "--gpus",     "--mem-limit",
                                                        "--per-gpu",   "--cpu-slots",    "--timeout",  "--retry",
                                                        "--rerun-failed", "--fail-fast", "--metric",   "--top",
-                                                       "--wait",      "--no-progress"};
+                                                       "--wait",      "--no-progress",  "--standby",  "--no-warm-context"};
         throw usage_error("unknown sweep flag '" + f + "'" + did_you_mean(f, known) + "; see isorun sweep --help");
       }
     } catch (const parse_error& e) {
@@ -139,6 +144,8 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
     if (per_gpu >= 0) s.per_gpu = per_gpu;
     if (cpu_slots >= 0) s.cpu_slots = cpu_slots;
     if (timeout.count()) s.timeout = timeout;
+    if (standby >= 0) s.standby = standby;
+    if (cold_standby) s.warm_context = false;
     if (!o.alloc_conf.empty()) s.alloc_conf = o.alloc_conf;
     for (const auto& [cls, n] : retries) {
       if (cls == "out_of_memory") throw usage_error("--retry out_of_memory: OOM is never retried at the same cap");
@@ -159,8 +166,9 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
     sweep::sweep_run sweep(s, plan.slots, ro);  // checks everything and locks the folder
     const std::string& where = sweep.out();
     for (const auto& w : sweep.warnings()) std::fprintf(stderr, "isorun: warning: %s\n", w.c_str());
-    std::fprintf(stderr, "isorun: sweep %s: %zu trials (%zu to run) on %s; results in %s/\n", s.task.c_str(),
-                 s.trials.size(), sweep.pending(), plan.how.c_str(), where.c_str());
+    std::fprintf(stderr, "isorun: sweep %s: %zu trials (%zu to run) on %s; %s; results in %s/\n", s.task.c_str(),
+                 s.trials.size(), sweep.pending(), plan.how.c_str(), sweep::plan_standby(s, plan.slots).how.c_str(),
+                 where.c_str());
 
     struct sigaction sa {};
     sa.sa_handler = [](int) { sweep::request_stop(); };

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
@@ -159,6 +161,20 @@ int hang_with_grandchild(const std::string& path) {
 
 void no_result(int) {}
 
+// What a task finds when it starts: whether its allocator exists already (a warm worker made it
+// while waiting), the device it sees, and its allocator's cap.
+std::string warm_state(int) {
+  auto& w = isorun::this_worker();
+  const bool ready = w.has_allocator();
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  return std::string(ready ? "ready" : "cold") + "|" + (v ? v : "<unset>") + "|" + std::to_string(w.allocator().cap());
+}
+
+int prints(const std::string& text) {
+  std::printf("%s\n", text.c_str());
+  return 0;
+}
+
 // Holds `mib` MiB from the worker's capped allocator.
 std::uint64_t hold(int mib) {
   auto& a = isorun::this_worker().allocator();
@@ -186,6 +202,8 @@ ISORUN_TASK(sleeps_long);
 ISORUN_TASK(hang_with_grandchild);
 ISORUN_TASK(no_result);
 ISORUN_TASK(hold);
+ISORUN_TASK(warm_state);
+ISORUN_TASK(prints);
 
 namespace {
 
@@ -471,6 +489,72 @@ TEST_CASE("a call on a standby worker can be cancelled as it is handed over", "[
   auto r = h.try_get();
   CHECK(r.status().kind == isorun::outcome_kind::cancelled);
   CHECK(process_gone(pid));
+}
+
+TEST_CASE("a warm standby worker has its GPU and capped allocator ready before its task arrives", "[runner][standby]") {
+  stop_standby_at_end guard;
+  namespace r = isorun::runner;
+  const isorun::isolated_options warm{.gpu = 1, .mem_limit = 6_GiB, .standby = 1, .warm_context = true};
+  auto probe = r::job_spec_for("warm_state", isorun::serialization::encoding::binary, {}, isorun::gpus().gpus.at(1), warm);
+  auto& pool = r::standby_for(r::launch_spec_for(probe), 1);  // the pool isolated() uses below
+  pool.fill();
+  const pid_t waiting = pool.waiting_pids().front();
+  CHECK(isorun::isolated(warm_state, warm)(0) == "ready|GPU-sim-1|" + std::to_string(6_GiB));
+  CHECK(isorun::test::process_gone(waiting));  // it served that call and exited
+
+  // Another cap cannot use a worker prepared for this one: a worker is launched for it, and the
+  // prepared one keeps waiting.
+  pool.fill();
+  const auto before = pool.waiting_pids();
+  CHECK(isorun::isolated(warm_state, {.gpu = 1, .mem_limit = 4_GiB})(0) == "cold|GPU-sim-1|" + std::to_string(4_GiB));
+  CHECK(pool.waiting_pids() == before);
+
+  // A worker prepared for one GPU refuses an assignment for another (the supervisor never makes
+  // one; a worker checks anyway): it stops, and the job is classified, not run on the wrong GPU.
+  r::local_launcher launcher;
+  auto on_gpu_0 = launcher.launch(r::launch_spec_for(r::job_spec_for(
+      "warm_state", isorun::serialization::encoding::binary, {}, isorun::gpus().gpus.at(0), warm)));
+  auto spec = r::job_spec_for("warm_state", isorun::serialization::encoding::binary, isorun::detail::encode_args(0),
+                              isorun::gpus().gpus.at(1), warm);
+  spec.stderr_echo_fd = -1;
+  auto job = r::job::start(std::move(spec), std::move(on_gpu_0));
+  const auto& res = job->wait();
+  CHECK(res.status.kind == isorun::outcome_kind::crashed);
+  REQUIRE_FALSE(res.status.stderr_tail.empty());
+  CHECK_THAT(res.status.stderr_tail.back(), Catch::Contains("prepared GPU GPU-sim-0"));
+}
+
+TEST_CASE("a job on a standby worker: its time counts from its assignment, its stdout goes to its own file",
+          "[runner][standby]") {
+  stop_standby_at_end guard;
+  namespace r = isorun::runner;
+  auto& pool = r::standby_for({.label = "standby"}, 2);
+  pool.fill();
+  const auto filled = std::chrono::steady_clock::now();
+  char dir[] = "/tmp/isorun-standby-XXXXXX";
+  REQUIRE(::mkdtemp(dir));
+  std::vector<std::shared_ptr<r::job>> jobs;
+  for (const char* text : {"first", "second"}) {
+    r::job_spec spec;
+    spec.task = "prints";
+    spec.args = isorun::detail::encode_args(std::string(text));
+    spec.stdout_to = r::stdout_mode::file;
+    spec.stdout_path = std::string(dir) + "/" + text + ".out";
+    jobs.push_back(r::job::start(std::move(spec), pool));
+  }
+  for (auto& j : jobs) {
+    const auto& res = j->wait();
+    REQUIRE(res.status.kind == isorun::outcome_kind::success);
+    // Launched before `filled`, assigned after it: the wall time is the job's, not the worker's.
+    CHECK(res.status.wall < std::chrono::steady_clock::now() - filled);
+  }
+  for (const char* text : {"first", "second"}) {
+    std::ifstream in(std::string(dir) + "/" + text + ".out");
+    std::string line;
+    CHECK(std::getline(in, line));
+    CHECK(line == text);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("killing a supervisor with standby workers waiting leaves nothing behind", "[runner][standby]") {

@@ -199,7 +199,7 @@ TEST_CASE("an assignment carries its segments' descriptors; stray descriptors ar
   auto r = ser::receive_message(sv[1], true);
   REQUIRE(r.message);
   CHECK(std::get<ser::assign_message>(*r.message).env == a.env);
-  REQUIRE(r.fds.size() == ser::assign_fds);
+  REQUIRE(r.fds.size() == ser::assign_fds(a));
   // The same open files, in order, close-on-exec.
   struct stat ours {}, theirs {};
   for (int i = 0; i < 2; ++i) {
@@ -215,6 +215,10 @@ TEST_CASE("an assignment carries its segments' descriptors; stray descriptors ar
   // whole, and what they carried is closed.
   ser::send_message(sv[0], a, std::span<const int>(fds, 1));
   CHECK_THROWS_WITH(ser::try_receive(sv[1]), Catch::Contains("carried 1 descriptors, not 2"));
+  // One that says it attaches a stdout must carry it.
+  a.stdout_attached = true;
+  ser::send_message(sv[0], a, fds);
+  CHECK_THROWS_WITH(ser::try_receive(sv[1]), Catch::Contains("carried 2 descriptors, not 3"));
   ser::send_message(sv[0], ser::hello_message{}, fds);
   CHECK_THROWS_WITH(ser::try_receive(sv[1]), Catch::Contains("descriptors it should not"));
   CHECK(isorun::test::open_fds() == before);

@@ -250,6 +250,65 @@ TEST_CASE("trials run on their slot's GPU and every assignment is journaled", "[
   fs::remove_all(dir);
 }
 
+TEST_CASE("sweeps run on standby workers: one process per trial, each trial's stdout in its own log",
+          "[sweep][standby]") {
+  load_test_tasks();
+  const auto inventory = isorun::runner::gpu_inventory::simulated("2x16G");
+  for (const bool warm_context : {true, false}) {
+    const std::string dir = temp_dir();
+    auto s = sw::parse_spec("task: whoami\nparams:\n  arg0: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]\n"
+                            "resources: {gpus: all, mem_limit: 6G, standby: 1, warm_context: " +
+                                std::string(warm_context ? "true" : "false") + "}\n",
+                            "t.yaml");
+    CHECK(s.standby == 1);
+    s.out = dir + "/out";
+    auto slots = sw::plan_slots(s, inventory, 16).slots;
+    REQUIRE(slots.size() == 4);
+    const auto standby = sw::plan_standby(s, slots);
+    REQUIRE(standby.groups.size() == 2);  // one pool per GPU, two workers each
+    for (const auto& g : standby.groups) {
+      CHECK(g.waiting == 2);
+      CHECK(g.warm == warm_context);  // 2 caps of 6 GiB and 2 contexts fit in 16 GiB
+    }
+    sw::sweep_options ro;
+    ro.task_libraries = {SWEEP_TEST_TASKS};
+    ro.progress = false;
+    auto summary = sw::sweep_run(s, slots, ro).run();
+    REQUIRE(summary.succeeded == 10);
+    std::set<int> pids;
+    for (const auto& r : summary.records) {
+      pids.insert(r.result["pid"].get<int>());
+      CHECK(r.result["warm"] == warm_context);
+      const int i = r.params["arg0"];
+      CHECK(lines(dir + "/out/logs/" + r.id + ".out") ==
+            std::vector<std::string>{"trial " + std::to_string(i) + " in pid " + std::to_string(r.result["pid"].get<int>())});
+    }
+    CHECK(pids.size() == 10);
+    fs::remove_all(dir);
+  }
+}
+
+TEST_CASE("standby plans: warm only where the contexts fit beside the caps, none when asked", "[sweep][standby]") {
+  const auto inventory = isorun::runner::gpu_inventory::simulated("1x16G");
+  auto s = sw::parse_spec("task: whoami\nparams:\n  i: [0]\nresources: {gpus: all, mem_limit: 2G, per_gpu: 8}\n", "t.yaml");
+  auto slots = sw::plan_slots(s, inventory, 16).slots;
+  auto plan = sw::plan_standby(s, slots);  // 8 caps of 2 GiB fill the GPU: no room for contexts
+  REQUIRE(plan.groups.size() == 1);
+  CHECK(plan.groups[0].waiting == 8);
+  CHECK_FALSE(plan.groups[0].warm);
+  CHECK_THAT(plan.how, Catch::Contains("cold on GPU 0 (no room beside the caps"));
+  s.per_gpu = 4;  // 8 GiB of caps + 4 contexts
+  plan = sw::plan_standby(s, sw::plan_slots(s, inventory, 16).slots);
+  CHECK(plan.groups[0].warm);
+  CHECK(plan.how == "standby: 1 per slot, warm CUDA contexts on GPU 0");
+  s.standby = 0;
+  plan = sw::plan_standby(s, sw::plan_slots(s, inventory, 16).slots);
+  CHECK(plan.groups.empty());
+  CHECK(plan.how == "no standby workers");
+  CHECK(spec_line("task: t\nparams: {i: [1]}\nresources:\n  standby: -1\n") == 4);
+  CHECK(spec_line("task: t\nparams: {i: [1]}\nresources:\n  warm_context: maybe\n") == 4);
+}
+
 TEST_CASE("retries follow the outcome class; deterministic failures are not retried", "[sweep][retries]") {
   load_test_tasks();
   const std::string dir = temp_dir();

@@ -37,4 +37,7 @@ std::shared_ptr<runner::job> start_isolated(const void* fn, blob args, const iso
 }
 
 }  // namespace detail
+
+void stop_standby() { runner::stop_standby(); }
+
 }  // namespace isorun

@@ -117,14 +117,21 @@ prepared_request prepare_request(job_spec& spec) {
   return p;
 }
 
-// Gives a launched worker its work: the device assignment and the two segments. A worker that
-// is already gone is not an error here; watching it finds out how it ended.
+// Gives a launched worker its work: the device assignment, the two segments and, for
+// stdout_mode::file, its stdout. A worker that is already gone is not an error here; watching it
+// finds out how it ended.
 void assign(const launched_worker& w, const prepared_request& p, const job_spec& spec) {
   ser::assign_message a;
   a.env = assignment_environment(spec.gpu, spec.mem_limit);
-  const int fds[ser::assign_fds] = {p.request->fd(), p.result->fd()};
+  unique_fd out;
+  if (spec.stdout_to == stdout_mode::file) {
+    out.reset(::open(spec.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!out) throw internal_error("cannot open " + spec.stdout_path + ": " + std::strerror(errno));
+    a.stdout_attached = true;
+  }
+  const int fds[] = {p.request->fd(), p.result->fd(), out.get()};
   try {
-    ser::send_message(w.control.get(), a, fds);
+    ser::send_message(w.control.get(), a, std::span<const int>(fds, ser::assign_fds(a)));
   } catch (const std::system_error&) {
   }
 }
@@ -344,6 +351,7 @@ job_spec job_spec_for(std::string task, serialization::encoding encoding, blob a
   spec.extra_env = opts.env;
   spec.stderr_echo_fd = opts.echo_stderr ? 2 : -1;
   spec.max_result = opts.max_result;
+  spec.warm_context = opts.warm_context;
   return spec;
 }
 
@@ -386,6 +394,9 @@ std::shared_ptr<job> job::assign_checked(job_spec spec, launched_worker worker) 
   if (!s->cancel_event) throw internal_error(std::string("eventfd: ") + std::strerror(errno));
   s->segments = prepare_request(spec);
   s->worker = std::move(worker);
+  // The job starts now, not when its worker was launched (a standby one may have waited long):
+  // the timeout and the wall time count from here.
+  s->worker.started = clock::now();
   assign(s->worker, s->segments, spec);
   s->spec = std::move(spec);
   return std::shared_ptr<job>(new job(std::move(s)));

@@ -27,23 +27,22 @@ launched_worker local_launcher::launch(const launch_spec& spec) {
   ::fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
   unique_fd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
 
-  unique_fd out_file;
-  int stdout_fd = STDOUT_FILENO;
-  if (spec.stdout_to == stdout_mode::to_stderr) {
-    stdout_fd = stderr_write.get();
-  } else if (spec.stdout_to == stdout_mode::file) {
-    out_file.reset(::open(spec.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (!out_file) throw internal_error("cannot open " + spec.stdout_path + ": " + std::strerror(errno));
-    stdout_fd = out_file.get();
-  }
+  const int stdout_fd = spec.stdout_to_stderr ? stderr_write.get() : STDOUT_FILENO;
 
   spawn_options opts;
   opts.executable = spec.executable.empty() ? self_executable() : spec.executable;
   opts.args = {"isorun-worker"};
   if (!spec.label.empty()) opts.args.push_back(spec.label);
   opts.env = inherited_environment();
-  // No GPU until the assignment says which: CUDA initialised before it would see none.
-  opts.env.push_back(std::string(ser::env::visible_devices) + "=");
+  if (spec.warm) {
+    // The device is known ahead: the worker sees it from exec on and prepares it while it waits.
+    const gpu_info gpu{.index = spec.warm->index, .uuid = spec.warm->uuid, .simulated = spec.warm->simulated};
+    for (auto& e : assignment_environment(gpu, spec.warm->mem_limit)) opts.env.push_back(std::move(e));
+    opts.env.push_back(std::string(ser::env::warm) + "=" + ser::to_env(*spec.warm));
+  } else {
+    // No GPU until the assignment says which: CUDA initialised before it would see none.
+    opts.env.push_back(std::string(ser::env::visible_devices) + "=");
+  }
   opts.env.insert(opts.env.end(), spec.extra_env.begin(), spec.extra_env.end());
   opts.env.push_back(std::string(ser::env::worker) + "=1");
   opts.fds = {{0, devnull.get()}, {1, stdout_fd}, {2, stderr_write.get()}, {ser::control_fd, worker_control.get()}};

@@ -12,7 +12,10 @@ namespace isorun::runner {
 namespace {
 // What makes two launches interchangeable: everything but the label, which only names the
 // worker in ps.
-auto key_of(const launch_spec& s) { return std::tie(s.executable, s.extra_env, s.stdout_to, s.stdout_path); }
+using launch_key = std::tuple<std::string, std::vector<std::string>, bool, std::string>;
+launch_key key_of(const launch_spec& s) {
+  return {s.executable, s.extra_env, s.stdout_to_stderr, s.warm ? serialization::to_env(*s.warm) : std::string()};
+}
 }  // namespace
 
 standby_pool::standby_pool(launch_spec spec, std::size_t size) : spec_{std::move(spec)}, size_{size} {
@@ -91,7 +94,7 @@ std::vector<pid_t> standby_pool::waiting_pids() const {
 namespace {
 struct pools {
   std::mutex mutex;
-  std::map<std::tuple<std::string, std::vector<std::string>, stdout_mode, std::string>, std::unique_ptr<standby_pool>> by_spec;
+  std::map<launch_key, std::unique_ptr<standby_pool>> by_spec;
 };
 pools& all_pools() {
   static pools p;

@@ -140,9 +140,9 @@ receive_result receive_message(int fd, bool wait) {
       break;
     case 3:
       r.message = decoded<assign_message>(body);
-      if (r.fds.size() != assign_fds)
+      if (const auto want = assign_fds(std::get<assign_message>(*r.message)); r.fds.size() != want)
         throw wire_error("assignment carried " + std::to_string(r.fds.size()) + " descriptors, not " +
-                         std::to_string(assign_fds));
+                         std::to_string(want));
       break;
     default:
       throw wire_error("control message of unknown kind " + std::to_string(f.kind));

@@ -23,6 +23,7 @@
 
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/job.hpp"
+#include "isorun/runner/standby.hpp"
 #include "isorun/runner/suggest.hpp"
 #include "isorun/runner/task_arguments.hpp"
 #include "isorun/runner/unique_fd.hpp"
@@ -56,6 +57,36 @@ std::string duration(double seconds) {
 }
 
 }  // namespace
+
+standby_plan plan_standby(const sweep_spec& s, const std::vector<slot>& slots) {
+  standby_plan plan;
+  if (s.standby <= 0) {
+    plan.how = "no standby workers";
+    return plan;
+  }
+  std::map<int, std::size_t> per_group;  // GPU index (-1: CPU) -> its slots
+  std::map<int, std::optional<gpu_info>> gpu_of;
+  for (const auto& sl : slots) {
+    const int key = sl.gpu ? sl.gpu->index : -1;
+    ++per_group[key];
+    gpu_of[key] = sl.gpu;
+  }
+  std::string warm_on, cold_on;
+  for (const auto& [key, n] : per_group) {
+    standby_group g{gpu_of[key], n * static_cast<std::size_t>(s.standby), false};
+    if (g.gpu) {
+      g.warm = s.warm_context && runner::warm_standby_fits(*g.gpu, n, s.mem_limit, g.waiting);
+      (g.warm ? warm_on : cold_on) += (g.warm ? warm_on : cold_on).empty() ? std::to_string(key) : "," + std::to_string(key);
+    }
+    plan.groups.push_back(std::move(g));
+  }
+  plan.how = "standby: " + std::to_string(s.standby) + " per slot";
+  if (!warm_on.empty()) plan.how += ", warm CUDA contexts on GPU " + warm_on;
+  if (!cold_on.empty())
+    plan.how += s.warm_context ? ", cold on GPU " + cold_on + " (no room beside the caps for a context each)"
+                               : ", cold (warm_context: false)";
+  return plan;
+}
 
 void request_stop() noexcept {
   stop_count.fetch_add(1);
@@ -248,6 +279,28 @@ sweep_summary sweep_run::run() {
     }
   });
 
+  // Standby workers, one pool per GPU (and one for the CPU slots): a pool's workers are
+  // interchangeable until assigned, warm ones prepared for their GPU and the sweep's cap.
+  std::map<int, bool> warm;  // GPU index (-1: CPU) -> its standby workers are warm
+  auto trial_spec = [&](const slot& sl, std::size_t index) {
+    runner::job_spec spec = runner::job_spec_for(
+        s.task, serialization::encoding::json, blob(st.args[index].data(), st.args[index].size()), sl.gpu,
+        {.mem_limit = s.mem_limit, .timeout = s.timeout, .grace = opt.grace, .alloc_conf = s.alloc_conf});
+    spec.task_libraries = opt.task_libraries;
+    spec.executable = opt.executable;
+    const auto w = warm.find(sl.gpu ? sl.gpu->index : -1);
+    spec.warm_context = w != warm.end() && w->second;
+    return spec;
+  };
+  std::map<int, std::unique_ptr<runner::standby_pool>> pools;
+  if (!queue.empty())
+    for (const auto& g : plan_standby(s, slots).groups) {
+      const int key = g.gpu ? g.gpu->index : -1;
+      warm[key] = g.warm;
+      if (g.waiting) pools[key] = std::make_unique<runner::standby_pool>(
+                         runner::launch_spec_for(trial_spec({.gpu = g.gpu}, queue.front())), g.waiting);
+    }
+
   auto stopping = [&] { return stop_count.load() > 0 || halted.load(); };
   // One trial on slot `sl`, its retries included; runner::run_on_slots hands them out.
   auto run_trial = [&](const slot& sl, std::size_t queued) {
@@ -267,18 +320,15 @@ sweep_summary sweep_run::run() {
     rec.device = sl.gpu ? runner::visible_devices_for(sl.gpu) : "cpu";
     const auto t0 = clock::now();
     for (int attempt = 1;; ++attempt) {
-      runner::job_spec spec = runner::job_spec_for(
-          s.task, serialization::encoding::json, blob(st.args[index].data(), st.args[index].size()), sl.gpu,
-          {.mem_limit = s.mem_limit, .timeout = s.timeout, .grace = opt.grace, .alloc_conf = s.alloc_conf});
-      spec.task_libraries = opt.task_libraries;
-      spec.executable = opt.executable;
+      runner::job_spec spec = trial_spec(sl, index);
       spec.stdout_to = runner::stdout_mode::file;
       spec.stdout_path = (out / "logs" / (rec.id + ".out")).string();
       unique_fd err(::open((out / "logs" / (rec.id + ".err")).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
       spec.stderr_echo_fd = err.get();
       std::shared_ptr<runner::job> job;
       try {
-        job = runner::job::start(std::move(spec));
+        const auto pool = pools.find(sl.gpu ? sl.gpu->index : -1);
+        job = pool == pools.end() ? runner::job::start(std::move(spec)) : runner::job::start(std::move(spec), *pool->second);
       } catch (const std::exception& e) {
         rec.kind = outcome_kind::internal_error;
         rec.error = e.what();

@@ -278,10 +278,17 @@ sweep_spec parse_yaml(const std::string& text) {
           if (s.cpu_slots < 1) fail(v, "cpu_slots must be at least 1");
         } else if (k == "alloc_conf") {
           s.alloc_conf = v.Scalar();
+        } else if (k == "standby") {
+          s.standby = static_cast<int>(number(v, "standby"));
+          if (s.standby < 0) fail(v, "standby must be 0 (none) or more workers per slot");
+        } else if (k == "warm_context") {
+          if (v.Scalar() != "true" && v.Scalar() != "false") fail(v, "warm_context is true or false");
+          s.warm_context = v.Scalar() == "true";
         } else {
-          fail(kv.first, "unknown resource '" + k + "'" +
-                             did_you_mean(k, {"gpus", "mem_limit", "per_gpu", "cpu_slots", "alloc_conf"}) +
-                             "; known: gpus, mem_limit, per_gpu, cpu_slots, alloc_conf");
+          const std::vector<std::string> known = {"gpus",       "mem_limit", "per_gpu",     "cpu_slots",
+                                                  "alloc_conf", "standby",   "warm_context"};
+          fail(kv.first, "unknown resource '" + k + "'" + did_you_mean(k, known) +
+                             "; known: gpus, mem_limit, per_gpu, cpu_slots, alloc_conf, standby, warm_context");
         }
       } catch (const parse_error& e) {
         fail(v, std::string(e.what()));

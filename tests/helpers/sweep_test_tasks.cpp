@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -77,8 +78,25 @@ struct scored {
 
 scored opaque(int i) { return scored(i * 0.5); }
 
+struct whoami_result {
+  int pid = 0;
+  bool warm = false;  // the allocator existed before the task asked for it
+  template <class A>
+  void serialize(A& ar) {
+    ar(CEREAL_NVP(pid), CEREAL_NVP(warm));
+  }
+};
+
+// Says on stdout which trial it is; reports its process and whether its worker came prepared.
+whoami_result whoami(int i) {
+  const bool warm = isorun::this_worker().has_allocator();
+  std::printf("trial %d in pid %d\n", i, static_cast<int>(::getpid()));
+  return {static_cast<int>(::getpid()), warm};
+}
+
 double plain_number(int i) { return i; }
 }  // namespace
 
 ISORUN_TASK(opaque);
 ISORUN_TASK(plain_number);
+ISORUN_TASK(whoami);

@@ -7,11 +7,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <stdexcept>
 
 #include "isorun/alloc/out_of_memory.hpp"
@@ -72,6 +74,11 @@ assignment receive_assignment() {
   const auto* a = r.message ? std::get_if<ser::assign_message>(&*r.message) : nullptr;
   if (!a) die("expected an assignment first");
   assignment out{ser::shm_file{r.fds[0]}, ser::shm_file{r.fds[1]}};
+  if (a->stdout_attached) {  // the task's own log file: stdout from here on
+    std::fflush(stdout);
+    if (::dup2(r.fds[2], STDOUT_FILENO) < 0) die(std::string("cannot redirect stdout: ") + std::strerror(errno));
+    ::close(r.fds[2]);
+  }
   if (a->protocol != ser::protocol_version)
     die("assignment has protocol " + std::to_string(a->protocol) + ", this worker speaks " +
         std::to_string(ser::protocol_version));
@@ -124,11 +131,34 @@ class segment_sink final : public worker::result_sink {
   std::uint64_t max_result_;
 };
 
+// A warm worker (env::warm) prepares its device while it waits: the CUDA context and the
+// capped allocator, the slow part of a GPU task's start. A failure here is not reported now:
+// the task's first use of the allocator meets it again and reports it as the task's error.
+std::optional<ser::warm_device> prepare_warm_device() {
+  const char* value = std::getenv(ser::env::warm.data());
+  if (!value) return std::nullopt;
+  auto warm = ser::parse_warm_device(value);
+  if (!warm) die(std::string("malformed ") + ser::env::warm.data() + " '" + value + "'");
+  ::unsetenv(ser::env::warm.data());
+  this_worker().assign({.device = warm->index,
+                        .kind = warm->simulated ? device_kind::simulated : device_kind::cuda,
+                        .uuid = warm->uuid,
+                        .device_memory = warm->device_memory,
+                        .mem_limit = warm->mem_limit,
+                        .alloc_conf = warm->alloc_conf});
+  try {
+    this_worker().allocator();
+  } catch (...) {
+  }
+  return warm;
+}
+
 [[noreturn]] void run_worker() {
   if (::fcntl(ser::control_fd, F_SETFD, FD_CLOEXEC) != 0)
     die("descriptor " + std::to_string(ser::control_fd) + " is missing; workers are started by isorun, not by hand");
   ser::exit_with_supervisor(ser::control_fd);
 
+  const std::optional<ser::warm_device> warm = prepare_warm_device();
   assignment assigned = receive_assignment();
   ser::request req;
   std::shared_ptr<ser::mapping> request_map;
@@ -143,6 +173,11 @@ class segment_sink final : public worker::result_sink {
     die(std::string("bad request: ") + e.what());
   }
   if (req.protocol != ser::protocol_version) die("request has protocol " + std::to_string(req.protocol));
+  if (warm && (warm->uuid != req.gpu_uuid || warm->index != req.gpu_index || warm->mem_limit != req.mem_limit ||
+               warm->alloc_conf != req.alloc_conf))
+    die("this worker prepared GPU " + warm->uuid + " under a cap of " + std::to_string(warm->mem_limit) +
+        " bytes, but was assigned " + (req.gpu_uuid.empty() ? std::string("no GPU") : "GPU " + req.gpu_uuid) +
+        " under " + std::to_string(req.mem_limit));
 
   for (const auto& lib : req.task_libraries)
     if (!::dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL)) die(std::string("cannot load task library: ") + ::dlerror());

@@ -181,4 +181,10 @@ isolated_function<R, A...> isolated(R (*fn)(A...), isolated_options opts = {}) {
 /// @brief The GPU inventory the API assigns from (NVML, or ISORUN_SIMULATE_GPUS), read once.
 const runner::gpu_inventory& gpus();
 
+/// @brief Stops the workers kept on standby for calls made with isolated_options::standby (and
+///        map_options::standby), warm ones included, and waits until they are gone; the next
+///        such call starts its standby workers afresh. No call may be starting meanwhile.
+///        (They also stop when the program exits, and die with it if it is killed.)
+void stop_standby();
+
 }  // namespace isorun

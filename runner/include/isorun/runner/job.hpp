@@ -23,7 +23,7 @@ namespace isorun::runner {
 enum class stdout_mode {
   inherit,    ///< the supervisor's stdout
   to_stderr,  ///< merged into the worker's stderr stream (the CLI keeps stdout for the result)
-  file,       ///< `job_spec::stdout_path`
+  file,       ///< `job_spec::stdout_path`, opened (truncated) when the worker is assigned
 };
 
 struct job_spec {
@@ -43,6 +43,9 @@ struct job_spec {
   std::size_t stderr_tail_lines = 20;
   std::uint64_t max_result = 1ULL << 40;  ///< larger results are rejected
   std::vector<std::string> extra_env;     ///< "KEY=VALUE" added to the worker's environment
+  /// On a GPU: the worker creates its CUDA context and capped allocator as soon as it is
+  /// launched, before its assignment (isolated_options::warm_context).
+  bool warm_context = false;
 };
 
 /// A finished job: its outcome and, on success, the validated result payload.
@@ -84,7 +87,8 @@ class job {
 
   /// @brief Like start(), on a worker launched earlier that is waiting for its assignment (a
   ///        standby worker, or one another launcher started). `spec.executable`, `extra_env`
-  ///        and `stdout_to` were the launcher's business and are not looked at.
+  ///        and stdout_mode::to_stderr were the launcher's business and are not looked at; a
+  ///        stdout file is opened now and handed to the worker with its assignment.
   /// @throws usage_error for an impossible spec (the worker is stopped); internal_error.
   static std::shared_ptr<job> start(job_spec spec, launched_worker worker);
 

@@ -32,6 +32,7 @@ struct map_options {
   std::string alloc_conf;
   bool echo_stderr = true;
   std::size_t standby = 0;               ///< workers launched ahead of need (isolated_options::standby)
+  bool warm_context = false;             ///< standby workers prepare their GPU (isolated_options::warm_context)
 };
 
 /// @brief Runs `fn` on every input, in parallel on planned slots; returns results in input order.
@@ -56,6 +57,7 @@ std::vector<result<R>> map(R (*fn)(A), const std::vector<std::decay_t<A>>& input
         opts.alloc_conf = o.alloc_conf;
         opts.echo_stderr = o.echo_stderr;
         opts.standby = o.standby;
+        opts.warm_context = o.warm_context;
         try {
           out[i].emplace(isolated(fn, opts).try_call(inputs[i]));
         } catch (...) {  // not the task's failure (that is a result): the call could not be made

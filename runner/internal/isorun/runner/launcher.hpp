@@ -5,23 +5,38 @@
 /// known (standby) or by something other than a local spawn (another host); `job` assigns it.
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "isorun/runner/job.hpp"
 #include "isorun/runner/process.hpp"
 #include "isorun/runner/unique_fd.hpp"
+#include "isorun/serialization/protocol.hpp"
 
 namespace isorun::runner {
 
-/// What a worker needs at exec time; everything else comes with its assignment.
+/// What a worker needs at exec time; everything else comes with its assignment (a stdout file
+/// too: see job_spec::stdout_path).
 struct launch_spec {
   std::string executable;              ///< worker program; empty = this program
   std::string label;                   ///< shown after "isorun-worker" in ps (the task, when known)
   std::vector<std::string> extra_env;  ///< "KEY=VALUE" added to the inherited environment
-  stdout_mode stdout_to = stdout_mode::inherit;
-  std::string stdout_path;             ///< for stdout_mode::file
+  bool stdout_to_stderr = false;       ///< stdout merged into the stderr stream, else inherited
+  /// Set: the worker sees this GPU from exec on and creates its CUDA context and capped
+  /// allocator while it waits; it can then only be assigned a job on exactly this device and cap.
+  std::optional<serialization::warm_device> warm;
 };
+
+/// @brief The warm_device for a job on `gpu` under `mem_limit` and `alloc_conf`.
+inline serialization::warm_device warm_device_for(const gpu_info& gpu, std::uint64_t mem_limit, std::string alloc_conf) {
+  return {.index = gpu.index,
+          .simulated = gpu.simulated,
+          .device_memory = gpu.total_memory,
+          .mem_limit = mem_limit,
+          .uuid = gpu.uuid,
+          .alloc_conf = std::move(alloc_conf)};
+}
 
 /// A started worker that has no work yet.
 struct launched_worker {
@@ -31,13 +46,15 @@ struct launched_worker {
   std::chrono::steady_clock::time_point started;
 };
 
-/// @brief What launching a worker for `spec` takes: its program, environment and output.
+/// @brief What launching a worker for `spec` takes: its program, environment and output, and its
+///        device when `spec.warm_context` asks for it to be prepared ahead.
 inline launch_spec launch_spec_for(const job_spec& spec) {
-  return {.executable = spec.executable,
-          .label = spec.task,
-          .extra_env = spec.extra_env,
-          .stdout_to = spec.stdout_to,
-          .stdout_path = spec.stdout_path};
+  launch_spec l{.executable = spec.executable,
+                .label = spec.task,
+                .extra_env = spec.extra_env,
+                .stdout_to_stderr = spec.stdout_to == stdout_mode::to_stderr};
+  if (spec.warm_context && spec.gpu) l.warm = warm_device_for(*spec.gpu, spec.mem_limit, spec.alloc_conf);
+  return l;
 }
 
 /// Starts workers.

@@ -29,21 +29,23 @@ inline std::int64_t monotonic_ns() noexcept {
 }
 
 /// Sent by the supervisor to give a launched worker its task. Carries, as SCM_RIGHTS, the request
-/// segment's descriptor and then the result segment's.
+/// segment's descriptor, the result segment's, and with `stdout_attached` the file the task's
+/// stdout goes to (so a worker launched ahead of its task can still write its own log file).
 struct assign_message {
   std::uint32_t protocol = protocol_version;
   /// "KEY=VALUE" the worker sets before anything else (the device assignment, protocol.hpp's
   /// env::gpu / env::mem_limit / env::visible_devices / env::device_order, and the job's own).
   std::vector<std::string> env;
+  bool stdout_attached = false;  ///< a third descriptor: the worker's new stdout
 
   template <class Archive>
   void serialize(Archive& ar) {
-    ar(protocol, env);
+    ar(protocol, env, stdout_attached);
   }
 };
 
-/// Descriptors an assign_message carries.
-inline constexpr std::size_t assign_fds = 2;
+/// @brief Descriptors `a` carries: the two segments, and its stdout when attached.
+inline constexpr std::size_t assign_fds(const assign_message& a) { return a.stdout_attached ? 3 : 2; }
 
 /// Sent by the worker once it has applied its assignment and mapped its request: who it is and
 /// what it sees.

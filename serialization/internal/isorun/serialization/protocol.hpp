@@ -5,8 +5,9 @@
 ///
 ///   supervisor                                     worker (exec'd; fd 3 is its only channel)
 ///     launch: spawn with ISORUN_WORKER=1, fd 3 = control socket, no GPU visible
-///     assign_message {env} + SCM_RIGHTS [request segment, result segment]  -->
-///                                         applies env (CUDA_VISIBLE_DEVICES, ...), maps request
+///     assign_message {env} + SCM_RIGHTS [request segment, result segment, stdout?]  -->
+///                                         applies env (CUDA_VISIBLE_DEVICES, ...) and stdout,
+///                                         maps request
 ///                          <--  hello_message {pid, visible devices as it sees them}
 ///                                         runs the task, writes the result segment
 ///                          <--  done_message {status, peaks, timings}
@@ -17,12 +18,14 @@
 /// worker needs that is not in its environment at exec arrives with the assignment.
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <string_view>
 
 namespace isorun::serialization {
 
 /// Bumped whenever a message or the request changes shape.
-inline constexpr std::uint32_t protocol_version = 3;
+inline constexpr std::uint32_t protocol_version = 4;
 
 /// The descriptor a worker (and the `-- CMD` shim) finds its control socket under.
 inline constexpr int control_fd = 3;
@@ -36,9 +39,30 @@ inline constexpr std::string_view gpu = "ISORUN_GPU";              ///< assigned
 inline constexpr std::string_view mem_limit = "ISORUN_MEM_LIMIT";  ///< the cap in bytes, "0" for none
 inline constexpr std::string_view visible_devices = "CUDA_VISIBLE_DEVICES";  ///< the assigned GPU's UUID
 inline constexpr std::string_view device_order = "CUDA_DEVICE_ORDER";        ///< always PCI_BUS_ID
+inline constexpr std::string_view warm = "ISORUN_WARM";  ///< a warm_device: prepare it before the assignment
 /// Every variable above: removed from the environment a worker inherits, set only by isorun.
-inline constexpr std::string_view all[] = {worker, shim, gpu, mem_limit, visible_devices, device_order};
+inline constexpr std::string_view all[] = {worker, shim, gpu, mem_limit, visible_devices, device_order, warm};
 }  // namespace env
+
+/// The device a *warm* worker prepares while it waits for its assignment: it creates its CUDA
+/// context and capped allocator at launch (CUDA_VISIBLE_DEVICES is then set at exec), so its
+/// task starts at once. Its assignment must be for exactly this device, cap and configuration.
+struct warm_device {
+  int index = 0;                   ///< physical GPU index
+  bool simulated = false;          ///< a simulated GPU (ISORUN_SIMULATE_GPUS)
+  std::uint64_t device_memory = 0; ///< the GPU's total memory, bytes
+  std::uint64_t mem_limit = 0;     ///< the cap, bytes; 0 = none
+  std::string uuid;
+  std::string alloc_conf;
+
+  friend bool operator==(const warm_device&, const warm_device&) = default;
+};
+
+/// @brief `d` as the value of env::warm ("INDEX;sim|cuda;MEMORY;LIMIT;UUID;ALLOC_CONF").
+std::string to_env(const warm_device& d);
+
+/// @brief The warm_device in an env::warm value; nullopt if it is malformed.
+std::optional<warm_device> parse_warm_device(std::string_view value);
 
 /// @brief Starts a thread that, when the supervisor's end of `control` hangs up (it exited, even
 ///        by SIGKILL), kills this process's whole group and exits 137: nothing a worker or the

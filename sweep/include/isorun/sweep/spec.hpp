@@ -59,6 +59,8 @@ struct sweep_spec {
   bool fail_fast = false;
   std::string out;                      ///< output folder
   std::string alloc_conf;
+  int standby = 1;                      ///< workers kept launched ahead per slot; 0 = none
+  bool warm_context = true;             ///< GPU standby workers prepare their context where it fits
 };
 
 /// @brief Parses a YAML sweep spec and expands its trials (library isorun::sweep_spec).
