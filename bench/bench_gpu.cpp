@@ -5,7 +5,9 @@
 //       cudaHostAlloc'ed memory;
 //   (b) a cold trivial CUDA task, isolated, against a bare process that initialises CUDA,
 //       allocates 2 MiB and exits;
-//   (c) what the CLI itself costs with --gpu (NVML) against --cpu.
+//   (c) what the CLI itself costs with --gpu (NVML) against --cpu;
+//   (d) a trivial CUDA task on a warm standby worker, waiting for the worker's exit and with
+//       early_result, against a bare CUDA process's exit (its context's teardown).
 //   bench_gpu [--quick]        BENCH_BREAKDOWN=1 prints the worker's steps per transfer
 #include <fcntl.h>
 #include <spawn.h>
@@ -15,6 +17,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <thread>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -24,7 +28,9 @@
 #include "isorun/alloc/device_buffer.hpp"
 #include "isorun/isorun.hpp"
 #include "isorun/runner/job.hpp"
+#include "isorun/runner/launcher.hpp"
 #include "isorun/runner/process.hpp"
+#include "isorun/runner/standby.hpp"
 #include "stats.hpp"
 
 extern char** environ;
@@ -96,6 +102,12 @@ double result_gbps(std::uint64_t size) {
   return static_cast<double>(size) / static_cast<double>(r.received_ns - ready);
 }
 
+std::int64_t monotonic_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
+}
+
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -131,6 +143,11 @@ double spawn_ms(const std::vector<std::string>& args, const std::vector<std::str
 int main(int argc, char** argv) {
   isorun::init(argc, argv);
   if (argc == 2 && std::string(argv[1]) == "--bare-cuda") return bench_gpu::trivial_cuda();
+  if (argc == 3 && std::string(argv[1]) == "--bare-cuda-teardown") {  // says when it starts to exit
+    if (bench_gpu::trivial_cuda() != 0) return 1;
+    std::ofstream(argv[2]) << monotonic_ns() << std::endl;
+    return 0;
+  }
   const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
   if (gpus().source != runner::gpu_inventory::origin::nvml || gpus().gpus.empty()) {
     std::printf("bench_gpu: no NVIDIA GPU (%s); nothing to measure\n", gpus().describe_source().c_str());
@@ -183,5 +200,43 @@ int main(int argc, char** argv) {
   std::printf("  isorun --cpu hello    %s\n", show(summarize(with_cpu), "ms").c_str());
   std::printf("  isorun gpus           %s\n", show(summarize(list), "ms").c_str());
 #endif
+
+  {
+    std::printf("\n(d) trivial CUDA task on a warm standby worker (its context made while it waited)\n");
+    const isolated_options waited{.gpu = 0, .mem_limit = 2048 * MiB, .standby = 1, .warm_context = true};
+    isolated_options early = waited;
+    early.early_result = true;
+    auto& pool = runner::standby_for(
+        runner::launch_spec_for(runner::job_spec_for("trivial_gpu", serialization::encoding::binary, {}, gpu, waited)), 1);
+    // Between calls: the pool refilled, and its worker given time to create its context.
+    auto settle = [&] {
+      pool.fill();
+      std::this_thread::sleep_for(std::chrono::milliseconds(800));
+    };
+    const std::string stamp = "/tmp/isorun-bench-gpu-teardown-" + std::to_string(::getpid());
+    std::vector<double> w, e, teardown;
+    for (int i = 0; i < (quick ? 3 : 15); ++i) {
+      settle();
+      auto t0 = std::chrono::steady_clock::now();
+      isolated(trivial_gpu, waited)(0);
+      w.push_back(ms_since(t0));
+      settle();
+      t0 = std::chrono::steady_clock::now();
+      isolated(trivial_gpu, early)(0);
+      e.push_back(ms_since(t0));
+      spawn_ms({self, "--bare-cuda-teardown", stamp}, {"CUDA_VISIBLE_DEVICES=" + gpu.uuid});
+      const std::int64_t reaped = monotonic_ns();
+      std::int64_t exiting = 0;
+      std::ifstream(stamp) >> exiting;
+      teardown.push_back(static_cast<double>(reaped - exiting) / 1e6);
+    }
+    std::remove(stamp.c_str());
+    runner::stop_standby();
+    const auto ws = summarize(w), es = summarize(e), ts = summarize(teardown);
+    std::printf("  exit waited for (the default)     %s\n", show(ws, "ms").c_str());
+    std::printf("  early_result                      %s   goal <= 10 ms\n", show(es, "ms").c_str());
+    std::printf("  bare CUDA process: exit to reaped %s\n", show(ts, "ms").c_str());
+    std::printf("  ratio waited / bare teardown %.2f   goal <= 1.1\n", ws.median / ts.median);
+  }
   return 0;
 }

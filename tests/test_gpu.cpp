@@ -21,8 +21,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "isorun/isorun.hpp"
 #include "isorun/runner/gpu_inventory.hpp"
+#include "isorun/runner/launcher.hpp"
 #include "isorun/runner/process.hpp"
+#include "isorun/runner/standby.hpp"
 #include "isorun/runner/units.hpp"
 #include "test_support.hpp"
 
@@ -84,7 +87,19 @@ bool wait_ready(int fd) {
   return true;
 }
 
+// Whether the worker came with its allocator (and so its CUDA context) made; then a 2 MiB
+// allocation on the device.
+int warm_trivial(int) {
+  auto& w = isorun::this_worker();
+  const bool warm = w.has_allocator();
+  auto& a = w.allocator();
+  a.deallocate(a.allocate(2 * MiB));
+  return warm ? 1 : 0;
+}
+
 }  // namespace
+
+ISORUN_TASK(warm_trivial);
 
 TEST_CASE("the worker sees exactly the assigned GPU, by UUID", "[gpu]") {
   const auto inv = gpu_inventory::detect();
@@ -173,6 +188,33 @@ TEST_CASE("GPU memory returns to its baseline after a worker exits, a kill -9 of
   expect_released(baseline, "--timeout while a CUDA child held 1 GiB");
 }
 
+TEST_CASE("a warm standby worker has its CUDA context before the call; an early result; memory back after", "[gpu]") {
+  namespace r = isorun::runner;
+  const std::uint64_t baseline = free_memory();
+  const isorun::isolated_options opts{
+      .gpu = 0, .mem_limit = 2048 * MiB, .standby = 1, .warm_context = true, .early_result = true};
+  auto& pool = r::standby_for(r::launch_spec_for(r::job_spec_for("warm_trivial", isorun::serialization::encoding::binary,
+                                                                 {}, isorun::gpus().gpus.at(0), opts)),
+                              1);
+  pool.fill();
+  // The waiting worker's context shows on the device before any call (polling NVML: nothing
+  // signals a context's creation; a 30 s bound turns a worker that never warms into a failure).
+  const auto t0 = std::chrono::steady_clock::now();
+  while (baseline - std::min(baseline, free_memory()) < 100 * MiB &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30))
+    ::usleep(10'000);
+  REQUIRE(baseline - std::min(baseline, free_memory()) >= 100 * MiB);
+  const auto called = std::chrono::steady_clock::now();
+  auto res = isorun::isolated(warm_trivial, opts).try_call(0);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - called).count();
+  REQUIRE(res.ok());
+  CHECK(res.value() == 1);          // it did not have to create its context
+  CHECK(res.status().exit_pending);  // handed over before the context's teardown
+  std::printf("gpu-check: trivial CUDA task on a warm standby worker, early result: %.1f ms\n", ms);
+  isorun::stop_standby();  // the replacement worker, warm too, is stopped
+  expect_released(baseline, "a warm standby call and stop_standby()");
+}
+
 TEST_CASE("the digits classifier trains on the GPU and agrees with the CPU", "[gpu][digits]") {
   const std::vector<std::string> params = {"digits", "model=mlp", "lr=0.1", "hidden=64", "epochs=30", "seed=1"};
   auto with = [&](std::vector<std::string> head) {
@@ -221,6 +263,7 @@ TEST_CASE("the digits sweep on GPU 0: every trial succeeds on the GPU", "[gpu][d
 }
 
 int main(int argc, char** argv) {
+  isorun::init(argc, argv);  // this program is its own worker for the isolated() checks
   for (int i = 1; i < argc; ++i)
     if (std::string(argv[i]).rfind("--list", 0) == 0) return Catch::Session().run(argc, argv);
   // The real inventory (not a simulated one) and a driver that works: a stand-in NVML, or NVML

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -170,6 +171,42 @@ std::string warm_state(int) {
   return std::string(ready ? "ready" : "cold") + "|" + (v ? v : "<unset>") + "|" + std::to_string(w.allocator().cap());
 }
 
+// Leaves a process outside the worker's group holding the worker's descriptors, the result
+// segment's among them. Once the FIFO `dir`/go is opened, it tries to change the result segment
+// (a write, a writable mapping, a resize) and writes "refused changed" to the FIFO `dir`/report.
+isorun::blob escapee(const std::string& dir) {
+  if (::fork() == 0) {
+    ::setsid();
+    { std::ifstream go(dir + "/go"); }  // blocks until the test opens it
+    int refused = 0, changed = 0;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+      const int fd = std::stoi(entry.path().filename().string());
+      std::uint64_t magic = 0;
+      if (::pread(fd, &magic, sizeof magic, 0) != sizeof magic || magic != isorun::serialization::result_magic) continue;
+      const char x = 'X';
+      (::pwrite(fd, &x, 1, 100) == 1 ? changed : refused) += 1;
+      void* m = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      (m != MAP_FAILED ? changed : refused) += 1;
+      (::ftruncate(fd, 0) == 0 ? changed : refused) += 1;
+    }
+    std::ofstream(dir + "/report") << refused << " " << changed << std::endl;
+    ::_exit(0);
+  }
+  isorun::blob b = isorun::this_worker().output_blob(4096);  // mapped after the fork: only the fd escaped
+  std::memset(b.mutable_data(), 'a', b.size());
+  return b;
+}
+
+// Its result area is still mapped writable by a child when it reports: the result cannot be
+// sealed, so it is handed over only after the worker's group is gone.
+isorun::blob clings(int) {
+  isorun::blob b = isorun::this_worker().output_blob(4096);
+  std::memset(b.mutable_data(), 'b', b.size());
+  if (::fork() == 0)
+    for (;;) ::pause();
+  return b;
+}
+
 int prints(const std::string& text) {
   std::printf("%s\n", text.c_str());
   return 0;
@@ -204,6 +241,8 @@ ISORUN_TASK(no_result);
 ISORUN_TASK(hold);
 ISORUN_TASK(warm_state);
 ISORUN_TASK(prints);
+ISORUN_TASK(escapee);
+ISORUN_TASK(clings);
 
 namespace {
 
@@ -555,6 +594,55 @@ TEST_CASE("a job on a standby worker: its time counts from its assignment, its s
     CHECK(line == text);
   }
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("an early result is handed over sealed: no process can change it afterwards", "[runner][early]") {
+  char dir[] = "/tmp/isorun-early-XXXXXX";
+  REQUIRE(::mkdtemp(dir));
+  const std::string d = dir;
+  REQUIRE(::mkfifo((d + "/go").c_str(), 0600) == 0);
+  REQUIRE(::mkfifo((d + "/report").c_str(), 0600) == 0);
+  auto r = isorun::isolated(escapee, {.early_result = true}).try_call(d);
+  REQUIRE(r.ok());
+  CHECK(r.status().exit_pending);  // handed over on `done`, not at the exit
+  { std::ofstream go(d + "/go"); }  // the escaped process now tries its three changes
+  int refused = -1, changed = -1;
+  std::ifstream(d + "/report") >> refused >> changed;
+  CHECK(refused == 3);
+  CHECK(changed == 0);
+  const auto& b = r.value();
+  CHECK(std::all_of(b.bytes().begin(), b.bytes().end(), [](std::byte c) { return c == std::byte{'a'}; }));
+  std::filesystem::remove_all(d);
+}
+
+TEST_CASE("an early result still mapped writable by the task's child waits for the worker's group to go",
+          "[runner][early]") {
+  auto r = isorun::isolated(clings, {.early_result = true}).try_call(0);
+  REQUIRE(r.ok());
+  CHECK_FALSE(r.status().exit_pending);
+  CHECK(r.status().exit.success());
+  const auto& b = r.value();
+  CHECK(std::all_of(b.bytes().begin(), b.bytes().end(), [](std::byte c) { return c == std::byte{'b'}; }));
+}
+
+TEST_CASE("early results on standby workers: each call's worker is gone afterwards, failures are as usual",
+          "[runner][early][standby]") {
+  stop_standby_at_end guard;
+  const isorun::isolated_options opts{.standby = 2, .early_result = true};
+  for (int i = 0; i < 5; ++i) {
+    auto h = isorun::isolated(pid_and_calls, opts).async(0);
+    const pid_t pid = h.pid();
+    auto r = h.try_get();
+    REQUIRE(r.ok());
+    CHECK(r.status().exit_pending);
+    CHECK(r.value() == std::to_string(pid) + " 1");
+    CHECK(process_gone(pid));  // reaped behind the caller's back
+  }
+  auto failed = isorun::isolated(throws, opts).try_call(3);
+  CHECK(failed.status().kind == isorun::outcome_kind::task_error);
+  CHECK_FALSE(failed.status().exit_pending);  // only a result is handed over early
+  auto crashed = isorun::isolated(segfaults, {.echo_stderr = false, .early_result = true}).try_call(0);
+  CHECK(crashed.status().kind == isorun::outcome_kind::crashed);
 }
 
 TEST_CASE("killing a supervisor with standby workers waiting leaves nothing behind", "[runner][standby]") {

@@ -54,19 +54,30 @@ TEST_CASE("segments are created already unlinked, 0600, and grow on demand", "[s
   CHECK(static_cast<unsigned char>(m2.data()[12345]) == 0xab);
 }
 
-TEST_CASE("stale names of dead supervisors are swept, live ones are not", "[shm]") {
-  pid_t dead = ::fork();
-  if (dead == 0) ::_exit(0);
-  ::waitpid(dead, nullptr, 0);
-  const std::string stale = "/isorun-" + std::to_string(dead) + "-deadbeef";
-  const std::string live = "/isorun-" + std::to_string(::getpid()) + "-cafe";
-  for (const auto& n : {stale, live}) ::close(::shm_open(n.c_str(), O_CREAT | O_RDWR, 0600));
-  CHECK(ser::remove_stale_segments() >= 1);
-  CHECK(::shm_open(stale.c_str(), O_RDONLY, 0) == -1);
-  int fd = ::shm_open(live.c_str(), O_RDONLY, 0);
-  CHECK(fd >= 0);
-  ::close(fd);
-  ::shm_unlink(live.c_str());
+TEST_CASE("a sealed segment refuses every change, through any descriptor; sealing waits for writable mappings",
+          "[shm]") {
+  auto f = ser::shm_file::create(1 << 20);
+  {
+    auto m = ser::mapping::map(f.fd(), f.size(), ser::mapping::access::read_write, true);
+    std::memset(m.data(), 0x5a, m.size());
+    CHECK_FALSE(f.seal());  // a writable mapping exists: refused, nothing sealed
+    CHECK_FALSE(f.sealed());
+  }
+  const int other = ::fcntl(f.fd(), F_DUPFD_CLOEXEC, 0);  // as a worker holds its own descriptor
+  REQUIRE(other >= 0);
+  REQUIRE(f.seal());
+  CHECK(f.sealed());
+  const char byte = 1;
+  errno = 0;
+  CHECK(::pwrite(other, &byte, 1, 0) == -1);
+  CHECK(errno == EPERM);
+  CHECK(::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, other, 0) == MAP_FAILED);
+  CHECK(errno == EPERM);
+  CHECK(::ftruncate(other, 0) == -1);
+  CHECK(::ftruncate(other, 2 << 20) == -1);
+  auto ro = ser::mapping::map(f.fd(), f.size(), ser::mapping::access::read_only, false);
+  CHECK(static_cast<unsigned char>(ro.data()[777]) == 0x5a);
+  ::close(other);
 }
 
 TEST_CASE("open_payload accepts a valid segment and rejects each kind of damage", "[wire]") {

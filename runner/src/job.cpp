@@ -11,8 +11,10 @@
 #include <climits>
 #include <cstring>
 #include <atomic>
+#include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <thread>
 
 #include "isorun/alloc/config.hpp"
 #include "isorun/runner/errors.hpp"
@@ -101,6 +103,7 @@ prepared_request prepare_request(job_spec& spec) {
   }
   req.alloc_conf = spec.alloc_conf;
   req.max_result = spec.max_result;
+  req.early_result = spec.early_result;
   req.args = std::move(spec.args);
   auto& pool = ser::segment_pool::instance();
   prepared_request p;
@@ -143,6 +146,7 @@ struct watch_record {
   std::optional<ser::done_message> done;
   std::vector<std::string> stderr_tail;
   clock::duration wall{};
+  bool early = false;  // the result was sealed for hand-over; the worker has not exited yet
 
   void force(outcome_kind k, std::string why) {
     if (!forced) forced.emplace(k, std::move(why));
@@ -158,6 +162,7 @@ struct job::state {
   unique_fd cancel_event;
 
   std::mutex wait_mutex;
+  std::condition_variable ready;  // early_result: the watcher thread set `result`
   std::atomic<bool> finished{false};
   job_result result;
 };
@@ -226,18 +231,21 @@ watch_record watch(job::state& s) {
   };
 
   bool stderr_open = true;
+  bool await_done = s.spec.early_result;
   for (;;) {
     // The control socket is read once the worker is gone: its few small messages wait in the
     // socket buffer, and not waking up for each of them keeps a short task's round trip short.
-    pollfd fds[3] = {{worker.process.pidfd(), POLLIN, 0},
+    // Only an early hand-over listens for `done` while the worker lives.
+    pollfd fds[4] = {{worker.process.pidfd(), POLLIN, 0},
                      {stderr_open ? worker.stderr_read.get() : -1, POLLIN, 0},
-                     {s.cancel_event.get(), POLLIN, 0}};
+                     {s.cancel_event.get(), POLLIN, 0},
+                     {await_done && worker.control ? worker.control.get() : -1, POLLIN, 0}};
     int timeout_ms = -1;
     if (deadline != never) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
       timeout_ms = static_cast<int>(std::clamp<long long>(left + 1, 0, INT_MAX));
     }
-    int rc = ::poll(fds, 3, timeout_ms);
+    int rc = ::poll(fds, 4, timeout_ms);
     if (rc < 0 && errno != EINTR) break;
     if (fds[2].revents & POLLIN) {
       std::uint64_t requests = 1;  // the eventfd counts cancels that arrived since the last read
@@ -252,15 +260,47 @@ watch_record watch(job::state& s) {
         w.force(outcome_kind::timeout, "timed out after " + format_duration(s.spec.timeout) + "; stopped");
       deadline = stopping.advance(worker.process);
     }
+    if (fds[3].revents) {  // before the exit: `done` came first, even if both are ready now
+      read_control(s, w);
+      if (w.done) {
+        await_done = false;
+        // Sealed, the result can no longer change, whoever still runs: hand it over now. A
+        // failure, or a seal refused because something still maps it writable, waits for the exit.
+        if (w.done->status == ser::task_status::ok && !w.forced && s.segments.result->seal()) {
+          w.early = true;
+          break;
+        }
+      }
+    }
     if (fds[0].revents & POLLIN) break;
   }
 
-  read_control(s, w);
-  w.exited = worker.process.reap();  // also kills what is left of the group
+  if (!w.early) {
+    read_control(s, w);
+    w.exited = worker.process.reap();  // also kills what is left of the group
+  }
   if (stderr_open) read_stderr();
   w.wall = clock::now() - worker.started;
   w.stderr_tail = tail.lines();
   return w;
+}
+
+// After an early hand-over: the worker has reported and let go of its result, and now exits.
+// It gets its grace period to do so (a CUDA context's teardown), and a cancel or the end of the
+// grace kills its group; then it is reaped.
+void finish_exit(job::state& s) {
+  launched_worker& worker = s.worker;
+  worker.stderr_read.reset();  // nothing more of it is reported
+  const auto deadline = clock::now() + s.spec.grace;
+  for (;;) {
+    pollfd fds[2] = {{worker.process.pidfd(), POLLIN, 0}, {s.cancel_event.get(), POLLIN, 0}};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
+    const int rc = ::poll(fds, 2, static_cast<int>(std::clamp<long long>(left + 1, 0, INT_MAX)));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc <= 0 || (fds[1].revents & POLLIN) || (fds[0].revents & POLLIN)) break;
+  }
+  worker.process.reap();  // kills what is left of the group first
+  worker.control.reset();
 }
 
 // How the job ended, from what watching recorded: forced ends first (cancel, timeout, protocol
@@ -269,6 +309,7 @@ job_result classify(watch_record w, const job_spec& spec, const std::shared_ptr<
   job_result r;
   outcome& o = r.status;
   o.exit = w.exited;
+  o.exit_pending = w.early;
   o.wall = std::chrono::duration_cast<std::chrono::nanoseconds>(w.wall);
   o.timeout = spec.timeout;
   o.device = spec.gpu ? visible_devices_for(spec.gpu) : "cpu";
@@ -321,7 +362,7 @@ local_launcher& local() {
 
 }  // namespace
 
-job::job(std::unique_ptr<state> s) : state_{std::move(s)} {}
+job::job(std::shared_ptr<state> s) : state_{std::move(s)} {}
 
 job::~job() {
   if (state_ && !state_->finished) {
@@ -352,6 +393,7 @@ job_spec job_spec_for(std::string task, serialization::encoding encoding, blob a
   spec.stderr_echo_fd = opts.echo_stderr ? 2 : -1;
   spec.max_result = opts.max_result;
   spec.warm_context = opts.warm_context;
+  spec.early_result = opts.early_result;
   return spec;
 }
 
@@ -386,10 +428,7 @@ std::shared_ptr<job> job::start(job_spec spec, launched_worker worker) {
 }
 
 std::shared_ptr<job> job::assign_checked(job_spec spec, launched_worker worker) {
-  static std::once_flag sweep_once;
-  std::call_once(sweep_once, [] { ser::remove_stale_segments(); });
-
-  auto s = std::make_unique<state>();
+  auto s = std::make_shared<state>();
   s->cancel_event.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!s->cancel_event) throw internal_error(std::string("eventfd: ") + std::strerror(errno));
   s->segments = prepare_request(spec);
@@ -399,10 +438,34 @@ std::shared_ptr<job> job::assign_checked(job_spec spec, launched_worker worker) 
   s->worker.started = clock::now();
   assign(s->worker, s->segments, spec);
   s->spec = std::move(spec);
+  if (s->spec.early_result) {
+    // Watched by a thread of its own, which hands the result over first and then sees the worker
+    // to its end. It holds the state, so dropping the job does not wait for the worker's exit; if
+    // this process exits first, the worker's group dies with it (its control socket hangs up).
+    std::thread([s] {
+      watch_record w = watch(*s);
+      const bool early = w.early;
+      {
+        std::lock_guard lock(s->wait_mutex);
+        s->result = classify(std::move(w), s->spec, s->segments.result);
+        s->segments.request.reset();
+        if (!s->result.owner) s->segments.result.reset();
+        s->finished = true;
+      }
+      s->ready.notify_all();
+      if (early) finish_exit(*s);
+      s->worker.control.reset();
+      s->worker.stderr_read.reset();
+    }).detach();
+  }
   return std::shared_ptr<job>(new job(std::move(s)));
 }
 
 bool job::wait_for(std::chrono::milliseconds timeout) {
+  if (state_->spec.early_result) {
+    std::unique_lock lock(state_->wait_mutex);
+    return state_->ready.wait_for(lock, timeout, [&] { return state_->finished.load(); });
+  }
   {
     std::unique_lock lock(state_->wait_mutex, std::try_to_lock);
     if (lock.owns_lock() && state_->finished) return true;
@@ -414,6 +477,11 @@ bool job::wait_for(std::chrono::milliseconds timeout) {
 
 const job_result& job::wait() {
   state& s = *state_;
+  if (s.spec.early_result) {  // the watcher thread classifies
+    std::unique_lock lock(s.wait_mutex);
+    s.ready.wait(lock, [&] { return s.finished.load(); });
+    return s.result;
+  }
   std::lock_guard lock(s.wait_mutex);
   if (s.finished) return s.result;
   s.result = classify(watch(s), s.spec, s.segments.result);

@@ -12,8 +12,15 @@ std::byte* pooled_segment::writable(std::uint64_t size) {
 
 const mapping& pooled_segment::current() {
   const std::uint64_t size = file_.size();
-  if (map_.size() != size) map_ = mapping::map(file_.fd(), size, mapping::access::read_write, true);
+  if (map_.size() != size)
+    map_ = mapping::map(file_.fd(), size, sealed_ ? mapping::access::read_only : mapping::access::read_write, true);
   return map_;
+}
+
+bool pooled_segment::seal() {
+  map_ = {};  // our own writable mapping would refuse the seal too
+  sealed_ = file_.seal();
+  return sealed_;
 }
 
 segment_pool& segment_pool::instance() {
@@ -48,6 +55,7 @@ std::shared_ptr<pooled_segment> segment_pool::acquire(std::uint64_t min_capacity
 }
 
 void segment_pool::release(std::unique_ptr<pooled_segment> segment) noexcept {
+  if (segment->sealed()) return;  // it can never be written again
   try {
     const auto cap = segment->capacity();
     std::lock_guard lock(mutex_);

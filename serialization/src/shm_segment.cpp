@@ -1,14 +1,11 @@
 #include "isorun/serialization/shm_segment.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -21,22 +18,7 @@ namespace {
   throw std::system_error(errno, std::generic_category(), what);
 }
 
-std::string random_name() {
-  unsigned char bytes[16];
-  std::size_t got = 0;
-  while (got < sizeof bytes) {
-    ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw_errno("getrandom");
-    }
-    got += static_cast<std::size_t>(n);
-  }
-  char name[80];
-  int len = std::snprintf(name, sizeof name, "/%s%ld-", segment_prefix, static_cast<long>(::getpid()));
-  for (unsigned char b : bytes) len += std::snprintf(name + len, sizeof name - len, "%02x", b);
-  return name;
-}
+constexpr int all_write_seals = F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK;
 
 }  // namespace
 
@@ -53,19 +35,26 @@ shm_file::~shm_file() {
 }
 
 shm_file shm_file::create(std::uint64_t size) {
-  for (int attempt = 0;; ++attempt) {
-    const std::string name = random_name();
-    int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) {
-      if (errno == EEXIST && attempt < 4) continue;
-      throw_errno("shm_open(" + name + ")");
-    }
-    // Unlink first: from here on a crash cannot leave the name behind.
-    ::shm_unlink(name.c_str());
-    shm_file file{fd};
-    if (size > 0) file.reserve(size);
-    return file;
+  // The name only labels the descriptor in /proc/PID/fd ("memfd:isorun-segment").
+  const int fd = ::memfd_create("isorun-segment", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) throw_errno("memfd_create");
+  shm_file file{fd};
+  if (size > 0) file.reserve(size);
+  return file;
+}
+
+bool shm_file::seal() {
+  if (::fcntl(fd_, F_ADD_SEALS, all_write_seals) != 0) {
+    if (errno == EBUSY) return false;  // mapped writable somewhere
+    throw_errno("sealing a shared memory segment");
   }
+  ::fcntl(fd_, F_ADD_SEALS, F_SEAL_SEAL);  // and no seal can be added or removed any more
+  return true;
+}
+
+bool shm_file::sealed() const {
+  const int seals = ::fcntl(fd_, F_GET_SEALS);
+  return seals >= 0 && (seals & all_write_seals) == all_write_seals;
 }
 
 std::uint64_t shm_file::size() const {
@@ -80,7 +69,7 @@ void shm_file::reserve(std::uint64_t size) {
   do {
     rc = ::ftruncate(fd_, static_cast<off_t>(size));
   } while (rc != 0 && errno == EINTR);
-  if (rc != 0) throw_errno("growing shared memory segment to " + std::to_string(size) + " bytes (is /dev/shm full?)");
+  if (rc != 0) throw_errno("growing shared memory segment to " + std::to_string(size) + " bytes");
 }
 
 mapping::mapping(mapping&& other) noexcept : addr_{other.addr_}, length_{other.length_} {
@@ -113,25 +102,6 @@ mapping mapping::map(int fd, std::uint64_t length, access mode, bool populate) {
   m.addr_ = addr;
   m.length_ = length;
   return m;
-}
-
-std::size_t remove_stale_segments() noexcept {
-  std::size_t removed = 0;
-  DIR* dir = ::opendir("/dev/shm");
-  if (!dir) return 0;
-  const std::size_t prefix_len = std::strlen(segment_prefix);
-  while (dirent* entry = ::readdir(dir)) {
-    const char* name = entry->d_name;
-    if (std::strncmp(name, segment_prefix, prefix_len) != 0) continue;
-    char* end = nullptr;
-    long pid = std::strtol(name + prefix_len, &end, 10);
-    if (pid <= 0 || !end || *end != '-') continue;
-    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
-    std::string path = std::string("/") + name;
-    if (::shm_unlink(path.c_str()) == 0) ++removed;
-  }
-  ::closedir(dir);
-  return removed;
 }
 
 }  // namespace isorun::serialization

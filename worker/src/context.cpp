@@ -114,9 +114,21 @@ blob worker_context::output_blob(std::size_t size) {
   if (!area) return blob(size);
   if (assigned_.kind == device_kind::cuda) {
     allocator();  // loads the CUDA module
-    cuda_->host_register(area + sizeof(std::uint64_t), size);  // best effort: pageable memory works too
+    // Best effort: pageable memory works too.
+    if (cuda_->host_register(area + sizeof(std::uint64_t), size) == 0) registered_ = area + sizeof(std::uint64_t);
   }
   return blob::external(area + sizeof(std::uint64_t), size);
+}
+
+void worker_context::release_task_memory() noexcept {
+  if (registered_) {
+    cuda_->host_unregister(registered_);  // a page-locked page would keep the segment unsealable
+    registered_ = nullptr;
+  }
+  try {
+    if (allocator_) allocator_->empty_cache();
+  } catch (...) {
+  }
 }
 
 worker_context& this_worker() noexcept {

@@ -123,6 +123,12 @@ class segment_sink final : public worker::result_sink {
     committed_ns_ = monotonic_ns();
   }
 
+  // Lets go of the segment: this process can no longer change it, so it can be sealed.
+  void close() {
+    map_ = {};
+    file_ = {};
+  }
+
   std::int64_t run_end_ns_ = 0, committed_ns_ = 0;
 
  private:
@@ -244,6 +250,13 @@ std::optional<ser::warm_device> prepare_warm_device() {
   if (sink.committed_ns_) {
     done.encode_begin_ns = sink.run_end_ns_;
     done.encode_ns = static_cast<std::uint64_t>(sink.committed_ns_ - sink.run_end_ns_);
+  }
+  if (req.early_result) {
+    // The supervisor seals the result on `done` and hands it over while this process exits:
+    // nothing here may still be able to write it, and the task's device memory goes back now.
+    this_worker().set_output_area(nullptr);
+    this_worker().release_task_memory();
+    sink.close();
   }
   std::cout.flush();
   std::fflush(nullptr);

@@ -46,6 +46,9 @@ struct job_spec {
   /// On a GPU: the worker creates its CUDA context and capped allocator as soon as it is
   /// launched, before its assignment (isolated_options::warm_context).
   bool warm_context = false;
+  /// Hand the result over as soon as the worker reports it, sealed, while the worker exits
+  /// behind it (isolated_options::early_result).
+  bool early_result = false;
 };
 
 /// A finished job: its outcome and, on success, the validated result payload.
@@ -96,8 +99,10 @@ class job {
   job(const job&) = delete;
   job& operator=(const job&) = delete;
 
-  /// @brief Blocks until the worker is gone (enforcing the timeout) and classifies its end.
-  ///        Safe to call again, and from several threads; all get the same result.
+  /// @brief Blocks until the worker is gone (enforcing the timeout) and classifies its end;
+  ///        with `early_result`, until its result is sealed and validated or it is gone,
+  ///        whichever comes first. Safe to call again, and from several threads; all get the
+  ///        same result.
   const job_result& wait();
 
   /// @brief Waits up to `timeout`. @return true once the result is available via wait().
@@ -113,10 +118,10 @@ class job {
   struct state;
 
  private:
-  explicit job(std::unique_ptr<state> s);
+  explicit job(std::shared_ptr<state> s);
   // Every start() after its check: prepares the request and assigns it to `worker`.
   static std::shared_ptr<job> assign_checked(job_spec spec, launched_worker worker);
-  std::unique_ptr<state> state_;
+  std::shared_ptr<state> state_;  // shared with the watcher thread of an early_result job
 };
 
 }  // namespace isorun::runner

@@ -57,7 +57,10 @@ struct outcome {
   std::chrono::milliseconds timeout{0};
   std::uint64_t peak_allocated = 0;  ///< worker allocator peaks, bytes (0 when unknown)
   std::uint64_t peak_reserved = 0;
-  std::chrono::nanoseconds wall{0};  ///< spawn to reap
+  std::chrono::nanoseconds wall{0};  ///< assignment to reap (to hand-over with exit_pending)
+  /// The result was handed over before the worker had exited (isolated_options::early_result):
+  /// `exit` is not known; the worker is still being stopped and reaped in the background.
+  bool exit_pending = false;
   std::chrono::nanoseconds run{0};   ///< inside the task function
   std::string device;                ///< "cpu" or the GPU's UUID
 

@@ -28,12 +28,15 @@ struct request {
   bool gpu_simulated = false;                ///< a simulated GPU (ISORUN_SIMULATE_GPUS)
   std::string alloc_conf;                    ///< ISORUN_ALLOC_CONF-style configuration
   std::uint64_t max_result = 0;              ///< largest result the supervisor accepts
+  /// The supervisor may hand the result over before this process exits: release what the task
+  /// held and unmap the result before reporting done, so the supervisor can seal it.
+  bool early_result = false;
   blob args;                                 ///< encoded arguments
 
   template <class Archive>
   void serialize(Archive& ar) {
     ar(protocol, task, encoding, task_libraries, mem_limit, gpu_index, gpu_uuid, gpu_memory, gpu_simulated, alloc_conf, max_result,
-       args);
+       early_result, args);
   }
 };
 

@@ -28,13 +28,22 @@ class pooled_segment {
   /// @throws std::system_error on ftruncate/mmap failure.
   std::byte* writable(std::uint64_t size);
 
-  /// @brief Maps the whole file as it is now (a worker may have grown it) and returns the mapping.
+  /// @brief Maps the whole file as it is now (a worker may have grown it) and returns the mapping
+  ///        (read-only once sealed).
   /// @throws std::system_error on mmap failure.
   const mapping& current();
+
+  /// @brief Seals the segment (shm_file::seal) after dropping this side's writable mapping: from
+  ///        then on no process can change it. A sealed segment is not reused by the pool.
+  /// @return false if a writable mapping of it still exists elsewhere (nothing is sealed).
+  /// @throws std::system_error for a segment that cannot be sealed.
+  bool seal();
+  [[nodiscard]] bool sealed() const noexcept { return sealed_; }
 
  private:
   shm_file file_;
   mapping map_;
+  bool sealed_ = false;
 };
 
 class segment_pool {

@@ -1,10 +1,11 @@
 #pragma once
 /// @file shm_segment.hpp
-/// A POSIX shared-memory file owned through its descriptor, and a mapping of it.
+/// A shared-memory file owned through its descriptor, and a mapping of it.
 ///
-/// Segments are created 0600 under an unguessable name (`/isorun-<pid>-<128 random bits>`) and
-/// unlinked immediately: from then on only descriptors reach them, which the supervisor hands to
-/// its worker by inheritance. A crash of either side therefore leaves nothing in /dev/shm.
+/// Segments are anonymous memory files (memfd_create): they never have a name, in /dev/shm or
+/// anywhere, so only descriptors reach them (the supervisor hands them to its worker over the
+/// control socket) and a crash of either side can leave nothing behind. They can be *sealed*:
+/// once sealed, the kernel refuses every change to their bytes, whoever tries.
 
 #include <cstddef>
 #include <cstdint>
@@ -24,8 +25,8 @@ class shm_file {
   shm_file& operator=(const shm_file&) = delete;
   ~shm_file();
 
-  /// @brief Creates a segment of `size` bytes, 0600, close-on-exec, already unlinked.
-  /// @throws std::system_error when shm_open/ftruncate fail (e.g. /dev/shm full).
+  /// @brief Creates a segment of `size` bytes, close-on-exec, sealable, with no name.
+  /// @throws std::system_error when memfd_create/ftruncate fail (e.g. out of memory).
   static shm_file create(std::uint64_t size);
 
   /// @brief Current size of the file in bytes (fstat).
@@ -35,6 +36,16 @@ class shm_file {
   /// @brief Grows the file to at least `size` bytes; never shrinks it.
   /// @throws std::system_error if ftruncate fails (tmpfs full).
   void reserve(std::uint64_t size);
+
+  /// @brief Forbids every further change to the file's bytes and size, by any process, through
+  ///        any descriptor or mapping (F_SEAL_WRITE, F_SEAL_GROW, F_SEAL_SHRINK, then F_SEAL_SEAL).
+  ///        The kernel grants it only while no writable shared mapping of the file exists.
+  /// @return false if a writable mapping still exists somewhere (nothing is sealed then).
+  /// @throws std::system_error for any other failure (a file that cannot be sealed).
+  bool seal();
+
+  /// @brief Whether seal() succeeded on this file (by any descriptor).
+  [[nodiscard]] bool sealed() const;
 
   [[nodiscard]] int fd() const noexcept { return fd_; }
   [[nodiscard]] bool valid() const noexcept { return fd_ >= 0; }
@@ -76,14 +87,5 @@ class mapping {
   std::uint64_t length_ = 0;
 };
 
-/// @brief Prefix of every segment name in /dev/shm; a leftover is easy to spot.
-inline constexpr const char* segment_prefix = "isorun-";
-
-/// @brief Removes /dev/shm entries named `isorun-<pid>-*` whose creator pid no longer runs.
-///
-/// Entries only exist for the few microseconds between shm_open and shm_unlink; this sweeps the
-/// ones a supervisor killed in exactly that window would leave. Errors are ignored.
-/// @return the number of entries removed.
-std::size_t remove_stale_segments() noexcept;
 
 }  // namespace isorun::serialization

@@ -70,6 +70,9 @@ class worker_context {
   /// Set by the worker: maps the result segment for a payload of the given size (nullptr if
   /// the running task's result is not a blob).
   void set_output_area(std::function<std::byte*(std::uint64_t)> area) { output_area_ = std::move(area); }
+  /// Called by the worker after the task, before an early hand-over: releases what the task
+  /// left held on the device (the output area's page-locking, the allocator's cached memory).
+  void release_task_memory() noexcept;
 
   /// True once allocator() has created the allocator.
   [[nodiscard]] bool has_allocator() const noexcept { return allocator_ != nullptr; }
@@ -92,6 +95,7 @@ class worker_context {
   assignment assigned_;
   std::function<std::byte*(std::uint64_t)> output_area_;
   const alloc::cuda_module_api* cuda_ = nullptr;
+  void* registered_ = nullptr;  // the output area while page-locked
   alloc::cuda_context_info context_;
   std::once_flag allocator_once_;
   std::unique_ptr<alloc::caching_allocator> allocator_;
