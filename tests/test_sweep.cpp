@@ -440,6 +440,8 @@ TEST_CASE("bad sweep input: exit 2, nothing started, an existing journal untouch
   CHECK(run_cli({"sweep", dir + "/spec.yaml", "--gpus", "0", "--mem-limit", "64G"}, {"ISORUN_SIMULATE_GPUS=2x16G"}) == 2);
   CHECK(run_cli({"sweep", dir + "/spec.yaml", "--retry", "out_of_memory=1"}) == 2);
   CHECK(run_cli({"sweep", "step", "--grid", "i="}) == 2);
+  CHECK(run_cli({"sweep", dir + "/spec.yaml", "--standby", "-1"}) == 2);
+  CHECK(run_cli({"sweep", dir + "/spec.yaml", "--standby", "two"}) == 2);
   CHECK(lines(dir + "/out/results.jsonl") == before);
   CHECK(lines(log).size() == 2);  // nothing more ran
   CHECK_FALSE(fs::exists(dir + "/o2"));
