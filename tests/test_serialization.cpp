@@ -22,6 +22,7 @@
 #include "isorun/serialization/control.hpp"
 #include "isorun/serialization/segment_pool.hpp"
 #include "isorun/serialization/shm_segment.hpp"
+#include "isorun/serialization/streams.hpp"
 #include "isorun/serialization/wire.hpp"
 #include "test_support.hpp"
 
@@ -139,6 +140,52 @@ TEST_CASE("large writes are hashed on the fly with the same checksum", "[codec]"
   std::vector<std::byte> buf(n);
   const auto sum = ser::encode_into(buf.data(), n, big);
   CHECK(sum == ser::checksum(buf));
+}
+
+TEST_CASE("the checksum is chunked; every way of writing a payload gives what checksum() computes", "[codec]") {
+  constexpr std::uint64_t C = ser::checksum_chunk;
+  for (const std::uint64_t size : {C - 1, C, C + 1, 3 * C + 5, 40 * C + 123}) {  // the last on several threads
+    std::vector<std::byte> src(size);
+    std::uint64_t x = 88172645463325252ULL;  // xorshift: no two chunks alike
+    for (auto& b : src) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      b = static_cast<std::byte>(x);
+    }
+    const std::uint64_t expected = ser::checksum(src);
+    auto written = [&](auto&& write) {
+      std::vector<std::byte> dst(size);
+      ser::span_writer w(dst.data(), size);
+      write(w, dst);
+      REQUIRE(w.written() == size);
+      CHECK(dst == src);
+      return w.finish_checksum();
+    };
+    const auto* text = reinterpret_cast<const char*>(src.data());
+    CAPTURE(size);
+    CHECK(written([&](ser::span_writer& w, auto&) { w.sputn(text, static_cast<std::streamsize>(size)); }) == expected);
+    // A small write first: the large one starts in the middle of a chunk.
+    CHECK(written([&](ser::span_writer& w, auto&) {
+            w.sputn(text, 1000);
+            w.sputn(text + 1000, static_cast<std::streamsize>(size - 1000));
+          }) == expected);
+    CHECK(written([&](ser::span_writer& w, auto&) {  // many small writes
+            for (std::uint64_t at = 0; at < size; at += 100'000)
+              w.sputn(text + at, static_cast<std::streamsize>(std::min<std::uint64_t>(100'000, size - at)));
+          }) == expected);
+    CHECK(written([&](ser::span_writer& w, auto& dst) {  // already in place (output_blob)
+            std::memcpy(dst.data(), src.data(), size);
+            w.sputn(reinterpret_cast<const char*>(dst.data()), static_cast<std::streamsize>(size));
+          }) == expected);
+    // Any change is seen, in the last chunk too; the order of the chunks counts.
+    auto changed = src;
+    changed[size - 1] ^= std::byte{1};
+    CHECK(ser::checksum(changed) != expected);
+    if (size > 2 * C) {
+      auto swapped = src;
+      std::swap_ranges(swapped.begin(), swapped.begin() + C, swapped.begin() + C);
+      CHECK(ser::checksum(swapped) != expected);
+    }
+  }
 }
 
 TEST_CASE("decoded blobs alias the payload and keep its owner alive", "[blob]") {

@@ -3,11 +3,21 @@
 #include <xxhash.h>
 
 #include <cstring>
+#include <vector>
+
+#include "parallel.hpp"
 
 namespace isorun::serialization {
 
-std::uint64_t checksum(std::span<const std::byte> bytes) noexcept {
-  return XXH3_64bits(bytes.data(), bytes.size());
+std::uint64_t checksum(std::span<const std::byte> bytes) {
+  if (bytes.size() <= checksum_chunk) return XXH3_64bits(bytes.data(), bytes.size());
+  const std::size_t n = (bytes.size() + checksum_chunk - 1) / checksum_chunk;
+  std::vector<std::uint64_t> chunks(n);
+  detail::for_each_chunk(n, detail::hash_threads(bytes.size()), [&](std::size_t i) {
+    const std::size_t at = i * checksum_chunk;
+    chunks[i] = XXH3_64bits(bytes.data() + at, std::min<std::size_t>(checksum_chunk, bytes.size() - at));
+  });
+  return XXH3_64bits(chunks.data(), n * sizeof(std::uint64_t));
 }
 
 void write_header(std::byte* segment, std::uint64_t magic, encoding enc, std::uint64_t payload_size,

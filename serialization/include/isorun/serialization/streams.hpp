@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <streambuf>
+#include <vector>
 
 namespace isorun::serialization {
 
@@ -29,8 +30,9 @@ class counting_buf final : public std::streambuf {
   std::uint64_t count_ = 0;
 };
 
-/// Writes into a fixed region and computes the XXH3-64 checksum on the way; large writes are
-/// hashed chunk by chunk while the chunk is still in cache.
+/// Writes into a fixed region and computes the payload checksum (serialization::checksum) on the
+/// way; large writes are hashed piece by piece while each piece is still in cache, and very
+/// large ones (a big blob, or one written in place) on several threads, chunk by chunk.
 class span_writer final : public std::streambuf {
  public:
   span_writer(std::byte* begin, std::uint64_t capacity);
@@ -49,11 +51,15 @@ class span_writer final : public std::streambuf {
 
  private:
   void hash_pending();
+  void feed(const std::byte* p, std::uint64_t n);
+  void copy_and_feed(std::byte* dst, const char* src, std::uint64_t n, bool in_place);
   std::byte* begin_;
   std::uint64_t capacity_;
   std::uint64_t pos_ = 0;
   std::uint64_t hashed_ = 0;
-  void* state_;  // XXH3_state_t, kept out of this header
+  void* state_;  // XXH3_state_t of the current checksum chunk, kept out of this header
+  std::uint64_t chunk_filled_ = 0;     // bytes of the current chunk hashed so far
+  std::vector<std::uint64_t> chunks_;  // the hashes of the completed chunks
 };
 
 /// Reads from a fixed region; exposes the read position so that `blob` can alias the bytes

@@ -28,7 +28,7 @@ enum class encoding : std::uint32_t {
 
 inline constexpr std::uint64_t request_magic = 0x3151'4e55'524f'5349ULL;  // "ISORUNQ1"
 inline constexpr std::uint64_t result_magic = 0x3152'4e55'524f'5349ULL;   // "ISORUNR1"
-inline constexpr std::uint32_t wire_version = 1;
+inline constexpr std::uint32_t wire_version = 2;
 
 /// First 64 bytes of every segment. Plain data, written last by the producer.
 struct segment_header {
@@ -36,15 +36,21 @@ struct segment_header {
   std::uint32_t version;
   std::uint32_t encoding;
   std::uint64_t payload_size;
-  std::uint64_t checksum;  ///< XXH3-64 of the payload bytes
+  std::uint64_t checksum;  ///< serialization::checksum of the payload bytes
   std::uint64_t reserved[4];
 };
 static_assert(sizeof(segment_header) == 64);
 
 inline constexpr std::uint64_t header_size = sizeof(segment_header);
 
-/// @brief XXH3-64 of `bytes`.
-std::uint64_t checksum(std::span<const std::byte> bytes) noexcept;
+/// Payloads are checksummed in chunks of this size, so that both sides can hash a large payload
+/// on several cores at once.
+inline constexpr std::uint64_t checksum_chunk = 4ULL << 20;
+
+/// @brief The payload checksum: XXH3-64 of `bytes` when they fit in one checksum_chunk, else
+///        XXH3-64 of the chunks' XXH3-64 values (little-endian, in order). Large payloads are
+///        hashed on several threads.
+std::uint64_t checksum(std::span<const std::byte> bytes);
 
 /// @brief Writes the header for a payload already in place after it.
 void write_header(std::byte* segment, std::uint64_t magic, encoding enc, std::uint64_t payload_size,
