@@ -20,8 +20,13 @@ const char* usage_text() {
 options:
   --gpu N            run on GPU N (default: GPU 0 if there is one, else CPU)
   --cpu              run with no GPU visible
-  --mem-limit SIZE   hard cap on the worker's device memory: 2G, 512M, 1.5GiB, 2GB, bytes
-                     (for -- CMD it is exported as ISORUN_MEM_LIMIT and only advisory)
+  --mem-limit SIZE   hard cap on the worker's device memory: 2G, 512M, 1.5GiB, 2GB, bytes.
+                     For -- CMD it is enforced on the CUDA driver API for the command and
+                     every process it starts, together (allocations past it fail with
+                     CUDA_ERROR_OUT_OF_MEMORY; cuMemGetInfo reports the cap); not covered:
+                     memory the driver takes for itself, programs linking libcuda statically
+  --mem-limit-mode M for -- CMD: enforced (default) or advisory (only exported, as
+                     ISORUN_MEM_LIMIT)
   --timeout DUR      stop the worker after DUR: 500ms, 30s, 5m, 1h
   --grace DUR        time between SIGTERM and SIGKILL when stopping (default 5s)
   --tasks LIB.so     load tasks from this library (repeatable; also ISORUN_TASKS=a.so:b.so;
@@ -96,6 +101,11 @@ cli_options parse_command_line(int argc, char** argv) {
       } else if (is("--mem-limit")) {
         o.mem_limit = parse_size(value_of(i, argc, argv, flag, arg));
         if (o.mem_limit == 0) throw usage_error("--mem-limit must be greater than zero");
+      } else if (is("--mem-limit-mode")) {
+        const std::string m(value_of(i, argc, argv, flag, arg));
+        if (m != "enforced" && m != "advisory")
+          throw usage_error("--mem-limit-mode " + m + ": expected enforced or advisory");
+        o.mem_limit_advisory = m == "advisory";
       } else if (is("--timeout")) {
         o.timeout = parse_duration(value_of(i, argc, argv, flag, arg));
         if (o.timeout.count() <= 0) throw usage_error("--timeout must be greater than zero");
@@ -119,7 +129,7 @@ cli_options parse_command_line(int argc, char** argv) {
       } else if (arg.size() > 1 && arg[0] == '-') {
         static const std::vector<std::string> known = {"--gpu",        "--cpu",  "--mem-limit", "--timeout", "--grace",
                                                        "--tasks",      "--alloc-conf", "--max-result", "--json",
-                                                       "--quiet",      "--help",  "--version"};
+                                                       "--quiet",      "--help",  "--version", "--mem-limit-mode"};
         throw usage_error("unknown option '" + std::string(arg) + "'" + did_you_mean(flag, known) +
                           "; see isorun --help");
       } else if (o.what == mode::run_task && o.task.empty() && (arg == "tasks" || arg == "gpus")) {

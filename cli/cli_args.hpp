@@ -26,6 +26,7 @@ struct cli_options {
   std::optional<int> gpu;  ///< --gpu N
   bool cpu = false;        ///< --cpu
   std::uint64_t mem_limit = 0;
+  bool mem_limit_advisory = false;  ///< --mem-limit-mode advisory (-- CMD only)
   std::chrono::milliseconds timeout{0};
   std::chrono::milliseconds grace{5000};
   std::vector<std::string> task_libraries;  ///< --tasks

@@ -7,7 +7,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <dlfcn.h>
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -15,11 +19,13 @@
 #include <cstring>
 #include <optional>
 
+#include "isorun/preload/cap_region.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/job.hpp"
 #include "isorun/runner/process.hpp"
 #include "isorun/runner/unique_fd.hpp"
 #include "isorun/serialization/protocol.hpp"
+#include "isorun/serialization/shm_segment.hpp"
 #include "isorun/runner/units.hpp"
 #include "isorun/runner/worker_env.hpp"
 
@@ -55,7 +61,16 @@ void run_shim(int argc, char** argv) {
   runner::spawn_options opts;
   opts.executable = argv[1];
   for (int i = 2; i < argc; ++i) opts.args.emplace_back(argv[i]);
-  for (char** e = environ; e && *e; ++e) opts.env.emplace_back(*e);
+  // The cap library is preloaded into the command only, never into this shim.
+  std::string preload;
+  if (const char* cap = std::getenv(preload::preload_env)) {
+    preload = cap;
+    if (const char* other = std::getenv("LD_PRELOAD"); other && *other) preload += std::string(":") + other;
+    ::unsetenv(preload::preload_env);
+  }
+  for (char** e = environ; e && *e; ++e)
+    if (preload.empty() || std::strncmp(*e, "LD_PRELOAD=", 11) != 0) opts.env.emplace_back(*e);
+  if (!preload.empty()) opts.env.push_back("LD_PRELOAD=" + preload);
   opts.new_process_group = false;
   shim_report report{127, 0};
   try {
@@ -72,13 +87,66 @@ void run_shim(int argc, char** argv) {
   ::_exit(0);
 }
 
+namespace {
+
+// The cap shared by the command's processes: a memfd region, reachable from any of them as
+// /proc/<this pid>/fd/<fd> while this process lives, and no longer once it is gone.
+class command_cap {
+ public:
+  explicit command_cap(std::uint64_t limit) : file_{serialization::shm_file::create(sizeof(preload::cap_region))} {
+    void* p = ::mmap(nullptr, sizeof(preload::cap_region), PROT_READ | PROT_WRITE, MAP_SHARED, file_.fd(), 0);
+    if (p == MAP_FAILED) throw internal_error(std::string("cannot map the cap region: ") + std::strerror(errno));
+    region_ = static_cast<preload::cap_region*>(p);  // zero-filled by the kernel: every count 0
+    region_->limit = limit;
+    region_->magic = preload::region_magic;
+  }
+  ~command_cap() { ::munmap(region_, sizeof(preload::cap_region)); }
+  command_cap(const command_cap&) = delete;
+  command_cap& operator=(const command_cap&) = delete;
+
+  /// The variables that make the shim preload the cap library into the command.
+  [[nodiscard]] std::vector<std::string> environment() const {
+    return {std::string(preload::region_env) + "=/proc/" + std::to_string(::getpid()) + "/fd/" + std::to_string(file_.fd()),
+            std::string(preload::preload_env) + "=" + library()};
+  }
+
+  /// After the command: what the cap refused, in one line ("" if nothing).
+  [[nodiscard]] std::string report() const {
+    const std::uint64_t refused = region_->refusals.load();
+    if (!refused) return "";
+    return "the command reached its --mem-limit of " + format_size(region_->limit) + ": " + std::to_string(refused) +
+           " allocation" + (refused == 1 ? "" : "s") + " refused (the largest " +
+           format_size(region_->largest_refused.load()) + "), peak " + format_size(region_->peak.load()) + " in " +
+           std::to_string(region_->processes.load()) + " process" + (region_->processes.load() == 1 ? "" : "es") +
+           " with CUDA";
+  }
+
+  /// The library next to libisorun.so.
+  static std::string library() {
+    Dl_info info{};
+    if (!::dladdr(reinterpret_cast<void*>(&runner::self_executable), &info) || !info.dli_fname)
+      throw internal_error("cannot locate libisorun.so, next to which the cap library is");
+    const auto path = std::filesystem::path(info.dli_fname).parent_path() / preload::library_name;
+    if (!std::filesystem::exists(path))
+      throw internal_error(path.string() + " is missing, so --mem-limit cannot be enforced for a command; reinstall "
+                           "isorun, or pass --mem-limit-mode advisory");
+    return path.string();
+  }
+
+ private:
+  serialization::shm_file file_;
+  preload::cap_region* region_ = nullptr;
+};
+
+}  // namespace
+
 int run_command(const cli_options& o, const std::optional<runner::gpu_info>& gpu) {
   const auto exe = runner::find_executable(o.command[0]);
   if (!exe) throw usage_error("command not found: '" + o.command[0] + "' (not an executable file, nor found in PATH)");
-  if (o.mem_limit && !o.quiet)
-    std::fprintf(stderr,
-                 "isorun: note: --mem-limit %s is advisory for an arbitrary command: it is exported as "
-                 "ISORUN_MEM_LIMIT but not enforced (only registered tasks run under the capped allocator)\n",
+  std::optional<command_cap> cap;
+  if (o.mem_limit && !o.mem_limit_advisory) cap.emplace(o.mem_limit);
+  if (o.mem_limit && o.mem_limit_advisory && !o.quiet)
+    std::fprintf(stderr, "isorun: note: --mem-limit %s is advisory: exported as ISORUN_MEM_LIMIT, not enforced\n",
                  format_size(o.mem_limit).c_str());
 
   int sv[2];
@@ -99,6 +167,8 @@ int run_command(const cli_options& o, const std::optional<runner::gpu_info>& gpu
   opts.args.insert(opts.args.end(), o.command.begin() + 1, o.command.end());
   opts.env = runner::inherited_environment();
   for (auto& e : runner::assignment_environment(gpu, o.mem_limit)) opts.env.push_back(std::move(e));
+  if (cap)
+    for (auto& e : cap->environment()) opts.env.push_back(std::move(e));
   opts.env.push_back(std::string(serialization::env::shim) + "=1");
   opts.fds = {{0, 0}, {1, 1}, {2, 2}, {shim_fd, theirs.get()}};
   runner::child c;
@@ -153,6 +223,8 @@ int run_command(const cli_options& o, const std::optional<runner::gpu_info>& gpu
   const bool reported = ::recv(ours.get(), &report, sizeof report, MSG_DONTWAIT) == sizeof report;
   const runner::exit_status shim = c.reap();
   ::sigprocmask(SIG_UNBLOCK, &forwarded, nullptr);
+  if (cap && !o.quiet)
+    if (const std::string said = cap->report(); !said.empty()) std::fprintf(stderr, "isorun: %s\n", said.c_str());
 
   if (timed_out) {
     std::fprintf(stderr, "isorun: command timed out after %s; stopped it and its process group\n",

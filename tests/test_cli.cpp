@@ -174,7 +174,7 @@ TEST_CASE("-- CMD mirrors the command's status and exports the assignment", "[cl
                  {"ISORUN_SIMULATE_GPUS=2x16G"});
   CHECK(env.code == 0);
   CHECK(env.out == "GPU-sim-1 PCI_BUS_ID 1073741824\n");
-  CHECK_THAT(env.err, Catch::Contains("advisory"));
+  CHECK(env.err.empty());  // the cap is enforced (see [cap]): nothing to warn about
 }
 
 TEST_CASE("-- CMD timeout stops the command and its children", "[cli]") {
@@ -342,4 +342,56 @@ TEST_CASE("Ctrl-C on a task says at once what happens", "[cli][signals]") {
   auto done = finish(r);
   CHECK(done.code == 130);
   CHECK_THAT(done.err, Catch::Contains("isorun: killing stubborn now"));
+}
+
+namespace {
+// `isorun [flags] -- cap_probe STEPS...` against the stand-in libcuda.so.1, on a simulated GPU.
+isorun::test::captured probe(std::vector<std::string> flags, const std::vector<std::string>& steps) {
+  flags.insert(flags.begin(), {"--gpu", "0"});
+  flags.push_back("--");
+  flags.push_back(CAP_PROBE);
+  flags.insert(flags.end(), steps.begin(), steps.end());
+  return isorun::test::run_captured(ISORUN_CLI, flags,
+                                    {"ISORUN_SIMULATE_GPUS=1x16G", std::string("LD_LIBRARY_PATH=") + FAKE_CUDA_DIR});
+}
+}  // namespace
+
+TEST_CASE("-- CMD under --mem-limit: the driver API is capped, through dlsym and cuGetProcAddress alike", "[cli][cap]") {
+  // Without a cap the stand-in driver's 16 GiB are all there.
+  auto free_run = probe({}, {"info"});
+  REQUIRE(free_run.code == 0);
+  CHECK(free_run.out == "info 16384 16384\n");
+
+  auto r = probe({"--mem-limit", "256M"}, {"info", "fill", "16", "direct", "info", "free", "info", "fill", "32", "proc",
+                                           "free", "create", "200", "create", "100"});
+  REQUIRE(r.code == 0);
+  CHECK(r.out ==
+        "info 256 256\n"           // cuMemGetInfo reports the cap as the total
+        "filled 16 code 2\n"       // 16 x 16 MiB, then CUDA_ERROR_OUT_OF_MEMORY
+        "info 0 256\n"
+        "freed\n"
+        "info 256 256\n"           // freeing gives the headroom back
+        "filled 8 code 2\n"        // the same cap through a cuGetProcAddress pointer
+        "freed\n"
+        "create 0\n"               // cuMemCreate (PyTorch's expandable segments) counts too
+        "create 2\n");
+  // The supervisor says, after the command, that it hit its cap, with the numbers.
+  CHECK_THAT(r.err, Catch::Contains("the command reached its --mem-limit of 256.00 MiB: 3 allocations refused "
+                                    "(the largest 100.00 MiB)"));
+}
+
+TEST_CASE("-- CMD under --mem-limit: processes share one cap, and a killed one's share comes back", "[cli][cap]") {
+  // Another process of the command holds 64 MiB: this one gets the rest.
+  auto pair = probe({"--mem-limit", "256M"}, {"pair", "64"});
+  REQUIRE(pair.code == 0);
+  CHECK(pair.out == "pair 3\n");
+  // Killed while holding 64 MiB: its share is taken back when it is needed.
+  auto crash = probe({"--mem-limit", "256M"}, {"crash", "64"});
+  REQUIRE(crash.code == 0);
+  CHECK(crash.out == "crash 4\n");
+  // advisory: nothing enforced, as before
+  auto advisory = probe({"--mem-limit", "256M", "--mem-limit-mode", "advisory"}, {"info"});
+  CHECK(advisory.out == "info 16384 16384\n");
+  CHECK_THAT(advisory.err, Catch::Contains("advisory"));
+  CHECK(probe({"--mem-limit", "256M", "--mem-limit-mode", "loose"}, {"info"}).code == 2);
 }

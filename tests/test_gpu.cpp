@@ -215,6 +215,29 @@ TEST_CASE("a warm standby worker has its CUDA context before the call; an early 
   expect_released(baseline, "a warm standby call and stop_standby()");
 }
 
+TEST_CASE("-- CMD under --mem-limit: a CUDA program is held to the cap by the real driver", "[gpu]") {
+  if (std::string(CUDA_HOLD).empty()) {
+    WARN("built without nvcc: no CUDA helper program for the -- CMD checks");
+    return;
+  }
+  auto refused = run({"--gpu", "0", "--mem-limit", "512M", "--", CUDA_HOLD, "1024"});
+  CHECK(refused.code == 1);  // cudaMalloc failed: the program's own error
+  CHECK_THAT(refused.err, Catch::Contains("out of memory"));
+  CHECK_THAT(refused.err, Catch::Contains("reached its --mem-limit of 512.00 MiB"));
+
+  const std::uint64_t baseline = free_memory();
+  auto held = isorun::test::start_captured(ISORUN_CLI, {"--gpu", "0", "--mem-limit", "2G", "--", CUDA_HOLD, "1024"},
+                                           {isorun::test::real_gpus});
+  REQUIRE(wait_ready(held.out));
+  const std::uint64_t used = baseline - std::min(baseline, free_memory());
+  std::printf("gpu-check: cuda_hold 1024 under --mem-limit 2G -- CMD: device memory used %llu MiB\n",
+              static_cast<unsigned long long>(used / MiB));
+  CHECK(used >= 1024 * MiB);
+  CHECK(used <= 2048 * MiB);
+  ::kill(held.process.pid(), SIGKILL);
+  isorun::test::finish_captured(held);
+}
+
 TEST_CASE("the digits classifier trains on the GPU and agrees with the CPU", "[gpu][digits]") {
   const std::vector<std::string> params = {"digits", "model=mlp", "lr=0.1", "hidden=64", "epochs=30", "seed=1"};
   auto with = [&](std::vector<std::string> head) {

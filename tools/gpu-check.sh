@@ -45,7 +45,18 @@ else
   record "isorun --gpu 0 --mem-limit 2G digits" FAIL "$(tail -1 "$log/digits.err")"
 fi
 
-# 3. Figures the tests reported, against their goals.
+# 3. The cap for any program: PyTorch under --mem-limit 2G sees a 2 GiB GPU, gets its own OOM
+#    error past it, still trains, and the driver's count for it stays under the cap.
+if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2> /dev/null; then
+  if out=$("$bin/isorun" --gpu 0 --mem-limit 2G -- python3 "$root/tests/helpers/torch_cap.py" 2> "$log/torch.err") &&
+     python3 -c 'import json,sys; r=json.loads(sys.argv[1]); assert r["total"] <= 2<<30 and r["oom"] and 0 <= r["used_mib"] <= 2048, r' "$out" 2>> "$log/torch.err"; then
+    record "PyTorch under --mem-limit 2G -- python3" PASS "$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("mem_get_info total %d MiB, 3 GiB refused, step ran, nvidia-smi %d MiB" % (r["total"]>>20, r["used_mib"]))' "$out")"
+  else
+    record "PyTorch under --mem-limit 2G -- python3" FAIL "$(tail -3 "$log/torch.err" | tr '\n' ' ')"
+  fi
+fi
+
+# 4. Figures the tests reported, against their goals.
 released=0
 while read -r ms what; do
   released=$((released + 1))

@@ -40,8 +40,13 @@ inline constexpr std::string_view mem_limit = "ISORUN_MEM_LIMIT";  ///< the cap 
 inline constexpr std::string_view visible_devices = "CUDA_VISIBLE_DEVICES";  ///< the assigned GPU's UUID
 inline constexpr std::string_view device_order = "CUDA_DEVICE_ORDER";        ///< always PCI_BUS_ID
 inline constexpr std::string_view warm = "ISORUN_WARM";  ///< a warm_device: prepare it before the assignment
+/// `-- CMD` under --mem-limit: the cap region ("/proc/PID/fd/N") the preloaded library charges.
+inline constexpr std::string_view cap_region = "ISORUN_CAP_REGION";
+/// `-- CMD` under --mem-limit: the library the shim preloads into the command (only into it).
+inline constexpr std::string_view cap_preload = "ISORUN_CAP_PRELOAD";
 /// Every variable above: removed from the environment a worker inherits, set only by isorun.
-inline constexpr std::string_view all[] = {worker, shim, gpu, mem_limit, visible_devices, device_order, warm};
+inline constexpr std::string_view all[] = {worker,          shim, gpu, mem_limit, visible_devices, device_order, warm,
+                                           cap_region, cap_preload};
 }  // namespace env
 
 /// The device a *warm* worker prepares while it waits for its assignment: it creates its CUDA

@@ -1,0 +1,150 @@
+// Drives the CUDA driver API the ways real programs do, for the `-- CMD` cap tests: libcuda is
+// dlopen'ed and its functions found with dlsym ("direct") or through cuGetProcAddress_v2
+// ("proc"), as the CUDA runtime does. Runs its arguments as steps, one output line each:
+//   info                 "info FREE TOTAL" (cuMemGetInfo, MiB)
+//   fill MIB VIA         allocates MIB-sized blocks until refused: "filled N code C"
+//   create MIB           one cuMemCreate: "create CODE"
+//   free                 frees everything this process holds: "freed"
+//   hold MIB             allocates MIB, says "holding", waits for stdin to close, exits
+//   pair MIB             a second process holds MIB meanwhile: "pair N" (blocks this one got)
+//   crash MIB            a second process holds MIB and is killed: "crash N" (blocks got after)
+//   time N               N cuMemAlloc_v2/cuMemFree_v2 pairs of 64 KiB: "time NS" per pair
+#include <dlfcn.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+using CUresult = int;
+using CUdeviceptr = unsigned long long;
+using alloc_t = CUresult (*)(CUdeviceptr*, std::size_t);
+using free_t = CUresult (*)(CUdeviceptr);
+using info_t = CUresult (*)(std::size_t*, std::size_t*);
+using create_t = CUresult (*)(unsigned long long*, std::size_t, const void*, unsigned long long);
+using proc_t = CUresult (*)(const char*, void**, int, unsigned long long, void*);
+constexpr std::size_t MiB = 1 << 20;
+
+void* lib;
+template <class F>
+F direct(const char* name) {
+  return reinterpret_cast<F>(::dlsym(lib, name));
+}
+template <class F>
+F via_proc(const char* base) {
+  void* p = nullptr;
+  direct<proc_t>("cuGetProcAddress_v2")(base, &p, 12000, 0, nullptr);
+  return reinterpret_cast<F>(p);
+}
+
+std::vector<CUdeviceptr> held;
+
+int fill(std::size_t mib, alloc_t alloc) {
+  for (int n = 0;; ++n) {
+    CUdeviceptr p = 0;
+    if (CUresult rc = alloc(&p, mib * MiB); rc != 0) return n * 1000 + rc;  // blocks, code
+    held.push_back(p);
+  }
+}
+
+// Starts "cap_probe hold MIB" with pipes; returns its pid once it says it holds.
+pid_t start_holder(const char* self, const std::string& mib, int& stdin_write) {
+  int in[2], out[2];
+  if (::pipe(in) != 0 || ::pipe(out) != 0) std::exit(1);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_addclose(&fa, in[1]);
+  posix_spawn_file_actions_addclose(&fa, out[0]);
+  const char* argv[] = {self, "hold", mib.c_str(), nullptr};
+  pid_t pid;
+  if (::posix_spawn(&pid, self, &fa, nullptr, const_cast<char**>(argv), environ) != 0) std::exit(1);
+  ::close(in[0]);
+  ::close(out[1]);
+  char buf[64] = {};
+  if (::read(out[0], buf, sizeof buf - 1) <= 0) std::exit(1);  // "holding"
+  ::close(out[0]);
+  stdin_write = in[1];
+  return pid;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    std::printf("no libcuda: %s\n", ::dlerror());
+    return 1;
+  }
+  reinterpret_cast<CUresult (*)(unsigned)>(::dlsym(lib, "cuInit"))(0);
+  void* ctx = nullptr;
+  via_proc<CUresult (*)(void**, int)>("cuDevicePrimaryCtxRetain")(&ctx, 0);
+  const auto free_fn = direct<free_t>("cuMemFree_v2");
+  for (int i = 1; i < argc; ++i) {
+    const std::string step = argv[i];
+    auto arg = [&] { return std::string(i + 1 < argc ? argv[++i] : "0"); };
+    if (step == "info") {
+      std::size_t f = 0, t = 0;
+      via_proc<info_t>("cuMemGetInfo")(&f, &t);
+      std::printf("info %zu %zu\n", f / MiB, t / MiB);
+    } else if (step == "fill") {
+      const std::size_t mib = std::stoul(arg());
+      const auto alloc = arg() == "proc" ? via_proc<alloc_t>("cuMemAlloc") : direct<alloc_t>("cuMemAlloc_v2");
+      const int r = fill(mib, alloc);
+      std::printf("filled %d code %d\n", r / 1000, r % 1000);
+    } else if (step == "create") {
+      unsigned long long h = 0;
+      std::printf("create %d\n", direct<create_t>("cuMemCreate")(&h, std::stoul(arg()) * MiB, nullptr, 0));
+    } else if (step == "free") {
+      for (auto p : held) free_fn(p);
+      held.clear();
+      std::printf("freed\n");
+    } else if (step == "hold") {
+      const int r = fill(std::stoul(arg()), direct<alloc_t>("cuMemAlloc_v2"));
+      (void)r;
+      // fill() took all it could in MIB blocks; a holder keeps exactly one.
+      for (std::size_t k = 1; k < held.size(); ++k) free_fn(held[k]);
+      held.resize(held.empty() ? 0 : 1);
+      std::printf("holding\n");
+      std::fflush(stdout);
+      char c;
+      while (::read(0, &c, 1) > 0) {
+      }
+      return 0;
+    } else if (step == "time") {
+      const long n = std::stol(arg());
+      const auto alloc = direct<alloc_t>("cuMemAlloc_v2");
+      const auto t0 = std::chrono::steady_clock::now();
+      for (long k = 0; k < n; ++k) {
+        CUdeviceptr p = 0;
+        if (alloc(&p, 64 << 10) != 0) return 1;
+        free_fn(p);
+      }
+      std::printf("time %.1f\n", std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / double(n));
+    } else if (step == "pair" || step == "crash") {
+      const std::string mib = arg();
+      int to_holder = -1;
+      const pid_t holder = start_holder(argv[0], mib, to_holder);
+      if (step == "crash") {
+        ::kill(holder, SIGKILL);
+        ::waitpid(holder, nullptr, 0);
+      }
+      const int r = fill(std::stoul(mib), direct<alloc_t>("cuMemAlloc_v2"));
+      std::printf("%s %d\n", step.c_str(), r / 1000);
+      for (auto p : held) free_fn(p);
+      held.clear();
+      ::close(to_holder);
+      if (step == "pair") ::waitpid(holder, nullptr, 0);
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
