@@ -134,9 +134,16 @@ int list_gpus(const cli::cli_options& o) {
   return 0;
 }
 
-// The CLI runs on the first GPU unless told otherwise (--gpu N, --cpu).
+// The CLI runs on the first GPU unless told otherwise (--gpu N, --cpu). An explicit GPU is
+// looked up alone (NVML is asked about that one device only); the whole inventory is read only
+// to choose the default, or to name the GPUs there are when the one asked for is not.
 std::optional<runner::gpu_info> pick_gpu(const cli::cli_options& o) {
   if (o.cpu) return std::nullopt;
+  if (o.gpu)
+    if (auto g = runner::gpu_inventory::probe(*o.gpu)) {
+      runner::check_fits(*g, o.mem_limit);
+      return g;
+    }
   return runner::place_job(runner::gpu_inventory::detect(), o.gpu, true, o.mem_limit);
 }
 
