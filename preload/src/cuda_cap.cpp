@@ -140,6 +140,12 @@ CUresult charged(std::uint64_t bytes, CUdeviceptr* dptr, Call&& call) {
   return rc;
 }
 
+// After the driver freed `dptr` (rc == success): its bytes go back to the cap.
+CUresult freed(CUresult rc, CUdeviceptr dptr) {
+  if (rc == success) forget(acct().pointers, dptr);
+  return rc;
+}
+
 }  // namespace
 
 extern "C" {
@@ -203,25 +209,19 @@ CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, std::size_t bytes, void
 CUresult cuMemFree_v2(CUdeviceptr dptr) {
   static auto f = real<CUresult (*)(CUdeviceptr)>("cuMemFree_v2");
   if (!f) return not_found;
-  const CUresult rc = f(dptr);
-  if (rc == success) forget(acct().pointers, dptr);
-  return rc;
+  return freed(f(dptr), dptr);
 }
 
 CUresult cuMemFreeAsync(CUdeviceptr dptr, void* stream) {
   static auto f = real<CUresult (*)(CUdeviceptr, void*)>("cuMemFreeAsync");
   if (!f) return not_found;
-  const CUresult rc = f(dptr, stream);
-  if (rc == success) forget(acct().pointers, dptr);
-  return rc;
+  return freed(f(dptr, stream), dptr);
 }
 
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, void* stream) {
   static auto f = real<CUresult (*)(CUdeviceptr, void*)>("cuMemFreeAsync_ptsz");
   if (!f) return not_found;
-  const CUresult rc = f(dptr, stream);
-  if (rc == success) forget(acct().pointers, dptr);
-  return rc;
+  return freed(f(dptr, stream), dptr);
 }
 
 // The virtual-memory API (PyTorch's expandable segments): physical memory is what counts.
