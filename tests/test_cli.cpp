@@ -128,6 +128,9 @@ TEST_CASE("bad input: clear message, exit 2, no worker started", "[cli]") {
       {{"touch", touch}, {"ISORUN_SIMULATE_GPUS=lots"}, "ISORUN_SIMULATE_GPUS"},
       {{"--cpu", "--gpu", "0", "touch", touch}, {}, "exclude each other"},
       {{"--cpu", "--", "no-such-command-isorun"}, {}, "command not found"},
+      // found by fuzz_words: bytes that are not UTF-8 cannot become JSON arguments
+      {{"--cpu", "touch", "arg0=\xb3" "a"}, {}, "argument 1 of the task is not valid UTF-8 text"},
+      {{"--cpu", "--mem-limit", "2G", "--mem-limit-mode", "loose", "--", "true"}, {}, "expected enforced or advisory"},
   };
   for (const auto& c : cases) {
     INFO(c.args[0] << " " << c.args[1] << " ... expects: " << c.says);

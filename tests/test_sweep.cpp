@@ -307,6 +307,8 @@ TEST_CASE("standby plans: warm only where the contexts fit beside the caps, none
   CHECK(plan.how == "no standby workers");
   CHECK(spec_line("task: t\nparams: {i: [1]}\nresources:\n  standby: -1\n") == 4);
   CHECK(spec_line("task: t\nparams: {i: [1]}\nresources:\n  warm_context: maybe\n") == 4);
+  // found by fuzz_spec: text that is not UTF-8 cannot become trial ids and arguments
+  CHECK(spec_line("task: t\nparams:\n  name: [\"a\xff\"]\n") == 3);
 }
 
 TEST_CASE("retries follow the outcome class; deterministic failures are not retried", "[sweep][retries]") {

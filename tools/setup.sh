@@ -2,7 +2,8 @@
 # Installs the Debian packages isorun needs, if any are missing. Safe to run repeatedly.
 set -euo pipefail
 packages=(build-essential cmake pkg-config libboost1.81-dev libcereal-dev catch2 nlohmann-json3-dev
-          libxxhash-dev libyaml-cpp-dev zlib1g-dev libbenchmark-dev libmimalloc-dev libjemalloc-dev)
+          libxxhash-dev libyaml-cpp-dev zlib1g-dev libbenchmark-dev libmimalloc-dev libjemalloc-dev
+          clang-14 libclang-rt-14-dev)  # the last two for tools/fuzz.sh (libFuzzer)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

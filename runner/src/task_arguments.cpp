@@ -45,6 +45,30 @@ std::string decode_failure(const std::string& what) {
 
 }  // namespace
 
+std::size_t utf8_error_at(std::string_view s) {
+  const auto* text = reinterpret_cast<const unsigned char*>(s.data());
+  for (std::size_t at = 0; at < s.size();) {
+    const unsigned c = text[at];
+    if (c < 0x80) {
+      ++at;
+      continue;
+    }
+    // The lead byte says how many continuation bytes follow and the least code point they may
+    // encode (anything less is an overlong form).
+    const std::size_t more = (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2 : (c & 0xF8) == 0xF0 ? 3 : 0;
+    if (more == 0 || s.size() - at <= more) return at;
+    unsigned cp = c & (0x3F >> more);
+    for (std::size_t i = 1; i <= more; ++i) {
+      if ((text[at + i] & 0xC0) != 0x80) return at;
+      cp = (cp << 6) | (text[at + i] & 0x3F);
+    }
+    const unsigned least = more == 1 ? 0x80 : more == 2 ? 0x800 : 0x10000;
+    if (cp < least || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return at;
+    at += more + 1;
+  }
+  return std::string_view::npos;
+}
+
 bool addressed_by_field(const nlohmann::json& defaults) {
   return defaults.size() == 1 && defaults.contains("arg0") && defaults["arg0"].is_object();
 }
@@ -103,7 +127,10 @@ nlohmann::json build_task_args(const worker::task_info& task, const std::vector<
   std::vector<std::string> names;
   for (auto it = params.begin(); it != params.end(); ++it) names.push_back(it.key());
   std::vector<std::pair<std::string, nlohmann::json>> given;
-  for (const auto& word : words) {
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    const std::string& word = words[i];
+    if (utf8_error_at(word) != std::string_view::npos)  // said without the word itself: its bytes cannot be printed as text
+      throw param_error("argument " + std::to_string(i + 1) + " of the task is not valid UTF-8 text", "");
     const auto eq = word.find('=');
     if (eq == std::string::npos || eq == 0)
       throw param_error("argument '" + word + "' is not key=value; " + describe_parameters(params), "");

@@ -1,12 +1,14 @@
 // Sweep specs in YAML: only the CLI (and tests) link this, so workers never load yaml-cpp.
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <set>
 #include <thread>
 
 #include "isorun/sweep/spec.hpp"
+#include "isorun/runner/task_arguments.hpp"
 #include "isorun/runner/units.hpp"
 #include "isorun/runner/suggest.hpp"
 
@@ -133,6 +135,13 @@ sweep_spec parse_yaml(const std::string& text);
 
 sweep_spec parse_spec(const std::string& text, const std::string& source) {
   try {
+    // Everything in a spec ends up as JSON (trial ids, arguments, the journal): UTF-8 only.
+    if (const auto at = cli::utf8_error_at(text); at != std::string_view::npos) {
+      const int line = static_cast<int>(1 + std::count(text.begin(), text.begin() + static_cast<long>(at), '\n'));
+      throw spec_error("line " + std::to_string(line) + ": not valid UTF-8 text (byte " + std::to_string(at + 1) +
+                           "); save the spec as UTF-8",
+                       line);
+    }
     sweep_spec s = parse_yaml(text);
     s.source = source;
     return s;

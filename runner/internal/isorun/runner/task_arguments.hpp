@@ -2,6 +2,7 @@
 // Turning `key=value` words into a task's JSON arguments, checked against the task's signature.
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -25,6 +26,11 @@ class param_error : public usage_error {
 /// @brief Builds the JSON arguments (`{"arg0": ...}`) for `task` from `key=value` words. A task
 ///        taking one struct is addressed by field (`lr=0.1`); otherwise by `arg0=...`. Values
 ///        are converted to the type of the default value (number, bool, string, JSON).
+/// @brief Where `text` stops being well-formed UTF-8 (an overlong form, a surrogate, a code point
+///        past U+10FFFF, a cut sequence), or npos if it is. Arguments and specs become JSON text,
+///        which must be UTF-8.
+std::size_t utf8_error_at(std::string_view text);
+
 /// @throws param_error for a word without '=', an unknown (with "did you mean") or repeated key,
 ///         a value of the wrong type, or one out of range for the task's C++ type (checked by
 ///         decoding the arguments as the worker would); the message lists the parameters.
