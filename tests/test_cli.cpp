@@ -392,6 +392,10 @@ TEST_CASE("-- CMD under --mem-limit: processes share one cap, and a killed one's
   auto crash = probe({"--mem-limit", "256M"}, {"crash", "64"});
   REQUIRE(crash.code == 0);
   CHECK(crash.out == "crash 4\n");
+  // A process that execs leaves its old image's memory behind with the image, and its share too.
+  auto exec = probe({"--mem-limit", "256M"}, {"exec", "100", "info"});
+  REQUIRE(exec.code == 0);
+  CHECK(exec.out == "exec\ninfo 256 256\n");
   // advisory: nothing enforced, as before
   auto advisory = probe({"--mem-limit", "256M", "--mem-limit-mode", "advisory"}, {"info"});
   CHECK(advisory.out == "info 16384 16384\n");

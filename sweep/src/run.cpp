@@ -20,6 +20,7 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/job.hpp"
@@ -292,14 +293,23 @@ sweep_summary sweep_run::run() {
     spec.warm_context = w != warm.end() && w->second;
     return spec;
   };
-  std::map<int, std::unique_ptr<runner::standby_pool>> pools;
+  // A pool starts empty and grows by a slot's share once that slot's first trial has started:
+  // the slots' first workers then start without the standby ones competing for the cores, and
+  // the standby ones start while the first trials run.
+  struct standby_pool_of_gpu {
+    std::unique_ptr<runner::standby_pool> pool;
+    std::atomic<std::size_t> wanted{0};
+  };
+  std::map<int, standby_pool_of_gpu> pools;
   if (!queue.empty())
     for (const auto& g : plan_standby(s, slots).groups) {
       const int key = g.gpu ? g.gpu->index : -1;
       warm[key] = g.warm;
-      if (g.waiting) pools[key] = std::make_unique<runner::standby_pool>(
-                         runner::launch_spec_for(trial_spec({.gpu = g.gpu}, queue.front())), g.waiting);
+      if (g.waiting)
+        pools[key].pool = std::make_unique<runner::standby_pool>(
+            runner::launch_spec_for(trial_spec({.gpu = g.gpu}, queue.front())), 0);
     }
+  std::vector<char> slot_started(slots.size(), 0);  // each written by its own slot's thread only
 
   auto stopping = [&] { return stop_count.load() > 0 || halted.load(); };
   // One trial on slot `sl`, its retries included; runner::run_on_slots hands them out.
@@ -328,7 +338,13 @@ sweep_summary sweep_run::run() {
       std::shared_ptr<runner::job> job;
       try {
         const auto pool = pools.find(sl.gpu ? sl.gpu->index : -1);
-        job = pool == pools.end() ? runner::job::start(std::move(spec)) : runner::job::start(std::move(spec), *pool->second);
+        if (pool == pools.end()) {
+          job = runner::job::start(std::move(spec));
+        } else {
+          job = runner::job::start(std::move(spec), *pool->second.pool);
+          if (!std::exchange(slot_started[static_cast<std::size_t>(sl.index)], 1))
+            pool->second.pool->reserve(pool->second.wanted += static_cast<std::size_t>(s.standby));
+        }
       } catch (const std::exception& e) {
         rec.kind = outcome_kind::internal_error;
         rec.error = e.what();

@@ -9,6 +9,7 @@
 //   pair MIB             a second process holds MIB meanwhile: "pair N" (blocks this one got)
 //   crash MIB            a second process holds MIB and is killed: "crash N" (blocks got after)
 //   time N               N cuMemAlloc_v2/cuMemFree_v2 pairs of 64 KiB: "time NS" per pair
+//   exec MIB STEPS...    holds MIB, then execs itself with STEPS (same pid, a new image)
 #include <dlfcn.h>
 #include <signal.h>
 #include <spawn.h>
@@ -119,6 +120,16 @@ int main(int argc, char** argv) {
       while (::read(0, &c, 1) > 0) {
       }
       return 0;
+    } else if (step == "exec") {
+      CUdeviceptr p = 0;
+      direct<alloc_t>("cuMemAlloc_v2")(&p, std::stoul(arg()) * MiB);
+      std::printf("exec\n");
+      std::fflush(stdout);
+      std::vector<char*> next = {argv[0]};
+      for (int k = i + 1; k < argc; ++k) next.push_back(argv[k]);
+      next.push_back(nullptr);
+      ::execv(argv[0], next.data());
+      return 1;
     } else if (step == "time") {
       const long n = std::stol(arg());
       const auto alloc = direct<alloc_t>("cuMemAlloc_v2");

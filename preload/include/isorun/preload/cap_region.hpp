@@ -98,7 +98,14 @@ struct cap_region {
   }
 
   /// @brief A free slot for process `pid` (nullptr if all are taken: then nothing is charged).
+  ///        A slot that already names `pid` belonged to the program this process ran before an
+  ///        exec, whose device memory went with its image: it is emptied and taken over.
   process_slot* claim(std::int32_t pid) noexcept {
+    for (auto& s : slots)
+      if (s.pid.load() == pid) {
+        used -= s.bytes.exchange(0);
+        return &s;
+      }
     for (int pass = 0; pass < 2; ++pass) {
       for (auto& s : slots) {
         std::int32_t free = 0;
