@@ -309,6 +309,11 @@ TEST_CASE("standby plans: warm only where the contexts fit beside the caps, none
   CHECK(spec_line("task: t\nparams: {i: [1]}\nresources:\n  warm_context: maybe\n") == 4);
   // found by fuzz_spec: text that is not UTF-8 cannot become trial ids and arguments
   CHECK(spec_line("task: t\nparams:\n  name: [\"a\xff\"]\n") == 3);
+  // found by fuzz_spec: a section given as a scalar or a list where a mapping belongs
+  CHECK(spec_line("task: t\nparams: {i: [1]}\nrandom: yes please\n") == 3);
+  CHECK(spec_line("task: t\nparams: {i: [1]}\nresources: [1, 2]\n") == 3);
+  CHECK(spec_line("task: t\nparams: {i: [1]}\npolicy: strict\n") == 3);
+  CHECK(spec_line("task: t\nmetric: [a, b]\nparams: {i: [1]}\n") == 2);
 }
 
 TEST_CASE("retries follow the outcome class; deterministic failures are not retried", "[sweep][retries]") {

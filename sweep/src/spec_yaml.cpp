@@ -147,6 +147,13 @@ sweep_spec parse_spec(const std::string& text, const std::string& source) {
     return s;
   } catch (const spec_error& e) {
     throw spec_error(source + ": " + e.what(), e.line());  // the file is named once, here
+  } catch (const YAML::Exception& e) {
+    // A shape the checks above did not foresee (a list where a mapping belongs, say): still the
+    // spec's fault, and yaml-cpp knows where.
+    const int line = e.mark.is_null() ? 0 : e.mark.line + 1;
+    throw spec_error(source + ": " + (line ? "line " + std::to_string(line) + ": " : std::string()) +
+                         "unexpected structure: " + e.msg,
+                     line);
   }
 }
 
@@ -174,6 +181,7 @@ sweep_spec parse_yaml(const std::string& text) {
     if (m.IsScalar()) {
       s.metric.name = m.Scalar();
     } else {
+      if (!m.IsMap()) fail(m, "metric: is a name, or {name: ..., goal: maximize|minimize}");
       if (!m["name"]) fail(m, "metric needs name:");
       s.metric.name = m["name"].Scalar();
       if (auto g = m["goal"]) {
@@ -226,6 +234,7 @@ sweep_spec parse_yaml(const std::string& text) {
   }
 
   if (auto r = root["random"]) {
+    if (!r.IsMap()) fail(r, "random: is a mapping: {count: N, seed: S, params: {...}}");
     if (!r["count"] || !r["params"] || !r["params"].IsMap()) fail(r, "random: needs count: and params:");
     const double count = number(r["count"], "random count");
     if (count < 1 || count != std::floor(count) || count > 100000) fail(r["count"], "random count must be a whole number from 1");
@@ -268,6 +277,7 @@ sweep_spec parse_yaml(const std::string& text) {
   s.trials = std::move(trials);
 
   if (auto res = root["resources"]) {
+    if (!res.IsMap()) fail(res, "resources: is a mapping (gpus:, mem_limit:, per_gpu:, ...)");
     for (const auto& kv : res) {
       const std::string k = kv.first.Scalar();
       const auto& v = kv.second;
@@ -305,6 +315,7 @@ sweep_spec parse_yaml(const std::string& text) {
     }
   }
   if (auto pol = root["policy"]) {
+    if (!pol.IsMap()) fail(pol, "policy: is a mapping (timeout:, retries:, fail_fast:)");
     for (const auto& kv : pol) {
       const std::string k = kv.first.Scalar();
       const auto& v = kv.second;
