@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,6 +29,7 @@
 #include "isorun/runner/process.hpp"
 #include "isorun/runner/launcher.hpp"
 #include "isorun/runner/standby.hpp"
+#include "isorun/serialization/segment_pool.hpp"
 #include "test_support.hpp"
 
 using namespace std::chrono_literals;
@@ -811,4 +813,35 @@ TEST_CASE("output_blob: a result written in place in shared memory", "[runner]")
   isorun::blob local = isorun::this_worker().output_blob(16);  // outside a worker: owned
   CHECK_FALSE(local.is_view());
   CHECK(local.mutable_data() != nullptr);
+}
+
+TEST_CASE("descriptors run out while a worker starts: a clear error, nothing leaked, and it works again after",
+          "[runner][faults]") {
+  isorun::stop_standby();
+  auto& pool = isorun::serialization::segment_pool::instance();
+  REQUIRE(isorun::isolated(pid_and_calls)(0).ends_with(" 1"));
+  pool.clear();  // idle pooled segments hold descriptors too: count from none
+  const int fds = isorun::test::open_fds();
+  rlimit old{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &old) == 0);
+  // Each step of a start that needs a descriptor fails in turn: the cancel eventfd, the
+  // segments, the control socket, the stderr pipe, the spawn itself.
+  for (rlim_t extra = 0; extra < 6; ++extra) {
+    rlimit low = old;
+    low.rlim_cur = static_cast<rlim_t>(fds) + extra;
+    REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+    std::string what;
+    try {
+      isorun::isolated(pid_and_calls)(0);
+    } catch (const isorun::internal_error& e) {
+      what = e.what();
+    }
+    REQUIRE(::setrlimit(RLIMIT_NOFILE, &old) == 0);
+    INFO("with " << extra << " descriptors to spare");
+    CHECK_THAT(what, Catch::Contains("Too many open files"));
+    pool.clear();
+    CHECK(isorun::test::open_fds() == fds);
+  }
+  CHECK(isorun::isolated(pid_and_calls)(0).ends_with(" 1"));
+  CHECK(isorun::test::shm_entries() == 0);
 }

@@ -35,6 +35,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #ifndef P_PIDFD
 #define P_PIDFD 3
@@ -142,24 +143,36 @@ child spawn(const spawn_options& options) {
     if (target != expected++) throw spawn_error("child descriptors above 2 must be contiguous from 3", EINVAL);
   }
 
-  boost::asio::io_context context;  // Boost.Process wants an executor; nothing ever runs on it
   bp::posix::vfork_launcher launcher;
   const auto envp = c_strings(options.env);
   launcher.env = envp.data();
   isolation_init init{&options, ::getpid()};
-  bp::error_code ec;
-  auto proc = launcher(context.get_executor(), ec, bp::filesystem::path(options.executable), options.args, init);
-  if (ec || init.exec_errno) {
-    const int err = init.exec_errno ? init.exec_errno : ec.value();
-    if (launcher.pid > 0) {
+  // Every way the start can fail ends here: the child (if one was forked) reaped, and one
+  // spawn_error saying why.
+  auto failed = [&](int err) {
+    if (launcher.pid > 0) {  // exec failed (it has exited), or the handle failed after it ran
+      ::kill(launcher.pid, SIGKILL);
       int status;
       while (::waitpid(launcher.pid, &status, 0) < 0 && errno == EINTR) {
       }
     }
-    throw spawn_error("cannot start " + options.executable + ": " + std::strerror(err), err);
+    return spawn_error("cannot start " + options.executable + ": " + std::strerror(err) +
+                           (err == EMFILE ? " (raise the limit: ulimit -n)" : err == EAGAIN ? " (process limit reached?)" : ""),
+                       err);
+  };
+  pid_t pid = -1;
+  try {
+    // Boost.Process wants an executor; nothing ever runs on it. Its reactor and the process
+    // handle take descriptors, so a process out of them can fail here too (by throwing).
+    boost::asio::io_context context;
+    bp::error_code ec;
+    auto proc = launcher(context.get_executor(), ec, bp::filesystem::path(options.executable), options.args, init);
+    if (ec || init.exec_errno) throw failed(init.exec_errno ? init.exec_errno : ec.value());
+    pid = proc.id();
+    proc.detach();
+  } catch (const boost::system::system_error& e) {
+    throw failed(e.code().value());
   }
-  const pid_t pid = proc.id();
-  proc.detach();
   const int pidfd = pidfd_open(pid);
   if (pidfd < 0) {
     const int err = errno;
