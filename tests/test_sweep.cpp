@@ -694,3 +694,46 @@ TEST_CASE("a journal holding a trial twice counts it once", "[sweep][resume]") {
   CHECK(lines(dir + "/out/results.csv").size() == 3);
   fs::remove_all(dir);
 }
+
+TEST_CASE("a journal on a full disk: the sweep stops saying so, the journal keeps whole lines, resume loses nothing",
+          "[sweep][faults]") {
+  // A real ENOSPC: a 48 KiB tmpfs, mounted in a mount namespace of the test's own (needs the
+  // privilege to make one; without it, say so and check nothing).
+  if (isorun::test::run_captured("/usr/bin/unshare", {"-m", "true"}).code != 0) {
+    WARN("cannot make a mount namespace here (unshare -m): the full-disk check needs one");
+    return;
+  }
+  load_test_tasks();
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/spec.yaml") << "task: step\nparams:\n  i: {range: [0, 399], step: 1}\n"
+                                       "resources: {cpu_slots: 2}\nout: \"" << dir << "/fs/out\"\n";
+  const std::string cli = std::string(ISORUN_CLI) + " --tasks " + SWEEP_TEST_TASKS + " sweep " + dir + "/spec.yaml --no-progress";
+  const std::string journal = dir + "/fs/out/results.jsonl";
+  // Everything in one namespace (the tmpfs lives as long as it does): a sweep that fills the
+  // disk, what it left, then the same command once there is room again.
+  const std::string script = "mkdir -p " + dir + "/fs && mount -t tmpfs -o size=48k tmpfs " + dir + "/fs && " +
+                             "{ " + cli + " 2> " + dir + "/first.err; echo first=$?; } && " +
+                             "echo lines=$(wc -l < " + journal + ") last=$(tail -c 1 " + journal + " | od -An -tx1 | tr -d ' ') && " +
+                             "mount -o remount,size=8m " + dir + "/fs && { " + cli + " > /dev/null 2>&1; echo second=$?; } && " +
+                             "echo total=$(wc -l < " + journal + ")";
+  auto r = isorun::test::run_captured("/usr/bin/unshare", {"-m", "sh", "-c", script});
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  std::map<std::string, std::string> got;
+  std::istringstream words(r.out);
+  for (std::string w; words >> w;)
+    if (const auto eq = w.find('='); eq != std::string::npos) got[w.substr(0, eq)] = w.substr(eq + 1);
+  CHECK(got["first"] == "125");  // stopped: it cannot record results
+  const int journaled = std::stoi(got["lines"]);
+  CHECK(journaled > 0);
+  CHECK(journaled < 400);
+  CHECK(got["last"] == "0a");  // whole lines only: it ends with a newline
+  CHECK(got["second"] == "0");
+  CHECK(got["total"] == "400");  // the rest ran once, nothing twice
+  std::ifstream err(dir + "/first.err");
+  const std::string said((std::istreambuf_iterator<char>(err)), {});
+  CHECK_THAT(said, Catch::Contains("No space left on device"));
+  CHECK_THAT(said, Catch::Contains(std::to_string(journaled) + " trials are journaled; free space and run the same command again"));
+  CHECK_THAT(said, !Catch::Contains("Ctrl-C"));
+  fs::remove_all(dir);
+}

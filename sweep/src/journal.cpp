@@ -120,8 +120,18 @@ journal& journal::operator=(journal&& other) noexcept {
 void journal::append(const std::vector<trial_record>& records) {
   std::string text;
   for (const auto& r : records) text += r.to_json().dump() + "\n";
-  write_all(fd_, text);
-  if (::fsync(fd_) != 0) throw internal_error("fsync of the sweep journal failed");
+  const off_t before = ::lseek(fd_, 0, SEEK_END);
+  try {
+    write_all(fd_, text);
+    if (::fsync(fd_) != 0)
+      throw internal_error(std::string("cannot make the sweep journal durable (fsync): ") + std::strerror(errno));
+  } catch (const internal_error& e) {
+    // Whole lines only: what this batch wrote in part is cut off again, so the journal holds
+    // exactly the trials that count as done (the reader would drop a cut line anyway).
+    if (before >= 0) [[maybe_unused]] int rc = ::ftruncate(fd_, before);
+    throw internal_error(std::string(e.what()) + " (" + path_.string() + "; " + std::to_string(latest_.size()) +
+                         " trials are journaled; free space and run the same command again to resume)");
+  }
   for (const auto& r : records) latest_[r.id] = r;
 }
 

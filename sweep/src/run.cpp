@@ -410,13 +410,21 @@ sweep_summary sweep_run::run() {
       std::vector<trial_record> batch = std::move(unwritten);
       unwritten.clear();
       lk.unlock();
-      try {
-        st.journal->append(batch);
-      } catch (...) {
-        writer_error = std::current_exception();
-        request_stop();
+      bool written = false;
+      if (!writer_error) {  // after a failed write nothing more is journaled: those trials rerun
+        try {
+          st.journal->append(batch);
+          written = true;
+        } catch (...) {
+          // The sweep cannot record results: it stops (as fail-fast does, not as Ctrl-C), and
+          // says why when run() returns.
+          writer_error = std::current_exception();
+          std::lock_guard lock(mutex);
+          halted = true;
+          cancel_running();
+        }
       }
-      {
+      if (written) {
         std::lock_guard lock(mutex);
         for (auto& rec : batch) {
           ++finished;
