@@ -314,6 +314,8 @@ TEST_CASE("standby plans: warm only where the contexts fit beside the caps, none
   CHECK(spec_line("task: t\nparams: {i: [1]}\nresources: [1, 2]\n") == 3);
   CHECK(spec_line("task: t\nparams: {i: [1]}\npolicy: strict\n") == 3);
   CHECK(spec_line("task: t\nmetric: [a, b]\nparams: {i: [1]}\n") == 2);
+  // found by fuzz_spec: a NUL makes yaml-cpp read the text as UTF-16, with invalid values
+  CHECK(spec_line(std::string("task: t\nparams:\n  i: [a\x08") + std::string(1, '\0') + "b]\n") == 3);
 }
 
 TEST_CASE("retries follow the outcome class; deterministic failures are not retried", "[sweep][retries]") {

@@ -142,8 +142,28 @@ sweep_spec parse_spec(const std::string& text, const std::string& source) {
                            "); save the spec as UTF-8",
                        line);
     }
+    // Nor control characters (a NUL makes yaml-cpp take the text for UTF-16 or UTF-32).
+    const auto control = std::find_if(text.begin(), text.end(), [](char ch) {
+      const auto c = static_cast<unsigned char>(ch);
+      return (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f;
+    });
+    if (const auto at = static_cast<std::size_t>(control - text.begin());
+        control != text.end()) {
+      const int line = static_cast<int>(1 + std::count(text.begin(), control, '\n'));
+      throw spec_error("line " + std::to_string(line) + ": control character " + std::to_string(static_cast<int>(text[at])) +
+                           " (byte " + std::to_string(at + 1) + "); a spec is plain text",
+                       line);
+    }
     sweep_spec s = parse_yaml(text);
     s.source = source;
+    // Whatever the YAML escapes made of the values, each trial must be text JSON can carry.
+    for (const auto& t : s.trials) {
+      try {
+        (void)t.dump();
+      } catch (const nlohmann::json::exception&) {
+        throw spec_error("a parameter value is not valid UTF-8 text", 0);
+      }
+    }
     return s;
   } catch (const spec_error& e) {
     throw spec_error(source + ": " + e.what(), e.line());  // the file is named once, here
