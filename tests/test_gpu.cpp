@@ -215,7 +215,7 @@ TEST_CASE("a warm standby worker has its CUDA context before the call; an early 
   expect_released(baseline, "a warm standby call and stop_standby()");
 }
 
-TEST_CASE("-- CMD under --mem-limit: a CUDA program is held to the cap by the real driver", "[gpu]") {
+TEST_CASE("a CUDA program run with -- under --mem-limit is held to the cap by the real driver", "[gpu]") {
   if (std::string(CUDA_HOLD).empty()) {
     WARN("built without nvcc: no CUDA helper program for the -- CMD checks");
     return;
