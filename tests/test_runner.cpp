@@ -825,8 +825,8 @@ TEST_CASE("descriptors run out while a worker starts: a clear error, nothing lea
   rlimit old{};
   REQUIRE(::getrlimit(RLIMIT_NOFILE, &old) == 0);
   // Each step of a start that needs a descriptor fails in turn: the cancel eventfd, the
-  // segments, the control socket, the stderr pipe, the spawn itself.
-  for (rlim_t extra = 0; extra < 6; ++extra) {
+  // segments, the control socket, the stderr pipe, /dev/null for stdin.
+  for (rlim_t extra = 0; extra < 8; ++extra) {
     rlimit low = old;
     low.rlim_cur = static_cast<rlim_t>(fds) + extra;
     REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);

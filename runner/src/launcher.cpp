@@ -26,6 +26,7 @@ launched_worker local_launcher::launch(const launch_spec& spec) {
   unique_fd stderr_write(err_pipe[1]);
   ::fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
   unique_fd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!devnull) throw internal_error(std::string("cannot open /dev/null for the worker's stdin: ") + std::strerror(errno));
 
   const int stdout_fd = spec.stdout_to_stderr ? stderr_write.get() : STDOUT_FILENO;
 
