@@ -297,6 +297,9 @@ CUresult cuDevicePrimaryCtxRetain(void** ctx, int device) {
   return rc;
 }
 
+CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, std::uint64_t flags);
+CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, std::uint64_t flags, void* status);
+
 }  // extern "C"
 
 namespace {
@@ -321,6 +324,10 @@ const interposed table[] = {
     {"cuMemRelease", reinterpret_cast<void*>(&cuMemRelease)},
     {"cuMemGetInfo_v2", reinterpret_cast<void*>(&cuMemGetInfo_v2)},
     {"cuDevicePrimaryCtxRetain", reinterpret_cast<void*>(&cuDevicePrimaryCtxRetain)},
+    // The lookups themselves: the runtime finds cuGetProcAddress_v2 with dlsym, then asks it for
+    // everything, "cuGetProcAddress" included.
+    {"cuGetProcAddress", reinterpret_cast<void*>(&cuGetProcAddress)},
+    {"cuGetProcAddress_v2", reinterpret_cast<void*>(&cuGetProcAddress_v2)},
 };
 
 void* ours_by_name(const char* name) {
@@ -345,18 +352,10 @@ void swap_in(void** pfn) {
 
 extern "C" {
 
-CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, std::uint64_t flags);
-CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, std::uint64_t flags, void* status);
-
 CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, std::uint64_t flags) {
   static auto f = real<CUresult (*)(const char*, void**, int, std::uint64_t)>("cuGetProcAddress");
   if (!f) return not_found;
   const CUresult rc = f(symbol, pfn, version, flags);
-  if (rc == success && symbol && std::strcmp(symbol, "cuGetProcAddress") == 0 && pfn && *pfn) {
-    *pfn = *pfn == driver("cuGetProcAddress_v2") ? reinterpret_cast<void*>(&cuGetProcAddress_v2)
-                                                 : reinterpret_cast<void*>(&cuGetProcAddress);
-    return rc;
-  }
   if (rc == success) swap_in(pfn);
   return rc;
 }
@@ -365,11 +364,6 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, std::u
   static auto f = real<CUresult (*)(const char*, void**, int, std::uint64_t, void*)>("cuGetProcAddress_v2");
   if (!f) return not_found;
   const CUresult rc = f(symbol, pfn, version, flags, status);
-  if (rc == success && symbol && std::strcmp(symbol, "cuGetProcAddress") == 0 && pfn && *pfn) {
-    *pfn = *pfn == driver("cuGetProcAddress_v2") ? reinterpret_cast<void*>(&cuGetProcAddress_v2)
-                                                 : reinterpret_cast<void*>(&cuGetProcAddress);
-    return rc;
-  }
   if (rc == success) swap_in(pfn);
   return rc;
 }
@@ -377,11 +371,8 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, std::u
 // dlsym on a libcuda handle for one of these names gets ours: the CUDA runtime finds
 // cuGetProcAddress that way.
 void* dlsym(void* handle, const char* name) {
-  if (name && name[0] == 'c' && name[1] == 'u') {
-    if (std::strcmp(name, "cuGetProcAddress") == 0) return reinterpret_cast<void*>(&cuGetProcAddress);
-    if (std::strcmp(name, "cuGetProcAddress_v2") == 0) return reinterpret_cast<void*>(&cuGetProcAddress_v2);
+  if (name && name[0] == 'c' && name[1] == 'u')
     if (void* ours = ours_by_name(name); ours && real_dlsym()(handle, name)) return ours;
-  }
   return real_dlsym()(handle, name);
 }
 
