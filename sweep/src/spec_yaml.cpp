@@ -131,29 +131,30 @@ void cartesian(std::vector<json>& trials, const std::vector<std::pair<std::strin
 
 sweep_spec parse_yaml(const std::string& text);
 
+// Everything in a spec ends up as JSON (trial ids, arguments, the journal): UTF-8 only, and no
+// control characters (a NUL makes yaml-cpp take the text for UTF-16 or UTF-32). The error names
+// the line and byte of the first offence.
+void check_plain_text(const std::string& text) {
+  auto fail_at = [&](std::size_t at, const std::string& what) {
+    const int line = static_cast<int>(1 + std::count(text.begin(), text.begin() + static_cast<long>(at), '\n'));
+    throw spec_error("line " + std::to_string(line) + ", byte " + std::to_string(at + 1) + ": " + what, line);
+  };
+  if (const auto at = cli::utf8_error_at(text); at != std::string_view::npos)
+    fail_at(at, "not valid UTF-8 text; save the spec as UTF-8");
+  const auto control = std::find_if(text.begin(), text.end(), [](char ch) {
+    const auto c = static_cast<unsigned char>(ch);
+    return (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f;
+  });
+  if (control != text.end())
+    fail_at(static_cast<std::size_t>(control - text.begin()),
+            "control character " + std::to_string(static_cast<int>(*control)) + "; a spec is plain text");
+}
+
 }  // namespace
 
 sweep_spec parse_spec(const std::string& text, const std::string& source) {
   try {
-    // Everything in a spec ends up as JSON (trial ids, arguments, the journal): UTF-8 only.
-    if (const auto at = cli::utf8_error_at(text); at != std::string_view::npos) {
-      const int line = static_cast<int>(1 + std::count(text.begin(), text.begin() + static_cast<long>(at), '\n'));
-      throw spec_error("line " + std::to_string(line) + ": not valid UTF-8 text (byte " + std::to_string(at + 1) +
-                           "); save the spec as UTF-8",
-                       line);
-    }
-    // Nor control characters (a NUL makes yaml-cpp take the text for UTF-16 or UTF-32).
-    const auto control = std::find_if(text.begin(), text.end(), [](char ch) {
-      const auto c = static_cast<unsigned char>(ch);
-      return (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f;
-    });
-    if (const auto at = static_cast<std::size_t>(control - text.begin());
-        control != text.end()) {
-      const int line = static_cast<int>(1 + std::count(text.begin(), control, '\n'));
-      throw spec_error("line " + std::to_string(line) + ": control character " + std::to_string(static_cast<int>(text[at])) +
-                           " (byte " + std::to_string(at + 1) + "); a spec is plain text",
-                       line);
-    }
+    check_plain_text(text);
     sweep_spec s = parse_yaml(text);
     s.source = source;
     // Whatever the YAML escapes made of the values, each trial must be text JSON can carry.
