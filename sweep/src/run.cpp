@@ -57,6 +57,9 @@ std::string duration(double seconds) {
   return buf;
 }
 
+// Slots sharing a GPU (or all the CPU slots) share standby workers: the GPU's index, -1 for none.
+int group_of(const std::optional<gpu_info>& gpu) { return gpu ? gpu->index : -1; }
+
 }  // namespace
 
 standby_plan plan_standby(const sweep_spec& s, const std::vector<slot>& slots) {
@@ -65,10 +68,10 @@ standby_plan plan_standby(const sweep_spec& s, const std::vector<slot>& slots) {
     plan.how = "no standby workers";
     return plan;
   }
-  std::map<int, std::size_t> per_group;  // GPU index (-1: CPU) -> its slots
+  std::map<int, std::size_t> per_group;  // group_of(GPU) -> its slots
   std::map<int, std::optional<gpu_info>> gpu_of;
   for (const auto& sl : slots) {
-    const int key = sl.gpu ? sl.gpu->index : -1;
+    const int key = group_of(sl.gpu);
     ++per_group[key];
     gpu_of[key] = sl.gpu;
   }
@@ -77,7 +80,8 @@ standby_plan plan_standby(const sweep_spec& s, const std::vector<slot>& slots) {
     standby_group g{gpu_of[key], n * static_cast<std::size_t>(s.standby), false};
     if (g.gpu) {
       g.warm = s.warm_context && runner::warm_standby_fits(*g.gpu, n, s.mem_limit, g.waiting);
-      (g.warm ? warm_on : cold_on) += (g.warm ? warm_on : cold_on).empty() ? std::to_string(key) : "," + std::to_string(key);
+      std::string& list = g.warm ? warm_on : cold_on;
+      list += (list.empty() ? "" : ",") + std::to_string(key);
     }
     plan.groups.push_back(std::move(g));
   }
@@ -281,32 +285,32 @@ sweep_summary sweep_run::run() {
   });
 
   // Standby workers, one pool per GPU (and one for the CPU slots): a pool's workers are
-  // interchangeable until assigned, warm ones prepared for their GPU and the sweep's cap.
-  std::map<int, bool> warm;  // GPU index (-1: CPU) -> its standby workers are warm
+  // interchangeable until assigned, warm ones prepared for their GPU and the sweep's cap. A pool
+  // starts empty and grows by a slot's share once that slot's first trial has started: the
+  // slots' first workers then start without the standby ones competing for the cores, and the
+  // standby ones start while the first trials run.
+  struct standby_group_state {
+    bool warm = false;
+    std::unique_ptr<runner::standby_pool> pool;  // none without standby
+    std::atomic<std::size_t> wanted{0};
+  };
+  std::map<int, standby_group_state> groups;  // by group_of(the slot's GPU)
   auto trial_spec = [&](const slot& sl, std::size_t index) {
     runner::job_spec spec = runner::job_spec_for(
         s.task, serialization::encoding::json, blob(st.args[index].data(), st.args[index].size()), sl.gpu,
         {.mem_limit = s.mem_limit, .timeout = s.timeout, .grace = opt.grace, .alloc_conf = s.alloc_conf});
     spec.task_libraries = opt.task_libraries;
     spec.executable = opt.executable;
-    const auto w = warm.find(sl.gpu ? sl.gpu->index : -1);
-    spec.warm_context = w != warm.end() && w->second;
+    const auto g = groups.find(group_of(sl.gpu));
+    spec.warm_context = g != groups.end() && g->second.warm;
     return spec;
   };
-  // A pool starts empty and grows by a slot's share once that slot's first trial has started:
-  // the slots' first workers then start without the standby ones competing for the cores, and
-  // the standby ones start while the first trials run.
-  struct standby_pool_of_gpu {
-    std::unique_ptr<runner::standby_pool> pool;
-    std::atomic<std::size_t> wanted{0};
-  };
-  std::map<int, standby_pool_of_gpu> pools;
   if (!queue.empty())
     for (const auto& g : plan_standby(s, slots).groups) {
-      const int key = g.gpu ? g.gpu->index : -1;
-      warm[key] = g.warm;
+      auto& state = groups[group_of(g.gpu)];
+      state.warm = g.warm;
       if (g.waiting)
-        pools[key].pool = std::make_unique<runner::standby_pool>(
+        state.pool = std::make_unique<runner::standby_pool>(
             runner::launch_spec_for(trial_spec({.gpu = g.gpu}, queue.front())), 0);
     }
   std::vector<char> slot_started(slots.size(), 0);  // each written by its own slot's thread only
@@ -337,13 +341,13 @@ sweep_summary sweep_run::run() {
       spec.stderr_echo_fd = err.get();
       std::shared_ptr<runner::job> job;
       try {
-        const auto pool = pools.find(sl.gpu ? sl.gpu->index : -1);
-        if (pool == pools.end()) {
+        const auto g = groups.find(group_of(sl.gpu));
+        if (g == groups.end() || !g->second.pool) {
           job = runner::job::start(std::move(spec));
         } else {
-          job = runner::job::start(std::move(spec), *pool->second.pool);
+          job = runner::job::start(std::move(spec), *g->second.pool);
           if (!std::exchange(slot_started[static_cast<std::size_t>(sl.index)], 1))
-            pool->second.pool->reserve(pool->second.wanted += static_cast<std::size_t>(s.standby));
+            g->second.pool->reserve(g->second.wanted += static_cast<std::size_t>(s.standby));
         }
       } catch (const std::exception& e) {
         rec.kind = outcome_kind::internal_error;
