@@ -88,6 +88,7 @@ int main(int argc, char** argv) {
   reinterpret_cast<CUresult (*)(unsigned)>(::dlsym(lib, "cuInit"))(0);
   void* ctx = nullptr;
   via_proc<CUresult (*)(void**, int)>("cuDevicePrimaryCtxRetain")(&ctx, 0);
+  via_proc<CUresult (*)(void*)>("cuCtxSetCurrent")(ctx);  // the real driver allocates only in a current context
   const auto free_fn = direct<free_t>("cuMemFree_v2");
   for (int i = 1; i < argc; ++i) {
     const std::string step = argv[i];
@@ -136,7 +137,10 @@ int main(int argc, char** argv) {
       const auto t0 = std::chrono::steady_clock::now();
       for (long k = 0; k < n; ++k) {
         CUdeviceptr p = 0;
-        if (alloc(&p, 64 << 10) != 0) return 1;
+        if (const CUresult rc = alloc(&p, 64 << 10); rc != 0) {
+          std::printf("time: cuMemAlloc_v2 failed with %d\n", rc);
+          return 1;
+        }
         free_fn(p);
       }
       std::printf("time %.1f\n", std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / double(n));

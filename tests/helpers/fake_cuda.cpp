@@ -28,14 +28,23 @@ CUresult allocate(CUdeviceptr* p, std::size_t n) {
   used += n;
   return 0;
 }
+constexpr CUresult invalid_context = 201;  // CUDA_ERROR_INVALID_CONTEXT
+thread_local void* current_context = nullptr;
 }  // namespace
 
 extern "C" {
 CUresult cuInit(unsigned) { return 0; }
 CUresult cuDeviceGet(int* d, int) { *d = 0; return 0; }
 CUresult cuDevicePrimaryCtxRetain(void** ctx, int) { *ctx = reinterpret_cast<void*>(0x1); return 0; }
-CUresult cuMemAlloc_v2(CUdeviceptr* p, std::size_t n) { return allocate(p, n); }
-CUresult cuMemAllocManaged(CUdeviceptr* p, std::size_t n, unsigned) { return allocate(p, n); }
+// As the real driver: allocations need a context current on the calling thread.
+CUresult cuCtxSetCurrent(void* ctx) {
+  current_context = ctx;
+  return 0;
+}
+CUresult cuMemAlloc_v2(CUdeviceptr* p, std::size_t n) { return current_context ? allocate(p, n) : invalid_context; }
+CUresult cuMemAllocManaged(CUdeviceptr* p, std::size_t n, unsigned) {
+  return current_context ? allocate(p, n) : invalid_context;
+}
 CUresult cuMemFree_v2(CUdeviceptr p) {
   std::lock_guard lock(mutex);
   auto it = live.find(p);
@@ -78,6 +87,7 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, unsigned long 
       {"cuInit", reinterpret_cast<void*>(&cuInit)},
       {"cuDeviceGet", reinterpret_cast<void*>(&cuDeviceGet)},
       {"cuDevicePrimaryCtxRetain", reinterpret_cast<void*>(&cuDevicePrimaryCtxRetain)},
+      {"cuCtxSetCurrent", reinterpret_cast<void*>(&cuCtxSetCurrent)},
       {"cuMemAlloc", reinterpret_cast<void*>(&cuMemAlloc_v2)},
       {"cuMemAllocManaged", reinterpret_cast<void*>(&cuMemAllocManaged)},
       {"cuMemFree", reinterpret_cast<void*>(&cuMemFree_v2)},
