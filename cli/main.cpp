@@ -262,7 +262,6 @@ int report_failure(bool as_json, const char* outcome, int code, const std::strin
 }
 
 int main(int argc, char** argv) {
-  if (cli::is_shim_process()) cli::run_shim(argc, argv);
   isorun::init(argc, argv);
   const bool as_json = cli::wants_json(argc, argv);
   try {

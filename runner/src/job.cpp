@@ -29,6 +29,7 @@
 #include "isorun/runner/placement.hpp"
 #include "isorun/runner/launcher.hpp"
 #include "isorun/runner/worker_env.hpp"
+#include "stream_tail.hpp"
 
 namespace isorun::runner {
 namespace ser = isorun::serialization;
@@ -38,50 +39,8 @@ using namespace std::chrono_literals;
 namespace {
 
 using ser::monotonic_ns;
-
-void write_all(int fd, const char* data, std::size_t n) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, data, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return;  // a broken echo target must not break the job
-    }
-    data += w;
-    n -= static_cast<std::size_t>(w);
-  }
-}
-
-// Keeps the last N lines of a stream, each capped, without unbounded growth.
-class line_tail {
- public:
-  explicit line_tail(std::size_t max_lines) : max_lines_{max_lines} {}
-  void feed(const char* data, std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i) {
-      if (data[i] == '\n') {
-        push();
-      } else if (partial_.size() < max_line) {
-        partial_.push_back(data[i]);
-      }
-    }
-  }
-  std::vector<std::string> lines() {
-    if (!partial_.empty()) push();
-    return {lines_.begin(), lines_.end()};
-  }
-
- private:
-  static constexpr std::size_t max_line = 1000;
-  void push() {
-    lines_.push_back(std::move(partial_));
-    partial_.clear();
-    while (lines_.size() > max_lines_) lines_.pop_front();
-  }
-  std::size_t max_lines_;
-  std::string partial_;
-  std::deque<std::string> lines_;
-};
-
-
+using detail::line_tail;
+using detail::write_all;
 
 // A worker's request and result segments, ready to be handed over.
 struct prepared_request {

@@ -159,6 +159,9 @@ std::optional<ser::warm_device> prepare_warm_device() {
   return warm;
 }
 
+}  // namespace
+
+namespace detail {
 [[noreturn]] void run_worker() {
   if (::fcntl(ser::control_fd, F_SETFD, FD_CLOEXEC) != 0)
     die("descriptor " + std::to_string(ser::control_fd) + " is missing; workers are started by isorun, not by hand");
@@ -277,10 +280,5 @@ bool is_worker_process() noexcept {
   return w && std::strcmp(w, "1") == 0;
 }
 
-void init(int, char**) {
-  if (!is_worker_process()) return;
-  ::unsetenv(ser::env::worker.data());  // the task's own children are ordinary processes
-  run_worker();
-}
 
 }  // namespace isorun

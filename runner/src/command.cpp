@@ -1,0 +1,322 @@
+#include "isorun/runner/command.hpp"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "isorun/preload/cap_region.hpp"
+#include "isorun/runner/errors.hpp"
+#include "isorun/runner/process.hpp"
+#include "isorun/runner/unique_fd.hpp"
+#include "isorun/runner/units.hpp"
+#include "isorun/runner/worker_env.hpp"
+#include "isorun/serialization/protocol.hpp"
+#include "isorun/serialization/shm_segment.hpp"
+#include "stream_tail.hpp"
+
+extern char** environ;
+
+namespace isorun::runner {
+namespace {
+using clock = std::chrono::steady_clock;
+constexpr int shim_fd = serialization::control_fd;
+
+// What the shim tells the supervisor about the program, once it has ended.
+struct shim_report {
+  std::int32_t code;
+  std::int32_t signal;
+};
+
+// The cap shared by the command's processes: a memfd region, reachable from any of them as
+// /proc/<this pid>/fd/<fd> while this process lives, and no longer once it is gone.
+class command_cap {
+ public:
+  explicit command_cap(std::uint64_t limit) : file_{serialization::shm_file::create(sizeof(preload::cap_region))} {
+    void* p = ::mmap(nullptr, sizeof(preload::cap_region), PROT_READ | PROT_WRITE, MAP_SHARED, file_.fd(), 0);
+    if (p == MAP_FAILED) throw internal_error(std::string("cannot map the cap region: ") + std::strerror(errno));
+    region_ = static_cast<preload::cap_region*>(p);  // zero-filled by the kernel: every count 0
+    region_->limit = limit;
+    region_->magic = preload::region_magic;
+  }
+  ~command_cap() { ::munmap(region_, sizeof(preload::cap_region)); }
+  command_cap(const command_cap&) = delete;
+  command_cap& operator=(const command_cap&) = delete;
+
+  /// The variables that make the shim preload the cap library into the command.
+  [[nodiscard]] std::vector<std::string> environment() const {
+    return {std::string(preload::region_env) + "=/proc/" + std::to_string(::getpid()) + "/fd/" + std::to_string(file_.fd()),
+            std::string(preload::preload_env) + "=" + library()};
+  }
+
+  [[nodiscard]] bool refused() const noexcept { return region_->refusals.load() > 0; }
+
+  /// After the command: what the cap refused, in one line ("" if nothing).
+  [[nodiscard]] std::string report() const {
+    const std::uint64_t refused = region_->refusals.load();
+    if (!refused) return "";
+    const std::uint64_t processes = region_->processes.load();
+    return "the command reached its --mem-limit of " + format_size(region_->limit) + ": " + std::to_string(refused) +
+           " allocation" + (refused == 1 ? "" : "s") + " refused (the largest " +
+           format_size(region_->largest_refused.load()) + "), peak " + format_size(region_->peak.load()) + " in " +
+           std::to_string(processes) + " process" + (processes == 1 ? "" : "es") + " with CUDA";
+  }
+
+  [[nodiscard]] std::uint64_t peak() const noexcept { return region_->peak.load(); }
+
+  /// The library next to libisorun.so.
+  static std::string library() {
+    Dl_info info{};
+    if (!::dladdr(reinterpret_cast<void*>(&self_executable), &info) || !info.dli_fname)
+      throw internal_error("cannot locate libisorun.so, next to which the cap library is");
+    const auto path = std::filesystem::path(info.dli_fname).parent_path() / preload::library_name;
+    if (!std::filesystem::exists(path))
+      throw internal_error(path.string() + " is missing, so --mem-limit cannot be enforced for a command; reinstall "
+                           "isorun, or pass --mem-limit-mode advisory");
+    return path.string();
+  }
+
+ private:
+  serialization::shm_file file_;
+  preload::cap_region* region_ = nullptr;
+};
+
+}  // namespace
+
+struct command::state {
+  command_spec spec;
+  std::optional<command_cap> cap;
+  unique_fd report_read;  // the shim's report
+  unique_fd cancel_read, cancel_write;  // one byte per cancel: the signal asked for
+  unique_fd stderr_read;  // with stderr_tail_lines
+  child shim;
+  clock::time_point started;
+  std::optional<command_result> result;
+};
+
+command::command(std::unique_ptr<state> s) : state_{std::move(s)} {}
+
+command::~command() {
+  if (state_ && !state_->result && state_->shim.valid()) state_->shim.stop(stop_plan::immediate());
+}
+
+pid_t command::pid() const noexcept { return state_->shim.pid(); }
+
+void command::cancel(int sig) noexcept {
+  const auto byte = static_cast<unsigned char>(sig);
+  [[maybe_unused]] auto n = ::write(state_->cancel_write.get(), &byte, 1);
+}
+
+std::unique_ptr<command> command::start(command_spec spec) {
+  if (spec.argv.empty()) throw usage_error("no command given");
+  const auto exe = find_executable(spec.argv[0]);
+  if (!exe) throw usage_error("command not found: '" + spec.argv[0] + "' (not an executable file, nor found in PATH)");
+
+  auto s = std::make_unique<state>();
+  if (spec.mem_limit && spec.enforce_cap) s->cap.emplace(spec.mem_limit);
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+    throw internal_error(std::string("socketpair: ") + std::strerror(errno));
+  s->report_read.reset(sv[0]);
+  unique_fd theirs(sv[1]);
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) throw internal_error(std::string("pipe2: ") + std::strerror(errno));
+  s->cancel_read.reset(p[0]);
+  s->cancel_write.reset(p[1]);
+  unique_fd stderr_write, null_in;
+  if (spec.stderr_tail_lines > 0) {
+    if (::pipe2(p, O_CLOEXEC) != 0) throw internal_error(std::string("pipe2: ") + std::strerror(errno));
+    s->stderr_read.reset(p[0]);
+    stderr_write.reset(p[1]);
+    ::fcntl(s->stderr_read.get(), F_SETFL, O_NONBLOCK);
+  }
+  if (spec.stdin_fd < 0) {
+    null_in.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (!null_in) throw internal_error(std::string("cannot open /dev/null: ") + std::strerror(errno));
+  }
+
+  spawn_options opts;
+  opts.executable = self_executable();
+  opts.args = {*exe};
+  opts.args.insert(opts.args.end(), spec.argv.begin() + 1, spec.argv.end());
+  opts.env = inherited_environment();
+  for (auto& e : assignment_environment(spec.gpu, spec.mem_limit)) opts.env.push_back(std::move(e));
+  if (s->cap)
+    for (auto& e : s->cap->environment()) opts.env.push_back(std::move(e));
+  for (const auto& e : spec.extra_env) opts.env.push_back(e);
+  opts.env.push_back(std::string(serialization::env::shim) + "=1");
+  opts.fds = {{0, null_in ? null_in.get() : spec.stdin_fd},
+              {1, spec.stdout_fd},
+              {2, stderr_write ? stderr_write.get() : spec.stderr_fd},
+              {shim_fd, theirs.get()}};
+  try {
+    s->shim = spawn(opts);
+  } catch (const spawn_error& e) {
+    throw internal_error(std::string("cannot start the command: ") + e.what());
+  }
+  s->started = clock::now();
+  s->spec = std::move(spec);
+  return std::unique_ptr<command>(new command(std::move(s)));
+}
+
+const command_result& command::wait() {
+  state& s = *state_;
+  if (s.result) return *s.result;
+  detail::line_tail tail(s.spec.stderr_tail_lines);
+  auto read_stderr = [&]() -> bool {  // false at EOF
+    char buf[16384];
+    for (;;) {
+      const ssize_t n = ::read(s.stderr_read.get(), buf, sizeof buf);
+      if (n > 0) {
+        tail.feed(buf, static_cast<std::size_t>(n));
+        detail::write_all(s.spec.stderr_fd, buf, static_cast<std::size_t>(n));
+        continue;
+      }
+      if (n == 0) return false;
+      if (errno == EINTR) continue;
+      return errno == EAGAIN;  // any other error: nothing more will come
+    }
+  };
+
+  // Stops follow one plan: the signal that asked for it (SIGTERM on a timeout), the grace
+  // period, SIGKILL. A second SIGINT takes the next step at once.
+  std::optional<stop_escalation> stopping;
+  constexpr auto never = clock::time_point::max();
+  clock::time_point deadline = s.spec.timeout.count() > 0 ? s.started + s.spec.timeout : never;
+  bool timed_out = false;
+  int cancelled_by = 0;
+  bool stderr_open = static_cast<bool>(s.stderr_read);
+  for (;;) {
+    pollfd fds[3] = {{s.shim.pidfd(), POLLIN, 0},
+                     {s.cancel_read.get(), POLLIN, 0},
+                     {stderr_open ? s.stderr_read.get() : -1, POLLIN, 0}};
+    int timeout_ms = -1;
+    if (deadline != never) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
+      timeout_ms = static_cast<int>(std::clamp<long long>(left + 1, 0, INT_MAX));
+    }
+    if (::poll(fds, 3, timeout_ms) < 0 && errno != EINTR) break;
+    if (fds[1].revents & POLLIN) {
+      unsigned char sigs[16];
+      for (ssize_t n; (n = ::read(s.cancel_read.get(), sigs, sizeof sigs)) > 0;)
+        for (ssize_t i = 0; i < n; ++i) {
+          const int sig = sigs[i];
+          if (!stopping) {
+            cancelled_by = sig;
+            stopping.emplace(stop_plan::graceful(s.spec.grace, sig));
+            deadline = stopping->advance(s.shim);
+          } else if (sig == SIGINT) {
+            deadline = stopping->advance(s.shim);
+          } else {
+            s.shim.signal(sig);  // passed on; the stop under way keeps its course
+          }
+        }
+    }
+    if (fds[2].revents) stderr_open = read_stderr();
+    if (fds[0].revents & POLLIN) break;
+    if (deadline != never && clock::now() >= deadline) {
+      if (!stopping) {
+        timed_out = true;
+        stopping.emplace(stop_plan::graceful(s.spec.grace));
+      }
+      deadline = stopping->advance(s.shim);
+    }
+  }
+  shim_report report{-1, 0};
+  const bool reported = ::recv(s.report_read.get(), &report, sizeof report, MSG_DONTWAIT) == sizeof report;
+  const exit_status shim = s.shim.reap();  // also kills what is left of the group
+  if (stderr_open) read_stderr();
+
+  command_result r;
+  r.stopped_by = cancelled_by;
+  if (reported) r.program = exit_status{report.code, report.signal, false};
+  outcome& o = r.status;
+  o.exit = r.program.value_or(shim);
+  o.wall = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - s.started);
+  o.timeout = s.spec.timeout;
+  o.device = s.spec.gpu ? visible_devices_for(s.spec.gpu) : "cpu";
+  o.stderr_tail = tail.lines();
+  if (s.cap) {
+    r.cap_report = s.cap->report();
+    o.peak_reserved = s.cap->peak();
+  }
+  if (timed_out) {
+    o.kind = outcome_kind::timeout;
+    o.message = "timed out after " + format_duration(s.spec.timeout) + "; stopped it and its process group";
+  } else if (cancelled_by) {
+    o.kind = outcome_kind::cancelled;
+    o.message = "stopped by " + signal_name(cancelled_by);
+  } else if (!r.program) {
+    o.kind = outcome_kind::crashed;
+    o.message = "the command's shim " + describe(shim) + " before it could report";
+  } else if (r.program->success()) {
+    o.kind = outcome_kind::success;
+  } else if (s.cap && s.cap->refused()) {
+    o.kind = outcome_kind::out_of_memory;
+    o.message = r.cap_report + "; the command " + describe(*r.program);
+  } else if (r.program->signal) {
+    o.kind = outcome_kind::crashed;
+    o.message = "the command was " + describe(*r.program);
+  } else {
+    o.kind = outcome_kind::task_error;
+    o.message = "the command " + describe(*r.program);
+  }
+  s.result = std::move(r);
+  return *s.result;
+}
+
+bool is_command_shim() noexcept {
+  const char* s = std::getenv(serialization::env::shim.data());
+  return s && std::strcmp(s, "1") == 0;
+}
+
+void run_command_shim(int argc, char** argv) {
+  ::unsetenv(serialization::env::shim.data());
+  if (argc < 2 || ::fcntl(shim_fd, F_SETFD, FD_CLOEXEC) != 0) {
+    std::fprintf(stderr, "isorun shim: started without a command or channel\n");
+    ::_exit(125);
+  }
+  // Only the command should react to Ctrl-C and SIGTERM; the shim waits to report its end.
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::signal(sig, SIG_IGN);
+  serialization::exit_with_supervisor(shim_fd);
+
+  spawn_options opts;
+  opts.executable = argv[1];
+  for (int i = 2; i < argc; ++i) opts.args.emplace_back(argv[i]);
+  // The cap library is preloaded into the command only, never into this shim.
+  std::string preload;
+  if (const char* cap = std::getenv(preload::preload_env)) {
+    preload = cap;
+    if (const char* other = std::getenv("LD_PRELOAD"); other && *other) preload += std::string(":") + other;
+    ::unsetenv(preload::preload_env);
+  }
+  for (char** e = environ; e && *e; ++e)
+    if (preload.empty() || std::strncmp(*e, "LD_PRELOAD=", 11) != 0) opts.env.emplace_back(*e);
+  if (!preload.empty()) opts.env.push_back("LD_PRELOAD=" + preload);
+  opts.new_process_group = false;
+  shim_report report{127, 0};
+  try {
+    child c = spawn(opts);
+    while (!c.peek()) c.wait_for(std::chrono::milliseconds(INT_MAX));
+    const exit_status st = c.reap();
+    report = {st.code, st.signal};
+  } catch (const spawn_error& e) {
+    std::fprintf(stderr, "isorun: %s\n", e.what());
+    report = {e.error() == ENOENT ? 127 : 126, 0};
+  }
+  ::send(shim_fd, &report, sizeof report, MSG_NOSIGNAL);
+  ::_exit(0);
+}
+
+}  // namespace isorun::runner
