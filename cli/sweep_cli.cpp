@@ -1,6 +1,7 @@
 // `isorun sweep SPEC.yaml | TASK --grid k=v1,v2 ... [flags]`.
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -19,6 +20,12 @@ namespace {
 
 const char* sweep_usage = R"(usage: isorun [--tasks LIB.so] sweep SPEC.yaml [FLAGS]
        isorun [--tasks LIB.so] sweep TASK --grid key=v1,v2 [--grid ...] [FLAGS]
+       isorun sweep --grid key=v1,v2 [--grid ...] [FLAGS] -- PROGRAM ARGS...
+
+A command (spec `command: [python3, train.py, --lr, "{lr}"]`, or after --) gets each trial's
+parameters where its arguments say {name}, runs under the trial's GPU and cap (the cap enforced
+on the CUDA driver API, as for isorun -- CMD), and reports its result as the last line of its
+stdout that is a JSON object, or as a JSON object written to the file $ISORUN_RESULT names.
 
 flags (override the spec):
   --out DIR          output folder (results.jsonl, results.csv, logs/); default isorun-sweep-TASK
@@ -60,7 +67,14 @@ int whole(const std::string& flag, const std::string& v) {
 }  // namespace
 
 int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
-  const auto& a = o.rest;
+  // Everything after `--` is the command to sweep.
+  std::vector<std::string> a = o.rest, command;
+  if (const auto dashes = std::find(a.begin(), a.end(), "--"); dashes != a.end()) {
+    command.assign(dashes + 1, a.end());
+    a.erase(dashes, a.end());
+    if (command.empty()) throw usage_error("'--' must be followed by the command to sweep");
+    if (a.empty() || a[0].starts_with("--")) a.insert(a.begin(), "");  // no SPEC or TASK: flags start at a[1]
+  }
   if (a.empty() || a[0] == "--help" || a[0] == "-h") {
     std::cout << sweep_usage;
     return a.empty() ? 2 : 0;
@@ -122,7 +136,11 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
   sweep::sweep_spec s;
   try {
     const std::string& first = a[0];
-    if (first.size() > 5 && (first.ends_with(".yaml") || first.ends_with(".yml"))) {
+    if (!command.empty()) {
+      if (!first.empty()) throw usage_error("sweep " + first + " -- CMD: give a spec, a TASK or a command after --, not two");
+      if (grid.empty()) throw usage_error("sweep -- CMD: give its parameters with --grid key=v1,v2");
+      s = sweep::spec_from_grid(command, grid);
+    } else if (first.size() > 5 && (first.ends_with(".yaml") || first.ends_with(".yml"))) {
       std::ifstream in(first);
       if (!in) throw usage_error("cannot read sweep spec " + first);
       std::stringstream text;
@@ -166,7 +184,7 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
     sweep::sweep_run sweep(s, plan.slots, ro);  // checks everything and locks the folder
     const std::string& where = sweep.out();
     for (const auto& w : sweep.warnings()) std::fprintf(stderr, "isorun: warning: %s\n", w.c_str());
-    std::fprintf(stderr, "isorun: sweep %s: %zu trials (%zu to run) on %s; %s; results in %s/\n", s.task.c_str(),
+    std::fprintf(stderr, "isorun: sweep %s: %zu trials (%zu to run) on %s; %s; results in %s/\n", sweep::subject(s).c_str(),
                  s.trials.size(), sweep.pending(), plan.how.c_str(), sweep::plan_standby(s, plan.slots).how.c_str(),
                  where.c_str());
 

@@ -54,9 +54,17 @@ if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
   else
     record "PyTorch under --mem-limit 2G -- python3" FAIL "$(tail -3 "$log/torch.err" | tr '\n' ' ')"
   fi
+  # 4. A sweep over a command: the Python example, every trial with PyTorch on GPU 0 under the cap.
+  if (cd "$root" && "$bin/isorun" sweep examples/python/sweep.yaml --gpus 0 --mem-limit 2G --out "$log/pysweep" \
+        --no-progress > "$log/pysweep.out" 2> "$log/pysweep.err") &&
+     python3 -c 'import json,sys; rs=[json.loads(l) for l in open(sys.argv[1])]; assert len(rs)==8 and all(r["outcome"]=="success" and r["result"]["device"]=="cuda" and r["device"]!="cpu" for r in rs), rs' "$log/pysweep/results.jsonl" 2>> "$log/pysweep.err"; then
+    record "isorun sweep examples/python/sweep.yaml --gpus 0 --mem-limit 2G" PASS "$(python3 -c 'import json,sys; rs=[json.loads(l) for l in open(sys.argv[1])]; print("8/8 on the GPU with PyTorch, best accuracy %.3f, peak %d MiB" % (max(r["result"]["accuracy"] for r in rs), max(r["peak_reserved"] for r in rs)>>20))' "$log/pysweep/results.jsonl")"
+  else
+    record "isorun sweep examples/python/sweep.yaml --gpus 0 --mem-limit 2G" FAIL "$(tail -3 "$log/pysweep.err" | tr '\n' ' ')"
+  fi
 fi
 
-# 4. Figures the tests reported, against their goals.
+# 5. Figures the tests reported, against their goals.
 released=0
 while read -r ms what; do
   released=$((released + 1))

@@ -3,7 +3,8 @@
 set -euo pipefail
 packages=(build-essential cmake pkg-config libboost1.81-dev libcereal-dev catch2 nlohmann-json3-dev
           libxxhash-dev libyaml-cpp-dev zlib1g-dev libbenchmark-dev libmimalloc-dev libjemalloc-dev
-          clang-14 libclang-rt-14-dev)  # the last two for tools/fuzz.sh (libFuzzer)
+          clang-14 libclang-rt-14-dev  # for tools/fuzz.sh (libFuzzer)
+          python3 python3-numpy)       # for the Python example and its test
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -14,4 +15,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" > /dev/null
+fi
+# The Python example runs `python3` from PATH: where that is not Debian's (pyenv, a venv), it
+# needs NumPy too.
+if ! python3 -c 'import numpy' 2> /dev/null && python3 -m pip --version > /dev/null 2>&1; then
+  echo "isorun setup: installing numpy for $(command -v python3)"
+  PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet numpy > /dev/null
 fi

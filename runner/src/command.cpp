@@ -190,7 +190,7 @@ const command_result& command::wait() {
   };
 
   // Stops follow one plan: the signal that asked for it (SIGTERM on a timeout), the grace
-  // period, SIGKILL. A second SIGINT takes the next step at once.
+  // period, SIGKILL. A second SIGINT or SIGTERM takes the next step at once.
   std::optional<stop_escalation> stopping;
   constexpr auto never = clock::time_point::max();
   clock::time_point deadline = s.spec.timeout.count() > 0 ? s.started + s.spec.timeout : never;
@@ -216,7 +216,7 @@ const command_result& command::wait() {
             cancelled_by = sig;
             stopping.emplace(stop_plan::graceful(s.spec.grace, sig));
             deadline = stopping->advance(s.shim);
-          } else if (sig == SIGINT) {
+          } else if (sig == SIGINT || sig == SIGTERM) {
             deadline = stopping->advance(s.shim);
           } else {
             s.shim.signal(sig);  // passed on; the stop under way keeps its course
@@ -272,6 +272,12 @@ const command_result& command::wait() {
     o.kind = outcome_kind::task_error;
     o.message = "the command " + describe(*r.program);
   }
+  if (o.kind == outcome_kind::task_error || o.kind == outcome_kind::crashed || o.kind == outcome_kind::out_of_memory)
+    for (auto it = o.stderr_tail.rbegin(); it != o.stderr_tail.rend(); ++it)
+      if (it->find_first_not_of(" \t\r") != std::string::npos) {
+        o.message += "; its last stderr line: " + *it;
+        break;
+      }
   s.result = std::move(r);
   return *s.result;
 }

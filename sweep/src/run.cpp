@@ -23,7 +23,9 @@
 #include <utility>
 
 #include "isorun/runner/errors.hpp"
+#include "isorun/runner/command.hpp"
 #include "isorun/runner/job.hpp"
+#include "isorun/runner/process.hpp"
 #include "isorun/runner/standby.hpp"
 #include "isorun/runner/suggest.hpp"
 #include "isorun/runner/task_arguments.hpp"
@@ -43,11 +45,93 @@ using clock = std::chrono::steady_clock;
 std::atomic<int> stop_count{0};
 std::atomic<int> stop_fd{-1};
 
-// Which sweep a folder holds: the task and every trial id.
+// Which sweep a folder holds: the task or command and every trial id.
 std::string fingerprint(const sweep_spec& s) {
-  std::string all = s.task;
-  for (const auto& t : s.trials) all += "\n" + trial_id(s.task, t);
-  return trial_id(s.task, json(all));
+  const std::string what = subject(s);
+  std::string all = what;
+  for (const auto& t : s.trials) all += "\n" + trial_id(what, t);
+  return trial_id(what, json(all));
+}
+
+// The default output folder's last word: the task, or the command's script (python3 train.py:
+// train), or its program.
+std::string short_name(const sweep_spec& s) {
+  if (s.command.empty()) return s.task;
+  for (std::size_t i = 1; i < s.command.size(); ++i) {
+    std::error_code ec;
+    if (s.command[i].find('{') == std::string::npos && fs::is_regular_file(s.command[i], ec))
+      return fs::path(s.command[i]).stem().string();
+  }
+  return fs::path(s.command[0]).filename().string();
+}
+
+// Everything wrong with a command sweep that can be known before it starts: placeholders and
+// parameters that do not match, a program that cannot be found.
+void check_command(const sweep_spec& s) {
+  std::vector<std::string> params;
+  for (const auto& t : s.trials)
+    for (auto it = t.begin(); it != t.end(); ++it)
+      if (std::find(params.begin(), params.end(), it.key()) == params.end()) params.push_back(it.key());
+  auto listing = [](const std::vector<std::string>& names) {
+    std::string out;
+    for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+    return out.empty() ? std::string("none") : out;
+  };
+  const std::vector<std::string> used = placeholders(s.command);
+  for (const auto& name : used)
+    if (std::find(params.begin(), params.end(), name) == params.end())
+      throw located(s, s.command_line,
+                    "command placeholder {" + name + "} names no parameter" + did_you_mean(name, params) +
+                        "; parameters: " + listing(params));
+  for (const auto& name : params)
+    if (std::find(used.begin(), used.end(), name) == used.end()) {
+      const auto line = s.param_lines.find(name);
+      throw located(s, line == s.param_lines.end() ? 0 : line->second,
+                    "parameter '" + name + "' is not used by the command; put {" + name +
+                        "} where the program takes it (e.g. --" + name + " {" + name + "})");
+    }
+  std::set<std::string> programs;
+  for (const auto& t : s.trials) programs.insert(command_for(s.command, t).front());
+  for (const auto& program : programs)
+    if (!runner::find_executable(program))
+      throw located(s, s.command_line,
+                    "command not found: '" + program + "' (not an executable file, nor found in PATH)");
+}
+
+// A command's result: the JSON object it wrote to $ISORUN_RESULT (`result_file`), else the last
+// line of its stdout (`log`) that is a JSON object; null if neither.
+// @throws std::runtime_error if the result file is there but not a JSON object.
+json command_result(const fs::path& result_file, const fs::path& log) {
+  std::error_code ec;
+  if (fs::exists(result_file, ec)) {
+    std::ifstream in(result_file);
+    json j = json::parse(in, nullptr, false);
+    if (!j.is_object()) throw std::runtime_error("the file it wrote to $ISORUN_RESULT is not a JSON object");
+    return j;
+  }
+  // A result line is at the end of what a program prints: its last MiB is enough.
+  std::ifstream in(log, std::ios::binary | std::ios::ate);
+  if (!in) return nullptr;
+  const std::streamoff size = in.tellg();
+  const std::streamoff from = std::max<std::streamoff>(0, size - (1 << 20));
+  in.seekg(from);
+  std::string text(static_cast<std::size_t>(size - from), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  std::size_t end = text.size();
+  while (end > 0) {
+    const std::size_t begin = text.rfind('\n', end - 1);
+    const std::size_t first = begin == std::string::npos ? 0 : begin + 1;
+    std::string_view line(text.data() + first, end - first);
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
+    while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+    if (!line.empty() && line.front() == '{') {
+      json j = json::parse(line, nullptr, false);
+      if (j.is_object()) return j;
+    }
+    if (begin == std::string::npos) break;
+    end = begin;
+  }
+  return nullptr;
 }
 
 std::string duration(double seconds) {
@@ -64,6 +148,10 @@ int group_of(const std::optional<gpu_info>& gpu) { return gpu ? gpu->index : -1;
 
 standby_plan plan_standby(const sweep_spec& s, const std::vector<slot>& slots) {
   standby_plan plan;
+  if (!s.command.empty()) {
+    plan.how = "each trial a fresh process";
+    return plan;
+  }
   if (s.standby <= 0) {
     plan.how = "no standby workers";
     return plan;
@@ -132,15 +220,17 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
   if (st.slots.empty()) throw usage_error("a sweep needs at least one slot");
 
   // Everything is checked before anything is created or started.
-  const worker::task_info* task = worker::registry::instance().find(s.task);
-  if (!task) {
+  const worker::task_info* task = s.command.empty() ? worker::registry::instance().find(s.task) : nullptr;
+  if (!s.command.empty()) {
+    check_command(s);
+  } else if (!task) {
     std::vector<std::string> names;
     for (auto* t : worker::registry::instance().all()) names.push_back(t->name);
     throw located(s, 0, "unknown task '" + s.task + "'" + did_you_mean(s.task, names) +
                             " (load its library with --tasks LIB.so; isorun tasks lists them)");
   }
   st.args.resize(s.trials.size());
-  for (std::size_t i = 0; i < s.trials.size(); ++i) {
+  for (std::size_t i = 0; task && i < s.trials.size(); ++i) {
     try {
       st.args[i] = cli::build_task_args(*task, param_words(s.trials[i])).dump();
     } catch (const cli::param_error& e) {
@@ -150,7 +240,7 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
       throw located(s, 0, e.what());
     }
   }
-  if (!s.metric.name.empty() && task->default_result_json) {
+  if (!s.metric.name.empty() && task && task->default_result_json) {
     const json shape = json::parse(task->default_result_json())["result"];
     if (auto problem = metric_problem(s, shape, "task '" + s.task + "'"); !problem.empty())
       throw located(s, s.metric.line, problem);
@@ -164,14 +254,14 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
     runner::check_job_spec(probe);
   }
 
-  st.out = s.out.empty() ? fs::path("isorun-sweep-" + s.task) : fs::path(s.out);
+  st.out = s.out.empty() ? fs::path("isorun-sweep-" + short_name(s)) : fs::path(s.out);
   st.out_text = st.out.string();
   std::error_code ec;
   fs::create_directories(st.out / "logs", ec);
   if (ec) throw internal_error("cannot create " + (st.out / "logs").string() + ": " + ec.message());
   st.lock.emplace(st.out, st.opt.wait_for_lock);
 
-  const json identity = {{"task", s.task}, {"trials", s.trials.size()}, {"fingerprint", fingerprint(s)}};
+  const json identity = {{"task", subject(s)}, {"trials", s.trials.size()}, {"fingerprint", fingerprint(s)}};
   if (fs::exists(st.out / "sweep.json")) {
     std::ifstream in(st.out / "sweep.json");
     json old = json::parse(in, nullptr, false);
@@ -187,7 +277,7 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
   st.journal.emplace(st.out);
   std::set<std::string> queued;
   for (std::size_t i = 0; i < s.trials.size(); ++i) {
-    const std::string id = trial_id(s.task, s.trials[i]);
+    const std::string id = trial_id(subject(s), s.trials[i]);
     auto it = st.journal->latest().find(id);
     const bool done = it != st.journal->latest().end() && (it->second.kind == outcome_kind::success || !st.opt.rerun_failed);
     if (done || !queued.insert(id).second) ++st.skipped;
@@ -211,7 +301,16 @@ sweep_summary sweep_run::run() {
 
   std::mutex mutex;  // queue, journal, progress, running
   std::size_t finished = 0, running_count = 0, failed = 0;
-  std::vector<std::shared_ptr<runner::job>> running(slots.size());
+  // What runs on each slot now, for cancelling: a worker's job, or a command.
+  struct running_trial {
+    std::shared_ptr<runner::job> job;
+    runner::command* command = nullptr;
+    void cancel() const noexcept {
+      if (job) job->cancel();
+      if (command) command->cancel();
+    }
+  };
+  std::vector<running_trial> running(slots.size());
   std::optional<double> best;
   double busy_seconds = 0;
   const bool tty = opt.progress && ::isatty(STDERR_FILENO);
@@ -246,8 +345,7 @@ sweep_summary sweep_run::run() {
   };
 
   auto cancel_running = [&] {  // caller holds mutex
-    for (auto& j : running)
-      if (j) j->cancel();
+    for (const auto& r : running) r.cancel();
   };
 
   // Ctrl-C (request_stop) wakes this watcher, which says what happens and cancels what runs:
@@ -305,7 +403,7 @@ sweep_summary sweep_run::run() {
     spec.warm_context = g != groups.end() && g->second.warm;
     return spec;
   };
-  if (!queue.empty())
+  if (!queue.empty() && s.command.empty())
     for (const auto& g : plan_standby(s, slots).groups) {
       auto& state = groups[group_of(g.gpu)];
       state.warm = g.warm;
@@ -328,55 +426,103 @@ sweep_summary sweep_run::run() {
     }
     const json& params = s.trials[index];
     trial_record rec;
-    rec.id = trial_id(s.task, params);
+    rec.id = trial_id(subject(s), params);
     rec.params = params;
     rec.slot = sl.index;
     rec.device = sl.gpu ? runner::visible_devices_for(sl.gpu) : "cpu";
     const auto t0 = clock::now();
     for (int attempt = 1;; ++attempt) {
-      runner::job_spec spec = trial_spec(sl, index);
-      spec.stdout_to = runner::stdout_mode::file;
-      spec.stdout_path = (out / "logs" / (rec.id + ".out")).string();
-      unique_fd err(::open((out / "logs" / (rec.id + ".err")).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-      spec.stderr_echo_fd = err.get();
-      std::shared_ptr<runner::job> job;
-      try {
-        const auto g = groups.find(group_of(sl.gpu));
-        if (g == groups.end() || !g->second.pool) {
-          job = runner::job::start(std::move(spec));
-        } else {
-          job = runner::job::start(std::move(spec), *g->second.pool);
-          if (!std::exchange(slot_started[static_cast<std::size_t>(sl.index)], 1))
-            g->second.pool->reserve(g->second.wanted += static_cast<std::size_t>(s.standby));
-        }
-      } catch (const std::exception& e) {
-        rec.kind = outcome_kind::internal_error;
-        rec.error = e.what();
-        break;
-      }
-      {
-        std::lock_guard lock(mutex);
-        running[static_cast<std::size_t>(sl.index)] = job;
-      }
-      if (stopping()) job->cancel();
-      const runner::job_result& r = job->wait();
-      {
-        std::lock_guard lock(mutex);
-        running[static_cast<std::size_t>(sl.index)].reset();
-      }
+      const fs::path log = out / "logs" / rec.id;
+      unique_fd err(::open((log.string() + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
       rec.attempts = attempt;
-      rec.kind = r.status.kind;
-      rec.peak_reserved = r.status.peak_reserved;
-      rec.error = r.status.ok() ? "" : r.status.describe();
       rec.result = nullptr;
-      if (r.status.ok()) {
-        json parsed = json::parse(std::string_view(reinterpret_cast<const char*>(r.payload.data()), r.payload.size()),
-                                  nullptr, false);
-        if (parsed.is_object() && parsed.contains("result")) {
-          rec.result = parsed["result"];
-        } else {
-          rec.kind = outcome_kind::invalid_result;
-          rec.error = "worker result is not valid JSON";
+      if (s.command.empty()) {
+        runner::job_spec spec = trial_spec(sl, index);
+        spec.stdout_to = runner::stdout_mode::file;
+        spec.stdout_path = log.string() + ".out";
+        spec.stderr_echo_fd = err.get();
+        std::shared_ptr<runner::job> job;
+        try {
+          const auto g = groups.find(group_of(sl.gpu));
+          if (g == groups.end() || !g->second.pool) {
+            job = runner::job::start(std::move(spec));
+          } else {
+            job = runner::job::start(std::move(spec), *g->second.pool);
+            if (!std::exchange(slot_started[static_cast<std::size_t>(sl.index)], 1))
+              g->second.pool->reserve(g->second.wanted += static_cast<std::size_t>(s.standby));
+          }
+        } catch (const std::exception& e) {
+          rec.kind = outcome_kind::internal_error;
+          rec.error = e.what();
+          break;
+        }
+        {
+          std::lock_guard lock(mutex);
+          running[static_cast<std::size_t>(sl.index)] = {.job = job};
+        }
+        if (stopping()) job->cancel();
+        const runner::job_result& r = job->wait();
+        {
+          std::lock_guard lock(mutex);
+          running[static_cast<std::size_t>(sl.index)] = {};
+        }
+        rec.kind = r.status.kind;
+        rec.peak_reserved = r.status.peak_reserved;
+        rec.error = r.status.ok() ? "" : r.status.describe();
+        if (r.status.ok()) {
+          json parsed = json::parse(std::string_view(reinterpret_cast<const char*>(r.payload.data()), r.payload.size()),
+                                    nullptr, false);
+          if (parsed.is_object() && parsed.contains("result")) {
+            rec.result = parsed["result"];
+          } else {
+            rec.kind = outcome_kind::invalid_result;
+            rec.error = "worker result is not valid JSON";
+          }
+        }
+      } else {
+        // A command: its stdout to the log, its result from $ISORUN_RESULT or its last JSON line.
+        const fs::path result_file = fs::absolute(log.string() + ".result.json");
+        std::error_code ec;
+        fs::remove(result_file, ec);
+        unique_fd stdout_file(::open((log.string() + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+        std::unique_ptr<runner::command> cmd;
+        try {
+          if (!stdout_file || !err) throw internal_error("cannot create " + log.string() + ".out/.err: " + std::strerror(errno));
+          cmd = runner::command::start({.argv = command_for(s.command, params),
+                                        .gpu = sl.gpu,
+                                        .mem_limit = s.mem_limit,
+                                        .timeout = s.timeout,
+                                        .grace = opt.grace,
+                                        .extra_env = {"ISORUN_RESULT=" + result_file.string(), "ISORUN_TRIAL=" + rec.id},
+                                        .stdin_fd = -1,
+                                        .stdout_fd = stdout_file.get(),
+                                        .stderr_fd = err.get(),
+                                        .stderr_tail_lines = 20});
+        } catch (const std::exception& e) {
+          rec.kind = outcome_kind::internal_error;
+          rec.error = e.what();
+          break;
+        }
+        {
+          std::lock_guard lock(mutex);
+          running[static_cast<std::size_t>(sl.index)] = {.command = cmd.get()};
+        }
+        if (stopping()) cmd->cancel();
+        const runner::command_result& r = cmd->wait();
+        {
+          std::lock_guard lock(mutex);
+          running[static_cast<std::size_t>(sl.index)] = {};
+        }
+        rec.kind = r.status.kind;
+        rec.peak_reserved = r.status.peak_reserved;
+        rec.error = r.status.ok() ? "" : r.status.describe();
+        if (r.status.ok()) {
+          try {
+            rec.result = command_result(result_file, log.string() + ".out");
+          } catch (const std::exception& e) {
+            rec.kind = outcome_kind::invalid_result;
+            rec.error = std::string("invalid_result: ") + e.what();
+          }
         }
       }
       const auto allowed = s.retries.find(std::string(to_string(rec.kind)));
@@ -476,7 +622,7 @@ sweep_summary sweep_run::run() {
   const auto& latest = st.journal->latest();
   std::set<std::string> listed;
   for (const auto& t : s.trials) {
-    auto it = latest.find(trial_id(s.task, t));
+    auto it = latest.find(trial_id(subject(s), t));
     if (it != latest.end() && listed.insert(it->first).second) summary.records.push_back(it->second);
   }
   write_file_durably(out / "results.csv", results_csv(summary.records));

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <random>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "isorun/sweep/spec.hpp"
@@ -188,14 +189,34 @@ sweep_spec parse_yaml(const std::string& text) {
   }
   if (!root.IsMap()) throw spec_error("a sweep spec is a YAML mapping (task:, params:, ...)", 1);
   sweep_spec s;
-  static const std::set<std::string> known = {"task", "metric", "params", "zip", "random", "resources", "policy", "out"};
+  static const std::set<std::string> known = {"task",   "command",   "metric", "params", "zip",
+                                              "random", "resources", "policy", "out"};
   for (const auto& kv : root)
     if (!known.count(kv.first.Scalar()))
       fail(kv.first, "unknown key '" + kv.first.Scalar() + "'" +
                          did_you_mean(kv.first.Scalar(), {known.begin(), known.end()}) +
-                         "; known: task, metric, params, zip, random, resources, policy, out");
-  if (!root["task"] || !root["task"].IsScalar()) fail(root, "the spec needs task: NAME");
-  s.task = root["task"].Scalar();
+                         "; known: task, command, metric, params, zip, random, resources, policy, out");
+  if (root["task"] && root["command"]) fail(root["command"], "give task: or command:, not both");
+  if (auto c = root["command"]) {
+    // A list of words, or one line split at spaces (no shell quoting: use the list for that).
+    s.command_line = line_of(c);
+    if (c.IsScalar()) {
+      std::istringstream words(c.Scalar());
+      for (std::string w; words >> w;) s.command.push_back(w);
+    } else if (c.IsSequence()) {
+      for (const auto& w : c) {
+        if (!w.IsScalar()) fail(w, "command: each word is a plain value, e.g. [python3, train.py, --lr, \"{lr}\"]");
+        s.command.push_back(w.Scalar());
+      }
+    } else {
+      fail(c, "command: is a list of words, e.g. [python3, train.py, --lr, \"{lr}\"]");
+    }
+    if (s.command.empty()) fail(c, "command: is empty; it needs at least the program to run");
+  } else {
+    if (!root["task"] || !root["task"].IsScalar())
+      fail(root, "the spec needs task: NAME (a registered task) or command: [PROGRAM, ARGS...]");
+    s.task = root["task"].Scalar();
+  }
 
   if (auto m = root["metric"]) {
     s.metric.line = line_of(m);
@@ -372,7 +393,7 @@ sweep_spec parse_yaml(const std::string& text) {
 }
 }  // namespace
 
-sweep_spec spec_from_grid(const std::string& task, const std::vector<std::pair<std::string, std::vector<std::string>>>& grid) {
+sweep_spec spec_from_grid(const std::string& task, const grid_flags& grid) {
   std::string yaml = "task: \"" + task + "\"\nparams:\n";
   for (const auto& [name, values] : grid) {
     if (values.empty()) throw spec_error("--grid " + name + "= has no values", 0);
@@ -388,6 +409,14 @@ sweep_spec spec_from_grid(const std::string& task, const std::vector<std::pair<s
   } catch (const spec_error& e) {
     throw spec_error(std::string("--grid: ") + e.what(), 0);
   }
+}
+
+sweep_spec spec_from_grid(const std::vector<std::string>& command, const grid_flags& grid) {
+  if (command.empty()) throw spec_error("'--' must be followed by the command to sweep", 0);
+  sweep_spec s = spec_from_grid(std::string("command"), grid);
+  s.task.clear();
+  s.command = command;
+  return s;
 }
 
 }  // namespace isorun::sweep

@@ -69,8 +69,9 @@ class command {
   const command_result& wait();
 
   /// @brief Stops the command: the first call sends `sig` to its process group, then SIGKILL
-  ///        after the grace period; a later SIGINT takes the next step at once (a second
-  ///        Ctrl-C), and any other signal is passed on to the group. Async-signal-safe.
+  ///        after the grace period; a later SIGINT or SIGTERM takes the next step at once (a
+  ///        second Ctrl-C, a second cancel), any other signal is passed on to the group.
+  ///        Async-signal-safe; returns at once.
   void cancel(int sig = SIGTERM) noexcept;
 
   /// The shim's pid, which is also the program's process group.

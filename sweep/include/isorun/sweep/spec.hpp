@@ -42,10 +42,15 @@ struct metric_spec {
 /// @throws spec_error for an empty name or another goal.
 metric_spec parse_metric_flag(const std::string& text);
 
-/// A sweep: the task, its trials, where they run, and what to rank them by.
+/// A sweep: the task or command, its trials, where they run, and what to rank them by.
 struct sweep_spec {
   std::string source;                   ///< where it came from, for messages: "FILE.yaml", "--grid" or ""
-  std::string task;
+  std::string task;                     ///< a registered task; empty for a command sweep
+  /// A command sweep: the program and its arguments, `{name}` standing for parameter `name`
+  /// (`{{name}` for the literal text; other braces are literal). Its result is the last line of its stdout that is a
+  /// JSON object, or the JSON object it writes to the file named by $ISORUN_RESULT.
+  std::vector<std::string> command;
+  int command_line = 0;                 ///< YAML line of `command:` (0 for flags)
   metric_spec metric;
   std::vector<nlohmann::json> trials;   ///< expanded parameter sets, in order
   std::map<std::string, int> param_lines;  ///< YAML line where each parameter is given
@@ -67,10 +72,30 @@ struct sweep_spec {
 /// @throws spec_error with the YAML line of the problem.
 sweep_spec parse_spec(const std::string& yaml_text, const std::string& source_name);
 
+using grid_flags = std::vector<std::pair<std::string, std::vector<std::string>>>;
+
 /// @brief Builds a spec from `TASK --grid k=v1,v2 ...` style flags (values already split;
 ///        library isorun::sweep_spec).
 /// @throws spec_error.
-sweep_spec spec_from_grid(const std::string& task, const std::vector<std::pair<std::string, std::vector<std::string>>>& grid);
+sweep_spec spec_from_grid(const std::string& task, const grid_flags& grid);
+
+/// @brief The same for a command: `--grid k=v1,v2 ... -- PROGRAM ARGS...`.
+/// @throws spec_error.
+sweep_spec spec_from_grid(const std::vector<std::string>& command, const grid_flags& grid);
+
+/// @brief What a sweep runs, in words: the task's name, or the command with its placeholders.
+std::string subject(const sweep_spec& s);
+
+/// @brief The parameter names a command's placeholders use, each once, in order of first use.
+std::vector<std::string> placeholders(const std::vector<std::string>& command);
+
+/// @brief A trial's command: every `{name}` replaced by the value of parameter `name` (a string
+///        as it is, anything else as JSON: 0.01, 128, true).
+/// @throws spec_error if a placeholder names no parameter of `params`.
+std::vector<std::string> command_for(const std::vector<std::string>& command, const nlohmann::json& params);
+
+/// @brief A parameter's value as a word: a string as it is, anything else as JSON.
+std::string value_text(const nlohmann::json& value);
 
 /// @brief The error for `what` at `line` of `s`: "FILE: line N: what" (as much as is known).
 spec_error located(const sweep_spec& s, int line, const std::string& what);
