@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_args.hpp"
+#include "isorun/runner/containment.hpp"
 #include "run_command.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/gpu_inventory.hpp"
@@ -118,11 +119,15 @@ int list_tasks(const cli::cli_options& o) {
 
 int list_gpus(const cli::cli_options& o) {
   const auto inv = runner::gpu_inventory::detect();
+  const auto& contained = runner::containment();
   if (o.json) {
     json out = {{"source", inv.describe_source()}, {"gpus", json::array()}};
     for (const auto& g : inv.gpus)
       out["gpus"].push_back({{"index", g.index}, {"uuid", g.uuid}, {"name", g.name},
                              {"total_memory", g.total_memory}, {"free_memory", g.free_memory}});
+    out["containment"] = contained.cgroup
+                             ? json{{"mode", "cgroup"}, {"where", contained.where}, {"memory_peak", contained.memory_peak}}
+                             : json{{"mode", "process_group"}, {"reason", contained.why_not}};
     std::cout << out.dump(2) << "\n";
     return 0;
   }
@@ -131,6 +136,12 @@ int list_gpus(const cli::cli_options& o) {
   for (const auto& g : inv.gpus)
     std::cout << "  " << g.index << "  " << g.uuid << "  " << g.name << "  " << format_size(g.total_memory) << " total, "
               << format_size(g.free_memory) << " free\n";
+  if (contained.cgroup)
+    std::cout << "containment: a cgroup v2 per worker (under " << std::filesystem::path(contained.where).parent_path().string()
+              << "), killed whole at its end" << (contained.memory_peak ? "; memory.peak reported" : "") << "\n";
+  else
+    std::cout << "containment: the process group alone (" << contained.why_not
+              << "); a descendant that calls setsid() escapes it\n";
   return 0;
 }
 
@@ -213,6 +224,7 @@ int run_task(const cli::cli_options& o, const std::vector<std::string>& libs) {
                    {"run_ms", out.run.count() / 1e6},
                    {"peak_allocated", out.peak_allocated},
                    {"peak_reserved", out.peak_reserved}};
+    if (out.host_memory_peak) record["host_memory_peak"] = out.host_memory_peak;
     if (out.ok()) record["result"] = result;
     else {
       record["error_type"] = out.error_type;

@@ -105,6 +105,38 @@ TEST_CASE("a GPU assignment reaches the worker (simulated inventory)", "[cli]") 
   CHECK(g.out.find("GPU-sim-1") != std::string::npos);
 }
 
+TEST_CASE("isorun gpus says how workers are contained; a supervisor killed -9 leaves nothing the next one keeps",
+          "[cli][containment]") {
+  auto forced = run({"gpus", "--json"}, {"ISORUN_CONTAINMENT=process-group"});
+  REQUIRE(forced.code == 0);
+  const json f = json::parse(forced.out)["containment"];
+  CHECK(f["mode"] == "process_group");
+  CHECK(f["reason"] == "ISORUN_CONTAINMENT=process-group");
+  auto detected = run({"gpus", "--json"});
+  REQUIRE(detected.code == 0);
+  const json c = json::parse(detected.out)["containment"];
+  if (c["mode"] != "cgroup") {
+    CHECK(c["mode"] == "process_group");
+    CHECK_FALSE(c["reason"].get<std::string>().empty());
+    WARN("cgroup half skipped: " << c["reason"].get<std::string>());
+    return;
+  }
+  // The directory was that run's own, removed at its exit.
+  const std::string where = c["where"];
+  CHECK_FALSE(std::filesystem::exists(where));
+  // A supervisor killed -9 while its command runs leaves its directory behind...
+  auto victim = start({"--cpu", "--", "sh", "-c", "echo started; exec sleep 1000"});
+  char buf[16];
+  REQUIRE(::read(victim.out, buf, sizeof buf) > 0);  // the command runs, in its cgroup
+  const std::string left = std::filesystem::path(where).parent_path() / ("isorun-" + std::to_string(victim.process.pid()));
+  CHECK(std::filesystem::exists(left));
+  ::kill(victim.process.pid(), SIGKILL);
+  finish(victim);
+  // ...which the next isorun removes, killing what was still in it.
+  CHECK(run({"gpus"}).code == 0);
+  CHECK_FALSE(std::filesystem::exists(left));
+}
+
 TEST_CASE("bad input: clear message, exit 2, no worker started", "[cli]") {
   struct bad_case {
     std::vector<std::string> args;

@@ -26,6 +26,7 @@
 #include "isorun/alloc/device_buffer.hpp"
 #include "isorun/isorun.hpp"
 #include "isorun/runner/job.hpp"
+#include "isorun/runner/containment.hpp"
 #include "isorun/runner/process.hpp"
 #include "isorun/runner/launcher.hpp"
 #include "isorun/runner/standby.hpp"
@@ -176,6 +177,35 @@ std::string warm_state(int) {
 // Leaves a process outside the worker's group holding the worker's descriptors, the result
 // segment's among them. Once the FIFO `dir`/go is opened, it tries to change the result segment
 // (a write, a writable mapping, a resize) and writes "refused changed" to the FIFO `dir`/report.
+// Leaves its process group (setsid) with the result segment's descriptor, then waits for the
+// worker's exit and for `dir`/go, and rewrites every result segment it holds. Returns its pid
+// and the text it should have left alone.
+std::string escapes_to_rewrite(const std::string& dir) {
+  int pid_pipe[2], exit_pipe[2];
+  if (::pipe(pid_pipe) != 0 || ::pipe(exit_pipe) != 0) throw std::runtime_error("pipe");
+  if (::fork() == 0) {
+    ::setsid();
+    ::close(exit_pipe[1]);
+    const pid_t self = ::getpid();
+    [[maybe_unused]] auto w = ::write(pid_pipe[1], &self, sizeof self);
+    char c;
+    while (::read(exit_pipe[0], &c, 1) > 0) {  // EOF: the worker is gone
+    }
+    { std::ifstream go(dir + "/go"); }
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+      const int fd = std::stoi(entry.path().filename().string());
+      std::uint64_t magic = 0;
+      if (::pread(fd, &magic, sizeof magic, 0) == sizeof magic && magic == isorun::serialization::result_magic)
+        [[maybe_unused]] auto n = ::pwrite(fd, "XXXXXXXX", 8, 200);
+    }
+    ::_exit(0);
+  }
+  ::close(exit_pipe[0]);  // the write end stays open in this process until it exits
+  pid_t child = 0;
+  if (::read(pid_pipe[0], &child, sizeof child) != sizeof child) throw std::runtime_error("no pid");
+  return std::to_string(child) + " " + std::string(1000, 'a');
+}
+
 isorun::blob escapee(const std::string& dir) {
   if (::fork() == 0) {
     ::setsid();
@@ -244,6 +274,7 @@ ISORUN_TASK(hold);
 ISORUN_TASK(warm_state);
 ISORUN_TASK(prints);
 ISORUN_TASK(escapee);
+ISORUN_TASK(escapes_to_rewrite);
 ISORUN_TASK(clings);
 
 namespace {
@@ -598,7 +629,16 @@ TEST_CASE("a job on a standby worker: its time counts from its assignment, its s
   std::filesystem::remove_all(dir);
 }
 
+// Chooses process-group containment for the workers started while it lives (cgroup
+// containment would kill an escaped process before it could try anything).
+struct process_group_containment {
+  process_group_containment() { ::setenv("ISORUN_CONTAINMENT", "process-group", 1); }
+  ~process_group_containment() { ::unsetenv("ISORUN_CONTAINMENT"); }
+};
+
 TEST_CASE("an early result is handed over sealed: no process can change it afterwards", "[runner][early]") {
+  // A process that escaped the worker's group must still be there to try: the seal is what stops it.
+  process_group_containment pinned;
   char dir[] = "/tmp/isorun-early-XXXXXX";
   REQUIRE(::mkdtemp(dir));
   const std::string d = dir;
@@ -614,6 +654,38 @@ TEST_CASE("an early result is handed over sealed: no process can change it after
   CHECK(changed == 0);
   const auto& b = r.value();
   CHECK(std::all_of(b.bytes().begin(), b.bytes().end(), [](std::byte c) { return c == std::byte{'a'}; }));
+  std::filesystem::remove_all(d);
+}
+
+TEST_CASE("a descendant that left the worker's group is killed with its cgroup before the result is validated",
+          "[runner][containment]") {
+  const auto& contained = isorun::runner::containment();
+  if (!contained.cgroup) {
+    WARN("skipped: children are contained by their process group alone here (" << contained.why_not << ")");
+    return;
+  }
+  char dir[] = "/tmp/isorun-contain-XXXXXX";
+  REQUIRE(::mkdtemp(dir));
+  const std::string d = dir;
+  REQUIRE(::mkfifo((d + "/go").c_str(), 0600) == 0);
+  auto cgroups_here = [&] {
+    std::size_t n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(contained.where)) n += e.is_directory();
+    return n;
+  };
+  const std::size_t cgroups_before = cgroups_here();
+  auto r = isorun::isolated(escapes_to_rewrite).try_call(d);
+  REQUIRE(r.ok());
+  const pid_t escaped = std::stoi(r.value());
+  // Already gone when the call returned (no waiting here): nothing is left to change the result.
+  CHECK(process_gone(escaped, 0));
+  const int go = ::open((d + "/go").c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  CHECK(go < 0);
+  CHECK(errno == ENXIO);  // no reader: nobody waits to rewrite the segment
+  if (go >= 0) ::close(go);
+  CHECK(r.value().substr(r.value().find(' ') + 1) == std::string(1000, 'a'));
+  // Its cgroup is gone too (others may still be there: standby workers, exits finishing behind).
+  CHECK(cgroups_here() <= cgroups_before);
   std::filesystem::remove_all(d);
 }
 

@@ -18,6 +18,7 @@
 
 #include "isorun/preload/cap_region.hpp"
 #include "isorun/runner/errors.hpp"
+#include "isorun/runner/containment.hpp"
 #include "isorun/runner/process.hpp"
 #include "isorun/runner/unique_fd.hpp"
 #include "isorun/runner/units.hpp"
@@ -160,6 +161,7 @@ std::unique_ptr<command> command::start(command_spec spec) {
               {1, spec.stdout_fd},
               {2, stderr_write ? stderr_write.get() : spec.stderr_fd},
               {shim_fd, theirs.get()}};
+  opts.cgroup = new_child_cgroup();
   try {
     s->shim = spawn(opts);
   } catch (const spawn_error& e) {
@@ -235,7 +237,7 @@ const command_result& command::wait() {
   }
   shim_report report{-1, 0};
   const bool reported = ::recv(s.report_read.get(), &report, sizeof report, MSG_DONTWAIT) == sizeof report;
-  const exit_status shim = s.shim.reap();  // also kills what is left of the group
+  const exit_status shim = s.shim.reap();  // also kills what is left of the group and the cgroup
   if (stderr_open) read_stderr();
 
   command_result r;
@@ -247,6 +249,7 @@ const command_result& command::wait() {
   o.timeout = s.spec.timeout;
   o.device = s.spec.gpu ? visible_devices_for(s.spec.gpu) : "cpu";
   o.stderr_tail = tail.lines();
+  o.host_memory_peak = s.shim.memory_peak().value_or(0);
   if (s.cap) {
     r.cap_report = s.cap->report();
     o.peak_reserved = s.cap->peak();

@@ -105,6 +105,7 @@ struct watch_record {
   std::optional<ser::done_message> done;
   std::vector<std::string> stderr_tail;
   clock::duration wall{};
+  std::uint64_t memory_peak = 0;  // the worker's cgroup's memory.peak, where known
   bool early = false;  // the result was sealed for hand-over; the worker has not exited yet
 
   void force(outcome_kind k, std::string why) {
@@ -236,7 +237,8 @@ watch_record watch(job::state& s) {
 
   if (!w.early) {
     read_control(s, w);
-    w.exited = worker.process.reap();  // also kills what is left of the group
+    w.exited = worker.process.reap();  // also kills what is left of the group and the cgroup
+    w.memory_peak = worker.process.memory_peak().value_or(0);
   }
   if (stderr_open) read_stderr();
   w.wall = clock::now() - worker.started;
@@ -273,6 +275,7 @@ job_result classify(watch_record w, const job_spec& spec, const std::shared_ptr<
   o.timeout = spec.timeout;
   o.device = spec.gpu ? visible_devices_for(spec.gpu) : "cpu";
   o.stderr_tail = std::move(w.stderr_tail);
+  o.host_memory_peak = w.memory_peak;
   if (w.done) {
     o.peak_allocated = w.done->peak_allocated;
     o.peak_reserved = w.done->peak_reserved;

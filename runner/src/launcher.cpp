@@ -1,5 +1,7 @@
 #include "isorun/runner/launcher.hpp"
 
+#include "isorun/runner/containment.hpp"
+
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -47,6 +49,7 @@ launched_worker local_launcher::launch(const launch_spec& spec) {
   opts.env.insert(opts.env.end(), spec.extra_env.begin(), spec.extra_env.end());
   opts.env.push_back(std::string(ser::env::worker) + "=1");
   opts.fds = {{0, devnull.get()}, {1, stdout_fd}, {2, stderr_write.get()}, {ser::control_fd, worker_control.get()}};
+  opts.cgroup = new_child_cgroup();
   w.started = std::chrono::steady_clock::now();
   try {
     w.process = spawn(opts);

@@ -17,6 +17,8 @@
 //    not exist yet at vfork time.
 #include "isorun/runner/process.hpp"
 
+#include "isorun/runner/containment.hpp"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
@@ -54,6 +56,7 @@ int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pi
 struct isolation_init {
   const spawn_options* options;
   pid_t parent;
+  int cgroup_procs = -1;  // the child's cgroup.procs, opened by the parent
   int exec_errno = 0;
   std::array<int, max_fds> scratch{};
 
@@ -77,6 +80,8 @@ struct isolation_init {
       ::sigaction(sig, &sa, nullptr);
     }
     if (options->new_process_group && ::setpgid(0, 0) != 0) return {errno, bp::system_category()};
+    // Into its cgroup before anything of the child's own runs ("0": the writing process).
+    if (cgroup_procs >= 0 && ::write(cgroup_procs, "0", 1) != 1) return {errno, bp::system_category()};
     if (options->parent_death_signal) {
       ::prctl(PR_SET_PDEATHSIG, options->parent_death_signal);
       if (::getppid() != parent) ::_exit(127);  // the parent died before prctl took effect
@@ -147,6 +152,22 @@ child spawn(const spawn_options& options) {
   const auto envp = c_strings(options.env);
   launcher.env = envp.data();
   isolation_init init{&options, ::getpid()};
+  // The cgroup is this call's until a child owns it: every failure below removes it.
+  struct cgroup_guard {
+    const std::string& dir;
+    int procs = -1;
+    bool owned = false;
+    ~cgroup_guard() {
+      if (procs >= 0) ::close(procs);
+      if (!dir.empty() && !owned) kill_and_remove_cgroup(dir);
+    }
+  } cgroup{options.cgroup};
+  if (!options.cgroup.empty()) {
+    cgroup.procs = ::open((options.cgroup + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+    if (cgroup.procs < 0)
+      throw spawn_error("cannot join cgroup " + options.cgroup + ": " + std::strerror(errno), errno);
+    init.cgroup_procs = cgroup.procs;
+  }
   // Every way the start can fail ends here: the child (if one was forked) reaped, and one
   // spawn_error saying why.
   auto failed = [&](int err) {
@@ -182,11 +203,18 @@ child spawn(const spawn_options& options) {
     throw spawn_error("pidfd_open failed (Linux 5.3 or newer is required): " + std::string(std::strerror(err)), err);
   }
   ::fcntl(pidfd, F_SETFD, FD_CLOEXEC);
-  return child(pid, pidfd, options.new_process_group);
+  cgroup.owned = true;
+  return child(pid, pidfd, options.new_process_group, options.cgroup);
 }
 
 child::child(child&& other) noexcept
-    : pid_{std::exchange(other.pid_, -1)}, pidfd_{std::exchange(other.pidfd_, -1)}, group_{other.group_} {}
+    : pid_{std::exchange(other.pid_, -1)},
+      pidfd_{std::exchange(other.pidfd_, -1)},
+      group_{other.group_},
+      cgroup_{std::move(other.cgroup_)},
+      memory_peak_{other.memory_peak_} {
+  other.cgroup_.clear();
+}
 
 child& child::operator=(child&& other) noexcept {
   if (this != &other) {
@@ -194,6 +222,9 @@ child& child::operator=(child&& other) noexcept {
     pid_ = std::exchange(other.pid_, -1);
     pidfd_ = std::exchange(other.pidfd_, -1);
     group_ = other.group_;
+    cgroup_ = std::move(other.cgroup_);
+    other.cgroup_.clear();
+    memory_peak_ = other.memory_peak_;
   }
   return *this;
 }
@@ -244,6 +275,9 @@ exit_status child::reap() noexcept {
   ::close(pidfd_);
   pidfd_ = -1;
   pid_ = -1;
+  // Descendants that left the group (setsid) are still in the cgroup: they go now, before the
+  // caller looks at anything the child left behind.
+  if (!cgroup_.empty()) memory_peak_ = kill_and_remove_cgroup(std::exchange(cgroup_, {}));
   return status;
 }
 

@@ -57,6 +57,9 @@ struct outcome {
   std::chrono::milliseconds timeout{0};
   std::uint64_t peak_allocated = 0;  ///< worker allocator peaks, bytes (0 when unknown)
   std::uint64_t peak_reserved = 0;
+  /// Peak host memory of the worker and its descendants (their cgroup's memory.peak), bytes; 0
+  /// when unknown (no cgroup containment, or no memory controller there).
+  std::uint64_t host_memory_peak = 0;
   std::chrono::nanoseconds wall{0};  ///< assignment to reap (to hand-over with exit_pending)
   /// The result was handed over before the worker had exited (isolated_options::early_result):
   /// `exit` is not known; the worker is still being stopped and reaped in the background.

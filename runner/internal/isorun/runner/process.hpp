@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -29,6 +30,9 @@ struct spawn_options {
   std::vector<std::pair<int, int>> fds;
   bool new_process_group = true;         ///< the child leads a group of its own
   int parent_death_signal = SIGKILL;     ///< sent to the child if the spawning thread dies; 0 = none
+  /// An empty cgroup (new_child_cgroup()) the child joins before it execs, and which its handle
+  /// then owns: reap() kills whatever is left in it and removes it. "" = none.
+  std::string cgroup;
 };
 
 /// The process could not be started (exec failed, fork failed, bad options).
@@ -86,7 +90,8 @@ class stop_escalation {
 class child {
  public:
   child() = default;
-  child(pid_t pid, int pidfd, bool group) noexcept : pid_{pid}, pidfd_{pidfd}, group_{group} {}
+  child(pid_t pid, int pidfd, bool group, std::string cgroup = {}) noexcept
+      : pid_{pid}, pidfd_{pidfd}, group_{group}, cgroup_{std::move(cgroup)} {}
   child(child&& other) noexcept;
   child& operator=(child&& other) noexcept;
   child(const child&) = delete;
@@ -108,9 +113,13 @@ class child {
   /// @brief Sends `sig` to the child's process group (or to the child alone without one).
   void signal(int sig) const noexcept;
 
-  /// @brief Kills whatever is left of the process group, then reaps the child. Blocks until
-  ///        the child itself has exited.
+  /// @brief Kills whatever is left of the process group, reaps the child, then kills whatever is
+  ///        left in its cgroup (descendants that left the group with setsid()) and removes the
+  ///        cgroup. Blocks until the child itself has exited and its cgroup is empty.
   exit_status reap() noexcept;
+
+  /// The peak memory of the child's cgroup (memory.peak), once reaped, where it reports one.
+  [[nodiscard]] std::optional<std::uint64_t> memory_peak() const noexcept { return memory_peak_; }
 
   /// @brief Stops the child by `plan` (blocking), then reaps it.
   exit_status stop(const stop_plan& plan) noexcept;
@@ -119,6 +128,8 @@ class child {
   pid_t pid_ = -1;
   int pidfd_ = -1;
   bool group_ = false;
+  std::string cgroup_;
+  std::optional<std::uint64_t> memory_peak_;
 };
 
 /// @brief Starts a process. Uses vfork, so the cost does not grow with the parent's memory.
