@@ -107,12 +107,13 @@ TEST_CASE("a GPU assignment reaches the worker (simulated inventory)", "[cli]") 
 
 TEST_CASE("isorun gpus says how workers are contained; a supervisor killed -9 leaves nothing the next one keeps",
           "[cli][containment]") {
-  auto forced = run({"gpus", "--json"}, {"ISORUN_CONTAINMENT=process-group"});
-  REQUIRE(forced.code == 0);
-  const json f = json::parse(forced.out)["containment"];
+  auto plain = run({"gpus", "--json"});
+  REQUIRE(plain.code == 0);
+  const json f = json::parse(plain.out)["containment"];
   CHECK(f["mode"] == "process_group");
-  CHECK(f["reason"] == "ISORUN_CONTAINMENT=process-group");
-  auto detected = run({"gpus", "--json"});
+  CHECK(f["reason"] == "cgroup containment is opt-in: ISORUN_CONTAINMENT=cgroup");
+  const std::vector<std::string> chosen = {"ISORUN_CONTAINMENT=cgroup"};
+  auto detected = run({"gpus", "--json"}, chosen);
   REQUIRE(detected.code == 0);
   const json c = json::parse(detected.out)["containment"];
   if (c["mode"] != "cgroup") {
@@ -125,7 +126,7 @@ TEST_CASE("isorun gpus says how workers are contained; a supervisor killed -9 le
   const std::string where = c["where"];
   CHECK_FALSE(std::filesystem::exists(where));
   // A supervisor killed -9 while its command runs leaves its directory behind...
-  auto victim = start({"--cpu", "--", "sh", "-c", "echo started; exec sleep 1000"});
+  auto victim = start({"--cpu", "--", "sh", "-c", "echo started; exec sleep 1000"}, chosen);
   char buf[16];
   REQUIRE(::read(victim.out, buf, sizeof buf) > 0);  // the command runs, in its cgroup
   const std::string left = std::filesystem::path(where).parent_path() / ("isorun-" + std::to_string(victim.process.pid()));
@@ -133,7 +134,7 @@ TEST_CASE("isorun gpus says how workers are contained; a supervisor killed -9 le
   ::kill(victim.process.pid(), SIGKILL);
   finish(victim);
   // ...which the next isorun removes, killing what was still in it.
-  CHECK(run({"gpus"}).code == 0);
+  CHECK(run({"gpus"}, chosen).code == 0);
   CHECK_FALSE(std::filesystem::exists(left));
 }
 

@@ -102,11 +102,13 @@ std::string base_dir;  // the directory of this process's children's cgroups, re
 
 void remove_base() { remove_tree(base_dir); }
 
-// ISORUN_CONTAINMENT=process-group: read at each start, so a program (or a test) can choose it
-// for some children only.
-bool process_group_chosen() {
+// ISORUN_CONTAINMENT=cgroup: read at each start, so a program (or a test) can choose it for
+// some children only. Opt-in for now: on a GPU machine with a pure cgroup v2 hierarchy and the
+// memory controller on, GPU workers started into their own cgroups hung the gpu test suite;
+// until that is understood the process group, checked on that machine, stays the default.
+bool cgroup_chosen() {
   const char* chosen = std::getenv("ISORUN_CONTAINMENT");
-  return chosen && std::string_view(chosen) == "process-group";
+  return chosen && std::string_view(chosen) == "cgroup";
 }
 
 containment_info detect() {
@@ -140,8 +142,8 @@ containment_info detect() {
 }  // namespace
 
 const containment_info& containment() {
-  static const containment_info chosen{.why_not = "ISORUN_CONTAINMENT=process-group"};
-  if (process_group_chosen()) return chosen;
+  static const containment_info off{.why_not = "cgroup containment is opt-in: ISORUN_CONTAINMENT=cgroup"};
+  if (!cgroup_chosen()) return off;
   static const containment_info detected = detect();
   return detected;
 }
@@ -158,7 +160,8 @@ std::string new_child_cgroup() {
 std::optional<std::uint64_t> kill_and_remove_cgroup(const std::string& cgroup) noexcept {
   std::optional<std::uint64_t> peak;
   try {
-    if (containment().memory_peak)
+    // (Not containment().memory_peak: this also runs while containment() is being detected.)
+    if (::access((cgroup + "/memory.peak").c_str(), R_OK) == 0)
       if (const std::string text = read_text(cgroup + "/memory.peak"); !text.empty()) peak = std::stoull(text);
     // cgroup.events says "populated 0" once the last process has exited; a change wakes poll()
     // with POLLPRI. Usually nothing is left, and nothing needs killing.

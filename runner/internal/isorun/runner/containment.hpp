@@ -21,14 +21,15 @@ struct containment_info {
   bool memory_peak = false;  ///< the cgroups report memory.peak (the memory controller is on)
 };
 
-/// @brief How children are contained, detected once per process: a cgroup v2 subtree under this
-///        process's own cgroup when it can be made and joined, else the process group.
-///        ISORUN_CONTAINMENT=process-group chooses the process group alone.
+/// @brief How children are contained. With ISORUN_CONTAINMENT=cgroup (read at each call; the
+///        cgroup side detected once per process): a cgroup v2 subtree under this process's own
+///        cgroup when it can be made and joined, else the process group. Without it: the process
+///        group (cgroups are opt-in until a hang seen with GPU workers under a pure cgroup v2
+///        hierarchy is understood).
 const containment_info& containment();
 
 /// @brief A new, empty cgroup for one child, or "" where children are contained by their
-///        process group alone (or this one cannot be made, or ISORUN_CONTAINMENT=process-group
-///        is set now).
+///        process group alone (or this one cannot be made).
 std::string new_child_cgroup();
 
 /// @brief Kills every process in `cgroup`, waits (up to 10 s, for a process in uninterruptible
