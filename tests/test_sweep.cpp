@@ -915,3 +915,38 @@ TEST_CASE("the Python example sweeps train.py and ranks its trials by accuracy",
   CHECK_THAT(r.out, Catch::Contains("accuracy  trial"));
   fs::remove_all(dir);
 }
+
+TEST_CASE("2,000 trials, 5% crashing and 5% timing out, the sweep killed -9 three times: each trial journaled once, "
+          "rightly", "[sweep][large][resume]") {
+  const std::string dir = temp_dir(), out = dir + "/out", journal = out + "/results.jsonl";
+  std::ofstream(dir + "/spec.yaml") << "task: chaos\nparams:\n  arg0: {range: [0, 1999], step: 1}\n"
+                                       "resources: {cpu_slots: 2}\npolicy: {timeout: 300ms}\nout: \""
+                                    << out << "\"\n";
+  const std::vector<std::string> args = {"--tasks", SWEEP_TEST_TASKS, "--grace", "50ms", "sweep", dir + "/spec.yaml",
+                                         "--no-progress"};
+  fs::create_directories(out);
+  std::ofstream{journal};  // there from the start, so that its growth can be watched
+  for (const std::size_t kill_at : {300u, 900u, 1500u}) {  // journal lines at which the sweep is killed
+    auto sweep = start_cli(args, {});
+    REQUIRE(wait_for_lines(journal, kill_at));
+    ::kill(sweep.pid(), SIGKILL);
+    sweep.reap();
+  }
+  auto last = start_cli(args, {});
+  CHECK(last.reap().code == 1);  // done; some trials failed
+  std::map<int, std::vector<std::string>> outcomes;  // i -> every outcome journaled for it
+  for (const auto& l : lines(journal)) {
+    const auto j = json::parse(l);
+    outcomes[j["params"]["arg0"].get<int>()].push_back(j["outcome"]);
+  }
+  CHECK(outcomes.size() == 2000);
+  int wrong = 0, twice = 0;
+  for (const auto& [i, seen] : outcomes) {
+    twice += seen.size() != 1;
+    const std::string expected = i % 20 == 0 ? "crashed" : i % 20 == 1 ? "timeout" : "success";
+    wrong += seen.back() != expected;
+  }
+  CHECK(twice == 0);
+  CHECK(wrong == 0);
+  fs::remove_all(dir);
+}
