@@ -414,6 +414,24 @@ sweep_summary sweep_run::run() {
   std::vector<char> slot_started(slots.size(), 0);  // each written by its own slot's thread only
 
   auto stopping = [&] { return stop_count.load() > 0 || halted.load(); };
+  // Waits for what runs a trial's attempt on slot `sl` (a job or a command: `what` says which,
+  // so that Ctrl-C can reach it), and records how it ended in `rec`.
+  auto await = [&](const slot& sl, running_trial what, auto& runs, trial_record& rec) -> const auto& {
+    {
+      std::lock_guard lock(mutex);
+      running[static_cast<std::size_t>(sl.index)] = what;
+    }
+    if (stopping()) runs.cancel();
+    const auto& r = runs.wait();
+    {
+      std::lock_guard lock(mutex);
+      running[static_cast<std::size_t>(sl.index)] = {};
+    }
+    rec.kind = r.status.kind;
+    rec.peak_reserved = r.status.peak_reserved;
+    rec.error = r.status.ok() ? "" : r.status.describe();
+    return r;
+  };
   // One trial on slot `sl`, its retries included; runner::run_on_slots hands them out.
   auto run_trial = [&](const slot& sl, std::size_t queued) {
     std::size_t index;
@@ -456,19 +474,7 @@ sweep_summary sweep_run::run() {
           rec.error = e.what();
           break;
         }
-        {
-          std::lock_guard lock(mutex);
-          running[static_cast<std::size_t>(sl.index)] = {.job = job};
-        }
-        if (stopping()) job->cancel();
-        const runner::job_result& r = job->wait();
-        {
-          std::lock_guard lock(mutex);
-          running[static_cast<std::size_t>(sl.index)] = {};
-        }
-        rec.kind = r.status.kind;
-        rec.peak_reserved = r.status.peak_reserved;
-        rec.error = r.status.ok() ? "" : r.status.describe();
+        const runner::job_result& r = await(sl, {.job = job}, *job, rec);
         if (r.status.ok()) {
           json parsed = json::parse(std::string_view(reinterpret_cast<const char*>(r.payload.data()), r.payload.size()),
                                     nullptr, false);
@@ -503,19 +509,7 @@ sweep_summary sweep_run::run() {
           rec.error = e.what();
           break;
         }
-        {
-          std::lock_guard lock(mutex);
-          running[static_cast<std::size_t>(sl.index)] = {.command = cmd.get()};
-        }
-        if (stopping()) cmd->cancel();
-        const runner::command_result& r = cmd->wait();
-        {
-          std::lock_guard lock(mutex);
-          running[static_cast<std::size_t>(sl.index)] = {};
-        }
-        rec.kind = r.status.kind;
-        rec.peak_reserved = r.status.peak_reserved;
-        rec.error = r.status.ok() ? "" : r.status.describe();
+        const runner::command_result& r = await(sl, {.command = cmd.get()}, *cmd, rec);
         if (r.status.ok()) {
           try {
             rec.result = command_result(result_file, log.string() + ".out");
