@@ -537,6 +537,16 @@ sweep_summary sweep_run::run() {
         halted = true;
         cancel_running();
       }
+      if (rec.kind == outcome_kind::success && !metric_checked && !s.metric.name.empty()) {
+        // The result type was not known up front: the first result decides, here, before this
+        // slot can take another trial.
+        metric_checked = true;
+        metric_error = metric_problem(s, rec.result, "trial " + rec.id);
+        if (!metric_error.empty()) {
+          halted = true;
+          cancel_running();
+        }
+      }
     }
     // Hand the record to the journal writer and take the next trial at once.
     std::lock_guard lock(journal_mutex);
@@ -575,15 +585,6 @@ sweep_summary sweep_run::run() {
           busy_seconds += rec.wall_s;
           if (rec.kind == outcome_kind::success) {
             ++summary.succeeded;
-            if (!metric_checked && !s.metric.name.empty()) {
-              // The result type was not known up front: the first result decides.
-              metric_checked = true;
-              metric_error = metric_problem(s, rec.result, "trial " + rec.id);
-              if (!metric_error.empty()) {
-                halted = true;
-                cancel_running();
-              }
-            }
             if (auto m = metric_of(s, rec); m && (!best || (s.metric.maximize ? *m > *best : *m < *best))) best = m;
           } else {
             ++failed;
