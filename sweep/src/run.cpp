@@ -101,7 +101,7 @@ void check_command(const sweep_spec& s) {
 // A command's result: the JSON object it wrote to $ISORUN_RESULT (`result_file`), else the last
 // line of its stdout (`log`) that is a JSON object; null if neither.
 // @throws std::runtime_error if the result file is there but not a JSON object.
-json command_result(const fs::path& result_file, const fs::path& log) {
+json read_command_result(const fs::path& result_file, const fs::path& log) {
   std::error_code ec;
   if (fs::exists(result_file, ec)) {
     std::ifstream in(result_file);
@@ -512,7 +512,7 @@ sweep_summary sweep_run::run() {
         const runner::command_result& r = await(sl, {.command = cmd.get()}, *cmd, rec);
         if (r.status.ok()) {
           try {
-            rec.result = command_result(result_file, log.string() + ".out");
+            rec.result = read_command_result(result_file, log.string() + ".out");
           } catch (const std::exception& e) {
             rec.kind = outcome_kind::invalid_result;
             rec.error = std::string("invalid_result: ") + e.what();
