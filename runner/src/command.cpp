@@ -176,20 +176,7 @@ const command_result& command::wait() {
   state& s = *state_;
   if (s.result) return *s.result;
   detail::line_tail tail(s.spec.stderr_tail_lines);
-  auto read_stderr = [&]() -> bool {  // false at EOF
-    char buf[16384];
-    for (;;) {
-      const ssize_t n = ::read(s.stderr_read.get(), buf, sizeof buf);
-      if (n > 0) {
-        tail.feed(buf, static_cast<std::size_t>(n));
-        detail::write_all(s.spec.stderr_fd, buf, static_cast<std::size_t>(n));
-        continue;
-      }
-      if (n == 0) return false;
-      if (errno == EINTR) continue;
-      return errno == EAGAIN;  // any other error: nothing more will come
-    }
-  };
+  auto read_stderr = [&] { return detail::drain(s.stderr_read.get(), tail, s.spec.stderr_fd); };
 
   // Stops follow one plan: the signal that asked for it (SIGTERM on a timeout), the grace
   // period, SIGKILL. A second SIGINT or SIGTERM takes the next step at once.
@@ -317,8 +304,7 @@ void run_command_shim(int argc, char** argv) {
   shim_report report{127, 0};
   try {
     child c = spawn(opts);
-    while (!c.peek()) c.wait_for(std::chrono::milliseconds(INT_MAX));
-    const exit_status st = c.reap();
+    const exit_status st = c.reap();  // waits for its exit
     report = {st.code, st.signal};
   } catch (const spawn_error& e) {
     std::fprintf(stderr, "isorun: %s\n", e.what());

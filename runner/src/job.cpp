@@ -40,7 +40,6 @@ namespace {
 
 using ser::monotonic_ns;
 using detail::line_tail;
-using detail::write_all;
 
 // A worker's request and result segments, ready to be handed over.
 struct prepared_request {
@@ -175,20 +174,7 @@ watch_record watch(job::state& s) {
   constexpr auto never = clock::time_point::max();
   clock::time_point deadline = s.spec.timeout.count() > 0 ? worker.started + s.spec.timeout : never;
 
-  auto read_stderr = [&]() -> bool {  // false at EOF
-    char buf[16384];
-    for (;;) {
-      ssize_t n = ::read(worker.stderr_read.get(), buf, sizeof buf);
-      if (n > 0) {
-        tail.feed(buf, static_cast<std::size_t>(n));
-        if (s.spec.stderr_echo_fd >= 0) write_all(s.spec.stderr_echo_fd, buf, static_cast<std::size_t>(n));
-        continue;
-      }
-      if (n == 0) return false;
-      if (errno == EINTR) continue;
-      return true;  // EAGAIN
-    }
-  };
+  auto read_stderr = [&] { return detail::drain(worker.stderr_read.get(), tail, s.spec.stderr_echo_fd); };
 
   bool stderr_open = true;
   bool await_done = s.spec.early_result;

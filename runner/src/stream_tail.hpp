@@ -54,4 +54,21 @@ class line_tail {
   std::deque<std::string> lines_;
 };
 
+/// @brief Reads what the non-blocking `fd` holds now: keeps its tail in `tail`, copies it to
+///        `echo_fd` (-1: nowhere). @return false once the stream has ended (EOF).
+inline bool drain(int fd, line_tail& tail, int echo_fd) {
+  char buf[16384];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0) {
+      tail.feed(buf, static_cast<std::size_t>(n));
+      if (echo_fd >= 0) write_all(echo_fd, buf, static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n == 0) return false;
+    if (errno == EINTR) continue;
+    return true;  // EAGAIN: more may come
+  }
+}
+
 }  // namespace isorun::runner::detail

@@ -50,4 +50,10 @@ std::string did_you_mean(std::string_view word, const std::vector<std::string>& 
   return c ? " (did you mean '" + *c + "'?)" : "";
 }
 
+std::string name_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out.empty() ? std::string("none") : out;
+}
+
 }  // namespace isorun

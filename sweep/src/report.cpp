@@ -63,17 +63,12 @@ std::string metric_problem(const sweep_spec& s, const json& result, const std::s
     all.push_back(it.key());
     if (it.value().is_number()) numeric.push_back(it.key());
   }
-  auto listing = [](const std::vector<std::string>& names) {
-    std::string out;
-    for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-    return out.empty() ? std::string("none") : out;
-  };
   if (!result.contains(name))
     return "metric '" + name + "' is not a field of the result of " + whose + did_you_mean(name, numeric) +
-           "; its numeric fields: " + listing(numeric);
+           "; its numeric fields: " + name_list(numeric);
   if (!result[name].is_number())
     return "metric '" + name + "' is a " + std::string(result[name].type_name()) + " in the result of " + whose +
-           ", not a number; numeric fields: " + listing(numeric);
+           ", not a number; numeric fields: " + name_list(numeric);
   return "";
 }
 

@@ -72,17 +72,12 @@ void check_command(const sweep_spec& s) {
   for (const auto& t : s.trials)
     for (auto it = t.begin(); it != t.end(); ++it)
       if (std::find(params.begin(), params.end(), it.key()) == params.end()) params.push_back(it.key());
-  auto listing = [](const std::vector<std::string>& names) {
-    std::string out;
-    for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-    return out.empty() ? std::string("none") : out;
-  };
   const std::vector<std::string> used = placeholders(s.command);
   for (const auto& name : used)
     if (std::find(params.begin(), params.end(), name) == params.end())
       throw located(s, s.command_line,
                     "command placeholder {" + name + "} names no parameter" + did_you_mean(name, params) +
-                        "; parameters: " + listing(params));
+                        "; parameters: " + name_list(params));
   for (const auto& name : params)
     if (std::find(used.begin(), used.end(), name) == used.end()) {
       const auto line = s.param_lines.find(name);
@@ -190,6 +185,7 @@ void request_stop() noexcept {
 
 struct sweep_run::state {
   sweep_spec s;
+  std::string subject;  // subject(s): what trial ids are derived from
   std::vector<slot> slots;
   sweep_options opt;
   std::vector<std::string> args;  // each trial's JSON arguments, checked
@@ -217,6 +213,7 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
   st.slots = std::move(slots);
   st.opt = std::move(options);
   const sweep_spec& s = st.s;
+  st.subject = subject(s);
   if (st.slots.empty()) throw usage_error("a sweep needs at least one slot");
 
   // Everything is checked before anything is created or started.
@@ -261,7 +258,7 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
   if (ec) throw internal_error("cannot create " + (st.out / "logs").string() + ": " + ec.message());
   st.lock.emplace(st.out, st.opt.wait_for_lock);
 
-  const json identity = {{"task", subject(s)}, {"trials", s.trials.size()}, {"fingerprint", fingerprint(s)}};
+  const json identity = {{"task", st.subject}, {"trials", s.trials.size()}, {"fingerprint", fingerprint(s)}};
   if (fs::exists(st.out / "sweep.json")) {
     std::ifstream in(st.out / "sweep.json");
     json old = json::parse(in, nullptr, false);
@@ -277,7 +274,7 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
   st.journal.emplace(st.out);
   std::set<std::string> queued;
   for (std::size_t i = 0; i < s.trials.size(); ++i) {
-    const std::string id = trial_id(subject(s), s.trials[i]);
+    const std::string id = trial_id(st.subject, s.trials[i]);
     auto it = st.journal->latest().find(id);
     const bool done = it != st.journal->latest().end() && (it->second.kind == outcome_kind::success || !st.opt.rerun_failed);
     if (done || !queued.insert(id).second) ++st.skipped;
@@ -444,7 +441,7 @@ sweep_summary sweep_run::run() {
     }
     const json& params = s.trials[index];
     trial_record rec;
-    rec.id = trial_id(subject(s), params);
+    rec.id = trial_id(st.subject, params);
     rec.params = params;
     rec.slot = sl.index;
     rec.device = sl.gpu ? runner::visible_devices_for(sl.gpu) : "cpu";
@@ -617,7 +614,7 @@ sweep_summary sweep_run::run() {
   const auto& latest = st.journal->latest();
   std::set<std::string> listed;
   for (const auto& t : s.trials) {
-    auto it = latest.find(trial_id(subject(s), t));
+    auto it = latest.find(trial_id(st.subject, t));
     if (it != latest.end() && listed.insert(it->first).second) summary.records.push_back(it->second);
   }
   write_file_durably(out / "results.csv", results_csv(summary.records));

@@ -16,4 +16,7 @@ std::optional<std::string> closest_name(std::string_view word, const std::vector
 /// @brief " (did you mean 'hello'?)" for closest_name's answer, or "".
 std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates);
 
+/// @brief The names a message offers instead: "a, b, c", or "none".
+std::string name_list(const std::vector<std::string>& names);
+
 }  // namespace isorun
