@@ -256,6 +256,23 @@ TEST_CASE("killing the CLI with SIGKILL also takes down a -- CMD and its childre
   CHECK(isorun::test::process_gone(grandchild));
 }
 
+TEST_CASE("a full /dev/shm does not matter: results pass through anonymous memory files", "[cli][faults]") {
+  // A 4 KiB tmpfs over /dev/shm, in a mount namespace of the test's own (needs the privilege to
+  // make one; without it, say so and check nothing).
+  if (isorun::test::run_captured("/usr/bin/unshare", {"-m", "true"}).code != 0) {
+    WARN("cannot make a mount namespace here (unshare -m): the full /dev/shm check needs one");
+    return;
+  }
+  const std::string script = "mount -t tmpfs -o size=4k tmpfs /dev/shm && head -c 8k /dev/zero > /dev/shm/filler; "
+                             "df -k /dev/shm | tail -1 | awk '{print \"free=\" $4}' >&2; exec \"$0\" \"$@\"";
+  auto r = isorun::test::run_captured(
+      "/usr/bin/unshare", {"-m", "sh", "-c", script, ISORUN_CLI, "--tasks", CLI_TEST_TASKS, "-q", "--cpu", "filled", "arg0=8"});
+  INFO(r.err);
+  CHECK_THAT(r.err, Catch::Contains("free=0"));  // it is full
+  REQUIRE(r.code == 0);
+  CHECK(r.out.size() == (8u << 20) + 3);  // the string, its quotes and a newline
+}
+
 TEST_CASE("--mem-limit is enforced by the worker's allocator; OOM exits 3 with the numbers", "[cli][alloc]") {
   auto ok = run(with_tasks({"-q", "--json", "--cpu", "--mem-limit", "64M", "hog", "arg0=40"}));
   REQUIRE(ok.code == 0);

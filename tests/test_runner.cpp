@@ -948,6 +948,68 @@ TEST_CASE("output_blob: a result written in place in shared memory", "[runner]")
   CHECK(local.mutable_data() != nullptr);
 }
 
+TEST_CASE("a result segment that cannot grow (file size limit): a clear error, nothing left behind, and it works again after",
+          "[runner][faults]") {
+  // isorun's segments are anonymous memory files, never in /dev/shm; what stops one growing is
+  // memory, or a file size limit, which the worker inherits. (A worker dies of SIGXFSZ by
+  // default there: it must report EFBIG instead.)
+  isorun::stop_standby();
+  auto& pool = isorun::serialization::segment_pool::instance();
+  REQUIRE(isorun::isolated(pid_and_calls)(0).ends_with(" 1"));
+  pool.clear();
+  const int fds = isorun::test::open_fds();
+  rlimit old{};
+  REQUIRE(::getrlimit(RLIMIT_FSIZE, &old) == 0);
+  for (auto task : {make_pattern, fill_in_place}) {
+    rlimit low = old;
+    low.rlim_cur = 1_MiB;
+    REQUIRE(::setrlimit(RLIMIT_FSIZE, &low) == 0);
+    std::string what;
+    try {
+      isorun::isolated(task)(4_MiB, 1);
+    } catch (const isorun::error& e) {
+      what = e.what();
+    }
+    REQUIRE(::setrlimit(RLIMIT_FSIZE, &old) == 0);
+    CHECK_THAT(what, Catch::Contains("File too large"));
+    pool.clear();
+    CHECK(isorun::test::open_fds() == fds);
+    const isorun::blob b = isorun::isolated(task)(4_MiB, 1);  // the limit lifted: it works again
+    CHECK(b.size() == 4_MiB);
+  }
+  CHECK(isorun::test::shm_entries() == 0);
+}
+
+TEST_CASE("the process limit is reached while a worker starts: a clear error, nothing leaked, and it works again after",
+          "[runner][faults]") {
+  // RLIMIT_NPROC binds every user but root, so as root the helper runs as user nobody.
+  std::string exe = ISORUN_NPROC_LIMIT;
+  std::vector<std::string> args;
+  if (::geteuid() == 0) {
+    args = {"--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", exe};
+    exe = "/usr/bin/setpriv";
+    if (isorun::test::run_captured(exe, {"--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/test", "-x",
+                                         ISORUN_NPROC_LIMIT}).code != 0) {
+      WARN("the process-limit check runs as user nobody, who cannot reach " << ISORUN_NPROC_LIMIT
+                                                                               << " (build in a folder others can read)");
+      return;
+    }
+  }
+  const auto r = isorun::test::run_captured(exe, args);
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  std::map<std::string, std::string> said;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);)
+    if (const auto colon = line.find(": "); colon != std::string::npos) said[line.substr(0, colon)] = line.substr(colon + 2);
+  CHECK(said.count("started") == 0);
+  CHECK_THAT(said["refused"], Catch::Contains("cannot start") && Catch::Contains("the process limit, ulimit -u, is reached"));
+  const auto fds = said["fds"];
+  CHECK(fds.substr(0, fds.find(' ')) == fds.substr(fds.find(' ') + 1));
+  CHECK(said["children"] == "none");
+  CHECK(said["after"] == "16");
+}
+
 TEST_CASE("descriptors run out while a worker starts: a clear error, nothing leaked, and it works again after",
           "[runner][faults]") {
   isorun::stop_standby();

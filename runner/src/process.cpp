@@ -177,9 +177,10 @@ child spawn(const spawn_options& options) {
       while (::waitpid(launcher.pid, &status, 0) < 0 && errno == EINTR) {
       }
     }
-    return spawn_error("cannot start " + options.executable + ": " + std::strerror(err) +
-                           (err == EMFILE ? " (raise the limit: ulimit -n)" : err == EAGAIN ? " (process limit reached?)" : ""),
-                       err);
+    const char* hint = err == EMFILE   ? " (too many open files: raise the limit, ulimit -n)"
+                       : err == EAGAIN ? " (the process limit, ulimit -u, is reached, or memory is short)"
+                                       : "";
+    return spawn_error("cannot start " + options.executable + ": " + std::strerror(err) + hint, err);
   };
   pid_t pid = -1;
   try {

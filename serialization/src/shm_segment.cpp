@@ -69,7 +69,12 @@ void shm_file::reserve(std::uint64_t size) {
   do {
     rc = ::ftruncate(fd_, static_cast<off_t>(size));
   } while (rc != 0 && errno == EINTR);
-  if (rc != 0) throw_errno("growing shared memory segment to " + std::to_string(size) + " bytes");
+  if (rc != 0) {
+    const int err = errno;
+    throw std::system_error(err, std::generic_category(),
+                            "growing shared memory segment to " + std::to_string(size) + " bytes" +
+                                (err == EFBIG ? " (above this process's file size limit, ulimit -f)" : ""));
+  }
 }
 
 mapping::mapping(mapping&& other) noexcept : addr_{other.addr_}, length_{other.length_} {

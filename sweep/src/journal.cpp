@@ -22,16 +22,19 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-void write_all(int fd, const std::string& s) {
+// 0, or the errno of the write that failed.
+int write_all(int fd, const std::string& s) {
   const char* p = s.data();
   std::size_t n = s.size();
   while (n) {
     ssize_t w = ::write(fd, p, n);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) throw internal_error(std::string("cannot write the sweep journal: ") + std::strerror(errno));
+    if (w < 0) return errno;
+    if (w == 0) return EIO;
     p += w;
     n -= static_cast<std::size_t>(w);
   }
+  return 0;
 }
 }  // namespace
 
@@ -121,16 +124,20 @@ void journal::append(const std::vector<trial_record>& records) {
   std::string text;
   for (const auto& r : records) text += r.to_json().dump() + "\n";
   const off_t before = ::lseek(fd_, 0, SEEK_END);
-  try {
-    write_all(fd_, text);
-    if (::fsync(fd_) != 0)
-      throw internal_error(std::string("cannot make the sweep journal durable (fsync): ") + std::strerror(errno));
-  } catch (const internal_error& e) {
-    // Whole lines only: what this batch wrote in part is cut off again, so the journal holds
-    // exactly the trials that count as done (the reader would drop a cut line anyway).
+  const char* step = "cannot write the sweep journal";
+  int failed = write_all(fd_, text);
+  if (!failed && ::fsync(fd_) != 0) {
+    failed = errno;
+    step = "cannot make the sweep journal durable (fsync)";
+  }
+  if (failed) {
+    // Whole lines only: what this batch wrote, in part or not durably, is cut off again, so the
+    // journal holds exactly the trials that count as done (the reader would drop a cut line
+    // anyway); those trials run again on resume.
     if (before >= 0) [[maybe_unused]] int rc = ::ftruncate(fd_, before);
-    throw internal_error(std::string(e.what()) + " (" + path_.string() + "; " + std::to_string(latest_.size()) +
-                         " trials are journaled; free space and run the same command again to resume)");
+    const bool full = failed == ENOSPC || failed == EDQUOT;
+    throw internal_error(std::string(step) + ": " + std::strerror(failed) + " (" + path_.string() + "; " +
+                         std::to_string(latest_.size()) + " trials are journaled; " + (full ? "free space" : "check the disk (dmesg)") + " and run the same command again to resume)");
   }
   for (const auto& r : records) latest_[r.id] = r;
 }
@@ -179,9 +186,15 @@ void write_file_durably(const fs::path& path, const std::string& content) {
   const fs::path tmp = path.string() + ".tmp";
   unique_fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!fd) throw internal_error("cannot write " + tmp.string() + ": " + std::strerror(errno));
-  write_all(fd.get(), content);
-  ::fsync(fd.get());
+  int failed = write_all(fd.get(), content);
+  if (!failed && ::fsync(fd.get()) != 0) failed = errno;
   fd.reset();
+  if (failed) {
+    // The old file, if any, stays whole: only a complete, durable copy replaces it.
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    throw internal_error("cannot write " + path.string() + ": " + std::strerror(failed));
+  }
   fs::rename(tmp, path);
 }
 

@@ -75,6 +75,12 @@ ISORUN_TASK(stubborn);
 ISORUN_TASK(where);
 
 namespace {
+// A result of `mib` MiB: it passes through a shared memory segment of that size.
+std::string filled(int mib) { return std::string(static_cast<std::size_t>(mib) << 20, 'x'); }
+}  // namespace
+ISORUN_TASK(filled);
+
+namespace {
 // Allocates `mib` MiB through the worker's capped allocator, in 8 MiB steps.
 std::string hog(int mib) {
   auto& a = isorun::this_worker().allocator();

@@ -166,6 +166,9 @@ namespace detail {
   if (::fcntl(ser::control_fd, F_SETFD, FD_CLOEXEC) != 0)
     die("descriptor " + std::to_string(ser::control_fd) + " is missing; workers are started by isorun, not by hand");
   ser::exit_with_supervisor(ser::control_fd);
+  // A file size limit (ulimit -f) reached while the result segment grows: an error saying so
+  // (EFBIG), reported as the task's outcome, rather than death by SIGXFSZ. (CPython does the same.)
+  ::signal(SIGXFSZ, SIG_IGN);
 
   const std::optional<ser::warm_device> warm = prepare_warm_device();
   assignment assigned = receive_assignment();
