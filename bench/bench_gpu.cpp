@@ -80,7 +80,7 @@ ISORUN_TASK(trivial_gpu);
 // GB/s from the device buffer being ready to the supervisor holding the validated view.
 double result_gbps(std::uint64_t size) {
   auto spec = runner::job_spec_for("gpu_result", serialization::encoding::binary, detail::encode_args(size),
-                                   gpus().at(0), {});
+                                   {gpus().at(0)}, {});
   auto job = runner::job::start(std::move(spec));
   const auto& r = job->wait();
   if (!r.status.ok()) {
@@ -207,7 +207,7 @@ int main(int argc, char** argv) {
     isolated_options early = waited;
     early.early_result = true;
     auto& pool = runner::standby_for(
-        runner::launch_spec_for(runner::job_spec_for("trivial_gpu", serialization::encoding::binary, {}, gpu, waited)), 1);
+        runner::launch_spec_for(runner::job_spec_for("trivial_gpu", serialization::encoding::binary, {}, {gpu}, waited)), 1);
     // Between calls: the pool refilled, and its worker given time to create its context.
     auto settle = [&] {
       pool.fill();

@@ -1,5 +1,7 @@
 #include "cli_args.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <string_view>
 
@@ -19,9 +21,11 @@ const char* usage_text() {
 
 options:
   --gpu N            run on GPU N (default: GPU 0 if there is one, else CPU)
+  --gpus LIST        run on these GPUs (0,1), or on any N with room for the cap (any:N); the
+                     worker sees exactly them, in PCI bus order, as CUDA devices 0, 1, ...
   --cpu              run with no GPU visible
-  --mem-limit SIZE   hard cap on the worker's device memory: 2G, 512M, 1.5GiB, 2GB, bytes.
-                     For -- CMD it is enforced on the CUDA driver API for the command and
+  --mem-limit SIZE   hard cap on the worker's device memory, on each of its GPUs (CUDA
+                     context included): 2G, 512M, 1.5GiB, 2GB, bytes. For -- CMD it is enforced on the CUDA driver API for the command and
                      every process it starts, together (allocations past it fail with
                      CUDA_ERROR_OUT_OF_MEMORY; cuMemGetInfo reports the cap); not covered:
                      memory the driver takes for itself, programs linking libcuda statically
@@ -53,13 +57,39 @@ std::string_view value_of(int& i, int argc, char** argv, std::string_view flag, 
   return argv[++i];
 }
 
-int parse_gpu_index(std::string_view text) {
+// A whole number in 0..1024, or -1.
+int small_number(std::string_view text) {
   char* end = nullptr;
   std::string s(text);
   long v = std::strtol(s.c_str(), &end, 10);
-  if (s.empty() || *end || v < 0 || v > 1024)
-    throw usage_error("--gpu '" + s + "': expected a GPU index such as 0 (see isorun gpus), or use --cpu");
-  return static_cast<int>(v);
+  return s.empty() || *end || v < 0 || v > 1024 || !std::isdigit(static_cast<unsigned char>(s[0])) ? -1 : static_cast<int>(v);
+}
+
+int parse_gpu_index(std::string_view text) {
+  const int v = small_number(text);
+  if (v < 0)
+    throw usage_error("--gpu '" + std::string(text) + "': expected a GPU index such as 0 (see isorun gpus), or use --cpu");
+  return v;
+}
+
+// --gpus 0,1 (these GPUs) or any:N (any N). A bare number is one GPU's index, as in a list of
+// one, so `--gpus 0` means what `--gpu 0` does; a count is always spelled any:N.
+void parse_gpus(std::string_view text, cli_options& o) {
+  const std::string s(text);
+  if (text.substr(0, 4) == "any:") {
+    o.gpu_count = small_number(text.substr(4));
+    if (o.gpu_count < 1)
+      throw usage_error("--gpus '" + s + "': any:N needs a count of 1 or more, e.g. any:2");
+    return;
+  }
+  for (std::size_t at = 0; at <= text.size();) {
+    const auto comma = std::min(text.find(',', at), text.size());
+    const int v = small_number(text.substr(at, comma - at));
+    if (v < 0)
+      throw usage_error("--gpus '" + s + "': expected GPU indices such as 0,1 (see isorun gpus), or any:N for any N GPUs");
+    o.gpus.push_back(v);
+    at = comma + 1;
+  }
 }
 
 }  // namespace
@@ -96,6 +126,8 @@ cli_options parse_command_line(int argc, char** argv) {
         return o;
       } else if (is("--gpu")) {
         o.gpu = parse_gpu_index(value_of(i, argc, argv, flag, arg));
+      } else if (is("--gpus")) {
+        parse_gpus(value_of(i, argc, argv, flag, arg), o);
       } else if (arg == "--cpu") {
         o.cpu = true;
       } else if (is("--mem-limit")) {
@@ -127,7 +159,7 @@ cli_options parse_command_line(int argc, char** argv) {
       } else if (arg == "-q" || arg == "--quiet") {
         o.quiet = true;
       } else if (arg.size() > 1 && arg[0] == '-') {
-        static const std::vector<std::string> known = {"--gpu",        "--cpu",  "--mem-limit", "--timeout", "--grace",
+        static const std::vector<std::string> known = {"--gpu",        "--gpus", "--cpu",  "--mem-limit", "--timeout", "--grace",
                                                        "--tasks",      "--alloc-conf", "--max-result", "--json",
                                                        "--quiet",      "--help",  "--version", "--mem-limit-mode"};
         throw usage_error("unknown option '" + std::string(arg) + "'" + did_you_mean(flag, known) +
@@ -149,7 +181,9 @@ cli_options parse_command_line(int argc, char** argv) {
       throw usage_error(std::string(flag) + ": " + e.what());
     }
   }
-  if (o.gpu && o.cpu) throw usage_error("--gpu and --cpu exclude each other");
+  const bool gpus_given = !o.gpus.empty() || o.gpu_count;
+  if (o.gpu && gpus_given) throw usage_error("--gpu and --gpus exclude each other: --gpu N is --gpus N");
+  if ((o.gpu || gpus_given) && o.cpu) throw usage_error(std::string(o.gpu ? "--gpu" : "--gpus") + " and --cpu exclude each other");
   if (const char* env = std::getenv("ISORUN_ALLOC_CONF"); env && o.alloc_conf.empty()) {
     try {
       alloc::alloc_config::parse(env);

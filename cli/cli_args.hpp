@@ -24,6 +24,8 @@ enum class mode {
 struct cli_options {
   mode what = mode::help;
   std::optional<int> gpu;  ///< --gpu N
+  std::vector<int> gpus;   ///< --gpus 0,1
+  int gpu_count = 0;       ///< --gpus any:N
   bool cpu = false;        ///< --cpu
   std::uint64_t mem_limit = 0;
   bool mem_limit_advisory = false;  ///< --mem-limit-mode advisory (-- CMD only)

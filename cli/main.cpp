@@ -145,17 +145,18 @@ int list_gpus(const cli::cli_options& o) {
   return 0;
 }
 
-// The CLI runs on the first GPU unless told otherwise (--gpu N, --cpu). An explicit GPU is
-// looked up alone (NVML is asked about that one device only); the whole inventory is read only
-// to choose the default, or to name the GPUs there are when the one asked for is not.
-std::optional<runner::gpu_info> pick_gpu(const cli::cli_options& o) {
-  if (o.cpu) return std::nullopt;
-  if (o.gpu)
-    if (auto g = runner::gpu_inventory::probe(*o.gpu)) {
+// The CLI runs on the first GPU unless told otherwise (--gpu N, --gpus, --cpu). One explicit
+// GPU is looked up alone (NVML is asked about that one device only); the whole inventory is
+// read only to choose, or to name the GPUs there are when one asked for is not.
+std::vector<runner::gpu_info> pick_gpus(const cli::cli_options& o) {
+  if (o.cpu) return {};
+  const runner::gpu_request request{.indices = o.gpu ? std::vector<int>{*o.gpu} : o.gpus, .count = o.gpu_count};
+  if (request.indices.size() == 1 && !request.count)
+    if (auto g = runner::gpu_inventory::probe(request.indices.front())) {
       runner::check_fits(*g, o.mem_limit);
-      return g;
+      return {*g};
     }
-  return runner::place_job(runner::gpu_inventory::detect(), o.gpu, true, o.mem_limit);
+  return runner::place_job(runner::gpu_inventory::detect(), request, true, o.mem_limit);
 }
 
 int run_task(const cli::cli_options& o, const std::vector<std::string>& libs) {
@@ -172,10 +173,10 @@ int run_task(const cli::cli_options& o, const std::vector<std::string>& libs) {
                                      : "registered tasks: " + known));
   }
   const json args = cli::build_task_args(*task, o.params);
-  const auto gpu = pick_gpu(o);
+  auto gpus = pick_gpus(o);
 
   const std::string text = args.dump();
-  runner::job_spec spec = runner::job_spec_for(task->name, serialization::encoding::json, blob(text.data(), text.size()), gpu,
+  runner::job_spec spec = runner::job_spec_for(task->name, serialization::encoding::json, blob(text.data(), text.size()), std::move(gpus),
                                                {.mem_limit = o.mem_limit,
                                                 .timeout = o.timeout,
                                                 .grace = o.grace,
@@ -252,7 +253,7 @@ int real_main(int argc, char** argv) {
     case cli::mode::nothing: std::fputs(cli::usage_text(), stderr); return 2;
     case cli::mode::version: std::cout << "isorun 0.1.0\n"; return 0;
     case cli::mode::list_gpus: return list_gpus(o);
-    case cli::mode::run_command: return cli::run_command(o, pick_gpu(o));
+    case cli::mode::run_command: return cli::run_command(o, pick_gpus(o));
     default: break;
   }
   const auto libs = task_libraries(o);

@@ -21,12 +21,12 @@ void forward(int sig) {
 
 }  // namespace
 
-int run_command(const cli_options& o, const std::optional<runner::gpu_info>& gpu) {
+int run_command(const cli_options& o, const std::vector<runner::gpu_info>& gpus) {
   if (o.mem_limit && o.mem_limit_advisory && !o.quiet)
     std::fprintf(stderr, "isorun: note: --mem-limit %s is advisory: exported as ISORUN_MEM_LIMIT, not enforced\n",
                  format_size(o.mem_limit).c_str());
   auto cmd = runner::command::start({.argv = o.command,
-                                     .gpu = gpu,
+                                     .gpus = gpus,
                                      .mem_limit = o.mem_limit,
                                      .enforce_cap = !o.mem_limit_advisory,
                                      .timeout = o.timeout,

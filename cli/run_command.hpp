@@ -10,6 +10,6 @@ namespace isorun::cli {
 /// @brief Runs `opts.command`; returns the exit code to mirror: the command's own, 128 + the
 ///        signal that ended it, or 124 after a timeout.
 /// @throws usage_error if the command cannot be found.
-int run_command(const cli_options& opts, const std::optional<runner::gpu_info>& gpu);
+int run_command(const cli_options& opts, const std::vector<runner::gpu_info>& gpus);
 
 }  // namespace isorun::cli

@@ -32,6 +32,9 @@ flags (override the spec):
   --gpus LIST        GPU indices (0,1) or all; without it, trials use CPU slots
   --mem-limit SIZE   cap per trial; on GPUs, slots per GPU = floor(free memory / SIZE)
   --per-gpu N        trials per GPU instead (default: as many caps as fit, at most the cores per GPU)
+  --gpus-per-trial N GPUs each trial runs on at once (one of its places on each; the cap is per
+                     GPU), or {name}: as many as parameter name says, so 1-, 2- and 4-GPU
+                     trials mix; served in order, a waiting wide trial holding the GPUs it waits for
   --cpu-slots N      parallel CPU trials (default: number of cores)
   --timeout DUR      per-trial timeout
   --standby N        workers launched ahead per slot, each used for one trial (default 1; 0: none)
@@ -80,7 +83,7 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
     return a.empty() ? 2 : 0;
   }
   std::vector<std::pair<std::string, std::vector<std::string>>> grid;
-  std::string out, gpus;
+  std::string out, gpus, gpus_per_trial;
   int per_gpu = -1, cpu_slots = -1, top = 5, standby = -1;
   bool cold_standby = false;
   bool rerun = false, fail_fast = false, progress = true, wait = false;
@@ -104,6 +107,7 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
       else if (f == "--gpus") gpus = value();
       else if (f == "--mem-limit") mem_limit = parse_size(value());
       else if (f == "--per-gpu") per_gpu = whole(f, value());
+      else if (f == "--gpus-per-trial") gpus_per_trial = value();
       else if (f == "--cpu-slots") cpu_slots = whole(f, value());
       else if (f == "--timeout") timeout = parse_duration(value());
       else if (f == "--top") top = whole(f, value());
@@ -123,7 +127,8 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
         static const std::vector<std::string> known = {"--grid",      "--out",          "--gpus",     "--mem-limit",
                                                        "--per-gpu",   "--cpu-slots",    "--timeout",  "--retry",
                                                        "--rerun-failed", "--fail-fast", "--metric",   "--top",
-                                                       "--wait",      "--no-progress",  "--standby",  "--no-warm-context"};
+                                                       "--wait",      "--no-progress",  "--standby",  "--no-warm-context",
+                                                       "--gpus-per-trial"};
         throw usage_error("unknown sweep flag '" + f + "'" + did_you_mean(f, known) + "; see isorun sweep --help");
       }
     } catch (const parse_error& e) {
@@ -160,6 +165,15 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
     }
     if (mem_limit) s.mem_limit = mem_limit;
     if (per_gpu >= 0) s.per_gpu = per_gpu;
+    if (!gpus_per_trial.empty()) {
+      s.gpus_per_trial_line = 0;
+      s.gpus_per_trial_param.clear();
+      s.gpus_per_trial = 1;
+      if (gpus_per_trial.size() > 2 && gpus_per_trial.front() == '{' && gpus_per_trial.back() == '}')
+        s.gpus_per_trial_param = gpus_per_trial.substr(1, gpus_per_trial.size() - 2);
+      else if ((s.gpus_per_trial = whole("--gpus-per-trial", gpus_per_trial)) < 1)
+        throw usage_error("--gpus-per-trial must be at least 1, or {name} for parameter name's value");
+    }
     if (cpu_slots >= 0) s.cpu_slots = cpu_slots;
     if (timeout.count()) s.timeout = timeout;
     if (standby >= 0) s.standby = standby;
@@ -184,9 +198,13 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
     sweep::sweep_run sweep(s, plan.slots, ro);  // checks everything and locks the folder
     const std::string& where = sweep.out();
     for (const auto& w : sweep.warnings()) std::fprintf(stderr, "isorun: warning: %s\n", w.c_str());
-    std::fprintf(stderr, "isorun: sweep %s: %zu trials (%zu to run) on %s; %s; results in %s/\n", sweep::subject(s).c_str(),
-                 s.trials.size(), sweep.pending(), plan.how.c_str(), sweep::plan_standby(s, plan.slots).how.c_str(),
-                 where.c_str());
+    const std::string spans = !sweep::spans_gpus(s) ? ""
+                              : !s.gpus_per_trial_param.empty()
+                                  ? "; each trial on {" + s.gpus_per_trial_param + "} GPUs"
+                                  : "; each trial on " + std::to_string(s.gpus_per_trial) + " GPUs";
+    std::fprintf(stderr, "isorun: sweep %s: %zu trials (%zu to run) on %s%s; %s; results in %s/\n",
+                 sweep::subject(s).c_str(), s.trials.size(), sweep.pending(), plan.how.c_str(), spans.c_str(),
+                 sweep::plan_standby(s, plan.slots).how.c_str(), where.c_str());
 
     struct sigaction sa {};
     sa.sa_handler = [](int) { sweep::request_stop(); };

@@ -95,6 +95,51 @@ TEST_CASE("each outcome class has its exit code", "[cli]") {
   CHECK(slow.err.find("timed out after") != std::string::npos);
 }
 
+TEST_CASE("--gpus: these GPUs or any N, seen by the worker and by -- CMD in PCI bus order", "[cli][multi-gpu]") {
+  const std::vector<std::string> four = {"ISORUN_SIMULATE_GPUS=4x16G"};
+  const std::string cap = " cap=" + std::to_string(6ULL << 30);
+  auto listed = run(with_tasks({"-q", "--gpus", "2,0", "--mem-limit", "6G", "where"}), four);
+  REQUIRE(listed.code == 0);
+  CHECK(json::parse(listed.out) == "GPU-sim-0,GPU-sim-2" + cap);
+  auto any = run(with_tasks({"-q", "--gpus", "any:3", "--mem-limit", "6G", "where"}), four);
+  REQUIRE(any.code == 0);
+  CHECK(json::parse(any.out) == "GPU-sim-0,GPU-sim-1,GPU-sim-2" + cap);
+  auto one = run(with_tasks({"-q", "--gpus", "3", "--mem-limit", "6G", "where"}), four);  // as --gpu 3
+  REQUIRE(one.code == 0);
+  CHECK(json::parse(one.out) == "GPU-sim-3" + cap);
+  auto record = run(with_tasks({"--json", "--gpus", "1,3", "where"}), four);
+  REQUIRE(record.code == 0);
+  CHECK(json::parse(record.out)["device"] == "GPU-sim-1,GPU-sim-3");
+  auto cmd = run({"-q", "--gpus", "3,1", "--mem-limit-mode", "advisory", "--mem-limit", "6G", "--", "sh", "-c",
+                  "echo $CUDA_VISIBLE_DEVICES $ISORUN_GPU $ISORUN_MEM_LIMIT"},
+                 four);
+  REQUIRE(cmd.code == 0);
+  CHECK(cmd.out == "GPU-sim-1,GPU-sim-3 1,3 " + std::to_string(6ULL << 30) + "\n");
+}
+
+TEST_CASE("--gpus refuses what cannot be given: exit 2, nothing started", "[cli][multi-gpu]") {
+  const std::vector<std::string> four = {"ISORUN_SIMULATE_GPUS=4x16G"};
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--gpus", "any:5", "where"}, "5 GPUs asked for, but there are 4"},
+      {{"--gpus", "1,1", "where"}, "GPU 1 is listed twice"},
+      {{"--gpus", "0,4", "where"}, "GPU 4 does not exist"},
+      {{"--gpus", "0,1", "--mem-limit", "20G", "where"}, "exceeds GPU 0's 16.00 GiB"},
+      {{"--gpus", "0", "--gpu", "0", "where"}, "--gpu and --gpus exclude each other"},
+      {{"--gpus", "0", "--cpu", "where"}, "--gpus and --cpu exclude each other"},
+      {{"--gpus", "0,x", "where"}, "expected GPU indices such as 0,1"},
+      {{"--gpus", "any:0", "where"}, "any:N needs a count of 1 or more"},
+      {{"--gpus", "0,4", "--", "true"}, "GPU 4 does not exist"},
+  };
+  for (const auto& [args, said] : bad) {
+    auto a = with_tasks(args);
+    if (a.back() == "where") a.push_back("arg0=0");
+    auto r = run(a, four);
+    INFO(r.err);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains(said));
+  }
+}
+
 TEST_CASE("a GPU assignment reaches the worker (simulated inventory)", "[cli]") {
   auto r = run(with_tasks({"-q", "--gpu", "1", "--mem-limit", "6G", "where"}), {"ISORUN_SIMULATE_GPUS=2x16G"});
   REQUIRE(r.code == 0);
@@ -431,6 +476,30 @@ TEST_CASE("-- CMD under --mem-limit: the driver API is capped, through dlsym and
   // The supervisor says, after the command, that it hit its cap, with the numbers.
   CHECK_THAT(r.err, Catch::Contains("the command reached its --mem-limit of 256.00 MiB: 3 allocations refused "
                                     "(the largest 100.00 MiB)"));
+}
+
+TEST_CASE("-- CMD on several GPUs: the cap holds on each device on its own", "[cli][cap][multi-gpu]") {
+  auto r = isorun::test::run_captured(
+      ISORUN_CLI,
+      {"--gpus", "0,1", "--mem-limit", "256M", "--", CAP_PROBE, "fill", "64", "direct", "info", "device", "1", "info",
+       "fill", "64", "direct", "info", "create-on", "0", "64", "create-on", "1", "64", "free", "info", "create-on", "1", "64"},
+      {"ISORUN_SIMULATE_GPUS=2x16G", std::string("LD_LIBRARY_PATH=") + FAKE_CUDA_DIR});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out ==
+        "filled 4 code 2\n"  // device 0 (current first): 4 x 64 MiB, then refused
+        "info 0 256\n"
+        "device 1 0\n"
+        "info 256 256\n"     // device 1 has its own 256 MiB
+        "filled 4 code 2\n"
+        "info 0 256\n"
+        "create-on 2\n"      // cuMemCreate is charged to the device its properties name
+        "create-on 2\n"
+        "freed\n"
+        "info 256 256\n"
+        "create-on 0\n");
+  CHECK_THAT(r.err, Catch::Contains("the command reached its --mem-limit of 256.00 MiB per GPU: 4 allocations refused "
+                                    "(2 on device 0, 2 on device 1)"));
 }
 
 TEST_CASE("-- CMD under --mem-limit: processes share one cap, and a killed one's share comes back", "[cli][cap]") {

@@ -194,7 +194,7 @@ TEST_CASE("a warm standby worker has its CUDA context before the call; an early 
   const isorun::isolated_options opts{
       .gpu = 0, .mem_limit = 2048 * MiB, .standby = 1, .warm_context = true, .early_result = true};
   auto& pool = r::standby_for(r::launch_spec_for(r::job_spec_for("warm_trivial", isorun::serialization::encoding::binary,
-                                                                 {}, isorun::gpus().gpus.at(0), opts)),
+                                                                 {}, {isorun::gpus().gpus.at(0)}, opts)),
                               1);
   pool.fill();
   // The waiting worker's context shows on the device before any call (polling NVML: nothing

@@ -152,6 +152,28 @@ std::string visible_devices(int) {
          std::to_string(w.mem_limit());
 }
 
+// A worker on several GPUs: what it sees, each device's allocator and cap, and `each` bytes held on
+// every device at once (more than one cap in all: the cap is per device). An allocation past a
+// cap fails with that device's OOM message.
+std::string on_devices(std::uint64_t each) {
+  auto& w = isorun::this_worker();
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  std::string out = std::string(v ? v : "<unset>") + "|" + isorun::to_string(w.kind());
+  std::vector<isorun::alloc::device_buffer> held;
+  for (std::size_t i = 0; i < w.devices().size(); ++i) {
+    const auto& d = w.devices()[i];
+    out += "|" + std::to_string(d.index) + "@" + std::to_string(d.ordinal) + ":" + d.uuid + ":" +
+           std::to_string(w.allocator(i).cap() >> 30) + "G";
+    held.emplace_back(w.allocator(i), each);
+  }
+  try {
+    w.allocator(w.devices().size());
+    out += "|allocator past the last device";
+  } catch (const std::out_of_range&) {
+  }
+  return out + "|peak " + std::to_string(w.peaks().first >> 30) + "G";
+}
+
 // Starts a grandchild, ignores SIGTERM (so stopping must escalate to SIGKILL), reports both pids
 // through the FIFO at `path`, then waits forever.
 int hang_with_grandchild(const std::string& path) {
@@ -267,6 +289,7 @@ ISORUN_TASK(segfaults);
 ISORUN_TASK(aborts);
 ISORUN_TASK(exits_early);
 ISORUN_TASK(visible_devices);
+ISORUN_TASK(on_devices);
 ISORUN_TASK(pid_and_calls);
 ISORUN_TASK(sleeps_long);
 ISORUN_TASK(hang_with_grandchild);
@@ -463,6 +486,35 @@ TEST_CASE("the worker sees exactly its assigned GPU (simulated inventory)", "[ru
   CHECK(isorun::isolated(visible_devices)(0) == "|PCI_BUS_ID|-1|0");  // CPU: no GPU visible
 }
 
+TEST_CASE("a worker on several GPUs sees exactly them, in PCI bus order, each with its own capped allocator",
+          "[runner][multi-gpu]") {
+  REQUIRE(isorun::gpus().gpus.size() == 2);
+  const std::string both = "GPU-sim-0,GPU-sim-1|simulated|0@0:GPU-sim-0:6G|1@1:GPU-sim-1:6G|peak 5G";
+  // 5 GiB held on each of two GPUs under a 6 GiB cap: 10 GiB in all, within the cap on each.
+  CHECK(isorun::isolated(on_devices, {.gpus = {1, 0}, .mem_limit = 6_GiB})(5_GiB) == both);
+  CHECK(isorun::isolated(on_devices, {.gpu_count = 2, .mem_limit = 6_GiB})(5_GiB) == both);
+  CHECK(isorun::isolated(on_devices, {.gpus = {1}, .mem_limit = 6_GiB})(1_GiB) ==
+        "GPU-sim-1|simulated|1@0:GPU-sim-1:6G|peak 1G");
+  // Past the cap on one device: that device's OOM, named.
+  auto over = isorun::isolated(on_devices, {.gpus = {0, 1}, .mem_limit = 6_GiB}).try_call(7_GiB);
+  REQUIRE_FALSE(over.ok());
+  CHECK(over.status().kind == isorun::outcome_kind::out_of_memory);
+  CHECK_THAT(over.status().message, Catch::Contains("--mem-limit 6144 MiB on GPU 0"));
+  CHECK(over.status().device == "GPU-sim-0,GPU-sim-1");
+}
+
+TEST_CASE("impossible requests for several GPUs are usage errors and start nothing", "[runner][multi-gpu]") {
+  const int fds = isorun::test::open_fds();
+  CHECK_THROWS_WITH(isorun::isolated(on_devices, {.gpu_count = 3, .mem_limit = 1_GiB})(0),
+                    Catch::Contains("3 GPUs asked for, but there are 2"));
+  CHECK_THROWS_WITH(isorun::isolated(on_devices, {.gpus = {1, 1}})(0), Catch::Contains("GPU 1 is listed twice"));
+  CHECK_THROWS_WITH(isorun::isolated(on_devices, {.gpus = {0, 2}})(0), Catch::Contains("GPU 2 does not exist"));
+  CHECK_THROWS_WITH(isorun::isolated(on_devices, {.gpus = {0, 1}, .mem_limit = 17_GiB})(0), Catch::Contains("exceeds GPU 0"));
+  CHECK_THROWS_WITH(isorun::isolated(on_devices, {.gpu = 0, .gpus = {1}})(0), Catch::Contains("give one of gpu"));
+  CHECK(::waitpid(-1, nullptr, WNOHANG) == -1);  // no child was started
+  CHECK(isorun::test::open_fds() == fds);
+}
+
 TEST_CASE("impossible requests are usage errors and start nothing", "[runner]") {
   const int fds = isorun::test::open_fds();
   CHECK_THROWS_AS(isorun::isolated(visible_devices, {.gpu = 5})(0), isorun::usage_error);
@@ -490,7 +542,7 @@ TEST_CASE("a worker launched before its work waits for it, and takes its GPU fro
   r::job_spec spec;
   spec.task = "visible_devices";
   spec.args = isorun::detail::encode_args(0);
-  spec.gpu = isorun::gpus().gpus.at(1);
+  spec.gpus = {isorun::gpus().gpus.at(1)};
   spec.mem_limit = 6_GiB;
   auto job = r::job::start(std::move(spec), std::move(w));
   CHECK(job->pid() == pid);
@@ -568,7 +620,7 @@ TEST_CASE("a warm standby worker has its GPU and capped allocator ready before i
   stop_standby_at_end guard;
   namespace r = isorun::runner;
   const isorun::isolated_options warm{.gpu = 1, .mem_limit = 6_GiB, .standby = 1, .warm_context = true};
-  auto probe = r::job_spec_for("warm_state", isorun::serialization::encoding::binary, {}, isorun::gpus().gpus.at(1), warm);
+  auto probe = r::job_spec_for("warm_state", isorun::serialization::encoding::binary, {}, {isorun::gpus().gpus.at(1)}, warm);
   auto& pool = r::standby_for(r::launch_spec_for(probe), 1);  // the pool isolated() uses below
   pool.fill();
   const pid_t waiting = pool.waiting_pids().front();
@@ -586,9 +638,9 @@ TEST_CASE("a warm standby worker has its GPU and capped allocator ready before i
   // one; a worker checks anyway): it stops, and the job is classified, not run on the wrong GPU.
   r::local_launcher launcher;
   auto on_gpu_0 = launcher.launch(r::launch_spec_for(r::job_spec_for(
-      "warm_state", isorun::serialization::encoding::binary, {}, isorun::gpus().gpus.at(0), warm)));
+      "warm_state", isorun::serialization::encoding::binary, {}, {isorun::gpus().gpus.at(0)}, warm)));
   auto spec = r::job_spec_for("warm_state", isorun::serialization::encoding::binary, isorun::detail::encode_args(0),
-                              isorun::gpus().gpus.at(1), warm);
+                              {isorun::gpus().gpus.at(1)}, warm);
   spec.stderr_echo_fd = -1;
   auto job = r::job::start(std::move(spec), std::move(on_gpu_0));
   const auto& res = job->wait();
@@ -745,12 +797,12 @@ TEST_CASE("killing a supervisor with standby workers waiting leaves nothing behi
 }
 
 namespace {
-isorun::runner::job_result run_bad_worker(const std::string& mode, const std::optional<isorun::runner::gpu_info>& gpu = {}) {
+isorun::runner::job_result run_bad_worker(const std::string& mode, const std::vector<isorun::runner::gpu_info>& gpus = {}) {
   isorun::runner::job_spec spec;
   spec.task = "anything";
   spec.executable = ISORUN_BAD_WORKER;
   spec.extra_env = {"BAD_WORKER_MODE=" + mode};
-  spec.gpu = gpu;
+  spec.gpus = gpus;
   spec.stderr_echo_fd = -1;
   auto job = isorun::runner::job::start(std::move(spec));
   return job->wait();

@@ -189,7 +189,7 @@ TEST_CASE("GPU slots pack floor(free / cap) trials per GPU and no more", "[sweep
   auto slots = sw::plan_slots(s, inv, 16).slots;
   REQUIRE(slots.size() == 4);
   std::map<std::string, int> per_gpu;
-  for (const auto& sl : slots) per_gpu[sl.gpu->uuid]++;
+  for (const auto& sl : slots) per_gpu[sl.gpus.at(0).uuid]++;
   CHECK(per_gpu == std::map<std::string, int>{{"GPU-sim-0", 2}, {"GPU-sim-1", 2}});
   s.mem_limit = 5ULL << 30;
   CHECK(sw::plan_slots(s, inv, 16).slots.size() == 6);
@@ -207,7 +207,7 @@ TEST_CASE("GPU slots pack floor(free / cap) trials per GPU and no more", "[sweep
   s.cpu_slots = 3;
   auto cpu = sw::plan_slots(s, inv).slots;
   CHECK(cpu.size() == 3);
-  CHECK_FALSE(cpu[0].gpu.has_value());
+  CHECK(cpu[0].gpus.empty());
 }
 
 TEST_CASE("by default a GPU gets no more slots than the cores per GPU, and the plan says why", "[sweep][packing]") {
@@ -454,6 +454,77 @@ TEST_CASE("bad sweep input: exit 2, nothing started, an existing journal untouch
   CHECK(lines(dir + "/out/results.jsonl") == before);
   CHECK(lines(log).size() == 2);  // nothing more ran
   CHECK_FALSE(fs::exists(dir + "/o2"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("trials on several GPUs: 1-, 2- and 4-GPU trials packed together, none over-committed, all done",
+          "[sweep][multi-gpu]") {
+  const std::string dir = temp_dir();
+  fs::create_directories(dir + "/markers");
+  std::ofstream(dir + "/spec.yaml") << "task: gpu_span\nparams:\n  g: [4, 1, 2]\n  i: {range: [0, 11], step: 1}\n"
+                                       "  dir: [\"" << dir << "/markers\"]\n"
+                                       "resources: {gpus: all, mem_limit: 1G, per_gpu: 2, gpus_per_trial: \"{g}\"}\n"
+                                       "out: \"" << dir << "/out\"\n";
+  auto r = isorun::test::run_captured(ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "sweep", dir + "/spec.yaml", "--no-progress"},
+                                      {"ISORUN_SIMULATE_GPUS=4x16G"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.err, Catch::Contains("8 GPU slots") && Catch::Contains("each trial on {g} GPUs") &&
+                        Catch::Contains("no standby workers (trials span GPUs)"));
+  const auto journal = lines(dir + "/out/results.jsonl");
+  REQUIRE(journal.size() == 36);
+  std::map<int, int> by_width;
+  for (const auto& l : journal) {
+    const json t = json::parse(l);
+    CHECK(t["outcome"] == "success");
+    const int g = t["params"]["g"];
+    ++by_width[g];
+    CHECK(t["result"]["devices"] == g);
+    CHECK(t["result"]["visible"] == t["device"]);  // the journal keeps the device list
+    const std::string device = t["device"];
+    CHECK(std::count(device.begin(), device.end(), ',') == g - 1);
+    CHECK(t["result"]["crowded"].get<int>() <= 2);  // per_gpu
+  }
+  CHECK(by_width == std::map<int, int>{{1, 12}, {2, 12}, {4, 12}});
+  CHECK(fs::is_empty(dir + "/markers"));
+
+  // The same from flags: 2-GPU trials, one place per GPU.
+  auto flags = isorun::test::run_captured(
+      ISORUN_CLI,
+      {"--tasks", SWEEP_TEST_TASKS, "sweep", "gpu_span", "--grid", "i=0,1,2,3", "--grid", "dir=" + dir + "/markers", "--gpus",
+       "1,2,3", "--mem-limit", "1G", "--per-gpu", "1", "--gpus-per-trial", "2", "--out", dir + "/flags", "--no-progress"},
+      {"ISORUN_SIMULATE_GPUS=4x16G"});
+  INFO(flags.err);
+  REQUIRE(flags.code == 0);
+  CHECK_THAT(flags.err, Catch::Contains("each trial on 2 GPUs"));
+  for (const auto& l : lines(dir + "/flags/results.jsonl")) {
+    const json t = json::parse(l);
+    CHECK(t["result"]["devices"] == 2);
+    CHECK(t["result"]["crowded"] == 1);
+    CHECK(t["device"].get<std::string>().find("GPU-sim-0") == std::string::npos);  // not listed
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("gpus_per_trial that cannot be met is refused before anything runs", "[sweep][multi-gpu]") {
+  const std::string dir = temp_dir();
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"resources: {gpus: all, mem_limit: 1G, gpus_per_trial: 5}", "a trial asks for 5 GPUs (gpus_per_trial), but the sweep has 4"},
+      {"resources: {gpus: all, mem_limit: 1G, gpus_per_trial: \"{h}\"}", "gpus_per_trial takes parameter 'h', which the sweep does not have"},
+      {"resources: {gpus: all, mem_limit: 1G, gpus_per_trial: \"{dir}\"}", "whose value \"x\" is not a number of GPUs"},
+      {"resources: {gpus: all, mem_limit: 1G, gpus_per_trial: 0}", "gpus_per_trial must be a whole number, at least 1"},
+      {"resources: {gpus_per_trial: 2}", "gpus_per_trial needs GPUs, and the sweep has none"},
+  };
+  for (const auto& [resources, said] : bad) {
+    std::ofstream(dir + "/spec.yaml") << "task: gpu_span\nparams:\n  g: [1, 2]\n  dir: [x]\n" << resources
+                                      << "\nout: \"" << dir << "/out\"\n";
+    auto r = isorun::test::run_captured(ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "sweep", dir + "/spec.yaml", "--no-progress"},
+                                        {"ISORUN_SIMULATE_GPUS=4x16G"});
+    INFO(resources << "\n" << r.err);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains(said) && Catch::Contains("line 5"));
+    CHECK_FALSE(fs::exists(dir + "/out/results.jsonl"));
+  }
   fs::remove_all(dir);
 }
 

@@ -84,12 +84,32 @@ class nvml_probe {
   int (*shutdown_)() = nullptr;
 };
 
+// Makes `ordinal` the calling thread's current device for one call, and puts the caller's back
+// after: a task on several GPUs chooses its own current device, and an allocator must not
+// change it under it. (cudaGetDevice/cudaSetDevice on the current one cost tens of ns.)
+class on_device {
+ public:
+  explicit on_device(int ordinal) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = ordinal;
+    if (previous_ != ordinal) check(cudaSetDevice(ordinal), "cudaSetDevice");
+    ordinal_ = ordinal;
+  }
+  ~on_device() {
+    if (previous_ != ordinal_) cudaSetDevice(previous_);
+  }
+  on_device(const on_device&) = delete;
+  on_device& operator=(const on_device&) = delete;
+
+ private:
+  int previous_ = 0, ordinal_ = 0;
+};
+
 class cuda_backend final : public backend {
  public:
-  explicit cuda_backend(const char* uuid, cuda_context_info& context) {
+  cuda_backend(const char* uuid, int ordinal, cuda_context_info& context) : ordinal_{ordinal} {
     nvml_probe nvml(uuid);
     const std::uint64_t before = nvml.device_used();
-    check(cudaSetDevice(0), "cudaSetDevice");
+    on_device here(ordinal_);
     check(cudaFree(nullptr), "creating the CUDA context");
     const std::uint64_t after = nvml.device_used();
     context.process_bytes = nvml.process_used();
@@ -106,7 +126,7 @@ class cuda_backend final : public backend {
     auto granularity = driver_entry<decltype(&cuMemGetAllocationGranularity)>("cuMemGetAllocationGranularity");
     prop_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop_.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop_.location.id = 0;
+    prop_.location.id = ordinal_;
     if (granularity) granularity(&granularity_, &prop_, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     if (!granularity_) granularity_ = 2u << 20;
   }
@@ -114,6 +134,7 @@ class cuda_backend final : public backend {
   std::string name() const override { return "cuda"; }
 
   void* allocate(std::size_t bytes) override {
+    on_device here(ordinal_);
     void* p = nullptr;
     cudaError_t rc = cudaMalloc(&p, bytes);
     if (rc == cudaErrorMemoryAllocation) {
@@ -123,9 +144,16 @@ class cuda_backend final : public backend {
     check(rc, "cudaMalloc");
     return p;
   }
-  void deallocate(void* p, std::size_t) noexcept override { cudaFree(p); }
+  void deallocate(void* p, std::size_t) noexcept override {
+    try {
+      on_device here(ordinal_);
+      cudaFree(p);
+    } catch (...) {
+    }
+  }
 
   memory_info device_memory() const override {
+    on_device here(ordinal_);
     std::size_t free = 0, total = 0;
     cudaMemGetInfo(&free, &total);
     return {free, total};
@@ -135,6 +163,7 @@ class cuda_backend final : public backend {
 
   void* reserve_address(std::size_t bytes) override {
     if (!reserve_) return nullptr;
+    on_device here(ordinal_);
     CUdeviceptr p = 0;
     return reserve_(&p, bytes, 0, 0, 0) == CUDA_SUCCESS ? reinterpret_cast<void*>(p) : nullptr;
   }
@@ -144,6 +173,7 @@ class cuda_backend final : public backend {
 
   bool map(void* p, std::size_t bytes) override {
     CUmemGenericAllocationHandle h{};
+    on_device here(ordinal_);
     if (!create_ || create_(&h, bytes, &prop_, 0) != CUDA_SUCCESS) return false;
     const auto at = reinterpret_cast<CUdeviceptr>(p);
     if (map_(at, bytes, 0, h, 0) != CUDA_SUCCESS) {
@@ -170,6 +200,7 @@ class cuda_backend final : public backend {
 
   void copy(void* dst, const void* src, std::size_t bytes, copy_kind kind, stream_id stream) override {
     if (bytes == 0) return;
+    on_device here(ordinal_);
     const cudaMemcpyKind k = kind == copy_kind::host_to_device   ? cudaMemcpyHostToDevice
                              : kind == copy_kind::device_to_host ? cudaMemcpyDeviceToHost
                                                                  : cudaMemcpyDeviceToDevice;
@@ -184,6 +215,7 @@ class cuda_backend final : public backend {
   }
 
   event_id record_event(stream_id stream) override {
+    on_device here(ordinal_);
     cudaEvent_t e{};
     check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
     check(cudaEventRecord(e, reinterpret_cast<cudaStream_t>(stream)), "cudaEventRecord");
@@ -197,10 +229,12 @@ class cuda_backend final : public backend {
   }
 
   void fill(void* p, std::size_t bytes, std::uint8_t value, stream_id stream) override {
+    on_device here(ordinal_);
     check(cudaMemsetAsync(p, value, bytes, reinterpret_cast<cudaStream_t>(stream)), "cudaMemsetAsync");
   }
 
  private:
+  int ordinal_ = 0;
   std::size_t granularity_ = 0;
   CUmemAllocationProp prop_{};
   std::mutex mutex_;
@@ -214,10 +248,10 @@ class cuda_backend final : public backend {
   decltype(&cuMemSetAccess) set_access_ = nullptr;
 };
 
-backend* create_backend(const char* uuid, cuda_context_info* context, char* error, std::size_t error_size) {
+backend* create_backend(const char* uuid, int ordinal, cuda_context_info* context, char* error, std::size_t error_size) {
   try {
     cuda_context_info info;
-    auto* b = new cuda_backend(uuid, info);
+    auto* b = new cuda_backend(uuid, ordinal, info);
     if (context) *context = info;
     return b;
   } catch (const std::exception& e) {

@@ -2,9 +2,11 @@
 // cap on the CUDA driver API. Every allocation entry point (cuMemAlloc_v2, cuMemAllocPitch_v2,
 // cuMemAllocManaged, cuMemAllocAsync, cuMemAllocFromPoolAsync and their per-thread-stream
 // variants, cuMemCreate) first reserves its bytes in the region the supervisor shares with all
-// of the command's processes (cap_region.hpp), and gives CUDA_ERROR_OUT_OF_MEMORY when the cap
-// would be exceeded; frees give the bytes back; cuMemGetInfo_v2 reports the cap as the total and
-// what is left of it as free, so frameworks size their pools to it.
+// of the command's processes (cap_region.hpp), on the device it allocates on (the current
+// context's, or the one cuMemCreate names: the cap is per device), and gives
+// CUDA_ERROR_OUT_OF_MEMORY when the cap would be exceeded; frees give the bytes back;
+// cuMemGetInfo_v2 reports the cap as the total and what is left of it on the current device as
+// free, so frameworks size their pools to it.
 //
 // Programs reach the driver three ways, and all three lead here: by linking libcuda (the
 // exported names below win over libcuda's by LD_PRELOAD), by dlsym on a libcuda handle (dlsym is
@@ -56,14 +58,29 @@ F real(const char* name) {
   return reinterpret_cast<F>(driver(name));
 }
 
+// The device an allocation lands on: the current context's (its CUDA ordinal in this process),
+// 0 when there is none (the driver then refuses the allocation anyway).
+std::size_t current_device() {
+  static auto get = real<CUresult (*)(int*)>("cuCtxGetDevice");
+  int device = 0;
+  if (!get || get(&device) != success) device = 0;
+  return isorun::preload::ledger_of(device);
+}
+
+// What one allocation holds: on which device, how many bytes.
+struct holding {
+  std::size_t device = 0;
+  std::uint64_t bytes = 0;
+};
+
 // This process's share of the cap, and what it holds.
 struct account {
   isorun::preload::cap_region* region = nullptr;
   isorun::preload::process_slot* slot = nullptr;
   std::mutex mutex;
-  std::unordered_map<CUdeviceptr, std::uint64_t> pointers;
-  std::unordered_map<handle_t, std::uint64_t> handles;
-  bool context_counted = false;
+  std::unordered_map<CUdeviceptr, holding> pointers;
+  std::unordered_map<handle_t, holding> handles;
+  bool context_counted[isorun::preload::max_devices] = {};
 
   account() {
     const char* path = std::getenv(isorun::preload::region_env);
@@ -83,14 +100,14 @@ struct account {
   void forked() {
     pointers.clear();
     handles.clear();
-    context_counted = false;
+    for (bool& c : context_counted) c = false;
     slot = region ? region->claim(static_cast<std::int32_t>(::getpid())) : nullptr;
     if (!slot) region = nullptr;
   }
   [[nodiscard]] bool capped() const { return region != nullptr; }
-  bool reserve(std::uint64_t n) { return !capped() || region->reserve(*slot, n); }
-  void give_back(std::uint64_t n) {
-    if (capped()) region->release(*slot, n);
+  bool reserve(const holding& h) { return !capped() || region->reserve(*slot, h.device, h.bytes); }
+  void give_back(const holding& h) {
+    if (capped()) region->release(*slot, h.device, h.bytes);
   }
 };
 
@@ -108,35 +125,36 @@ account& acct() {
 }
 
 template <class Map, class Key>
-void remember(Map& map, Key key, std::uint64_t n) {
+void remember(Map& map, Key key, holding h) {
   std::lock_guard lock(acct().mutex);
-  map[key] = n;
+  map[key] = h;
 }
 
 template <class Map, class Key>
 void forget(Map& map, Key key) {
-  std::uint64_t n = 0;
+  holding h;
   {
     std::lock_guard lock(acct().mutex);
     auto it = map.find(key);
     if (it == map.end()) return;
-    n = it->second;
+    h = it->second;
     map.erase(it);
   }
-  acct().give_back(n);
+  acct().give_back(h);
 }
 
-// One allocation: reserve, call the driver, keep or give back.
+// One allocation on the current device: reserve, call the driver, keep or give back.
 template <class Call>
 CUresult charged(std::uint64_t bytes, CUdeviceptr* dptr, Call&& call) {
   auto& a = acct();
-  if (!a.reserve(bytes)) return out_of_memory;
+  const holding h{a.capped() ? current_device() : 0, bytes};
+  if (!a.reserve(h)) return out_of_memory;
   const CUresult rc = call();
   if (rc != success || !dptr) {
-    a.give_back(bytes);
+    a.give_back(h);
     return rc;
   }
-  remember(a.pointers, *dptr, bytes);
+  remember(a.pointers, *dptr, h);
   return rc;
 }
 
@@ -173,11 +191,12 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, std::size_t* pitch, std::size_t w
   if (rc == success && pitch && *pitch * height != guess) {
     auto& a = acct();
     const std::uint64_t actual = *pitch * height;
+    const std::size_t device = a.capped() ? current_device() : 0;
     if (a.capped()) {
-      if (actual > guess) a.region->charge(*a.slot, actual - guess);
-      else a.give_back(guess - actual);
+      if (actual > guess) a.region->charge(*a.slot, device, actual - guess);
+      else a.give_back({device, guess - actual});
     }
-    remember(a.pointers, *dptr, actual);
+    remember(a.pointers, *dptr, holding{device, actual});
   }
   return rc;
 }
@@ -229,13 +248,23 @@ CUresult cuMemCreate(handle_t* handle, std::size_t bytes, const void* prop, unsi
   static auto f = real<CUresult (*)(handle_t*, std::size_t, const void*, unsigned long long)>("cuMemCreate");
   if (!f) return not_found;
   auto& a = acct();
-  if (!a.reserve(bytes)) return out_of_memory;
+  // The device is the one the properties name (CUmemAllocationProp begins: type, requested
+  // handle types, location {type, id}; CU_MEM_LOCATION_TYPE_DEVICE is 1), else the current one.
+  struct prop_head {
+    int type, handle_types, location_type, location_id;
+  };
+  const auto* head = static_cast<const prop_head*>(prop);
+  const std::size_t device = !a.capped() ? 0
+                             : head && head->location_type == 1 ? isorun::preload::ledger_of(head->location_id)
+                                                                 : current_device();
+  const holding h{device, bytes};
+  if (!a.reserve(h)) return out_of_memory;
   const CUresult rc = f(handle, bytes, prop, flags);
   if (rc != success) {
-    a.give_back(bytes);
+    a.give_back(h);
     return rc;
   }
-  remember(a.handles, *handle, bytes);
+  remember(a.handles, *handle, h);
   return rc;
 }
 
@@ -253,45 +282,58 @@ CUresult cuMemGetInfo_v2(std::size_t* free, std::size_t* total) {
   const CUresult rc = f(free, total);
   auto& a = acct();
   if (rc != success || !a.capped()) return rc;
-  const std::uint64_t limit = a.region->limit, used = a.region->used.load();
+  const std::uint64_t limit = a.region->limit, used = a.region->devices[current_device()].used.load();
   const std::uint64_t left = used >= limit ? 0 : limit - used;
   if (total && *total > limit) *total = limit;
   if (free && *free > left) *free = left;
   return rc;
 }
 
-// A process's first context is counted as its own memory, as the core counts a worker's: the
-// driver's per-process figure (NVML) right after the context exists; 0 where NVML cannot say.
+// A process's first context on a device is counted as its own memory there, as the core counts a
+// worker's: the driver's per-process figure (NVML) right after the context exists; 0 where NVML
+// cannot say. ISORUN_GPU lists the devices' NVML indices in CUDA ordinal order ("1,3").
+std::uint64_t context_bytes(int device) {
+  const char* list = std::getenv("ISORUN_GPU");
+  if (!list || !*list) return 0;
+  for (int i = 0; i < device && list; ++i) {
+    list = std::strchr(list, ',');
+    if (list) ++list;
+  }
+  if (!list || !*list) return 0;
+  void* nvml = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!nvml) return 0;
+  using init_t = int (*)();
+  using by_index_t = int (*)(unsigned, void**);
+  struct info { unsigned pid; unsigned long long used; unsigned gi, ci; };
+  using procs_t = int (*)(void*, unsigned*, info*);
+  auto init = reinterpret_cast<init_t>(real_dlsym()(nvml, "nvmlInit_v2"));
+  auto by_index = reinterpret_cast<by_index_t>(real_dlsym()(nvml, "nvmlDeviceGetHandleByIndex_v2"));
+  auto procs = reinterpret_cast<procs_t>(real_dlsym()(nvml, "nvmlDeviceGetComputeRunningProcesses_v3"));
+  void* dev = nullptr;
+  std::uint64_t bytes = 0;
+  if (init && by_index && procs && init() == 0 && by_index(static_cast<unsigned>(std::atoi(list)), &dev) == 0) {
+    info entries[256];
+    unsigned n = 256;
+    if (procs(dev, &n, entries) == 0)
+      for (unsigned i = 0; i < n && i < 256; ++i)
+        if (entries[i].pid == static_cast<unsigned>(::getpid())) bytes = entries[i].used;
+  }
+  return bytes;
+}
+
 CUresult cuDevicePrimaryCtxRetain(void** ctx, int device) {
   static auto f = real<CUresult (*)(void**, int)>("cuDevicePrimaryCtxRetain");
   if (!f) return not_found;
   const CUresult rc = f(ctx, device);
   auto& a = acct();
   if (rc == success && a.capped()) {
+    const std::size_t d = isorun::preload::ledger_of(device);
     std::lock_guard lock(a.mutex);
-    if (!a.context_counted) {
-      a.context_counted = true;
+    if (!a.context_counted[d]) {
+      a.context_counted[d] = true;
       ++a.region->contexts;
-      std::uint64_t bytes = 0;
-      if (void* nvml = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL)) {
-        using init_t = int (*)();
-        using by_index_t = int (*)(unsigned, void**);
-        struct info { unsigned pid; unsigned long long used; unsigned gi, ci; };
-        using procs_t = int (*)(void*, unsigned*, info*);
-        auto init = reinterpret_cast<init_t>(real_dlsym()(nvml, "nvmlInit_v2"));
-        auto by_index = reinterpret_cast<by_index_t>(real_dlsym()(nvml, "nvmlDeviceGetHandleByIndex_v2"));
-        auto procs = reinterpret_cast<procs_t>(real_dlsym()(nvml, "nvmlDeviceGetComputeRunningProcesses_v3"));
-        void* dev = nullptr;
-        const char* index = std::getenv("ISORUN_GPU");
-        if (init && by_index && procs && index && *index && init() == 0 && by_index(static_cast<unsigned>(std::atoi(index)), &dev) == 0) {
-          info list[256];
-          unsigned n = 256;
-          if (procs(dev, &n, list) == 0)
-            for (unsigned i = 0; i < n && i < 256; ++i)
-              if (list[i].pid == static_cast<unsigned>(::getpid())) bytes = list[i].used;
-        }
-      }
-      if (bytes) a.region->charge(*a.slot, bytes);  // counted even past the cap: it exists
+      // Counted even past the cap: it exists.
+      if (const std::uint64_t bytes = context_bytes(device)) a.region->charge(*a.slot, d, bytes);
     }
   }
   return rc;
@@ -329,6 +371,8 @@ const interposed table[] = {
     {"cuGetProcAddress", reinterpret_cast<void*>(&cuGetProcAddress)},
     {"cuGetProcAddress_v2", reinterpret_cast<void*>(&cuGetProcAddress_v2)},
 };
+
+bool driver_name(const char* name) { return name && name[0] == 'c' && name[1] == 'u'; }
 
 void* ours_by_name(const char* name) {
   for (const auto& e : table)
@@ -369,9 +413,10 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, std::u
 }
 
 // dlsym on a libcuda handle for one of these names gets ours: the CUDA runtime finds
-// cuGetProcAddress that way.
+// cuGetProcAddress that way. (glibc declares `name` nonnull; a caller that passes null anyway
+// gets the C library's answer, hence the check in a function of its own.)
 void* dlsym(void* handle, const char* name) {
-  if (name && name[0] == 'c' && name[1] == 'u')
+  if (driver_name(name))
     if (void* ours = ours_by_name(name); ours && real_dlsym()(handle, name)) return ours;
   return real_dlsym()(handle, name);
 }

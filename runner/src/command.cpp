@@ -61,20 +61,29 @@ class command_cap {
             std::string(preload::preload_env) + "=" + library()};
   }
 
-  [[nodiscard]] bool refused() const noexcept { return region_->refusals.load() > 0; }
+  [[nodiscard]] bool refused() const noexcept { return region_->refusals() > 0; }
 
-  /// After the command: what the cap refused, in one line ("" if nothing).
-  [[nodiscard]] std::string report() const {
-    const std::uint64_t refused = region_->refusals.load();
+  /// After the command: what the cap refused, in one line ("" if nothing). `gpus`: how many
+  /// devices the command had (the cap is per device, and so is the peak then).
+  [[nodiscard]] std::string report(std::size_t gpus) const {
+    const std::uint64_t refused = region_->refusals();
     if (!refused) return "";
     const std::uint64_t processes = region_->processes.load();
-    return "the command reached its --mem-limit of " + format_size(region_->limit) + ": " + std::to_string(refused) +
-           " allocation" + (refused == 1 ? "" : "s") + " refused (the largest " +
-           format_size(region_->largest_refused.load()) + "), peak " + format_size(region_->peak.load()) + " in " +
-           std::to_string(processes) + " process" + (processes == 1 ? "" : "es") + " with CUDA";
+    std::string where;
+    if (gpus > 1)
+      for (std::size_t d = 0; d < std::min(gpus, preload::max_devices); ++d)
+        if (const auto n = region_->devices[d].refusals.load())
+          where += std::string(where.empty() ? " (" : ", ") + std::to_string(n) + " on device " + std::to_string(d);
+    if (!where.empty()) where += ")";
+    return "the command reached its --mem-limit of " + format_size(region_->limit) + (gpus > 1 ? " per GPU" : "") +
+           ": " + std::to_string(refused) + " allocation" + (refused == 1 ? "" : "s") + " refused" + where +
+           " (the largest " + format_size(region_->largest_refused()) + "), peak " + format_size(region_->peak()) +
+           (gpus > 1 ? " on one GPU" : "") + " in " + std::to_string(processes) + " process" +
+           (processes == 1 ? "" : "es") + " with CUDA";
   }
 
-  [[nodiscard]] std::uint64_t peak() const noexcept { return region_->peak.load(); }
+  /// The highest any one device reached.
+  [[nodiscard]] std::uint64_t peak() const noexcept { return region_->peak(); }
 
   /// The library next to libisorun.so.
   static std::string library() {
@@ -152,7 +161,7 @@ std::unique_ptr<command> command::start(command_spec spec) {
   opts.args = {*exe};
   opts.args.insert(opts.args.end(), spec.argv.begin() + 1, spec.argv.end());
   opts.env = inherited_environment();
-  for (auto& e : assignment_environment(spec.gpu, spec.mem_limit)) opts.env.push_back(std::move(e));
+  for (auto& e : assignment_environment(spec.gpus, spec.mem_limit)) opts.env.push_back(std::move(e));
   if (s->cap)
     for (auto& e : s->cap->environment()) opts.env.push_back(std::move(e));
   for (const auto& e : spec.extra_env) opts.env.push_back(e);
@@ -234,11 +243,11 @@ const command_result& command::wait() {
   o.exit = r.program.value_or(shim);
   o.wall = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - s.started);
   o.timeout = s.spec.timeout;
-  o.device = s.spec.gpu ? visible_devices_for(s.spec.gpu) : "cpu";
+  o.device = s.spec.gpus.empty() ? "cpu" : visible_devices_for(s.spec.gpus);
   o.stderr_tail = tail.lines();
   o.host_memory_peak = s.shim.memory_peak().value_or(0);
   if (s.cap) {
-    r.cap_report = s.cap->report();
+    r.cap_report = s.cap->report(s.spec.gpus.size());
     o.peak_reserved = s.cap->peak();
   }
   if (timed_out) {

@@ -29,8 +29,9 @@ std::shared_ptr<runner::job> start_isolated(const void* fn, blob args, const iso
   const worker::task_info* task = worker::registry::instance().find_function(fn);
   if (!task) throw usage_error("isolated(): this function is not a registered task; add ISORUN_TASK(fn) at namespace scope");
 
-  auto gpu = runner::place_job(gpus(), opts.gpu, false, opts.mem_limit);  // isolated() defaults to the CPU
-  auto spec = runner::job_spec_for(task->name, serialization::encoding::binary, std::move(args), std::move(gpu), opts);
+  // isolated() defaults to the CPU
+  auto placed = runner::place_job(gpus(), runner::gpu_request_for(opts), false, opts.mem_limit);
+  auto spec = runner::job_spec_for(task->name, serialization::encoding::binary, std::move(args), std::move(placed), opts);
   if (!opts.standby) return runner::job::start(std::move(spec));
   auto& pool = runner::standby_for(runner::launch_spec_for(spec), opts.standby);
   return runner::job::start(std::move(spec), pool);

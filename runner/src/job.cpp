@@ -53,12 +53,7 @@ prepared_request prepare_request(job_spec& spec) {
   req.encoding = static_cast<std::uint32_t>(spec.encoding);
   req.task_libraries = spec.task_libraries;
   req.mem_limit = spec.mem_limit;
-  if (spec.gpu) {
-    req.gpu_index = spec.gpu->index;
-    req.gpu_uuid = spec.gpu->uuid;
-    req.gpu_memory = spec.gpu->total_memory;
-    req.gpu_simulated = spec.gpu->simulated;
-  }
+  for (const auto& g : spec.gpus) req.gpus.push_back({g.index, g.uuid, g.total_memory, g.simulated});
   req.alloc_conf = spec.alloc_conf;
   req.max_result = spec.max_result;
   req.early_result = spec.early_result;
@@ -83,7 +78,7 @@ prepared_request prepare_request(job_spec& spec) {
 // finds out how it ended.
 void assign(const launched_worker& w, const prepared_request& p, const job_spec& spec) {
   ser::assign_message a;
-  a.env = assignment_environment(spec.gpu, spec.mem_limit);
+  a.env = assignment_environment(spec.gpus, spec.mem_limit);
   unique_fd out;
   if (spec.stdout_to == stdout_mode::file) {
     out.reset(::open(spec.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
@@ -131,7 +126,7 @@ namespace {
 // Reads the worker's messages, which wait in the socket buffer once it is gone; checks the
 // hello against the assignment.
 void read_control(job::state& s, watch_record& w) {
-  const std::string expected_devices = visible_devices_for(s.spec.gpu);
+  const std::string expected_devices = visible_devices_for(s.spec.gpus);
   while (s.worker.control) {
     ser::receive_result r;
     try {
@@ -259,7 +254,7 @@ job_result classify(watch_record w, const job_spec& spec, const std::shared_ptr<
   o.exit_pending = w.early;
   o.wall = std::chrono::duration_cast<std::chrono::nanoseconds>(w.wall);
   o.timeout = spec.timeout;
-  o.device = spec.gpu ? visible_devices_for(spec.gpu) : "cpu";
+  o.device = spec.gpus.empty() ? "cpu" : visible_devices_for(spec.gpus);
   o.stderr_tail = std::move(w.stderr_tail);
   o.host_memory_peak = w.memory_peak;
   if (w.done) {
@@ -326,13 +321,13 @@ void job::cancel() noexcept {
   [[maybe_unused]] auto n = ::write(state_->cancel_event.get(), &one, sizeof one);
 }
 
-job_spec job_spec_for(std::string task, serialization::encoding encoding, blob args, std::optional<gpu_info> gpu,
+job_spec job_spec_for(std::string task, serialization::encoding encoding, blob args, std::vector<gpu_info> gpus,
                       const isolated_options& opts) {
   job_spec spec;
   spec.task = std::move(task);
   spec.encoding = encoding;
   spec.args = std::move(args);
-  spec.gpu = std::move(gpu);
+  spec.gpus = std::move(gpus);
   spec.mem_limit = opts.mem_limit;
   spec.timeout = opts.timeout;
   spec.grace = opts.grace;
@@ -359,7 +354,7 @@ void check_job_spec(const job_spec& spec) {
       throw usage_error("mem-limit " + format_size(spec.mem_limit) + ": " + e.what());
     }
   }
-  if (spec.gpu) check_fits(*spec.gpu, spec.mem_limit);
+  for (const auto& g : spec.gpus) check_fits(g, spec.mem_limit);
 }
 
 std::shared_ptr<job> job::start(job_spec spec) { return start(std::move(spec), local()); }

@@ -40,7 +40,7 @@ launched_worker local_launcher::launch(const launch_spec& spec) {
   if (spec.warm) {
     // The device is known ahead: the worker sees it from exec on and prepares it while it waits.
     const gpu_info gpu{.index = spec.warm->index, .uuid = spec.warm->uuid, .simulated = spec.warm->simulated};
-    for (auto& e : assignment_environment(gpu, spec.warm->mem_limit)) opts.env.push_back(std::move(e));
+    for (auto& e : assignment_environment({gpu}, spec.warm->mem_limit)) opts.env.push_back(std::move(e));
     opts.env.push_back(std::string(ser::env::warm) + "=" + ser::to_env(*spec.warm));
   } else {
     // No GPU until the assignment says which: CUDA initialised before it would see none.

@@ -27,15 +27,17 @@ std::vector<std::string> inherited_environment() {
   return out;
 }
 
-std::vector<std::string> assignment_environment(const std::optional<gpu_info>& gpu, std::uint64_t mem_limit) {
-  return {assign(env::visible_devices, visible_devices_for(gpu)), assign(env::device_order, "PCI_BUS_ID"),
-          assign(env::gpu, gpu ? std::to_string(gpu->index) : std::string()),
-          assign(env::mem_limit, std::to_string(mem_limit))};
+std::vector<std::string> assignment_environment(const std::vector<gpu_info>& gpus, std::uint64_t mem_limit) {
+  std::string indices;
+  for (const auto& g : gpus) indices += (indices.empty() ? "" : ",") + std::to_string(g.index);
+  return {assign(env::visible_devices, visible_devices_for(gpus)), assign(env::device_order, "PCI_BUS_ID"),
+          assign(env::gpu, indices), assign(env::mem_limit, std::to_string(mem_limit))};
 }
 
-std::string visible_devices_for(const std::optional<gpu_info>& gpu) {
-  if (!gpu) return "";
-  return gpu->uuid.empty() ? std::to_string(gpu->index) : gpu->uuid;
+std::string visible_devices_for(const std::vector<gpu_info>& gpus) {
+  std::string list;
+  for (const auto& g : gpus) list += (list.empty() ? "" : ",") + (g.uuid.empty() ? std::to_string(g.index) : g.uuid);
+  return list;
 }
 
 }  // namespace isorun::runner

@@ -26,6 +26,7 @@
 #include "isorun/runner/command.hpp"
 #include "isorun/runner/job.hpp"
 #include "isorun/runner/process.hpp"
+#include "isorun/runner/gpu_packer.hpp"
 #include "isorun/runner/standby.hpp"
 #include "isorun/runner/suggest.hpp"
 #include "isorun/runner/task_arguments.hpp"
@@ -137,7 +138,41 @@ std::string duration(double seconds) {
 }
 
 // Slots sharing a GPU (or all the CPU slots) share standby workers: the GPU's index, -1 for none.
-int group_of(const std::optional<gpu_info>& gpu) { return gpu ? gpu->index : -1; }
+int group_of(const std::vector<gpu_info>& gpus) { return gpus.empty() ? -1 : gpus.front().index; }
+
+// Each trial's GPU count (spans_gpus(s)), checked: a whole number from 1 to the GPUs the sweep
+// has. gpus_per_trial: "{name}" takes it from parameter `name`.
+std::vector<std::size_t> gpus_per_trial(const sweep_spec& s, const std::vector<slot>& slots) {
+  const std::size_t have = runner::gpu_packer(slots).gpus();
+  const int line = s.gpus_per_trial_line;
+  if (have == 0)
+    throw located(s, line, "gpus_per_trial needs GPUs, and the sweep has none; list them (resources: gpus: [0, 1], "
+                           "or --gpus 0,1)");
+  const std::string& name = s.gpus_per_trial_param;
+  if (!name.empty() && !s.trials.empty() && !s.trials.front().contains(name)) {
+    std::vector<std::string> names;
+    for (const auto& [k, v] : s.trials.front().items()) names.push_back(k);
+    throw located(s, line, "gpus_per_trial takes parameter '" + name + "', which the sweep does not have" +
+                               did_you_mean(name, names) + "; its parameters: " + name_list(names));
+  }
+  std::vector<std::size_t> counts;
+  counts.reserve(s.trials.size());
+  for (const auto& t : s.trials) {
+    int k = s.gpus_per_trial;
+    if (!name.empty()) {
+      const json& v = t[name];
+      if (!v.is_number_integer() || v.get<long long>() < 1 || v.get<long long>() > 1024)
+        throw located(s, line, "gpus_per_trial takes parameter '" + name + "', whose value " + v.dump() +
+                                   " is not a number of GPUs (1 or more)");
+      k = v.get<int>();
+    }
+    if (static_cast<std::size_t>(k) > have)
+      throw located(s, line, "a trial asks for " + std::to_string(k) + " GPUs (gpus_per_trial), but the sweep has " +
+                                 std::to_string(have) + "; list more GPUs or ask for fewer");
+    counts.push_back(static_cast<std::size_t>(k));
+  }
+  return counts;
+}
 
 }  // namespace
 
@@ -151,12 +186,16 @@ standby_plan plan_standby(const sweep_spec& s, const std::vector<slot>& slots) {
     plan.how = "no standby workers";
     return plan;
   }
+  if (spans_gpus(s)) {  // a standby worker would have to wait for GPUs it cannot know yet
+    plan.how = "no standby workers (trials span GPUs)";
+    return plan;
+  }
   std::map<int, std::size_t> per_group;  // group_of(GPU) -> its slots
   std::map<int, std::optional<gpu_info>> gpu_of;
   for (const auto& sl : slots) {
-    const int key = group_of(sl.gpu);
+    const int key = group_of(sl.gpus);
     ++per_group[key];
-    gpu_of[key] = sl.gpu;
+    if (!sl.gpus.empty()) gpu_of[key] = sl.gpus.front();
   }
   std::string warm_on, cold_on;
   for (const auto& [key, n] : per_group) {
@@ -194,6 +233,7 @@ struct sweep_run::state {
   std::optional<folder_lock> lock;
   std::optional<sweep::journal> journal;
   std::vector<std::size_t> queue;  // indices into s.trials
+  std::vector<std::size_t> gpu_counts;  // spans_gpus(s): each trial's GPUs (by s.trials index)
   std::size_t skipped = 0;
   bool metric_known = false;  // checked against the result type up front
   bool ran = false;
@@ -243,9 +283,10 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
       throw located(s, s.metric.line, problem);
     st.metric_known = true;
   }
+  if (spans_gpus(s)) st.gpu_counts = gpus_per_trial(s, st.slots);
   for (const auto& sl : st.slots) {
     runner::job_spec probe;
-    probe.gpu = sl.gpu;
+    probe.gpus = sl.gpus;
     probe.mem_limit = s.mem_limit;
     probe.alloc_conf = s.alloc_conf;
     runner::check_job_spec(probe);
@@ -341,8 +382,11 @@ sweep_summary sweep_run::run() {
     std::fflush(stderr);
   };
 
+  std::optional<runner::gpu_packer> packer;  // spans_gpus(s): who gets which GPUs
+  if (spans_gpus(s)) packer.emplace(slots);
   auto cancel_running = [&] {  // caller holds mutex
     for (const auto& r : running) r.cancel();
+    if (packer) packer->close();  // trials waiting for GPUs start no more
   };
 
   // Ctrl-C (request_stop) wakes this watcher, which says what happens and cancels what runs:
@@ -392,21 +436,21 @@ sweep_summary sweep_run::run() {
   std::map<int, standby_group_state> groups;  // by group_of(the slot's GPU)
   auto trial_spec = [&](const slot& sl, std::size_t index) {
     runner::job_spec spec = runner::job_spec_for(
-        s.task, serialization::encoding::json, blob(st.args[index].data(), st.args[index].size()), sl.gpu,
+        s.task, serialization::encoding::json, blob(st.args[index].data(), st.args[index].size()), sl.gpus,
         {.mem_limit = s.mem_limit, .timeout = s.timeout, .grace = opt.grace, .alloc_conf = s.alloc_conf});
     spec.task_libraries = opt.task_libraries;
     spec.executable = opt.executable;
-    const auto g = groups.find(group_of(sl.gpu));
+    const auto g = groups.find(group_of(sl.gpus));
     spec.warm_context = g != groups.end() && g->second.warm;
     return spec;
   };
   if (!queue.empty() && s.command.empty())
     for (const auto& g : plan_standby(s, slots).groups) {
-      auto& state = groups[group_of(g.gpu)];
+      const std::vector<gpu_info> on = g.gpu ? std::vector<gpu_info>{*g.gpu} : std::vector<gpu_info>{};
+      auto& state = groups[group_of(on)];
       state.warm = g.warm;
       if (g.waiting)
-        state.pool = std::make_unique<runner::standby_pool>(
-            runner::launch_spec_for(trial_spec({.gpu = g.gpu}, queue.front())), 0);
+        state.pool = std::make_unique<runner::standby_pool>(runner::launch_spec_for(trial_spec({.gpus = on}, queue.front())), 0);
     }
   std::vector<char> slot_started(slots.size(), 0);  // each written by its own slot's thread only
 
@@ -444,7 +488,7 @@ sweep_summary sweep_run::run() {
     rec.id = trial_id(st.subject, params);
     rec.params = params;
     rec.slot = sl.index;
-    rec.device = sl.gpu ? runner::visible_devices_for(sl.gpu) : "cpu";
+    rec.device = sl.gpus.empty() ? "cpu" : runner::visible_devices_for(sl.gpus);
     const auto t0 = clock::now();
     for (int attempt = 1;; ++attempt) {
       const fs::path log = out / "logs" / rec.id;
@@ -458,7 +502,7 @@ sweep_summary sweep_run::run() {
         spec.stderr_echo_fd = err.get();
         std::shared_ptr<runner::job> job;
         try {
-          const auto g = groups.find(group_of(sl.gpu));
+          const auto g = groups.find(group_of(sl.gpus));
           if (g == groups.end() || !g->second.pool) {
             job = runner::job::start(std::move(spec));
           } else {
@@ -492,7 +536,7 @@ sweep_summary sweep_run::run() {
         try {
           if (!stdout_file || !err) throw internal_error("cannot create " + log.string() + ".out/.err: " + std::strerror(errno));
           cmd = runner::command::start({.argv = command_for(s.command, params),
-                                        .gpu = sl.gpu,
+                                        .gpus = sl.gpus,
                                         .mem_limit = s.mem_limit,
                                         .timeout = s.timeout,
                                         .grace = opt.grace,
@@ -594,7 +638,12 @@ sweep_summary sweep_run::run() {
     }
   });
 
-  runner::run_on_slots(slots, queue.size(), run_trial, stopping);
+  if (packer)
+    runner::run_on_packed_gpus(
+        *packer, slots.size(), queue.size(), [&](std::size_t queued) { return st.gpu_counts[queue[queued]]; }, run_trial,
+        stopping);
+  else
+    runner::run_on_slots(slots, queue.size(), run_trial, stopping);
   {
     std::lock_guard lk(journal_mutex);
     writer_done = true;

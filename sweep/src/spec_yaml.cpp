@@ -345,11 +345,23 @@ sweep_spec parse_yaml(const std::string& text) {
         } else if (k == "warm_context") {
           if (v.Scalar() != "true" && v.Scalar() != "false") fail(v, "warm_context is true or false");
           s.warm_context = v.Scalar() == "true";
+        } else if (k == "gpus_per_trial") {
+          s.gpus_per_trial_line = line_of(v);
+          const std::string text = v.IsScalar() ? v.Scalar() : "";
+          if (text.size() > 2 && text.front() == '{' && text.back() == '}') {
+            s.gpus_per_trial_param = text.substr(1, text.size() - 2);  // checked against the trials by sweep_run
+          } else {
+            const double n = number(v, "gpus_per_trial");
+            s.gpus_per_trial = static_cast<int>(n);
+            if (s.gpus_per_trial < 1 || s.gpus_per_trial != n)
+              fail(v, "gpus_per_trial must be a whole number, at least 1, or \"{name}\" to take it from parameter name");
+          }
         } else {
-          const std::vector<std::string> known = {"gpus",       "mem_limit", "per_gpu",     "cpu_slots",
-                                                  "alloc_conf", "standby",   "warm_context"};
+          const std::vector<std::string> known = {"gpus",       "mem_limit", "per_gpu",      "cpu_slots",     "alloc_conf",
+                                                  "standby",    "warm_context", "gpus_per_trial"};
           fail(kv.first, "unknown resource '" + k + "'" + did_you_mean(k, known) +
-                             "; known: gpus, mem_limit, per_gpu, cpu_slots, alloc_conf, standby, warm_context");
+                             "; known: gpus, mem_limit, per_gpu, cpu_slots, alloc_conf, standby, warm_context, "
+                             "gpus_per_trial");
         }
       } catch (const parse_error& e) {
         fail(v, std::string(e.what()));

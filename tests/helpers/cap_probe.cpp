@@ -2,6 +2,8 @@
 // dlopen'ed and its functions found with dlsym ("direct") or through cuGetProcAddress_v2
 // ("proc"), as the CUDA runtime does. Runs its arguments as steps, one output line each:
 //   info                 "info FREE TOTAL" (cuMemGetInfo, MiB)
+//   device N             makes device N's primary context current: "device N CODE"
+//   create-on N MIB      one cuMemCreate with properties naming device N: "create-on CODE"
 //   fill MIB VIA         allocates MIB-sized blocks until refused: "filled N code C"
 //   create MIB           one cuMemCreate: "create CODE"
 //   free                 frees everything this process holds: "freed"
@@ -102,6 +104,16 @@ int main(int argc, char** argv) {
       const auto alloc = arg() == "proc" ? via_proc<alloc_t>("cuMemAlloc") : direct<alloc_t>("cuMemAlloc_v2");
       const int r = fill(mib, alloc);
       std::printf("filled %d code %d\n", r / 1000, r % 1000);
+    } else if (step == "device") {
+      const int d = std::stoi(arg());
+      void* c = nullptr;
+      CUresult rc = via_proc<CUresult (*)(void**, int)>("cuDevicePrimaryCtxRetain")(&c, d);
+      if (rc == 0) rc = via_proc<CUresult (*)(void*)>("cuCtxSetCurrent")(c);
+      std::printf("device %d %d\n", d, rc);
+    } else if (step == "create-on") {
+      const int prop[16] = {1, 0, 1, std::stoi(arg())};  // pinned, no handle types, location {device, N}
+      unsigned long long h = 0;
+      std::printf("create-on %d\n", direct<create_t>("cuMemCreate")(&h, std::stoul(arg()) * MiB, prop, 0));
     } else if (step == "create") {
       unsigned long long h = 0;
       std::printf("create %d\n", direct<create_t>("cuMemCreate")(&h, std::stoul(arg()) * MiB, nullptr, 0));

@@ -1,9 +1,12 @@
 // A stand-in libcuda.so.1 for testing the `-- CMD` memory cap without a GPU: the handful of
 // driver functions the cap interposes and a test program calls, cuGetProcAddress included.
-// "Device memory" is address space the host cannot touch (PROT_NONE), 16 GiB of it.
+// "Device memory" is address space the host cannot touch (PROT_NONE), 16 GiB of it on each of
+// 8 devices; a context is its device's primary one, and allocations land on the current
+// context's device (or, for cuMemCreate, the one its properties name).
 #include <sys/mman.h>
 
 #include <cstdint>
+#include <cstddef>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -12,67 +15,93 @@ namespace {
 using CUresult = int;
 using CUdeviceptr = unsigned long long;
 constexpr std::uint64_t total = 16ULL << 30;
+constexpr int devices = 8;
 std::mutex mutex;
-std::map<CUdeviceptr, std::size_t> live;
-std::map<unsigned long long, std::size_t> handles;
-std::uint64_t used = 0;
+struct held {
+  int device;
+  std::size_t bytes;
+};
+std::map<CUdeviceptr, held> live;
+std::map<unsigned long long, held> handles;
+std::uint64_t used[devices] = {};
 unsigned long long next_handle = 1;
+constexpr CUresult invalid_context = 201;  // CUDA_ERROR_INVALID_CONTEXT
+constexpr CUresult invalid_device = 101;   // CUDA_ERROR_INVALID_DEVICE
+thread_local void* current_context = nullptr;  // device + 1, as a pointer
+
+int current_device() { return static_cast<int>(reinterpret_cast<std::uintptr_t>(current_context)) - 1; }
 
 CUresult allocate(CUdeviceptr* p, std::size_t n) {
+  if (!current_context) return invalid_context;
+  const int d = current_device();
   std::lock_guard lock(mutex);
-  if (used + n > total) return 2;
+  if (used[d] + n > total) return 2;
   void* m = ::mmap(nullptr, n ? n : 1, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (m == MAP_FAILED) return 2;
   *p = reinterpret_cast<CUdeviceptr>(m);
-  live[*p] = n;
-  used += n;
+  live[*p] = {d, n};
+  used[d] += n;
   return 0;
 }
-constexpr CUresult invalid_context = 201;  // CUDA_ERROR_INVALID_CONTEXT
-thread_local void* current_context = nullptr;
 }  // namespace
 
 extern "C" {
 CUresult cuInit(unsigned) { return 0; }
-CUresult cuDeviceGet(int* d, int) { *d = 0; return 0; }
-CUresult cuDevicePrimaryCtxRetain(void** ctx, int) { *ctx = reinterpret_cast<void*>(0x1); return 0; }
+CUresult cuDeviceGet(int* d, int ordinal) {
+  if (ordinal < 0 || ordinal >= devices) return invalid_device;
+  *d = ordinal;
+  return 0;
+}
+CUresult cuDevicePrimaryCtxRetain(void** ctx, int d) {
+  if (d < 0 || d >= devices) return invalid_device;
+  *ctx = reinterpret_cast<void*>(static_cast<std::uintptr_t>(d) + 1);
+  return 0;
+}
 // As the real driver: allocations need a context current on the calling thread.
 CUresult cuCtxSetCurrent(void* ctx) {
   current_context = ctx;
   return 0;
 }
-CUresult cuMemAlloc_v2(CUdeviceptr* p, std::size_t n) { return current_context ? allocate(p, n) : invalid_context; }
-CUresult cuMemAllocManaged(CUdeviceptr* p, std::size_t n, unsigned) {
-  return current_context ? allocate(p, n) : invalid_context;
+CUresult cuCtxGetDevice(int* d) {
+  if (!current_context) return invalid_context;
+  *d = current_device();
+  return 0;
 }
+CUresult cuMemAlloc_v2(CUdeviceptr* p, std::size_t n) { return allocate(p, n); }
+CUresult cuMemAllocManaged(CUdeviceptr* p, std::size_t n, unsigned) { return allocate(p, n); }
 CUresult cuMemFree_v2(CUdeviceptr p) {
   std::lock_guard lock(mutex);
   auto it = live.find(p);
   if (it == live.end()) return 1;  // CUDA_ERROR_INVALID_VALUE
-  ::munmap(reinterpret_cast<void*>(p), it->second ? it->second : 1);
-  used -= it->second;
+  ::munmap(reinterpret_cast<void*>(p), it->second.bytes ? it->second.bytes : 1);
+  used[it->second.device] -= it->second.bytes;
   live.erase(it);
   return 0;
 }
-CUresult cuMemCreate(unsigned long long* h, std::size_t n, const void*, unsigned long long) {
+// CUmemAllocationProp begins: type, requested handle types, location {type, id}.
+CUresult cuMemCreate(unsigned long long* h, std::size_t n, const void* prop, unsigned long long) {
+  const int* fields = static_cast<const int*>(prop);
+  const int d = fields && fields[2] == 1 ? fields[3] : 0;
+  if (d < 0 || d >= devices) return invalid_device;
   std::lock_guard lock(mutex);
-  if (used + n > total) return 2;
+  if (used[d] + n > total) return 2;
   *h = next_handle++;
-  handles[*h] = n;
-  used += n;
+  handles[*h] = {d, n};
+  used[d] += n;
   return 0;
 }
 CUresult cuMemRelease(unsigned long long h) {
   std::lock_guard lock(mutex);
   auto it = handles.find(h);
   if (it == handles.end()) return 1;
-  used -= it->second;
+  used[it->second.device] -= it->second.bytes;
   handles.erase(it);
   return 0;
 }
 CUresult cuMemGetInfo_v2(std::size_t* free, std::size_t* tot) {
+  if (!current_context) return invalid_context;
   std::lock_guard lock(mutex);
-  *free = total - used;
+  *free = total - used[current_device()];
   *tot = total;
   return 0;
 }
@@ -88,6 +117,7 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, unsigned long 
       {"cuDeviceGet", reinterpret_cast<void*>(&cuDeviceGet)},
       {"cuDevicePrimaryCtxRetain", reinterpret_cast<void*>(&cuDevicePrimaryCtxRetain)},
       {"cuCtxSetCurrent", reinterpret_cast<void*>(&cuCtxSetCurrent)},
+      {"cuCtxGetDevice", reinterpret_cast<void*>(&cuCtxGetDevice)},
       {"cuMemAlloc", reinterpret_cast<void*>(&cuMemAlloc_v2)},
       {"cuMemAllocManaged", reinterpret_cast<void*>(&cuMemAllocManaged)},
       {"cuMemFree", reinterpret_cast<void*>(&cuMemFree_v2)},

@@ -4,10 +4,14 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
+#include <vector>
 #include <fstream>
 #include <string>
 
+#include "isorun/alloc/device_buffer.hpp"
 #include "isorun/isorun.hpp"
 
 namespace {
@@ -110,3 +114,49 @@ double plain_number(int i) { return i; }
 ISORUN_TASK(opaque);
 ISORUN_TASK(plain_number);
 ISORUN_TASK(whoami);
+
+namespace {
+struct span_args {
+  int g = 1;
+  int i = 0;
+  std::string dir;  // shared by the trials: a marker per (GPU, trial) while it runs
+  template <class A>
+  void serialize(A& ar) {
+    ar(CEREAL_NVP(g), CEREAL_NVP(i), CEREAL_NVP(dir));
+  }
+};
+struct span_result {
+  int devices = 0;
+  int crowded = 0;  // the most trials this one saw on one of its GPUs, itself included
+  std::string visible;
+  template <class A>
+  void serialize(A& ar) {
+    ar(CEREAL_NVP(devices), CEREAL_NVP(crowded), CEREAL_NVP(visible));
+  }
+};
+
+// A trial on several GPUs: holds 64 MiB on each of them while it looks how many trials are
+// on each (markers in `dir`), which must never exceed the GPU's places.
+span_result gpu_span(const span_args& a) {
+  auto& w = isorun::this_worker();
+  span_result r;
+  r.devices = static_cast<int>(w.devices().size());
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) r.visible = v;
+  std::vector<isorun::alloc::device_buffer> held;
+  std::vector<std::string> mine;
+  for (std::size_t d = 0; d < w.devices().size(); ++d) {
+    held.emplace_back(w.allocator(d), 64u << 20);
+    mine.push_back(a.dir + "/" + w.devices()[d].uuid + "." + std::to_string(::getpid()));
+    ::close(::open(mine.back().c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644));
+  }
+  for (const auto& d : w.devices()) {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(a.dir))
+      n += e.path().filename().string().rfind(d.uuid + ".", 0) == 0;
+    r.crowded = std::max(r.crowded, n);
+  }
+  for (const auto& m : mine) ::unlink(m.c_str());
+  return r;
+}
+}  // namespace
+ISORUN_TASK(gpu_span);

@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <algorithm>
 #include <stdexcept>
+#include <string>
 
 #include "isorun/alloc/config.hpp"
 #include "isorun/alloc/host_backend.hpp"
@@ -44,18 +46,22 @@ struct selected_backend {
   std::string origin;  // how the cap was derived, for OOM reports
 };
 
-// The one place a worker's device kind becomes a backend and a cap.
-selected_backend select_backend(const worker_context& w, const alloc::cuda_module_api*& cuda,
+// The one place a worker's device kind becomes a backend and a cap: for its `i`-th device.
+selected_backend select_backend(const worker_context& w, std::size_t i, const alloc::cuda_module_api*& cuda,
                                 alloc::cuda_context_info& context) {
   const std::string limit = w.mem_limit() ? "--mem-limit " + mib(w.mem_limit()) : "";
+  // Which device, in an OOM report, where a worker has several.
+  const std::string which = w.devices().size() > 1 ? " on GPU " + std::to_string(w.devices()[i].index) : "";
   switch (w.kind()) {
     case device_kind::cuda: {
       cuda = load_cuda_module();
       char error[512] = {};
-      std::unique_ptr<alloc::backend> memory(cuda->create_backend(w.device_uuid().c_str(), &context, error, sizeof error));
-      if (!memory) throw std::runtime_error("cannot use GPU " + w.device_uuid() + ": " + error);
+      const gpu_device& d = w.devices()[i];
+      std::unique_ptr<alloc::backend> memory(
+          cuda->create_backend(d.uuid.c_str(), d.ordinal, &context, error, sizeof error));
+      if (!memory) throw std::runtime_error("cannot use GPU " + d.uuid + ": " + error);
       std::uint64_t cap = w.mem_limit() ? w.mem_limit() : memory->device_memory().total;
-      std::string origin = w.mem_limit() ? limit : "device memory";
+      std::string origin = (w.mem_limit() ? limit : "device memory") + which;
       if (const std::uint64_t ctx = context.counted_bytes) {
         if (ctx >= cap)
           throw out_of_memory("the CUDA context alone takes " + mib(ctx) + ", more than the " + mib(cap) + " cap");
@@ -65,9 +71,10 @@ selected_backend select_backend(const worker_context& w, const alloc::cuda_modul
       return {std::move(memory), cap, origin};
     }
     case device_kind::simulated: {
-      const std::uint64_t cap = w.mem_limit() ? w.mem_limit() : w.device_memory();
-      return {std::make_unique<alloc::simulated_device>(w.device_memory()), cap,
-              (w.mem_limit() ? limit : "device memory") + ", simulated GPU"};
+      const std::uint64_t memory = w.devices()[i].memory;
+      const std::uint64_t cap = w.mem_limit() ? w.mem_limit() : memory;
+      return {std::make_unique<alloc::simulated_device>(memory), cap,
+              (w.mem_limit() ? limit : "device memory") + which + ", simulated GPU"};
     }
     case device_kind::cpu: break;
   }
@@ -88,22 +95,57 @@ const char* to_string(device_kind kind) noexcept {
   return "?";
 }
 
+worker_context::worker_context() : device_states_{new device_state[1]}, devices_{device_states_.get(), 1} {}
+
 void worker_context::assign(assignment a) {
   in_worker_ = true;
+  for (std::size_t i = 0; i < a.devices.size(); ++i) a.devices[i].ordinal = static_cast<int>(i);
+  // One allocator per device (one for a CPU worker). A warm worker assigns twice, the same one
+  // device both times, and keeps the allocator it prepared.
+  const std::size_t n = std::max<std::size_t>(1, a.devices.size());
+  if (n != devices_.size()) {
+    device_states_.reset(new device_state[n]);
+    devices_ = {device_states_.get(), n};
+  }
   assigned_ = std::move(a);
 }
 
-alloc::caching_allocator& worker_context::allocator() {
-  std::call_once(allocator_once_, [&] {
+const std::string& worker_context::device_uuid() const noexcept {
+  static const std::string none;
+  return has_gpu() ? assigned_.devices.front().uuid : none;
+}
+
+alloc::caching_allocator& worker_context::allocator(std::size_t i) {
+  if (i >= devices_.size())
+    throw std::out_of_range("allocator(" + std::to_string(i) + "): this worker has " +
+                            (has_gpu() ? std::to_string(devices_.size()) + " GPU(s)" : std::string("no GPU (allocator(0) only)")));
+  device_state& d = devices_[i];
+  std::call_once(d.once, [&] {
     std::string conf = assigned_.alloc_conf;
     if (conf.empty())
       if (const char* env = std::getenv("ISORUN_ALLOC_CONF")) conf = env;
     const auto config = alloc::alloc_config::parse(conf);
-    auto selected = select_backend(*this, cuda_, context_);
-    allocator_ = std::make_unique<alloc::caching_allocator>(std::move(selected.memory), selected.cap, config,
-                                                            selected.origin);
+    auto selected = select_backend(*this, i, cuda_, d.context);
+    d.allocator = std::make_unique<alloc::caching_allocator>(std::move(selected.memory), selected.cap, config,
+                                                             selected.origin);
   });
-  return *allocator_;
+  return *d.allocator;
+}
+
+const alloc::cuda_context_info& worker_context::context_info(std::size_t i) const noexcept {
+  static const alloc::cuda_context_info none;
+  return i < devices_.size() ? devices_[i].context : none;
+}
+
+std::pair<std::uint64_t, std::uint64_t> worker_context::peaks() const {
+  std::uint64_t allocated = 0, reserved = 0;
+  for (const auto& d : devices_)
+    if (d.allocator) {
+      const auto st = d.allocator->stats();
+      allocated = std::max(allocated, static_cast<std::uint64_t>(st.allocated_bytes.peak));
+      reserved = std::max(reserved, static_cast<std::uint64_t>(st.reserved_bytes.peak));
+    }
+  return {allocated, reserved};
 }
 
 blob worker_context::output_blob(std::size_t size) {
@@ -125,10 +167,10 @@ void worker_context::release_task_memory() noexcept {
     cuda_->host_unregister(registered_);  // a page-locked page would keep the segment unsealable
     registered_ = nullptr;
   }
-  try {
-    if (allocator_) allocator_->empty_cache();
-  } catch (...) {
-  }
+  for (auto& d : devices_) try {
+      if (d.allocator) d.allocator->empty_cache();
+    } catch (...) {
+    }
 }
 
 worker_context& this_worker() noexcept {

@@ -15,6 +15,8 @@
 #include <iostream>
 #include <optional>
 #include <stdexcept>
+#include <tuple>
+#include <vector>
 
 #include "isorun/alloc/out_of_memory.hpp"
 #include "isorun/worker/init.hpp"
@@ -146,10 +148,8 @@ std::optional<ser::warm_device> prepare_warm_device() {
   auto warm = ser::parse_warm_device(value);
   if (!warm) die(std::string("malformed ") + ser::env::warm.data() + " '" + value + "'");
   ::unsetenv(ser::env::warm.data());
-  this_worker().assign({.device = warm->index,
+  this_worker().assign({.devices = {{.index = warm->index, .uuid = warm->uuid, .memory = warm->device_memory}},
                         .kind = warm->simulated ? device_kind::simulated : device_kind::cuda,
-                        .uuid = warm->uuid,
-                        .device_memory = warm->device_memory,
                         .mem_limit = warm->mem_limit,
                         .alloc_conf = warm->alloc_conf});
   try {
@@ -185,11 +185,13 @@ namespace detail {
     die(std::string("bad request: ") + e.what());
   }
   if (req.protocol != ser::protocol_version) die("request has protocol " + std::to_string(req.protocol));
-  if (warm && (warm->uuid != req.gpu_uuid || warm->index != req.gpu_index || warm->mem_limit != req.mem_limit ||
-               warm->alloc_conf != req.alloc_conf))
+  std::string assigned_gpus;
+  for (const auto& g : req.gpus) assigned_gpus += (assigned_gpus.empty() ? "GPU " : ",") + g.uuid;
+  if (warm && (req.gpus.size() != 1 || warm->uuid != req.gpus[0].uuid || warm->index != req.gpus[0].index ||
+               warm->mem_limit != req.mem_limit || warm->alloc_conf != req.alloc_conf))
     die("this worker prepared GPU " + warm->uuid + " under a cap of " + std::to_string(warm->mem_limit) +
-        " bytes, but was assigned " + (req.gpu_uuid.empty() ? std::string("no GPU") : "GPU " + req.gpu_uuid) +
-        " under " + std::to_string(req.mem_limit));
+        " bytes, but was assigned " + (req.gpus.empty() ? std::string("no GPU") : assigned_gpus) + " under " +
+        std::to_string(req.mem_limit));
 
   for (const auto& lib : req.task_libraries)
     if (!::dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL)) die(std::string("cannot load task library: ") + ::dlerror());
@@ -204,12 +206,12 @@ namespace detail {
     die(std::string("cannot reach the supervisor: ") + e.what());
   }
 
-  this_worker().assign({.device = req.gpu_index,
-                        .kind = req.gpu_index < 0   ? device_kind::cpu
-                                : req.gpu_simulated ? device_kind::simulated
-                                                    : device_kind::cuda,
-                        .uuid = req.gpu_uuid,
-                        .device_memory = req.gpu_memory,
+  std::vector<gpu_device> devices;
+  for (const auto& g : req.gpus) devices.push_back({.index = g.index, .uuid = g.uuid, .memory = g.memory});
+  this_worker().assign({.devices = std::move(devices),
+                        .kind = req.gpus.empty()         ? device_kind::cpu
+                                : req.gpus[0].simulated ? device_kind::simulated
+                                                        : device_kind::cuda,
                         .mem_limit = req.mem_limit,
                         .task = req.task,
                         .alloc_conf = req.alloc_conf});
@@ -246,11 +248,7 @@ namespace detail {
     done.error_type = t ? demangle(t->name()) : "unknown";
     done.message = "(an exception not derived from std::exception)";
   }
-  if (this_worker().has_allocator()) {
-    const auto st = this_worker().allocator().stats();
-    done.peak_allocated = static_cast<std::uint64_t>(st.allocated_bytes.peak);
-    done.peak_reserved = static_cast<std::uint64_t>(st.reserved_bytes.peak);
-  }
+  std::tie(done.peak_allocated, done.peak_reserved) = this_worker().peaks();
   const std::int64_t end_ns = sink.run_end_ns_ ? sink.run_end_ns_ : monotonic_ns();
   done.run_ns = static_cast<std::uint64_t>(end_ns - start_ns);
   if (sink.committed_ns_) {

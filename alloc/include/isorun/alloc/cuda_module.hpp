@@ -14,7 +14,7 @@
 namespace isorun::alloc {
 
 inline constexpr const char* cuda_module_name = "libisorun_cuda.so";
-inline constexpr std::uint32_t cuda_module_abi = 2;
+inline constexpr std::uint32_t cuda_module_abi = 3;
 
 /// What the worker's CUDA context costs on the device, measured around its creation with NVML.
 struct cuda_context_info {
@@ -46,11 +46,14 @@ constexpr std::uint64_t counted_context_bytes(std::uint64_t process_bytes, std::
 /// Entry points of libisorun_cuda.so.
 struct cuda_module_api {
   std::uint32_t abi;
-  /// Creates the CUDA context on device 0 (the worker's only visible GPU, whose UUID is `uuid`),
-  /// measures it into `*context`, and returns a backend using cudaMalloc, the virtual-memory API
-  /// (reached through cudaGetDriverEntryPointByVersion: no link dependency on libcuda) and
-  /// events. nullptr with a message in `error` on failure.
-  backend* (*create_backend)(const char* uuid, cuda_context_info* context, char* error, std::size_t error_size);
+  /// Creates the CUDA context on device `ordinal` (one of the worker's visible GPUs, whose UUID
+  /// is `uuid`), measures it into `*context`, and returns a backend for that device using
+  /// cudaMalloc, the virtual-memory API (reached through cudaGetDriverEntryPointByVersion: no
+  /// link dependency on libcuda) and events. Each of its calls makes the device current for
+  /// itself and restores the caller's current device after. nullptr with a message in `error`
+  /// on failure.
+  backend* (*create_backend)(const char* uuid, int ordinal, cuda_context_info* context, char* error,
+                             std::size_t error_size);
   /// Page-locks [p, p+n) (the worker's shared-memory result area) so device-to-host copies land
   /// in it directly. 0 on success.
   int (*host_register)(void* p, std::size_t n);

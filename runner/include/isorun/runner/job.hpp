@@ -30,8 +30,8 @@ struct job_spec {
   std::string task;  ///< registered task name
   serialization::encoding encoding = serialization::encoding::binary;
   blob args;                                ///< arguments, already encoded
-  std::optional<gpu_info> gpu;              ///< nullopt: CPU only (no GPU visible)
-  std::uint64_t mem_limit = 0;              ///< bytes, 0 = none
+  std::vector<gpu_info> gpus;               ///< visible as CUDA devices 0, 1, ...; empty: CPU only
+  std::uint64_t mem_limit = 0;              ///< bytes per device, 0 = none
   std::chrono::milliseconds timeout{0};     ///< 0 = none
   std::chrono::milliseconds grace{5000};    ///< SIGTERM → SIGKILL delay
   std::vector<std::string> task_libraries;  ///< shared objects the worker loads
@@ -62,14 +62,14 @@ struct job_result {
   std::uint64_t encode_ns = 0;          ///< time the worker spent encoding into shared memory
 };
 
-/// @brief The job_spec for `task` with `args` (encoded as `encoding`) on `gpu` (nullopt: the
-///        CPU) under `opts`: the one place options become a spec. The caller adds what only it
-///        knows (task libraries, where output goes).
-job_spec job_spec_for(std::string task, serialization::encoding encoding, blob args, std::optional<gpu_info> gpu,
+/// @brief The job_spec for `task` with `args` (encoded as `encoding`) on `gpus` (none: the
+///        CPU; placed by place_job) under `opts`: the one place options become a spec. The
+///        caller adds what only it knows (task libraries, where output goes).
+job_spec job_spec_for(std::string task, serialization::encoding encoding, blob args, std::vector<gpu_info> gpus,
                       const isolated_options& opts);
 
 /// @brief Checks what `spec` asks for before anything starts: the allocator configuration
-///        parses, the cap can hold the allocator's smallest segment, the cap fits the GPU.
+///        parses, the cap can hold the allocator's smallest segment, the cap fits each GPU.
 /// @throws usage_error saying what is wrong and what to change.
 void check_job_spec(const job_spec& spec);
 

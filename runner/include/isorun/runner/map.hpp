@@ -51,7 +51,7 @@ std::vector<result<R>> map(R (*fn)(A), const std::vector<std::decay_t<A>>& input
       slots, inputs.size(),
       [&](const runner::slot& sl, std::size_t i) {
         isolated_options opts;
-        if (sl.gpu) opts.gpu = sl.gpu->index;
+        for (const auto& g : sl.gpus) opts.gpus.push_back(g.index);
         opts.mem_limit = o.mem_limit;
         opts.timeout = o.timeout;
         opts.alloc_conf = o.alloc_conf;

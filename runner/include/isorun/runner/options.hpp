@@ -14,8 +14,14 @@ namespace isorun {
 /// How to run an isolated call: what isolated() and map() take, and what the CLI's flags and a
 /// sweep's spec turn into (runner::job_spec_for).
 struct isolated_options {
-  std::optional<int> gpu;                 ///< physical GPU index; unset = CPU only
-  std::uint64_t mem_limit = 0;            ///< hard cap for the worker's device memory; 0 = none
+  std::optional<int> gpu;                 ///< physical GPU index; unset (and no gpus, gpu_count) = CPU only
+  /// Several GPUs by physical index: the worker sees exactly these, in PCI bus order, as CUDA
+  /// devices 0, 1, ... (this_worker().devices()). Excludes `gpu` and `gpu_count`.
+  std::vector<int> gpus;
+  /// Any this many GPUs, chosen by the supervisor among those with room for the cap (the freest
+  /// first). Excludes `gpu` and `gpus`.
+  int gpu_count = 0;
+  std::uint64_t mem_limit = 0;            ///< hard cap on each of the worker's devices; 0 = none
   std::chrono::milliseconds timeout{0};   ///< 0 = none
   std::chrono::milliseconds grace{5000};  ///< between SIGTERM and SIGKILL when stopping
   std::string alloc_conf;                 ///< allocator configuration (ISORUN_ALLOC_CONF syntax)

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "isorun/runner/gpu_inventory.hpp"
+#include "isorun/runner/options.hpp"
 
 namespace isorun::runner {
 
@@ -18,11 +19,26 @@ namespace isorun::runner {
 /// @throws usage_error "mem-limit X exceeds GPU N's Y".
 void check_fits(const gpu_info& gpu, std::uint64_t mem_limit);
 
-/// @brief The GPU for one job: GPU `index` when given; otherwise the first GPU if `default_to_gpu`
-///        and there is one; otherwise none (CPU). The cap is checked against the GPU chosen.
-/// @throws usage_error for a GPU that does not exist (naming those that do) or a cap too large.
-std::optional<gpu_info> place_job(const gpu_inventory& inventory, std::optional<int> index, bool default_to_gpu,
-                                  std::uint64_t mem_limit);
+/// Which GPUs one job asks for: these (`indices`), or any `count` with room, or (neither) the
+/// caller's default.
+struct gpu_request {
+  std::vector<int> indices;  ///< physical (NVML) indices, in any order
+  int count = 0;             ///< this many GPUs, chosen by the supervisor
+};
+
+/// @brief The one place a job's GPU options become a request: `gpu` (one GPU), `gpus` (these)
+///        or `gpu_count` (any that many).
+/// @throws usage_error when more than one of them is given, or a count below 1.
+gpu_request gpu_request_for(const isolated_options& opts);
+
+/// @brief The GPUs for one job, in PCI bus order (the order of NVML indices, and of CUDA device
+///        ordinals inside the worker): the ones listed; or `count` of those whose free memory has
+///        room for the cap (the freest first); with neither, the first GPU if `default_to_gpu`
+///        and there is one; otherwise none (the CPU). The cap is per GPU and checked on each.
+/// @throws usage_error, nothing started: a GPU that does not exist (naming those that do), a GPU
+///         listed twice, more GPUs than there are (or have room), a cap larger than a GPU.
+std::vector<gpu_info> place_job(const gpu_inventory& inventory, const gpu_request& request, bool default_to_gpu,
+                                std::uint64_t mem_limit);
 
 /// What a batch of jobs asks for.
 struct slot_request {
@@ -35,8 +51,8 @@ struct slot_request {
 
 /// One place a job of the batch can run.
 struct slot {
-  std::optional<gpu_info> gpu;  ///< nullopt: a CPU slot
-  int index = 0;                ///< slot number
+  std::vector<gpu_info> gpus;  ///< empty: a CPU slot
+  int index = 0;               ///< slot number
 };
 
 /// The slots of a batch, and how they were decided (a sweep prints it in its first line).

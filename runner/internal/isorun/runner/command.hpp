@@ -25,7 +25,7 @@ namespace isorun::runner {
 /// What to run, where, and under which limits.
 struct command_spec {
   std::vector<std::string> argv;          ///< argv[0]: a path, or a name looked up in PATH
-  std::optional<gpu_info> gpu;            ///< nullopt: no GPU visible
+  std::vector<gpu_info> gpus;             ///< visible as CUDA devices 0, 1, ...; empty: none
   std::uint64_t mem_limit = 0;            ///< bytes, 0 = none
   bool enforce_cap = true;                ///< false: the cap is only exported (advisory)
   std::chrono::milliseconds timeout{0};   ///< 0 = none

@@ -53,7 +53,8 @@ inline launch_spec launch_spec_for(const job_spec& spec) {
                 .label = spec.task,
                 .extra_env = spec.extra_env,
                 .stdout_to_stderr = spec.stdout_to == stdout_mode::to_stderr};
-  if (spec.warm_context && spec.gpu) l.warm = warm_device_for(*spec.gpu, spec.mem_limit, spec.alloc_conf);
+  // (One GPU only: a worker on several prepares them once assigned.)
+  if (spec.warm_context && spec.gpus.size() == 1) l.warm = warm_device_for(spec.gpus.front(), spec.mem_limit, spec.alloc_conf);
   return l;
 }
 

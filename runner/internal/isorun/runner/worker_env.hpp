@@ -16,11 +16,13 @@ namespace isorun::runner {
 ///        or a command inherits before its assignment is added.
 std::vector<std::string> inherited_environment();
 
-/// @brief The variables that assign `gpu` and `mem_limit`: CUDA_VISIBLE_DEVICES (the GPU by
-///        UUID; empty hides every GPU), CUDA_DEVICE_ORDER=PCI_BUS_ID, ISORUN_GPU, ISORUN_MEM_LIMIT.
-std::vector<std::string> assignment_environment(const std::optional<gpu_info>& gpu, std::uint64_t mem_limit);
+/// @brief The variables that assign `gpus` and `mem_limit`: CUDA_VISIBLE_DEVICES (the GPUs by
+///        UUID, in the order given; empty hides every GPU), CUDA_DEVICE_ORDER=PCI_BUS_ID,
+///        ISORUN_GPU (their indices, "0,1"), ISORUN_MEM_LIMIT (the cap per device).
+std::vector<std::string> assignment_environment(const std::vector<gpu_info>& gpus, std::uint64_t mem_limit);
 
-/// @brief The CUDA_VISIBLE_DEVICES value for `gpu` ("" hides every GPU).
-std::string visible_devices_for(const std::optional<gpu_info>& gpu);
+/// @brief The CUDA_VISIBLE_DEVICES value for `gpus`: their UUIDs, comma-separated ("" hides
+///        every GPU).
+std::string visible_devices_for(const std::vector<gpu_info>& gpus);
 
 }  // namespace isorun::runner

@@ -25,7 +25,7 @@
 namespace isorun::serialization {
 
 /// Bumped whenever a message or the request changes shape.
-inline constexpr std::uint32_t protocol_version = 4;
+inline constexpr std::uint32_t protocol_version = 5;
 
 /// The descriptor a worker (and the `-- CMD` shim) finds its control socket under.
 inline constexpr int control_fd = 3;
@@ -35,9 +35,9 @@ inline constexpr int control_fd = 3;
 namespace env {
 inline constexpr std::string_view worker = "ISORUN_WORKER";  ///< "1": run as a worker
 inline constexpr std::string_view shim = "ISORUN_SHIM";      ///< "1": run as the `-- CMD` shim
-inline constexpr std::string_view gpu = "ISORUN_GPU";              ///< assigned GPU's index, "" for none
-inline constexpr std::string_view mem_limit = "ISORUN_MEM_LIMIT";  ///< the cap in bytes, "0" for none
-inline constexpr std::string_view visible_devices = "CUDA_VISIBLE_DEVICES";  ///< the assigned GPU's UUID
+inline constexpr std::string_view gpu = "ISORUN_GPU";              ///< assigned GPUs' indices ("0,1"), "" for none
+inline constexpr std::string_view mem_limit = "ISORUN_MEM_LIMIT";  ///< the cap per device in bytes, "0" for none
+inline constexpr std::string_view visible_devices = "CUDA_VISIBLE_DEVICES";  ///< the assigned GPUs' UUIDs
 inline constexpr std::string_view device_order = "CUDA_DEVICE_ORDER";        ///< always PCI_BUS_ID
 inline constexpr std::string_view warm = "ISORUN_WARM";  ///< a warm_device: prepare it before the assignment
 /// `-- CMD` under --mem-limit: the cap region ("/proc/PID/fd/N") the preloaded library charges.

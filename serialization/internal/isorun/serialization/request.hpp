@@ -16,16 +16,26 @@
 namespace isorun::serialization {
 
 
+/// One GPU of an assignment.
+struct request_gpu {
+  std::int32_t index = 0;        ///< physical (NVML) index
+  std::string uuid;
+  std::uint64_t memory = 0;      ///< total device memory, bytes
+  bool simulated = false;        ///< a simulated GPU (ISORUN_SIMULATE_GPUS)
+
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(index, uuid, memory, simulated);
+  }
+};
+
 struct request {
   std::uint32_t protocol = protocol_version;
   std::string task;                          ///< registered task name
   std::uint32_t encoding = 1;                ///< serialization::encoding of args and result
   std::vector<std::string> task_libraries;   ///< shared objects to dlopen before lookup
-  std::uint64_t mem_limit = 0;               ///< bytes; 0 = no cap
-  std::int32_t gpu_index = -1;               ///< physical index; -1 = CPU only
-  std::string gpu_uuid;
-  std::uint64_t gpu_memory = 0;              ///< total device memory, bytes
-  bool gpu_simulated = false;                ///< a simulated GPU (ISORUN_SIMULATE_GPUS)
+  std::uint64_t mem_limit = 0;               ///< bytes per device; 0 = no cap
+  std::vector<request_gpu> gpus;             ///< in CUDA ordinal order; empty = CPU only
   std::string alloc_conf;                    ///< ISORUN_ALLOC_CONF-style configuration
   std::uint64_t max_result = 0;              ///< largest result the supervisor accepts
   /// The supervisor may hand the result over before this process exits: release what the task
@@ -35,7 +45,7 @@ struct request {
 
   template <class Archive>
   void serialize(Archive& ar) {
-    ar(protocol, task, encoding, task_libraries, mem_limit, gpu_index, gpu_uuid, gpu_memory, gpu_simulated, alloc_conf, max_result,
+    ar(protocol, task, encoding, task_libraries, mem_limit, gpus, alloc_conf, max_result,
        early_result, args);
   }
 };

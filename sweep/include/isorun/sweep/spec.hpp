@@ -58,6 +58,11 @@ struct sweep_spec {
   bool all_gpus = false;
   std::uint64_t mem_limit = 0;
   int per_gpu = 0;                      ///< 0 = floor(free memory / mem_limit)
+  /// GPUs each trial runs on at once (one place on each; `mem_limit` is per GPU), or, with
+  /// `gpus_per_trial_param`, the value of that parameter in each trial.
+  int gpus_per_trial = 1;
+  std::string gpus_per_trial_param;     ///< `gpus_per_trial: "{name}"`: parameter `name` says
+  int gpus_per_trial_line = 0;          ///< YAML line of `gpus_per_trial:` (0 for flags)
   int cpu_slots = 0;                    ///< 0 = number of cores
   std::chrono::milliseconds timeout{0};
   std::map<std::string, int> retries;   ///< outcome class -> extra attempts
@@ -105,6 +110,10 @@ std::vector<std::string> param_words(const nlohmann::json& params);
 
 using runner::slot;
 using runner::slot_plan;
+
+/// @brief Whether a trial may run on more than one GPU at once (gpus_per_trial above 1, or taken
+///        from a parameter): such trials are packed by runner::gpu_packer, not on fixed slots.
+[[nodiscard]] inline bool spans_gpus(const sweep_spec& s) { return s.gpus_per_trial > 1 || !s.gpus_per_trial_param.empty(); }
 
 /// @brief The GPUs, cap and packing a sweep asks for, for runner::plan_slots.
 [[nodiscard]] inline runner::slot_request resources(const sweep_spec& s) {

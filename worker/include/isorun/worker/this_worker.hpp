@@ -6,7 +6,10 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "isorun/alloc/caching_allocator.hpp"
 #include "isorun/alloc/cuda_module.hpp"
@@ -25,22 +28,35 @@ enum class device_kind {
 /// @brief "cpu", "cuda", "simulated".
 const char* to_string(device_kind kind) noexcept;
 
+/// One GPU a worker was assigned.
+struct gpu_device {
+  int index = 0;            ///< physical (NVML) index; inside the worker it is CUDA device `ordinal`
+  int ordinal = 0;          ///< its CUDA device number in this worker (its place in devices())
+  std::string uuid;
+  std::uint64_t memory = 0; ///< total memory, bytes
+};
+
 class worker_context {
  public:
+  worker_context();
+
   /// True inside an isolated worker; false in an ordinary process.
   [[nodiscard]] bool in_worker() const noexcept { return in_worker_; }
-  /// The assigned GPU's physical (NVML) index, or -1 for a CPU-only worker. Inside the worker
-  /// this GPU is the only visible one: CUDA device 0.
-  [[nodiscard]] int device() const noexcept { return assigned_.device; }
+  /// The GPUs the worker was assigned, in PCI bus order: the only visible ones, CUDA devices
+  /// 0, 1, ... in this order. Empty for a CPU-only worker.
+  [[nodiscard]] const std::vector<gpu_device>& devices() const noexcept { return assigned_.devices; }
+  /// The (first) assigned GPU's physical (NVML) index, or -1 for a CPU-only worker. Inside the
+  /// worker it is CUDA device 0.
+  [[nodiscard]] int device() const noexcept { return has_gpu() ? assigned_.devices.front().index : -1; }
   /// True if the worker was assigned a GPU, real or simulated.
-  [[nodiscard]] bool has_gpu() const noexcept { return assigned_.device >= 0; }
+  [[nodiscard]] bool has_gpu() const noexcept { return !assigned_.devices.empty(); }
   /// What the worker computes on: pick a task's CUDA path only for device_kind::cuda.
   [[nodiscard]] device_kind kind() const noexcept { return assigned_.kind; }
-  /// The assigned GPU's UUID ("" without a GPU).
-  [[nodiscard]] const std::string& device_uuid() const noexcept { return assigned_.uuid; }
-  /// Total memory of the assigned GPU, bytes (0 without a GPU).
-  [[nodiscard]] std::uint64_t device_memory() const noexcept { return assigned_.device_memory; }
-  /// The memory cap, bytes; 0 = none.
+  /// The (first) assigned GPU's UUID ("" without a GPU).
+  [[nodiscard]] const std::string& device_uuid() const noexcept;
+  /// Total memory of the (first) assigned GPU, bytes (0 without a GPU).
+  [[nodiscard]] std::uint64_t device_memory() const noexcept { return has_gpu() ? assigned_.devices.front().memory : 0; }
+  /// The memory cap per device, bytes; 0 = none.
   [[nodiscard]] std::uint64_t mem_limit() const noexcept { return assigned_.mem_limit; }
   /// Name of the running task.
   [[nodiscard]] const std::string& task() const noexcept { return assigned_.task; }
@@ -57,10 +73,16 @@ class worker_context {
   /// @throws alloc::config_error for an invalid configuration; out_of_memory if the CUDA context
   ///         alone exceeds the cap; std::runtime_error if the CUDA backend cannot be loaded or
   ///         the GPU cannot be used (no driver, say).
-  alloc::caching_allocator& allocator();
-  /// @brief What the CUDA context took when the allocator was created (all zero unless kind()
-  ///        is cuda and allocator() has run).
-  [[nodiscard]] const alloc::cuda_context_info& context_info() const noexcept { return context_; }
+  alloc::caching_allocator& allocator() { return allocator(0); }
+  /// @brief The capped caching allocator of the `i`-th assigned GPU (CUDA device `i` here), each
+  ///        under the same cap (mem_limit() is per device), created on first use like allocator().
+  ///        A CPU worker has one: allocator(0).
+  /// @throws std::out_of_range for `i` past devices() (past 0 in a CPU worker); what allocator()
+  ///         throws.
+  alloc::caching_allocator& allocator(std::size_t i);
+  /// @brief What the CUDA context of the `i`-th device took when its allocator was created (all
+  ///        zero unless kind() is cuda and allocator(i) has run).
+  [[nodiscard]] const alloc::cuda_context_info& context_info(std::size_t i = 0) const noexcept;
   /// @brief A writable buffer of `size` bytes for a task whose result type is `isorun::blob`.
   ///        Inside a worker it lies in the result's shared-memory segment, where the result will
   ///        be (page-locked on a GPU worker, so a device-to-host copy lands there directly):
@@ -74,15 +96,16 @@ class worker_context {
   /// left held on the device (the output area's page-locking, the allocator's cached memory).
   void release_task_memory() noexcept;
 
-  /// True once allocator() has created the allocator.
-  [[nodiscard]] bool has_allocator() const noexcept { return allocator_ != nullptr; }
+  /// True once allocator() has created the first device's allocator.
+  [[nodiscard]] bool has_allocator() const noexcept { return !devices_.empty() && devices_.front().allocator != nullptr; }
+  /// @brief The largest peaks over the devices' allocators that exist: {allocated, reserved}
+  ///        bytes (the cap is per device, so the largest is what compares to it).
+  [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> peaks() const;
 
   /// The assignment a worker receives; set once, before the task runs.
   struct assignment {
-    int device = -1;
+    std::vector<gpu_device> devices;  ///< empty: CPU only
     device_kind kind = device_kind::cpu;
-    std::string uuid;
-    std::uint64_t device_memory = 0;
     std::uint64_t mem_limit = 0;
     std::string task;
     std::string alloc_conf;
@@ -96,9 +119,15 @@ class worker_context {
   std::function<std::byte*(std::uint64_t)> output_area_;
   const alloc::cuda_module_api* cuda_ = nullptr;
   void* registered_ = nullptr;  // the output area while page-locked
-  alloc::cuda_context_info context_;
-  std::once_flag allocator_once_;
-  std::unique_ptr<alloc::caching_allocator> allocator_;
+  // One per assigned device (one in a CPU worker), sized by assign(); a once_flag cannot move, so
+  // they live in a fixed array.
+  struct device_state {
+    std::once_flag once;
+    alloc::cuda_context_info context;
+    std::unique_ptr<alloc::caching_allocator> allocator;
+  };
+  std::unique_ptr<device_state[]> device_states_;
+  std::span<device_state> devices_;
 };
 
 /// @brief The context of the worker this code runs in (in_worker() is false outside one).
