@@ -108,6 +108,24 @@ TEST_CASE("the worker sees exactly the assigned GPU, by UUID", "[gpu]") {
   CHECK(json::parse(r.out) == inv.gpus[0].uuid + " cap=" + std::to_string(1ULL << 30));
 }
 
+TEST_CASE("--gpus: --gpus 0 is --gpu 0 on a real GPU, and more GPUs than there are is refused", "[gpu]") {
+  const auto inv = gpu_inventory::detect();
+  auto one = run({"-q", "--gpus", "0", "--mem-limit", "2G", "device_info"});
+  REQUIRE(one.code == 0);
+  const json d = json::parse(one.out);
+  CHECK(d["kind"] == "cuda");
+  CHECK(d["cap"].get<std::uint64_t>() == (2ULL << 30) - d["context_counted"].get<std::uint64_t>());
+  const std::string n = std::to_string(inv.gpus.size() + 1);
+  auto too_many = run({"--gpus", "any:" + n, "--mem-limit", "1G", "where", "arg0=0"});
+  CHECK(too_many.code == 2);
+  CHECK_THAT(too_many.err, Catch::Contains(n + " GPUs asked for, but there"));
+  if (inv.gpus.size() >= 2) {  // each device capped on its own, in PCI bus order
+    auto two = run({"-q", "--gpus", "1,0", "--mem-limit", "1G", "where"});
+    REQUIRE(two.code == 0);
+    CHECK(json::parse(two.out) == inv.gpus[0].uuid + "," + inv.gpus[1].uuid + " cap=" + std::to_string(1ULL << 30));
+  }
+}
+
 TEST_CASE("the cap is --mem-limit minus the measured CUDA context, and the allocator enforces it", "[gpu]") {
   auto info = run({"-q", "--gpu", "0", "--mem-limit", "2G", "device_info"});
   REQUIRE(info.code == 0);

@@ -32,8 +32,8 @@ struct isolated_options {
   /// for exactly one call, and its replacement is launched in the background. 0: launch a
   /// worker when the call is made.
   std::size_t standby = 0;
-  /// With a GPU: each worker creates its CUDA context and capped allocator as soon as it is
-  /// launched, before its task is known, so a standby worker's task starts at once (on an H100
+  /// With one GPU: each worker creates its CUDA context and capped allocator as soon as it is
+  /// launched, before its task is known (a worker on several GPUs prepares them once assigned), so a standby worker's task starts at once (on an H100
   /// a context costs ~210 ms to create). Each waiting worker then holds a context (~0.5 GiB) on
   /// the GPU, outside any task's cap; it is stopped with the pool if never used.
   bool warm_context = false;
