@@ -18,6 +18,7 @@ const char* usage_text() {
        isorun tasks [--tasks LIB.so] [--json]    list registered tasks
        isorun gpus [--json]                      show the GPU inventory
        isorun sweep SPEC.yaml [SWEEP OPTIONS]    run a hyperparameter sweep (isorun sweep --help)
+       isorun report OUT                         (re)write OUT/report.html for a sweep's folder
 
 options:
   --gpu N            run on GPU N (default: GPU 0 if there is one, else CPU)
@@ -38,6 +39,11 @@ options:
   --alloc-conf STR   allocator configuration, as ISORUN_ALLOC_CONF
   --max-result SIZE  reject results larger than SIZE (default 1T)
   --json             print a JSON record (outcome, result, timings) instead of only the result
+  --memory-timeline FILE.html
+                     draw the task's device memory over time (allocated, reserved, the cap)
+                     and, after an out-of-memory failure, what was live then, into FILE.html
+                     (turns on the allocator's history: history:100000 unless --alloc-conf
+                     sets history:N)
   -q, --quiet        no summary line on stderr
   -h, --help         this text
   --version          the version
@@ -156,16 +162,26 @@ cli_options parse_command_line(int argc, char** argv) {
         o.max_result = parse_size(value_of(i, argc, argv, flag, arg));
       } else if (arg == "--json") {
         o.json = true;
+      } else if (is("--memory-timeline")) {
+        o.memory_timeline = value_of(i, argc, argv, flag, arg);
+        if (o.memory_timeline.empty()) throw usage_error("--memory-timeline needs a file name, e.g. memory.html");
       } else if (arg == "-q" || arg == "--quiet") {
         o.quiet = true;
       } else if (arg.size() > 1 && arg[0] == '-') {
         static const std::vector<std::string> known = {"--gpu",        "--gpus", "--cpu",  "--mem-limit", "--timeout", "--grace",
                                                        "--tasks",      "--alloc-conf", "--max-result", "--json",
-                                                       "--quiet",      "--help",  "--version", "--mem-limit-mode"};
+                                                       "--quiet",      "--help",  "--version", "--mem-limit-mode",
+                                                       "--memory-timeline"};
         throw usage_error("unknown option '" + std::string(arg) + "'" + did_you_mean(flag, known) +
                           "; see isorun --help");
       } else if (o.what == mode::run_task && o.task.empty() && (arg == "tasks" || arg == "gpus")) {
         o.what = arg == "tasks" ? mode::list_tasks : mode::list_gpus;
+      } else if (o.what == mode::run_task && o.task.empty() && arg == "report") {
+        o.what = mode::report;
+        for (++i; i < argc; ++i) o.rest.emplace_back(argv[i]);
+        if (o.rest.size() != 1 || o.rest[0].starts_with("-"))
+          throw usage_error("isorun report OUT: give one sweep output folder (the sweep's --out)");
+        break;
       } else if (o.what == mode::run_task && o.task.empty() && arg == "sweep") {
         o.what = mode::sweep;
         for (++i; i < argc; ++i) o.rest.emplace_back(argv[i]);
@@ -191,6 +207,8 @@ cli_options parse_command_line(int argc, char** argv) {
       throw usage_error(std::string("ISORUN_ALLOC_CONF: ") + e.what());
     }
   }
+  if (!o.memory_timeline.empty() && o.what != mode::run_task)
+    throw usage_error("--memory-timeline goes with a TASK (a sweep keeps timelines when its alloc_conf has history:N)");
   if (o.what == mode::run_task && o.task.empty()) {
     if (argc <= 1) o.what = mode::nothing;
     else throw usage_error("no task given; usage: isorun [OPTIONS] TASK [key=value ...] (isorun tasks lists them)");

@@ -19,6 +19,7 @@ enum class mode {
   nothing,  ///< no arguments at all: usage on stderr, exit 2
   version,
   sweep,
+  report,  ///< isorun report OUT
 };
 
 struct cli_options {
@@ -36,6 +37,7 @@ struct cli_options {
   std::uint64_t max_result = 1ULL << 40;
   bool json = false;
   bool quiet = false;
+  std::string memory_timeline;  ///< --memory-timeline FILE.html
   std::string task;                 ///< TASK
   std::vector<std::string> params;  ///< key=value after TASK
   std::vector<std::string> command; ///< after --

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
 
@@ -18,6 +19,8 @@
 #include "run_command.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/gpu_inventory.hpp"
+#include "isorun/sweep/html_report.hpp"
+#include "isorun/alloc/config.hpp"
 #include "isorun/worker/init.hpp"
 #include "isorun/runner/job.hpp"
 #include "isorun/runner/placement.hpp"
@@ -184,6 +187,17 @@ int run_task(const cli::cli_options& o, const std::vector<std::string>& libs) {
                                                 .max_result = o.max_result});
   spec.task_libraries = libs;
   spec.stdout_to = runner::stdout_mode::to_stderr;  // stdout carries the result only
+  // --memory-timeline: the worker writes its timeline next to the page, which is drawn from it
+  // once the task has ended (the allocator keeps a history only when asked to).
+  const std::string timeline_json = o.memory_timeline.empty() ? "" : o.memory_timeline + ".json.tmp";
+  if (!timeline_json.empty()) {
+    spec.memory_timeline = std::filesystem::absolute(timeline_json).string();
+    std::string conf = spec.alloc_conf.empty() && std::getenv("ISORUN_ALLOC_CONF") ? std::getenv("ISORUN_ALLOC_CONF") : spec.alloc_conf;
+    if (alloc::alloc_config::parse(conf).history == 0) conf += std::string(conf.empty() ? "" : ",") + "history:100000";
+    spec.alloc_conf = conf;
+    std::ofstream probe(o.memory_timeline, std::ios::app);  // can it be written? say so before the task runs
+    if (!probe) throw usage_error("--memory-timeline " + o.memory_timeline + ": cannot write there");
+  }
   auto job = runner::job::start(std::move(spec));
 
   // Ctrl-C / SIGTERM cancel the worker (SIGTERM, grace, SIGKILL) instead of orphaning it, and
@@ -206,6 +220,19 @@ int run_task(const cli::cli_options& o, const std::vector<std::string>& libs) {
 
   const runner::job_result& r = job->wait();
   const outcome& out = r.status;
+  if (!timeline_json.empty()) {
+    std::ifstream in(timeline_json);
+    const json timeline = json::parse(in, nullptr, false);
+    std::error_code ec;
+    std::filesystem::remove(timeline_json, ec);
+    if (timeline.is_object()) {
+      std::ofstream(o.memory_timeline, std::ios::trunc)
+          << sweep::render_memory_timeline(timeline, o.task + " on " + out.device + ": " + std::string(to_string(out.kind)));
+      if (!o.quiet) std::fprintf(stderr, "isorun: memory timeline in %s\n", o.memory_timeline.c_str());
+    } else {
+      std::fprintf(stderr, "isorun: no memory timeline: the worker ended before writing it (%s)\n", out.describe().c_str());
+    }
+  }
   json result;
   if (out.ok()) {
     std::string_view text_result(reinterpret_cast<const char*>(r.payload.data()), r.payload.size());
@@ -253,6 +280,10 @@ int real_main(int argc, char** argv) {
     case cli::mode::nothing: std::fputs(cli::usage_text(), stderr); return 2;
     case cli::mode::version: std::cout << "isorun 0.1.0\n"; return 0;
     case cli::mode::list_gpus: return list_gpus(o);
+    case cli::mode::report:
+      sweep::write_report(o.rest[0]);
+      std::fprintf(stderr, "isorun: report in %s\n", (std::filesystem::path(o.rest[0]) / "report.html").c_str());
+      return 0;
     case cli::mode::run_command: return cli::run_command(o, pick_gpus(o));
     default: break;
   }

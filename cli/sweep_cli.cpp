@@ -46,7 +46,9 @@ flags (override the spec):
   --top K            rows in the final table (default 5)
   --wait             if another sweep uses the output folder, wait for it instead of failing
   --no-progress      no progress output
-Re-running the same command resumes: finished trials are skipped. Ctrl-C stops launching and
+Results: OUT/results.jsonl (the journal), OUT/results.csv, OUT/logs/, and OUT/report.html, a page
+with charts and the table (isorun report OUT writes it again; memory timelines need
+alloc_conf history:N). Re-running the same command resumes: finished trials are skipped. Ctrl-C stops launching and
 cancels running trials (a second Ctrl-C kills them at once); the journal stays consistent.
 )";
 
@@ -214,10 +216,10 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
     std::cout << sweep::top_table(s, summary.records, top);
     std::fprintf(stderr,
                  "isorun: sweep %s: %zu succeeded, %zu failed, %zu already done%s; journal %s/results.jsonl, table "
-                 "%s/results.csv\n",
+                 "%s/results.csv%s\n",
                  summary.interrupted ? "interrupted" : "finished", summary.succeeded, summary.failed, summary.skipped,
                  summary.cancelled ? (", " + std::to_string(summary.cancelled) + " cancelled").c_str() : "",
-                 where.c_str(), where.c_str());
+                 where.c_str(), where.c_str(), summary.report.empty() ? "" : (", report " + summary.report).c_str());
     if (summary.interrupted) return 130;
     std::size_t failed_total = 0;
     for (const auto& r : summary.records) failed_total += r.kind != outcome_kind::success;

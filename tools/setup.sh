@@ -16,6 +16,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" > /dev/null
 fi
+# Headless Chromium renders the sweep report in the `browser`-labelled test. It is large and
+# optional: where it cannot be installed, that test is skipped, and nothing else needs it.
+if ! command -v chromium > /dev/null 2>&1 && [ -z "${ISORUN_NO_BROWSER:-}" ]; then
+  echo "isorun setup: installing chromium (for the report's browser test; ISORUN_NO_BROWSER=1 skips it)"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  { $sudo apt-get update -qq > /dev/null 2>&1 &&
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends chromium > /dev/null 2>&1; } ||
+    echo "isorun setup: chromium could not be installed; the browser test will be skipped"
+fi
 # The Python example runs `python3` from PATH: where that is not Debian's (pyenv, a venv), it
 # needs NumPy too.
 if ! python3 -c 'import numpy' 2> /dev/null && python3 -m pip --version > /dev/null 2>&1; then

@@ -126,7 +126,9 @@ struct ledger {
         m << ".";
       }
     }
-    throw out_of_memory(m.str(), oom_figures{bytes, limit, res, alloc, largest});
+    oom_figures figures{bytes, limit, res, alloc, largest, {}};
+    for (std::size_t i = 0; i < std::min<std::size_t>(64, big.size()); ++i) figures.live.push_back(big[i].second);
+    throw out_of_memory(m.str(), figures);
   }
 };
 

@@ -21,6 +21,7 @@
 #include "isorun/runner/process.hpp"
 #include "isorun/serialization/codec.hpp"
 #include "isorun/serialization/control.hpp"
+#include "isorun/serialization/protocol.hpp"
 #include "isorun/serialization/request.hpp"
 #include "isorun/serialization/segment_pool.hpp"
 #include "isorun/serialization/shm_segment.hpp"
@@ -79,6 +80,8 @@ prepared_request prepare_request(job_spec& spec) {
 void assign(const launched_worker& w, const prepared_request& p, const job_spec& spec) {
   ser::assign_message a;
   a.env = assignment_environment(spec.gpus, spec.mem_limit);
+  if (!spec.memory_timeline.empty())
+    a.env.push_back(std::string(ser::env::memory_timeline) + "=" + spec.memory_timeline);
   unique_fd out;
   if (spec.stdout_to == stdout_mode::file) {
     out.reset(::open(spec.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));

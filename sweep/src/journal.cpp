@@ -48,9 +48,11 @@ std::string trial_id(const std::string& task, const nlohmann::json& params) {
 json trial_record::to_json() const {
   json j = {{"id", id},         {"params", params}, {"outcome", std::string(to_string(kind))},
             {"attempts", attempts}, {"wall_s", wall_s}, {"device", device},
-            {"slot", slot},     {"peak_reserved", peak_reserved}};
+            {"slot", slot},     {"peak_reserved", peak_reserved}, {"peak_allocated", peak_allocated},
+            {"mem_limit", mem_limit}, {"run", run}, {"start_s", start_s}};
   j["result"] = result;
   if (!error.empty()) j["error"] = error;
+  if (!timeline.empty()) j["timeline"] = timeline;
   return j;
 }
 
@@ -70,6 +72,11 @@ trial_record trial_record::from_json(const json& j) {
   r.slot = j.value("slot", 0);
   r.attempts = j.value("attempts", 1);
   r.peak_reserved = j.value("peak_reserved", std::uint64_t{0});
+  r.peak_allocated = j.value("peak_allocated", std::uint64_t{0});
+  r.mem_limit = j.value("mem_limit", std::uint64_t{0});
+  r.run = j.value("run", 0);
+  r.start_s = j.value("start_s", 0.0);
+  r.timeline = j.value("timeline", "");
   return r;
 }
 

@@ -22,6 +22,7 @@
 #include <thread>
 #include <utility>
 
+#include "isorun/alloc/config.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/command.hpp"
 #include "isorun/runner/job.hpp"
@@ -33,6 +34,7 @@
 #include "isorun/runner/unique_fd.hpp"
 #include "isorun/runner/units.hpp"
 #include "isorun/runner/worker_env.hpp"
+#include "isorun/sweep/html_report.hpp"
 #include "isorun/sweep/report.hpp"
 #include "isorun/worker/task.hpp"
 
@@ -234,6 +236,7 @@ struct sweep_run::state {
   std::optional<sweep::journal> journal;
   std::vector<std::size_t> queue;  // indices into s.trials
   std::vector<std::size_t> gpu_counts;  // spans_gpus(s): each trial's GPUs (by s.trials index)
+  bool timelines = false;  // the allocator keeps a history: each trial's memory timeline is kept
   std::size_t skipped = 0;
   bool metric_known = false;  // checked against the result type up front
   bool ran = false;
@@ -284,6 +287,10 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
     st.metric_known = true;
   }
   if (spans_gpus(s)) st.gpu_counts = gpus_per_trial(s, st.slots);
+  try {
+    st.timelines = s.command.empty() && alloc::alloc_config::parse(s.alloc_conf).history > 0;
+  } catch (const alloc::config_error&) {
+  }  // (check_job_spec below says what is wrong with it)
   for (const auto& sl : st.slots) {
     runner::job_spec probe;
     probe.gpus = sl.gpus;
@@ -336,6 +343,31 @@ sweep_summary sweep_run::run() {
   sweep_summary summary;
   summary.total = s.trials.size();
   summary.skipped = st.skipped;
+
+  // This run, in sweep.json: what the report says about where and how the trials ran.
+  json identity;
+  {
+    std::ifstream in(out / "sweep.json");
+    identity = json::parse(in, nullptr, false);
+    if (!identity.is_object()) identity = json::object();
+  }
+  if (!identity.contains("runs") || !identity["runs"].is_array()) identity["runs"] = json::array();
+  const int run_number = static_cast<int>(identity["runs"].size()) + 1;
+  {
+    json slot_list = json::array();
+    for (const auto& sl : slots)
+      slot_list.push_back({{"index", sl.index}, {"device", sl.gpus.empty() ? "cpu" : runner::visible_devices_for(sl.gpus)}});
+    identity["subject"] = st.subject;
+    identity["metric"] = s.metric.name.empty() ? json() : json{{"name", s.metric.name}, {"maximize", s.metric.maximize}};
+    identity["runs"].push_back({{"run", run_number}, {"slots", slot_list}, {"mem_limit", s.mem_limit},
+                                {"gpus_per_trial", spans_gpus(s) ? json(s.gpus_per_trial_param.empty()
+                                                                            ? std::to_string(s.gpus_per_trial)
+                                                                            : "{" + s.gpus_per_trial_param + "}")
+                                                                 : json(1)},
+                                {"trials", queue.size()}});
+    write_file_durably(out / "sweep.json", identity.dump(2) + "\n");
+  }
+  const auto run_start = clock::now();
 
   std::mutex mutex;  // queue, journal, progress, running
   std::size_t finished = 0, running_count = 0, failed = 0;
@@ -470,6 +502,7 @@ sweep_summary sweep_run::run() {
     }
     rec.kind = r.status.kind;
     rec.peak_reserved = r.status.peak_reserved;
+    rec.peak_allocated = r.status.peak_allocated;
     rec.error = r.status.ok() ? "" : r.status.describe();
     return r;
   };
@@ -489,7 +522,10 @@ sweep_summary sweep_run::run() {
     rec.params = params;
     rec.slot = sl.index;
     rec.device = sl.gpus.empty() ? "cpu" : runner::visible_devices_for(sl.gpus);
+    rec.mem_limit = s.mem_limit;
+    rec.run = run_number;
     const auto t0 = clock::now();
+    rec.start_s = std::chrono::duration<double>(t0 - run_start).count();
     for (int attempt = 1;; ++attempt) {
       const fs::path log = out / "logs" / rec.id;
       unique_fd err(::open((log.string() + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
@@ -499,6 +535,10 @@ sweep_summary sweep_run::run() {
         runner::job_spec spec = trial_spec(sl, index);
         spec.stdout_to = runner::stdout_mode::file;
         spec.stdout_path = log.string() + ".out";
+        if (st.timelines) {
+          spec.memory_timeline = log.string() + ".memory.json";
+          rec.timeline = "logs/" + rec.id + ".memory.json";
+        }
         spec.stderr_echo_fd = err.get();
         std::shared_ptr<runner::job> job;
         try {
@@ -566,6 +606,7 @@ sweep_summary sweep_run::run() {
       if (!retry) break;
     }
     rec.wall_s = std::chrono::duration<double>(clock::now() - t0).count();
+    if (std::error_code ec; !rec.timeline.empty() && !fs::exists(out / rec.timeline, ec)) rec.timeline.clear();  // it died first
 
     {
       std::lock_guard lock(mutex);
@@ -667,6 +708,14 @@ sweep_summary sweep_run::run() {
     if (it != latest.end() && listed.insert(it->first).second) summary.records.push_back(it->second);
   }
   write_file_durably(out / "results.csv", results_csv(summary.records));
+  identity["runs"].back()["wall_s"] = std::chrono::duration<double>(clock::now() - run_start).count();
+  write_file_durably(out / "sweep.json", identity.dump(2) + "\n");
+  try {
+    write_report(out);
+    summary.report = (out / "report.html").string();
+  } catch (const std::exception& e) {  // the results are safe; only the page is missing
+    std::fprintf(stderr, "isorun: warning: no report: %s\n", e.what());
+  }
   return summary;
 }
 

@@ -160,3 +160,14 @@ span_result gpu_span(const span_args& a) {
 }
 }  // namespace
 ISORUN_TASK(gpu_span);
+
+namespace {
+// Holds `mib` MiB of device memory through the worker's allocator, in 8 MiB steps: past the cap
+// it runs out of memory with its earlier steps still live.
+int fill_mib(int mib) {
+  std::vector<isorun::alloc::device_buffer> held;
+  for (int i = 0; i < mib; i += 8) held.emplace_back(isorun::this_worker().allocator(), 8u << 20);
+  return mib;
+}
+}  // namespace
+ISORUN_TASK(fill_mib);

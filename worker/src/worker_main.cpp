@@ -12,7 +12,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
+#include <sstream>
+#include <algorithm>
 #include <optional>
 #include <stdexcept>
 #include <tuple>
@@ -159,6 +162,36 @@ std::optional<ser::warm_device> prepare_warm_device() {
   return warm;
 }
 
+// The task's memory as `isorun report` draws it: each device's allocator history (events
+// {t_ns, action, addr, size, stream} on CLOCK_MONOTONIC, with the counts at the end so the
+// lines can be drawn back from them), the task's start, and, after an out-of-memory failure,
+// what was live when it failed. Written to $ISORUN_MEMORY_TIMELINE; best effort: the task's
+// outcome does not depend on it.
+void write_memory_timeline(const char* path, std::int64_t start_ns, const std::optional<oom_figures>& oom) {
+  auto& w = this_worker();
+  std::ostringstream o;
+  o << "{\"start_ns\":" << start_ns << ",\"end_ns\":" << monotonic_ns() << ",\"devices\":[";
+  bool first = true;
+  for (std::size_t i = 0; i < std::max<std::size_t>(1, w.devices().size()); ++i) {
+    if (!w.has_allocator(i)) continue;
+    auto& a = w.allocator(i);
+    const auto st = a.stats();
+    o << (first ? "" : ",") << "{\"index\":" << (w.has_gpu() ? w.devices()[i].index : -1) << ",\"cap\":" << a.cap()
+      << ",\"allocated\":" << st.allocated_bytes.current << ",\"reserved\":" << st.reserved_bytes.current
+      << ",\"events\":" << a.history_json() << "}";
+    first = false;
+  }
+  o << "]";
+  if (oom) {
+    o << ",\"oom\":{\"requested\":" << oom->requested << ",\"limit\":" << oom->limit << ",\"reserved\":" << oom->reserved
+      << ",\"allocated\":" << oom->allocated << ",\"largest_free\":" << oom->largest_free << ",\"live\":[";
+    for (std::size_t i = 0; i < oom->live.size(); ++i) o << (i ? "," : "") << oom->live[i];
+    o << "]}";
+  }
+  o << "}\n";
+  std::ofstream(path, std::ios::trunc) << o.str();
+}
+
 }  // namespace
 
 namespace detail {
@@ -216,7 +249,13 @@ namespace detail {
                         .task = req.task,
                         .alloc_conf = req.alloc_conf});
 
+  // Read now and removed, so that processes the task starts do not see it.
+  std::string timeline;
+  if (const char* t = std::getenv(ser::env::memory_timeline.data())) timeline = t;
+  ::unsetenv(ser::env::memory_timeline.data());
+
   ser::done_message done;
+  std::optional<oom_figures> oom;  // for the memory timeline
   segment_sink sink(std::move(assigned.result), req.max_result);
   const std::int64_t start_ns = monotonic_ns();
   try {
@@ -235,6 +274,7 @@ namespace detail {
     done.status = ser::task_status::result_too_large;
     done.message = e.what();
   } catch (const out_of_memory& e) {
+    oom = e.figures();
     done.status = ser::task_status::out_of_memory;
     done.error_type = "isorun::out_of_memory";
     done.message = truncate(e.what());
@@ -249,6 +289,7 @@ namespace detail {
     done.message = "(an exception not derived from std::exception)";
   }
   std::tie(done.peak_allocated, done.peak_reserved) = this_worker().peaks();
+  if (!timeline.empty()) write_memory_timeline(timeline.c_str(), start_ns, oom);
   const std::int64_t end_ns = sink.run_end_ns_ ? sink.run_end_ns_ : monotonic_ns();
   done.run_ns = static_cast<std::uint64_t>(end_ns - start_ns);
   if (sink.committed_ns_) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace isorun {
 
@@ -16,6 +17,7 @@ struct oom_figures {
   std::uint64_t reserved = 0;      ///< bytes held from the backend
   std::uint64_t allocated = 0;     ///< bytes in live allocations
   std::uint64_t largest_free = 0;  ///< largest free cached block
+  std::vector<std::uint64_t> live;  ///< the live allocations' sizes, largest first (at most 64)
 };
 
 class out_of_memory : public std::runtime_error {

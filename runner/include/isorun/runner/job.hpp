@@ -49,6 +49,10 @@ struct job_spec {
   /// Hand the result over as soon as the worker reports it, sealed, while the worker exits
   /// behind it (isolated_options::early_result).
   bool early_result = false;
+  /// When set, the worker writes its task's memory timeline to this file as JSON (its
+  /// allocators' history, which `alloc_conf` must turn on with history:N, and after an OOM the
+  /// allocations live at the failure): what `isorun report` and --memory-timeline draw.
+  std::string memory_timeline;
 };
 
 /// A finished job: its outcome and, on success, the validated result payload.

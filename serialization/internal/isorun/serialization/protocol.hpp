@@ -44,9 +44,12 @@ inline constexpr std::string_view warm = "ISORUN_WARM";  ///< a warm_device: pre
 inline constexpr std::string_view cap_region = "ISORUN_CAP_REGION";
 /// `-- CMD` under --mem-limit: the library the shim preloads into the command (only into it).
 inline constexpr std::string_view cap_preload = "ISORUN_CAP_PRELOAD";
+/// A file the worker writes its task's memory timeline to (its allocators' history and, after an
+/// out-of-memory failure, what was live): for `isorun report` and --memory-timeline.
+inline constexpr std::string_view memory_timeline = "ISORUN_MEMORY_TIMELINE";
 /// Every variable above: removed from the environment a worker inherits, set only by isorun.
 inline constexpr std::string_view all[] = {worker,          shim, gpu, mem_limit, visible_devices, device_order, warm,
-                                           cap_region, cap_preload};
+                                           cap_region, cap_preload, memory_timeline};
 }  // namespace env
 
 /// The device a *warm* worker prepares while it waits for its assignment: it creates its CUDA

@@ -32,6 +32,11 @@ struct trial_record {
   int slot = 0;
   int attempts = 0;
   std::uint64_t peak_reserved = 0;
+  std::uint64_t peak_allocated = 0;
+  std::uint64_t mem_limit = 0;  ///< the trial's cap per device (0: none)
+  int run = 0;                  ///< which run of the sweep (1, 2, ... as it is resumed; 0: unknown)
+  double start_s = 0;           ///< when it started, seconds after its run started
+  std::string timeline;         ///< its memory timeline, relative to the output folder ("" none)
   [[nodiscard]] nlohmann::json to_json() const;
   static trial_record from_json(const nlohmann::json& j);
 };

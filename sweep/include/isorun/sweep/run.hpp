@@ -50,6 +50,7 @@ struct sweep_summary {
   std::size_t total = 0, skipped = 0, succeeded = 0, failed = 0, cancelled = 0;
   bool interrupted = false;
   std::vector<trial_record> records;  ///< every trial's latest record
+  std::string report;                 ///< OUT/report.html ("" if it could not be written)
 };
 
 /// A sweep whose every input has been checked and whose output folder is locked, with nothing

@@ -97,7 +97,9 @@ class worker_context {
   void release_task_memory() noexcept;
 
   /// True once allocator() has created the first device's allocator.
-  [[nodiscard]] bool has_allocator() const noexcept { return !devices_.empty() && devices_.front().allocator != nullptr; }
+  [[nodiscard]] bool has_allocator() const noexcept { return has_allocator(0); }
+  /// True once allocator(i) has created the i-th device's allocator.
+  [[nodiscard]] bool has_allocator(std::size_t i) const noexcept { return i < devices_.size() && devices_[i].allocator != nullptr; }
   /// @brief The largest peaks over the devices' allocators that exist: {allocated, reserved}
   ///        bytes (the cap is per device, so the largest is what compares to it).
   [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> peaks() const;

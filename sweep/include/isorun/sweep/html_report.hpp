@@ -1,0 +1,82 @@
+#pragma once
+/// @file html_report.hpp
+/// A sweep's report: one self-contained HTML file (inline SVG and CSS, a little plain JavaScript
+/// to sort and page the table; nothing is fetched), drawn from what the output folder holds:
+/// sweep.json (the runs, their slots), the journal and the trials' memory timelines. It stays
+/// readable at 10,000 trials: charts sample or aggregate, the table is paged.
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "isorun/sweep/journal.hpp"
+
+namespace isorun::sweep {
+
+/// One run of the sweep (it runs again on each resume), from sweep.json.
+struct run_info {
+  int run = 0;
+  std::vector<std::pair<int, std::string>> slots;  ///< slot index, its device ("cpu" or UUIDs)
+  std::uint64_t mem_limit = 0;
+  double wall_s = 0;  ///< 0 while it runs, or if it was killed
+};
+
+/// How a parameter is drawn on an axis.
+struct param_axis {
+  std::string name;
+  bool numeric = false;                 ///< every value is a number
+  bool log = false;                     ///< numeric, all positive, spanning at least two decades
+  double lo = 0, hi = 0;                ///< the numeric range
+  std::vector<std::string> categories;  ///< otherwise: the values as words, in first-seen order
+};
+
+/// One bar of the slot occupancy chart: a trial on a slot, in a run.
+struct slot_interval {
+  int run = 0;
+  int slot = 0;
+  double start_s = 0, end_s = 0;  ///< seconds after the run started
+  std::string id;
+  outcome_kind kind = outcome_kind::success;
+};
+
+/// What a report is drawn from.
+struct report_data {
+  std::string out;                  ///< the output folder
+  std::string subject;              ///< the task, or the command
+  std::string metric;               ///< "" = none (wall time is shown instead)
+  bool maximize = true;
+  std::vector<trial_record> records;  ///< each trial's latest record, in journal order
+  std::vector<run_info> runs;
+  std::map<std::string, std::size_t> outcomes;  ///< trials per outcome class
+  std::vector<param_axis> params;
+};
+
+/// @brief The axis for parameter `name` taking `values`: numeric (log when every value is
+///        positive and they span two decades or more) or categorical.
+param_axis axis_for(const std::string& name, const std::vector<nlohmann::json>& values);
+
+/// @brief Every journaled trial that has a run and a start, as a bar on its slot, by run then
+///        slot then start.
+std::vector<slot_interval> slot_intervals(const report_data& data);
+
+/// @brief Reads OUT/sweep.json and OUT/results.jsonl.
+/// @throws usage_error if OUT is not a sweep's output folder.
+report_data load_report_data(const std::filesystem::path& out);
+
+/// @brief The report page for `data` (memory timelines are read from the files records name).
+std::string render_report(const report_data& data);
+
+/// @brief Writes OUT/report.html (atomically), from what OUT holds.
+/// @throws usage_error (not a sweep's folder), internal_error (cannot write).
+void write_report(const std::filesystem::path& out);
+
+/// @brief A page with one run's memory timeline (`isorun --memory-timeline FILE.html`), from
+///        the JSON a worker writes to $ISORUN_MEMORY_TIMELINE.
+std::string render_memory_timeline(const nlohmann::json& timeline, const std::string& title);
+
+}  // namespace isorun::sweep

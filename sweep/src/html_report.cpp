@@ -1,0 +1,816 @@
+// The sweep report page: SVG drawn here, data for the table embedded as JSON, no dependencies.
+#include "isorun/sweep/html_report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <set>
+#include <sstream>
+
+#include "isorun/runner/errors.hpp"
+#include "isorun/runner/units.hpp"
+#include "isorun/sweep/report.hpp"
+
+namespace isorun::sweep {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// At most this many marks per chart: beyond, charts sample (scatter, lines) or merge (slots).
+constexpr std::size_t max_points = 2000, max_lines = 800, max_bars = 4000, max_timelines = 8;
+
+std::string esc(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      default: o += c;
+    }
+  }
+  return o;
+}
+
+std::string num(double v, int digits = 4) {
+  char b[48];
+  std::snprintf(b, sizeof b, "%.*g", digits, v);
+  return b;
+}
+
+std::string px(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f", v);
+  return b;
+}
+
+std::string bytes(std::uint64_t b) { return format_size(b); }
+
+const char* outcome_colour(outcome_kind k) {
+  switch (k) {
+    case outcome_kind::success: return "#2a9d8f";
+    case outcome_kind::task_error: return "#e76f51";
+    case outcome_kind::out_of_memory: return "#9b2226";
+    case outcome_kind::crashed: return "#6d597a";
+    case outcome_kind::timeout: return "#e9c46a";
+    case outcome_kind::invalid_result: return "#f4a261";
+    case outcome_kind::cancelled: return "#adb5bd";
+    case outcome_kind::internal_error: return "#495057";
+  }
+  return "#000";
+}
+
+// t in [0, 1] to a colour from dark blue (worst) to yellow (best), as viridis runs.
+std::string ramp(double t) {
+  static const double stops[][3] = {{68, 1, 84}, {59, 82, 139}, {33, 145, 140}, {94, 201, 98}, {253, 231, 37}};
+  t = std::clamp(std::isfinite(t) ? t : 0.0, 0.0, 1.0) * 4;
+  const int i = std::min(3, static_cast<int>(t));
+  const double f = t - i;
+  char b[16];
+  std::snprintf(b, sizeof b, "#%02x%02x%02x", static_cast<int>(stops[i][0] + f * (stops[i + 1][0] - stops[i][0])),
+                static_cast<int>(stops[i][1] + f * (stops[i + 1][1] - stops[i][1])),
+                static_cast<int>(stops[i][2] + f * (stops[i + 1][2] - stops[i][2])));
+  return b;
+}
+
+// A linear or log mapping of [lo, hi] onto [a, b] (pixels), for axes.
+struct scale {
+  double lo = 0, hi = 1, a = 0, b = 1;
+  bool log = false;
+  [[nodiscard]] double operator()(double v) const {
+    double x = log ? std::log10(std::max(v, 1e-300)) : v, l = log ? std::log10(lo) : lo, h = log ? std::log10(hi) : hi;
+    if (h == l) return (a + b) / 2;
+    return a + (x - l) / (h - l) * (b - a);
+  }
+  // About five round tick values within [lo, hi].
+  [[nodiscard]] std::vector<double> ticks() const {
+    std::vector<double> t;
+    if (!(hi > lo)) return {lo};
+    if (log) {
+      for (double d = std::floor(std::log10(lo)); d <= std::ceil(std::log10(hi)); ++d)
+        if (const double v = std::pow(10.0, d); v >= lo * 0.999 && v <= hi * 1.001) t.push_back(v);
+      if (t.size() >= 2) return t;
+      return {lo, hi};
+    }
+    const double raw = (hi - lo) / 5, mag = std::pow(10.0, std::floor(std::log10(raw)));
+    const double step = raw / mag >= 5 ? 5 * mag : raw / mag >= 2 ? 2 * mag : mag;
+    for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) t.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
+    return t;
+  }
+};
+
+// A byte axis from 0 to `top`: its ticks fall on round MiB (or GiB) values.
+struct byte_axis {
+  scale s;       // in bytes
+  double unit;   // bytes per tick unit
+  explicit byte_axis(std::uint64_t top, double a, double b) {
+    unit = top >= (4ULL << 30) ? double(1ULL << 30) : double(1ULL << 20);
+    s = scale{0, std::max(1.0, double(top) * 1.08), a, b, false};
+  }
+  [[nodiscard]] double operator()(double bytes) const { return s(bytes); }
+  [[nodiscard]] std::vector<double> ticks() const {
+    const scale in_units{0, s.hi / unit, s.a, s.b, false};
+    std::vector<double> out;
+    for (double t : in_units.ticks()) out.push_back(t * unit);
+    return out;
+  }
+};
+
+scale padded(double lo, double hi, double a, double b, bool log) {
+  if (!log && hi == lo) {
+    lo -= std::abs(lo) * 0.1 + 0.5;
+    hi += std::abs(hi) * 0.1 + 0.5;
+  } else if (!log) {
+    const double pad = (hi - lo) * 0.05;
+    lo -= pad;
+    hi += pad;
+  } else if (hi == lo) {
+    lo /= 2;
+    hi *= 2;
+  }
+  return {lo, hi, a, b, log};
+}
+
+// Every `n`-th of `count` indices so at most `limit` remain, plus those `keep` says.
+template <class Keep>
+std::vector<std::size_t> sample(std::size_t count, std::size_t limit, Keep&& keep) {
+  std::vector<std::size_t> out;
+  const std::size_t stride = count <= limit ? 1 : (count + limit - 1) / limit;
+  for (std::size_t i = 0; i < count; ++i)
+    if (i % stride == 0 || keep(i)) out.push_back(i);
+  return out;
+}
+
+std::optional<double> metric_value(const report_data& d, const trial_record& r) {
+  if (r.kind != outcome_kind::success) return std::nullopt;
+  if (d.metric.empty()) return r.wall_s;
+  if (r.result.is_object() && r.result.contains(d.metric) && r.result[d.metric].is_number())
+    return r.result[d.metric].get<double>();
+  return std::nullopt;
+}
+
+// Higher is better, whatever the metric's goal (wall time, without a metric: shorter is better).
+double goodness(const report_data& d, double m) { return !d.metric.empty() && d.maximize ? m : -m; }
+
+std::string metric_label(const report_data& d) {
+  return d.metric.empty() ? "wall time (s)" : d.metric + (d.maximize ? " (higher is better)" : " (lower is better)");
+}
+
+// Axes frame: y ticks on the left, x ticks (numeric or given labels) at the bottom.
+void axes(std::ostringstream& o, const scale& x, const scale& y, double top, double bottom, double left, double right,
+          const std::string& xlabel, const std::string& ylabel) {
+  o << "<g class=\"axis\"><line x1=\"" << px(left) << "\" y1=\"" << px(bottom) << "\" x2=\"" << px(right) << "\" y2=\""
+    << px(bottom) << "\"/><line x1=\"" << px(left) << "\" y1=\"" << px(top) << "\" x2=\"" << px(left) << "\" y2=\""
+    << px(bottom) << "\"/>";
+  for (double t : y.ticks())
+    o << "<text x=\"" << px(left - 4) << "\" y=\"" << px(y(t) + 3) << "\" text-anchor=\"end\">" << num(t, 3) << "</text>"
+      << "<line class=\"grid\" x1=\"" << px(left) << "\" x2=\"" << px(right) << "\" y1=\"" << px(y(t)) << "\" y2=\""
+      << px(y(t)) << "\"/>";
+  if (!xlabel.empty()) {
+    for (double t : x.ticks())
+      o << "<text x=\"" << px(x(t)) << "\" y=\"" << px(bottom + 14) << "\" text-anchor=\"middle\">" << num(t, 3) << "</text>";
+  }
+  o << "<text x=\"" << px((left + right) / 2) << "\" y=\"" << px(bottom + 30) << "\" text-anchor=\"middle\" class=\"label\">"
+    << esc(xlabel) << "</text><text transform=\"translate(12," << px((top + bottom) / 2)
+    << ") rotate(-90)\" text-anchor=\"middle\" class=\"label\">" << esc(ylabel) << "</text></g>";
+}
+
+// The metric against one parameter: points for a numeric one, a box per value otherwise.
+std::string param_chart(const report_data& d, const param_axis& ax) {
+  const double W = 420, H = 260, L = 56, R = W - 12, T = 12, B = H - 44;
+  std::vector<std::pair<const trial_record*, double>> pts;
+  for (const auto& r : d.records)
+    if (auto m = metric_value(d, r)) pts.emplace_back(&r, *m);
+  std::ostringstream o;
+  o << "<figure class=\"chart\"><svg viewBox=\"0 0 " << W << " " << H << "\" width=\"" << W << "\" height=\"" << H << "\">";
+  if (pts.empty()) {
+    o << "<text x=\"20\" y=\"40\">no successful trial has the metric</text></svg></figure>";
+    return o.str();
+  }
+  double ylo = pts[0].second, yhi = ylo;
+  for (auto& p : pts) ylo = std::min(ylo, p.second), yhi = std::max(yhi, p.second);
+  const scale y = padded(ylo, yhi, B, T, false);
+  if (ax.numeric) {
+    const scale x = padded(ax.lo, ax.hi, L, R, ax.log);
+    axes(o, x, y, T, B, L, R, ax.name + (ax.log ? " (log)" : ""), metric_label(d));
+    for (std::size_t i : sample(pts.size(), max_points, [](std::size_t) { return false; })) {
+      const auto& [r, m] = pts[i];
+      const json& v = r->params[ax.name];
+      if (!v.is_number()) continue;
+      o << "<circle cx=\"" << px(x(v.get<double>())) << "\" cy=\"" << px(y(m)) << "\" r=\"3\"><title>" << esc(r->id) << ": "
+        << esc(ax.name) << "=" << esc(v.dump()) << ", " << num(m) << "</title></circle>";
+    }
+  } else {
+    axes(o, scale{0, 1, L, R}, y, T, B, L, R, "", metric_label(d));
+    const double band = (R - L) / static_cast<double>(std::max<std::size_t>(1, ax.categories.size()));
+    for (std::size_t c = 0; c < ax.categories.size(); ++c) {
+      std::vector<double> v;
+      for (auto& [r, m] : pts)
+        if (value_text(r->params[ax.name]) == ax.categories[c]) v.push_back(m);
+      const double cx = L + band * (static_cast<double>(c) + 0.5);
+      o << "<text x=\"" << px(cx) << "\" y=\"" << px(B + 14) << "\" text-anchor=\"middle\">" << esc(ax.categories[c]) << "</text>";
+      if (v.empty()) continue;
+      std::sort(v.begin(), v.end());
+      auto q = [&](double f) { return v[static_cast<std::size_t>(f * static_cast<double>(v.size() - 1) + 0.5)]; };
+      const double w = std::min(60.0, band * 0.6);
+      o << "<g class=\"box\"><title>" << esc(ax.name) << "=" << esc(ax.categories[c]) << ": " << v.size()
+        << " trials, median " << num(q(0.5)) << ", range " << num(v.front()) << " to " << num(v.back()) << "</title>"
+        << "<line x1=\"" << px(cx) << "\" x2=\"" << px(cx) << "\" y1=\"" << px(y(v.front())) << "\" y2=\"" << px(y(v.back()))
+        << "\"/><rect x=\"" << px(cx - w / 2) << "\" width=\"" << px(w) << "\" y=\"" << px(y(q(0.75))) << "\" height=\""
+        << px(std::max(1.0, y(q(0.25)) - y(q(0.75)))) << "\"/><line class=\"median\" x1=\"" << px(cx - w / 2) << "\" x2=\""
+        << px(cx + w / 2) << "\" y1=\"" << px(y(q(0.5))) << "\" y2=\"" << px(y(q(0.5))) << "\"/></g>";
+    }
+  }
+  o << "</svg><figcaption>" << esc(metric_label(d)) << " by " << esc(ax.name) << "</figcaption></figure>";
+  return o.str();
+}
+
+// All trials across all parameters, one line each, coloured by the metric.
+std::string parallel_chart(const report_data& d) {
+  std::vector<std::pair<const trial_record*, double>> pts;
+  for (const auto& r : d.records)
+    if (auto m = metric_value(d, r)) pts.emplace_back(&r, *m);
+  if (pts.empty() || d.params.empty()) return "<p>Nothing to draw: no successful trial has the metric.</p>";
+  double lo = pts[0].second, hi = lo;
+  for (auto& p : pts) lo = std::min(lo, p.second), hi = std::max(hi, p.second);
+  const std::size_t n = d.params.size() + 1;
+  const double W = std::max(480.0, 140.0 * static_cast<double>(n)), H = 300, T = 24, B = H - 30, L = 60, R = W - 60;
+  auto xpos = [&](std::size_t i) { return n == 1 ? (L + R) / 2 : L + (R - L) * static_cast<double>(i) / static_cast<double>(n - 1); };
+  std::vector<scale> ys;
+  for (const auto& ax : d.params)
+    ys.push_back(ax.numeric ? padded(ax.lo, ax.hi, B, T, ax.log)
+                            : scale{-0.5, static_cast<double>(ax.categories.size()) - 0.5, B, T, false});
+  const scale my = padded(lo, hi, B, T, false);
+  auto yof = [&](std::size_t i, const trial_record& r, double m) {
+    if (i == d.params.size()) return my(m);
+    const auto& ax = d.params[i];
+    const json& v = r.params[ax.name];
+    if (ax.numeric) return v.is_number() ? ys[i](v.get<double>()) : B;
+    const auto at = std::find(ax.categories.begin(), ax.categories.end(), value_text(v));
+    return ys[i](static_cast<double>(at - ax.categories.begin()));
+  };
+  // The best trials are always drawn (last, on top); the rest sampled.
+  std::vector<std::size_t> order(pts.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return goodness(d, pts[a].second) < goodness(d, pts[b].second); });
+  std::ostringstream o;
+  o << "<svg viewBox=\"0 0 " << W << " " << H << "\" width=\"" << W << "\" height=\"" << H << "\" class=\"parallel\">";
+  for (std::size_t k : sample(order.size(), max_lines, [&](std::size_t i) { return i + 50 >= order.size(); })) {
+    const auto& [r, m] = pts[order[k]];
+    const double t = hi > lo ? (m - lo) / (hi - lo) : 1;
+    o << "<polyline stroke=\"" << ramp(goodness(d, 1) > 0 ? t : 1 - t) << "\" points=\"";
+    for (std::size_t i = 0; i < n; ++i) o << px(xpos(i)) << "," << px(yof(i, *r, m)) << " ";
+    o << "\"><title>" << esc(r->id) << ": " << num(m) << "</title></polyline>";
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const double x = xpos(i);
+    o << "<g class=\"axis\"><line x1=\"" << px(x) << "\" x2=\"" << px(x) << "\" y1=\"" << px(T) << "\" y2=\"" << px(B) << "\"/>"
+      << "<text x=\"" << px(x) << "\" y=\"" << px(T - 8) << "\" text-anchor=\"middle\" class=\"label\">"
+      << esc(i == d.params.size() ? (d.metric.empty() ? "wall_s" : d.metric) : d.params[i].name) << "</text>";
+    if (i < d.params.size() && !d.params[i].numeric) {
+      for (std::size_t c = 0; c < d.params[i].categories.size(); ++c)
+        o << "<text x=\"" << px(x + 4) << "\" y=\"" << px(ys[i](static_cast<double>(c)) + 3) << "\">"
+          << esc(d.params[i].categories[c]) << "</text>";
+    } else {
+      const scale& s = i == d.params.size() ? my : ys[i];
+      for (double t : s.ticks()) o << "<text x=\"" << px(x + 4) << "\" y=\"" << px(s(t) + 3) << "\">" << num(t, 3) << "</text>";
+    }
+    o << "</g>";
+  }
+  o << "</svg>";
+  return o.str();
+}
+
+// Trials on slots over time, per run: packing and idle gaps. Past max_bars bars, each slot's
+// busy time is merged into spans and only failures are drawn one by one.
+std::string slots_chart(const report_data& d) {
+  const auto bars = slot_intervals(d);
+  if (bars.empty()) return "<p>No trial of this sweep recorded when it ran (journaled by an older isorun).</p>";
+  std::ostringstream o;
+  for (const auto& run : d.runs) {
+    std::vector<const slot_interval*> mine;
+    double span = 0;
+    int slots = 0;
+    for (const auto& b : bars)
+      if (b.run == run.run) {
+        mine.push_back(&b);
+        span = std::max(span, b.end_s);
+        slots = std::max(slots, b.slot + 1);
+      }
+    if (mine.empty()) continue;
+    slots = std::max(slots, static_cast<int>(run.slots.size()));
+    const double W = 900, row = slots > 40 ? 8 : 18, L = 190, R = W - 10, T = 8;
+    const double H = T + row * slots + 40;
+    const scale x{0, std::max(span, 1e-3), L, R};
+    o << "<h3>Run " << run.run << ": " << mine.size() << " trials on " << slots << " slots, " << num(span, 3) << " s</h3>"
+      << "<svg viewBox=\"0 0 " << W << " " << H << "\" width=\"" << W << "\" height=\"" << H << "\" class=\"gantt\">";
+    for (int s = 0; s < slots; ++s) {
+      std::string device = "slot " + std::to_string(s);
+      for (const auto& [index, dev] : run.slots)
+        if (index == s) device += " · " + (dev.size() > 18 ? dev.substr(0, 16) + "…" : dev);
+      if (row >= 12)
+        o << "<text x=\"" << px(L - 6) << "\" y=\"" << px(T + row * s + row * 0.68) << "\" text-anchor=\"end\">" << esc(device)
+          << "</text>";
+    }
+    const bool merge = mine.size() > max_bars;
+    if (merge) {
+      std::map<int, std::vector<std::pair<double, double>>> busy;
+      for (auto* b : mine) busy[b->slot].emplace_back(b->start_s, b->end_s);
+      for (auto& [s, spans] : busy) {
+        std::sort(spans.begin(), spans.end());
+        std::vector<std::pair<double, double>> merged;
+        for (auto sp : spans)
+          if (!merged.empty() && sp.first <= merged.back().second + span * 1e-3) merged.back().second = std::max(merged.back().second, sp.second);
+          else merged.push_back(sp);
+        for (auto& [a, b] : merged)
+          o << "<rect class=\"busy\" x=\"" << px(x(a)) << "\" width=\"" << px(std::max(0.5, x(b) - x(a))) << "\" y=\""
+            << px(T + row * s + 1) << "\" height=\"" << px(row - 2) << "\"/>";
+      }
+    }
+    for (auto* b : mine) {
+      if (merge && b->kind == outcome_kind::success) continue;
+      o << "<rect fill=\"" << outcome_colour(b->kind) << "\" x=\"" << px(x(b->start_s)) << "\" width=\""
+        << px(std::max(0.5, x(b->end_s) - x(b->start_s))) << "\" y=\"" << px(T + row * b->slot + 1) << "\" height=\""
+        << px(row - 2) << "\"><title>" << esc(b->id) << " (" << to_string(b->kind) << "): " << num(b->start_s, 4) << " to "
+        << num(b->end_s, 4) << " s</title></rect>";
+    }
+    const double base = T + row * slots;
+    o << "<g class=\"axis\"><line x1=\"" << px(L) << "\" x2=\"" << px(R) << "\" y1=\"" << px(base) << "\" y2=\"" << px(base) << "\"/>";
+    for (double t : x.ticks())
+      o << "<text x=\"" << px(x(t)) << "\" y=\"" << px(base + 14) << "\" text-anchor=\"middle\">" << num(t, 3) << "</text>";
+    o << "<text x=\"" << px((L + R) / 2) << "\" y=\"" << px(base + 30) << "\" text-anchor=\"middle\" class=\"label\">seconds "
+         "after the run started</text></g></svg>";
+  }
+  return o.str();
+}
+
+// Peak memory per trial against its cap, highest first.
+std::string memory_chart(const report_data& d) {
+  std::vector<const trial_record*> rs;
+  std::uint64_t top = 0, cap = 0;
+  for (const auto& r : d.records)
+    if (r.peak_reserved || r.peak_allocated) {
+      rs.push_back(&r);
+      top = std::max({top, r.peak_reserved, r.mem_limit});
+      cap = std::max(cap, r.mem_limit);
+    }
+  if (rs.empty()) return "<p>No trial reported device memory (the task used no allocator).</p>";
+  std::stable_sort(rs.begin(), rs.end(), [](auto* a, auto* b) { return a->peak_reserved > b->peak_reserved; });
+  const auto shown = sample(rs.size(), 400, [](std::size_t i) { return i == 0; });
+  const double W = 900, H = 240, L = 70, R = W - 10, T = 10, B = H - 40;
+  const byte_axis y(top, B, T);
+  const double w = (R - L) / static_cast<double>(shown.size());
+  std::ostringstream o;
+  o << "<svg viewBox=\"0 0 " << W << " " << H << "\" width=\"" << W << "\" height=\"" << H << "\" class=\"peaks\">";
+  o << "<g class=\"axis\">";
+  for (double t : y.ticks())
+    o << "<text x=\"" << px(L - 4) << "\" y=\"" << px(y(t) + 3) << "\" text-anchor=\"end\">" << bytes(static_cast<std::uint64_t>(t))
+      << "</text><line class=\"grid\" x1=\"" << px(L) << "\" x2=\"" << px(R) << "\" y1=\"" << px(y(t)) << "\" y2=\"" << px(y(t)) << "\"/>";
+  o << "<text x=\"" << px((L + R) / 2) << "\" y=\"" << px(B + 28) << "\" text-anchor=\"middle\" class=\"label\">trials, by peak reserved ("
+    << rs.size() << (shown.size() < rs.size() ? ", sampled" : "") << ")</text></g>";
+  for (std::size_t k = 0; k < shown.size(); ++k) {
+    const trial_record& r = *rs[shown[k]];
+    const double x0 = L + w * static_cast<double>(k);
+    o << "<g><title>" << esc(r.id) << ": reserved " << bytes(r.peak_reserved) << ", allocated " << bytes(r.peak_allocated)
+      << (r.mem_limit ? ", cap " + bytes(r.mem_limit) : std::string()) << "</title><rect class=\"reserved\" x=\"" << px(x0)
+      << "\" width=\"" << px(std::max(0.5, w - 1)) << "\" y=\"" << px(y(static_cast<double>(r.peak_reserved))) << "\" height=\""
+      << px(B - y(static_cast<double>(r.peak_reserved))) << "\"/><rect class=\"allocated\" x=\"" << px(x0) << "\" width=\""
+      << px(std::max(0.5, w - 1)) << "\" y=\"" << px(y(static_cast<double>(r.peak_allocated))) << "\" height=\""
+      << px(B - y(static_cast<double>(r.peak_allocated))) << "\"/></g>";
+  }
+  if (cap)
+    o << "<line class=\"cap\" x1=\"" << px(L) << "\" x2=\"" << px(R) << "\" y1=\"" << px(y(static_cast<double>(cap)))
+      << "\" y2=\"" << px(y(static_cast<double>(cap))) << "\"/><text class=\"cap\" x=\"" << px(R - 4) << "\" y=\""
+      << px(y(static_cast<double>(cap)) - 4) << "\" text-anchor=\"end\">cap " << bytes(cap) << "</text>";
+  o << "</svg><p class=\"legend\"><span class=\"swatch reserved\"></span>peak reserved <span class=\"swatch allocated\"></span>peak "
+       "allocated</p>";
+  return o.str();
+}
+
+// One device's allocated and reserved bytes over the task's time, with the cap; and, after an
+// OOM, what was live when it failed.
+std::string timeline_svg(const json& t) {
+  std::ostringstream o;
+  const std::int64_t start = t.value("start_ns", std::int64_t{0}), end = t.value("end_ns", start);
+  for (const auto& dev : t.value("devices", json::array())) {
+    const auto events = dev.value("events", json::array());
+    const std::uint64_t cap = dev.value("cap", std::uint64_t{0});
+    // The ring buffer may have dropped the oldest events: start from what the end counts imply.
+    std::int64_t alloc = dev.value("allocated", std::int64_t{0}), res = dev.value("reserved", std::int64_t{0});
+    for (const auto& e : events) {
+      const std::string a = e.value("action", "");
+      const std::int64_t n = e.value("size", std::int64_t{0});
+      if (a == "alloc") alloc -= n;
+      else if (a == "free") alloc += n;
+      else if (a == "segment_alloc" || a == "map") res -= n;
+      else if (a == "segment_free" || a == "unmap") res += n;
+    }
+    struct point {
+      double ms;
+      std::int64_t alloc, res;
+    };
+    std::vector<point> pts{{0, alloc, res}};
+    std::vector<double> ooms;
+    std::uint64_t top = cap;
+    for (const auto& e : events) {
+      const std::string a = e.value("action", "");
+      const std::int64_t n = e.value("size", std::int64_t{0});
+      const double ms = std::max(0.0, static_cast<double>(e.value("t_ns", start) - start) / 1e6);
+      if (a == "alloc") alloc += n;
+      else if (a == "free") alloc -= n;
+      else if (a == "segment_alloc" || a == "map") res += n;
+      else if (a == "segment_free" || a == "unmap") res -= n;
+      else if (a == "oom") ooms.push_back(ms);
+      pts.push_back({ms, alloc, res});
+      top = std::max({top, static_cast<std::uint64_t>(std::max<std::int64_t>(0, res)), static_cast<std::uint64_t>(std::max<std::int64_t>(0, alloc))});
+    }
+    const double span = std::max(pts.back().ms, static_cast<double>(end - start) / 1e6);
+    pts.push_back({span, alloc, res});
+    const double W = 900, H = 220, L = 70, R = W - 10, T = 10, B = H - 36;
+    const scale x{0, std::max(span, 1e-3), L, R};
+    const byte_axis y(top, B, T);
+    o << "<svg viewBox=\"0 0 " << W << " " << H << "\" width=\"" << W << "\" height=\"" << H << "\" class=\"timeline\">";
+    o << "<g class=\"axis\">";
+    for (double v : y.ticks())
+      o << "<text x=\"" << px(L - 4) << "\" y=\"" << px(y(v) + 3) << "\" text-anchor=\"end\">" << bytes(static_cast<std::uint64_t>(v))
+        << "</text><line class=\"grid\" x1=\"" << px(L) << "\" x2=\"" << px(R) << "\" y1=\"" << px(y(v)) << "\" y2=\"" << px(y(v)) << "\"/>";
+    for (double v : x.ticks())
+      o << "<text x=\"" << px(x(v)) << "\" y=\"" << px(B + 14) << "\" text-anchor=\"middle\">" << num(v, 3) << "</text>";
+    o << "<text x=\"" << px((L + R) / 2) << "\" y=\"" << px(B + 30) << "\" text-anchor=\"middle\" class=\"label\">ms into the task"
+      << (dev.value("index", -1) >= 0 ? " · GPU " + std::to_string(dev.value("index", -1)) : std::string(" · CPU")) << " · "
+      << events.size() << " events</text></g>";
+    // Step lines: a value holds until the next event.
+    for (const char* which : {"reserved", "allocated"}) {
+      o << "<polyline class=\"" << which << "\" points=\"";
+      const std::size_t stride = pts.size() > 4 * max_points ? pts.size() / (4 * max_points) + 1 : 1;
+      double prev_y = -1;
+      for (std::size_t i = 0; i < pts.size(); i += (i + stride < pts.size() || i + 1 == pts.size()) ? stride : pts.size() - 1 - i) {
+        const double v = static_cast<double>(std::string(which) == "reserved" ? pts[i].res : pts[i].alloc);
+        if (prev_y >= 0) o << px(x(pts[i].ms)) << "," << px(prev_y) << " ";
+        prev_y = y(std::max(0.0, v));
+        o << px(x(pts[i].ms)) << "," << px(prev_y) << " ";
+        if (i + 1 == pts.size()) break;
+      }
+      o << "\"/>";
+    }
+    if (cap)
+      o << "<line class=\"cap\" x1=\"" << px(L) << "\" x2=\"" << px(R) << "\" y1=\"" << px(y(static_cast<double>(cap))) << "\" y2=\""
+        << px(y(static_cast<double>(cap))) << "\"/><text class=\"cap\" x=\"" << px(R - 4) << "\" y=\""
+        << px(y(static_cast<double>(cap)) - 4) << "\" text-anchor=\"end\">cap " << bytes(cap) << "</text>";
+    for (double ms : ooms)
+      o << "<line class=\"oom\" x1=\"" << px(x(ms)) << "\" x2=\"" << px(x(ms)) << "\" y1=\"" << px(T) << "\" y2=\"" << px(B)
+        << "\"><title>out of memory at " << num(ms, 4) << " ms</title></line>";
+    o << "</svg>";
+  }
+  o << "<p class=\"legend\"><span class=\"swatch reserved\"></span>reserved <span class=\"swatch allocated\"></span>allocated "
+       "<span class=\"swatch cap\"></span>cap</p>";
+  if (t.contains("oom") && t["oom"].is_object()) {
+    const json& f = t["oom"];
+    o << "<div class=\"oom\"><p><b>Out of memory:</b> asked for " << bytes(f.value("requested", std::uint64_t{0})) << " with "
+      << bytes(f.value("allocated", std::uint64_t{0})) << " allocated and " << bytes(f.value("reserved", std::uint64_t{0}))
+      << " reserved of a cap of " << bytes(f.value("limit", std::uint64_t{0})) << " (largest free cached block "
+      << bytes(f.value("largest_free", std::uint64_t{0})) << "). Live allocations at the failure, largest first:</p>"
+      << "<table class=\"live\"><tr><th>#</th><th>size</th><th>share of the cap</th></tr>";
+    std::size_t i = 0;
+    const double limit = static_cast<double>(std::max<std::uint64_t>(1, f.value("limit", std::uint64_t{1})));
+    for (const auto& b : f.value("live", json::array())) {
+      const auto n = b.get<std::uint64_t>();
+      o << "<tr><td>" << ++i << "</td><td>" << bytes(n) << "</td><td><span class=\"bar\" style=\"width:"
+        << px(std::min(100.0, 100.0 * static_cast<double>(n) / limit)) << "px\"></span> "
+        << num(100.0 * static_cast<double>(n) / limit, 3) << "%</td></tr>";
+    }
+    o << "</table></div>";
+  }
+  return o.str();
+}
+
+const char* style = R"(
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px auto;max-width:1100px;color:#222;padding:0 16px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
+h3{font-size:14px;margin:14px 0 4px;color:#444}
+.sub{color:#666}.cards{display:flex;flex-wrap:wrap;gap:10px;margin:12px 0}
+.card{border:1px solid #ddd;border-radius:6px;padding:8px 12px;min-width:110px}.card b{display:block;font-size:18px}
+.charts{display:flex;flex-wrap:wrap;gap:8px}figure{margin:0}figcaption{font-size:12px;color:#555;text-align:center}
+svg text{font-size:10px;fill:#444}svg .label{font-size:11px;fill:#222}
+.axis line{stroke:#888}.grid{stroke:#eee!important}circle{fill:#264653;fill-opacity:.55}
+.box rect{fill:#a8dadc;stroke:#1d3557}.box line{stroke:#1d3557}.box .median{stroke-width:2}
+.parallel polyline{fill:none;stroke-opacity:.55;stroke-width:1.2}.parallel polyline:hover{stroke-width:3;stroke-opacity:1}
+.gantt rect:hover,.peaks g:hover rect{stroke:#000}.busy{fill:#8ab17d}
+.reserved{fill:#bcd4e6;stroke:#457b9d}.allocated{fill:#457b9d;stroke:#1d3557}
+polyline.reserved{fill:none;stroke:#7fa7c9;stroke-width:1.5}polyline.allocated{fill:none;stroke:#1d3557;stroke-width:1.5}
+line.cap{stroke:#c1121f;stroke-dasharray:6 3;stroke-width:1.5}text.cap{fill:#c1121f}line.oom{stroke:#9b2226;stroke-width:2}
+.legend{font-size:12px;color:#555}.swatch{display:inline-block;width:12px;height:10px;margin:0 4px 0 10px;vertical-align:middle}
+.swatch.reserved{background:#bcd4e6}.swatch.allocated{background:#457b9d}.swatch.cap{background:#c1121f;height:2px}
+table{border-collapse:collapse;font-size:12px}th,td{border-bottom:1px solid #eee;padding:3px 8px;text-align:left;white-space:nowrap}
+th{cursor:pointer;background:#f6f6f6;position:sticky;top:0}th.sorted-asc:after{content:" ▲"}th.sorted-desc:after{content:" ▼"}
+td.num{text-align:right;font-variant-numeric:tabular-nums}td.err{white-space:normal;max-width:360px;color:#9b2226}
+.outcome{display:inline-block;width:9px;height:9px;border-radius:2px;margin-right:5px}
+.tablewrap{overflow-x:auto;max-height:620px;overflow-y:auto;border:1px solid #ddd}
+.pager{margin:6px 0}.pager button{margin-right:6px}.oom{background:#fff5f5;border:1px solid #f1c0c0;padding:6px 10px;margin:6px 0}
+.bar{display:inline-block;height:8px;background:#9b2226;vertical-align:middle}
+)";
+
+// Sorting and paging of the table, whose rows are the JSON in #trials-data. Marks the page
+// ready when done, so a headless browser (and its test) can tell the script ran.
+const char* script = R"(
+(function(){
+  var data = JSON.parse(document.getElementById('trials-data').textContent);
+  var cols = data.columns, rows = data.rows, page = 0, size = 50, key = -1, dir = 1;
+  var thead = document.querySelector('#trials thead tr'), tbody = document.querySelector('#trials tbody');
+  var info = document.getElementById('page-info');
+  cols.forEach(function(c, i){
+    var th = document.createElement('th'); th.textContent = c.name;
+    th.onclick = function(){ dir = key === i ? -dir : 1; key = i; page = 0; sort(); draw(); };
+    thead.appendChild(th);
+  });
+  function cmp(a, b){
+    if (a === null || a === undefined) return 1; if (b === null || b === undefined) return -1;
+    if (typeof a === 'number' && typeof b === 'number') return a - b;
+    return String(a).localeCompare(String(b));
+  }
+  function sort(){
+    rows.sort(function(a, b){ return dir * cmp(a[key], b[key]); });
+    Array.prototype.forEach.call(thead.children, function(th, i){
+      th.className = i === key ? (dir > 0 ? 'sorted-asc' : 'sorted-desc') : '';
+    });
+  }
+  function draw(){
+    var pages = Math.max(1, Math.ceil(rows.length / size));
+    page = Math.min(Math.max(page, 0), pages - 1);
+    tbody.textContent = '';
+    rows.slice(page * size, page * size + size).forEach(function(r){
+      var tr = document.createElement('tr');
+      cols.forEach(function(c, i){
+        var td = document.createElement('td'), v = r[i];
+        if (c.kind === 'outcome') {
+          var s = document.createElement('span'); s.className = 'outcome'; s.style.background = data.colours[v] || '#000';
+          td.appendChild(s); td.appendChild(document.createTextNode(v));
+        } else if (c.kind === 'bytes' && typeof v === 'number') {
+          td.textContent = (v / 1048576).toFixed(1) + ' MiB'; td.className = 'num';
+        } else if (typeof v === 'number') {
+          td.textContent = Number.isInteger(v) ? String(v) : v.toPrecision(5); td.className = 'num';
+        } else {
+          td.textContent = v === null || v === undefined ? '' : (typeof v === 'string' ? v : JSON.stringify(v));
+          if (c.kind === 'error') td.className = 'err';
+        }
+        tr.appendChild(td);
+      });
+      tbody.appendChild(tr);
+    });
+    info.textContent = rows.length + ' trials; page ' + (page + 1) + ' of ' + pages;
+  }
+  document.getElementById('prev').onclick = function(){ page--; draw(); };
+  document.getElementById('next').onclick = function(){ page++; draw(); };
+  if (data.sort >= 0) { key = data.sort; dir = data.dir; sort(); }
+  draw();
+  document.body.setAttribute('data-ready', 'yes');
+})();
+)";
+
+// The table's data: the columns of results.csv, plus the peak against the cap.
+json table_data(const report_data& d) {
+  std::set<std::string> param_names, result_names;
+  for (const auto& r : d.records) {
+    for (auto it = r.params.begin(); it != r.params.end(); ++it) param_names.insert(it.key());
+    if (r.result.is_object())
+      for (auto it = r.result.begin(); it != r.result.end(); ++it) result_names.insert(it.key());
+  }
+  json cols = json::array({{{"name", "id"}}, {{"name", "outcome"}, {"kind", "outcome"}}, {{"name", "attempts"}},
+                           {{"name", "wall_s"}}, {{"name", "device"}}, {{"name", "peak_reserved"}, {"kind", "bytes"}},
+                           {{"name", "peak/cap"}}});
+  for (const auto& p : param_names) cols.push_back({{"name", p}});
+  static const std::set<std::string> fixed = {"id", "outcome", "attempts", "wall_s", "device", "peak_reserved", "peak/cap", "error"};
+  for (const auto& m : result_names) cols.push_back({{"name", param_names.count(m) || fixed.count(m) ? "result_" + m : m}});
+  cols.push_back({{"name", "error"}, {"kind", "error"}});
+  json rows = json::array();
+  for (const auto& r : d.records) {
+    json row = {r.id, std::string(to_string(r.kind)), r.attempts, r.wall_s, r.device, r.peak_reserved,
+                r.mem_limit ? json(static_cast<double>(r.peak_reserved) / static_cast<double>(r.mem_limit)) : json()};
+    for (const auto& p : param_names) row.push_back(r.params.value(p, json()));
+    for (const auto& m : result_names) row.push_back(r.result.is_object() ? r.result.value(m, json()) : json());
+    row.push_back(r.error);
+    rows.push_back(std::move(row));
+  }
+  json colours = json::object();
+  for (auto k : {outcome_kind::success, outcome_kind::task_error, outcome_kind::out_of_memory, outcome_kind::crashed,
+                 outcome_kind::timeout, outcome_kind::invalid_result, outcome_kind::cancelled, outcome_kind::internal_error})
+    colours[std::string(to_string(k))] = outcome_colour(k);
+  int sort_col = -1;
+  if (!d.metric.empty())
+    for (std::size_t i = 0; i < cols.size(); ++i)
+      if (cols[i]["name"] == d.metric) sort_col = static_cast<int>(i);
+  return {{"columns", cols}, {"rows", rows}, {"colours", colours}, {"sort", sort_col}, {"dir", d.maximize ? -1 : 1}};
+}
+
+// A JSON text safe inside <script>: "</" cannot end the element early.
+std::string script_json(const json& j) {
+  std::string s = j.dump();
+  std::string o;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '<' && i + 1 < s.size() && s[i + 1] == '/') o += "<\\";
+    else o += s[i];
+  }
+  return o;
+}
+
+json read_json_file(const fs::path& p) {
+  std::ifstream in(p);
+  if (!in) return json();
+  return json::parse(in, nullptr, false);
+}
+
+}  // namespace
+
+param_axis axis_for(const std::string& name, const std::vector<json>& values) {
+  param_axis ax;
+  ax.name = name;
+  ax.numeric = !values.empty() && std::all_of(values.begin(), values.end(), [](const json& v) { return v.is_number(); });
+  if (ax.numeric) {
+    ax.lo = ax.hi = values.front().get<double>();
+    for (const auto& v : values) ax.lo = std::min(ax.lo, v.get<double>()), ax.hi = std::max(ax.hi, v.get<double>());
+    ax.log = ax.lo > 0 && ax.hi / ax.lo >= 100;
+    // Few distinct whole numbers (batch sizes, layer counts) read better as categories... but
+    // only when they are not spread over decades, where a log axis says more.
+    std::set<double> distinct;
+    for (const auto& v : values) distinct.insert(v.get<double>());
+    if (distinct.size() <= 1) ax.log = false;
+    return ax;
+  }
+  for (const auto& v : values)
+    if (const std::string w = value_text(v); std::find(ax.categories.begin(), ax.categories.end(), w) == ax.categories.end())
+      ax.categories.push_back(w);
+  return ax;
+}
+
+std::vector<slot_interval> slot_intervals(const report_data& d) {
+  std::vector<slot_interval> out;
+  for (const auto& r : d.records)
+    if (r.run > 0) out.push_back({r.run, r.slot, r.start_s, r.start_s + r.wall_s, r.id, r.kind});
+  std::sort(out.begin(), out.end(), [](const slot_interval& a, const slot_interval& b) {
+    return std::tie(a.run, a.slot, a.start_s) < std::tie(b.run, b.slot, b.start_s);
+  });
+  return out;
+}
+
+report_data load_report_data(const fs::path& out) {
+  const json identity = read_json_file(out / "sweep.json");
+  if (!identity.is_object() || !fs::exists(out / "results.jsonl"))
+    throw usage_error(out.string() + " is not a sweep's output folder (it has no sweep.json and results.jsonl); "
+                      "give the folder a sweep wrote (its --out)");
+  report_data d;
+  d.out = out.string();
+  d.subject = identity.value("subject", identity.value("task", ""));
+  if (identity.contains("metric") && identity["metric"].is_object()) {
+    d.metric = identity["metric"].value("name", "");
+    d.maximize = identity["metric"].value("maximize", true);
+  }
+  for (const auto& r : identity.value("runs", json::array())) {
+    run_info run{.run = r.value("run", 0), .slots = {}, .mem_limit = r.value("mem_limit", std::uint64_t{0}),
+                 .wall_s = r.value("wall_s", 0.0)};
+    for (const auto& s : r.value("slots", json::array())) run.slots.emplace_back(s.value("index", 0), s.value("device", ""));
+    d.runs.push_back(std::move(run));
+  }
+  // Read only, never repaired: a sweep may be writing to it now. A line that is not a record
+  // (one being written, or cut short) is left out; a trial's last record counts.
+  std::map<std::string, std::size_t> at;
+  {
+    std::ifstream in(out / "results.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      const json rec = json::parse(line, nullptr, false);
+      if (!rec.is_object()) continue;
+      try {
+        trial_record r = trial_record::from_json(rec);
+        if (auto it = at.find(r.id); it != at.end()) d.records[it->second] = std::move(r);
+        else {
+          at[r.id] = d.records.size();
+          d.records.push_back(std::move(r));
+        }
+      } catch (const std::exception&) {
+      }
+    }
+  }
+  for (const auto& r : d.records) ++d.outcomes[std::string(to_string(r.kind))];
+  std::map<std::string, std::vector<json>> values;
+  std::vector<std::string> names;
+  for (const auto& r : d.records)
+    for (auto it = r.params.begin(); it != r.params.end(); ++it) {
+      if (!values.count(it.key())) names.push_back(it.key());
+      values[it.key()].push_back(it.value());
+    }
+  for (const auto& n : names) {
+    std::set<std::string> distinct;
+    for (const auto& v : values[n]) distinct.insert(v.dump());
+    if (distinct.size() > 1) d.params.push_back(axis_for(n, values[n]));  // a constant says nothing
+  }
+  return d;
+}
+
+std::string render_report(const report_data& d) {
+  std::ostringstream o;
+  double wall = 0;
+  std::size_t slots = 0;
+  std::set<std::string> gpus;
+  for (const auto& r : d.runs) {
+    wall += r.wall_s;
+    slots = std::max(slots, r.slots.size());
+    for (const auto& [i, dev] : r.slots)
+      if (dev != "cpu") {
+        std::size_t at = 0;
+        for (std::size_t comma; (comma = dev.find(',', at)) != std::string::npos; at = comma + 1) gpus.insert(dev.substr(at, comma - at));
+        gpus.insert(dev.substr(at));
+      }
+  }
+  o << "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width\">"
+    << "<title>isorun sweep: " << esc(d.subject) << "</title><style>" << style << "</style></head><body>";
+  o << "<section id=\"summary\"><h1>Sweep: " << esc(d.subject) << "</h1><p class=\"sub\">" << esc(d.out) << " · "
+    << d.records.size() << " trials journaled · " << d.runs.size() << " run" << (d.runs.size() == 1 ? "" : "s") << "</p>";
+  o << "<div class=\"cards\">";
+  auto card = [&](const std::string& title, const std::string& value, const char* colour = nullptr) {
+    o << "<div class=\"card\"" << (colour ? std::string(" style=\"border-left:4px solid ") + colour + "\"" : "") << ">" << esc(title)
+      << "<b>" << esc(value) << "</b></div>";
+  };
+  for (const auto& [k, n] : d.outcomes) {
+    outcome_kind kind = outcome_kind::internal_error;
+    for (auto c : {outcome_kind::success, outcome_kind::task_error, outcome_kind::out_of_memory, outcome_kind::crashed,
+                   outcome_kind::timeout, outcome_kind::invalid_result, outcome_kind::cancelled, outcome_kind::internal_error})
+      if (to_string(c) == k) kind = c;
+    card(k, std::to_string(n), outcome_colour(kind));
+  }
+  card("wall time", num(wall, 4) + " s");
+  card("slots", std::to_string(slots));
+  card("GPUs", gpus.empty() ? "none (CPU)" : std::to_string(gpus.size()));
+  if (!d.runs.empty() && d.runs.back().mem_limit) card("cap per trial", bytes(d.runs.back().mem_limit));
+  std::optional<double> best;
+  const trial_record* best_trial = nullptr;
+  for (const auto& r : d.records)
+    if (auto m = metric_value(d, r); m && (!best || goodness(d, *m) > goodness(d, *best))) {
+      best = m;
+      best_trial = &r;
+    }
+  if (best) card("best " + (d.metric.empty() ? std::string("wall_s") : d.metric), num(*best, 5) + " (" + best_trial->id + ")");
+  o << "</div></section>";
+
+  o << "<section id=\"params\"><h2>" << esc(d.metric.empty() ? "Wall time" : d.metric) << " by parameter</h2>";
+  if (d.params.empty()) o << "<p>Every trial has the same parameters.</p>";
+  o << "<div class=\"charts\">";
+  for (const auto& ax : d.params) o << param_chart(d, ax);
+  o << "</div></section>";
+  o << "<section id=\"parallel\"><h2>All trials, all parameters</h2><p class=\"sub\">One line per successful trial, coloured by "
+    << esc(d.metric.empty() ? "wall time (short is bright)" : d.metric + " (best is bright)") << ".</p>" << parallel_chart(d)
+    << "</section>";
+  o << "<section id=\"table\"><h2>Trials</h2><div class=\"pager\"><button id=\"prev\">previous</button><button id=\"next\">next"
+       "</button><span id=\"page-info\"></span></div><div class=\"tablewrap\"><table id=\"trials\"><thead><tr></tr></thead><tbody>"
+       "</tbody></table></div></section>";
+  o << "<section id=\"slots\"><h2>Slots over time</h2><p class=\"sub\">Each bar a trial on its slot, coloured by outcome; gaps "
+       "are idle slots.</p>"
+    << slots_chart(d) << "</section>";
+  o << "<section id=\"memory\"><h2>Device memory against the cap</h2>" << memory_chart(d) << "</section>";
+
+  // Memory timelines: the trials that ran out of memory first, then the best.
+  std::vector<const trial_record*> with;
+  for (const auto& r : d.records)
+    if (!r.timeline.empty() && fs::exists(fs::path(d.out) / r.timeline)) with.push_back(&r);
+  std::stable_sort(with.begin(), with.end(), [&](auto* a, auto* b) {
+    const bool oa = a->kind == outcome_kind::out_of_memory, ob = b->kind == outcome_kind::out_of_memory;
+    if (oa != ob) return oa;
+    auto ma = metric_value(d, *a), mb = metric_value(d, *b);
+    if (ma.has_value() != mb.has_value()) return ma.has_value();
+    return ma && goodness(d, *ma) > goodness(d, *mb);
+  });
+  if (!with.empty()) {
+    o << "<section id=\"timelines\"><h2>Memory timelines</h2><p class=\"sub\">" << with.size()
+      << " trials kept their allocator's history (history:N in alloc_conf); "
+      << std::min(with.size(), max_timelines) << " shown, failures first.</p>";
+    for (std::size_t i = 0; i < std::min(with.size(), max_timelines); ++i) {
+      const trial_record& r = *with[i];
+      std::string desc;
+      for (const auto& w : param_words(r.params)) desc += (desc.empty() ? "" : " ") + w;
+      o << "<h3>" << esc(r.id) << " · " << to_string(r.kind) << " · " << esc(desc) << "</h3>"
+        << timeline_svg(read_json_file(fs::path(d.out) / r.timeline));
+    }
+    o << "</section>";
+  }
+  o << "<script type=\"application/json\" id=\"trials-data\">" << script_json(table_data(d)) << "</script><script>" << script
+    << "</script></body></html>\n";
+  return o.str();
+}
+
+void write_report(const fs::path& out) {
+  const std::string page = render_report(load_report_data(out));
+  write_file_durably(out / "report.html", page);
+}
+
+std::string render_memory_timeline(const json& timeline, const std::string& title) {
+  std::ostringstream o;
+  o << "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << esc(title) << "</title><style>" << style
+    << "</style></head><body><section id=\"timelines\"><h1>" << esc(title) << "</h1>" << timeline_svg(timeline)
+    << "</section><script>document.body.setAttribute('data-ready', 'yes');</script></body></html>\n";
+  return o.str();
+}
+
+}  // namespace isorun::sweep
