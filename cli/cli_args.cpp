@@ -19,6 +19,7 @@ const char* usage_text() {
        isorun gpus [--json]                      show the GPU inventory
        isorun sweep SPEC.yaml [SWEEP OPTIONS]    run a hyperparameter sweep (isorun sweep --help)
        isorun report OUT                         (re)write OUT/report.html for a sweep's folder
+       isorun status OUT                         a sweep's progress (also one running on Slurm)
 
 options:
   --gpu N            run on GPU N (default: GPU 0 if there is one, else CPU)
@@ -112,6 +113,7 @@ bool wants_json(int argc, char** argv) {
 cli_options parse_command_line(int argc, char** argv) {
   cli_options o;
   o.what = mode::run_task;
+  o.argv.assign(argv, argv + argc);
   int i = 1;
   for (; i < argc; ++i) {
     std::string_view arg = argv[i];
@@ -176,11 +178,11 @@ cli_options parse_command_line(int argc, char** argv) {
                           "; see isorun --help");
       } else if (o.what == mode::run_task && o.task.empty() && (arg == "tasks" || arg == "gpus")) {
         o.what = arg == "tasks" ? mode::list_tasks : mode::list_gpus;
-      } else if (o.what == mode::run_task && o.task.empty() && arg == "report") {
-        o.what = mode::report;
+      } else if (o.what == mode::run_task && o.task.empty() && (arg == "report" || arg == "status")) {
+        o.what = arg == "report" ? mode::report : mode::status;
         for (++i; i < argc; ++i) o.rest.emplace_back(argv[i]);
         if (o.rest.size() != 1 || o.rest[0].starts_with("-"))
-          throw usage_error("isorun report OUT: give one sweep output folder (the sweep's --out)");
+          throw usage_error("isorun " + std::string(arg) + " OUT: give one sweep output folder (the sweep's --out)");
         break;
       } else if (o.what == mode::run_task && o.task.empty() && arg == "sweep") {
         o.what = mode::sweep;

@@ -20,6 +20,7 @@ enum class mode {
   version,
   sweep,
   report,  ///< isorun report OUT
+  status,  ///< isorun status OUT
 };
 
 struct cli_options {
@@ -42,6 +43,7 @@ struct cli_options {
   std::vector<std::string> params;  ///< key=value after TASK
   std::vector<std::string> command; ///< after --
   std::vector<std::string> rest;    ///< arguments of subcommands (sweep)
+  std::vector<std::string> argv;    ///< the whole command line, as given
 };
 
 /// @brief Parses argv. @throws usage_error naming the offending argument.

@@ -37,6 +37,8 @@
 
 namespace isorun::cli {
 int run_sweep(const cli_options& opts, const std::vector<std::string>& libraries);
+/// isorun status OUT: a sweep's progress, from its folder (and squeue for Slurm arrays).
+int show_status(const cli_options& opts);
 }
 
 namespace {
@@ -280,6 +282,7 @@ int real_main(int argc, char** argv) {
     case cli::mode::nothing: std::fputs(cli::usage_text(), stderr); return 2;
     case cli::mode::version: std::cout << "isorun 0.1.0\n"; return 0;
     case cli::mode::list_gpus: return list_gpus(o);
+    case cli::mode::status: return cli::show_status(o);
     case cli::mode::report:
       sweep::write_report(o.rest[0]);
       std::fprintf(stderr, "isorun: report in %s\n", (std::filesystem::path(o.rest[0]) / "report.html").c_str());

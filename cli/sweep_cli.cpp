@@ -3,14 +3,18 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "cli_args.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/process.hpp"
+#include "isorun/sweep/slurm.hpp"
 #include "isorun/sweep/sweep.hpp"
 #include "isorun/runner/units.hpp"
 #include "isorun/runner/suggest.hpp"
@@ -45,6 +49,11 @@ flags (override the spec):
   --metric NAME[:min|max]  rank by this numeric field of the result (max if no goal given)
   --top K            rows in the final table (default 5)
   --wait             if another sweep uses the output folder, wait for it instead of failing
+  --backend B        local (this machine; the default) or slurm (job arrays through sbatch; the
+                     spec's resources give partition, time, gpus_per_node, trials_per_task, ...)
+  --detach           with slurm: submit and return; the same command again (or --attach)
+                     follows the arrays, journals their results and resubmits lost trials
+  --attach           the same as running the command again: follow what was submitted
   --no-progress      no progress output
 Results: OUT/results.jsonl (the journal), OUT/results.csv, OUT/logs/, and OUT/report.html, a page
 with charts and the table (isorun report OUT writes it again; memory timelines need
@@ -85,7 +94,8 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
     return a.empty() ? 2 : 0;
   }
   std::vector<std::pair<std::string, std::vector<std::string>>> grid;
-  std::string out, gpus, gpus_per_trial;
+  std::string out, gpus, gpus_per_trial, backend, node;
+  bool detach = false;
   int per_gpu = -1, cpu_slots = -1, top = 5, standby = -1;
   bool cold_standby = false;
   bool rerun = false, fail_fast = false, progress = true, wait = false;
@@ -110,6 +120,12 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
       else if (f == "--mem-limit") mem_limit = parse_size(value());
       else if (f == "--per-gpu") per_gpu = whole(f, value());
       else if (f == "--gpus-per-trial") gpus_per_trial = value();
+      else if (f == "--backend") {
+        backend = value();
+        if (backend != "local" && backend != "slurm") throw usage_error("--backend " + backend + ": expected local or slurm");
+      } else if (f == "--detach") detach = true;
+      else if (f == "--attach") {  // following is what running again does
+      } else if (f == "--node") node = value();  // (an array task of a Slurm submission; isorun passes it)
       else if (f == "--cpu-slots") cpu_slots = whole(f, value());
       else if (f == "--timeout") timeout = parse_duration(value());
       else if (f == "--top") top = whole(f, value());
@@ -130,7 +146,7 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
                                                        "--per-gpu",   "--cpu-slots",    "--timeout",  "--retry",
                                                        "--rerun-failed", "--fail-fast", "--metric",   "--top",
                                                        "--wait",      "--no-progress",  "--standby",  "--no-warm-context",
-                                                       "--gpus-per-trial"};
+                                                       "--gpus-per-trial", "--backend", "--detach", "--attach"};
         throw usage_error("unknown sweep flag '" + f + "'" + did_you_mean(f, known) + "; see isorun sweep --help");
       }
     } catch (const parse_error& e) {
@@ -189,7 +205,18 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
     }
     if (fail_fast) s.fail_fast = true;
     if (metric) s.metric = *metric;
-    const auto plan = sweep::plan_slots(s, runner::gpu_inventory::detect());
+    if (backend == "slurm" && !s.slurm) s.slurm.emplace();
+    if (backend == "local") s.slurm.reset();
+    if (detach && !s.slurm) throw usage_error("--detach goes with the Slurm backend (--backend slurm)");
+    if (const bool wants_gpus = s.all_gpus || !s.gpus.empty(); !node.empty() && wants_gpus)
+      if (auto given = sweep::slurm::assigned_gpus()) {  // an array task: the GPUs Slurm gave it
+        s.gpus = *given;
+        s.all_gpus = false;
+      }
+    // A Slurm submitter runs nothing itself: its trials' slots are on the nodes.
+    const bool submitter = s.slurm && node.empty();
+    const auto plan = submitter ? runner::slot_plan{{runner::slot{}}, "Slurm job arrays"}
+                                : sweep::plan_slots(s, runner::gpu_inventory::detect());
 
     sweep::sweep_options ro;
     ro.task_libraries = libraries;
@@ -197,6 +224,13 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
     ro.progress = progress;
     ro.grace = o.grace;
     ro.wait_for_lock = wait;
+    ro.node = node;
+    ro.detach = detach;
+    ro.submit_dir = std::filesystem::current_path().string();
+    // What each array task runs: this command line again (same spec, flags and task libraries).
+    ro.node_command = {std::filesystem::read_symlink("/proc/self/exe").string()};
+    for (std::size_t k = 1; k < o.argv.size(); ++k)
+      if (o.argv[k] != "--detach" && o.argv[k] != "--attach") ro.node_command.push_back(o.argv[k]);
     sweep::sweep_run sweep(s, plan.slots, ro);  // checks everything and locks the folder
     const std::string& where = sweep.out();
     for (const auto& w : sweep.warnings()) std::fprintf(stderr, "isorun: warning: %s\n", w.c_str());
@@ -213,6 +247,16 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
     ::sigaction(SIGINT, &sa, nullptr);
     ::sigaction(SIGTERM, &sa, nullptr);
     const auto summary = sweep.run();
+    if (!node.empty()) return summary.failed || summary.interrupted ? 1 : 0;  // the submitter reports
+    if (summary.detached) {
+      std::string jobs;
+      for (const auto& j : summary.jobs) jobs += (jobs.empty() ? "" : ", ") + j;
+      std::fprintf(stderr,
+                   "isorun: sweep submitted to Slurm (job array%s %s) and detached; `isorun status %s` shows progress, "
+                   "the same command again follows it and journals the results\n",
+                   summary.jobs.size() == 1 ? "" : "s", jobs.c_str(), where.c_str());
+      return 0;
+    }
     std::cout << sweep::top_table(s, summary.records, top);
     std::fprintf(stderr,
                  "isorun: sweep %s: %zu succeeded, %zu failed, %zu already done%s; journal %s/results.jsonl, table "
@@ -227,6 +271,35 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
   } catch (const sweep::spec_error& e) {
     throw usage_error(e.what());  // it names the spec file and line itself
   }
+}
+
+int show_status(const cli_options& o) {
+  const std::filesystem::path out = o.rest.at(0);
+  const auto d = sweep::load_report_data(out);  // usage_error if OUT is not a sweep's folder
+  std::size_t total = 0;
+  {
+    std::ifstream in(out / "sweep.json");
+    const auto identity = nlohmann::json::parse(in, nullptr, false);
+    if (identity.is_object()) total = identity.value("trials", std::size_t{0});
+  }
+  std::string by_outcome;
+  for (const auto& [k, n] : d.outcomes) by_outcome += (by_outcome.empty() ? "" : ", ") + std::to_string(n) + " " + k;
+  std::printf("sweep %s in %s: %zu of %zu trials journaled%s%s\n", d.subject.c_str(), out.c_str(), d.records.size(), total,
+              by_outcome.empty() ? "" : ": ", by_outcome.c_str());
+  std::size_t waiting = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(out / "slurm" / "results", ec)) waiting += e.path().extension() == ".json";
+  std::ifstream in(out / "slurm" / "jobs.json");
+  const auto jobs = nlohmann::json::parse(in, nullptr, false);
+  if (jobs.is_array())
+    for (const auto& j : jobs) {
+      const std::string job = j.value("job", "");
+      const auto active = sweep::slurm::active_tasks(job);
+      std::printf("Slurm job array %s: %s\n", job.c_str(),
+                  active.empty() ? "done" : (std::to_string(active.size()) + " array tasks queued or running").c_str());
+    }
+  if (waiting) std::printf("%zu trial results wait to be journaled (run the sweep's command again, or --attach)\n", waiting);
+  return 0;
 }
 
 }  // namespace isorun::cli

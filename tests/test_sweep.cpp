@@ -21,6 +21,7 @@
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/process.hpp"
 #include "isorun/sweep/html_report.hpp"
+#include "isorun/sweep/slurm.hpp"
 #include "isorun/sweep/sweep.hpp"
 #include "test_support.hpp"
 
@@ -1297,5 +1298,201 @@ TEST_CASE("an out-of-memory trial's timeline loads in Chromium, showing what was
   CHECK(r.dom.find("<polyline class=\"allocated\"") != std::string::npos);
   CHECK(occurrences(r.dom, "<tr><td>") == 32);
   if (const char* keep = std::getenv("ISORUN_TIMELINE_PNG")) in_browser(dir + "/oom.html", dir + "/profile", keep);
+  fs::remove_all(dir);
+}
+
+// ---- Sweeps on Slurm (tests/slurm/run_tests.sh starts a single-node cluster for these) ----
+
+namespace {
+
+// Blocks until `done()` holds, checking every 50 ms: Slurm's state is only seen by asking it.
+// A bound of 60 s turns a hang into a failure.
+template <class F>
+bool eventually(F&& done) {
+  for (int i = 0; i < 1200; ++i) {
+    if (done()) return true;
+    ::usleep(50'000);
+  }
+  return done();
+}
+
+// Array tasks of `job` that Slurm still has queued or running.
+std::size_t in_queue(const std::string& job) { return sw::slurm::active_tasks(job).size(); }
+
+json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return json::parse(in, nullptr, false);
+}
+
+}  // namespace
+
+TEST_CASE("Slurm's end states map to outcome classes", "[sweep][slurm-states]") {
+  using sw::slurm::outcome_of;
+  CHECK(outcome_of("TIMEOUT") == isorun::outcome_kind::timeout);
+  CHECK(outcome_of("OUT_OF_MEMORY") == isorun::outcome_kind::out_of_memory);
+  CHECK(outcome_of("CANCELLED") == isorun::outcome_kind::crashed);  // someone's scancel: lost, retried by policy
+  CHECK(outcome_of("NODE_FAIL") == isorun::outcome_kind::crashed);
+  CHECK(outcome_of("PREEMPTED") == isorun::outcome_kind::crashed);
+  CHECK(outcome_of("FAILED") == isorun::outcome_kind::crashed);
+}
+
+TEST_CASE("a sweep on Slurm: one job array, each trial on the GPU Slurm gave its array task", "[slurm]") {
+  const std::string dir = temp_dir();
+  fs::create_directories(dir + "/markers");
+  std::ofstream(dir + "/spec.yaml") << "task: gpu_span\nparams:\n  i: {range: [0, 9], step: 1}\n  dir: [\"" << dir
+                                    << "/markers\"]\nresources: {backend: slurm, gpus: all, mem_limit: 1G, per_gpu: 1, "
+                                       "gpus_per_node: 1, max_running: 4}\nout: \"" << dir << "/out\"\n";
+  auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"}, {"ISORUN_SIMULATE_GPUS=2x16G"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.err, Catch::Contains("submitted 10 trials as Slurm job array"));
+  const std::string script = lines(dir + "/out/slurm/batch-1.sh").empty() ? "" : [&] {
+    std::string all;
+    for (const auto& l : lines(dir + "/out/slurm/batch-1.sh")) all += l + "\n";
+    return all;
+  }();
+  CHECK_THAT(script, Catch::Contains("#SBATCH --array=0-9%4") && Catch::Contains("#SBATCH --gres=gpu:1"));
+  const auto journal = lines(dir + "/out/results.jsonl");
+  REQUIRE(journal.size() == 10);
+  std::set<std::string> gpus;
+  for (const auto& l : journal) {
+    const json t = json::parse(l);
+    CHECK(t["outcome"] == "success");
+    CHECK(t["result"]["visible"] == t["device"]);  // the GPU Slurm's gres gave the array task
+    gpus.insert(t["device"].get<std::string>());
+  }
+  CHECK(gpus == std::set<std::string>{"GPU-sim-0", "GPU-sim-1"});
+  CHECK(read_json(dir + "/out/slurm/jobs.json") == json::array());  // nothing in flight
+  CHECK(fs::is_empty(dir + "/out/slurm/results"));                  // every record journaled
+  CHECK(fs::exists(dir + "/out/report.html"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("on Slurm, an array task that dies leaves its trial to the retry policy, in a new array", "[slurm]") {
+  const std::string dir = temp_dir();
+  fs::create_directories(dir + "/m1");
+  fs::create_directories(dir + "/m2");
+  auto spec = [&](const std::string& name, const std::string& markers, const std::string& policy) {
+    std::ofstream(dir + "/" + name) << "task: die_once\nparams:\n  arg0: [1, 2, 3]\n  arg1: [\"" << markers
+                                    << "\"]\nresources: {backend: slurm, cpu_slots: 1}\n" << policy << "out: \"" << dir
+                                    << "/" << name << ".out\"\n";
+    return dir + "/" + name;
+  };
+  // Retried: the first attempt of each trial kills its array task's isorun; the second succeeds.
+  auto r = sweep_cli({"sweep", spec("retried.yaml", dir + "/m1", "policy: {retries: {crashed: 1}}\n"), "--no-progress"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(fs::exists(dir + "/retried.yaml.out/slurm/batch-2.json"));  // the lost trials, in a new array
+  for (const auto& l : lines(dir + "/retried.yaml.out/results.jsonl")) {
+    const json t = json::parse(l);
+    CHECK(t["outcome"] == "success");
+    CHECK(t["attempts"] == 2);
+  }
+  // Not retried: each is journaled as crashed, saying how Slurm says its task ended.
+  auto once = sweep_cli({"sweep", spec("once.yaml", dir + "/m2", ""), "--no-progress"});
+  INFO(once.err);
+  CHECK(once.code == 1);
+  const auto journal = lines(dir + "/once.yaml.out/results.jsonl");
+  REQUIRE(journal.size() == 3);
+  for (const auto& l : journal) {
+    const json t = json::parse(l);
+    CHECK(t["outcome"] == "crashed");
+    CHECK_THAT(t["error"].get<std::string>(), Catch::Contains("Slurm array task") && Catch::Contains("ended FAILED"));
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("on Slurm: Ctrl-C cancels the arrays; --detach returns at once and running again journals the rest",
+          "[slurm]") {
+  const std::string dir = temp_dir();
+  fs::create_directories(dir + "/m");
+  std::ofstream(dir + "/wait.yaml") << "task: wait_marked\nparams:\n  arg0: [1, 2]\n  arg1: [\"" << dir
+                                    << "/m\"]\nresources: {backend: slurm, cpu_slots: 1}\nout: \"" << dir << "/w\"\n";
+  auto sweep = isorun::test::start_captured(
+      ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "--grace", "1s", "sweep", dir + "/wait.yaml", "--no-progress"});
+  REQUIRE(eventually([&] { return fs::exists(dir + "/m/1.running") && fs::exists(dir + "/m/2.running"); }));
+  const json jobs = read_json(dir + "/w/slurm/jobs.json");
+  REQUIRE(jobs.size() == 1);
+  const std::string job = jobs[0]["job"];
+  CHECK(in_queue(job) == 2);
+  ::kill(sweep.process.pid(), SIGINT);
+  auto stopped = isorun::test::finish_captured(sweep);
+  INFO(stopped.err);
+  CHECK(stopped.code == 130);
+  CHECK(eventually([&] { return in_queue(job) == 0; }));  // scancel'ed
+  CHECK(lines(dir + "/w/results.jsonl").empty());         // cancelled trials are not journaled: a resume runs them
+
+  std::ofstream(dir + "/quick.yaml") << "task: plain_number\nparams:\n  arg0: [1, 2, 3, 4]\n"
+                                        "resources: {backend: slurm, cpu_slots: 1, trials_per_task: 2}\nout: \""
+                                     << dir << "/q\"\n";
+  auto detached = sweep_cli({"sweep", dir + "/quick.yaml", "--no-progress", "--detach"});
+  INFO(detached.err);
+  REQUIRE(detached.code == 0);
+  CHECK_THAT(detached.err, Catch::Contains("detached"));
+  CHECK(read_json(dir + "/q/slurm/jobs.json").size() == 1);
+  CHECK(read_json(dir + "/q/slurm/batch-1.json")["tasks"].size() == 2);  // 2 trials per array task
+  auto status = isorun::test::run_captured(ISORUN_CLI, {"status", dir + "/q"});
+  CHECK(status.code == 0);
+  CHECK_THAT(status.out, Catch::Contains("Slurm job array"));
+  auto attached = sweep_cli({"sweep", dir + "/quick.yaml", "--no-progress", "--attach"});
+  INFO(attached.err);
+  REQUIRE(attached.code == 0);
+  CHECK(lines(dir + "/q/results.jsonl").size() == 4);
+  CHECK_FALSE(fs::exists(dir + "/q/slurm/batch-2.json"));  // nothing was submitted twice
+  fs::remove_all(dir);
+}
+
+TEST_CASE("on Slurm: a scancel'ed array task's trial is retried; a partition the cluster lacks is refused", "[slurm]") {
+  const std::string dir = temp_dir();
+  fs::create_directories(dir + "/m");
+  std::ofstream(dir + "/m/2.running");  // trial 2 finishes at once; trial 1 waits, the first time
+  std::ofstream(dir + "/spec.yaml") << "task: wait_once\nparams:\n  arg0: [1, 2]\n  arg1: [\"" << dir
+                                    << "/m\"]\nresources: {backend: slurm, cpu_slots: 1}\npolicy: {retries: {crashed: 1}}\n"
+                                       "out: \"" << dir << "/out\"\n";
+  auto sweep = isorun::test::start_captured(ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "sweep", dir + "/spec.yaml", "--no-progress"});
+  REQUIRE(eventually([&] { return fs::exists(dir + "/m/1.running"); }));
+  const json batch = read_json(dir + "/out/slurm/batch-1.json");
+  const json jobs = read_json(dir + "/out/slurm/jobs.json");
+  REQUIRE(jobs.size() == 1);
+  const int task = batch["tasks"][0][0] == 0 ? 0 : 1;  // the array task running trial 1 (index 0)
+  REQUIRE(isorun::test::run_captured("/usr/bin/scancel", {jobs[0]["job"].get<std::string>() + "_" + std::to_string(task)}).code == 0);
+  auto done = isorun::test::finish_captured(sweep);
+  INFO(done.err);
+  CHECK(done.code == 0);
+  std::map<int, json> by_trial;
+  for (const auto& l : lines(dir + "/out/results.jsonl")) {
+    const json t = json::parse(l);
+    by_trial[t["params"]["arg0"].get<int>()] = t;
+  }
+  REQUIRE(by_trial.size() == 2);
+  CHECK(by_trial[1]["outcome"] == "success");
+  CHECK(by_trial[1]["attempts"] == 2);  // lost to the scancel, retried in a new array
+  CHECK(by_trial[2]["attempts"] == 1);
+
+  std::ofstream(dir + "/bad.yaml") << "task: plain_number\nparams:\n  arg0: [1]\n"
+                                      "resources: {backend: slurm, partition: nosuchpartition}\nout: \"" << dir << "/bad\"\n";
+  auto bad = sweep_cli({"sweep", dir + "/bad.yaml", "--no-progress"});
+  CHECK(bad.code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("sbatch refused") && Catch::Contains("invalid partition"));
+  CHECK(lines(dir + "/bad/results.jsonl").empty());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("the digits sweep through Slurm gives the same table as here", "[slurm]") {
+  const std::string dir = temp_dir();
+  auto spec = [&](const std::string& name, const std::string& backend) {
+    std::ofstream(dir + "/" + name) << "task: digits\nmetric: {name: accuracy, goal: maximize}\n"
+                                       "params:\n  model: [mlp, softmax]\n  lr: [0.1, 0.3]\n  epochs: 5\n"
+                                       "resources: {backend: " << backend << ", cpu_slots: 2, mem_limit: 256M}\nout: \""
+                                    << dir << "/" << name << ".out\"\n";
+    return dir + "/" + name;
+  };
+  auto local = isorun::test::run_captured(ISORUN_CLI, {"sweep", spec("local.yaml", "local"), "--no-progress"});
+  auto slurm = isorun::test::run_captured(ISORUN_CLI, {"sweep", spec("slurm.yaml", "slurm"), "--no-progress"});
+  INFO(local.err << slurm.err);
+  REQUIRE(local.code == 0);
+  REQUIRE(slurm.code == 0);
+  CHECK(slurm.out == local.out);  // the ranked table: same trials, same accuracies, same order
+  CHECK(lines(dir + "/slurm.yaml.out/results.jsonl").size() == 4);
   fs::remove_all(dir);
 }

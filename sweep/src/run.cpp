@@ -36,6 +36,7 @@
 #include "isorun/runner/worker_env.hpp"
 #include "isorun/sweep/html_report.hpp"
 #include "isorun/sweep/report.hpp"
+#include "isorun/sweep/slurm.hpp"
 #include "isorun/worker/task.hpp"
 
 namespace isorun::sweep {
@@ -248,7 +249,10 @@ sweep_run::~sweep_run() = default;
 
 std::size_t sweep_run::pending() const noexcept { return state_->queue.size(); }
 const std::string& sweep_run::out() const noexcept { return state_->out_text; }
-const std::vector<std::string>& sweep_run::warnings() const noexcept { return state_->journal->warnings(); }
+const std::vector<std::string>& sweep_run::warnings() const noexcept {
+  static const std::vector<std::string> none;
+  return state_->journal ? state_->journal->warnings() : none;
+}
 
 sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_options options) : state_{std::make_unique<state>()} {
   state& st = *state_;
@@ -286,7 +290,8 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
       throw located(s, s.metric.line, problem);
     st.metric_known = true;
   }
-  if (spans_gpus(s)) st.gpu_counts = gpus_per_trial(s, st.slots);
+  const bool submitter = s.slurm && st.opt.node.empty();  // its slots are on the nodes
+  if (spans_gpus(s) && !submitter) st.gpu_counts = gpus_per_trial(s, st.slots);
   try {
     st.timelines = s.command.empty() && alloc::alloc_config::parse(s.alloc_conf).history > 0;
   } catch (const alloc::config_error&) {
@@ -304,6 +309,16 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
   std::error_code ec;
   fs::create_directories(st.out / "logs", ec);
   if (ec) throw internal_error("cannot create " + (st.out / "logs").string() + ": " + ec.message());
+  if (!st.opt.node.empty()) {
+    // An array task of a Slurm submission: the submitter holds the folder and its journal; this
+    // runs its listed trials whose records are not already waiting to be journaled.
+    for (std::size_t i : slurm::node_trials(st.opt.node)) {
+      if (i >= s.trials.size()) throw usage_error("--node " + st.opt.node + " lists trial " + std::to_string(i) +
+                                                  ", but the sweep has " + std::to_string(s.trials.size()));
+      if (!fs::exists(st.out / "slurm" / "results" / (trial_id(st.subject, s.trials[i]) + ".json"))) st.queue.push_back(i);
+    }
+    return;
+  }
   st.lock.emplace(st.out, st.opt.wait_for_lock);
 
   const json identity = {{"task", st.subject}, {"trials", s.trials.size()}, {"fingerprint", fingerprint(s)}};
@@ -343,6 +358,7 @@ sweep_summary sweep_run::run() {
   sweep_summary summary;
   summary.total = s.trials.size();
   summary.skipped = st.skipped;
+  const bool node = !opt.node.empty();
 
   // This run, in sweep.json: what the report says about where and how the trials ran.
   json identity;
@@ -352,7 +368,7 @@ sweep_summary sweep_run::run() {
     if (!identity.is_object()) identity = json::object();
   }
   if (!identity.contains("runs") || !identity["runs"].is_array()) identity["runs"] = json::array();
-  const int run_number = static_cast<int>(identity["runs"].size()) + 1;
+  const int run_number = static_cast<int>(identity["runs"].size()) + 1;  // (not on a Slurm node: it is not a run)
   {
     json slot_list = json::array();
     for (const auto& sl : slots)
@@ -365,7 +381,7 @@ sweep_summary sweep_run::run() {
                                                                             : "{" + s.gpus_per_trial_param + "}")
                                                                  : json(1)},
                                 {"trials", queue.size()}});
-    write_file_durably(out / "sweep.json", identity.dump(2) + "\n");
+    if (!node) write_file_durably(out / "sweep.json", identity.dump(2) + "\n");
   }
   const auto run_start = clock::now();
 
@@ -416,9 +432,11 @@ sweep_summary sweep_run::run() {
 
   std::optional<runner::gpu_packer> packer;  // spans_gpus(s): who gets which GPUs
   if (spans_gpus(s)) packer.emplace(slots);
+  std::vector<std::string> slurm_jobs;  // Slurm arrays in flight (under mutex)
   auto cancel_running = [&] {  // caller holds mutex
     for (const auto& r : running) r.cancel();
     if (packer) packer->close();  // trials waiting for GPUs start no more
+    for (const auto& job : slurm_jobs) slurm::cancel(job);
   };
 
   // Ctrl-C (request_stop) wakes this watcher, which says what happens and cancels what runs:
@@ -487,6 +505,36 @@ sweep_summary sweep_run::run() {
   std::vector<char> slot_started(slots.size(), 0);  // each written by its own slot's thread only
 
   auto stopping = [&] { return stop_count.load() > 0 || halted.load(); };
+  // A trial has ended, wherever it ran: the stop policy sees it, then the journal writer gets it
+  // (a cancelled trial is not journaled: a resume runs it again).
+  auto finish_trial = [&](trial_record rec) {
+    {
+      std::lock_guard lock(mutex);
+      if (running_count) --running_count;
+      if (rec.kind == outcome_kind::cancelled) {
+        ++summary.cancelled;
+        return;
+      }
+      if (rec.kind != outcome_kind::success && s.fail_fast) {
+        halted = true;
+        cancel_running();
+      }
+      if (rec.kind == outcome_kind::success && !metric_checked && !s.metric.name.empty()) {
+        // The result type was not known up front: the first result decides, here, before this
+        // slot can take another trial.
+        metric_checked = true;
+        metric_error = metric_problem(s, rec.result, "trial " + rec.id);
+        if (!metric_error.empty()) {
+          halted = true;
+          cancel_running();
+        }
+      }
+    }
+    // Hand the record to the journal writer and take the next trial at once.
+    std::lock_guard lock(journal_mutex);
+    unwritten.push_back(std::move(rec));
+    journal_cv.notify_one();
+  };
   // Waits for what runs a trial's attempt on slot `sl` (a job or a command: `what` says which,
   // so that Ctrl-C can reach it), and records how it ended in `rec`.
   auto await = [&](const slot& sl, running_trial what, auto& runs, trial_record& rec) -> const auto& {
@@ -523,7 +571,7 @@ sweep_summary sweep_run::run() {
     rec.slot = sl.index;
     rec.device = sl.gpus.empty() ? "cpu" : runner::visible_devices_for(sl.gpus);
     rec.mem_limit = s.mem_limit;
-    rec.run = run_number;
+    rec.run = node ? 0 : run_number;  // a node's slots and clock are its own
     const auto t0 = clock::now();
     rec.start_s = std::chrono::duration<double>(t0 - run_start).count();
     for (int attempt = 1;; ++attempt) {
@@ -608,32 +656,7 @@ sweep_summary sweep_run::run() {
     rec.wall_s = std::chrono::duration<double>(clock::now() - t0).count();
     if (std::error_code ec; !rec.timeline.empty() && !fs::exists(out / rec.timeline, ec)) rec.timeline.clear();  // it died first
 
-    {
-      std::lock_guard lock(mutex);
-      --running_count;
-      if (rec.kind == outcome_kind::cancelled) {
-        ++summary.cancelled;  // not journaled: a resume runs it again
-        return;
-      }
-      if (rec.kind != outcome_kind::success && s.fail_fast) {
-        halted = true;
-        cancel_running();
-      }
-      if (rec.kind == outcome_kind::success && !metric_checked && !s.metric.name.empty()) {
-        // The result type was not known up front: the first result decides, here, before this
-        // slot can take another trial.
-        metric_checked = true;
-        metric_error = metric_problem(s, rec.result, "trial " + rec.id);
-        if (!metric_error.empty()) {
-          halted = true;
-          cancel_running();
-        }
-      }
-    }
-    // Hand the record to the journal writer and take the next trial at once.
-    std::lock_guard lock(journal_mutex);
-    unwritten.push_back(std::move(rec));
-    journal_cv.notify_one();
+    finish_trial(std::move(rec));
   };
 
   // The journal writer: appends what the slots hand over, one fsync per batch (group commit).
@@ -649,7 +672,14 @@ sweep_summary sweep_run::run() {
       bool written = false;
       if (!writer_error) {  // after a failed write nothing more is journaled: those trials rerun
         try {
-          st.journal->append(batch);
+          if (node) {
+            // Array task of a Slurm submission: each record as a file of its own, for the
+            // submitter to journal (written whole, then renamed).
+            for (const auto& rec : batch)
+              write_file_durably(out / "slurm" / "results" / (rec.id + ".json"), rec.to_json().dump() + "\n");
+          } else {
+            st.journal->append(batch);
+          }
           written = true;
         } catch (...) {
           // The sweep cannot record results: it stops (as fail-fast does, not as Ctrl-C), and
@@ -679,12 +709,159 @@ sweep_summary sweep_run::run() {
     }
   });
 
-  if (packer)
-    runner::run_on_packed_gpus(
-        *packer, slots.size(), queue.size(), [&](std::size_t queued) { return st.gpu_counts[queue[queued]]; }, run_trial,
-        stopping);
-  else
-    runner::run_on_slots(slots, queue.size(), run_trial, stopping);
+  // Slurm: the trials go out as job arrays; each array task's isorun leaves its trials' records
+  // in OUT/slurm/results/, which are journaled here, through finish_trial as local trials are.
+  // An array task that ended without a trial's record is asked about (scontrol): the trial is
+  // classified by how Slurm says it ended, and retried by the same policy, in a new array.
+  auto run_on_slurm = [&] {
+    const fs::path dir = out / "slurm";
+    std::map<std::string, std::size_t> index_of;  // trial id -> index in s.trials
+    for (std::size_t i : queue) index_of[trial_id(st.subject, s.trials[i])] = i;
+    std::map<std::size_t, int> attempts;          // by trial index
+    std::set<std::size_t> done;
+    std::map<std::string, slurm::submission> inflight;
+    auto save_jobs = [&] {
+      json jobs = json::array();
+      for (const auto& [job, sub] : inflight) jobs.push_back({{"job", job}, {"batch", sub.batch}});
+      write_file_durably(dir / "jobs.json", jobs.dump() + "\n");
+      std::lock_guard lock(mutex);
+      slurm_jobs.clear();
+      running_count = 0;
+      for (const auto& [job, sub] : inflight) {
+        slurm_jobs.push_back(job);
+        for (const auto& t : sub.tasks) running_count += t.size();
+      }
+    };
+    // Arrays a previous run left queued or running (it was killed, or detached): followed, not
+    // submitted again.
+    {
+      std::ifstream in(dir / "jobs.json");
+      const json jobs = json::parse(in, nullptr, false);
+      if (jobs.is_array())
+        for (const auto& j : jobs) {
+          const std::string job = j.value("job", "");
+          const int batch = j.value("batch", 0);
+          std::ifstream b(dir / ("batch-" + std::to_string(batch) + ".json"));
+          const json tasks = json::parse(b, nullptr, false);
+          if (job.empty() || !tasks.is_object() || slurm::active_tasks(job).empty()) continue;
+          inflight[job] = {job, batch, tasks["tasks"].get<std::vector<std::vector<std::size_t>>>()};
+        }
+    }
+    // Journals the records array tasks left; true if any.
+    auto merge = [&] {
+      bool any = false;
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator(dir / "results", ec)) {
+        if (e.path().extension() != ".json") continue;  // (".tmp": still being written)
+        std::ifstream in(e.path());
+        const json j = json::parse(in, nullptr, false);
+        trial_record rec;
+        try {
+          rec = trial_record::from_json(j);
+        } catch (const std::exception&) {
+          fs::remove(e.path(), ec);  // not a record
+          continue;
+        }
+        // A file is removed once its record is durable in the journal: by the next run, which
+        // finds its trial journaled (and so not among this run's trials), or at the end below.
+        const auto it = index_of.find(rec.id);
+        if (it == index_of.end()) fs::remove(e.path(), ec);
+        if (it == index_of.end() || !done.insert(it->second).second) continue;
+        rec.attempts = std::max(rec.attempts, attempts[it->second]);
+        finish_trial(std::move(rec));
+        any = true;
+      }
+      return any;
+    };
+    merge();  // records left by arrays that ended while no one was following (detached, killed)
+    std::set<std::size_t> owed;
+    for (std::size_t i : queue)
+      if (!done.count(i)) owed.insert(i);
+    for (const auto& [job, sub] : inflight)
+      for (const auto& t : sub.tasks)
+        for (std::size_t i : t) owed.erase(i);
+    const std::vector<std::string> node_command = opt.node_command;
+    auto submit = [&](const std::vector<std::size_t>& trials) {
+      if (trials.empty()) return;
+      auto sub = slurm::submit(*s.slurm, out, trials, node_command, opt.submit_dir, "isorun-" + short_name(s));
+      std::fprintf(stderr, "isorun: submitted %zu trial%s as Slurm job array %s (%zu array task%s)\n", trials.size(),
+                   trials.size() == 1 ? "" : "s", sub.job.c_str(), sub.tasks.size(), sub.tasks.size() == 1 ? "" : "s");
+      inflight[sub.job] = std::move(sub);
+      save_jobs();
+    };
+    for (std::size_t i : owed) attempts[i] = 1;
+    submit(std::vector<std::size_t>(owed.begin(), owed.end()));
+    save_jobs();
+    if (opt.detach) {
+      summary.detached = true;
+      for (const auto& [job, sub] : inflight) summary.jobs.push_back(job);
+      return;
+    }
+    while (!inflight.empty() && !stopping()) {
+      merge();
+      std::vector<std::size_t> again;
+      for (auto it = inflight.begin(); it != inflight.end();) {
+        const slurm::submission& sub = it->second;
+        if (!slurm::active_tasks(sub.job).empty()) {
+          ++it;
+          continue;
+        }
+        // Stopping (Ctrl-C) cancels the arrays: what ends now is not lost, and is not classified;
+        // the trials are not journaled, so running again runs them. (stopping() is true before
+        // the watcher's scancel.)
+        if (stopping()) break;
+        merge();  // what the last tasks left just before they ended
+        const auto states = slurm::task_states(sub.job);
+        for (std::size_t k = 0; k < sub.tasks.size(); ++k)
+          for (std::size_t i : sub.tasks[k]) {
+            if (done.count(i)) continue;
+            const auto st_it = states.find(static_cast<int>(k));
+            const std::string state = st_it == states.end() ? "UNKNOWN" : st_it->second;
+            const outcome_kind kind = slurm::outcome_of(state);
+            const auto allowed = s.retries.find(std::string(to_string(kind)));
+            if (kind != outcome_kind::cancelled && allowed != s.retries.end() && attempts[i] <= allowed->second) {
+              ++attempts[i];
+              again.push_back(i);
+              continue;
+            }
+            done.insert(i);
+            trial_record rec;
+            rec.id = trial_id(st.subject, s.trials[i]);
+            rec.params = s.trials[i];
+            rec.kind = kind;
+            rec.attempts = attempts[i];
+            rec.device = "slurm:" + sub.job + "_" + std::to_string(k);
+            rec.mem_limit = s.mem_limit;
+            rec.error = "Slurm array task " + sub.job + "_" + std::to_string(k) + " ended " + state +
+                        " without the trial's record (its log: " + (dir / "logs").string() + "/" + sub.job + "_" +
+                        std::to_string(k) + ".out)";
+            finish_trial(std::move(rec));
+          }
+        it = inflight.erase(it);
+        save_jobs();
+      }
+      submit(again);
+      if (!inflight.empty() && !stopping()) std::this_thread::sleep_for(std::chrono::milliseconds(250));  // polling Slurm
+    }
+    merge();
+    std::lock_guard lock(mutex);
+    running_count = 0;
+  };
+  // Whatever happens where trials run (sbatch refusing an array, say), the writer and the
+  // watcher are brought down first; then it is reported.
+  std::exception_ptr dispatch_error;
+  try {
+    if (s.slurm && !node)
+      run_on_slurm();
+    else if (packer)
+      runner::run_on_packed_gpus(
+          *packer, slots.size(), queue.size(), [&](std::size_t queued) { return st.gpu_counts[queue[queued]]; },
+          run_trial, stopping);
+    else
+      runner::run_on_slots(slots, queue.size(), run_trial, stopping);
+  } catch (...) {
+    dispatch_error = std::current_exception();
+  }
   {
     std::lock_guard lk(journal_mutex);
     writer_done = true;
@@ -695,10 +872,17 @@ sweep_summary sweep_run::run() {
   [[maybe_unused]] auto woken = ::write(stop_write.get(), "", 1);  // wake the watcher now, not at its next poll
   watcher.join();
   stop_fd = -1;
+  if (dispatch_error) std::rethrow_exception(dispatch_error);
   if (writer_error) std::rethrow_exception(writer_error);
   if (tty) std::fprintf(stderr, "\n");
   if (!metric_error.empty()) throw located(s, s.metric.line, metric_error + "; the sweep was stopped");
   summary.interrupted = stop_count.load() > 0;
+  if (node || summary.detached) return summary;  // the submitter journals and tabulates
+  if (s.slurm) {  // the array tasks' records that are now durable in the journal
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(out / "slurm" / "results", ec))
+      if (st.journal->latest().count(e.path().stem().string())) fs::remove(e.path(), ec);
+  }
 
   // Results in spec order, then results.csv.
   const auto& latest = st.journal->latest();

@@ -318,6 +318,8 @@ sweep_spec parse_yaml(const std::string& text) {
   }
   s.trials = std::move(trials);
 
+  slurm_spec slurm_settings;
+  int slurm_setting_line = 0;
   if (auto res = root["resources"]) {
     if (!res.IsMap()) fail(res, "resources: is a mapping (gpus:, mem_limit:, per_gpu:, ...)");
     for (const auto& kv : res) {
@@ -345,6 +347,32 @@ sweep_spec parse_yaml(const std::string& text) {
         } else if (k == "warm_context") {
           if (v.Scalar() != "true" && v.Scalar() != "false") fail(v, "warm_context is true or false");
           s.warm_context = v.Scalar() == "true";
+        } else if (k == "backend") {
+          if (v.Scalar() == "slurm") {
+            if (!s.slurm) s.slurm.emplace();
+          } else if (v.Scalar() == "local") {
+            s.slurm.reset();
+          } else {
+            fail(v, "backend is local (this machine, the default) or slurm");
+          }
+        } else if (k == "partition" || k == "account" || k == "time" || k == "gpus_per_node" || k == "trials_per_task" ||
+                   k == "max_running" || k == "extra") {
+          // Slurm's settings; they mean something only with backend: slurm (checked below).
+          auto& sl = slurm_settings;
+          if (k == "partition") sl.partition = v.Scalar();
+          else if (k == "account") sl.account = v.Scalar();
+          else if (k == "time") sl.time = v.Scalar();
+          else if (k == "extra") {
+            if (!v.IsSequence()) fail(v, "extra is a list of sbatch options, e.g. [\"--qos=long\"]");
+            for (const auto& e : v) sl.extra.push_back(e.Scalar());
+          } else {
+            const double n = number(v, k);
+            if (n < (k == "max_running" || k == "gpus_per_node" ? 0 : 1) || n != static_cast<int>(n))
+              fail(v, k + " must be a whole number" + (k == "trials_per_task" ? ", at least 1" : ", 0 or more"));
+            (k == "gpus_per_node" ? sl.gpus_per_node : k == "trials_per_task" ? sl.trials_per_task : sl.max_running) =
+                static_cast<int>(n);
+          }
+          slurm_setting_line = slurm_setting_line ? slurm_setting_line : line_of(kv.first);
         } else if (k == "gpus_per_trial") {
           s.gpus_per_trial_line = line_of(v);
           const std::string text = v.IsScalar() ? v.Scalar() : "";
@@ -357,16 +385,27 @@ sweep_spec parse_yaml(const std::string& text) {
               fail(v, "gpus_per_trial must be a whole number, at least 1, or \"{name}\" to take it from parameter name");
           }
         } else {
-          const std::vector<std::string> known = {"gpus",       "mem_limit", "per_gpu",      "cpu_slots",     "alloc_conf",
-                                                  "standby",    "warm_context", "gpus_per_trial"};
+          const std::vector<std::string> known = {"gpus",       "mem_limit",    "per_gpu",        "cpu_slots",
+                                                  "alloc_conf", "standby",      "warm_context",   "gpus_per_trial",
+                                                  "backend",    "partition",    "account",        "time",
+                                                  "gpus_per_node", "trials_per_task", "max_running", "extra"};
           fail(kv.first, "unknown resource '" + k + "'" + did_you_mean(k, known) +
                              "; known: gpus, mem_limit, per_gpu, cpu_slots, alloc_conf, standby, warm_context, "
-                             "gpus_per_trial");
+                             "gpus_per_trial, backend, and for backend: slurm partition, account, time, gpus_per_node, "
+                             "trials_per_task, max_running, extra");
         }
       } catch (const parse_error& e) {
         fail(v, std::string(e.what()));
       }
     }
+  }
+  if (s.slurm) {
+    *s.slurm = slurm_settings;
+  } else if (slurm_setting_line) {
+    throw spec_error("line " + std::to_string(slurm_setting_line) +
+                         ": partition, account, time, gpus_per_node, trials_per_task, max_running and extra are Slurm's; "
+                         "add backend: slurm to resources",
+                     slurm_setting_line);
   }
   if (auto pol = root["policy"]) {
     if (!pol.IsMap()) fail(pol, "policy: is a mapping (timeout:, retries:, fail_fast:)");

@@ -171,3 +171,35 @@ int fill_mib(int mib) {
 }
 }  // namespace
 ISORUN_TASK(fill_mib);
+
+namespace {
+// The first time (no marker `dir`/`i`.died yet), kills the isorun that runs it (on a Slurm node:
+// the array task's, so the task ends without the trial's record); afterwards, succeeds.
+int die_once(int i, const std::string& dir) {
+  const std::string marker = dir + "/" + std::to_string(i) + ".died";
+  if (::access(marker.c_str(), F_OK) != 0) {
+    ::close(::open(marker.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644));
+    ::kill(::getppid(), SIGKILL);
+    for (;;) ::pause();
+  }
+  return i;
+}
+
+// Says it runs (a file `dir`/`i`.running), then waits to be stopped.
+int wait_marked(int i, const std::string& dir) {
+  const std::string marker = dir + "/" + std::to_string(i) + ".running";
+  ::close(::open(marker.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644));
+  for (;;) ::pause();
+}
+// The first time (no marker `dir`/`i`.running yet), says it runs and waits to be stopped;
+// afterwards, succeeds at once.
+int wait_once(int i, const std::string& dir) {
+  const std::string marker = dir + "/" + std::to_string(i) + ".running";
+  if (::access(marker.c_str(), F_OK) == 0) return i;
+  ::close(::open(marker.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644));
+  for (;;) ::pause();
+}
+}  // namespace
+ISORUN_TASK(die_once);
+ISORUN_TASK(wait_once);
+ISORUN_TASK(wait_marked);

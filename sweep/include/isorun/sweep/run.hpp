@@ -24,6 +24,16 @@ struct sweep_options {
   bool progress = true;    ///< live progress line on a terminal, plain lines otherwise
   bool wait_for_lock = false;  ///< wait for another sweep using the output folder instead of failing
   std::chrono::milliseconds grace{5000};
+  /// With the Slurm backend: the command each array task runs on its node, in `submit_dir`
+  /// (the isorun command line that made this sweep; `--node FILE:K` is added).
+  std::vector<std::string> node_command;
+  std::string submit_dir = ".";
+  /// With the Slurm backend: submit, and return without waiting (`isorun status OUT` shows
+  /// progress; running the same command again follows the arrays and journals their results).
+  bool detach = false;
+  /// This process is array task K of a Slurm submission ("FILE:K"): it runs the trials listed
+  /// for K here, and leaves each one's record in OUT/slurm/results/ for the submitter to journal.
+  std::string node;
 };
 
 /// Workers a group of slots keeps on standby: while a slot's trial runs, its next worker is
@@ -51,6 +61,8 @@ struct sweep_summary {
   bool interrupted = false;
   std::vector<trial_record> records;  ///< every trial's latest record
   std::string report;                 ///< OUT/report.html ("" if it could not be written)
+  bool detached = false;              ///< submitted to Slurm and not waited for
+  std::vector<std::string> jobs;      ///< the Slurm arrays in flight when it returned (detached)
 };
 
 /// A sweep whose every input has been checked and whose output folder is locked, with nothing

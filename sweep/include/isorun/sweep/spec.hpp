@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <stdexcept>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -42,6 +43,19 @@ struct metric_spec {
 /// @throws spec_error for an empty name or another goal.
 metric_spec parse_metric_flag(const std::string& text);
 
+/// Running a sweep's trials on a Slurm cluster (resources: {backend: slurm, ...}): job arrays
+/// through sbatch, each array task an `isorun` on its node running its trials isolated and capped
+/// on the GPUs Slurm gave it.
+struct slurm_spec {
+  std::string partition;            ///< sbatch --partition ("" = the cluster's default)
+  std::string account;              ///< --account
+  std::string time;                 ///< --time, per array task ("" = the partition's limit)
+  int gpus_per_node = 0;            ///< --gres=gpu:N for each array task (0: no GPUs)
+  int trials_per_task = 1;          ///< trials each array task runs (on its slots, as locally)
+  int max_running = 0;              ///< array tasks at once (--array=...%N; 0 = no limit)
+  std::vector<std::string> extra;   ///< more sbatch options, as given ("--qos=long")
+};
+
 /// A sweep: the task or command, its trials, where they run, and what to rank them by.
 struct sweep_spec {
   std::string source;                   ///< where it came from, for messages: "FILE.yaml", "--grid" or ""
@@ -71,6 +85,7 @@ struct sweep_spec {
   std::string alloc_conf;
   int standby = 1;                      ///< workers kept launched ahead per slot; 0 = none
   bool warm_context = true;             ///< GPU standby workers prepare their context where it fits
+  std::optional<slurm_spec> slurm;      ///< run the trials on Slurm (backend: slurm); here otherwise
 };
 
 /// @brief Parses a YAML sweep spec and expands its trials (library isorun::sweep_spec).

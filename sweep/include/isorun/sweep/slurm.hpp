@@ -1,0 +1,65 @@
+#pragma once
+/// @file slurm.hpp
+/// Talking to Slurm, for sweeps whose trials run on a cluster (resources: {backend: slurm}): a
+/// submission is one job array (sbatch), each array task an `isorun` on its node that runs the
+/// trials listed for it, isolated and capped on the GPUs Slurm gave it, and leaves each trial's
+/// record as a file in OUT/slurm/results/ (written whole, then renamed: a node that dies
+/// mid-write leaves nothing half-read). The submitting side merges those into the journal.
+/// Slurm's own commands (sbatch, squeue, scontrol, scancel) are the only interface: nothing
+/// links against Slurm.
+
+#include <cstddef>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "isorun/runner/outcome.hpp"
+#include "isorun/sweep/spec.hpp"
+
+namespace isorun::sweep::slurm {
+
+/// One job array: its id and, per array task, the trials (indices into the spec's trials) it runs.
+struct submission {
+  std::string job;                              ///< the array's job id
+  int batch = 0;                                ///< its number in OUT/slurm (batch-N.json, batch-N.sh)
+  std::vector<std::vector<std::size_t>> tasks;  ///< trials of array task 0, 1, ...
+};
+
+/// @brief Writes OUT/slurm/batch-N.json and batch-N.sh for `trials` (in chunks of
+///        trials_per_task) and submits the array with sbatch. Each array task runs, in
+///        `submit_dir`, `node_command` plus `--node OUT/slurm/batch-N.json:$SLURM_ARRAY_TASK_ID`.
+/// @throws usage_error if sbatch is not found, or refuses the array (its reason: a partition or
+///         gres the cluster lacks, ...); nothing is submitted then.
+submission submit(const slurm_spec& s, const std::filesystem::path& out, const std::vector<std::size_t>& trials,
+                  const std::vector<std::string>& node_command, const std::filesystem::path& submit_dir,
+                  const std::string& job_name);
+
+/// @brief The trials array task `task` of OUT/slurm/batch-N.json runs ("FILE:K" as --node gives it).
+/// @throws usage_error for a malformed reference or file.
+std::vector<std::size_t> node_trials(const std::string& file_and_task);
+
+/// @brief The array tasks of `job` that Slurm still has queued or running (squeue). Empty once
+///        the whole array is done, or when Slurm no longer knows the job.
+std::vector<int> active_tasks(const std::string& job);
+
+/// @brief How each array task of `job` ended, as Slurm says (scontrol show job): COMPLETED,
+///        FAILED, TIMEOUT, NODE_FAIL, PREEMPTED, OUT_OF_MEMORY, CANCELLED, ... by task index.
+///        Tasks Slurm has forgotten (MinJobAge) are missing.
+std::map<int, std::string> task_states(const std::string& job);
+
+/// @brief The outcome class of a trial whose array task ended in Slurm state `state` without
+///        leaving its record: TIMEOUT (Slurm's time limit) is a timeout, OUT_OF_MEMORY (its
+///        cgroup's limit) out_of_memory, and a node failure, a preemption, a scancel of the task
+///        or anything else crashed; each is retried as the sweep's policy says.
+outcome_kind outcome_of(const std::string& state);
+
+/// @brief Cancels `job` (scancel): every array task still queued or running.
+void cancel(const std::string& job);
+
+/// @brief The GPU indices Slurm gave this process, from CUDA_VISIBLE_DEVICES as a list of
+///        numbers (gres); nullopt if it is unset or not such a list.
+std::optional<std::vector<int>> assigned_gpus();
+
+}  // namespace isorun::sweep::slurm

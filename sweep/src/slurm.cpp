@@ -1,0 +1,193 @@
+// Slurm through its commands: sbatch to submit job arrays, squeue and scontrol to follow them,
+// scancel to stop them.
+#include "isorun/sweep/slurm.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "isorun/runner/errors.hpp"
+#include "isorun/runner/process.hpp"
+#include "isorun/runner/worker_env.hpp"
+#include "isorun/sweep/journal.hpp"
+
+namespace isorun::sweep::slurm {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+struct ran {
+  int code = -1;
+  std::string out, err;
+};
+
+// Runs a Slurm command to its end and captures what it printed.
+ran run(const std::string& name, const std::vector<std::string>& args) {
+  const auto exe = runner::find_executable(name);
+  if (!exe) throw usage_error(name + " not found in PATH: the Slurm backend needs Slurm's commands (sbatch, squeue, "
+                                     "scontrol, scancel) where the sweep is submitted");
+  int o[2], e[2];
+  if (::pipe2(o, O_CLOEXEC) != 0 || ::pipe2(e, O_CLOEXEC) != 0) throw internal_error("pipe2 failed");
+  runner::spawn_options opts;
+  opts.executable = *exe;
+  opts.args = args;
+  opts.env = runner::inherited_environment();
+  opts.fds = {{1, o[1]}, {2, e[1]}};
+  runner::child c = runner::spawn(opts);
+  ::close(o[1]);
+  ::close(e[1]);
+  ran r;
+  pollfd fds[2] = {{o[0], POLLIN, 0}, {e[0], POLLIN, 0}};
+  char buf[4096];
+  for (int open = 2; open > 0;) {
+    if (::poll(fds, 2, -1) < 0) continue;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !fds[i].revents) continue;
+      const ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+      if (n > 0) {
+        (i == 0 ? r.out : r.err).append(buf, static_cast<std::size_t>(n));
+      } else {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open;
+      }
+    }
+  }
+  r.code = c.reap().shell_code();
+  return r;
+}
+
+// A word for a shell script: single-quoted, as it is.
+std::string quoted(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+submission submit(const slurm_spec& s, const fs::path& out, const std::vector<std::size_t>& trials,
+                  const std::vector<std::string>& node_command, const fs::path& submit_dir, const std::string& job_name) {
+  const fs::path dir = fs::absolute(out) / "slurm";
+  fs::create_directories(dir / "results");
+  fs::create_directories(dir / "logs");
+  submission sub;
+  for (sub.batch = 1; fs::exists(dir / ("batch-" + std::to_string(sub.batch) + ".json")); ++sub.batch) {
+  }
+  const std::size_t chunk = static_cast<std::size_t>(std::max(1, s.trials_per_task));
+  for (std::size_t i = 0; i < trials.size(); i += chunk)
+    sub.tasks.emplace_back(trials.begin() + static_cast<std::ptrdiff_t>(i),
+                           trials.begin() + static_cast<std::ptrdiff_t>(std::min(trials.size(), i + chunk)));
+  const std::string name = "batch-" + std::to_string(sub.batch);
+  write_file_durably(dir / (name + ".json"), json{{"tasks", sub.tasks}}.dump() + "\n");
+
+  std::ostringstream script;
+  script << "#!/bin/sh\n# isorun: array task K runs the trials tasks[K] of " << name << ".json, here, isolated and capped.\n";
+  script << "#SBATCH --job-name=" << job_name << "\n";
+  script << "#SBATCH --array=0-" << sub.tasks.size() - 1 << (s.max_running ? "%" + std::to_string(s.max_running) : "") << "\n";
+  script << "#SBATCH --output=" << (dir / "logs").string() << "/%A_%a.out\n";
+  if (!s.partition.empty()) script << "#SBATCH --partition=" << s.partition << "\n";
+  if (!s.account.empty()) script << "#SBATCH --account=" << s.account << "\n";
+  if (!s.time.empty()) script << "#SBATCH --time=" << s.time << "\n";
+  if (s.gpus_per_node) script << "#SBATCH --gres=gpu:" << s.gpus_per_node << "\n";
+  for (const auto& e : s.extra) script << "#SBATCH " << e << "\n";
+  script << "cd " << quoted(fs::absolute(submit_dir).string()) << " || exit 1\nexec";
+  for (const auto& w : node_command) script << " " << quoted(w);
+  script << " --node " << quoted((dir / (name + ".json")).string()) << ":\"$SLURM_ARRAY_TASK_ID\"\n";
+  write_file_durably(dir / (name + ".sh"), script.str());
+
+  const ran r = run("sbatch", {"--parsable", (dir / (name + ".sh")).string()});
+  // What sbatch refuses is what was asked for (a partition, a gres, a time the cluster lacks).
+  if (r.code != 0)
+    throw usage_error("sbatch refused the job array (" + (dir / (name + ".sh")).string() + "): " + trim(r.err + r.out) +
+                      "; check resources: partition, gpus_per_node, time, account, extra");
+  sub.job = trim(r.out);
+  if (const auto semi = sub.job.find(';'); semi != std::string::npos) sub.job.resize(semi);  // "ID;CLUSTER"
+  if (sub.job.empty()) throw internal_error("sbatch gave no job id for " + (dir / (name + ".sh")).string());
+  return sub;
+}
+
+std::vector<std::size_t> node_trials(const std::string& file_and_task) {
+  const auto colon = file_and_task.rfind(':');
+  if (colon == std::string::npos) throw usage_error("--node " + file_and_task + ": expected FILE:TASK");
+  std::size_t task = 0;
+  try {
+    task = std::stoul(file_and_task.substr(colon + 1));
+  } catch (...) {
+    throw usage_error("--node " + file_and_task + ": the array task is not a number");
+  }
+  std::ifstream in(file_and_task.substr(0, colon));
+  const json j = json::parse(in, nullptr, false);
+  if (!j.is_object() || !j.contains("tasks") || !j["tasks"].is_array() || task >= j["tasks"].size())
+    throw usage_error("--node " + file_and_task + ": no such submission file or array task");
+  return j["tasks"][task].get<std::vector<std::size_t>>();
+}
+
+std::vector<int> active_tasks(const std::string& job) {
+  const ran r = run("squeue", {"-h", "-r", "-j", job, "-o", "%K"});
+  std::vector<int> out;
+  if (r.code != 0) return out;  // an unknown job: nothing of it is active
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);)
+    if (!trim(line).empty()) try {
+        out.push_back(std::stoi(line));
+      } catch (...) {
+      }
+  return out;
+}
+
+std::map<int, std::string> task_states(const std::string& job) {
+  const ran r = run("scontrol", {"show", "job", "-o", job});
+  std::map<int, std::string> out;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    auto field = [&](const std::string& key) {
+      const auto at = line.find(" " + key + "=");
+      if (at == std::string::npos) return std::string();
+      const auto from = at + key.size() + 2;
+      return line.substr(from, line.find(' ', from) - from);
+    };
+    const std::string task = field("ArrayTaskId"), state = field("JobState");
+    if (!task.empty() && !state.empty()) try {
+        out[std::stoi(task)] = state;
+      } catch (...) {
+      }
+  }
+  return out;
+}
+
+outcome_kind outcome_of(const std::string& state) {
+  if (state == "TIMEOUT" || state == "DEADLINE") return outcome_kind::timeout;
+  if (state == "OUT_OF_MEMORY") return outcome_kind::out_of_memory;
+  // CANCELLED here is someone's scancel of an array task (the sweep's own Ctrl-C stops following
+  // before anything is classified): the trial was lost, as on a node failure or a preemption.
+  return outcome_kind::crashed;  // CANCELLED, NODE_FAIL, PREEMPTED, BOOT_FAIL, FAILED, COMPLETED without a record
+}
+
+void cancel(const std::string& job) { run("scancel", {job}); }
+
+std::optional<std::vector<int>> assigned_gpus() {
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (!v || !*v) return std::nullopt;
+  std::vector<int> out;
+  std::istringstream in(v);
+  for (std::string w; std::getline(in, w, ',');) {
+    if (w.empty() || w.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    out.push_back(std::stoi(w));
+  }
+  return out;
+}
+
+}  // namespace isorun::sweep::slurm
