@@ -26,6 +26,16 @@ if ! command -v chromium > /dev/null 2>&1 && [ -z "${ISORUN_NO_BROWSER:-}" ]; th
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends chromium > /dev/null 2>&1; } ||
     echo "isorun setup: chromium could not be installed; the browser test will be skipped"
 fi
+# A single-node Slurm cluster runs the `slurm`-labelled tests (tests/slurm/cluster.sh); optional
+# like Chromium: without it those tests are skipped.
+if ! command -v slurmctld > /dev/null 2>&1 && [ -z "${ISORUN_NO_SLURM:-}" ]; then
+  echo "isorun setup: installing slurmctld slurmd slurm-client munge (for the Slurm tests; ISORUN_NO_SLURM=1 skips it)"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  { $sudo apt-get update -qq > /dev/null 2>&1 &&
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge \
+      > /dev/null 2>&1; } || echo "isorun setup: Slurm could not be installed; the Slurm tests will be skipped"
+fi
 # The Python example runs `python3` from PATH: where that is not Debian's (pyenv, a venv), it
 # needs NumPy too.
 if ! python3 -c 'import numpy' 2> /dev/null && python3 -m pip --version > /dev/null 2>&1; then
