@@ -228,7 +228,7 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
     ro.detach = detach;
     ro.submit_dir = std::filesystem::current_path().string();
     // What each array task runs: this command line again (same spec, flags and task libraries).
-    ro.node_command = {std::filesystem::read_symlink("/proc/self/exe").string()};
+    ro.node_command = {runner::self_executable()};
     for (std::size_t k = 1; k < o.argv.size(); ++k)
       if (o.argv[k] != "--detach" && o.argv[k] != "--attach") ro.node_command.push_back(o.argv[k]);
     sweep::sweep_run sweep(s, plan.slots, ro);  // checks everything and locks the folder

@@ -103,25 +103,8 @@ inline started start_captured(const std::string& exe, const std::vector<std::str
 
 /// @brief Reads both pipes to the end, then reaps the program.
 inline captured finish_captured(started& s) {
-  captured c;
-  char buf[4096];
-  pollfd fds[2] = {{s.out, POLLIN, 0}, {s.err, POLLIN, 0}};
-  for (int open = 2; open > 0;) {
-    ::poll(fds, 2, -1);
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || !fds[i].revents) continue;
-      const ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
-      if (n > 0) {
-        (i == 0 ? c.out : c.err).append(buf, static_cast<std::size_t>(n));
-      } else {
-        ::close(fds[i].fd);
-        fds[i].fd = -1;
-        --open;
-      }
-    }
-  }
-  c.code = s.process.reap().shell_code();
-  return c;
+  const auto r = runner::collect_output(s.process, s.out, s.err);
+  return {r.code, r.out, r.err};
 }
 
 /// @brief Runs a program to completion and captures its output.

@@ -329,6 +329,28 @@ std::optional<std::string> find_executable(const std::string& name) {
   return std::nullopt;
 }
 
+program_output collect_output(child& c, int out, int err) {
+  program_output r;
+  pollfd fds[2] = {{out, POLLIN, 0}, {err, POLLIN, 0}};
+  char buf[4096];
+  for (int open = 2; open > 0;) {
+    if (::poll(fds, 2, -1) < 0) continue;  // EINTR
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !fds[i].revents) continue;
+      const ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+      if (n > 0) {
+        (i == 0 ? r.out : r.err).append(buf, static_cast<std::size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open;
+      }
+    }
+  }
+  r.code = c.reap().shell_code();
+  return r;
+}
+
 std::string self_executable() {
   char buf[PATH_MAX];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);

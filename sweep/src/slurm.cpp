@@ -3,7 +3,6 @@
 #include "isorun/sweep/slurm.hpp"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -23,10 +22,7 @@ using nlohmann::json;
 
 namespace {
 
-struct ran {
-  int code = -1;
-  std::string out, err;
-};
+using ran = runner::program_output;
 
 // Runs a Slurm command to its end and captures what it printed.
 ran run(const std::string& name, const std::vector<std::string>& args) {
@@ -43,25 +39,7 @@ ran run(const std::string& name, const std::vector<std::string>& args) {
   runner::child c = runner::spawn(opts);
   ::close(o[1]);
   ::close(e[1]);
-  ran r;
-  pollfd fds[2] = {{o[0], POLLIN, 0}, {e[0], POLLIN, 0}};
-  char buf[4096];
-  for (int open = 2; open > 0;) {
-    if (::poll(fds, 2, -1) < 0) continue;
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || !fds[i].revents) continue;
-      const ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
-      if (n > 0) {
-        (i == 0 ? r.out : r.err).append(buf, static_cast<std::size_t>(n));
-      } else {
-        ::close(fds[i].fd);
-        fds[i].fd = -1;
-        --open;
-      }
-    }
-  }
-  r.code = c.reap().shell_code();
-  return r;
+  return runner::collect_output(c, o[0], e[0]);
 }
 
 // A word for a shell script: single-quoted, as it is.
@@ -98,6 +76,9 @@ submission submit(const slurm_spec& s, const fs::path& out, const std::vector<st
   script << "#SBATCH --job-name=" << job_name << "\n";
   script << "#SBATCH --array=0-" << sub.tasks.size() - 1 << (s.max_running ? "%" + std::to_string(s.max_running) : "") << "\n";
   script << "#SBATCH --output=" << (dir / "logs").string() << "/%A_%a.out\n";
+  // A lost array task is isorun's to classify and retry (by the sweep's policy), not Slurm's to
+  // requeue behind its back.
+  script << "#SBATCH --no-requeue\n";
   if (!s.partition.empty()) script << "#SBATCH --partition=" << s.partition << "\n";
   if (!s.account.empty()) script << "#SBATCH --account=" << s.account << "\n";
   if (!s.time.empty()) script << "#SBATCH --time=" << s.time << "\n";

@@ -136,6 +136,16 @@ class child {
 /// @throws spawn_error if it cannot be started; no zombie is left behind in that case.
 child spawn(const spawn_options& options);
 
+/// What a program printed, and how it ended (its exit status in the shell's convention).
+struct program_output {
+  int code = -1;
+  std::string out, err;
+};
+
+/// @brief Reads a started program's stdout and stderr to their ends (`out`, `err`: the read
+///        ends of its pipes, closed here), then reaps it.
+program_output collect_output(child& c, int out, int err);
+
 /// @brief Resolves `name` like execvp would (a name with '/' is taken as a path).
 /// @return the path, or nullopt if nothing executable is found.
 std::optional<std::string> find_executable(const std::string& name);
