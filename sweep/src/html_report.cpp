@@ -633,12 +633,7 @@ param_axis axis_for(const std::string& name, const std::vector<json>& values) {
   if (ax.numeric) {
     ax.lo = ax.hi = values.front().get<double>();
     for (const auto& v : values) ax.lo = std::min(ax.lo, v.get<double>()), ax.hi = std::max(ax.hi, v.get<double>());
-    ax.log = ax.lo > 0 && ax.hi / ax.lo >= 100;
-    // Few distinct whole numbers (batch sizes, layer counts) read better as categories... but
-    // only when they are not spread over decades, where a log axis says more.
-    std::set<double> distinct;
-    for (const auto& v : values) distinct.insert(v.get<double>());
-    if (distinct.size() <= 1) ax.log = false;
+    ax.log = ax.lo > 0 && ax.hi / ax.lo >= 100;  // (one value spans nothing: hi == lo, no log)
     return ax;
   }
   for (const auto& v : values)

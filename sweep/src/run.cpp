@@ -508,6 +508,9 @@ sweep_summary sweep_run::run() {
   // A trial has ended, wherever it ran: the stop policy sees it, then the journal writer gets it
   // (a cancelled trial is not journaled: a resume runs it again).
   auto finish_trial = [&](trial_record rec) {
+    // An array task being stopped (scancel signals its every process): a trial that did not
+    // succeed ended with the stop, whichever signal came first.
+    if (node && stop_count.load() > 0 && rec.kind != outcome_kind::success) rec.kind = outcome_kind::cancelled;
     {
       std::lock_guard lock(mutex);
       if (running_count) --running_count;
@@ -765,8 +768,11 @@ sweep_summary sweep_run::run() {
         // A file is removed once its record is durable in the journal: by the next run, which
         // finds its trial journaled (and so not among this run's trials), or at the end below.
         const auto it = index_of.find(rec.id);
-        if (it == index_of.end()) fs::remove(e.path(), ec);
-        if (it == index_of.end() || !done.insert(it->second).second) continue;
+        // After Ctrl-C, a failure may be the stop itself (scancel signals every process of an
+        // array task, the trial's worker too): not journaled, so that running again runs it.
+        const bool stopped_by_us = stopping() && rec.kind != outcome_kind::success;
+        if (it == index_of.end() || stopped_by_us) fs::remove(e.path(), ec);
+        if (it == index_of.end() || stopped_by_us || !done.insert(it->second).second) continue;
         rec.attempts = std::max(rec.attempts, attempts[it->second]);
         finish_trial(std::move(rec));
         any = true;
