@@ -1496,3 +1496,36 @@ TEST_CASE("the digits sweep through Slurm gives the same table as here", "[slurm
   CHECK(lines(dir + "/slurm.yaml.out/results.jsonl").size() == 4);
   fs::remove_all(dir);
 }
+
+TEST_CASE("on Slurm: a node failure loses the running trial; it is retried once the node is back", "[slurm]") {
+  // The node goes down under its running task (scontrol: as Slurm marks a node that stopped
+  // answering, but with slurmd still there to kill what ran on it, so nothing is left behind).
+  const std::string dir = temp_dir();
+  fs::create_directories(dir + "/m");
+  std::ofstream(dir + "/spec.yaml") << "task: wait_once\nparams:\n  arg0: [1]\n  arg1: [\"" << dir
+                                    << "/m\"]\nresources: {backend: slurm, cpu_slots: 1}\npolicy: {retries: {crashed: 1}}\n"
+                                       "out: \"" << dir << "/out\"\n";
+  auto sweep = isorun::test::start_captured(ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "sweep", dir + "/spec.yaml", "--no-progress"});
+  REQUIRE(eventually([&] { return fs::exists(dir + "/m/1.running"); }));
+  const std::string job = read_json(dir + "/out/slurm/jobs.json")[0]["job"];
+  const std::string nodes = isorun::test::run_captured("/usr/bin/sinfo", {"-h", "-o", "%n"}).out;
+  const std::string node = nodes.substr(0, nodes.find('\n'));
+  REQUIRE(isorun::test::run_captured("/usr/bin/scontrol", {"update", "nodename=" + node, "state=down", "reason=isorun-test"}).code == 0);
+  CHECK(eventually([&] { return sw::slurm::task_states(job)[0] == "NODE_FAIL"; }));
+  // Back in service once Slurm has killed what ran there (a resume is refused before).
+  CHECK(eventually([&] {
+    isorun::test::run_captured("/usr/bin/scontrol", {"update", "nodename=" + node, "state=resume"});
+    const std::string state = isorun::test::run_captured("/usr/bin/sinfo", {"-h", "-n", node, "-o", "%t"}).out;
+    return state.rfind("idle", 0) == 0 || state.rfind("mix", 0) == 0 || state.rfind("alloc", 0) == 0;
+  }));
+  auto done = isorun::test::finish_captured(sweep);
+  INFO(done.err);
+  CHECK(done.code == 0);
+  const auto journal = lines(dir + "/out/results.jsonl");
+  REQUIRE(journal.size() == 1);
+  const json t = json::parse(journal[0]);
+  CHECK(t["outcome"] == "success");
+  CHECK(t["attempts"] == 2);  // the node failure cost the first attempt; the retry ran in a new array
+  CHECK(fs::exists(dir + "/out/slurm/batch-2.json"));
+  fs::remove_all(dir);
+}
