@@ -234,10 +234,7 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
     sweep::sweep_run sweep(s, plan.slots, ro);  // checks everything and locks the folder
     const std::string& where = sweep.out();
     for (const auto& w : sweep.warnings()) std::fprintf(stderr, "isorun: warning: %s\n", w.c_str());
-    const std::string spans = !sweep::spans_gpus(s) ? ""
-                              : !s.gpus_per_trial_param.empty()
-                                  ? "; each trial on {" + s.gpus_per_trial_param + "} GPUs"
-                                  : "; each trial on " + std::to_string(s.gpus_per_trial) + " GPUs";
+    const std::string spans = sweep::spans_gpus(s) ? "; each trial on " + sweep::gpus_per_trial_text(s) + " GPUs" : "";
     std::fprintf(stderr, "isorun: sweep %s: %zu trials (%zu to run) on %s%s; %s; results in %s/\n",
                  sweep::subject(s).c_str(), s.trials.size(), sweep.pending(), plan.how.c_str(), spans.c_str(),
                  sweep::plan_standby(s, plan.slots).how.c_str(), where.c_str());

@@ -1137,6 +1137,24 @@ TEST_CASE("report data: axes, outcome counts and the slots' intervals come from 
   fs::remove_all(dir);
 }
 
+TEST_CASE("results.csv and the report's table share their columns", "[sweep][report]") {
+  sw::trial_record a, b;
+  a.params = {{"lr", 0.1}, {"device", "x"}};
+  a.result = {{"acc", 0.9}, {"lr", 1}, {"device", "cuda"}};
+  b.params = {{"lr", 0.2}};
+  b.kind = isorun::outcome_kind::crashed;
+  const auto c = sw::columns_of({a, b});
+  // a result field named like a parameter or a fixed column gets result_ in front
+  CHECK(c.headers == std::vector<std::string>{"device", "lr", "acc", "result_device", "result_lr"});
+  CHECK(c.values(b) == std::vector<json>{json(), 0.2, json(), json(), json()});
+  sw::trial_record n;
+  n.result = 42;  // no result is an object: the whole result in one column
+  const auto plain = sw::columns_of({n});
+  CHECK(plain.headers == std::vector<std::string>{"result"});
+  CHECK(plain.values(n) == std::vector<json>{42});
+  CHECK(sw::results_csv({n}).find("peak_reserved,result,error\n") != std::string::npos);
+}
+
 TEST_CASE("a report of 10,000 trials stays small: charts sample or merge, the table is paged", "[sweep][report]") {
   const std::string dir = temp_dir();
   json slots = json::array();

@@ -35,6 +35,12 @@ std::string_view to_string(outcome_kind kind) noexcept {
   return "unknown";
 }
 
+std::optional<outcome_kind> outcome_kind_named(std::string_view name) noexcept {
+  for (auto kind : all_outcome_kinds)
+    if (to_string(kind) == name) return kind;
+  return std::nullopt;
+}
+
 int exit_code(outcome_kind kind) noexcept {
   switch (kind) {
     case outcome_kind::success: return 0;

@@ -574,32 +574,22 @@ const char* script = R"(
 
 // The table's data: the columns of results.csv, plus the peak against the cap.
 json table_data(const report_data& d) {
-  std::set<std::string> param_names, result_names;
-  for (const auto& r : d.records) {
-    for (auto it = r.params.begin(); it != r.params.end(); ++it) param_names.insert(it.key());
-    if (r.result.is_object())
-      for (auto it = r.result.begin(); it != r.result.end(); ++it) result_names.insert(it.key());
-  }
+  const result_columns columns = columns_of(d.records);
   json cols = json::array({{{"name", "id"}}, {{"name", "outcome"}, {"kind", "outcome"}}, {{"name", "attempts"}},
                            {{"name", "wall_s"}}, {{"name", "device"}}, {{"name", "peak_reserved"}, {"kind", "bytes"}},
                            {{"name", "peak/cap"}}});
-  for (const auto& p : param_names) cols.push_back({{"name", p}});
-  static const std::set<std::string> fixed = {"id", "outcome", "attempts", "wall_s", "device", "peak_reserved", "peak/cap", "error"};
-  for (const auto& m : result_names) cols.push_back({{"name", param_names.count(m) || fixed.count(m) ? "result_" + m : m}});
+  for (const auto& h : columns.headers) cols.push_back({{"name", h}});
   cols.push_back({{"name", "error"}, {"kind", "error"}});
   json rows = json::array();
   for (const auto& r : d.records) {
     json row = {r.id, std::string(to_string(r.kind)), r.attempts, r.wall_s, r.device, r.peak_reserved,
                 r.mem_limit ? json(static_cast<double>(r.peak_reserved) / static_cast<double>(r.mem_limit)) : json()};
-    for (const auto& p : param_names) row.push_back(r.params.value(p, json()));
-    for (const auto& m : result_names) row.push_back(r.result.is_object() ? r.result.value(m, json()) : json());
+    for (auto& v : columns.values(r)) row.push_back(std::move(v));
     row.push_back(r.error);
     rows.push_back(std::move(row));
   }
   json colours = json::object();
-  for (auto k : {outcome_kind::success, outcome_kind::task_error, outcome_kind::out_of_memory, outcome_kind::crashed,
-                 outcome_kind::timeout, outcome_kind::invalid_result, outcome_kind::cancelled, outcome_kind::internal_error})
-    colours[std::string(to_string(k))] = outcome_colour(k);
+  for (auto k : all_outcome_kinds) colours[std::string(to_string(k))] = outcome_colour(k);
   int sort_col = -1;
   if (!d.metric.empty())
     for (std::size_t i = 0; i < cols.size(); ++i)
@@ -729,13 +719,8 @@ std::string render_report(const report_data& d) {
     o << "<div class=\"card\"" << (colour ? std::string(" style=\"border-left:4px solid ") + colour + "\"" : "") << ">" << esc(title)
       << "<b>" << esc(value) << "</b></div>";
   };
-  for (const auto& [k, n] : d.outcomes) {
-    outcome_kind kind = outcome_kind::internal_error;
-    for (auto c : {outcome_kind::success, outcome_kind::task_error, outcome_kind::out_of_memory, outcome_kind::crashed,
-                   outcome_kind::timeout, outcome_kind::invalid_result, outcome_kind::cancelled, outcome_kind::internal_error})
-      if (to_string(c) == k) kind = c;
-    card(k, std::to_string(n), outcome_colour(kind));
-  }
+  for (const auto& [k, n] : d.outcomes)
+    card(k, std::to_string(n), outcome_colour(outcome_kind_named(k).value_or(outcome_kind::internal_error)));
   card("wall time", num(wall, 4) + " s");
   card("slots", std::to_string(slots));
   card("GPUs", gpus.empty() ? "none (CPU)" : std::to_string(gpus.size()));

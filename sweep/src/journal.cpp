@@ -60,11 +60,7 @@ trial_record trial_record::from_json(const json& j) {
   trial_record r;
   r.id = j.at("id").get<std::string>();
   r.params = j.at("params");
-  const std::string k = j.at("outcome").get<std::string>();
-  r.kind = outcome_kind::internal_error;
-  for (auto kind : {outcome_kind::success, outcome_kind::task_error, outcome_kind::out_of_memory, outcome_kind::crashed,
-                    outcome_kind::timeout, outcome_kind::cancelled, outcome_kind::invalid_result, outcome_kind::internal_error})
-    if (to_string(kind) == k) r.kind = kind;
+  r.kind = outcome_kind_named(j.at("outcome").get<std::string>()).value_or(outcome_kind::internal_error);
   r.result = j.value("result", json());
   r.error = j.value("error", "");
   r.wall_s = j.value("wall_s", 0.0);

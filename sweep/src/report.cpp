@@ -104,26 +104,42 @@ std::string top_table(const sweep_spec& s, const std::vector<trial_record>& reco
   return o.str();
 }
 
-std::string results_csv(const std::vector<trial_record>& records) {
+result_columns columns_of(const std::vector<trial_record>& records) {
   std::set<std::string> param_names, result_names;
   for (const auto& r : records) {
     for (auto it = r.params.begin(); it != r.params.end(); ++it) param_names.insert(it.key());
     if (r.result.is_object())
       for (auto it = r.result.begin(); it != r.result.end(); ++it) result_names.insert(it.key());
   }
+  static const std::set<std::string> fixed = {"id", "outcome", "attempts", "wall_s", "device", "peak_reserved", "error"};
+  result_columns c;
+  c.params.assign(param_names.begin(), param_names.end());
+  c.fields.assign(result_names.begin(), result_names.end());
+  c.headers = c.params;
+  for (const auto& m : c.fields) c.headers.push_back(param_names.count(m) || fixed.count(m) ? "result_" + m : m);
+  if (c.fields.empty()) c.headers.emplace_back("result");
+  return c;
+}
+
+std::vector<json> result_columns::values(const trial_record& r) const {
+  std::vector<json> v;
+  v.reserve(headers.size());
+  for (const auto& p : params) v.push_back(r.params.value(p, json()));
+  for (const auto& m : fields) v.push_back(r.result.is_object() ? r.result.value(m, json()) : json());
+  if (fields.empty()) v.push_back(r.result);
+  return v;
+}
+
+std::string results_csv(const std::vector<trial_record>& records) {
+  const result_columns columns = columns_of(records);
   std::ostringstream csv;
   csv << "id,outcome,attempts,wall_s,device,peak_reserved";
-  for (const auto& p : param_names) csv << "," << p;
-  static const std::set<std::string> fixed = {"id", "outcome", "attempts", "wall_s", "device", "peak_reserved", "error"};
-  for (const auto& m : result_names) csv << "," << (param_names.count(m) || fixed.count(m) ? "result_" + m : m);
-  if (result_names.empty()) csv << ",result";
+  for (const auto& h : columns.headers) csv << "," << h;
   csv << ",error\n";
   for (const auto& r : records) {
     csv << r.id << "," << to_string(r.kind) << "," << r.attempts << "," << r.wall_s << "," << r.device << ","
         << r.peak_reserved;
-    for (const auto& p : param_names) csv << "," << csv_field(r.params.value(p, json()));
-    for (const auto& m : result_names) csv << "," << csv_field(r.result.is_object() ? r.result.value(m, json()) : json());
-    if (result_names.empty()) csv << "," << csv_field(r.result);
+    for (const auto& v : columns.values(r)) csv << "," << csv_field(v);
     csv << "," << csv_field(json(r.error)) << "\n";
   }
   return csv.str();

@@ -376,10 +376,7 @@ sweep_summary sweep_run::run() {
     identity["subject"] = st.subject;
     identity["metric"] = s.metric.name.empty() ? json() : json{{"name", s.metric.name}, {"maximize", s.metric.maximize}};
     identity["runs"].push_back({{"run", run_number}, {"slots", slot_list}, {"mem_limit", s.mem_limit},
-                                {"gpus_per_trial", spans_gpus(s) ? json(s.gpus_per_trial_param.empty()
-                                                                            ? std::to_string(s.gpus_per_trial)
-                                                                            : "{" + s.gpus_per_trial_param + "}")
-                                                                 : json(1)},
+                                {"gpus_per_trial", gpus_per_trial_text(s)},
                                 {"trials", queue.size()}});
     if (!node) write_file_durably(out / "sweep.json", identity.dump(2) + "\n");
   }
@@ -750,9 +747,8 @@ sweep_summary sweep_run::run() {
           inflight[job] = {job, batch, tasks["tasks"].get<std::vector<std::vector<std::size_t>>>()};
         }
     }
-    // Journals the records array tasks left; true if any.
+    // Journals the records array tasks left.
     auto merge = [&] {
-      bool any = false;
       std::error_code ec;
       for (const auto& e : fs::directory_iterator(dir / "results", ec)) {
         if (e.path().extension() != ".json") continue;  // (".tmp": still being written)
@@ -775,9 +771,7 @@ sweep_summary sweep_run::run() {
         if (it == index_of.end() || stopped_by_us || !done.insert(it->second).second) continue;
         rec.attempts = std::max(rec.attempts, attempts[it->second]);
         finish_trial(std::move(rec));
-        any = true;
       }
-      return any;
     };
     merge();  // records left by arrays that ended while no one was following (detached, killed)
     std::set<std::size_t> owed;
@@ -825,7 +819,7 @@ sweep_summary sweep_run::run() {
             const std::string state = st_it == states.end() ? "UNKNOWN" : st_it->second;
             const outcome_kind kind = slurm::outcome_of(state);
             const auto allowed = s.retries.find(std::string(to_string(kind)));
-            if (kind != outcome_kind::cancelled && allowed != s.retries.end() && attempts[i] <= allowed->second) {
+            if (allowed != s.retries.end() && attempts[i] <= allowed->second) {
               ++attempts[i];
               again.push_back(i);
               continue;

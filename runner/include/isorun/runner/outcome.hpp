@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,8 +43,16 @@ enum class outcome_kind {
   internal_error,  ///< the supervisor could not run it
 };
 
+/// Every outcome class, in declaration order.
+inline constexpr outcome_kind all_outcome_kinds[] = {
+    outcome_kind::success,   outcome_kind::task_error, outcome_kind::out_of_memory,  outcome_kind::crashed,
+    outcome_kind::timeout,   outcome_kind::cancelled,  outcome_kind::invalid_result, outcome_kind::internal_error};
+
 /// @brief "success", "task_error", ...
 std::string_view to_string(outcome_kind kind) noexcept;
+
+/// @brief The class named `name` (as to_string writes it); nullopt for any other text.
+std::optional<outcome_kind> outcome_kind_named(std::string_view name) noexcept;
 
 /// @brief The CLI exit code of each class (see README): 0, 1, 3, 4, 124, 130, 5, 125.
 int exit_code(outcome_kind kind) noexcept;

@@ -130,6 +130,11 @@ using runner::slot_plan;
 ///        from a parameter): such trials are packed by runner::gpu_packer, not on fixed slots.
 [[nodiscard]] inline bool spans_gpus(const sweep_spec& s) { return s.gpus_per_trial > 1 || !s.gpus_per_trial_param.empty(); }
 
+/// @brief gpus_per_trial as a spec writes it: "2", or "{g}" for parameter g's value.
+[[nodiscard]] inline std::string gpus_per_trial_text(const sweep_spec& s) {
+  return s.gpus_per_trial_param.empty() ? std::to_string(s.gpus_per_trial) : "{" + s.gpus_per_trial_param + "}";
+}
+
 /// @brief The GPUs, cap and packing a sweep asks for, for runner::plan_slots.
 [[nodiscard]] inline runner::slot_request resources(const sweep_spec& s) {
   return {.gpus = s.gpus, .all_gpus = s.all_gpus, .mem_limit = s.mem_limit, .per_gpu = s.per_gpu, .cpu_slots = s.cpu_slots};
