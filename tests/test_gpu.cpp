@@ -97,9 +97,26 @@ int warm_trivial(int) {
   return warm ? 1 : 0;
 }
 
+std::byte pattern_at(std::uint64_t i) { return static_cast<std::byte>((i * 2654435761u) >> 11); }
+
+// `size` bytes of a pattern made in GPU memory (copied up piece by piece), returned with
+// device_result: streamed through the worker's page-locked ring.
+isorun::blob streamed_from_gpu(std::uint64_t size) {
+  auto& w = isorun::this_worker();
+  isorun::alloc::device_buffer d(w.allocator(), size);
+  std::vector<std::byte> piece(16 * MiB);
+  for (std::uint64_t off = 0; off < size; off += piece.size()) {
+    const std::uint64_t n = std::min<std::uint64_t>(piece.size(), size - off);
+    for (std::uint64_t i = 0; i < n; ++i) piece[i] = pattern_at(off + i);
+    d.copy_from_host(piece.data(), n, off);
+  }
+  return w.device_result(d);
+}
+
 }  // namespace
 
 ISORUN_TASK(warm_trivial);
+ISORUN_TASK(streamed_from_gpu);
 
 TEST_CASE("the worker sees exactly the assigned GPU, by UUID", "[gpu]") {
   const auto inv = gpu_inventory::detect();
@@ -108,7 +125,7 @@ TEST_CASE("the worker sees exactly the assigned GPU, by UUID", "[gpu]") {
   CHECK(json::parse(r.out) == inv.gpus[0].uuid + " cap=" + std::to_string(1ULL << 30));
 }
 
-TEST_CASE("--gpus: --gpus 0 is --gpu 0 on a real GPU, and more GPUs than there are is refused", "[gpu]") {
+TEST_CASE("isorun --gpus 0 is --gpu 0 on a real GPU, and more GPUs than there are is refused", "[gpu]") {
   const auto inv = gpu_inventory::detect();
   auto one = run({"-q", "--gpus", "0", "--mem-limit", "2G", "device_info"});
   REQUIRE(one.code == 0);
@@ -231,6 +248,22 @@ TEST_CASE("a warm standby worker has its CUDA context before the call; an early 
   std::printf("gpu-check: trivial CUDA task on a warm standby worker, early result: %.1f ms\n", ms);
   isorun::stop_standby();  // the replacement worker, warm too, is stopped
   expect_released(baseline, "a warm standby call and stop_standby()");
+}
+
+TEST_CASE("a result made on the GPU streams back whole through the page-locked ring; memory back after", "[gpu]") {
+  const std::uint64_t baseline = free_memory();
+  for (const bool early : {false, true}) {
+    const std::uint64_t size = 300 * MiB + 7;
+    auto r = isorun::isolated(streamed_from_gpu, {.gpu = 0, .mem_limit = 2048 * MiB, .early_result = early}).try_call(size);
+    REQUIRE(r.ok());
+    CHECK(r.status().exit_pending == early);
+    const isorun::blob& b = r.value();
+    REQUIRE(b.size() == size);
+    std::uint64_t wrong = 0;
+    for (std::uint64_t i = 0; i < size; ++i) wrong += b.data()[i] != pattern_at(i);
+    CHECK(wrong == 0);
+  }
+  expect_released(baseline, "a streamed GPU result");
 }
 
 TEST_CASE("a CUDA program run with -- under --mem-limit is held to the cap by the real driver", "[gpu]") {

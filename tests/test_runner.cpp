@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "isorun/alloc/device_buffer.hpp"
+#include "isorun/serialization/result_stream.hpp"
 #include "isorun/isorun.hpp"
 #include "isorun/runner/job.hpp"
 #include "isorun/runner/containment.hpp"
@@ -106,6 +107,38 @@ wrapped wrap_in_place(std::uint64_t size) {
   wrapped w{7, isorun::this_worker().output_blob(size)};
   std::memset(w.bytes.mutable_data(), 0x5a, size);
   return w;
+}
+
+// Byte `i` of the pattern make_pattern writes (also past the last whole word).
+std::byte pattern_byte(std::uint64_t i, std::uint64_t seed) {
+  const std::uint64_t w = pattern_word(i / 8, seed);
+  std::byte b[8];
+  std::memcpy(b, &w, 8);
+  return b[i % 8];
+}
+
+// Makes `size` bytes of the pattern in the worker's device memory (on a simulated GPU the host
+// cannot touch it; in a CPU worker it is host memory), filled piece by piece as a kernel would,
+// and returns them through the result stream.
+isorun::blob from_device(std::uint64_t size, std::uint64_t seed) {
+  auto& w = isorun::this_worker();
+  isorun::alloc::device_buffer d(w.allocator(), size);
+  std::vector<std::byte> piece(8 << 20);
+  for (std::uint64_t off = 0; off < size; off += piece.size()) {
+    const std::uint64_t n = std::min<std::uint64_t>(piece.size(), size - off);
+    for (std::uint64_t i = 0; i < n; ++i) piece[i] = pattern_byte(off + i, seed);
+    d.copy_from_host(piece.data(), n, off);
+  }
+  return w.device_result(d);
+}
+
+// Misuses of device_result: a stand-in returned without its stream, a second stream.
+isorun::blob streams_wrongly(int how) {
+  if (how == 0) return isorun::blob::streamed(10);
+  isorun::alloc::device_buffer d(isorun::this_worker().allocator(), 64);
+  d.copy_from_host(std::vector<char>(64, 'x').data(), 64);
+  auto first = isorun::this_worker().device_result(d);
+  return isorun::this_worker().device_result(d);
 }
 
 std::uint64_t sum_blob(const isorun::blob& b) {
@@ -283,6 +316,8 @@ ISORUN_TASK(scale);
 ISORUN_TASK(make_pattern);
 ISORUN_TASK(sum_blob);
 ISORUN_TASK(fill_in_place);
+ISORUN_TASK(from_device);
+ISORUN_TASK(streams_wrongly);
 ISORUN_TASK(wrap_in_place);
 ISORUN_TASK(throws);
 ISORUN_TASK(segfaults);
@@ -998,6 +1033,80 @@ TEST_CASE("output_blob: a result written in place in shared memory", "[runner]")
   isorun::blob local = isorun::this_worker().output_blob(16);  // outside a worker: owned
   CHECK_FALSE(local.is_view());
   CHECK(local.mutable_data() != nullptr);
+}
+
+// Which mapping of this process holds `p`, as /proc/self/maps names it ("" for an anonymous one).
+std::string mapping_of(const void* p) {
+  std::ifstream maps("/proc/self/maps");
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  for (std::string line; std::getline(maps, line);) {
+    std::uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2 && at >= lo && at < hi) {
+      const auto slash = line.find('/');
+      const auto bracket = line.find('[');
+      return line.substr(std::min(slash, bracket) == std::string::npos ? line.size() : std::min(slash, bracket));
+    }
+  }
+  return "unmapped";
+}
+
+TEST_CASE("device_result: a blob in device memory streams to the supervisor, into memory only it maps", "[runner][stream]") {
+  isorun::stop_standby();
+  auto& rings = isorun::serialization::segment_pool::rings();  // kept warm between calls
+  REQUIRE(isorun::isolated(from_device)(1, 1).size() == 1);  // and the segment pool warmed up
+  rings.clear();
+  const int fds_before = isorun::test::open_fds(), shm_before = isorun::test::shm_entries();
+  // Sizes around the ring's slots (8 MiB, 8 of them) and the checksum's 4 MiB chunks: one byte;
+  // a payload (8-byte length + bytes) of exactly one slot; one byte more; several turns of the ring.
+  const std::uint64_t slot = isorun::serialization::ring_slot_bytes;
+  for (const std::uint64_t size : {std::uint64_t{1}, slot - 8, slot - 7, 4_MiB + 5, 150_MiB + 3}) {
+    for (const bool gpu : {true, false}) {
+      INFO("size " << size << (gpu ? " on the simulated GPU" : " in a CPU worker"));
+      isorun::isolated_options opts;
+      if (gpu) opts.gpu = 0;
+      auto r = isorun::isolated(from_device, opts).try_call(size, size);
+      REQUIRE(r.ok());
+      const isorun::blob& b = r.value();
+      REQUIRE(b.size() == size);
+      CHECK(b.is_view());
+      std::uint64_t wrong = 0;
+      for (std::uint64_t i = 0; i < size; ++i) wrong += b.data()[i] != pattern_byte(i, size);
+      CHECK(wrong == 0);
+      // In private anonymous memory, not in a shared segment a worker could still reach.
+      CHECK(mapping_of(b.data()).empty());
+    }
+  }
+  rings.clear();
+  CHECK(isorun::test::open_fds() == fds_before);
+  CHECK(isorun::test::shm_entries() == shm_before);
+  // Early hand-over too: nothing to seal, the bytes are the supervisor's.
+  {
+    auto early = isorun::isolated(from_device, {.gpu = 0, .early_result = true}).try_call(20_MiB, 9);
+    REQUIRE(early.ok());
+    CHECK(early.status().exit_pending);
+    CHECK(early.value().size() == 20_MiB);
+    CHECK(early.value().data()[20_MiB - 1] == pattern_byte(20_MiB - 1, 9));
+  }
+  // Outside a worker: an ordinary copy.
+  {
+    isorun::alloc::caching_allocator& a = isorun::this_worker().allocator();
+    isorun::alloc::device_buffer d(a, 100);
+    d.copy_from_host(std::string(100, 'q').data(), 100);
+    const isorun::blob local = isorun::this_worker().device_result(d, 10);
+    CHECK_FALSE(local.is_view());
+    CHECK(local.size() == 10);
+    CHECK(local.data()[9] == std::byte{'q'});
+    CHECK_THROWS_AS(isorun::this_worker().device_result(d, 101), std::out_of_range);
+  }
+}
+
+TEST_CASE("device_result misused: each misuse is the task's error, with what to do", "[runner][stream]") {
+  auto none = isorun::isolated(streams_wrongly).try_call(0);
+  REQUIRE(none.status().kind == isorun::outcome_kind::task_error);
+  CHECK_THAT(none.status().message, Catch::Contains("return what device_result() returned"));
+  auto twice = isorun::isolated(streams_wrongly, {.gpu = 0}).try_call(1);
+  REQUIRE(twice.status().kind == isorun::outcome_kind::task_error);
+  CHECK_THAT(twice.status().message, Catch::Contains("already called"));
 }
 
 TEST_CASE("a result segment that cannot grow (file size limit): a clear error, nothing left behind, and it works again after",

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -20,6 +21,7 @@
 #include "isorun/serialization/blob.hpp"
 #include "isorun/serialization/codec.hpp"
 #include "isorun/serialization/control.hpp"
+#include "isorun/serialization/result_stream.hpp"
 #include "isorun/serialization/segment_pool.hpp"
 #include "isorun/serialization/shm_segment.hpp"
 #include "isorun/serialization/streams.hpp"
@@ -277,6 +279,15 @@ TEST_CASE("an assignment carries its segments' descriptors; stray descriptors ar
   a.stdout_attached = true;
   ser::send_message(sv[0], a, fds);
   CHECK_THROWS_WITH(ser::try_receive(sv[1]), Catch::Contains("carried 2 descriptors, not 3"));
+  // And one with a result ring, its ring and the ring's eventfd as well.
+  a.stream_attached = true;
+  const int five[] = {request.fd(), result.fd(), request.fd(), result.fd(), request.fd()};
+  ser::send_message(sv[0], a, std::span<const int>(five, 4));
+  CHECK_THROWS_WITH(ser::try_receive(sv[1]), Catch::Contains("carried 4 descriptors, not 5"));
+  ser::send_message(sv[0], a, five);
+  r = ser::receive_message(sv[1], true);
+  CHECK(r.fds.size() == 5);
+  for (int fd : r.fds) ::close(fd);
   ser::send_message(sv[0], ser::hello_message{}, fds);
   CHECK_THROWS_WITH(ser::try_receive(sv[1]), Catch::Contains("descriptors it should not"));
   CHECK(isorun::test::open_fds() == before);
@@ -306,4 +317,108 @@ TEST_CASE("the segment pool recycles warm segments within its idle limit", "[poo
   pool.clear();
   CHECK(pool.idle_bytes() == 0);
   pool.set_idle_limit(2ULL << 30);
+}
+
+namespace {
+
+// A result ring shared by this process (the supervisor's side) and a forked child (the worker's
+// side, which inherits the shared mapping).
+struct ring_pair {
+  std::shared_ptr<ser::pooled_segment> ring = ser::segment_pool::rings().acquire(ser::ring_bytes);
+  std::byte* mapped = ring->writable(ser::ring_bytes, false);
+  int event = ::eventfd(0, EFD_CLOEXEC);
+  ring_pair() { ser::reset_ring(mapped); }
+  ~ring_pair() { ::close(event); }
+  // Blocks until the child says a stream begins.
+  void await_start() const {
+    std::uint64_t n = 0;
+    REQUIRE(::read(event, &n, sizeof n) == sizeof n);
+  }
+};
+
+std::byte stream_byte(std::uint64_t i) { return static_cast<std::byte>((i * 2654435761u) >> 13); }
+
+// The worker's side in a child process: streams `total` bytes of stream_byte, dying at `die_at`
+// bytes if given; writes the checksum it computed to `out`.
+pid_t stream_from_child(const ring_pair& r, std::uint64_t total, int out, std::uint64_t die_at = ~0ULL) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ser::stream_writer w(r.mapped, r.event);
+    const std::uint64_t sum = w.write(total, [&](std::byte* dst, std::uint64_t off, std::uint64_t n) {
+      if (off >= die_at) ::_exit(3);
+      for (std::uint64_t i = 0; i < n; ++i) dst[i] = stream_byte(off + i);
+    });
+    if (::write(out, &sum, sizeof sum) != sizeof sum) ::_exit(1);
+    ::_exit(0);
+  }
+  return pid;
+}
+
+}  // namespace
+
+TEST_CASE("a result stream crosses processes whole, through many turns of the ring, checksummed on both sides", "[stream]") {
+  for (const std::uint64_t total : {std::uint64_t{9}, ser::ring_slot_bytes, 3 * ser::ring_bytes + 12345}) {
+    INFO("total " << total);
+    ring_pair r;
+    int p[2];
+    REQUIRE(::pipe(p) == 0);
+    const pid_t child = stream_from_child(r, total, p[1]);
+    r.await_start();
+    ser::stream_reader reader(r.ring, r.mapped, 1ULL << 40);
+    CHECK(reader.size() == total);
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    CHECK(status == 0);
+    reader.stop_waiting();  // all is published; stopping only ends the waiting
+    const auto got = reader.finish();
+    REQUIRE(got.payload.size() == total);
+    std::uint64_t wrong = 0;
+    for (std::uint64_t i = 0; i < total; ++i) wrong += got.payload[i] != stream_byte(i);
+    CHECK(wrong == 0);
+    std::uint64_t theirs = 0;
+    REQUIRE(::read(p[0], &theirs, sizeof theirs) == sizeof theirs);
+    CHECK(got.checksum == theirs);
+    CHECK(got.checksum == ser::checksum(got.payload));  // the wire format's checksum, as for segments
+    ::close(p[0]);
+    ::close(p[1]);
+  }
+}
+
+TEST_CASE("a result stream whose worker dies midway is reported incomplete, not waited for", "[stream]") {
+  ring_pair r;
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  const pid_t child = stream_from_child(r, 100 << 20, p[1], 3 * ser::ring_slot_bytes);
+  r.await_start();
+  ser::stream_reader reader(r.ring, r.mapped, 1ULL << 40);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WEXITSTATUS(status) == 3);
+  reader.stop_waiting();
+  CHECK_THROWS_WITH(reader.finish(), Catch::Contains("the result stream ended after") && Catch::Contains("of 104857600 bytes"));
+  ::close(p[0]);
+  ::close(p[1]);
+}
+
+TEST_CASE("a result stream is checked against the worker's hashes, and its size against the limit", "[stream]") {
+  {
+    // A slot whose second chunk does not match its hash (changed after it was hashed).
+    ring_pair r;
+    auto& ctl = *reinterpret_cast<ser::ring_control*>(r.mapped);
+    ctl.total = ser::checksum_chunk + 5;
+    std::byte* slot = r.mapped + ser::ring_control_bytes;
+    std::memset(slot, 'a', ctl.total);
+    ctl.chunk_hash[0][0] = ser::checksum({slot, ser::checksum_chunk});
+    ctl.chunk_hash[0][1] = 42;
+    ctl.filled = 1;
+    ser::stream_reader reader(r.ring, r.mapped, 1ULL << 40);
+    reader.stop_waiting();
+    CHECK_THROWS_WITH(reader.finish(), Catch::Contains("chunk 1 of the streamed result differs"));
+  }
+  ring_pair r;
+  auto& ctl = *reinterpret_cast<ser::ring_control*>(r.mapped);
+  ctl.total = 0;
+  CHECK_THROWS_WITH(ser::stream_reader(r.ring, r.mapped, 1 << 20), Catch::Contains("0 bytes"));
+  ctl.total = (1 << 20) + 1;
+  CHECK_THROWS_WITH(ser::stream_reader(r.ring, r.mapped, 1 << 20), Catch::Contains("exceeds the limit of 1048576"));
 }

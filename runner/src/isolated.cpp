@@ -32,6 +32,7 @@ std::shared_ptr<runner::job> start_isolated(const void* fn, blob args, const iso
   // isolated() defaults to the CPU
   auto placed = runner::place_job(gpus(), runner::gpu_request_for(opts), false, opts.mem_limit);
   auto spec = runner::job_spec_for(task->name, serialization::encoding::binary, std::move(args), std::move(placed), opts);
+  spec.result_stream = task->result_type == "isorun::blob";
   if (!opts.standby) return runner::job::start(std::move(spec));
   auto& pool = runner::standby_for(runner::launch_spec_for(spec), opts.standby);
   return runner::job::start(std::move(spec), pool);

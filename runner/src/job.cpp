@@ -23,6 +23,7 @@
 #include "isorun/serialization/control.hpp"
 #include "isorun/serialization/protocol.hpp"
 #include "isorun/serialization/request.hpp"
+#include "isorun/serialization/result_stream.hpp"
 #include "isorun/serialization/segment_pool.hpp"
 #include "isorun/serialization/shm_segment.hpp"
 #include "isorun/runner/unique_fd.hpp"
@@ -42,9 +43,12 @@ namespace {
 using ser::monotonic_ns;
 using detail::line_tail;
 
-// A worker's request and result segments, ready to be handed over.
+// A worker's request and result segments, ready to be handed over, and for a blob result its
+// ring (with the supervisor's mapping of it) and the eventfd that announces a stream.
 struct prepared_request {
-  std::shared_ptr<ser::pooled_segment> request, result;
+  std::shared_ptr<ser::pooled_segment> request, result, ring;
+  std::byte* ring_map = nullptr;
+  unique_fd stream_event;
 };
 
 // Encodes what `spec` asks for into a request segment, and takes a result segment.
@@ -68,6 +72,14 @@ prepared_request prepare_request(job_spec& spec) {
     const std::uint64_t sum = ser::encode_into(base + ser::header_size, n, req);
     ser::write_header(base, ser::request_magic, spec.encoding, n, sum);
     p.result = pool.acquire(0, true);
+    if (spec.result_stream) {
+      p.ring = ser::segment_pool::rings().acquire(ser::ring_bytes);
+      // Not faulted in here: a ring's slot pages are made by the first stream through it.
+      p.ring_map = p.ring->writable(ser::ring_bytes, false);
+      ser::reset_ring(p.ring_map);
+      p.stream_event.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+      if (!p.stream_event) throw std::system_error(errno, std::generic_category(), "eventfd");
+    }
   } catch (const std::system_error& e) {
     throw internal_error(std::string("cannot prepare shared memory for the worker: ") + e.what());
   }
@@ -88,9 +100,14 @@ void assign(const launched_worker& w, const prepared_request& p, const job_spec&
     if (!out) throw internal_error("cannot open " + spec.stdout_path + ": " + std::strerror(errno));
     a.stdout_attached = true;
   }
-  const int fds[] = {p.request->fd(), p.result->fd(), out.get()};
+  std::vector<int> fds = {p.request->fd(), p.result->fd()};
+  if (out) fds.push_back(out.get());
+  if (p.ring) {
+    fds.insert(fds.end(), {p.ring->fd(), p.stream_event.get()});
+    a.stream_attached = true;
+  }
   try {
-    ser::send_message(w.control.get(), a, std::span<const int>(fds, ser::assign_fds(a)));
+    ser::send_message(w.control.get(), a, fds);
   } catch (const std::system_error&) {
   }
 }
@@ -104,6 +121,7 @@ struct watch_record {
   clock::duration wall{};
   std::uint64_t memory_peak = 0;  // the worker's cgroup's memory.peak, where known
   bool early = false;  // the result was sealed for hand-over; the worker has not exited yet
+  std::unique_ptr<ser::stream_reader> stream;  // receiving a result the worker streams
 
   void force(outcome_kind k, std::string why) {
     if (!forced) forced.emplace(k, std::move(why));
@@ -180,16 +198,17 @@ watch_record watch(job::state& s) {
     // The control socket is read once the worker is gone: its few small messages wait in the
     // socket buffer, and not waking up for each of them keeps a short task's round trip short.
     // Only an early hand-over listens for `done` while the worker lives.
-    pollfd fds[4] = {{worker.process.pidfd(), POLLIN, 0},
+    pollfd fds[5] = {{worker.process.pidfd(), POLLIN, 0},
                      {stderr_open ? worker.stderr_read.get() : -1, POLLIN, 0},
                      {s.cancel_event.get(), POLLIN, 0},
-                     {await_done && worker.control ? worker.control.get() : -1, POLLIN, 0}};
+                     {await_done && worker.control ? worker.control.get() : -1, POLLIN, 0},
+                     {s.segments.stream_event && !w.stream ? s.segments.stream_event.get() : -1, POLLIN, 0}};
     int timeout_ms = -1;
     if (deadline != never) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
       timeout_ms = static_cast<int>(std::clamp<long long>(left + 1, 0, INT_MAX));
     }
-    int rc = ::poll(fds, 4, timeout_ms);
+    int rc = ::poll(fds, 5, timeout_ms);
     if (rc < 0 && errno != EINTR) break;
     if (fds[2].revents & POLLIN) {
       std::uint64_t requests = 1;  // the eventfd counts cancels that arrived since the last read
@@ -199,6 +218,16 @@ watch_record watch(job::state& s) {
       for (std::uint64_t i = 0; i < std::min<std::uint64_t>(requests, 2); ++i) deadline = stopping.advance(worker.process);
     }
     if (fds[1].revents) stderr_open = read_stderr();
+    if (fds[4].revents & POLLIN) {  // the worker starts streaming its result: receive it alongside
+      std::uint64_t starts = 0;
+      [[maybe_unused]] auto n = ::read(s.segments.stream_event.get(), &starts, sizeof starts);
+      try {
+        w.stream = std::make_unique<ser::stream_reader>(s.segments.ring, s.segments.ring_map, s.spec.max_result);
+      } catch (const std::exception& e) {  // a bad size, or no memory for it: the result is lost
+        w.force(outcome_kind::invalid_result, std::string("worker result rejected: ") + e.what());
+        if (!stopping.started()) deadline = stopping.advance(worker.process);
+      }
+    }
     if (deadline != never && clock::now() >= deadline) {
       if (!stopping.started())
         w.force(outcome_kind::timeout, "timed out after " + format_duration(s.spec.timeout) + "; stopped");
@@ -219,6 +248,9 @@ watch_record watch(job::state& s) {
     if (fds[0].revents & POLLIN) break;
   }
 
+  // The worker reported or is gone: no more of a stream will come (what it published is
+  // still copied).
+  if (w.stream) w.stream->stop_waiting();
   if (!w.early) {
     read_control(s, w);
     w.exited = worker.process.reap();  // also kills what is left of the group and the cgroup
@@ -274,15 +306,29 @@ job_result classify(watch_record w, const job_spec& spec, const std::shared_ptr<
   } else if (w.done && w.done->status == ser::task_status::ok) {
     try {
       const ser::mapping& m = result_segment->current();
+      std::uint64_t magic = 0;
+      if (m.size() >= sizeof magic) std::memcpy(&magic, m.data(), sizeof magic);
       ser::encoding enc{};
-      r.payload = ser::open_payload(m.data(), m.size(), ser::result_magic, spec.max_result, enc);
+      if (magic == ser::streamed_result_magic) {  // the payload came through the ring
+        const ser::segment_header h = ser::read_header(m.data(), m.size(), magic, spec.max_result);
+        if (!w.stream) throw ser::wire_error("it says its result was streamed, but no stream began");
+        auto got = w.stream->finish();
+        if (h.payload_size != got.payload.size() || h.checksum != got.checksum)
+          throw ser::wire_error("the streamed result differs from what its header says (size or checksum)");
+        enc = static_cast<ser::encoding>(h.encoding);
+        r.payload = got.payload;
+        r.owner = std::move(got.owner);
+      } else {
+        r.payload = ser::open_payload(m.data(), m.size(), ser::result_magic, spec.max_result, enc);
+        r.owner = result_segment;
+      }
       if (enc != spec.encoding) throw ser::wire_error("result has a different encoding than requested");
       r.encoding = enc;
-      r.owner = result_segment;
       r.received_ns = monotonic_ns();
       o.kind = outcome_kind::success;
     } catch (const std::exception& e) {
       r.payload = {};
+      r.owner.reset();
       o.kind = outcome_kind::invalid_result;
       o.message = std::string("worker result rejected: ") + e.what();
     }
@@ -400,6 +446,7 @@ std::shared_ptr<job> job::assign_checked(job_spec spec, launched_worker worker) 
       }
       s->ready.notify_all();
       if (early) finish_exit(*s);
+      s->segments.ring.reset();  // only now: a worker still exiting could have written to it
       s->worker.control.reset();
       s->worker.stderr_read.reset();
     }).detach();
@@ -432,6 +479,7 @@ const job_result& job::wait() {
   if (s.finished) return s.result;
   s.result = classify(watch(s), s.spec, s.segments.result);
   s.segments.request.reset();
+  s.segments.ring.reset();  // the worker is reaped: the ring can serve another
   if (!s.result.owner) s.segments.result.reset();
   s.worker.control.reset();
   s.worker.stderr_read.reset();

@@ -27,7 +27,7 @@ struct frame {
 };
 
 // The most descriptors a receiver makes room for; a message with more is rejected whole.
-constexpr std::size_t max_fds = 4;
+constexpr std::size_t max_fds = 5;  // the most an assignment carries
 
 template <class M>
 M decoded(std::span<const std::byte> body) {

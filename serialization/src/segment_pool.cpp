@@ -2,11 +2,13 @@
 
 #include <algorithm>
 
+#include "isorun/serialization/result_stream.hpp"
+
 namespace isorun::serialization {
 
-std::byte* pooled_segment::writable(std::uint64_t size) {
+std::byte* pooled_segment::writable(std::uint64_t size, bool populate) {
   file_.reserve(size);
-  if (map_.size() < size) map_ = mapping::map(file_.fd(), file_.size(), mapping::access::read_write, true);
+  if (map_.size() < size) map_ = mapping::map(file_.fd(), file_.size(), mapping::access::read_write, populate);
   return map_.data();
 }
 
@@ -26,6 +28,17 @@ bool pooled_segment::seal() {
 segment_pool& segment_pool::instance() {
   // Deliberately never destroyed: segments may be released during static destruction.
   static auto* pool = new segment_pool;
+  return *pool;
+}
+
+segment_pool& segment_pool::rings() {
+  // Never destroyed, like instance(). A ring that was used holds its 64 MiB of slots resident: a
+  // few are kept warm, the rest closed.
+  static auto* pool = [] {
+    auto* p = new segment_pool;
+    p->set_idle_limit(4 * ring_bytes);
+    return p;
+  }();
   return *pool;
 }
 

@@ -31,8 +31,8 @@ void write_header(std::byte* segment, std::uint64_t magic, encoding enc, std::ui
   std::memcpy(segment, &h, sizeof h);
 }
 
-std::span<const std::byte> open_payload(const std::byte* segment, std::uint64_t mapped_size,
-                                        std::uint64_t magic, std::uint64_t max_payload, encoding& enc) {
+segment_header read_header(const std::byte* segment, std::uint64_t mapped_size, std::uint64_t magic,
+                           std::uint64_t max_payload) {
   if (segment == nullptr || mapped_size < header_size)
     throw wire_error("segment of " + std::to_string(mapped_size) + " bytes is smaller than its 64-byte header");
   segment_header h;
@@ -47,6 +47,12 @@ std::span<const std::byte> open_payload(const std::byte* segment, std::uint64_t 
   if (h.payload_size > max_payload)
     throw wire_error("payload of " + std::to_string(h.payload_size) + " bytes exceeds the limit of " +
                      std::to_string(max_payload) + " bytes");
+  return h;
+}
+
+std::span<const std::byte> open_payload(const std::byte* segment, std::uint64_t mapped_size,
+                                        std::uint64_t magic, std::uint64_t max_payload, encoding& enc) {
+  const segment_header h = read_header(segment, mapped_size, magic, max_payload);
   if (h.payload_size > mapped_size - header_size)
     throw wire_error("payload claims " + std::to_string(h.payload_size) + " bytes but the segment holds only " +
                      std::to_string(mapped_size - header_size));

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <algorithm>
 #include <stdexcept>
@@ -160,6 +161,36 @@ blob worker_context::output_blob(std::size_t size) {
     if (cuda_->host_register(area + sizeof(std::uint64_t), size) == 0) registered_ = area + sizeof(std::uint64_t);
   }
   return blob::external(area + sizeof(std::uint64_t), size);
+}
+
+blob worker_context::device_result(const alloc::device_buffer& buffer, std::size_t bytes) {
+  if (bytes > buffer.size())
+    throw std::out_of_range("device_result: " + std::to_string(bytes) + " bytes of a " + std::to_string(buffer.size()) +
+                            "-byte buffer");
+  if (!in_worker_ || !stream_) {  // nowhere to stream to: an ordinary blob
+    blob copy(bytes);
+    if (bytes) buffer.copy_to_host(copy.mutable_data(), bytes);
+    return copy;
+  }
+  const std::span<std::byte> slots = stream_->slots();
+  if (assigned_.kind == device_kind::cuda && !ring_registered_) {
+    allocator();  // loads the CUDA module
+    // Page-locked, the slots take the device's DMA directly; pageable memory works too, slower.
+    ring_registered_ = cuda_->host_register(slots.data(), slots.size()) == 0;
+  }
+  // The payload of a blob result: its length (as cereal writes a size tag), then its bytes.
+  const std::uint64_t length = bytes;
+  stream_->write(sizeof length + bytes, [&](std::byte* dst, std::uint64_t offset, std::uint64_t n) {
+    if (offset < sizeof length) {
+      const std::uint64_t head = std::min<std::uint64_t>(n, sizeof length - offset);
+      std::memcpy(dst, reinterpret_cast<const std::byte*>(&length) + offset, head);
+      dst += head;
+      offset += head;
+      n -= head;
+    }
+    if (n) buffer.copy_to_host(dst, n, offset - sizeof length);
+  });
+  return blob::streamed(bytes);
 }
 
 void worker_context::release_task_memory() noexcept {

@@ -27,6 +27,7 @@
 #include "isorun/serialization/control.hpp"
 #include "isorun/serialization/protocol.hpp"
 #include "isorun/serialization/request.hpp"
+#include "isorun/serialization/result_stream.hpp"
 #include "isorun/serialization/shm_segment.hpp"
 #include "isorun/serialization/wire.hpp"
 #include "isorun/worker/task.hpp"
@@ -61,9 +62,12 @@ std::string truncate(std::string s) {
   return s;
 }
 
-// What the supervisor's assignment gives a worker: its request and where its result goes.
+// What the supervisor's assignment gives a worker: its request, where its result goes and,
+// for a task whose result is a blob, a ring to stream it through (with the eventfd that says a
+// stream begins).
 struct assignment {
-  ser::shm_file request, result;
+  ser::shm_file request, result, ring;
+  int stream_event = -1;
 };
 
 // Waits for the assignment and applies its environment before anything (a task library, the
@@ -79,10 +83,15 @@ assignment receive_assignment() {
   const auto* a = r.message ? std::get_if<ser::assign_message>(&*r.message) : nullptr;
   if (!a) die("expected an assignment first");
   assignment out{ser::shm_file{r.fds[0]}, ser::shm_file{r.fds[1]}};
+  std::size_t next = 2;
   if (a->stdout_attached) {  // the task's own log file: stdout from here on
     std::fflush(stdout);
-    if (::dup2(r.fds[2], STDOUT_FILENO) < 0) die(std::string("cannot redirect stdout: ") + std::strerror(errno));
-    ::close(r.fds[2]);
+    if (::dup2(r.fds[next], STDOUT_FILENO) < 0) die(std::string("cannot redirect stdout: ") + std::strerror(errno));
+    ::close(r.fds[next++]);
+  }
+  if (a->stream_attached) {
+    out.ring = ser::shm_file{r.fds[next++]};
+    out.stream_event = r.fds[next++];
   }
   if (a->protocol != ser::protocol_version)
     die("assignment has protocol " + std::to_string(a->protocol) + ", this worker speaks " +
@@ -101,9 +110,38 @@ class result_too_large : public std::length_error {
   using std::length_error::length_error;
 };
 
-class segment_sink final : public worker::result_sink {
+class segment_sink final : public worker::result_sink, public worker_context::result_stream {
  public:
-  segment_sink(ser::shm_file file, std::uint64_t max_result) : file_{std::move(file)}, max_result_{max_result} {}
+  segment_sink(ser::shm_file file, std::uint64_t max_result, ser::shm_file ring, int stream_event)
+      : file_{std::move(file)}, max_result_{max_result}, ring_{std::move(ring)}, stream_event_{stream_event} {}
+  segment_sink(const segment_sink&) = delete;
+  segment_sink& operator=(const segment_sink&) = delete;
+  ~segment_sink() override {
+    if (stream_event_ >= 0) ::close(stream_event_);
+  }
+
+  [[nodiscard]] bool has_ring() const noexcept { return ring_.valid(); }
+
+  std::span<std::byte> slots() override { return writer().slots(); }
+
+  void write(std::uint64_t total, const fill_fn& fill) override {
+    if (streamed_) throw std::logic_error("device_result() was already called: a task has one result");
+    if (total > max_result_)
+      throw result_too_large("result of " + std::to_string(total) + " bytes exceeds the limit of " +
+                             std::to_string(max_result_) + " bytes (--max-result)");
+    stream_checksum_ = writer().write(total, fill);
+    stream_total_ = total;
+    streamed_ = true;
+  }
+
+  void commit_streamed(std::uint64_t blob_size) override {
+    if (!streamed_ || stream_total_ != sizeof(std::uint64_t) + blob_size)
+      throw std::logic_error("a streamed blob returned without its stream (return what device_result() returned)");
+    run_end_ns_ = monotonic_ns();
+    area(0);  // the header alone
+    ser::write_header(map_.data(), ser::streamed_result_magic, ser::encoding::binary, stream_total_, stream_checksum_);
+    committed_ns_ = monotonic_ns();
+  }
 
   std::byte* reserve(std::uint64_t size) override {
     run_end_ns_ = monotonic_ns();
@@ -137,9 +175,25 @@ class segment_sink final : public worker::result_sink {
   std::int64_t run_end_ns_ = 0, committed_ns_ = 0;
 
  private:
+  // The ring, mapped on first use: its pages exist already when the supervisor's pool reuses it.
+  ser::stream_writer& writer() {
+    if (!ring_.valid()) throw std::logic_error("no result ring was attached");
+    if (!writer_) {
+      ring_map_ = ser::mapping::map(ring_.fd(), ser::ring_bytes, ser::mapping::access::read_write, true);
+      writer_.emplace(ring_map_.data(), stream_event_);
+    }
+    return *writer_;
+  }
+
   ser::shm_file file_;
   ser::mapping map_;
   std::uint64_t max_result_;
+  ser::shm_file ring_;
+  int stream_event_;
+  ser::mapping ring_map_;
+  std::optional<ser::stream_writer> writer_;
+  bool streamed_ = false;
+  std::uint64_t stream_total_ = 0, stream_checksum_ = 0;
 };
 
 // A warm worker (env::warm) prepares its device while it waits: the CUDA context and the
@@ -256,7 +310,9 @@ namespace detail {
 
   ser::done_message done;
   std::optional<oom_figures> oom;  // for the memory timeline
-  segment_sink sink(std::move(assigned.result), req.max_result);
+  segment_sink sink(std::move(assigned.result), req.max_result, std::move(assigned.ring), assigned.stream_event);
+  if (sink.has_ring() && req.encoding == static_cast<std::uint32_t>(ser::encoding::binary))
+    this_worker().set_result_stream(&sink);
   const std::int64_t start_ns = monotonic_ns();
   try {
     const worker::task_info* task = worker::registry::instance().find(req.task);

@@ -49,6 +49,9 @@ struct job_spec {
   /// Hand the result over as soon as the worker reports it, sealed, while the worker exits
   /// behind it (isolated_options::early_result).
   bool early_result = false;
+  /// The task's result is an `isorun::blob` (binary encoding): the worker gets a result ring, so
+  /// a result made on the device can be streamed (worker_context::device_result).
+  bool result_stream = false;
   /// When set, the worker writes its task's memory timeline to this file as JSON (its
   /// allocators' history, which `alloc_conf` must turn on with history:N, and after an OOM the
   /// allocations live at the failure): what `isorun report` and --memory-timeline draw.

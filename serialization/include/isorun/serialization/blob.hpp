@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <span>
 #include <type_traits>
 #include <utility>
@@ -49,18 +50,30 @@ class blob {
     return b;
   }
 
+  /// @brief Stands for `size` bytes a worker has already streamed to the supervisor (see
+  ///        worker_context::device_result): it has no bytes here, and is only returned.
+  static blob streamed(std::size_t size) noexcept {
+    blob b;
+    b.size_ = size;
+    b.streamed_ = true;
+    return b;
+  }
+
   blob(blob&& o) noexcept
       : storage_{std::move(o.storage_)}, external_{std::exchange(o.external_, nullptr)}, owner_{std::move(o.owner_)},
-        data_{std::exchange(o.data_, nullptr)}, size_{std::exchange(o.size_, 0)} {}
+        data_{std::exchange(o.data_, nullptr)}, size_{std::exchange(o.size_, 0)}, streamed_{std::exchange(o.streamed_, false)} {}
   blob& operator=(blob&& o) noexcept {
     storage_ = std::move(o.storage_);
     external_ = std::exchange(o.external_, nullptr);
     owner_ = std::move(o.owner_);
     data_ = std::exchange(o.data_, nullptr);
     size_ = std::exchange(o.size_, 0);
+    streamed_ = std::exchange(o.streamed_, false);
     return *this;
   }
-  blob(const blob& other) : blob(other.data_, other.size_) {}
+  blob(const blob& other) : blob(other.data_, other.size_) {
+    if (other.streamed_) *this = streamed(other.size_);
+  }
   blob& operator=(const blob& other) {
     if (this != &other) *this = blob(other);
     return *this;
@@ -74,9 +87,13 @@ class blob {
   [[nodiscard]] std::span<const std::byte> bytes() const noexcept { return {data_, size_}; }
   /// True when this blob aliases a shared-memory result instead of owning its bytes.
   [[nodiscard]] bool is_view() const noexcept { return data_ != nullptr && !storage_ && !external_; }
+  /// True for the stand-in of a streamed result (blob::streamed).
+  [[nodiscard]] bool is_streamed() const noexcept { return streamed_; }
 
   template <class Archive>
   void save(Archive& ar) const {
+    if (streamed_)  // its bytes are with the supervisor already, in place of the whole result
+      throw std::logic_error("a blob from device_result() can only be returned as the task's whole result");
     ar(cereal::make_size_tag(static_cast<cereal::size_type>(size_)));
     if constexpr (std::is_same_v<Archive, cereal::BinaryOutputArchive>) {
       ar(cereal::binary_data(data_, size_));
@@ -110,6 +127,7 @@ class blob {
   std::shared_ptr<const void> owner_;
   const std::byte* data_ = nullptr;
   std::size_t size_ = 0;
+  bool streamed_ = false;
 };
 
 }  // namespace isorun

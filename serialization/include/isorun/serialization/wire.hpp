@@ -28,6 +28,9 @@ enum class encoding : std::uint32_t {
 
 inline constexpr std::uint64_t request_magic = 0x3151'4e55'524f'5349ULL;  // "ISORUNQ1"
 inline constexpr std::uint64_t result_magic = 0x3152'4e55'524f'5349ULL;   // "ISORUNR1"
+/// A result whose payload came through the result stream (result_stream.hpp): its header's size
+/// and checksum describe the streamed bytes, and no payload follows it in the segment.
+inline constexpr std::uint64_t streamed_result_magic = 0x3153'4e55'524f'5349ULL;  // "ISORUNS1"
 inline constexpr std::uint32_t wire_version = 2;
 
 /// First 64 bytes of every segment. Plain data, written last by the producer.
@@ -55,6 +58,12 @@ std::uint64_t checksum(std::span<const std::byte> bytes);
 /// @brief Writes the header for a payload already in place after it.
 void write_header(std::byte* segment, std::uint64_t magic, encoding enc, std::uint64_t payload_size,
                   std::uint64_t payload_checksum) noexcept;
+
+/// @brief Reads and validates a segment's header (not its payload): magic, version, encoding,
+///        and the payload size against `max_payload`.
+/// @throws wire_error for a segment smaller than its header or a header that fails a check.
+segment_header read_header(const std::byte* segment, std::uint64_t mapped_size, std::uint64_t magic,
+                           std::uint64_t max_payload);
 
 /// @brief Validates a segment and returns its payload.
 /// @param segment     start of the mapped segment

@@ -29,23 +29,27 @@ inline std::int64_t monotonic_ns() noexcept {
 }
 
 /// Sent by the supervisor to give a launched worker its task. Carries, as SCM_RIGHTS, the request
-/// segment's descriptor, the result segment's, and with `stdout_attached` the file the task's
-/// stdout goes to (so a worker launched ahead of its task can still write its own log file).
+/// segment's descriptor, the result segment's, with `stdout_attached` the file the task's stdout
+/// goes to (so a worker launched ahead of its task can still write its own log file), and with
+/// `stream_attached` a result ring and the eventfd that announces a stream (result_stream.hpp).
 struct assign_message {
   std::uint32_t protocol = protocol_version;
   /// "KEY=VALUE" the worker sets before anything else (the device assignment, protocol.hpp's
   /// env::gpu / env::mem_limit / env::visible_devices / env::device_order, and the job's own).
   std::vector<std::string> env;
-  bool stdout_attached = false;  ///< a third descriptor: the worker's new stdout
+  bool stdout_attached = false;  ///< a descriptor follows the segments': the worker's new stdout
+  bool stream_attached = false;  ///< two descriptors come last: a result ring, its start eventfd
 
   template <class Archive>
   void serialize(Archive& ar) {
-    ar(protocol, env, stdout_attached);
+    ar(protocol, env, stdout_attached, stream_attached);
   }
 };
 
-/// @brief Descriptors `a` carries: the two segments, and its stdout when attached.
-inline constexpr std::size_t assign_fds(const assign_message& a) { return a.stdout_attached ? 3 : 2; }
+/// @brief Descriptors `a` carries: the two segments, its stdout and its result ring when attached.
+inline constexpr std::size_t assign_fds(const assign_message& a) {
+  return 2 + (a.stdout_attached ? 1 : 0) + (a.stream_attached ? 2 : 0);
+}
 
 /// Sent by the worker once it has applied its assignment and mapped its request: who it is and
 /// what it sees.

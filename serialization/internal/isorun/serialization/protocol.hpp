@@ -5,11 +5,14 @@
 ///
 ///   supervisor                                     worker (exec'd; fd 3 is its only channel)
 ///     launch: spawn with ISORUN_WORKER=1, fd 3 = control socket, no GPU visible
-///     assign_message {env} + SCM_RIGHTS [request segment, result segment, stdout?]  -->
+///     assign_message {env} + SCM_RIGHTS [request segment, result segment, stdout?,
+///                                        result ring + its start eventfd?]  -->
 ///                                         applies env (CUDA_VISIBLE_DEVICES, ...) and stdout,
 ///                                         maps request
 ///                          <--  hello_message {pid, visible devices as it sees them}
-///                                         runs the task, writes the result segment
+///                                         runs the task, writes the result segment (a result
+///                                         made on a device may stream through the ring first:
+///                                         result_stream.hpp; its header then says so)
 ///                          <--  done_message {status, peaks, timings}
 ///                                         exits; the supervisor classifies the end
 ///
@@ -25,7 +28,7 @@
 namespace isorun::serialization {
 
 /// Bumped whenever a message or the request changes shape.
-inline constexpr std::uint32_t protocol_version = 5;
+inline constexpr std::uint32_t protocol_version = 6;
 
 /// The descriptor a worker (and the `-- CMD` shim) finds its control socket under.
 inline constexpr int control_fd = 3;

@@ -24,9 +24,10 @@ class pooled_segment {
   /// @brief Current size of the underlying file. @throws std::system_error
   [[nodiscard]] std::uint64_t capacity() const { return file_.size(); }
 
-  /// @brief Grows the file to `size` bytes if needed and maps it read-write.
+  /// @brief Grows the file to `size` bytes if needed and maps it read-write; with `populate`
+  ///        the whole mapping is faulted in at once (pages are created where they do not exist).
   /// @throws std::system_error on ftruncate/mmap failure.
-  std::byte* writable(std::uint64_t size);
+  std::byte* writable(std::uint64_t size, bool populate = true);
 
   /// @brief Maps the whole file as it is now (a worker may have grown it) and returns the mapping
   ///        (read-only once sealed).
@@ -48,8 +49,10 @@ class pooled_segment {
 
 class segment_pool {
  public:
-  /// The process-wide pool.
+  /// The process-wide pool of request and result segments.
   static segment_pool& instance();
+  /// The process-wide pool of result rings (result_stream.hpp), kept apart: all are ring_bytes.
+  static segment_pool& rings();
 
   /// @brief The smallest idle segment with at least `min_capacity` bytes, else the largest idle
   ///        one (grown once, then warm), else a new one. With `largest`, simply the largest idle

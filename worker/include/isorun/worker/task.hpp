@@ -50,6 +50,9 @@ class result_sink {
   virtual std::byte* reserve(std::uint64_t size) = 0;
   /// @brief Publishes the payload written after reserve().
   virtual void commit(std::uint64_t size, std::uint64_t checksum, serialization::encoding enc) = 0;
+  /// @brief Publishes a result whose payload was streamed already: a blob of `blob_size` bytes
+  ///        (worker_context::device_result). @throws std::logic_error if no such stream happened.
+  virtual void commit_streamed(std::uint64_t blob_size) = 0;
 };
 
 /// A registered task.
@@ -97,6 +100,8 @@ namespace detail {
 
 template <class T>
 void write_binary_result(result_sink& sink, const T& value) {
+  if constexpr (std::is_same_v<T, blob>)
+    if (value.is_streamed()) return sink.commit_streamed(value.size());
   const std::uint64_t n = serialization::encoded_size(value);
   std::byte* dst = sink.reserve(n);
   const std::uint64_t sum = serialization::encode_into(dst, n, value);

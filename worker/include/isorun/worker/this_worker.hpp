@@ -13,6 +13,7 @@
 
 #include "isorun/alloc/caching_allocator.hpp"
 #include "isorun/alloc/cuda_module.hpp"
+#include "isorun/alloc/device_buffer.hpp"
 #include "isorun/serialization/blob.hpp"
 
 namespace isorun {
@@ -89,9 +90,37 @@ class worker_context {
   ///        return it and nothing is copied on either side. Elsewhere, or for other result
   ///        types, it is an ordinary owned blob, so the same code works everywhere.
   blob output_blob(std::size_t size);
+  /// @brief The result of a task whose result type is `isorun::blob`, made in device memory:
+  ///        the first `bytes` bytes of `buffer`. Return what it returns as the task's result.
+  ///        Inside a worker called through isolated(), the bytes are streamed to the supervisor
+  ///        now, slot by slot through a small page-locked ring while the supervisor copies them
+  ///        out (result_stream.hpp): no shared mapping of the whole result is made on either
+  ///        side, and the result is handed over without waiting for this process to tear down.
+  ///        The returned blob only stands for the bytes sent. Elsewhere (outside a worker, or
+  ///        for the CLI's JSON results) it is an ordinary blob holding a copy.
+  /// @throws std::out_of_range past the buffer's end; what the device copy throws;
+  ///         std::logic_error if the task already streamed a result.
+  blob device_result(const alloc::device_buffer& buffer, std::size_t bytes);
+  /// @brief device_result(buffer, buffer.size()).
+  blob device_result(const alloc::device_buffer& buffer) { return device_result(buffer, buffer.size()); }
+
   /// Set by the worker: maps the result segment for a payload of the given size (nullptr if
   /// the running task's result is not a blob).
   void set_output_area(std::function<std::byte*(std::uint64_t)> area) { output_area_ = std::move(area); }
+
+  /// Where device_result() streams to; implemented by the worker around its result ring.
+  class result_stream {
+   public:
+    virtual ~result_stream() = default;
+    /// Writes payload bytes [offset, offset + n) into `dst`.
+    using fill_fn = std::function<void(std::byte* dst, std::uint64_t offset, std::uint64_t n)>;
+    /// The ring's slots (mapped on first call), to page-lock before streaming.
+    virtual std::span<std::byte> slots() = 0;
+    /// Streams a payload of `total` bytes written by `fill`, slot by slot.
+    virtual void write(std::uint64_t total, const fill_fn& fill) = 0;
+  };
+  /// Set by the worker when the supervisor attached a result ring (nullptr: none).
+  void set_result_stream(result_stream* stream) noexcept { stream_ = stream; }
   /// Called by the worker after the task, before an early hand-over: releases what the task
   /// left held on the device (the output area's page-locking, the allocator's cached memory).
   void release_task_memory() noexcept;
@@ -119,8 +148,10 @@ class worker_context {
   bool in_worker_ = false;
   assignment assigned_;
   std::function<std::byte*(std::uint64_t)> output_area_;
+  result_stream* stream_ = nullptr;
   const alloc::cuda_module_api* cuda_ = nullptr;
   void* registered_ = nullptr;  // the output area while page-locked
+  bool ring_registered_ = false;  // the result ring's slots are page-locked (once per worker)
   // One per assigned device (one in a CPU worker), sized by assign(); a once_flag cannot move, so
   // they live in a fixed array.
   struct device_state {

@@ -1,0 +1,283 @@
+#include "isorun/serialization/result_stream.hpp"
+
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <new>
+#include <system_error>
+
+#include "isorun/serialization/segment_pool.hpp"
+#include "parallel.hpp"
+
+namespace isorun::serialization {
+namespace {
+
+using counter = std::atomic_ref<std::uint32_t>;
+static_assert(counter::is_always_lock_free);
+
+// The ring's counters are shared between processes, so these are shared (not private) futexes.
+// A wait ends after `ms` at the latest: a side whose peer is gone finds out from the caller, which
+// checks its own stop condition between waits.
+void futex_wait(std::uint32_t* word, std::uint32_t expected, long ms) noexcept {
+  timespec t{ms / 1000, (ms % 1000) * 1'000'000};
+  ::syscall(SYS_futex, word, FUTEX_WAIT, expected, &t, nullptr, 0);
+}
+
+void futex_wake(std::uint32_t* word) noexcept { ::syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0); }
+
+constexpr long wait_ms = 20;
+
+ring_control& control_of(std::byte* ring) noexcept { return *reinterpret_cast<ring_control*>(ring); }
+std::byte* slot_of(std::byte* ring, std::uint64_t k) noexcept {
+  return ring + ring_control_bytes + (k % ring_slots) * ring_slot_bytes;
+}
+std::uint64_t chunks_in(std::uint64_t bytes) noexcept { return (bytes + checksum_chunk - 1) / checksum_chunk; }
+
+std::uint64_t combine(const std::vector<std::uint64_t>& hashes) noexcept {
+  // serialization::checksum: one chunk is its own hash, more are hashed once more.
+  return hashes.size() == 1 ? hashes.front() : XXH3_64bits(hashes.data(), hashes.size() * sizeof(std::uint64_t));
+}
+
+// Memory the supervisor receives streams into: anonymous, private to this process, kept for the
+// next stream once its result is dropped (a fresh GiB costs a page fault and a zero-fill per
+// page; a kept one is resident), up to 4 buffers and an eighth of physical memory (8 GiB at most).
+class private_memory {
+ public:
+  static private_memory& instance() {
+    static auto* pool = new private_memory;  // never destroyed: results may outlive statics
+    return *pool;
+  }
+
+  std::shared_ptr<std::byte> acquire(std::uint64_t bytes) {
+    const std::uint64_t size = round_up(bytes);
+    void* p = nullptr;
+    {
+      std::lock_guard lock(mutex_);
+      auto best = idle_.end();
+      for (auto it = idle_.begin(); it != idle_.end(); ++it)
+        if (it->second >= size && (best == idle_.end() || it->second < best->second)) best = it;
+      if (best != idle_.end()) {
+        // A kept block is reused whole (a smaller stream uses a prefix) and goes back whole.
+        const auto [block, block_size] = *best;
+        idle_.erase(best);
+        return {static_cast<std::byte*>(block), [this, block_size](std::byte* q) { release(q, block_size); }};
+      }
+    }
+    p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    ::madvise(p, size, MADV_HUGEPAGE);  // where transparent huge pages are enabled: 512x fewer faults
+    return {static_cast<std::byte*>(p), [this, size](std::byte* q) { release(q, size); }};
+  }
+
+ private:
+  static std::uint64_t round_up(std::uint64_t n) { return (n + (2ULL << 20) - 1) & ~((2ULL << 20) - 1); }
+
+  void release(std::byte* p, std::uint64_t size) noexcept {
+    {
+      std::lock_guard lock(mutex_);
+      std::uint64_t idle = 0;
+      for (const auto& b : idle_) idle += b.second;
+      if (idle_.size() < 4 && idle + size <= limit_) {
+        idle_.emplace_back(p, size);
+        return;
+      }
+    }
+    ::munmap(p, size);
+  }
+
+  std::mutex mutex_;
+  std::vector<std::pair<void*, std::uint64_t>> idle_;
+  const std::uint64_t limit_ = std::min<std::uint64_t>(
+      8ULL << 30, static_cast<std::uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE)) / 8);
+};
+
+}  // namespace
+
+void reset_ring(std::byte* ring) noexcept { std::memset(ring, 0, sizeof(ring_control)); }
+
+std::uint64_t stream_writer::write(std::uint64_t total, const fill_fn& fill) {
+  ring_control& ctl = control_of(ring_);
+  const std::uint64_t slots = (total + ring_slot_bytes - 1) / ring_slot_bytes;
+  const std::uint64_t chunks = chunks_in(total);
+  std::atomic_ref<std::uint64_t>(ctl.total).store(total, std::memory_order_release);
+  const std::uint64_t one = 1;
+  if (::write(start_event_, &one, sizeof one) != sizeof one)
+    throw std::system_error(errno, std::generic_category(), "signalling the start of a result stream");
+
+  std::vector<std::uint64_t> hashes(chunks);
+  std::mutex mutex;
+  std::condition_variable landed_cv;
+  std::uint64_t landed = 0;      // slots `fill` has written
+  std::uint64_t published = 0;   // slots hashed and published, in order
+  bool failed = false;
+  std::uint32_t left[ring_slots] = {};  // per ring slot: chunks of its current use still to hash
+  bool hashed[ring_slots] = {};
+  std::atomic<std::uint64_t> next{0};
+
+  // The hashers: chunk by chunk, in order of arrival; the last chunk of a slot publishes every
+  // slot that is complete up to it, so `filled` only ever covers hashed slots.
+  auto hasher = [&] {
+    for (std::uint64_t c; (c = next++) < chunks;) {
+      const std::uint64_t k = c / ring_chunks_per_slot;
+      {
+        std::unique_lock lock(mutex);
+        landed_cv.wait(lock, [&] { return landed > k || failed; });
+        if (failed) return;
+      }
+      const std::uint64_t at = (c % ring_chunks_per_slot) * checksum_chunk;
+      const std::uint64_t n = std::min(checksum_chunk, total - c * checksum_chunk);
+      const std::uint64_t h = XXH3_64bits(slot_of(ring_, k) + at, n);
+      hashes[c] = h;
+      std::atomic_ref<std::uint64_t>(ctl.chunk_hash[k % ring_slots][c % ring_chunks_per_slot]).store(h, std::memory_order_relaxed);
+      std::lock_guard lock(mutex);
+      if (--left[k % ring_slots] == 0) hashed[k % ring_slots] = true;
+      bool woke = false;
+      while (published < slots && hashed[published % ring_slots]) {
+        hashed[published % ring_slots] = false;
+        counter(ctl.filled).store(static_cast<std::uint32_t>(++published), std::memory_order_release);
+        woke = true;
+      }
+      if (woke) futex_wake(&ctl.filled);
+    }
+  };
+  // The caller fills (a device copy) while these hash what it filled before. A quarter of the
+  // cores hash faster than a device copies; the rest are left to the supervisor, which copies.
+  const unsigned helpers = static_cast<unsigned>(std::min<std::uint64_t>(
+      chunks, std::clamp(detail::hash_threads(total) / 4, 1u, 8u)));
+  std::vector<std::thread> threads;
+  auto stop_hashers = [&] {
+    {
+      std::lock_guard lock(mutex);
+      failed = true;
+    }
+    landed_cv.notify_all();
+    for (auto& t : threads) t.join();
+  };
+  try {
+    for (unsigned i = 0; i < helpers; ++i) threads.emplace_back(hasher);
+    for (std::uint64_t k = 0; k < slots; ++k) {
+      // Slot k % ring_slots is free once the supervisor has copied out use k - ring_slots.
+      for (std::uint32_t freed; k >= (freed = counter(ctl.freed).load(std::memory_order_acquire)) + ring_slots;)
+        futex_wait(&ctl.freed, freed, wait_ms);
+      const std::uint64_t offset = k * ring_slot_bytes, n = std::min(ring_slot_bytes, total - offset);
+      {
+        std::lock_guard lock(mutex);
+        left[k % ring_slots] = static_cast<std::uint32_t>(chunks_in(n));
+      }
+      fill(slot_of(ring_, k), offset, n);
+      {
+        std::lock_guard lock(mutex);
+        landed = k + 1;
+      }
+      landed_cv.notify_all();
+    }
+  } catch (...) {
+    stop_hashers();
+    throw;
+  }
+  for (auto& t : threads) t.join();
+  return combine(hashes);
+}
+
+stream_reader::stream_reader(std::shared_ptr<pooled_segment> ring, std::byte* mapped, std::uint64_t max_payload)
+    : ring_{std::move(ring)}, mapped_{mapped} {
+  total_ = std::atomic_ref<std::uint64_t>(control_of(mapped_).total).load(std::memory_order_acquire);  // read once
+  if (total_ == 0) throw wire_error("a result stream of 0 bytes");
+  if (total_ > max_payload)
+    throw wire_error("streamed result of " + std::to_string(total_) + " bytes exceeds the limit of " +
+                     std::to_string(max_payload) + " bytes");
+  chunks_ = chunks_in(total_);
+  memory_ = private_memory::instance().acquire(total_);
+  hashes_.resize(chunks_);
+  copied_in_slot_.assign(ring_slots, 0);
+  const unsigned n = static_cast<unsigned>(std::min<std::uint64_t>(chunks_, detail::hash_threads(total_)));
+  try {
+    for (unsigned i = 0; i < n; ++i) threads_.emplace_back([this] { run(); });
+  } catch (...) {  // fewer threads than wanted still finish the stream
+    if (threads_.empty()) throw;
+  }
+}
+
+stream_reader::~stream_reader() {
+  stop_waiting();
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+}
+
+bool stream_reader::wait_filled(std::uint32_t slot) {
+  std::uint32_t* word = &control_of(mapped_).filled;
+  for (;;) {
+    if (stop_waiting_.load()) return counter(*word).load(std::memory_order_acquire) > slot;
+    const std::uint32_t f = counter(*word).load(std::memory_order_acquire);
+    if (f > slot) return true;
+    futex_wait(word, f, wait_ms);
+  }
+}
+
+void stream_reader::stop_waiting() noexcept {
+  stop_waiting_ = true;
+  futex_wake(&control_of(mapped_).filled);
+}
+
+void stream_reader::run() {
+  ring_control& ctl = control_of(mapped_);
+  constexpr std::uint64_t piece = 256 * 1024;  // copied, then hashed while still in the cache
+  XXH3_state_t* state = XXH3_createState();
+  if (!state) return;
+  for (std::uint64_t c; (c = next_chunk_++) < chunks_;) {
+    const std::uint64_t k = c / ring_chunks_per_slot;
+    if (!wait_filled(static_cast<std::uint32_t>(k))) break;
+    const std::uint64_t at = c * checksum_chunk, n = std::min(checksum_chunk, total_ - at);
+    const std::byte* src = slot_of(mapped_, k) + (c % ring_chunks_per_slot) * checksum_chunk;
+    std::byte* dst = memory_.get() + at;
+    XXH3_64bits_reset(state);
+    for (std::uint64_t off = 0; off < n; off += piece) {
+      const std::uint64_t m = std::min(piece, n - off);
+      std::memcpy(dst + off, src + off, m);
+      XXH3_64bits_update(state, dst + off, m);
+    }
+    hashes_[c] = XXH3_64bits_digest(state);
+    const std::uint64_t theirs = std::atomic_ref<std::uint64_t>(ctl.chunk_hash[k % ring_slots][c % ring_chunks_per_slot])
+                                     .load(std::memory_order_relaxed);
+    std::lock_guard lock(mutex_);
+    if (hashes_[c] != theirs && error_.empty())
+      error_ = "chunk " + std::to_string(c) + " of the streamed result differs from what the worker hashed";
+    ++done_chunks_;
+    // Free slots in order, once all their chunks are copied: the worker refills them. (The
+    // count is this side's own; the shared word only tells the worker.)
+    ++copied_in_slot_[k % ring_slots];
+    bool woke = false;
+    while (freed_ * ring_slot_bytes < total_ &&
+           copied_in_slot_[freed_ % ring_slots] == chunks_in(std::min(ring_slot_bytes, total_ - freed_ * ring_slot_bytes))) {
+      copied_in_slot_[freed_ % ring_slots] = 0;
+      ++freed_;
+      counter(ctl.freed).store(static_cast<std::uint32_t>(freed_), std::memory_order_release);
+      woke = true;
+    }
+    if (woke) futex_wake(&ctl.freed);
+  }
+  XXH3_freeState(state);
+}
+
+stream_reader::received stream_reader::finish() {
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+  std::lock_guard lock(mutex_);
+  if (!error_.empty()) throw wire_error(error_);
+  if (done_chunks_ != chunks_)
+    throw wire_error("the result stream ended after " + std::to_string(std::min(total_, done_chunks_ * checksum_chunk)) +
+                     " of " + std::to_string(total_) + " bytes");
+  finished_ = true;
+  std::shared_ptr<const void> owner = memory_;
+  return {std::span<const std::byte>(memory_.get(), total_), std::move(owner), combine(hashes_)};
+}
+
+}  // namespace isorun::serialization
