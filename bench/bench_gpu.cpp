@@ -8,7 +8,8 @@
 //   (c) what the CLI itself costs with --gpu (NVML) against --cpu;
 //   (d) a trivial CUDA task on a warm standby worker, waiting for the worker's exit and with
 //       early_result, against a bare CUDA process's exit (its context's teardown).
-//   bench_gpu [--quick]        BENCH_BREAKDOWN=1 prints the worker's steps per transfer
+//   bench_gpu [--quick] [--only abcd]   BENCH_BREAKDOWN=1 prints each transfer's times;
+//                                       ISORUN_STREAM_TRACE=1 where a streamed result's time goes
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -164,14 +165,23 @@ int main(int argc, char** argv) {
     std::ofstream(argv[2]) << monotonic_ns() << std::endl;
     return 0;
   }
-  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  bool quick = false;
+  std::string only = "abcd";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") quick = true;
+    else if (a == "--only" && i + 1 < argc) only = argv[++i];
+  }
+  auto section = [&](char c) { return only.find(c) != std::string::npos; };
   if (gpus().source != runner::gpu_inventory::origin::nvml || gpus().gpus.empty()) {
     std::printf("bench_gpu: no NVIDIA GPU (%s); nothing to measure\n", gpus().describe_source().c_str());
     return 77;
   }
   const auto& gpu = gpus().gpus.front();
+  const std::string self = runner::self_executable();
   std::printf("isorun GPU benchmarks: %s (%ld cores)\n\n", gpu.name.c_str(), ::sysconf(_SC_NPROCESSORS_ONLN));
 
+  if (section('a')) {
   std::printf("(a) result made on the GPU: device buffer ready -> the caller holds the validated view\n");
   std::printf("    device_result (streamed), handed over at once (early_result) and after the worker's exit\n");
   std::printf("    (the default); output_blob + cudaMemcpy (the path before) alongside up to 1 GiB\n");
@@ -200,8 +210,10 @@ int main(int argc, char** argv) {
     std::printf("             pinned              %s   (cudaMemcpy into cudaHostAlloc memory)\n", show(b, "GB/s").c_str());
   }
 
+  }
+
+  if (section('b')) {
   std::printf("\n(b) cold trivial CUDA task\n");
-  const std::string self = runner::self_executable();
   std::vector<double> ours, bare;
   for (int i = 0; i < (quick ? 5 : 20); ++i) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -214,7 +226,10 @@ int main(int argc, char** argv) {
   std::printf("  bare process: cuInit, 2 MiB, exit %s\n", show(b, "ms").c_str());
   std::printf("  ratio %.2f   goal <= 1.1\n", o.median / b.median);
 
+  }
+
 #ifdef ISORUN_CLI
+  if (section('c')) {
   std::printf("\n(c) the CLI's own cost\n");
   const std::string tasks = ISORUN_EXAMPLE_TASKS;
   std::vector<double> with_gpu, with_cpu, list;
@@ -226,9 +241,10 @@ int main(int argc, char** argv) {
   std::printf("  isorun --gpu 0 hello  %s\n", show(summarize(with_gpu), "ms").c_str());
   std::printf("  isorun --cpu hello    %s\n", show(summarize(with_cpu), "ms").c_str());
   std::printf("  isorun gpus           %s\n", show(summarize(list), "ms").c_str());
+  }
 #endif
 
-  {
+  if (section('d')) {
     std::printf("\n(d) trivial CUDA task on a warm standby worker (its context made while it waited)\n");
     const isolated_options waited{.gpu = 0, .mem_limit = 2048 * MiB, .standby = 1, .warm_context = true};
     isolated_options early = waited;

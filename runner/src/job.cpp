@@ -357,10 +357,16 @@ local_launcher& local() {
 job::job(std::shared_ptr<state> s) : state_{std::move(s)} {}
 
 job::~job() {
-  if (state_ && !state_->finished) {
+  if (!state_) return;
+  if (!state_->finished) {
     cancel();
     wait();
   }
+  // After an early hand-over the watcher thread keeps the state until the worker is reaped; the
+  // result's memory goes back now (values decoded from it hold their own reference).
+  std::lock_guard lock(state_->wait_mutex);
+  state_->result.payload = {};
+  state_->result.owner.reset();
 }
 
 pid_t job::pid() const noexcept { return state_->worker.process.pid(); }

@@ -9,6 +9,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <condition_variable>
 #include <cstring>
 #include <new>
@@ -56,7 +59,9 @@ class private_memory {
     return *pool;
   }
 
-  std::shared_ptr<std::byte> acquire(std::uint64_t bytes) {
+  // `reused`: whether the memory was kept from an earlier stream (resident) or is new.
+  std::shared_ptr<std::byte> acquire(std::uint64_t bytes, bool& reused) {
+    reused = false;
     const std::uint64_t size = round_up(bytes);
     void* p = nullptr;
     {
@@ -68,6 +73,7 @@ class private_memory {
         // A kept block is reused whole (a smaller stream uses a prefix) and goes back whole.
         const auto [block, block_size] = *best;
         idle_.erase(best);
+        reused = true;
         return {static_cast<std::byte*>(block), [this, block_size](std::byte* q) { release(q, block_size); }};
       }
     }
@@ -195,10 +201,14 @@ stream_reader::stream_reader(std::shared_ptr<pooled_segment> ring, std::byte* ma
     throw wire_error("streamed result of " + std::to_string(total_) + " bytes exceeds the limit of " +
                      std::to_string(max_payload) + " bytes");
   chunks_ = chunks_in(total_);
-  memory_ = private_memory::instance().acquire(total_);
+  started_ = std::chrono::steady_clock::now();
+  memory_ = private_memory::instance().acquire(total_, memory_reused_);
   hashes_.resize(chunks_);
   copied_in_slot_.assign(ring_slots, 0);
-  const unsigned n = static_cast<unsigned>(std::min<std::uint64_t>(chunks_, detail::hash_threads(total_)));
+  // The cores the worker's device copy and hashers leave (see stream_writer::write).
+  const unsigned cores = detail::hash_threads(total_);
+  const unsigned n = static_cast<unsigned>(std::min<std::uint64_t>(
+      chunks_, cores <= 2 ? cores : std::max(2u, cores - std::clamp(cores / 4, 1u, 8u) - 1)));
   try {
     for (unsigned i = 0; i < n; ++i) threads_.emplace_back([this] { run(); });
   } catch (...) {  // fewer threads than wanted still finish the stream
@@ -276,6 +286,10 @@ stream_reader::received stream_reader::finish() {
     throw wire_error("the result stream ended after " + std::to_string(std::min(total_, done_chunks_ * checksum_chunk)) +
                      " of " + std::to_string(total_) + " bytes");
   finished_ = true;
+  if (std::getenv("ISORUN_STREAM_TRACE"))  // the supervisor's side of the worker's trace
+    std::fprintf(stderr, "isorun stream: received %llu bytes into %s memory, %.2f ms after it began\n",
+                 static_cast<unsigned long long>(total_), memory_reused_ ? "kept" : "new",
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started_).count());
   std::shared_ptr<const void> owner = memory_;
   return {std::span<const std::byte>(memory_.get(), total_), std::move(owner), combine(hashes_)};
 }

@@ -122,7 +122,11 @@ class segment_sink final : public worker::result_sink, public worker_context::re
 
   [[nodiscard]] bool has_ring() const noexcept { return ring_.valid(); }
 
-  std::span<std::byte> slots() override { return writer().slots(); }
+  std::span<std::byte> slots(std::uint64_t total) override {
+    const auto all = writer().slots();
+    const std::uint64_t page = 4096;
+    return all.first(std::min<std::uint64_t>(all.size(), (total + page - 1) / page * page));
+  }
 
   void write(std::uint64_t total, const fill_fn& fill) override {
     if (streamed_) throw std::logic_error("device_result() was already called: a task has one result");
@@ -175,11 +179,12 @@ class segment_sink final : public worker::result_sink, public worker_context::re
   std::int64_t run_end_ns_ = 0, committed_ns_ = 0;
 
  private:
-  // The ring, mapped on first use: its pages exist already when the supervisor's pool reuses it.
+  // The ring, mapped on first use, without faulting it in: a payload smaller than the ring
+  // touches (and page-locks) only its part.
   ser::stream_writer& writer() {
     if (!ring_.valid()) throw std::logic_error("no result ring was attached");
     if (!writer_) {
-      ring_map_ = ser::mapping::map(ring_.fd(), ser::ring_bytes, ser::mapping::access::read_write, true);
+      ring_map_ = ser::mapping::map(ring_.fd(), ser::ring_bytes, ser::mapping::access::read_write, false);
       writer_.emplace(ring_map_.data(), stream_event_);
     }
     return *writer_;

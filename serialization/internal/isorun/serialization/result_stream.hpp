@@ -20,6 +20,7 @@
 /// rejects the result if any chunk's hash differs.
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -130,6 +131,8 @@ class stream_reader {
   std::string error_;
   std::vector<std::thread> threads_;
   bool finished_ = false;
+  bool memory_reused_ = false;
+  std::chrono::steady_clock::time_point started_;
 };
 
 }  // namespace isorun::serialization

@@ -114,8 +114,9 @@ class worker_context {
     virtual ~result_stream() = default;
     /// Writes payload bytes [offset, offset + n) into `dst`.
     using fill_fn = std::function<void(std::byte* dst, std::uint64_t offset, std::uint64_t n)>;
-    /// The ring's slots (mapped on first call), to page-lock before streaming.
-    virtual std::span<std::byte> slots() = 0;
+    /// The part of the ring's slots a payload of `total` bytes goes through (mapped on first
+    /// call), to page-lock before streaming.
+    virtual std::span<std::byte> slots(std::uint64_t total) = 0;
     /// Streams a payload of `total` bytes written by `fill`, slot by slot.
     virtual void write(std::uint64_t total, const fill_fn& fill) = 0;
   };
