@@ -8,8 +8,9 @@
 //   (c) what the CLI itself costs with --gpu (NVML) against --cpu;
 //   (d) a trivial CUDA task on a warm standby worker, waiting for the worker's exit and with
 //       early_result, against a bare CUDA process's exit (its context's teardown).
-//   bench_gpu [--quick] [--only abcd]   BENCH_BREAKDOWN=1 prints each transfer's times;
-//                                       ISORUN_STREAM_TRACE=1 where a streamed result's time goes
+//   bench_gpu [--quick] [--only abcd] [--sizes MiB,MiB...] [--reps N] [--streamed-only]
+//   BENCH_BREAKDOWN=1 prints each transfer's times; ISORUN_STREAM_TRACE=1 where a streamed
+//   result's time goes (ISORUN_STREAM_THREADS=READERS,HASHERS to try other thread counts)
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -165,12 +166,22 @@ int main(int argc, char** argv) {
     std::ofstream(argv[2]) << monotonic_ns() << std::endl;
     return 0;
   }
-  bool quick = false;
+  bool quick = false, streamed_only = false;
   std::string only = "abcd";
+  std::vector<std::uint64_t> chosen_sizes;
+  int reps = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") quick = true;
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
+    else if (a == "--sizes" && i + 1 < argc) {
+      for (std::string list = argv[++i]; !list.empty();) {
+        const auto comma = list.find(',');
+        chosen_sizes.push_back(std::stoull(list.substr(0, comma)) * MiB);
+        list = comma == std::string::npos ? "" : list.substr(comma + 1);
+      }
+    } else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (a == "--streamed-only") streamed_only = true;
   }
   auto section = [&](char c) { return only.find(c) != std::string::npos; };
   if (gpus().source != runner::gpu_inventory::origin::nvml || gpus().gpus.empty()) {
@@ -187,14 +198,15 @@ int main(int argc, char** argv) {
   std::printf("    (the default); output_blob + cudaMemcpy (the path before) alongside up to 1 GiB\n");
   std::vector<std::uint64_t> sizes = {1 * MiB, 64 * MiB, 1024 * MiB};
   if (!quick) sizes.push_back(4096 * MiB);
+  if (!chosen_sizes.empty()) sizes = chosen_sizes;
   for (std::uint64_t size : sizes) {
-    const int n = quick ? 3 : (size >= 1024 * MiB ? 7 : 9);
-    const bool old_path = size <= 1024 * MiB;
+    const int n = reps ? reps : quick ? 3 : (size >= 1024 * MiB ? 7 : 9);
+    const bool old_path = size <= 1024 * MiB && !streamed_only;
     std::vector<double> early, waited, in_place, bare;
     result_gbps("gpu_result", size, true);  // warms the ring and the supervisor's memory for this size
     for (int i = 0; i < n; ++i) {
       early.push_back(result_gbps("gpu_result", size, true));
-      waited.push_back(result_gbps("gpu_result", size, false));
+      waited.push_back(streamed_only ? 0.0 : result_gbps("gpu_result", size, false));
       if (old_path) in_place.push_back(result_gbps("gpu_result_in_place", size, false));
       bare.push_back(static_cast<double>(size) /
                      static_cast<double>(isolated(pinned_reference, {.gpu = 0, .echo_stderr = true})(size)));

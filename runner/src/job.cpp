@@ -112,6 +112,16 @@ void assign(const launched_worker& w, const prepared_request& p, const job_spec&
   }
 }
 
+// The header of a streamed result (its payload came through the ring), read with pread: a copy
+// the worker cannot change afterwards, and no mapping of a segment the pool may have grown
+// large. nullopt if the segment holds anything else.
+std::optional<ser::segment_header> streamed_header(const ser::pooled_segment& segment) {
+  ser::segment_header h{};
+  if (::pread(segment.fd(), &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h) || h.magic != ser::streamed_result_magic)
+    return std::nullopt;
+  return h;
+}
+
 // What watching a worker until it is gone records; classify() turns it into an outcome.
 struct watch_record {
   exit_status exited;
@@ -122,6 +132,7 @@ struct watch_record {
   std::uint64_t memory_peak = 0;  // the worker's cgroup's memory.peak, where known
   bool early = false;  // the result was sealed for hand-over; the worker has not exited yet
   std::unique_ptr<ser::stream_reader> stream;  // receiving a result the worker streams
+  std::optional<ser::segment_header> streamed;  // a snapshot of a streamed result's header
 
   void force(outcome_kind k, std::string why) {
     if (!forced) forced.emplace(k, std::move(why));
@@ -238,10 +249,15 @@ watch_record watch(job::state& s) {
       if (w.done) {
         await_done = false;
         // Sealed, the result can no longer change, whoever still runs: hand it over now. A
-        // failure, or a seal refused because something still maps it writable, waits for the exit.
-        if (w.done->status == ser::task_status::ok && !w.forced && s.segments.result->seal()) {
-          w.early = true;
-          break;
+        // streamed result needs no seal: its payload is in this process's memory, its header
+        // is copied now. A failure, or a seal refused because something still maps it
+        // writable, waits for the exit.
+        if (w.done->status == ser::task_status::ok && !w.forced) {
+          w.streamed = streamed_header(*s.segments.result);
+          if (w.streamed || s.segments.result->seal()) {
+            w.early = true;
+            break;
+          }
         }
       }
     }
@@ -305,12 +321,11 @@ job_result classify(watch_record w, const job_spec& spec, const std::shared_ptr<
     o.message = std::move(w.forced->second);
   } else if (w.done && w.done->status == ser::task_status::ok) {
     try {
-      const ser::mapping& m = result_segment->current();
-      std::uint64_t magic = 0;
-      if (m.size() >= sizeof magic) std::memcpy(&magic, m.data(), sizeof magic);
+      if (!w.streamed) w.streamed = streamed_header(*result_segment);
       ser::encoding enc{};
-      if (magic == ser::streamed_result_magic) {  // the payload came through the ring
-        const ser::segment_header h = ser::read_header(m.data(), m.size(), magic, spec.max_result);
+      if (w.streamed) {  // the payload came through the ring
+        const ser::segment_header h = ser::read_header(reinterpret_cast<const std::byte*>(&*w.streamed), sizeof(ser::segment_header),
+                                                       ser::streamed_result_magic, spec.max_result);
         if (!w.stream) throw ser::wire_error("it says its result was streamed, but no stream began");
         auto got = w.stream->finish();
         if (h.payload_size != got.payload.size() || h.checksum != got.checksum)
@@ -319,6 +334,7 @@ job_result classify(watch_record w, const job_spec& spec, const std::shared_ptr<
         r.payload = got.payload;
         r.owner = std::move(got.owner);
       } else {
+        const ser::mapping& m = result_segment->current();
         r.payload = ser::open_payload(m.data(), m.size(), ser::result_magic, spec.max_result, enc);
         r.owner = result_segment;
       }

@@ -38,6 +38,25 @@ void futex_wake(std::uint32_t* word) noexcept { ::syscall(SYS_futex, word, FUTEX
 
 constexpr long wait_ms = 20;
 
+// ISORUN_STREAM_THREADS="READERS,HASHERS" overrides the thread counts below (for tuning on a
+// machine; 0 keeps the default).
+unsigned threads_from_env(int which, unsigned fallback) {
+  const char* v = std::getenv("ISORUN_STREAM_THREADS");
+  if (!v) return fallback;
+  unsigned readers = 0, hashers = 0;
+  if (std::sscanf(v, "%u,%u", &readers, &hashers) < 1) return fallback;
+  const unsigned chosen = which == 0 ? readers : hashers;
+  return chosen ? std::min(chosen, 64u) : fallback;
+}
+
+bool tracing() { return std::getenv("ISORUN_STREAM_TRACE") != nullptr; }
+
+std::int64_t now_ns() noexcept {
+  timespec t{};
+  ::clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+}
+
 ring_control& control_of(std::byte* ring) noexcept { return *reinterpret_cast<ring_control*>(ring); }
 std::byte* slot_of(std::byte* ring, std::uint64_t k) noexcept {
   return ring + ring_control_bytes + (k % ring_slots) * ring_slot_bytes;
@@ -157,7 +176,8 @@ std::uint64_t stream_writer::write(std::uint64_t total, const fill_fn& fill) {
   // The caller fills (a device copy) while these hash what it filled before. A quarter of the
   // cores hash faster than a device copies; the rest are left to the supervisor, which copies.
   const unsigned helpers = static_cast<unsigned>(std::min<std::uint64_t>(
-      chunks, std::clamp(detail::hash_threads(total) / 4, 1u, 8u)));
+      chunks, threads_from_env(1, std::clamp(detail::hash_threads(total) / 4, 1u, 8u))));
+  std::int64_t fill_ns = 0, full_ns = 0;  // for ISORUN_STREAM_TRACE
   std::vector<std::thread> threads;
   auto stop_hashers = [&] {
     {
@@ -171,14 +191,18 @@ std::uint64_t stream_writer::write(std::uint64_t total, const fill_fn& fill) {
     for (unsigned i = 0; i < helpers; ++i) threads.emplace_back(hasher);
     for (std::uint64_t k = 0; k < slots; ++k) {
       // Slot k % ring_slots is free once the supervisor has copied out use k - ring_slots.
+      const std::int64_t t0 = now_ns();
       for (std::uint32_t freed; k >= (freed = counter(ctl.freed).load(std::memory_order_acquire)) + ring_slots;)
         futex_wait(&ctl.freed, freed, wait_ms);
+      const std::int64_t t1 = now_ns();
+      full_ns += t1 - t0;
       const std::uint64_t offset = k * ring_slot_bytes, n = std::min(ring_slot_bytes, total - offset);
       {
         std::lock_guard lock(mutex);
         left[k % ring_slots] = static_cast<std::uint32_t>(chunks_in(n));
       }
       fill(slot_of(ring_, k), offset, n);
+      fill_ns += now_ns() - t1;
       {
         std::lock_guard lock(mutex);
         landed = k + 1;
@@ -190,6 +214,10 @@ std::uint64_t stream_writer::write(std::uint64_t total, const fill_fn& fill) {
     throw;
   }
   for (auto& t : threads) t.join();
+  if (tracing())
+    std::fprintf(stderr, "isorun stream: worker: %llu slots, %u hashers; filling %.2f ms, waiting for free slots %.2f ms\n",
+                 static_cast<unsigned long long>(slots), helpers, static_cast<double>(fill_ns) / 1e6,
+                 static_cast<double>(full_ns) / 1e6);
   return combine(hashes);
 }
 
@@ -201,14 +229,15 @@ stream_reader::stream_reader(std::shared_ptr<pooled_segment> ring, std::byte* ma
     throw wire_error("streamed result of " + std::to_string(total_) + " bytes exceeds the limit of " +
                      std::to_string(max_payload) + " bytes");
   chunks_ = chunks_in(total_);
-  started_ = std::chrono::steady_clock::now();
+  started_ns_ = now_ns();
   memory_ = private_memory::instance().acquire(total_, memory_reused_);
   hashes_.resize(chunks_);
   copied_in_slot_.assign(ring_slots, 0);
   // The cores the worker's device copy and hashers leave (see stream_writer::write).
   const unsigned cores = detail::hash_threads(total_);
   const unsigned n = static_cast<unsigned>(std::min<std::uint64_t>(
-      chunks_, cores <= 2 ? cores : std::max(2u, cores - std::clamp(cores / 4, 1u, 8u) - 1)));
+      chunks_, threads_from_env(0, cores <= 2 ? cores : std::max(2u, cores - std::clamp(cores / 4, 1u, 8u) - 1))));
+  threads_count_ = n;
   try {
     for (unsigned i = 0; i < n; ++i) threads_.emplace_back([this] { run(); });
   } catch (...) {  // fewer threads than wanted still finish the stream
@@ -224,10 +253,14 @@ stream_reader::~stream_reader() {
 
 bool stream_reader::wait_filled(std::uint32_t slot) {
   std::uint32_t* word = &control_of(mapped_).filled;
+  const std::int64_t t0 = now_ns();
   for (;;) {
     if (stop_waiting_.load()) return counter(*word).load(std::memory_order_acquire) > slot;
     const std::uint32_t f = counter(*word).load(std::memory_order_acquire);
-    if (f > slot) return true;
+    if (f > slot) {
+      waited_ns_ += now_ns() - t0;
+      return true;
+    }
     futex_wait(word, f, wait_ms);
   }
 }
@@ -260,7 +293,7 @@ void stream_reader::run() {
     std::lock_guard lock(mutex_);
     if (hashes_[c] != theirs && error_.empty())
       error_ = "chunk " + std::to_string(c) + " of the streamed result differs from what the worker hashed";
-    ++done_chunks_;
+    if (++done_chunks_ == chunks_) whole_ns_ = now_ns();
     // Free slots in order, once all their chunks are copied: the worker refills them. (The
     // count is this side's own; the shared word only tells the worker.)
     ++copied_in_slot_[k % ring_slots];
@@ -286,10 +319,13 @@ stream_reader::received stream_reader::finish() {
     throw wire_error("the result stream ended after " + std::to_string(std::min(total_, done_chunks_ * checksum_chunk)) +
                      " of " + std::to_string(total_) + " bytes");
   finished_ = true;
-  if (std::getenv("ISORUN_STREAM_TRACE"))  // the supervisor's side of the worker's trace
-    std::fprintf(stderr, "isorun stream: received %llu bytes into %s memory, %.2f ms after it began\n",
-                 static_cast<unsigned long long>(total_), memory_reused_ ? "kept" : "new",
-                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started_).count());
+  if (tracing())  // the supervisor's side of the worker's trace
+    std::fprintf(stderr,
+                 "isorun stream: supervisor: %llu bytes into %s memory on %u threads, whole %.2f ms after it began "
+                 "(%.2f ms waiting for slots, per thread)\n",
+                 static_cast<unsigned long long>(total_), memory_reused_ ? "kept" : "new", threads_count_,
+                 static_cast<double>(whole_ns_ - started_ns_) / 1e6,
+                 static_cast<double>(waited_ns_.load()) / 1e6 / std::max(1u, threads_count_));
   std::shared_ptr<const void> owner = memory_;
   return {std::span<const std::byte>(memory_.get(), total_), std::move(owner), combine(hashes_)};
 }

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
@@ -130,6 +131,13 @@ alloc::caching_allocator& worker_context::allocator(std::size_t i) {
     auto selected = select_backend(*this, i, cuda_, d.context);
     d.allocator = std::make_unique<alloc::caching_allocator>(std::move(selected.memory), selected.cap, config,
                                                              selected.origin);
+    // A GPU task that may stream its result: page-lock the ring now, while the task computes
+    // (pinning 64 MiB of pages costs milliseconds), not after its result is ready.
+    if (i == 0 && stream_ && assigned_.kind == device_kind::cuda)
+      ring_locking_ = std::thread([this] {
+        const auto slots = stream_->slots(std::numeric_limits<std::uint64_t>::max());
+        if (cuda_->host_register(slots.data(), slots.size()) == 0) ring_locked_bytes_ = slots.size();
+      });
   });
   return *d.allocator;
 }
@@ -177,12 +185,14 @@ blob worker_context::device_result(const alloc::device_buffer& buffer, std::size
   const std::uint64_t length = bytes;
   const bool trace = std::getenv("ISORUN_STREAM_TRACE") != nullptr;
   const auto t0 = std::chrono::steady_clock::now();
+  if (assigned_.kind == device_kind::cuda) allocator();  // loads the CUDA module, starts the ring's locking
+  if (ring_locking_.joinable()) ring_locking_.join();
   const std::span<std::byte> slots = stream_->slots(sizeof length + bytes);
-  if (assigned_.kind == device_kind::cuda) {
-    allocator();  // loads the CUDA module
+  if (assigned_.kind == device_kind::cuda && ring_locked_bytes_ < slots.size()) {
     // Page-locked, the slots take the device's DMA directly; pageable memory works too, slower.
     // Only the part this payload uses: pinning costs per page.
-    ring_registered_ = cuda_->host_register(slots.data(), slots.size()) == 0;
+    if (ring_locked_bytes_) cuda_->host_unregister(slots.data());
+    ring_locked_bytes_ = cuda_->host_register(slots.data(), slots.size()) == 0 ? slots.size() : 0;
   }
   const auto t1 = std::chrono::steady_clock::now();
   stream_->write(sizeof length + bytes, [&](std::byte* dst, std::uint64_t offset, std::uint64_t n) {
@@ -197,9 +207,9 @@ blob worker_context::device_result(const alloc::device_buffer& buffer, std::size
   });
   if (trace) {  // ISORUN_STREAM_TRACE: where a streamed result's time goes, on stderr
     const auto t2 = std::chrono::steady_clock::now();
-    std::fprintf(stderr, "isorun stream: %llu bytes; %llu of the ring mapped and %s in %.2f ms; streamed in %.2f ms\n",
+    std::fprintf(stderr, "isorun stream: %llu bytes; %llu of the ring mapped and %s, waited %.2f ms; streamed in %.2f ms\n",
                  static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(slots.size()),
-                 ring_registered_ ? "page-locked" : "not page-locked",
+                 ring_locked_bytes_ ? "page-locked" : "not page-locked",
                  std::chrono::duration<double, std::milli>(t1 - t0).count(),
                  std::chrono::duration<double, std::milli>(t2 - t1).count());
   }

@@ -20,7 +20,6 @@
 /// rejects the result if any chunk's hash differs.
 
 #include <atomic>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -131,8 +130,11 @@ class stream_reader {
   std::string error_;
   std::vector<std::thread> threads_;
   bool finished_ = false;
+  // For ISORUN_STREAM_TRACE.
   bool memory_reused_ = false;
-  std::chrono::steady_clock::time_point started_;
+  unsigned threads_count_ = 0;
+  std::int64_t started_ns_ = 0, whole_ns_ = 0;
+  std::atomic<std::int64_t> waited_ns_{0};
 };
 
 }  // namespace isorun::serialization

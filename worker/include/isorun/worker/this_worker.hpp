@@ -8,6 +8,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -120,7 +121,8 @@ class worker_context {
     /// Streams a payload of `total` bytes written by `fill`, slot by slot.
     virtual void write(std::uint64_t total, const fill_fn& fill) = 0;
   };
-  /// Set by the worker when the supervisor attached a result ring (nullptr: none).
+  /// Set by the worker when the supervisor attached a result ring (nullptr: none), before the
+  /// task runs.
   void set_result_stream(result_stream* stream) noexcept { stream_ = stream; }
   /// Called by the worker after the task, before an early hand-over: releases what the task
   /// left held on the device (the output area's page-locking, the allocator's cached memory).
@@ -152,7 +154,10 @@ class worker_context {
   result_stream* stream_ = nullptr;
   const alloc::cuda_module_api* cuda_ = nullptr;
   void* registered_ = nullptr;  // the output area while page-locked
-  bool ring_registered_ = false;  // the result ring's slots are page-locked (once per worker)
+  // The result ring: page-locked early, on a thread of its own, once a GPU worker that may
+  // stream has its CUDA context (see allocator()); device_result waits for it.
+  std::thread ring_locking_;
+  std::uint64_t ring_locked_bytes_ = 0;
   // One per assigned device (one in a CPU worker), sized by assign(); a once_flag cannot move, so
   // they live in a fixed array.
   struct device_state {
