@@ -1,5 +1,7 @@
 // The decorator-style API in one file: build, then run ./build/bin/isolated_demo
 #include <cstdio>
+#include <cstring>
+#include <numeric>
 #include <stdexcept>
 #include <vector>
 
@@ -28,6 +30,18 @@ stats summarize(const std::vector<double>& xs) {
 }
 ISORUN_TASK(summarize);
 
+// A blob made in the worker's device memory (a GPU's with .gpu; host memory in a CPU worker),
+// streamed back with device_result.
+isorun::blob ramp(std::uint64_t n) {
+  auto& w = isorun::this_worker();
+  isorun::alloc::device_buffer out(w.allocator(), n * sizeof(float));
+  std::vector<float> host(n);
+  std::iota(host.begin(), host.end(), 0.0f);
+  out.copy_from_host(host.data(), n * sizeof(float));  // on a GPU, kernels would write it
+  return w.device_result(out);  // streamed to the caller: return it as the whole result
+}
+ISORUN_TASK(ramp);
+
 int main(int argc, char** argv) {
   isorun::init(argc, argv);  // a worker runs its task here and exits; the parent continues
 
@@ -43,5 +57,10 @@ int main(int argc, char** argv) {
 
   auto handle = f.async(std::vector<double>{10, 20});
   std::printf("async result: max %.1f\n", handle.get().max);
+
+  isorun::blob b = isorun::isolated(ramp, {.early_result = true})(1 << 20);  // 4 MiB, streamed
+  float last = 0;
+  std::memcpy(&last, b.data() + b.size() - sizeof last, sizeof last);
+  std::printf("streamed blob: %zu bytes, last value %.0f\n", b.size(), last);
   return 0;
 }

@@ -790,6 +790,14 @@ TEST_CASE("an early result still mapped writable by the task's child waits for t
   CHECK(std::all_of(b.bytes().begin(), b.bytes().end(), [](std::byte c) { return c == std::byte{'b'}; }));
 }
 
+TEST_CASE("a streamed result is handed over early with no seal: the bytes are the supervisor's already", "[runner][early][stream]") {
+  auto early = isorun::isolated(from_device, {.gpu = 0, .early_result = true}).try_call(20_MiB, 9);
+  REQUIRE(early.ok());
+  CHECK(early.status().exit_pending);
+  CHECK(early.value().size() == 20_MiB);
+  CHECK(early.value().data()[20_MiB - 1] == pattern_byte(20_MiB - 1, 9));
+}
+
 TEST_CASE("early results on standby workers: each call's worker is gone afterwards, failures are as usual",
           "[runner][early][standby]") {
   stop_standby_at_end guard;
@@ -1079,14 +1087,6 @@ TEST_CASE("device_result: a blob in device memory streams to the supervisor, int
   rings.clear();
   CHECK(isorun::test::open_fds() == fds_before);
   CHECK(isorun::test::shm_entries() == shm_before);
-  // Early hand-over too: nothing to seal, the bytes are the supervisor's.
-  {
-    auto early = isorun::isolated(from_device, {.gpu = 0, .early_result = true}).try_call(20_MiB, 9);
-    REQUIRE(early.ok());
-    CHECK(early.status().exit_pending);
-    CHECK(early.value().size() == 20_MiB);
-    CHECK(early.value().data()[20_MiB - 1] == pattern_byte(20_MiB - 1, 9));
-  }
   // Outside a worker: an ordinary copy.
   {
     isorun::alloc::caching_allocator& a = isorun::this_worker().allocator();
