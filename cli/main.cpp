@@ -151,13 +151,14 @@ int list_gpus(const cli::cli_options& o) {
 }
 
 // The CLI runs on the first GPU unless told otherwise (--gpu N, --gpus, --cpu). One explicit
-// GPU is looked up alone (NVML is asked about that one device only); the whole inventory is
-// read only to choose, or to name the GPUs there are when one asked for is not.
+// GPU is looked up alone (from the inventory cache where it is current, else from NVML); the
+// whole inventory is read only to choose, or to name the GPUs there are when one asked for is
+// not.
 std::vector<runner::gpu_info> pick_gpus(const cli::cli_options& o) {
   if (o.cpu) return {};
   const runner::gpu_request request{.indices = o.gpu ? std::vector<int>{*o.gpu} : o.gpus, .count = o.gpu_count};
   if (request.indices.size() == 1 && !request.count)
-    if (auto g = runner::gpu_inventory::probe(request.indices.front())) {
+    if (auto g = runner::gpu_inventory::lookup(request.indices.front())) {
       runner::check_fits(*g, o.mem_limit);
       return {*g};
     }

@@ -6,7 +6,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -378,6 +381,69 @@ TEST_CASE("a GPU without a usable driver: a clear error, not a crash", "[cli]") 
   CHECK(r.code == 1);
   CHECK_THAT(r.err, Catch::Contains("cannot use GPU GPU-5a7e1d2c") || Catch::Contains("cannot load the CUDA backend"));
   CHECK_THAT(r.err, !Catch::Contains("SIGSEGV"));
+}
+
+TEST_CASE("--gpu N looks its GPU up in the inventory cache, which a changed driver or GPU makes stale", "[cli][gpu-cache]") {
+  // A made-up /proc/driver/nvidia for the stand-in NVML's one GPU, a cache folder of its own, and
+  // a log of NVML's initialisations.
+  const fs::path dir = fs::temp_directory_path() / ("isorun-gpu-cache-" + std::to_string(::getpid()));
+  fs::create_directories(dir / "proc/gpus/0000:00:06.0");
+  std::ofstream(dir / "proc/version") << "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04\n";
+  auto information = [&](const std::string& uuid) {
+    std::ofstream(dir / "proc/gpus/0000:00:06.0/information")
+        << "Model: \t\t NVIDIA H100 80GB HBM3\nGPU UUID: \t " << uuid << "\nBus Location: \t 0000:00:06.0\n";
+  };
+  const std::string uuid = "GPU-5a7e1d2c-0000-4000-8000-00000000fa4e";  // the stand-in's
+  information(uuid);
+  const char* inherited = std::getenv("LD_LIBRARY_PATH");
+  const std::vector<std::string> env = {
+      isorun::test::real_gpus,
+      std::string("LD_LIBRARY_PATH=" FAKE_NVML_DIR) + (inherited && *inherited ? std::string(":") + inherited : ""),
+      "ISORUN_NVIDIA_PROC=" + (dir / "proc").string(), "XDG_CACHE_HOME=" + (dir / "cache").string(),
+      "FAKE_NVML_LOG=" + (dir / "nvml.log").string()};
+  auto inits = [&] {
+    std::ifstream log(dir / "nvml.log");
+    return static_cast<int>(std::count(std::istreambuf_iterator<char>(log), {}, '\n'));
+  };
+  auto hello = [&] {
+    auto r = run({"-q", "--gpu", "0", "--mem-limit", "1G", "hello"}, env);
+    REQUIRE(r.code == 0);
+    return json::parse(r.out)["device"].get<std::string>();
+  };
+  CHECK(hello() == uuid);  // NVML asked, the cache written
+  CHECK(inits() == 1);
+  CHECK(fs::exists(dir / "cache/isorun/gpus"));
+  CHECK(hello() == uuid);  // from the cache: NVML not started at all
+  CHECK(inits() == 1);
+  // A cap above the GPU's memory is still refused from the cache.
+  auto big = run({"--gpu", "0", "--mem-limit", "100G", "hello"}, env);
+  CHECK(big.code == 2);
+  CHECK_THAT(big.err, Catch::Contains("exceeds GPU 0's 80"));
+  CHECK(inits() == 1);
+  // Another driver version: stale, asked again.
+  std::ofstream(dir / "proc/version") << "NVRM version: NVIDIA UNIX x86_64 Kernel Module  590.1\n";
+  CHECK(hello() == uuid);
+  CHECK(inits() == 2);
+  CHECK(hello() == uuid);
+  CHECK(inits() == 2);
+  // A cached UUID the driver no longer names (another GPU in that slot), or a damaged file: not used.
+  information("GPU-00000000-1111-2222-3333-444444444444");
+  CHECK(hello() == uuid);  // what NVML (the stand-in) says, not the cache
+  CHECK(inits() == 3);
+  information(uuid);
+  std::ofstream(dir / "cache/isorun/gpus") << "isorun gpu cache 1 99999\ngarbage";
+  CHECK(hello() == uuid);
+  CHECK(inits() == 4);
+  // Without the driver's /proc folder there is no cache: NVML every time.
+  const auto no_proc = [&] {
+    auto e = env;
+    e[2] = "ISORUN_NVIDIA_PROC=" + (dir / "absent").string();
+    return e;
+  }();
+  REQUIRE(run({"-q", "--gpu", "0", "hello"}, no_proc).code == 0);
+  REQUIRE(run({"-q", "--gpu", "0", "hello"}, no_proc).code == 0);
+  CHECK(inits() == 6);
+  fs::remove_all(dir);
 }
 
 TEST_CASE("every documented exit code, and the messages that go with the rough edges", "[cli][exit]") {

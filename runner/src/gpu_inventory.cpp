@@ -1,9 +1,17 @@
 #include "isorun/runner/gpu_inventory.hpp"
 
+#include <dirent.h>
 #include <dlfcn.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <optional>
+#include <sstream>
+#include <vector>
 
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/units.hpp"
@@ -108,7 +116,135 @@ gpu_inventory from_nvml() {
   return inv;
 }
 
+// --- The inventory cache (gpu_inventory::lookup) -------------------------------------------
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// What the cached facts depend on, as text; nullopt where there is nothing to key them by. The
+// driver's /proc directory changes with a driver (re)load that changes the GPUs, the NVML library
+// with the driver's files, the boot id with everything else (a GPU reset with other settings
+// comes with a reboot or a driver reload).
+std::optional<std::string> cache_key() {
+  const char* proc_env = std::getenv("ISORUN_NVIDIA_PROC");  // tests point it at a made-up tree
+  const std::string proc = proc_env && *proc_env ? proc_env : "/proc/driver/nvidia";
+  std::vector<std::string> buses;
+  if (DIR* d = ::opendir((proc + "/gpus").c_str())) {
+    while (dirent* e = ::readdir(d))
+      if (e->d_name[0] != '.') buses.emplace_back(e->d_name);
+    ::closedir(d);
+  }
+  if (buses.empty()) return std::nullopt;
+  std::sort(buses.begin(), buses.end());
+  void* lib = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return std::nullopt;
+  Dl_info info{};
+  struct stat st{};
+  const bool found = ::dladdr(::dlsym(lib, "nvmlInit_v2"), &info) && info.dli_fname && ::stat(info.dli_fname, &st) == 0;
+  std::string key = found ? std::string("nvml ") + info.dli_fname + " " + std::to_string(st.st_size) + " " +
+                                std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + "\n"
+                          : "";
+  ::dlclose(lib);
+  if (!found) return std::nullopt;
+  key += "boot " + read_all("/proc/sys/kernel/random/boot_id");
+  key += "driver " + read_all(proc + "/version");
+  for (const auto& bus : buses) key += "gpu " + bus + "\n" + read_all(proc + "/gpus/" + bus + "/information");
+  return key;
+}
+
+std::string cache_path() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  if (xdg && *xdg == '/') return std::string(xdg) + "/isorun/gpus";
+  if (home && *home == '/') return std::string(home) + "/.cache/isorun/gpus";
+  return "";
+}
+
+constexpr std::string_view cache_magic = "isorun gpu cache 1 ";
+
+// The cached inventory, if the file holds one under exactly `key`. Each entry's UUID must be
+// one the key's information files name; anything odd and the cache is not used.
+std::optional<std::vector<gpu_info>> read_cache(const std::string& key) {
+  const std::string path = cache_path();
+  if (path.empty()) return std::nullopt;
+  const std::string text = read_all(path);
+  if (text.compare(0, cache_magic.size(), cache_magic) != 0) return std::nullopt;
+  std::size_t at = cache_magic.size();
+  const auto eol = text.find('\n', at);
+  if (eol == std::string::npos) return std::nullopt;
+  std::size_t key_size = 0;
+  try {
+    key_size = std::stoull(text.substr(at, eol - at));
+  } catch (...) {
+    return std::nullopt;
+  }
+  at = eol + 1;
+  if (text.size() - at < key_size || text.compare(at, key_size, key) != 0 || key_size != key.size()) return std::nullopt;
+  std::istringstream entries(text.substr(at + key_size));
+  std::vector<gpu_info> gpus;
+  for (std::string line; std::getline(entries, line);) {
+    std::istringstream fields(line);
+    gpu_info g;
+    std::string total;
+    if (!(fields >> g.index >> total >> g.uuid) || g.uuid.empty() || key.find(g.uuid) == std::string::npos)
+      return std::nullopt;
+    try {
+      g.total_memory = std::stoull(total);
+    } catch (...) {
+      return std::nullopt;
+    }
+    std::getline(fields >> std::ws, g.name);
+    gpus.push_back(std::move(g));
+  }
+  if (gpus.empty()) return std::nullopt;
+  return gpus;
+}
+
+// Best effort: written whole under another name, then renamed over the old one.
+void write_cache(const std::string& key, const std::vector<gpu_info>& gpus) {
+  const std::string path = cache_path();
+  if (path.empty()) return;
+  const std::string dir = path.substr(0, path.rfind('/'));
+  ::mkdir(dir.substr(0, dir.rfind('/')).c_str(), 0700);
+  ::mkdir(dir.c_str(), 0700);
+  const std::string temp = path + "." + std::to_string(::getpid());
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    out << cache_magic << key.size() << "\n" << key;
+    for (const auto& g : gpus) out << g.index << " " << g.total_memory << " " << g.uuid << " " << g.name << "\n";
+    if (!out.flush()) {
+      std::remove(temp.c_str());
+      return;
+    }
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) std::remove(temp.c_str());
+}
+
 }  // namespace
+
+std::optional<gpu_info> gpu_inventory::lookup(int index) {
+  if (const char* sim = std::getenv("ISORUN_SIMULATE_GPUS"); sim && *sim) return probe(index);
+  const auto key = cache_key();
+  if (!key) return probe(index);
+  auto pick = [&](const std::vector<gpu_info>& gpus) -> std::optional<gpu_info> {
+    for (const auto& g : gpus)
+      if (g.index == index) {
+        gpu_info found = g;
+        found.free_memory = 0;  // not a lasting fact
+        return found;
+      }
+    return std::nullopt;
+  };
+  if (auto cached = read_cache(*key)) return pick(*cached);
+  const gpu_inventory inv = from_nvml();
+  if (inv.source != origin::nvml || inv.gpus.empty()) return std::nullopt;
+  write_cache(*key, inv.gpus);
+  return pick(inv.gpus);
+}
 
 gpu_inventory gpu_inventory::simulated(std::string_view spec) {
   gpu_inventory inv;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace {
@@ -24,7 +25,16 @@ struct process_info {
 }  // namespace
 
 extern "C" {
-int nvmlInit_v2() { return 0; }
+// FAKE_NVML_LOG=FILE: each initialisation appends a line to FILE, so a test can tell whether
+// NVML was asked at all.
+int nvmlInit_v2() {
+  if (const char* log = std::getenv("FAKE_NVML_LOG"))
+    if (FILE* f = std::fopen(log, "a")) {
+      std::fputs("init\n", f);
+      std::fclose(f);
+    }
+  return 0;
+}
 int nvmlShutdown() { return 0; }
 int nvmlDeviceGetCount_v2(unsigned* count) {
   *count = 1;
