@@ -172,16 +172,20 @@ int main(int argc, char** argv) {
   int reps = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--quick") quick = true;
-    else if (a == "--only" && i + 1 < argc) only = argv[++i];
+    if (a == "--quick")
+      quick = true;
+    else if (a == "--only" && i + 1 < argc)
+      only = argv[++i];
     else if (a == "--sizes" && i + 1 < argc) {
       for (std::string list = argv[++i]; !list.empty();) {
         const auto comma = list.find(',');
         chosen_sizes.push_back(std::stoull(list.substr(0, comma)) * MiB);
         list = comma == std::string::npos ? "" : list.substr(comma + 1);
       }
-    } else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
-    else if (a == "--streamed-only") streamed_only = true;
+    } else if (a == "--reps" && i + 1 < argc)
+      reps = std::atoi(argv[++i]);
+    else if (a == "--streamed-only")
+      streamed_only = true;
   }
   auto section = [&](char c) { return only.find(c) != std::string::npos; };
   if (gpus().source != runner::gpu_inventory::origin::nvml || gpus().gpus.empty()) {
@@ -193,66 +197,65 @@ int main(int argc, char** argv) {
   std::printf("isorun GPU benchmarks: %s (%ld cores)\n\n", gpu.name.c_str(), ::sysconf(_SC_NPROCESSORS_ONLN));
 
   if (section('a')) {
-  std::printf("(a) result made on the GPU: device buffer ready -> the caller holds the validated view\n");
-  std::printf("    device_result (streamed), handed over at once (early_result) and after the worker's exit\n");
-  std::printf("    (the default); output_blob + cudaMemcpy (the path before) alongside up to 1 GiB\n");
-  std::vector<std::uint64_t> sizes = {1 * MiB, 64 * MiB, 1024 * MiB};
-  if (!quick) sizes.push_back(4096 * MiB);
-  if (!chosen_sizes.empty()) sizes = chosen_sizes;
-  for (std::uint64_t size : sizes) {
-    const int n = reps ? reps : quick ? 3 : (size >= 1024 * MiB ? 7 : 9);
-    const bool old_path = size <= 1024 * MiB && !streamed_only;
-    std::vector<double> early, waited, in_place, bare;
-    result_gbps("gpu_result", size, true);  // warms the ring and the supervisor's memory for this size
-    for (int i = 0; i < n; ++i) {
-      early.push_back(result_gbps("gpu_result", size, true));
-      waited.push_back(streamed_only ? 0.0 : result_gbps("gpu_result", size, false));
-      if (old_path) in_place.push_back(result_gbps("gpu_result_in_place", size, false));
-      bare.push_back(static_cast<double>(size) /
-                     static_cast<double>(isolated(pinned_reference, {.gpu = 0, .echo_stderr = true})(size)));
+    std::printf("(a) result made on the GPU: device buffer ready -> the caller holds the validated view\n");
+    std::printf("    device_result (streamed), handed over at once (early_result) and after the worker's exit\n");
+    std::printf("    (the default); output_blob + cudaMemcpy (the path before) alongside up to 1 GiB\n");
+    std::vector<std::uint64_t> sizes = {1 * MiB, 64 * MiB, 1024 * MiB};
+    if (!quick) sizes.push_back(4096 * MiB);
+    if (!chosen_sizes.empty()) sizes = chosen_sizes;
+    for (std::uint64_t size : sizes) {
+      const int n = reps ? reps : quick ? 3 : (size >= 1024 * MiB ? 7 : 9);
+      const bool old_path = size <= 1024 * MiB && !streamed_only;
+      std::vector<double> early, waited, in_place, bare;
+      result_gbps("gpu_result", size, true);  // warms the ring and the supervisor's memory for this size
+      for (int i = 0; i < n; ++i) {
+        early.push_back(result_gbps("gpu_result", size, true));
+        waited.push_back(streamed_only ? 0.0 : result_gbps("gpu_result", size, false));
+        if (old_path) in_place.push_back(result_gbps("gpu_result_in_place", size, false));
+        bare.push_back(static_cast<double>(size) /
+                       static_cast<double>(isolated(pinned_reference, {.gpu = 0, .echo_stderr = true})(size)));
+      }
+      const auto e = summarize(early), w = summarize(waited), b = summarize(bare);
+      std::printf("  %6llu MiB  streamed, early     %s   ratio %.2f%s\n", static_cast<unsigned long long>(size / MiB),
+                  show(e, "GB/s").c_str(), e.median / b.median, size >= 1024 * MiB ? "   goal >= 0.5" : "");
+      std::printf("             streamed, exit      %s   ratio %.2f\n", show(w, "GB/s").c_str(), w.median / b.median);
+      if (old_path) {
+        const auto o = summarize(in_place);
+        std::printf("             in place (before)   %s   ratio %.2f\n", show(o, "GB/s").c_str(), o.median / b.median);
+      }
+      std::printf("             pinned              %s   (cudaMemcpy into cudaHostAlloc memory)\n",
+                  show(b, "GB/s").c_str());
     }
-    const auto e = summarize(early), w = summarize(waited), b = summarize(bare);
-    std::printf("  %6llu MiB  streamed, early     %s   ratio %.2f%s\n", static_cast<unsigned long long>(size / MiB),
-                show(e, "GB/s").c_str(), e.median / b.median, size >= 1024 * MiB ? "   goal >= 0.5" : "");
-    std::printf("             streamed, exit      %s   ratio %.2f\n", show(w, "GB/s").c_str(), w.median / b.median);
-    if (old_path) {
-      const auto o = summarize(in_place);
-      std::printf("             in place (before)   %s   ratio %.2f\n", show(o, "GB/s").c_str(), o.median / b.median);
-    }
-    std::printf("             pinned              %s   (cudaMemcpy into cudaHostAlloc memory)\n", show(b, "GB/s").c_str());
-  }
-
   }
 
   if (section('b')) {
-  std::printf("\n(b) cold trivial CUDA task\n");
-  std::vector<double> ours, bare;
-  for (int i = 0; i < (quick ? 5 : 20); ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    isolated(trivial_gpu, {.gpu = 0})(0);
-    ours.push_back(ms_since(t0));
-    bare.push_back(spawn_ms({self, "--bare-cuda"}, {"CUDA_VISIBLE_DEVICES=" + gpu.uuid}));
-  }
-  const auto o = summarize(ours), b = summarize(bare);
-  std::printf("  isolated(task, {.gpu = 0})        %s\n", show(o, "ms").c_str());
-  std::printf("  bare process: cuInit, 2 MiB, exit %s\n", show(b, "ms").c_str());
-  std::printf("  ratio %.2f   goal <= 1.1\n", o.median / b.median);
-
+    std::printf("\n(b) cold trivial CUDA task\n");
+    std::vector<double> ours, bare;
+    for (int i = 0; i < (quick ? 5 : 20); ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      isolated(trivial_gpu, {.gpu = 0})(0);
+      ours.push_back(ms_since(t0));
+      bare.push_back(spawn_ms({self, "--bare-cuda"}, {"CUDA_VISIBLE_DEVICES=" + gpu.uuid}));
+    }
+    const auto o = summarize(ours), b = summarize(bare);
+    std::printf("  isolated(task, {.gpu = 0})        %s\n", show(o, "ms").c_str());
+    std::printf("  bare process: cuInit, 2 MiB, exit %s\n", show(b, "ms").c_str());
+    std::printf("  ratio %.2f   goal <= 1.1\n", o.median / b.median);
   }
 
 #ifdef ISORUN_CLI
   if (section('c')) {
-  std::printf("\n(c) the CLI's own cost\n");
-  const std::string tasks = ISORUN_EXAMPLE_TASKS;
-  std::vector<double> with_gpu, with_cpu, list;
-  for (int i = 0; i < (quick ? 5 : 20); ++i) {
-    with_cpu.push_back(spawn_ms({ISORUN_CLI, "--tasks", tasks, "--cpu", "-q", "hello"}));
-    with_gpu.push_back(spawn_ms({ISORUN_CLI, "--tasks", tasks, "--gpu", "0", "-q", "hello"}));
-    list.push_back(spawn_ms({ISORUN_CLI, "gpus"}));
-  }
-  std::printf("  isorun --gpu 0 hello  %s\n", show(summarize(with_gpu), "ms").c_str());
-  std::printf("  isorun --cpu hello    %s\n", show(summarize(with_cpu), "ms").c_str());
-  std::printf("  isorun gpus           %s\n", show(summarize(list), "ms").c_str());
+    std::printf("\n(c) the CLI's own cost\n");
+    const std::string tasks = ISORUN_EXAMPLE_TASKS;
+    std::vector<double> with_gpu, with_cpu, list;
+    for (int i = 0; i < (quick ? 5 : 20); ++i) {
+      with_cpu.push_back(spawn_ms({ISORUN_CLI, "--tasks", tasks, "--cpu", "-q", "hello"}));
+      with_gpu.push_back(spawn_ms({ISORUN_CLI, "--tasks", tasks, "--gpu", "0", "-q", "hello"}));
+      list.push_back(spawn_ms({ISORUN_CLI, "gpus"}));
+    }
+    std::printf("  isorun --gpu 0 hello  %s\n", show(summarize(with_gpu), "ms").c_str());
+    std::printf("  isorun --cpu hello    %s\n", show(summarize(with_cpu), "ms").c_str());
+    std::printf("  isorun gpus           %s\n", show(summarize(list), "ms").c_str());
   }
 #endif
 
@@ -261,8 +264,9 @@ int main(int argc, char** argv) {
     const isolated_options waited{.gpu = 0, .mem_limit = 2048 * MiB, .standby = 1, .warm_context = true};
     isolated_options early = waited;
     early.early_result = true;
-    auto& pool = runner::standby_for(
-        runner::launch_spec_for(runner::job_spec_for("trivial_gpu", serialization::encoding::binary, {}, {gpu}, waited)), 1);
+    auto& pool = runner::standby_for(runner::launch_spec_for(runner::job_spec_for(
+                                         "trivial_gpu", serialization::encoding::binary, {}, {gpu}, waited)),
+                                     1);
     // Between calls: the pool refilled, and its worker given time to create its context.
     auto settle = [&] {
       pool.fill();

@@ -318,7 +318,6 @@ stream_reader::received stream_reader::finish() {
   if (done_chunks_ != chunks_)
     throw wire_error("the result stream ended after " + std::to_string(std::min(total_, done_chunks_ * checksum_chunk)) +
                      " of " + std::to_string(total_) + " bytes");
-  finished_ = true;
   if (tracing())  // the supervisor's side of the worker's trace
     std::fprintf(stderr,
                  "isorun stream: supervisor: %llu bytes into %s memory on %u threads, whole %.2f ms after it began "

@@ -129,7 +129,6 @@ class stream_reader {
   std::uint64_t freed_ = 0;  // slots freed, in order
   std::string error_;
   std::vector<std::thread> threads_;
-  bool finished_ = false;
   // For ISORUN_STREAM_TRACE.
   bool memory_reused_ = false;
   unsigned threads_count_ = 0;
