@@ -130,7 +130,7 @@ struct watch_record {
   std::vector<std::string> stderr_tail;
   clock::duration wall{};
   std::uint64_t memory_peak = 0;  // the worker's cgroup's memory.peak, where known
-  bool early = false;  // the result was sealed for hand-over; the worker has not exited yet
+  bool early = false;  // the result was handed over (sealed, or streamed); the worker has not exited yet
   std::unique_ptr<ser::stream_reader> stream;  // receiving a result the worker streams
   std::optional<ser::segment_header> streamed;  // a snapshot of a streamed result's header
 
@@ -324,8 +324,9 @@ job_result classify(watch_record w, const job_spec& spec, const std::shared_ptr<
       if (!w.streamed) w.streamed = streamed_header(*result_segment);
       ser::encoding enc{};
       if (w.streamed) {  // the payload came through the ring
-        const ser::segment_header h = ser::read_header(reinterpret_cast<const std::byte*>(&*w.streamed), sizeof(ser::segment_header),
-                                                       ser::streamed_result_magic, spec.max_result);
+        const ser::segment_header h = ser::read_header(reinterpret_cast<const std::byte*>(&*w.streamed),
+                                                       sizeof(ser::segment_header), ser::streamed_result_magic,
+                                                       spec.max_result);
         if (!w.stream) throw ser::wire_error("it says its result was streamed, but no stream began");
         auto got = w.stream->finish();
         if (h.payload_size != got.payload.size() || h.checksum != got.checksum)
