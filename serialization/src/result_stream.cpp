@@ -90,7 +90,8 @@ class private_memory {
         if (it->second >= size && (best == idle_.end() || it->second < best->second)) best = it;
       if (best != idle_.end()) {
         // A kept block is reused whole (a smaller stream uses a prefix) and goes back whole.
-        const auto [block, block_size] = *best;
+        void* const block = best->first;
+        const std::uint64_t block_size = best->second;
         idle_.erase(best);
         reused = true;
         return {static_cast<std::byte*>(block), [this, block_size](std::byte* q) { release(q, block_size); }};
