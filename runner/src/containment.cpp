@@ -12,23 +12,19 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "read_text.hpp"
+
 namespace isorun::runner {
 namespace {
 
-constexpr std::string_view prefix = "isorun-";
+using detail::read_text;
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+constexpr std::string_view prefix = "isorun-";
 
 bool write_text(const std::string& path, std::string_view text) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);

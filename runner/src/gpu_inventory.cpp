@@ -15,6 +15,7 @@
 
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/units.hpp"
+#include "read_text.hpp"
 
 namespace isorun::runner {
 namespace {
@@ -118,12 +119,7 @@ gpu_inventory from_nvml() {
 
 // --- The inventory cache (gpu_inventory::lookup) -------------------------------------------
 
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using detail::read_text;
 
 // What the cached facts depend on, as text; nullopt where there is nothing to key them by. The
 // driver's /proc directory changes with a driver (re)load that changes the GPUs, the NVML library
@@ -150,9 +146,9 @@ std::optional<std::string> cache_key() {
                           : "";
   ::dlclose(lib);
   if (!found) return std::nullopt;
-  key += "boot " + read_all("/proc/sys/kernel/random/boot_id");
-  key += "driver " + read_all(proc + "/version");
-  for (const auto& bus : buses) key += "gpu " + bus + "\n" + read_all(proc + "/gpus/" + bus + "/information");
+  key += "boot " + read_text("/proc/sys/kernel/random/boot_id");
+  key += "driver " + read_text(proc + "/version");
+  for (const auto& bus : buses) key += "gpu " + bus + "\n" + read_text(proc + "/gpus/" + bus + "/information");
   return key;
 }
 
@@ -171,7 +167,7 @@ constexpr std::string_view cache_magic = "isorun gpu cache 1 ";
 std::optional<std::vector<gpu_info>> read_cache(const std::string& key) {
   const std::string path = cache_path();
   if (path.empty()) return std::nullopt;
-  const std::string text = read_all(path);
+  const std::string text = read_text(path);
   if (text.compare(0, cache_magic.size(), cache_magic) != 0) return std::nullopt;
   std::size_t at = cache_magic.size();
   const auto eol = text.find('\n', at);

@@ -17,6 +17,7 @@
 #include <new>
 #include <system_error>
 
+#include "isorun/serialization/control.hpp"
 #include "isorun/serialization/segment_pool.hpp"
 #include "parallel.hpp"
 
@@ -50,12 +51,6 @@ unsigned threads_from_env(int which, unsigned fallback) {
 }
 
 bool tracing() { return std::getenv("ISORUN_STREAM_TRACE") != nullptr; }
-
-std::int64_t now_ns() noexcept {
-  timespec t{};
-  ::clock_gettime(CLOCK_MONOTONIC, &t);
-  return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
-}
 
 ring_control& control_of(std::byte* ring) noexcept { return *reinterpret_cast<ring_control*>(ring); }
 std::byte* slot_of(std::byte* ring, std::uint64_t k) noexcept {
@@ -192,10 +187,10 @@ std::uint64_t stream_writer::write(std::uint64_t total, const fill_fn& fill) {
     for (unsigned i = 0; i < helpers; ++i) threads.emplace_back(hasher);
     for (std::uint64_t k = 0; k < slots; ++k) {
       // Slot k % ring_slots is free once the supervisor has copied out use k - ring_slots.
-      const std::int64_t t0 = now_ns();
+      const std::int64_t t0 = monotonic_ns();
       for (std::uint32_t freed; k >= (freed = counter(ctl.freed).load(std::memory_order_acquire)) + ring_slots;)
         futex_wait(&ctl.freed, freed, wait_ms);
-      const std::int64_t t1 = now_ns();
+      const std::int64_t t1 = monotonic_ns();
       full_ns += t1 - t0;
       const std::uint64_t offset = k * ring_slot_bytes, n = std::min(ring_slot_bytes, total - offset);
       {
@@ -203,7 +198,7 @@ std::uint64_t stream_writer::write(std::uint64_t total, const fill_fn& fill) {
         left[k % ring_slots] = static_cast<std::uint32_t>(chunks_in(n));
       }
       fill(slot_of(ring_, k), offset, n);
-      fill_ns += now_ns() - t1;
+      fill_ns += monotonic_ns() - t1;
       {
         std::lock_guard lock(mutex);
         landed = k + 1;
@@ -230,7 +225,7 @@ stream_reader::stream_reader(std::shared_ptr<pooled_segment> ring, std::byte* ma
     throw wire_error("streamed result of " + std::to_string(total_) + " bytes exceeds the limit of " +
                      std::to_string(max_payload) + " bytes");
   chunks_ = chunks_in(total_);
-  started_ns_ = now_ns();
+  started_ns_ = monotonic_ns();
   memory_ = private_memory::instance().acquire(total_, memory_reused_);
   hashes_.resize(chunks_);
   copied_in_slot_.assign(ring_slots, 0);
@@ -254,12 +249,12 @@ stream_reader::~stream_reader() {
 
 bool stream_reader::wait_filled(std::uint32_t slot) {
   std::uint32_t* word = &control_of(mapped_).filled;
-  const std::int64_t t0 = now_ns();
+  const std::int64_t t0 = monotonic_ns();
   for (;;) {
     if (stop_waiting_.load()) return counter(*word).load(std::memory_order_acquire) > slot;
     const std::uint32_t f = counter(*word).load(std::memory_order_acquire);
     if (f > slot) {
-      waited_ns_ += now_ns() - t0;
+      waited_ns_ += monotonic_ns() - t0;
       return true;
     }
     futex_wait(word, f, wait_ms);
@@ -294,7 +289,7 @@ void stream_reader::run() {
     std::lock_guard lock(mutex_);
     if (hashes_[c] != theirs && error_.empty())
       error_ = "chunk " + std::to_string(c) + " of the streamed result differs from what the worker hashed";
-    if (++done_chunks_ == chunks_) whole_ns_ = now_ns();
+    if (++done_chunks_ == chunks_) whole_ns_ = monotonic_ns();
     // Free slots in order, once all their chunks are copied: the worker refills them. (The
     // count is this side's own; the shared word only tells the worker.)
     ++copied_in_slot_[k % ring_slots];
