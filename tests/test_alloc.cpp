@@ -41,6 +41,7 @@ struct shared_host final : backend {
   void release_address(void* p, std::size_t n) noexcept override { inner->release_address(p, n); }
   bool map(void* p, std::size_t n) override { return inner->map(p, n); }
   void unmap(void* p, std::size_t n) noexcept override { inner->unmap(p, n); }
+  void synchronize(stream_id s) noexcept override { inner->synchronize(s); }
   void copy(void* d, const void* s, std::size_t n, copy_kind k, stream_id st) override { inner->copy(d, s, n, k, st); }
   event_id record_event(stream_id s) override { return inner->record_event(s); }
   bool event_done(event_id e) override { return inner->event_done(e); }
@@ -244,6 +245,41 @@ TEST_CASE("expandable maps pages on demand and never strands freed pages", "[all
   e.alloc.empty_cache();
   CHECK(e.alloc.stats().reserved_bytes.current == 0);
   CHECK(e.device.used() == 0);
+}
+
+TEST_CASE("expandable maps each run of missing pages in one call, and waits for the stream before unmapping", "[alloc]") {
+  fixture f(64 * MiB, "strategy:expandable");
+  auto maps = [&] { return f.alloc.stats().num_backend_allocs; };
+  void* a = f.alloc.allocate(8 * MiB);
+  CHECK(maps() == 1);  // four pages, one call
+  void* b = f.alloc.allocate(8 * MiB);
+  void* c = f.alloc.allocate(8 * MiB);
+  CHECK(maps() == 3);
+  f.alloc.deallocate(b);
+  f.alloc.empty_cache();  // b's four pages go: a hole between a and c
+  CHECK(f.alloc.stats().num_backend_frees == 1);
+  CHECK(f.device.used() == 16 * MiB);
+  f.alloc.deallocate(a);
+  f.alloc.deallocate(c);
+  void* big = f.alloc.allocate(32 * MiB);  // over a (mapped), the hole, c (mapped) and four new pages
+  CHECK(big == a);
+  CHECK(maps() == 5);  // the hole and the tail: one call each
+  CHECK(f.device.used() == 32 * MiB);
+  f.alloc.check_invariants();
+  f.alloc.deallocate(big);
+
+  // A kernel queued on stream 5 may still use a block freed on it: reusing it on stream 5 is
+  // ordered after the kernel, giving its memory back is not. Freeing waits for nothing; the
+  // unmap waits for the stream.
+  void* on5 = f.alloc.allocate(6 * MiB, 5);
+  const event_id kernel = f.device.record_event(5);
+  f.alloc.deallocate(on5);
+  CHECK_FALSE(f.device.event_done(kernel));
+  f.alloc.empty_cache();
+  CHECK(f.device.event_done(kernel));
+  CHECK(f.device.used() == 0);
+  CHECK(f.alloc.stats().reserved_bytes.current == 0);
+  f.alloc.check_invariants();
 }
 
 TEST_CASE("preallocate reserves up front and never grows", "[alloc]") {
@@ -493,6 +529,8 @@ TEST_CASE("simulated device: caps, expandable pages, debug fill and capacity beh
     char byte = 1;
     CHECK_THROWS_WITH(device.copy(range, &byte, 1, copy_kind::host_to_device), Catch::Contains("no memory mapped"));
     REQUIRE(device.map(range, 2 * MiB));
+    CHECK_THROWS_WITH(device.map(range, 4 * MiB), Catch::Contains("already mapped"));  // as cuMemMap refuses it
+    CHECK(device.used() == 2 * MiB);
     device.copy(range + 100, &byte, 1, copy_kind::host_to_device);
     device.unmap(range, 2 * MiB);
     REQUIRE(device.map(range, 2 * MiB));

@@ -171,30 +171,64 @@ class cuda_backend final : public backend {
     if (free_address_) free_address_(reinterpret_cast<CUdeviceptr>(p), bytes);
   }
 
+  // One physical allocation per granule, so that any page can later be given back alone
+  // (cuMemUnmap takes whole mappings): that is what lets the expandable strategy pack tightly.
+  // The run's access rights are set in one cuMemSetAccess, the call that updates the page tables.
   bool map(void* p, std::size_t bytes) override {
-    CUmemGenericAllocationHandle h{};
+    if (!create_ || !map_ || !set_access_) return false;
     on_device here(ordinal_);
-    if (!create_ || create_(&h, bytes, &prop_, 0) != CUDA_SUCCESS) return false;
     const auto at = reinterpret_cast<CUdeviceptr>(p);
-    if (map_(at, bytes, 0, h, 0) != CUDA_SUCCESS) {
-      release_(h);
-      return false;
+    const std::size_t g = granularity_;
+    std::vector<CUmemGenericAllocationHandle> made;
+    made.reserve(bytes / g);
+    auto undo = [&] {
+      for (std::size_t i = 0; i < made.size(); ++i) {
+        unmap_(at + i * g, g);
+        release_(made[i]);
+      }
+    };
+    for (std::size_t off = 0; off < bytes; off += g) {
+      CUmemGenericAllocationHandle h{};
+      if (create_(&h, g, &prop_, 0) != CUDA_SUCCESS) {
+        undo();
+        return false;
+      }
+      if (map_(at + off, g, 0, h, 0) != CUDA_SUCCESS) {
+        release_(h);
+        undo();
+        return false;
+      }
+      made.push_back(h);
     }
     CUmemAccessDesc access{};
     access.location = prop_.location;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    set_access_(at, bytes, &access, 1);
+    if (set_access_(at, bytes, &access, 1) != CUDA_SUCCESS) {
+      undo();
+      return false;
+    }
     std::lock_guard lock(mutex_);
-    handles_[at] = h;
+    for (std::size_t i = 0; i < made.size(); ++i) handles_[at + i * g] = made[i];
     return true;
   }
   void unmap(void* p, std::size_t bytes) noexcept override {
     const auto at = reinterpret_cast<CUdeviceptr>(p);
-    unmap_(at, bytes);
     std::lock_guard lock(mutex_);
-    if (auto it = handles_.find(at); it != handles_.end()) {
-      release_(it->second);
-      handles_.erase(it);
+    for (std::size_t off = 0; off < bytes; off += granularity_) {
+      unmap_(at + off, granularity_);
+      if (auto it = handles_.find(at + off); it != handles_.end()) {
+        release_(it->second);
+        handles_.erase(it);
+      }
+    }
+  }
+  void synchronize(stream_id stream) noexcept override {
+    // An error here is a context already broken by a failed kernel: nothing runs any more, so
+    // unmapping after it is safe, and the task reports the kernel's error itself.
+    try {
+      on_device here(ordinal_);  // stream 0 is the current device's default stream
+      cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream));
+    } catch (...) {
     }
   }
 

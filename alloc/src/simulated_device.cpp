@@ -116,9 +116,16 @@ bool simulated_device::map(void* p, std::size_t bytes) {
   std::lock_guard lock(mutex_);
   region* r = const_cast<region*>(find(p));
   if (!r || !r->reserved) return false;
-  if (used_ + bytes > capacity_) return false;
   const std::size_t first = static_cast<std::size_t>(static_cast<std::byte*>(p) - r->device) / granule;
-  for (std::size_t g = first; g < first + (bytes + granule - 1) / granule && g < r->mapped.size(); ++g) r->mapped[g] = true;
+  const std::size_t end = first + (bytes + granule - 1) / granule;
+  if (end > r->mapped.size())
+    throw std::invalid_argument("simulated device: map of " + hex(p) + " + " + std::to_string(bytes) +
+                                " bytes runs past its reserved range");
+  for (std::size_t g = first; g < end; ++g)
+    if (r->mapped[g])  // cuMemMap refuses a range that is already mapped
+      throw std::invalid_argument("simulated device: map of " + hex(p) + " covers a page that is already mapped");
+  if (used_ + bytes > capacity_) return false;
+  for (std::size_t g = first; g < end; ++g) r->mapped[g] = true;
   used_ += bytes;
   return true;
 }
@@ -130,9 +137,10 @@ void simulated_device::unmap(void* p, std::size_t bytes) noexcept {
   const std::size_t offset = static_cast<std::size_t>(static_cast<std::byte*>(p) - r->device);
   // Give the pages back, as cuMemUnmap + cuMemRelease do; a later map() sees zeros.
   ::madvise(r->alias + offset, bytes, MADV_REMOVE);
-  for (std::size_t g = offset / granule; g < (offset + bytes + granule - 1) / granule && g < r->mapped.size(); ++g)
+  for (std::size_t g = offset / granule; g < (offset + bytes + granule - 1) / granule && g < r->mapped.size(); ++g) {
+    used_ -= r->mapped[g] ? granule : 0;
     r->mapped[g] = false;
-  used_ -= bytes;
+  }
 }
 
 const simulated_device::region* simulated_device::find(const void* p) const {

@@ -1,6 +1,8 @@
 #include "strategy.hpp"
 
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 namespace isorun::alloc::detail {
 namespace {
@@ -163,8 +165,9 @@ class expandable final : public growth_strategy {
   void release_everything() override {
     const std::size_t g = c_.memory.granularity();
     for (auto& s : c_.blocks.segments) {
-      for (std::size_t p = 0; p < s.mapped.size(); ++p)
-        if (s.mapped[p]) c_.memory.unmap(reinterpret_cast<void*>(s.base + p * g), g);
+      c_.memory.synchronize(s.stream);
+      for_each_run(s, 0, s.mapped.size(), true,
+                   [&](std::size_t p, std::size_t n) { c_.memory.unmap(reinterpret_cast<void*>(s.base + p * g), n * g); });
       c_.memory.release_address(reinterpret_cast<void*>(s.base), s.size);
       ++c_.books.st.num_backend_frees;
     }
@@ -186,13 +189,34 @@ class expandable final : public growth_strategy {
     return s;
   }
 
+  // Calls f(first page, page count) for each run of consecutive pages in [from, to) whose
+  // mapped state is `mapped`.
+  template <class F>
+  static void for_each_run(const segment& s, std::size_t from, std::size_t to, bool mapped, F&& f) {
+    for (std::size_t p = from; p < to;) {
+      if (s.mapped[p] != mapped) {
+        ++p;
+        continue;
+      }
+      std::size_t end = p + 1;
+      while (end < to && s.mapped[end] == mapped) ++end;
+      f(p, end - p);
+      p = end;
+    }
+  }
+
+  void set_mapped(segment& s, std::size_t first, std::size_t n, bool mapped) {
+    for (std::size_t p = first; p < first + n; ++p) s.mapped[p] = mapped;
+    s.mapped_pages = mapped ? s.mapped_pages + n : s.mapped_pages - n;
+  }
+
   // Maps the pages under [addr, addr+size), within the cap. False if it cannot.
   bool ensure_mapped(segment& s, std::uintptr_t addr, std::size_t size) {
     const std::size_t g = c_.memory.granularity();
-    const std::size_t first = (addr - s.base) / g, last = (addr + size - 1 - s.base) / g;
+    const std::size_t first = (addr - s.base) / g, end = (addr + size - 1 - s.base) / g + 1;
     auto unmapped = [&] {
       std::size_t n = 0;
-      for (std::size_t p = first; p <= last; ++p) n += !s.mapped[p];
+      for (std::size_t p = first; p < end; ++p) n += !s.mapped[p];
       return n;
     };
     ledger& books = c_.books;
@@ -207,34 +231,48 @@ class expandable final : public growth_strategy {
         need = unmapped();
       }
     }
-    for (std::size_t p = first; p <= last; ++p) {
-      if (s.mapped[p]) continue;
-      if (!c_.memory.map(reinterpret_cast<void*>(s.base + p * g), g)) {
+    // One backend call per run of missing pages (usually one run: the block's tail beyond what
+    // is mapped), not one per page.
+    bool ok = true;
+    for_each_run(s, first, end, false, [&](std::size_t p, std::size_t n) {
+      if (!ok) return;
+      const std::uintptr_t at = s.base + p * g;
+      if (!c_.memory.map(reinterpret_cast<void*>(at), n * g)) {
         ++books.st.num_device_alloc_failures;
-        return false;
+        ok = false;
+        return;
       }
-      s.mapped[p] = true;
-      ++s.mapped_pages;
-      books.took(s.base + p * g, g, s.stream, false);
-    }
-    return true;
+      set_mapped(s, p, n, true);
+      books.took(at, n * g, s.stream, false);
+    });
+    return ok;
   }
 
-  // Unmaps pages lying entirely inside free blocks of `s`. Returns bytes released.
+  // Unmaps pages lying entirely inside free blocks of `s`, up to `want` bytes, after waiting
+  // once for the stream's queued work (a kernel may still be using a freed block: the stream
+  // order that makes reusing it safe does not cover giving its memory back). Returns bytes released.
   std::uint64_t unmap_free_pages(segment& s, std::uint64_t want) {
-    std::uint64_t released = 0;
     const std::size_t g = c_.memory.granularity();
+    std::vector<std::pair<std::size_t, std::size_t>> runs;  // first page, count
+    std::uint64_t released = 0;
     for (block* b = s.first; b && released < want; b = b->next) {
       if (b->allocated || b->pending) continue;
-      std::uintptr_t lo = round_up(b->addr - s.base, g), hi = (b->addr + b->size - s.base) / g * g;
-      for (std::uintptr_t off = lo; off + g <= hi && released < want; off += g) {
-        if (!s.mapped[off / g]) continue;
-        c_.memory.unmap(reinterpret_cast<void*>(s.base + off), g);
-        s.mapped[off / g] = false;
-        --s.mapped_pages;
-        released += g;
-        c_.books.gave_back(s.base + off, g, s.stream, false);
-      }
+      const std::size_t lo = round_up(b->addr - s.base, g) / g, hi = (b->addr + b->size - s.base) / g;
+      for_each_run(s, lo, std::max(lo, hi), true, [&](std::size_t p, std::size_t n) {
+        if (released >= want) return;
+        const std::uint64_t left = want - released;  // want may be UINT64_MAX: no rounding up by addition
+        n = static_cast<std::size_t>(std::min<std::uint64_t>(n, left / g + (left % g != 0)));
+        runs.emplace_back(p, n);
+        released += n * g;
+      });
+    }
+    if (runs.empty()) return 0;
+    c_.memory.synchronize(s.stream);
+    for (auto [p, n] : runs) {
+      const std::uintptr_t at = s.base + p * g;
+      c_.memory.unmap(reinterpret_cast<void*>(at), n * g);
+      set_mapped(s, p, n, false);
+      c_.books.gave_back(at, n * g, s.stream, false);
     }
     return released;
   }

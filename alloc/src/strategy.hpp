@@ -7,8 +7,9 @@
 //                 requests up to 1 MiB, a large pool otherwise); whole free segments go back
 //                 under pressure, least recently used first
 //   preallocate   one segment of the whole cap taken up front, never grown nor returned
-//   expandable    one reserved address range per stream; 2 MiB pages mapped under blocks as
-//                 they are needed, and unmapped from free blocks under pressure
+//   expandable    one reserved address range per stream; the pages under a block mapped as
+//                 it is needed (one backend call per run of missing pages), and pages of free
+//                 blocks unmapped under pressure (one wait for the stream, one call per run)
 
 #include <functional>
 #include <memory>

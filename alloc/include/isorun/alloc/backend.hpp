@@ -53,10 +53,18 @@ class backend {
   virtual void* reserve_address(std::size_t bytes) = 0;
   /// @brief Releases an address range from reserve_address() (everything in it unmapped).
   virtual void release_address(void* p, std::size_t bytes) noexcept = 0;
-  /// @brief Backs [p, p+bytes) with memory. @return false if the device is out of memory.
+  /// @brief Backs [p, p+bytes) (whole granules) with memory, all of it or none: callers map a
+  ///        run of pages in one call, so its fixed costs (on a GPU, setting access rights and
+  ///        the page-table update behind it) are paid once per run. Any granule-aligned part of
+  ///        the range may later be unmapped on its own. @return false if the device is out of
+  ///        memory; nothing is mapped then.
   virtual bool map(void* p, std::size_t bytes) = 0;
-  /// @brief Removes the memory behind [p, p+bytes); the addresses stay reserved.
+  /// @brief Removes the memory behind [p, p+bytes) (whole granules); the addresses stay
+  ///        reserved. It does not wait for work that may still use the memory (cuMemUnmap does
+  ///        not synchronize, unlike cudaFree): callers synchronize() the stream that used it first.
   virtual void unmap(void* p, std::size_t bytes) noexcept = 0;
+  /// @brief Waits until the work queued on `stream` so far has completed.
+  virtual void synchronize(stream_id stream) noexcept = 0;
 
   /// @brief Copies `bytes` from `src` to `dst`, ordered on `stream`; returns once the copy is
   ///        complete (the host may reuse or read its side at once).

@@ -32,8 +32,9 @@ class host_backend final : public backend {
   bool event_done(event_id event) override { return streams_.done(event); }
   void fill(void* p, std::size_t bytes, std::uint8_t value, stream_id stream) override;
 
-  /// @brief Simulates the completion of all work queued on `stream` so far.
-  void synchronize(stream_id stream) { streams_.synchronize(stream); }
+  /// @brief Simulates the completion of all work queued on `stream` so far (a test calls it
+  ///        to say "the GPU finished"; the allocator calls it where it would wait on a GPU).
+  void synchronize(stream_id stream) noexcept override { streams_.synchronize(stream); }
   /// @brief Bytes currently backed (segments plus mapped pages).
   [[nodiscard]] std::uint64_t used() const;
   /// @brief Number of events recorded and not yet observed as done.

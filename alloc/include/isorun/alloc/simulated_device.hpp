@@ -42,8 +42,9 @@ class simulated_device final : public backend {
   bool event_done(event_id event) override { return streams_.done(event); }
   void fill(void* p, std::size_t bytes, std::uint8_t value, stream_id stream) override;
 
-  /// @brief Simulates the completion of all work queued on `stream` so far.
-  void synchronize(stream_id stream) { streams_.synchronize(stream); }
+  /// @brief Simulates the completion of all work queued on `stream` so far (a test calls it
+  ///        to say "the GPU finished"; the allocator calls it where it would wait on a GPU).
+  void synchronize(stream_id stream) noexcept override { streams_.synchronize(stream); }
   /// @brief True if [p, p+bytes) is device memory of this backend (mapped or not).
   [[nodiscard]] bool is_device_memory(const void* p, std::size_t bytes = 1) const;
   /// @brief Bytes currently backed (segments plus mapped pages).
