@@ -1,12 +1,10 @@
 #include "isorun/worker/this_worker.hpp"
 
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <algorithm>
 #include <chrono>
@@ -23,26 +21,6 @@ namespace {
 
 std::string mib(std::uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
-// libisorun_cuda.so sits next to libisorun.so (build tree and install tree alike).
-const alloc::cuda_module_api* load_cuda_module() {
-  void* handle = nullptr;
-  Dl_info info{};
-  if (::dladdr(reinterpret_cast<void*>(&this_worker), &info) && info.dli_fname) {
-    auto path = std::filesystem::path(info.dli_fname).parent_path() / alloc::cuda_module_name;
-    handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  }
-  if (!handle) handle = ::dlopen(alloc::cuda_module_name, RTLD_NOW | RTLD_LOCAL);
-  if (!handle)
-    throw std::runtime_error(std::string("cannot load the CUDA backend (") + alloc::cuda_module_name + "): " + ::dlerror() +
-                             "; was isorun built without nvcc?");
-  using entry_t = const alloc::cuda_module_api* (*)();
-  auto entry = reinterpret_cast<entry_t>(::dlsym(handle, "isorun_cuda_module"));
-  const alloc::cuda_module_api* api = entry ? entry() : nullptr;
-  if (!api || api->abi != alloc::cuda_module_abi)
-    throw std::runtime_error(std::string(alloc::cuda_module_name) + " is from another isorun version");
-  return api;
-}
-
 struct selected_backend {
   std::unique_ptr<alloc::backend> memory;
   std::uint64_t cap = 0;
@@ -57,7 +35,7 @@ selected_backend select_backend(const worker_context& w, std::size_t i, const al
   const std::string which = w.devices().size() > 1 ? " on GPU " + std::to_string(w.devices()[i].index) : "";
   switch (w.kind()) {
     case device_kind::cuda: {
-      cuda = load_cuda_module();
+      cuda = &alloc::load_cuda_module();
       char error[512] = {};
       const gpu_device& d = w.devices()[i];
       std::unique_ptr<alloc::backend> memory(

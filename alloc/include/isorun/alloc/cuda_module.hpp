@@ -61,6 +61,13 @@ struct cuda_module_api {
   int (*host_unregister)(void* p);
 };
 
+/// @brief The module's entry points, loaded once (dlopen keeps it loaded): from beside the
+///        binary this library is linked into (libisorun.so, or a program in bin/ with lib/ next
+///        to it), else from the loader's search path.
+/// @throws std::runtime_error saying why not: no module (isorun built without nvcc), or a
+///         module from another isorun version.
+const cuda_module_api& load_cuda_module();
+
 }  // namespace isorun::alloc
 
 /// The module's only export.
