@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <istream>
 #include <ostream>
+#include <sstream>
+#include <stdexcept>
 #include <random>
 #include <string>
 #include <vector>
@@ -26,13 +28,36 @@ inline void write_trace(std::ostream& out, const trace& t) {
   }
 }
 
+/// @brief A trace written by write_trace (or by hand).
+/// @throws std::runtime_error naming the line of the first thing wrong with it: an unknown
+///         operation, a malformed or zero size, an id allocated twice or freed while not live.
 inline trace read_trace(std::istream& in) {
   trace t;
-  std::string op;
-  while (in >> op) {
-    trace_event e{op == "a", 0, 0, 0};
-    if (e.alloc) in >> e.id >> e.size >> e.stream;
-    else in >> e.id;
+  std::vector<bool> live;
+  std::string line;
+  for (std::size_t n = 1; std::getline(in, line); ++n) {
+    if (line.empty()) continue;
+    std::istringstream fields(line);
+    std::string op, rest;
+    trace_event e{false, 0, 0, 0};
+    auto fail = [&](const std::string& why) {
+      throw std::runtime_error("trace line " + std::to_string(n) + " (\"" + line + "\"): " + why +
+                               "; expected \"a ID SIZE STREAM\" or \"f ID\"");
+    };
+    fields >> op;
+    if (op == "a") {
+      e.alloc = true;
+      if (!(fields >> e.id >> e.size >> e.stream) || (fields >> rest)) fail("malformed allocation");
+      if (e.size == 0) fail("zero-byte allocation");
+    } else if (op == "f") {
+      if (!(fields >> e.id) || (fields >> rest)) fail("malformed free");
+    } else {
+      fail("unknown operation \"" + op + "\"");
+    }
+    if (e.id > (std::uint64_t{1} << 32)) fail("id out of range");
+    if (e.id >= live.size()) live.resize(e.id + 1, false);
+    if (e.alloc == live[e.id]) fail(e.alloc ? "id is already live" : "id is not live");
+    live[e.id] = e.alloc;
     t.push_back(e);
   }
   return t;
