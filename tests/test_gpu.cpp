@@ -289,6 +289,17 @@ TEST_CASE("a CUDA program run with -- under --mem-limit is held to the cap by th
   isorun::test::finish_captured(held);
 }
 
+TEST_CASE("expandable on the CUDA backend: one map call per run, and unmapping waits for a running kernel", "[gpu]") {
+  if (std::string(EXPANDABLE_UNMAP).empty()) {
+    WARN("built without nvcc: no CUDA helper program for the expandable check");
+    return;
+  }
+  auto r = isorun::test::run_captured(EXPANDABLE_UNMAP, {}, {isorun::test::real_gpus});
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("1 map call(s) for 256 MiB") && Catch::Contains("kernel: no error"));
+}
+
 TEST_CASE("the digits classifier trains on the GPU and agrees with the CPU", "[gpu][digits]") {
   const std::vector<std::string> params = {"digits", "model=mlp", "lr=0.1", "hidden=64", "epochs=30", "seed=1"};
   auto with = [&](std::vector<std::string> head) {
