@@ -5,8 +5,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <vector>
 
+#include "isorun/runner/containment.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/gpu_inventory.hpp"
 #include "isorun/runner/process.hpp"
@@ -24,6 +30,20 @@ r::spawn_options shell(const std::string& script) {
   for (char** e = environ; *e; ++e) o.env.emplace_back(*e);
   return o;
 }
+// The two ways a child starts: plain (vfork), and born in a cgroup of its own (clone3), where
+// this machine lets isorun make one ("" = no cgroup).
+std::vector<std::string> start_paths() {
+  std::vector<std::string> paths = {""};
+  if (r::containment().cgroup) paths.push_back(r::new_child_cgroup());
+  else WARN("no cgroup half: " << r::containment().why_not);
+  return paths;
+}
+
+// The cgroup v2 path a process is in, as /proc/PID/cgroup gives it ("0::/a/b" -> "/a/b").
+std::string cgroup_of(const std::string& proc_cgroup) {
+  const auto at = proc_cgroup.find("0::");
+  return at == std::string::npos ? "" : proc_cgroup.substr(at + 3, proc_cgroup.find('\n', at) - at - 3);
+}
 }  // namespace
 
 TEST_CASE("exit codes and signals are values", "[process]") {
@@ -36,36 +56,57 @@ TEST_CASE("exit codes and signals are values", "[process]") {
 }
 
 TEST_CASE("a failed exec throws spawn_error and leaves no zombie", "[process]") {
-  r::spawn_options o;
-  o.executable = "/nonexistent/program";
-  try {
-    r::spawn(o);
-    FAIL("expected spawn_error");
-  } catch (const r::spawn_error& e) {
-    CHECK(e.error() == ENOENT);
-    CHECK(std::string(e.what()).find("/nonexistent/program") != std::string::npos);
+  for (const std::string& cgroup : start_paths()) {
+    INFO("cgroup: " << cgroup);
+    r::spawn_options o;
+    o.executable = "/nonexistent/program";
+    o.cgroup = cgroup;
+    try {
+      r::spawn(o);
+      FAIL("expected spawn_error");
+    } catch (const r::spawn_error& e) {
+      CHECK(e.error() == ENOENT);
+      CHECK(std::string(e.what()).find("/nonexistent/program") != std::string::npos);
+    }
+    CHECK(::waitpid(-1, nullptr, WNOHANG) == -1);
+    CHECK(errno == ECHILD);
+    if (!cgroup.empty()) CHECK_FALSE(std::filesystem::exists(cgroup));  // removed with the failed start
   }
-  CHECK(::waitpid(-1, nullptr, WNOHANG) == -1);
-  CHECK(errno == ECHILD);
 }
 
 TEST_CASE("descriptors are passed under the requested numbers and nothing else leaks", "[process]") {
-  int p[2];
-  REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
-  int stray = ::open("/dev/null", O_RDONLY);  // not close-on-exec: must still not reach the child
-  auto o = shell("echo via-fd-3 >&3; ls /proc/self/fd | wc -l >&3");
-  o.fds = {{3, p[1]}};
-  auto c = r::spawn(o);
-  ::close(p[1]);
-  char buf[128] = {};
-  std::string got;
-  for (ssize_t n; (n = ::read(p[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<std::size_t>(n));
-  ::close(p[0]);
-  ::close(stray);
-  CHECK(c.reap().code == 0);
-  CHECK(got.rfind("via-fd-3\n", 0) == 0);
-  // 0, 1, 2, 3 and the descriptor ls opens for /proc/self/fd.
-  CHECK(std::stoi(got.substr(9)) == 5);
+  for (const std::string& cgroup : start_paths()) {
+    INFO("cgroup: " << cgroup);
+    int p[2];
+    REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
+    int stray = ::open("/dev/null", O_RDONLY);  // not close-on-exec: must still not reach the child
+    auto o = shell("echo via-fd-3 >&3; ls /proc/self/fd | wc -l >&3; cat /proc/self/cgroup >&3");
+    o.fds = {{3, p[1]}};
+    o.cgroup = cgroup;
+    auto c = r::spawn(o);
+    ::close(p[1]);
+    char buf[128] = {};
+    std::string got;
+    for (ssize_t n; (n = ::read(p[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<std::size_t>(n));
+    ::close(p[0]);
+    ::close(stray);
+    CHECK(c.reap().code == 0);
+    CHECK(got.rfind("via-fd-3\n", 0) == 0);
+    // 0, 1, 2, 3 and the descriptor ls opens for /proc/self/fd.
+    CHECK(std::stoi(got.substr(9)) == 5);
+    // Born in its cgroup (or in this process's own, without one); reaped, the cgroup is gone.
+    std::ifstream own("/proc/self/cgroup");
+    const std::string mine = cgroup_of(std::string(std::istreambuf_iterator<char>(own), {}));
+    const std::string its = cgroup_of(got);
+    if (cgroup.empty()) {
+      CHECK(its == mine);
+    } else {  // the mount point and the path from /proc/self/cgroup make the directory
+      CHECK(its != mine);
+      CHECK(cgroup.size() >= its.size());
+      CHECK(cgroup.compare(cgroup.size() - std::min(its.size(), cgroup.size()), its.size(), its) == 0);
+    }
+    if (!cgroup.empty()) CHECK_FALSE(std::filesystem::exists(cgroup));
+  }
 }
 
 TEST_CASE("stop escalates to SIGKILL for a child that ignores SIGTERM, grandchildren included", "[process]") {

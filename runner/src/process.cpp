@@ -15,13 +15,20 @@
 //  - the vfork child calls io_context::notify_fork(fork_child), which rebuilds an existing
 //    reactor inside the parent's memory: each spawn uses a fresh io_context whose reactor does
 //    not exist yet at vfork time.
+//
+// A child that gets a cgroup of its own is started by clone3(CLONE_INTO_CGROUP) instead, which
+// Boost.Process cannot do: it is born in its cgroup, so no migration (a write to cgroup.procs,
+// which takes the kernel's cgroup threadgroup lock for writing) is on the start's path. Both
+// ways run the same child-side steps (prepare_child) before execve.
 #include "isorun/runner/process.hpp"
 
 #include "isorun/runner/containment.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -32,12 +39,15 @@
 #include <boost/process/v2/process.hpp>
 
 #include <array>
+#include <atomic>
 #include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+
+#include <linux/sched.h>
 
 #ifndef P_PIDFD
 #define P_PIDFD 3
@@ -52,7 +62,52 @@ constexpr std::size_t max_fds = 16;
 
 int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 
-// Runs in the vfork child between vfork and execve: async-signal-safe calls only, no allocation.
+// The steps of a new child between its creation and execve, on either start path: signals back
+// to their defaults, its own process group, its cgroup (where it was not born there), the parent
+// death signal, and the descriptors it is given. It runs in a child that shares the parent's
+// memory: async-signal-safe calls only, no allocation, and no sanitizer instrumentation (it may
+// run on a stack the sanitizers do not know). Returns 0, or the errno of the step that failed.
+__attribute__((no_sanitize("address", "undefined"))) int prepare_child(const spawn_options& options, pid_t parent,
+                                                                        int cgroup_procs,
+                                                                        std::array<int, max_fds>& scratch) {
+  sigset_t all;
+  ::sigfillset(&all);
+  ::sigprocmask(SIG_SETMASK, &all, nullptr);
+  // Handlers are reset by exec anyway; ignored signals are not, and an ignored SIGPIPE or
+  // SIGINT in the supervisor must not leak into the worker. (On the clone3 path this also
+  // keeps the parent's handlers from running in the child before exec.)
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    struct sigaction sa {};
+    sa.sa_handler = SIG_DFL;
+    ::sigaction(sig, &sa, nullptr);
+  }
+  if (options.new_process_group && ::setpgid(0, 0) != 0) return errno;
+  // Into its cgroup before anything of the child's own runs ("0": the writing process).
+  if (cgroup_procs >= 0 && ::write(cgroup_procs, "0", 1) != 1) return errno;
+  if (options.parent_death_signal) {
+    ::prctl(PR_SET_PDEATHSIG, options.parent_death_signal);
+    if (::getppid() != parent) ::_exit(127);  // the parent died before prctl took effect
+  }
+  // Two phases so that a source fd numbered like another target is not clobbered.
+  int top = 2;
+  for (const auto& [target, source] : options.fds) top = target > top ? target : top;
+  std::size_t i = 0;
+  for (const auto& [target, source] : options.fds) {
+    scratch[i] = ::fcntl(source, F_DUPFD_CLOEXEC, top + 1);
+    if (scratch[i] < 0) return errno;
+    ++i;
+  }
+  i = 0;
+  for (const auto& [target, source] : options.fds)
+    if (::dup2(scratch[i++], target) < 0) return errno;
+  sigset_t none;
+  ::sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  return 0;
+}
+
+// The Boost.Process path: prepare_child as the vfork child's exec-setup hook.
 struct isolation_init {
   const spawn_options* options;
   pid_t parent;
@@ -68,40 +123,8 @@ struct isolation_init {
   }
 
   bp::error_code on_exec_setup(bp::posix::default_launcher&, const bp::filesystem::path&, const char* const*) {
-    sigset_t all;
-    ::sigfillset(&all);
-    ::sigprocmask(SIG_SETMASK, &all, nullptr);
-    // Handlers are reset by exec anyway; ignored signals are not, and an ignored SIGPIPE or
-    // SIGINT in the supervisor must not leak into the worker.
-    for (int sig = 1; sig < NSIG; ++sig) {
-      if (sig == SIGKILL || sig == SIGSTOP) continue;
-      struct sigaction sa {};
-      sa.sa_handler = SIG_DFL;
-      ::sigaction(sig, &sa, nullptr);
-    }
-    if (options->new_process_group && ::setpgid(0, 0) != 0) return {errno, bp::system_category()};
-    // Into its cgroup before anything of the child's own runs ("0": the writing process).
-    if (cgroup_procs >= 0 && ::write(cgroup_procs, "0", 1) != 1) return {errno, bp::system_category()};
-    if (options->parent_death_signal) {
-      ::prctl(PR_SET_PDEATHSIG, options->parent_death_signal);
-      if (::getppid() != parent) ::_exit(127);  // the parent died before prctl took effect
-    }
-    // Two phases so that a source fd numbered like another target is not clobbered.
-    int top = 2;
-    for (const auto& [target, source] : options->fds) top = target > top ? target : top;
-    std::size_t i = 0;
-    for (const auto& [target, source] : options->fds) {
-      scratch[i] = ::fcntl(source, F_DUPFD_CLOEXEC, top + 1);
-      if (scratch[i] < 0) return {errno, bp::system_category()};
-      ++i;
-    }
-    i = 0;
-    for (const auto& [target, source] : options->fds)
-      if (::dup2(scratch[i++], target) < 0) return {errno, bp::system_category()};
-    sigset_t none;
-    ::sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    return {};
+    const int err = prepare_child(*options, parent, cgroup_procs, scratch);
+    return err ? bp::error_code{err, bp::system_category()} : bp::error_code{};
   }
 
   // Boost 1.81 only detects this (never defined) signature; the one below is what it calls.
@@ -113,6 +136,139 @@ struct isolation_init {
     ::_exit(127);
   }
 };
+
+// clone3 with a function to run on a stack of its own, in the child: the raw system call returns
+// twice, and a child sharing the parent's memory must not return through the parent's frames,
+// so the switch happens here, in assembly (as libc's clone does). Returns the child's pid to the
+// parent, or -errno. The child calls fn(arg), which must not return.
+extern "C" long isorun_clone3_run(clone_args* args, std::size_t size, void (*fn)(void*), void* arg);
+#if defined(__x86_64__)
+asm(R"(
+  .text
+  .globl isorun_clone3_run
+  .hidden isorun_clone3_run
+  .type isorun_clone3_run, @function
+isorun_clone3_run:
+  .cfi_startproc
+  mov %rdx, %r8          # fn and arg survive the system call in r8 and r9
+  mov %rcx, %r9
+  mov $435, %eax         # SYS_clone3
+  syscall
+  test %rax, %rax
+  jnz 1f                 # the parent (a pid), or an error
+  .cfi_undefined rip     # the child: nothing to return to
+  xor %ebp, %ebp
+  mov %r9, %rdi
+  call *%r8
+  mov $127, %edi
+  mov $60, %eax          # SYS_exit, should fn return
+  syscall
+  hlt
+1:
+  ret
+  .cfi_endproc
+  .size isorun_clone3_run, .-isorun_clone3_run
+)");
+constexpr bool have_clone3_run = true;
+#elif defined(__aarch64__)
+asm(R"(
+  .text
+  .globl isorun_clone3_run
+  .hidden isorun_clone3_run
+  .type isorun_clone3_run, %function
+isorun_clone3_run:
+  mov x8, #435           // SYS_clone3; fn (x2) and arg (x3) survive the call
+  svc #0
+  cbnz x0, 1f
+  mov x29, xzr
+  mov x0, x3
+  blr x2
+  mov x0, #127
+  mov x8, #93            // SYS_exit, should fn return
+  svc #0
+1:
+  ret
+  .size isorun_clone3_run, .-isorun_clone3_run
+)");
+constexpr bool have_clone3_run = true;
+#else
+extern "C" long isorun_clone3_run(clone_args*, std::size_t, void (*)(void*), void*) { return -ENOSYS; }
+constexpr bool have_clone3_run = false;
+#endif
+
+// What the clone3 child needs; it lives in the parent's memory, which the child shares.
+struct clone_child {
+  const spawn_options* options;
+  pid_t parent;
+  const char* const* argv;
+  const char* const* envp;
+  int exec_errno = 0;
+  std::array<int, max_fds> scratch{};
+};
+
+__attribute__((no_sanitize("address", "undefined"))) [[noreturn]] void run_clone_child(void* p) {
+  auto& c = *static_cast<clone_child*>(p);
+  int err = prepare_child(*c.options, c.parent, -1, c.scratch);
+  if (!err) {
+    // Every descriptor past the ones given is closed, as Boost's launcher closes all but its
+    // whitelist (most are close-on-exec already).
+    int first = 3;
+    for (const auto& [target, source] : c.options->fds) first = target >= first ? target + 1 : first;
+    if (::syscall(SYS_close_range, first, ~0U, 0) != 0) {
+      rlimit lim{};
+      ::getrlimit(RLIMIT_NOFILE, &lim);
+      for (rlim_t fd = static_cast<rlim_t>(first); fd < lim.rlim_cur && fd < 65536; ++fd) ::close(static_cast<int>(fd));
+    }
+    ::execve(c.options->executable.c_str(), const_cast<char* const*>(c.argv), const_cast<char* const*>(c.envp));
+    err = errno;
+  }
+  c.exec_errno = err;  // the parent reads it once this child has exited
+  ::_exit(127);
+}
+
+// Starts the child in `cgroup_fd` with clone3. The pid and a pidfd, or nullopt where this kernel
+// or architecture has no clone3 with CLONE_INTO_CGROUP (the caller then moves the child in itself);
+// throws what the caller's `failed` makes of a start that failed.
+template <class Failed>
+std::optional<std::pair<pid_t, int>> clone_into_cgroup(const spawn_options& options, int cgroup_fd,
+                                                       const char* const* envp, Failed&& failed) {
+  if (!have_clone3_run) return std::nullopt;
+  std::vector<const char*> argv;
+  argv.reserve(options.args.size() + 2);
+  argv.push_back(options.executable.c_str());
+  for (const auto& a : options.args) argv.push_back(a.c_str());
+  argv.push_back(nullptr);
+  clone_child child{&options, ::getpid(), argv.data(), envp};
+
+  constexpr std::size_t stack_size = 64 * 1024;
+  void* stack = ::mmap(nullptr, stack_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (stack == MAP_FAILED) throw failed(errno);
+  int pidfd = -1;
+  clone_args args{};
+  args.flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD | CLONE_INTO_CGROUP;
+  args.pidfd = reinterpret_cast<std::uint64_t>(&pidfd);
+  args.exit_signal = SIGCHLD;
+  args.stack = reinterpret_cast<std::uint64_t>(stack);
+  args.stack_size = stack_size;
+  args.cgroup = static_cast<std::uint64_t>(cgroup_fd);
+  // No signal handler of this process may run in the child before prepare_child resets them.
+  sigset_t all, previous;
+  ::sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &previous);
+  const long pid = isorun_clone3_run(&args, sizeof args, run_clone_child, &child);
+  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  ::munmap(stack, stack_size);  // CLONE_VFORK: the child has exec'd or exited
+  if (pid == -ENOSYS || pid == -E2BIG || pid == -EINVAL) return std::nullopt;  // an older kernel
+  if (pid < 0) throw failed(static_cast<int>(-pid));
+  if (child.exec_errno) {
+    ::close(pidfd);
+    int status;
+    while (::waitpid(static_cast<pid_t>(pid), &status, 0) < 0 && errno == EINTR) {
+    }
+    throw failed(child.exec_errno);
+  }
+  return std::pair{static_cast<pid_t>(pid), pidfd};
+}
 
 std::vector<const char*> c_strings(const std::vector<std::string>& strings) {
   std::vector<const char*> out;
@@ -155,19 +311,18 @@ child spawn(const spawn_options& options) {
   // The cgroup is this call's until a child owns it: every failure below removes it.
   struct cgroup_guard {
     const std::string& dir;
-    int procs = -1;
+    int fd = -1;  // the directory (clone3), or its cgroup.procs (a move by the child itself)
     bool owned = false;
     ~cgroup_guard() {
-      if (procs >= 0) ::close(procs);
+      if (fd >= 0) ::close(fd);
       if (!dir.empty() && !owned) kill_and_remove_cgroup(dir);
     }
   } cgroup{options.cgroup};
-  if (!options.cgroup.empty()) {
-    cgroup.procs = ::open((options.cgroup + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
-    if (cgroup.procs < 0)
-      throw spawn_error("cannot join cgroup " + options.cgroup + ": " + std::strerror(errno), errno);
-    init.cgroup_procs = cgroup.procs;
-  }
+  auto open_cgroup = [&](const std::string& path, int flags) {
+    if (cgroup.fd >= 0) ::close(cgroup.fd);
+    cgroup.fd = ::open(path.c_str(), flags | O_CLOEXEC);
+    if (cgroup.fd < 0) throw spawn_error("cannot join cgroup " + options.cgroup + ": " + std::strerror(errno), errno);
+  };
   // Every way the start can fail ends here: the child (if one was forked) reaped, and one
   // spawn_error saying why.
   auto failed = [&](int err) {
@@ -182,6 +337,20 @@ child spawn(const spawn_options& options) {
                                        : "";
     return spawn_error("cannot start " + options.executable + ": " + std::strerror(err) + hint, err);
   };
+  if (!options.cgroup.empty()) {
+    // Born in its cgroup where the kernel can (Linux 5.7), else moved there by the child itself.
+    static std::atomic<bool> clone3_works{true};
+    if (clone3_works.load(std::memory_order_relaxed)) {
+      open_cgroup(options.cgroup, O_RDONLY | O_DIRECTORY);
+      if (auto started = clone_into_cgroup(options, cgroup.fd, envp.data(), failed)) {
+        cgroup.owned = true;
+        return child(started->first, started->second, options.new_process_group, options.cgroup);
+      }
+      clone3_works = false;
+    }
+    open_cgroup(options.cgroup + "/cgroup.procs", O_WRONLY);
+    init.cgroup_procs = cgroup.fd;
+  }
   pid_t pid = -1;
   try {
     // Boost.Process wants an executor; nothing ever runs on it. Its reactor and the process

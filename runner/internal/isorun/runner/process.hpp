@@ -30,8 +30,9 @@ struct spawn_options {
   std::vector<std::pair<int, int>> fds;
   bool new_process_group = true;         ///< the child leads a group of its own
   int parent_death_signal = SIGKILL;     ///< sent to the child if the spawning thread dies; 0 = none
-  /// An empty cgroup (new_child_cgroup()) the child joins before it execs, and which its handle
-  /// then owns: reap() kills whatever is left in it and removes it. "" = none.
+  /// An empty cgroup (new_child_cgroup()) the child is born in (clone3 with CLONE_INTO_CGROUP;
+  /// before Linux 5.7 it moves itself there before it execs), and which its handle then owns:
+  /// reap() kills whatever is left in it and removes it. "" = none.
   std::string cgroup;
 };
 
