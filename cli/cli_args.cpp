@@ -52,7 +52,9 @@ options:
 exit codes: 0 success, 1 task raised, 2 bad usage, 3 out of memory, 4 worker crashed,
             5 invalid result, 124 timeout, 125 internal error, 130 interrupted;
             with -- CMD: the command's own status (128+N if killed by signal N)
-environment: ISORUN_SIMULATE_GPUS=2x16G simulates a GPU inventory (tests, dry runs)
+environment: ISORUN_SIMULATE_GPUS=2x16G simulates a GPU inventory (tests, dry runs);
+             ISORUN_CONTAINMENT=process-group contains workers by their process group alone
+             (the default is a cgroup v2 per worker where one can be made: see isorun gpus)
 )";
 }
 

@@ -278,6 +278,7 @@ int run_task(const cli::cli_options& o, const std::vector<std::string>& libs) {
 
 int real_main(int argc, char** argv) {
   const cli::cli_options o = cli::parse_command_line(argc, argv);
+  if (const std::string bad = runner::containment_setting_error(); !bad.empty()) throw usage_error(bad);
   switch (o.what) {
     case cli::mode::help: std::cout << cli::usage_text(); return 0;
     case cli::mode::nothing: std::fputs(cli::usage_text(), stderr); return 2;

@@ -155,12 +155,12 @@ TEST_CASE("a GPU assignment reaches the worker (simulated inventory)", "[cli]") 
 
 TEST_CASE("isorun gpus says how workers are contained; a supervisor killed -9 leaves nothing the next one keeps",
           "[cli][containment]") {
-  auto plain = run({"gpus", "--json"});
-  REQUIRE(plain.code == 0);
-  const json f = json::parse(plain.out)["containment"];
+  auto pinned = run({"gpus", "--json"}, {"ISORUN_CONTAINMENT=process-group"});
+  REQUIRE(pinned.code == 0);
+  const json f = json::parse(pinned.out)["containment"];
   CHECK(f["mode"] == "process_group");
-  CHECK(f["reason"] == "cgroup containment is opt-in: ISORUN_CONTAINMENT=cgroup");
-  const std::vector<std::string> chosen = {"ISORUN_CONTAINMENT=cgroup"};
+  CHECK(f["reason"] == "ISORUN_CONTAINMENT=process-group");
+  const std::vector<std::string> chosen = {};  // the default: a cgroup per worker where one can be made
   auto detected = run({"gpus", "--json"}, chosen);
   REQUIRE(detected.code == 0);
   const json c = json::parse(detected.out)["containment"];
@@ -196,6 +196,7 @@ TEST_CASE("bad input: clear message, exit 2, no worker started", "[cli]") {
   const std::string touch = "arg0=" + m;
   const bad_case cases[] = {
       {{"--cpu", "no_such_task"}, {}, "unknown task 'no_such_task'"},
+      {{"--cpu", "touch", touch}, {"ISORUN_CONTAINMENT=cgroups"}, "ISORUN_CONTAINMENT=cgroups: expected cgroup (the default) or process-group"},
       {{"--cpu", "--mem-limit", "2X", "touch", touch}, {}, "invalid size '2X'"},
       {{"--cpu", "--timeout", "soon", "touch", touch}, {}, "invalid duration 'soon'"},
       {{"--cpu", "touch", "justaword"}, {}, "is not key=value"},

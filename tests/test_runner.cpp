@@ -720,7 +720,8 @@ TEST_CASE("a job on a standby worker: its time counts from its assignment, its s
 // Chooses process-group containment for the workers started while it lives (cgroup
 // containment would kill an escaped process before it could try anything).
 struct process_group_containment {
-  process_group_containment() { ::unsetenv("ISORUN_CONTAINMENT"); }
+  process_group_containment() { ::setenv("ISORUN_CONTAINMENT", "process-group", 1); }
+  ~process_group_containment() { ::unsetenv("ISORUN_CONTAINMENT"); }
 };
 
 TEST_CASE("an early result is handed over sealed: no process can change it afterwards", "[runner][early]") {
@@ -746,10 +747,7 @@ TEST_CASE("an early result is handed over sealed: no process can change it after
 
 TEST_CASE("a descendant that left the worker's group is killed with its cgroup before the result is validated",
           "[runner][containment]") {
-  struct cgroup_containment {
-    cgroup_containment() { ::setenv("ISORUN_CONTAINMENT", "cgroup", 1); }
-    ~cgroup_containment() { ::unsetenv("ISORUN_CONTAINMENT"); }
-  } chosen;
+  ::unsetenv("ISORUN_CONTAINMENT");  // the default
   const auto& contained = isorun::runner::containment();
   if (!contained.cgroup) {
     WARN("skipped: children are contained by their process group alone here (" << contained.why_not << ")");

@@ -98,13 +98,14 @@ std::string base_dir;  // the directory of this process's children's cgroups, re
 
 void remove_base() { remove_tree(base_dir); }
 
-// ISORUN_CONTAINMENT=cgroup: read at each start, so a program (or a test) can choose it for
-// some children only. Opt-in for now: on a GPU machine with a pure cgroup v2 hierarchy and the
-// memory controller on, GPU workers started into their own cgroups hung the gpu test suite;
-// until that is understood the process group, checked on that machine, stays the default.
-bool cgroup_chosen() {
-  const char* chosen = std::getenv("ISORUN_CONTAINMENT");
-  return chosen && std::string_view(chosen) == "cgroup";
+// ISORUN_CONTAINMENT: "cgroup" (the default) or "process-group", read at each call so that a
+// program (or a test) can choose for some children only.
+enum class choice { cgroup, process_group, invalid };
+
+choice chosen() {
+  const char* value = std::getenv("ISORUN_CONTAINMENT");
+  if (!value || !*value || std::string_view(value) == "cgroup") return choice::cgroup;
+  return std::string_view(value) == "process-group" ? choice::process_group : choice::invalid;
 }
 
 containment_info detect() {
@@ -138,10 +139,21 @@ containment_info detect() {
 }  // namespace
 
 const containment_info& containment() {
-  static const containment_info off{.why_not = "cgroup containment is opt-in: ISORUN_CONTAINMENT=cgroup"};
-  if (!cgroup_chosen()) return off;
+  static const containment_info off{.why_not = "ISORUN_CONTAINMENT=process-group"};
+  static const containment_info invalid{.why_not = "ISORUN_CONTAINMENT is neither cgroup nor process-group"};
+  switch (chosen()) {
+    case choice::process_group: return off;
+    case choice::invalid: return invalid;
+    case choice::cgroup: break;
+  }
   static const containment_info detected = detect();
   return detected;
+}
+
+std::string containment_setting_error() {
+  if (chosen() != choice::invalid) return "";
+  return std::string("ISORUN_CONTAINMENT=") + std::getenv("ISORUN_CONTAINMENT") +
+         ": expected cgroup (the default) or process-group";
 }
 
 std::string new_child_cgroup() {

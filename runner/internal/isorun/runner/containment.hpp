@@ -3,7 +3,8 @@
 /// What holds the processes isorun starts, so that every one of them can be killed when a
 /// worker or command ends. A process group is always there, but a descendant that calls
 /// setsid() leaves it. Where a cgroup v2 directory is writable, each child also gets a cgroup of
-/// its own (joined between fork and exec, so nothing of it runs outside), and its end kills the
+/// its own (born in it with clone3, or moved there between fork and exec on kernels before 5.7,
+/// so nothing of it runs outside), and its end kills the
 /// whole cgroup (`cgroup.kill`) before anything it produced is looked at: an escaped descendant
 /// can then neither outlive it nor change its result after validation.
 
@@ -21,12 +22,14 @@ struct containment_info {
   bool memory_peak = false;  ///< the cgroups report memory.peak (the memory controller is on)
 };
 
-/// @brief How children are contained. With ISORUN_CONTAINMENT=cgroup (read at each call; the
-///        cgroup side detected once per process): a cgroup v2 subtree under this process's own
-///        cgroup when it can be made and joined, else the process group. Without it: the process
-///        group (cgroups are opt-in until a hang seen with GPU workers under a pure cgroup v2
-///        hierarchy is understood).
+/// @brief How children are contained: a cgroup v2 subtree under this process's own cgroup when
+///        it can be made and joined (detected once per process), else the process group alone.
+///        ISORUN_CONTAINMENT=process-group (read at each call) chooses the process group alone.
 const containment_info& containment();
+
+/// @brief What is wrong with ISORUN_CONTAINMENT, or "" if it is unset or valid (the CLI refuses
+///        to start with a bad value; a program using the library gets the process group).
+std::string containment_setting_error();
 
 /// @brief A new, empty cgroup for one child, or "" where children are contained by their
 ///        process group alone (or this one cannot be made).
