@@ -5,6 +5,7 @@
 //  (d) result bandwidth through shared memory vs memcpy and vs a pipe
 //  (e) the same trivial task on a standby worker (launched ahead, used once), and tasks per
 //      second with standby workers
+//  (f) starting a child in a cgroup of its own (clone3) vs none, and vs moving it there
 // Usage: bench_core [--quick] [--resident-gib N]
 #include <fcntl.h>
 #include <spawn.h>
@@ -22,7 +23,9 @@
 #include <vector>
 
 #include "isorun/isorun.hpp"
+#include "isorun/runner/containment.hpp"
 #include "isorun/runner/job.hpp"
+#include "isorun/runner/process.hpp"
 #include "isorun/runner/standby.hpp"
 #include "stats.hpp"
 
@@ -84,6 +87,38 @@ double spawn_hello_ms() {
 double isolated_ms(const isolated_function<int, int>& f) {
   auto t0 = clk::now();
   if (f(7) != 7) std::abort();
+  return std::chrono::duration<double, std::milli>(clk::now() - t0).count();
+}
+
+// (f): spawn+reap of the hello through isorun's spawn, in a cgroup of its own ("cgroup" true:
+// made, born in with clone3, killed and removed at the reap) or in none.
+double spawn_contained_ms(bool cgroup, int devnull) {
+  runner::spawn_options o;
+  o.executable = BENCH_HELLO;
+  o.fds = {{1, devnull}};
+  const auto t0 = clk::now();
+  o.cgroup = cgroup ? runner::new_child_cgroup() : "";
+  runner::spawn(o).reap();
+  return std::chrono::duration<double, std::milli>(clk::now() - t0).count();
+}
+
+// The way before clone3: the vfork child moves itself into the cgroup (a write to its
+// cgroup.procs, which takes the kernel's cgroup threadgroup lock for writing), then execs.
+double spawn_moved_ms(int devnull) {
+  const auto t0 = clk::now();
+  const std::string dir = runner::new_child_cgroup();
+  const int procs = ::open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+  char* argv[] = {const_cast<char*>(BENCH_HELLO), nullptr};
+  const pid_t pid = ::vfork();
+  if (pid == 0) {
+    if (::write(procs, "0", 1) != 1 || ::dup2(devnull, 1) < 0) ::_exit(126);
+    ::execve(BENCH_HELLO, argv, environ);
+    ::_exit(127);
+  }
+  int st;
+  ::waitpid(pid, &st, 0);
+  ::close(procs);
+  runner::kill_and_remove_cgroup(dir);
   return std::chrono::duration<double, std::milli>(clk::now() - t0).count();
 }
 
@@ -313,6 +348,25 @@ int main(int argc, char** argv) {
     std::printf("    tasks per second, 8 standby, 4 in flight %s\n", show(st, "tasks/s").c_str());
     std::printf("    ratio to the bare hellos of (c)         %.2f   goal >= 0.9\n\n", st.median / hr.median);
     runner::stop_standby();
+  }
+
+  if (runner::containment().cgroup) {
+    const int devnull = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    std::vector<double> none_ms, born_ms, moved_ms;
+    for (int i = 0; i < n; ++i) {  // interleaved, so that drift hits all three alike
+      none_ms.push_back(spawn_contained_ms(false, devnull));
+      born_ms.push_back(spawn_contained_ms(true, devnull));
+      moved_ms.push_back(spawn_moved_ms(devnull));
+    }
+    ::close(devnull);
+    const auto none = summarize(none_ms), born = summarize(born_ms), moved = summarize(moved_ms);
+    std::printf("(f) spawn+reap of the hello, no cgroup      %s\n", show(none, "ms").c_str());
+    std::printf("    in a cgroup of its own (clone3)        %s   ratio %.2f\n", show(born, "ms").c_str(),
+                born.median / none.median);
+    std::printf("    moved there by the child (the old way)  %s   ratio %.2f\n\n", show(moved, "ms").c_str(),
+                moved.median / none.median);
+  } else {
+    std::printf("(f) skipped: no cgroup containment here (%s)\n\n", runner::containment().why_not.c_str());
   }
 
   std::printf("(d) result bandwidth (GB/s = bytes/ns; worker starts encoding -> parent holds a validated view)\n");
