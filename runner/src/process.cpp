@@ -206,7 +206,7 @@ struct clone_child {
   std::array<int, max_fds> scratch{};
 };
 
-__attribute__((no_sanitize("address", "undefined"))) [[noreturn]] void run_clone_child(void* p) {
+[[noreturn]] __attribute__((no_sanitize("address", "undefined"))) void run_clone_child(void* p) {
   auto& c = *static_cast<clone_child*>(p);
   int err = prepare_child(*c.options, c.parent, -1, c.scratch);
   if (!err) {
