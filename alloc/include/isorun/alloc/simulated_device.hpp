@@ -6,7 +6,8 @@
 /// PROT_NONE, so host code that dereferences "device" memory dies with SIGSEGV exactly as it
 /// would on a real GPU; a second, private read-write alias of the same pages serves copy() and
 /// fill(), the only ways in, as cudaMemcpy and cudaMemset are on a GPU. copy() also checks each
-/// pointer is on the side its direction says, which cudaMemcpy with an explicit kind does too.
+/// pointer is on the side its direction says, which cudaMemcpy with an explicit kind does too,
+/// and map() refuses (std::invalid_argument) pages that are mapped already, as cuMemMap does.
 /// Workers assigned a simulated GPU (ISORUN_SIMULATE_GPUS) get this backend, so CI catches
 /// host/device confusion that used to surface only on a GPU.
 
