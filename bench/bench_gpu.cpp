@@ -33,6 +33,7 @@
 #include "isorun/runner/launcher.hpp"
 #include "isorun/runner/process.hpp"
 #include "isorun/runner/standby.hpp"
+#include "isorun/serialization/control.hpp"
 #include "stats.hpp"
 
 extern char** environ;
@@ -43,11 +44,8 @@ using bench::show;
 using bench::summarize;
 constexpr std::uint64_t MiB = 1ULL << 20;
 
-std::int64_t now_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return std::int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
+// The clock the worker and the supervisor stamp results with (job_result::received_ns).
+using serialization::monotonic_ns;
 
 // A result made on the GPU and handed back the way a task should: device_result, which
 // streams it to the supervisor. Its first 8 bytes are overwritten (on the device) with the
@@ -56,12 +54,12 @@ blob gpu_result(std::uint64_t size) {
   auto& w = this_worker();
   alloc::device_buffer d(w.allocator(), size);
   bench_gpu::fill_device(d.data(), size);
-  const std::int64_t ready = now_ns();
+  const std::int64_t ready = monotonic_ns();
   d.copy_from_host(&ready, sizeof ready);
   blob out = w.device_result(d);
   if (std::getenv("BENCH_BREAKDOWN"))
     std::fprintf(stderr, "      worker: device_result (DMA into the ring, hashed, published) %.1f ms\n",
-                 (now_ns() - ready) / 1e6);
+                 (monotonic_ns() - ready) / 1e6);
   return out;
 }
 
@@ -71,7 +69,7 @@ blob gpu_result_in_place(std::uint64_t size) {
   auto& w = this_worker();
   alloc::device_buffer d(w.allocator(), size);
   bench_gpu::fill_device(d.data(), size);
-  const std::int64_t ready = now_ns();
+  const std::int64_t ready = monotonic_ns();
   blob out = w.output_blob(size);
   d.copy_to_host(out.mutable_data(), size);
   std::memcpy(out.mutable_data(), &ready, sizeof ready);
@@ -104,7 +102,7 @@ double result_gbps(const char* task, std::uint64_t size, bool early) {
     std::fprintf(stderr, "%s failed: %s\n", task, r.status.describe().c_str());
     std::exit(1);
   }
-  const std::int64_t handed = now_ns();
+  const std::int64_t handed = monotonic_ns();
   std::int64_t ready = 0;
   std::uint32_t word = 0;
   std::memcpy(&ready, r.payload.data() + 8, sizeof ready);       // after the blob's length
@@ -118,12 +116,6 @@ double result_gbps(const char* task, std::uint64_t size, bool early) {
                  early ? " (early)" : "", static_cast<unsigned long long>(size >> 20), (r.received_ns - ready) / 1e6,
                  (handed - ready) / 1e6);
   return static_cast<double>(size) / static_cast<double>(handed - ready);
-}
-
-std::int64_t monotonic_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
 }
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
