@@ -364,7 +364,7 @@ TEST_CASE("a result stream crosses processes whole, through many turns of the ri
     REQUIRE(::pipe(p) == 0);
     const pid_t child = stream_from_child(r, total, p[1]);
     r.await_start();
-    ser::stream_reader reader(r.ring, r.mapped, 1ULL << 40);
+    ser::stream_reader reader(r.ring, 1ULL << 40);
     CHECK(reader.size() == total);
     int status = 0;
     REQUIRE(::waitpid(child, &status, 0) == child);
@@ -390,7 +390,7 @@ TEST_CASE("a result stream whose worker dies midway is reported incomplete, not 
   REQUIRE(::pipe(p) == 0);
   const pid_t child = stream_from_child(r, 100 << 20, p[1], 3 * ser::ring_slot_bytes);
   r.await_start();
-  ser::stream_reader reader(r.ring, r.mapped, 1ULL << 40);
+  ser::stream_reader reader(r.ring, 1ULL << 40);
   int status = 0;
   REQUIRE(::waitpid(child, &status, 0) == child);
   CHECK(WEXITSTATUS(status) == 3);
@@ -411,14 +411,14 @@ TEST_CASE("a result stream is checked against the worker's hashes, and its size 
     ctl.chunk_hash[0][0] = ser::checksum({slot, ser::checksum_chunk});
     ctl.chunk_hash[0][1] = 42;
     ctl.filled = 1;
-    ser::stream_reader reader(r.ring, r.mapped, 1ULL << 40);
+    ser::stream_reader reader(r.ring, 1ULL << 40);
     reader.stop_waiting();
     CHECK_THROWS_WITH(reader.finish(), Catch::Contains("chunk 1 of the streamed result differs"));
   }
   ring_pair r;
   auto& ctl = *reinterpret_cast<ser::ring_control*>(r.mapped);
   ctl.total = 0;
-  CHECK_THROWS_WITH(ser::stream_reader(r.ring, r.mapped, 1 << 20), Catch::Contains("0 bytes"));
+  CHECK_THROWS_WITH(ser::stream_reader(r.ring, 1 << 20), Catch::Contains("0 bytes"));
   ctl.total = (1 << 20) + 1;
-  CHECK_THROWS_WITH(ser::stream_reader(r.ring, r.mapped, 1 << 20), Catch::Contains("exceeds the limit of 1048576"));
+  CHECK_THROWS_WITH(ser::stream_reader(r.ring, 1 << 20), Catch::Contains("exceeds the limit of 1048576"));
 }

@@ -44,10 +44,9 @@ using ser::monotonic_ns;
 using detail::line_tail;
 
 // A worker's request and result segments, ready to be handed over, and for a blob result its
-// ring (with the supervisor's mapping of it) and the eventfd that announces a stream.
+// ring (mapped on this side) and the eventfd that announces a stream.
 struct prepared_request {
   std::shared_ptr<ser::pooled_segment> request, result, ring;
-  std::byte* ring_map = nullptr;
   unique_fd stream_event;
 };
 
@@ -75,8 +74,7 @@ prepared_request prepare_request(job_spec& spec) {
     if (spec.result_stream) {
       p.ring = ser::segment_pool::rings().acquire(ser::ring_bytes);
       // Not faulted in here: a ring's slot pages are made by the first stream through it.
-      p.ring_map = p.ring->writable(ser::ring_bytes, false);
-      ser::reset_ring(p.ring_map);
+      ser::reset_ring(p.ring->writable(ser::ring_bytes, false));
       p.stream_event.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
       if (!p.stream_event) throw std::system_error(errno, std::generic_category(), "eventfd");
     }
@@ -233,7 +231,7 @@ watch_record watch(job::state& s) {
       std::uint64_t starts = 0;
       [[maybe_unused]] auto n = ::read(s.segments.stream_event.get(), &starts, sizeof starts);
       try {
-        w.stream = std::make_unique<ser::stream_reader>(s.segments.ring, s.segments.ring_map, s.spec.max_result);
+        w.stream = std::make_unique<ser::stream_reader>(s.segments.ring, s.spec.max_result);
       } catch (const std::exception& e) {  // a bad size, or no memory for it: the result is lost
         w.force(outcome_kind::invalid_result, std::string("worker result rejected: ") + e.what());
         if (!stopping.started()) deadline = stopping.advance(worker.process);

@@ -217,8 +217,8 @@ std::uint64_t stream_writer::write(std::uint64_t total, const fill_fn& fill) {
   return combine(hashes);
 }
 
-stream_reader::stream_reader(std::shared_ptr<pooled_segment> ring, std::byte* mapped, std::uint64_t max_payload)
-    : ring_{std::move(ring)}, mapped_{mapped} {
+stream_reader::stream_reader(std::shared_ptr<pooled_segment> ring, std::uint64_t max_payload)
+    : ring_{std::move(ring)}, mapped_{ring_->writable(ring_bytes, false)} {  // the mapping it already has
   total_ = std::atomic_ref<std::uint64_t>(control_of(mapped_).total).load(std::memory_order_acquire);  // read once
   if (total_ == 0) throw wire_error("a result stream of 0 bytes");
   if (total_ > max_payload)

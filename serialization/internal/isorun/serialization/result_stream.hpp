@@ -85,10 +85,11 @@ class stream_writer {
 /// The supervisor's side: receives one stream into memory of its own.
 class stream_reader {
  public:
-  /// @brief Starts receiving the stream announced in `ring` (the supervisor's mapping of it):
-  ///        reads its size once, takes private memory for it and starts copying threads.
+  /// @brief Starts receiving the stream announced in `ring` (through the supervisor's mapping
+  ///        of it, made when the ring was reset): reads its size once, takes private memory for
+  ///        it and starts copying threads.
   /// @throws wire_error for a size of 0 or above `max_payload`; std::bad_alloc without memory.
-  stream_reader(std::shared_ptr<pooled_segment> ring, std::byte* mapped, std::uint64_t max_payload);
+  stream_reader(std::shared_ptr<pooled_segment> ring, std::uint64_t max_payload);
   stream_reader(const stream_reader&) = delete;
   stream_reader& operator=(const stream_reader&) = delete;
   /// Stops waiting and joins the threads.
