@@ -385,6 +385,27 @@ TEST_CASE("a 256 MiB blob result arrives intact and is read in place", "[runner]
   CHECK(mismatches == 0);
 }
 
+TEST_CASE("blob results of changing sizes arrive intact through a segment mapped ahead of them", "[runner]") {
+  // A CPU worker with a blob result maps its pooled segment, as large as an earlier result made
+  // it, while the task runs: the next result may be smaller, larger (the mapping grows), or
+  // written in place into it.
+  auto intact = [](const isorun::blob& b, std::uint64_t size, std::uint64_t seed) {
+    if (b.size() != size) return false;
+    const auto* words = reinterpret_cast<const std::uint64_t*>(b.data());
+    for (std::uint64_t i = 0; i < size / 8; ++i)
+      if (words[i] != pattern_word(i, seed)) return false;
+    return true;
+  };
+  std::uint64_t seed = 1;
+  for (std::uint64_t size : {96_MiB, 40_MiB, 160_MiB, 8_MiB}) {
+    INFO(size / 1_MiB << " MiB");
+    CHECK(intact(isorun::isolated(make_pattern)(size, seed), size, seed));
+    ++seed;
+    CHECK(intact(isorun::isolated(fill_in_place)(size, seed), size, seed));
+    ++seed;
+  }
+}
+
 TEST_CASE("blob arguments reach the task intact", "[runner]") {
   std::vector<std::uint8_t> bytes(1 << 20);
   std::uint64_t expected = 0;
