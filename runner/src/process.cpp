@@ -137,6 +137,14 @@ struct isolation_init {
   }
 };
 
+std::vector<const char*> c_strings(const std::vector<std::string>& strings) {
+  std::vector<const char*> out;
+  out.reserve(strings.size() + 1);
+  for (const auto& s : strings) out.push_back(s.c_str());
+  out.push_back(nullptr);
+  return out;
+}
+
 // clone3 with a function to run on a stack of its own, in the child: the raw system call returns
 // twice, and a child sharing the parent's memory must not return through the parent's frames,
 // so the switch happens here, in assembly (as libc's clone does). Returns the child's pid to the
@@ -233,11 +241,8 @@ template <class Failed>
 std::optional<std::pair<pid_t, int>> clone_into_cgroup(const spawn_options& options, int cgroup_fd,
                                                        const char* const* envp, Failed&& failed) {
   if (!have_clone3_run) return std::nullopt;
-  std::vector<const char*> argv;
-  argv.reserve(options.args.size() + 2);
-  argv.push_back(options.executable.c_str());
-  for (const auto& a : options.args) argv.push_back(a.c_str());
-  argv.push_back(nullptr);
+  auto argv = c_strings(options.args);
+  argv.insert(argv.begin(), options.executable.c_str());  // argv[0], as Boost's launcher passes it
   clone_child child{&options, ::getpid(), argv.data(), envp};
 
   constexpr std::size_t stack_size = 64 * 1024;
@@ -268,14 +273,6 @@ std::optional<std::pair<pid_t, int>> clone_into_cgroup(const spawn_options& opti
     throw failed(child.exec_errno);
   }
   return std::pair{static_cast<pid_t>(pid), pidfd};
-}
-
-std::vector<const char*> c_strings(const std::vector<std::string>& strings) {
-  std::vector<const char*> out;
-  out.reserve(strings.size() + 1);
-  for (const auto& s : strings) out.push_back(s.c_str());
-  out.push_back(nullptr);
-  return out;
 }
 
 bool is_executable_file(const std::string& path) {
