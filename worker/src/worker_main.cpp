@@ -356,8 +356,11 @@ namespace detail {
     if (task->result_type == "isorun::blob" && req.encoding == static_cast<std::uint32_t>(ser::encoding::binary)) {
       this_worker().set_output_area([&sink](std::uint64_t n) { return sink.area(n); });
       // A blob is the type of large results; on a GPU they stream through the ring instead
-      // (device_result), which needs no mapping of the segment.
-      if (!this_worker().has_gpu()) sink.premap_in_background();
+      // (device_result), which needs no mapping of the segment. Not for an early result: it is
+      // sealed on `done`, and a process the task forks would inherit the writable mapping made
+      // ahead, which refuses the seal (a mapping made by output_blob after the fork is not
+      // inherited); without the seal, the result waits for the exit.
+      if (!this_worker().has_gpu() && !req.early_result) sink.premap_in_background();
     }
     if (req.encoding == static_cast<std::uint32_t>(ser::encoding::json)) {
       std::string json(reinterpret_cast<const char*>(req.args.data()), req.args.size());
