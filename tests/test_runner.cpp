@@ -230,9 +230,6 @@ std::string warm_state(int) {
   return std::string(ready ? "ready" : "cold") + "|" + (v ? v : "<unset>") + "|" + std::to_string(w.allocator().cap());
 }
 
-// Leaves a process outside the worker's group holding the worker's descriptors, the result
-// segment's among them. Once the FIFO `dir`/go is opened, it tries to change the result segment
-// (a write, a writable mapping, a resize) and writes "refused changed" to the FIFO `dir`/report.
 // Leaves its process group (setsid) with the result segment's descriptor, then waits for the
 // worker's exit and for `dir`/go, and rewrites every result segment it holds. Returns its pid
 // and the text it should have left alone.
@@ -262,9 +259,16 @@ std::string escapes_to_rewrite(const std::string& dir) {
   return std::to_string(child) + " " + std::string(1000, 'a');
 }
 
+// Leaves a process outside the worker's group holding the worker's descriptors, the result
+// segment's among them. Once the FIFO `dir`/go is opened, it tries to change the result segment
+// (a write, a writable mapping, a resize) and writes "refused changed" to the FIFO `dir`/report.
 isorun::blob escapee(const std::string& dir) {
+  int left[2];  // the child says it has left the worker's group before the worker goes on
+  if (::pipe(left) != 0) throw std::runtime_error("pipe");
   if (::fork() == 0) {
     ::setsid();
+    ::close(left[0]);
+    ::close(left[1]);  // the worker's read returns
     { std::ifstream go(dir + "/go"); }  // blocks until the test opens it
     int refused = 0, changed = 0;
     for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
@@ -280,6 +284,11 @@ isorun::blob escapee(const std::string& dir) {
     std::ofstream(dir + "/report") << refused << " " << changed << std::endl;
     ::_exit(0);
   }
+  // Otherwise the worker could exit, and its group be killed, before the child left it.
+  ::close(left[1]);
+  char none;
+  [[maybe_unused]] auto n = ::read(left[0], &none, 1);
+  ::close(left[0]);
   isorun::blob b = isorun::this_worker().output_blob(4096);  // mapped after the fork: only the fd escaped
   std::memset(b.mutable_data(), 'a', b.size());
   return b;
@@ -748,6 +757,9 @@ struct process_group_containment {
 TEST_CASE("an early result is handed over sealed: no process can change it afterwards", "[runner][early]") {
   // A process that escaped the worker's group must still be there to try: the seal is what stops it.
   process_group_containment pinned;
+  // A large result first: result segments come from the pool largest first, so the escapee's
+  // is a large one, which a CPU worker would otherwise map ahead of the task (and its fork).
+  REQUIRE(isorun::isolated(make_pattern)(64_MiB, 3).size() == 64_MiB);
   char dir[] = "/tmp/isorun-early-XXXXXX";
   REQUIRE(::mkdtemp(dir));
   const std::string d = dir;
