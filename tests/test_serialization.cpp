@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -209,6 +210,56 @@ TEST_CASE("decoded blobs alias the payload and keep its owner alive", "[blob]") 
   view = isorun::blob();
   CHECK(watch.expired());
   CHECK(std::memcmp(copy.data(), "abcdef", 6) == 0);
+}
+
+namespace {
+std::uint64_t resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::uint64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+constexpr std::size_t mib = 1 << 20;
+}  // namespace
+
+TEST_CASE("a large blob has pages of its own, given back when it is freed", "[blob]") {
+  const std::size_t n = 96 * mib + 4097;  // not a whole number of the chunks freed in parallel
+  const std::uint64_t before = resident_bytes();
+  {
+    isorun::blob b(n);
+    for (std::size_t i = 0; i < n; i += 4096) b.mutable_data()[i] = static_cast<std::byte>(i / 4096 % 251);
+    b.mutable_data()[n - 1] = std::byte{7};
+    CHECK(resident_bytes() >= before + 90 * mib);
+    isorun::blob copy = b;
+    REQUIRE(copy.size() == n);
+    CHECK(copy.data() != b.data());
+    CHECK(std::memcmp(copy.data(), b.data(), n) == 0);
+    isorun::blob moved = std::move(copy);
+    CHECK(copy.empty());
+    CHECK(moved.data()[n - 1] == std::byte{7});
+    b = std::move(moved);  // b's own pages go back here, moved's stay with b
+    CHECK(b.data()[4096 * 250] == static_cast<std::byte>(250));
+    CHECK(resident_bytes() < before + 110 * mib);
+  }
+  CHECK(resident_bytes() < before + 8 * mib);
+}
+
+TEST_CASE("a large mapping given back on several threads leaves the segment's bytes in place", "[shm]") {
+  const std::uint64_t n = 80 * mib;
+  auto f = ser::shm_file::create(n);
+  std::byte* gone = nullptr;
+  {
+    auto m = ser::mapping::map(f.fd(), n, ser::mapping::access::read_write, true);
+    for (std::uint64_t i = 0; i < n; i += 4096) m.data()[i] = static_cast<std::byte>(i / 4096 % 253);
+    gone = m.data();
+  }
+  unsigned char in_core = 0;
+  CHECK(::mincore(gone, 4096, &in_core) != 0);  // unmapped: ENOMEM
+  CHECK(errno == ENOMEM);
+  auto again = ser::mapping::map(f.fd(), n, ser::mapping::access::read_only, false);
+  bool intact = true;
+  for (std::uint64_t i = 0; i < n; i += 4096) intact &= again.data()[i] == static_cast<std::byte>(i / 4096 % 253);
+  CHECK(intact);
 }
 
 TEST_CASE("control messages: framing, validation, hang-up", "[control]") {

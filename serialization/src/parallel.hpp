@@ -1,6 +1,10 @@
 #pragma once
 // Chunk-parallel work over a payload: the checksum of a large result is computed by several
-// threads on each side, one chunk per task, so a 1 GiB result is not hashed by one core.
+// threads on each side, one chunk per task, so a 1 GiB result is not hashed by one core; and
+// large mappings are given back on several threads, so a 1 GiB result's memory is not freed by
+// one core either.
+
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -34,11 +38,33 @@ void for_each_chunk(std::size_t n, unsigned threads, Fn&& fn) {
   for (auto& h : helpers) h.join();
 }
 
-/// Threads to hash a payload of `bytes` with: one below parallel_threshold, else up to the
-/// cores (at most 16: memory bandwidth is saturated long before).
-inline unsigned hash_threads(std::uint64_t bytes) {
+/// Threads for a pass over `bytes` (hashing them, or giving back their pages): one below
+/// parallel_threshold, else up to the cores (at most 16: memory bandwidth, or the kernel's page
+/// allocator, is saturated long before).
+inline unsigned threads_for(std::uint64_t bytes) {
   if (bytes < parallel_threshold) return 1;
   return std::clamp(std::thread::hardware_concurrency(), 1u, 16u);
+}
+
+/// @brief munmap(addr, bytes), with the pages of a large range given back first on
+///        threads_for(bytes) threads.
+///
+/// munmap, like a process's exit, tears a range down on one core: ~90 ms per GiB of private
+/// 4 KiB pages on the development VM, ~35 ms per GiB of a shared segment's page-table entries.
+/// MADV_DONTNEED holds the address-space lock only shared, so chunks of one range are dropped in
+/// parallel (2 threads: 90 -> 45 ms). Private anonymous pages are freed by it; a shared mapping
+/// only loses its page-table entries, its data stays in the file. `addr` is page-aligned (it
+/// came from mmap).
+inline void unmap(void* addr, std::uint64_t bytes) noexcept {
+  if (!addr) return;
+  if (const unsigned threads = threads_for(bytes); threads > 1) {
+    constexpr std::uint64_t chunk = 16ULL << 20;
+    auto* base = static_cast<std::byte*>(addr);
+    for_each_chunk((bytes + chunk - 1) / chunk, threads, [&](std::size_t i) {
+      ::madvise(base + i * chunk, std::min(chunk, bytes - i * chunk), MADV_DONTNEED);
+    });
+  }
+  ::munmap(addr, bytes);
 }
 
 }  // namespace isorun::serialization::detail

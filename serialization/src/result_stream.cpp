@@ -172,7 +172,7 @@ std::uint64_t stream_writer::write(std::uint64_t total, const fill_fn& fill) {
   // The caller fills (a device copy) while these hash what it filled before. A quarter of the
   // cores hash faster than a device copies; the rest are left to the supervisor, which copies.
   const unsigned helpers = static_cast<unsigned>(std::min<std::uint64_t>(
-      chunks, threads_from_env(1, std::clamp(detail::hash_threads(total) / 4, 1u, 8u))));
+      chunks, threads_from_env(1, std::clamp(detail::threads_for(total) / 4, 1u, 8u))));
   std::int64_t fill_ns = 0, full_ns = 0;  // for ISORUN_STREAM_TRACE
   std::vector<std::thread> threads;
   auto stop_hashers = [&] {
@@ -230,7 +230,7 @@ stream_reader::stream_reader(std::shared_ptr<pooled_segment> ring, std::uint64_t
   hashes_.resize(chunks_);
   copied_in_slot_.assign(ring_slots, 0);
   // The cores the worker's device copy and hashers leave (see stream_writer::write).
-  const unsigned cores = detail::hash_threads(total_);
+  const unsigned cores = detail::threads_for(total_);
   const unsigned n = static_cast<unsigned>(std::min<std::uint64_t>(
       chunks_, threads_from_env(0, cores <= 2 ? cores : std::max(2u, cores - std::clamp(cores / 4, 1u, 8u) - 1))));
   threads_count_ = n;

@@ -11,6 +11,8 @@
 #include <string>
 #include <system_error>
 
+#include "parallel.hpp"
+
 namespace isorun::serialization {
 namespace {
 
@@ -84,7 +86,7 @@ mapping::mapping(mapping&& other) noexcept : addr_{other.addr_}, length_{other.l
 
 mapping& mapping::operator=(mapping&& other) noexcept {
   if (this != &other) {
-    if (addr_) ::munmap(addr_, length_);
+    detail::unmap(addr_, length_);
     addr_ = other.addr_;
     length_ = other.length_;
     other.addr_ = nullptr;
@@ -93,9 +95,7 @@ mapping& mapping::operator=(mapping&& other) noexcept {
   return *this;
 }
 
-mapping::~mapping() {
-  if (addr_) ::munmap(addr_, length_);
-}
+mapping::~mapping() { detail::unmap(addr_, length_); }
 
 mapping mapping::map(int fd, std::uint64_t length, access mode, bool populate) {
   mapping m;

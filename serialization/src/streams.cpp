@@ -77,7 +77,7 @@ std::streamsize span_writer::xsputn(const char* s, std::streamsize n) {
     copy_and_feed(dst, s, done, in_place);
     const std::size_t whole = (len - done) / checksum_chunk;
     std::vector<std::uint64_t> hashes(whole);
-    detail::for_each_chunk(whole, detail::hash_threads(len), [&](std::size_t i) {
+    detail::for_each_chunk(whole, detail::threads_for(len), [&](std::size_t i) {
       const std::uint64_t at = done + i * checksum_chunk;
       XXH3_state_t* st = XXH3_createState();
       if (!st) std::terminate();

@@ -13,7 +13,7 @@ std::uint64_t checksum(std::span<const std::byte> bytes) {
   if (bytes.size() <= checksum_chunk) return XXH3_64bits(bytes.data(), bytes.size());
   const std::size_t n = (bytes.size() + checksum_chunk - 1) / checksum_chunk;
   std::vector<std::uint64_t> chunks(n);
-  detail::for_each_chunk(n, detail::hash_threads(bytes.size()), [&](std::size_t i) {
+  detail::for_each_chunk(n, detail::threads_for(bytes.size()), [&](std::size_t i) {
     const std::size_t at = i * checksum_chunk;
     chunks[i] = XXH3_64bits(bytes.data() + at, std::min<std::size_t>(checksum_chunk, bytes.size() - at));
   });

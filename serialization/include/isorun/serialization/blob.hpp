@@ -23,13 +23,32 @@
 
 namespace isorun {
 
+namespace serialization::detail {
+
+/// @brief Storage for an owned blob of `size` bytes, uninitialized. Large blobs (32 MiB and
+///        more) get pages of their own, mapped, so that freeing them can give the pages back on
+///        several threads: a worker frees the blob it returned on the result's way back.
+/// @throws std::bad_alloc
+std::byte* allocate_blob(std::size_t size);
+
+/// @brief Frees what allocate_blob(size) returned.
+void free_blob(std::byte* data, std::size_t size) noexcept;
+
+struct blob_deleter {
+  std::size_t size = 0;
+  void operator()(std::byte* data) const noexcept { free_blob(data, size); }
+};
+
+}  // namespace serialization::detail
+
 class blob {
  public:
   blob() = default;
 
   /// @brief An owned, uninitialized buffer of `size` bytes.
   /// @throws std::bad_alloc
-  explicit blob(std::size_t size) : storage_{new std::byte[size]}, data_{storage_.get()}, size_{size} {}
+  explicit blob(std::size_t size)
+      : storage_{serialization::detail::allocate_blob(size), {size}}, data_{storage_.get()}, size_{size} {}
 
   /// @brief An owned copy of `size` bytes at `data`.
   blob(const void* data, std::size_t size) : blob(size) {
@@ -122,7 +141,7 @@ class blob {
   }
 
  private:
-  std::unique_ptr<std::byte[]> storage_;
+  std::unique_ptr<std::byte[], serialization::detail::blob_deleter> storage_;
   std::byte* external_ = nullptr;
   std::shared_ptr<const void> owner_;
   const std::byte* data_ = nullptr;
