@@ -22,6 +22,7 @@
 #include <sstream>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "isorun/alloc/device_buffer.hpp"
@@ -304,6 +305,28 @@ isorun::blob clings(int) {
   return b;
 }
 
+// A result whose destructor, in the worker, waits until the FIFO `dir`/free is opened, then
+// leaves the file `dir`/freed behind. The supervisor's decoded copy does neither.
+struct slow_to_free {
+  std::string dir;
+  bool in_worker = false;  // not sent
+  slow_to_free() = default;
+  explicit slow_to_free(std::string d) : dir{std::move(d)}, in_worker{true} {}
+  slow_to_free(slow_to_free&& o) noexcept : dir{std::move(o.dir)}, in_worker{std::exchange(o.in_worker, false)} {}
+  slow_to_free& operator=(slow_to_free&&) = delete;
+  ~slow_to_free() {
+    if (!in_worker) return;
+    { std::ifstream wait(dir + "/free"); }
+    std::ofstream(dir + "/freed") << "freed\n";
+  }
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(dir);
+  }
+};
+
+slow_to_free frees_slowly(const std::string& dir) { return slow_to_free(dir); }
+
 int prints(const std::string& text) {
   std::printf("%s\n", text.c_str());
   return 0;
@@ -344,6 +367,7 @@ ISORUN_TASK(prints);
 ISORUN_TASK(escapee);
 ISORUN_TASK(escapes_to_rewrite);
 ISORUN_TASK(clings);
+ISORUN_TASK(frees_slowly);
 
 namespace {
 
@@ -819,6 +843,26 @@ TEST_CASE("an early result still mapped writable by the task's child waits for t
   CHECK(r.status().exit.success());
   const auto& b = r.value();
   CHECK(std::all_of(b.bytes().begin(), b.bytes().end(), [](std::byte c) { return c == std::byte{'b'}; }));
+}
+
+TEST_CASE("an early result is handed over before the worker frees the task's result value, which it then does",
+          "[runner][early]") {
+  char dir[] = "/tmp/isorun-free-XXXXXX";
+  REQUIRE(::mkdtemp(dir));
+  const std::string d = dir;
+  REQUIRE(::mkfifo((d + "/free").c_str(), 0600) == 0);
+  // A long grace: the worker is not to be killed while its result's destructor waits for the test.
+  auto h = isorun::isolated(frees_slowly, {.grace = std::chrono::hours(1), .early_result = true}).async(d);
+  const pid_t pid = h.pid();
+  auto r = h.try_get();  // would never return if the value were freed before `done`
+  REQUIRE(r.ok());
+  CHECK(r.status().exit_pending);
+  CHECK(r.value().dir == d);
+  CHECK_FALSE(std::filesystem::exists(d + "/freed"));
+  { std::ofstream free(d + "/free"); }  // the destructor goes on
+  CHECK(process_gone(pid));
+  CHECK(std::filesystem::exists(d + "/freed"));
+  std::filesystem::remove_all(d);
 }
 
 TEST_CASE("a streamed result is handed over early with no seal: the bytes are the supervisor's already", "[runner][early][stream]") {

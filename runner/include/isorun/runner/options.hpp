@@ -39,7 +39,8 @@ struct isolated_options {
   bool warm_context = false;
   /// Hand the result over as soon as the worker has reported it and let go of it, instead of
   /// after the worker has exited: the worker releases the task's device memory and unmaps the
-  /// result, the supervisor *seals* the result (the kernel then refuses any change to it, by
+  /// result (a CPU task's result value itself is freed after the hand-over), the supervisor
+  /// *seals* the result (the kernel then refuses any change to it, by
   /// any process), validates it and returns, while the worker's exit (a CUDA context's
   /// teardown: ~55-70 ms on an H100) finishes in the background. The outcome says
   /// `exit_pending`. If the result cannot be sealed (a process the task started still maps it

@@ -69,7 +69,11 @@ struct task_info {
   /// Decodes JSON arguments into the task's types without running it, throwing what the worker
   /// would throw: lets the supervisor reject, say, 3000000000 for an `int` before starting.
   std::function<void(const std::string&)> check_json_args;
-  std::function<void(std::span<const std::byte>, std::shared_ptr<const void>, result_sink&)> run_binary;
+  /// Runs the task on binary arguments and encodes its result into the sink. Returns the result
+  /// value itself, encoded already, for the worker to destroy once it has reported: freeing a
+  /// large result is then not on the way back of an early hand-over.
+  std::function<std::shared_ptr<void>(std::span<const std::byte>, std::shared_ptr<const void>, result_sink&)>
+      run_binary;
   std::function<void(const std::string&, result_sink&)> run_json;
 };
 
@@ -164,15 +168,19 @@ bool register_task(const char* name, R (*fn)(A...)) {
   auto call = [fn](args_t& args) -> decltype(auto) {
     return std::apply([fn](auto&... a) -> R { return fn(a...); }, args);
   };
-  t.run_binary = [call](std::span<const std::byte> payload, std::shared_ptr<const void> owner, result_sink& sink) {
+  t.run_binary = [call](std::span<const std::byte> payload, std::shared_ptr<const void> owner,
+                        result_sink& sink) -> std::shared_ptr<void> {
     args_t args;
     if constexpr (sizeof...(A) > 0)
       std::apply([&](auto&... a) { serialization::decode(payload, std::move(owner), a...); }, args);
     if constexpr (std::is_void_v<R>) {
       call(args);
       detail::write_binary_result(sink, std::uint8_t{0});
+      return nullptr;
     } else {
-      detail::write_binary_result(sink, call(args));
+      std::shared_ptr<R> result(new R(call(args)));  // R itself, not moved: it need not be movable
+      detail::write_binary_result(sink, *result);
+      return result;
     }
   };
   t.run_json = [call](const std::string& json, result_sink& sink) {
