@@ -179,7 +179,8 @@ std::optional<std::vector<gpu_info>> read_cache(const std::string& key) {
     return std::nullopt;
   }
   at = eol + 1;
-  if (text.size() - at < key_size || text.compare(at, key_size, key) != 0 || key_size != key.size()) return std::nullopt;
+  // compare() sets the stored key (key_size bytes) against all of `key`: equal only if as long.
+  if (text.size() - at < key_size || text.compare(at, key_size, key) != 0) return std::nullopt;
   std::istringstream entries(text.substr(at + key_size));
   std::vector<gpu_info> gpus;
   for (std::string line; std::getline(entries, line);) {
