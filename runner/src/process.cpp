@@ -236,7 +236,8 @@ struct clone_child {
 
 // Starts the child in `cgroup_fd` with clone3. The pid and a pidfd, or nullopt where this kernel
 // or architecture has no clone3 with CLONE_INTO_CGROUP (the caller then moves the child in itself);
-// throws what the caller's `failed` makes of a start that failed.
+// throws what the caller's `failed` makes of a start that failed (passing it the child's pid,
+// once there is a child, for it to reap).
 template <class Failed>
 std::optional<std::pair<pid_t, int>> clone_into_cgroup(const spawn_options& options, int cgroup_fd,
                                                        const char* const* envp, Failed&& failed) {
@@ -267,10 +268,7 @@ std::optional<std::pair<pid_t, int>> clone_into_cgroup(const spawn_options& opti
   if (pid < 0) throw failed(static_cast<int>(-pid));
   if (child.exec_errno) {
     ::close(pidfd);
-    int status;
-    while (::waitpid(static_cast<pid_t>(pid), &status, 0) < 0 && errno == EINTR) {
-    }
-    throw failed(child.exec_errno);
+    throw failed(child.exec_errno, static_cast<pid_t>(pid));
   }
   return std::pair{static_cast<pid_t>(pid), pidfd};
 }
@@ -320,13 +318,14 @@ child spawn(const spawn_options& options) {
     cgroup.fd = ::open(path.c_str(), flags | O_CLOEXEC);
     if (cgroup.fd < 0) throw spawn_error("cannot join cgroup " + options.cgroup + ": " + std::strerror(errno), errno);
   };
-  // Every way the start can fail ends here: the child (if one was forked) reaped, and one
-  // spawn_error saying why.
-  auto failed = [&](int err) {
-    if (launcher.pid > 0) {  // exec failed (it has exited), or the handle failed after it ran
-      ::kill(launcher.pid, SIGKILL);
+  // Every way the start can fail ends here: the child (if one was started: `started` from
+  // clone3, else Boost's) reaped, and one spawn_error saying why.
+  auto failed = [&](int err, pid_t started = -1) {
+    if (started <= 0) started = launcher.pid;
+    if (started > 0) {  // exec failed (it has exited), or the handle failed after it ran
+      ::kill(started, SIGKILL);
       int status;
-      while (::waitpid(launcher.pid, &status, 0) < 0 && errno == EINTR) {
+      while (::waitpid(started, &status, 0) < 0 && errno == EINTR) {
       }
     }
     const char* hint = err == EMFILE   ? " (too many open files: raise the limit, ulimit -n)"
