@@ -195,6 +195,11 @@ class segment_sink final : public worker::result_sink, public worker_context::re
     committed_ns_ = monotonic_ns();
   }
 
+  // Before the exit: unmaps the result's mapping on all cores (the exit would, on one). A mapping
+  // still being made ahead (a task that failed before it wrote a result) is left to the exit
+  // rather than waited for.
+  void unmap_result() { map_ = {}; }
+
   // Lets go of the segment: this process can no longer change it, so it can be sealed.
   void close() {
     if (premapper_.joinable()) premapper_.join();
@@ -416,7 +421,7 @@ namespace detail {
   // result segment (~35 ms per GiB). The supervisor waits for the exit, unless it took the
   // result early.
   result.reset();
-  sink.close();
+  sink.unmap_result();
   // No static destructors: a CUDA context or task library may take long to tear down, and the
   // kernel releases everything this process holds anyway.
   ::_exit(0);
