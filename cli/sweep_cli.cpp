@@ -39,7 +39,7 @@ flags (override the spec):
   --gpus-per-trial N GPUs each trial runs on at once (one of its places on each; the cap is per
                      GPU), or {name}: as many as parameter name says, so 1-, 2- and 4-GPU
                      trials mix; served in order, a waiting wide trial holding the GPUs it waits for
-  --cpu-slots N      parallel CPU trials (default: number of cores)
+  --cpu-slots N      parallel CPU trials (default: the cores isorun may run on)
   --timeout DUR      per-trial timeout
   --standby N        workers launched ahead per slot, each used for one trial (default 1; 0: none)
   --no-warm-context  standby workers on GPUs do not create their CUDA context ahead

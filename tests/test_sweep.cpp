@@ -4,6 +4,7 @@
 
 #include <dlfcn.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/inotify.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -229,6 +230,27 @@ TEST_CASE("by default a GPU gets no more slots than the cores per GPU, and the p
   s.gpus.clear();
   s.all_gpus = false;
   CHECK_THAT(sw::plan_slots(s, inv, 2).how, Catch::Contains("2 CPU slots (one per core)"));
+}
+
+TEST_CASE("by default CPU slots are the cores this process may run on, not the machine's", "[sweep][packing]") {
+  cpu_set_t all;
+  REQUIRE(::sched_getaffinity(0, sizeof all, &all) == 0);
+  sw::sweep_spec s;
+  s.task = "step";
+  CHECK(sw::plan_slots(s, {}).slots.size() == static_cast<std::size_t>(CPU_COUNT(&all)));
+  // Pinned to one core, as a Slurm job with one CPU or `taskset -c 0` would be.
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &all)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  REQUIRE(::sched_setaffinity(0, sizeof one, &one) == 0);
+  const auto pinned = sw::plan_slots(s, {});
+  REQUIRE(::sched_setaffinity(0, sizeof all, &all) == 0);
+  CHECK(pinned.slots.size() == 1);
+  CHECK_THAT(pinned.how, Catch::Contains("1 CPU slot"));
 }
 
 TEST_CASE("trials run on their slot's GPU and every assignment is journaled", "[sweep][packing]") {

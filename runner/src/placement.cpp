@@ -5,6 +5,7 @@
 
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/units.hpp"
+#include "isorun/serialization/cores.hpp"
 
 namespace isorun::runner {
 
@@ -59,7 +60,7 @@ std::vector<gpu_info> place_job(const gpu_inventory& inventory, const gpu_reques
 
 slot_plan plan_slots(const slot_request& s, const gpu_inventory& inv, unsigned cores) {
   slot_plan plan;
-  cores = std::max(1u, cores);
+  if (cores == 0) cores = serialization::usable_cores();
   std::vector<int> gpus = s.gpus;
   if (s.all_gpus)
     for (const auto& g : inv.gpus) gpus.push_back(g.index);

@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "isorun/serialization/cores.hpp"
+
 namespace isorun::serialization::detail {
 
 /// Below this many bytes a payload is hashed by the calling thread alone: starting threads
@@ -39,11 +41,11 @@ void for_each_chunk(std::size_t n, unsigned threads, Fn&& fn) {
 }
 
 /// Threads for a pass over `bytes` (hashing them, or giving back their pages): one below
-/// parallel_threshold, else up to the cores (at most 16: memory bandwidth, or the kernel's page
-/// allocator, is saturated long before).
+/// parallel_threshold, else one per core this process may use (at most 16: memory bandwidth, or
+/// the kernel's page allocator, is saturated long before).
 inline unsigned threads_for(std::uint64_t bytes) {
   if (bytes < parallel_threshold) return 1;
-  return std::clamp(std::thread::hardware_concurrency(), 1u, 16u);
+  return std::min(usable_cores(), 16u);
 }
 
 /// @brief munmap(addr, bytes), with the pages of a large range given back first on

@@ -65,10 +65,10 @@ struct slot_plan {
 ///        add up to more than its free memory (a job's cap includes its CUDA context) but at
 ///        most `cores` / number of GPUs, so jobs do not starve each other of CPU; CPU slots
 ///        (`cpu_slots`, default one per core) when no GPU is listed.
-/// @param cores the machine's cores (this one's by default)
+/// @param cores the cores to share out; 0 (the default): those this process may run on, its CPU
+///        affinity (in a Slurm job or a container, often fewer than the machine has)
 /// @throws usage_error when a cap exceeds a GPU, GPUs are asked for but absent, or no slot fits.
-slot_plan plan_slots(const slot_request& request, const gpu_inventory& inventory,
-                     unsigned cores = std::thread::hardware_concurrency());
+slot_plan plan_slots(const slot_request& request, const gpu_inventory& inventory, unsigned cores = 0);
 
 /// Room kept on a GPU for each warm standby worker's CUDA context, which lives outside any
 /// job's cap while the worker waits (a context measured 523 MiB on an H100, driver 580).

@@ -9,7 +9,6 @@
 #include <stdexcept>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -142,8 +141,8 @@ using runner::slot_plan;
 
 /// @brief The slots for a sweep's trials: runner::plan_slots for what the spec asks for.
 /// @throws usage_error when a cap exceeds a GPU, GPUs are asked for but absent, or no slot fits.
-inline slot_plan plan_slots(const sweep_spec& s, const gpu_inventory& inventory,
-                            unsigned cores = std::thread::hardware_concurrency()) {
+/// @param cores as for runner::plan_slots (0: the cores this process may run on)
+inline slot_plan plan_slots(const sweep_spec& s, const gpu_inventory& inventory, unsigned cores = 0) {
   return runner::plan_slots(resources(s), inventory, cores);
 }
 
