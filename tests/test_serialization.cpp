@@ -136,6 +136,25 @@ TEST_CASE("codec round trip, exact sizing and rejection of malformed payloads", 
   CHECK_THROWS_AS(ser::decode(huge, nullptr, s), ser::wire_error);
 }
 
+TEST_CASE("large vectors and strings decode whole into memory faulted in ahead, replacing what was there", "[codec]") {
+  // Odd sizes and a field before them: the copies start unaligned and end inside a page.
+  std::vector<float> numbers((40 << 20) / sizeof(float) + 3);
+  for (std::size_t i = 0; i < numbers.size(); ++i) numbers[i] = static_cast<float>(i % 10007) * 0.5f;
+  std::string text((33 << 20) + 5, 'x');
+  for (std::size_t i = 0; i < text.size(); i += 4096) text[i] = static_cast<char>('a' + i / 4096 % 26);
+  const std::uint8_t tag = 9;
+  const auto n = ser::encoded_size(tag, numbers, text);
+  std::vector<std::byte> buf(n);
+  ser::encode_into(buf.data(), n, tag, numbers, text);
+  std::uint8_t tag2 = 0;
+  std::vector<float> numbers2(100, -1.0f);  // replaced, not appended to
+  std::string text2 = "old";
+  ser::decode(buf, nullptr, tag2, numbers2, text2);
+  CHECK(tag2 == tag);
+  CHECK(numbers2 == numbers);
+  CHECK(text2 == text);
+}
+
 TEST_CASE("large writes are hashed on the fly with the same checksum", "[codec]") {
   isorun::blob big(3 << 20);
   for (std::size_t i = 0; i < big.size(); ++i) big.mutable_data()[i] = static_cast<std::byte>(i * 7);

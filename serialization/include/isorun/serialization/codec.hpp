@@ -20,6 +20,13 @@
 #include "isorun/serialization/wire.hpp"
 
 namespace isorun::serialization::detail {
+/// @brief Faults in the pages of memory about to be filled by a copy, on several threads when
+///        the range is large (32 MiB and up; smaller: nothing). A copy into fresh memory takes
+///        its page faults one by one on one core, which on a VM can cost several times the copy
+///        (1 GiB: 0.55-0.9 s against ~0.4 s faulted in on 2 threads, then copied). The contents
+///        are not changed: pages already there stay as they are.
+void prefault(void* data, std::size_t bytes) noexcept;
+
 // Reads T values from bytes that may not be aligned for T (a field's place in a payload
 // depends on what precedes it), so that a container can be filled in one pass.
 template <class T>
@@ -82,13 +89,17 @@ inline void CEREAL_SERIALIZE_FUNCTION_NAME(BinaryInputArchive& ar, SizeTag<size_
 
 /// Vectors of numbers and strings are filled from the payload in one pass: no zero-filled
 /// resize before the copy (which, for a large result in fresh memory, doubles the cost of the
-/// page faults). Preferred by overload resolution over cereal's generic versions.
+/// page faults), and a large one's fresh pages faulted in on several threads first
+/// (detail::prefault). Preferred by overload resolution over cereal's generic versions.
 template <class T, class A>
 std::enable_if_t<std::is_arithmetic_v<T> && !std::is_same_v<T, bool>> CEREAL_LOAD_FUNCTION_NAME(BinaryInputArchive& ar,
                                                                                                 std::vector<T, A>& v) {
   size_type n = 0;
   ar(make_size_tag(n));
   if (const std::byte* at = isorun::serialization::detail::take_in_place<T>(n)) {
+    v.clear();  // nothing of it to move if the storage is replaced
+    v.reserve(static_cast<std::size_t>(n));
+    isorun::serialization::detail::prefault(v.data(), static_cast<std::size_t>(n) * sizeof(T));
     if (reinterpret_cast<std::uintptr_t>(at) % alignof(T) == 0) {
       const T* first = reinterpret_cast<const T*>(at);
       v.assign(first, first + n);
@@ -107,6 +118,9 @@ void CEREAL_LOAD_FUNCTION_NAME(BinaryInputArchive& ar, std::basic_string<char, T
   size_type n = 0;
   ar(make_size_tag(n));
   if (const std::byte* at = isorun::serialization::detail::take_in_place<char>(n)) {
+    s.clear();
+    s.reserve(static_cast<std::size_t>(n));
+    isorun::serialization::detail::prefault(s.data(), static_cast<std::size_t>(n));
     s.assign(reinterpret_cast<const char*>(at), static_cast<std::size_t>(n));
     return;
   }

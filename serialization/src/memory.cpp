@@ -1,0 +1,50 @@
+// Memory for large payloads: a blob's own pages, and fresh memory faulted in ahead of a copy.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <new>
+
+#include "isorun/serialization/blob.hpp"
+#include "isorun/serialization/codec.hpp"
+#include "parallel.hpp"
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels refuse it, and the copy faults as before
+#endif
+
+namespace isorun::serialization::detail {
+
+std::byte* allocate_blob(std::size_t size) {
+  if (size < parallel_threshold) return new std::byte[size];
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  return static_cast<std::byte*>(p);
+}
+
+void free_blob(std::byte* data, std::size_t size) noexcept {
+  if (size < parallel_threshold) {
+    delete[] data;
+  } else {
+    unmap(data, size);
+  }
+}
+
+void prefault(void* data, std::size_t bytes) noexcept {
+  const unsigned threads = threads_for(bytes);
+  if (threads < 2) return;
+  // MADV_POPULATE_WRITE wants whole pages: the range is narrowed to those inside it (the edges
+  // fault during the copy, as everything did before).
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const std::uintptr_t first = (reinterpret_cast<std::uintptr_t>(data) + page - 1) & ~(page - 1);
+  const std::uintptr_t last = (reinterpret_cast<std::uintptr_t>(data) + bytes) & ~(page - 1);
+  if (last <= first) return;
+  constexpr std::uintptr_t chunk = 16ULL << 20;
+  const std::uintptr_t span = last - first;
+  for_each_chunk((span + chunk - 1) / chunk, threads, [&](std::size_t i) {
+    ::madvise(reinterpret_cast<void*>(first + i * chunk), std::min(chunk, span - i * chunk), MADV_POPULATE_WRITE);
+  });
+}
+
+}  // namespace isorun::serialization::detail
