@@ -2,7 +2,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <new>
 
@@ -32,19 +31,12 @@ void free_blob(std::byte* data, std::size_t size) noexcept {
 }
 
 void prefault(void* data, std::size_t bytes) noexcept {
-  const unsigned threads = threads_for(bytes);
-  if (threads < 2) return;
   // MADV_POPULATE_WRITE wants whole pages: the range is narrowed to those inside it (the edges
   // fault during the copy, as everything did before).
   const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
   const std::uintptr_t first = (reinterpret_cast<std::uintptr_t>(data) + page - 1) & ~(page - 1);
   const std::uintptr_t last = (reinterpret_cast<std::uintptr_t>(data) + bytes) & ~(page - 1);
-  if (last <= first) return;
-  constexpr std::uintptr_t chunk = 16ULL << 20;
-  const std::uintptr_t span = last - first;
-  for_each_chunk((span + chunk - 1) / chunk, threads, [&](std::size_t i) {
-    ::madvise(reinterpret_cast<void*>(first + i * chunk), std::min(chunk, span - i * chunk), MADV_POPULATE_WRITE);
-  });
+  if (last > first) advise_in_parallel(reinterpret_cast<void*>(first), last - first, MADV_POPULATE_WRITE);
 }
 
 }  // namespace isorun::serialization::detail
