@@ -128,6 +128,7 @@ struct watch_record {
   std::vector<std::string> stderr_tail;
   clock::duration wall{};
   std::uint64_t memory_peak = 0;  // the worker's cgroup's memory.peak, where known
+  std::int64_t reaped_ns = 0;     // CLOCK_MONOTONIC when the worker was reaped (not for an early hand-over)
   bool early = false;  // the result was handed over (sealed, or streamed); the worker has not exited yet
   std::unique_ptr<ser::stream_reader> stream;  // receiving a result the worker streams
   std::optional<ser::segment_header> streamed;  // a snapshot of a streamed result's header
@@ -268,6 +269,7 @@ watch_record watch(job::state& s) {
   if (!w.early) {
     read_control(s, w);
     w.exited = worker.process.reap();  // also kills what is left of the group and the cgroup
+    w.reaped_ns = monotonic_ns();
     w.memory_peak = worker.process.memory_peak().value_or(0);
   }
   if (stderr_open) read_stderr();
@@ -313,6 +315,7 @@ job_result classify(watch_record w, const job_spec& spec, const std::shared_ptr<
     r.encode_begin_ns = static_cast<std::int64_t>(w.done->encode_begin_ns);
     r.encode_ns = w.done->encode_ns;
   }
+  r.reaped_ns = w.reaped_ns;
 
   if (w.forced) {
     o.kind = w.forced->first;

@@ -67,6 +67,7 @@ struct job_result {
   std::int64_t received_ns = 0;         ///< CLOCK_MONOTONIC when the payload was validated
   std::int64_t encode_begin_ns = 0;     ///< CLOCK_MONOTONIC when the worker began encoding
   std::uint64_t encode_ns = 0;          ///< time the worker spent encoding into shared memory
+  std::int64_t reaped_ns = 0;           ///< CLOCK_MONOTONIC when the worker was reaped; 0 after an early hand-over
 };
 
 /// @brief The job_spec for `task` with `args` (encoded as `encoding`) on `gpus` (none: the
