@@ -34,6 +34,7 @@ std::byte* allocate_blob(std::size_t size);
 /// @brief Frees what allocate_blob(size) returned.
 void free_blob(std::byte* data, std::size_t size) noexcept;
 
+/// The deleter of an owned blob's storage: free_blob with the size it was allocated with.
 struct blob_deleter {
   std::size_t size = 0;
   void operator()(std::byte* data) const noexcept { free_blob(data, size); }
