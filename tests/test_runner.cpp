@@ -782,7 +782,8 @@ TEST_CASE("an early result is handed over sealed: no process can change it after
   // A process that escaped the worker's group must still be there to try: the seal is what stops it.
   process_group_containment pinned;
   // A large result first: result segments come from the pool largest first, so the escapee's
-  // is a large one, which a CPU worker would otherwise map ahead of the task (and its fork).
+  // is a large one, the kind a CPU worker maps ahead of a task (and of its fork) for a result
+  // that is not early.
   REQUIRE(isorun::isolated(make_pattern)(64_MiB, 3).size() == 64_MiB);
   char dir[] = "/tmp/isorun-early-XXXXXX";
   REQUIRE(::mkdtemp(dir));

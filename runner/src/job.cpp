@@ -13,6 +13,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -51,6 +52,29 @@ struct prepared_request {
 };
 
 // Encodes what `spec` asks for into a request segment, and takes a result segment.
+// The size of each task's last result, by task name: what its next worker maps ahead
+// (request::expected_result).
+class result_sizes {
+ public:
+  static result_sizes& instance() {
+    static auto* sizes = new result_sizes;  // never destroyed: jobs may finish during exit
+    return *sizes;
+  }
+  std::uint64_t last(const std::string& task) {
+    std::lock_guard lock(mutex_);
+    const auto it = last_.find(task);
+    return it == last_.end() ? 0 : it->second;
+  }
+  void record(const std::string& task, std::uint64_t bytes) {
+    std::lock_guard lock(mutex_);
+    last_[task] = bytes;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, std::uint64_t> last_;
+};
+
 prepared_request prepare_request(job_spec& spec) {
   ser::request req;
   req.task = spec.task;
@@ -61,6 +85,7 @@ prepared_request prepare_request(job_spec& spec) {
   req.alloc_conf = spec.alloc_conf;
   req.max_result = spec.max_result;
   req.early_result = spec.early_result;
+  req.expected_result = result_sizes::instance().last(spec.task);
   req.args = std::move(spec.args);
   auto& pool = ser::segment_pool::instance();
   prepared_request p;
@@ -343,6 +368,7 @@ job_result classify(watch_record w, const job_spec& spec, const std::shared_ptr<
       if (enc != spec.encoding) throw ser::wire_error("result has a different encoding than requested");
       r.encoding = enc;
       r.received_ns = monotonic_ns();
+      result_sizes::instance().record(spec.task, r.payload.size());
       o.kind = outcome_kind::success;
     } catch (const std::exception& e) {
       r.payload = {};

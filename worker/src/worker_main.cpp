@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <iostream>
 #include <sstream>
 #include <algorithm>
+#include <atomic>
 #include <optional>
 #include <stdexcept>
 #include <thread>
@@ -118,21 +120,30 @@ class segment_sink final : public worker::result_sink, public worker_context::re
   segment_sink(const segment_sink&) = delete;
   segment_sink& operator=(const segment_sink&) = delete;
   ~segment_sink() override {
-    if (premapper_.joinable()) premapper_.join();
+    take_premapped(true);
     if (stream_event_ >= 0) ::close(stream_event_);
   }
 
-  /// @brief Maps the pooled segment as large as it already is, faulted in, on a thread of its
-  ///        own while the task runs. Faulting in a resident 1 GiB segment costs ~70-85 ms (one
+  /// @brief Maps the pooled segment, for a payload of `expected` bytes (the task's last result)
+  ///        or as large as the segment already is if smaller, faulted in, on a thread of its own
+  ///        while the task runs. Faulting in a resident 1 GiB segment costs ~70-85 ms (one
   ///        page-table entry per 4 KiB page) that a large result would otherwise pay after the
-  ///        task, on its way back; area() takes the mapping over. Small segments are left alone.
-  void premap_in_background() {
-    const std::uint64_t size = file_.size();
-    if (size < premap_threshold || premapper_.joinable()) return;
+  ///        task, on its way back; area() takes the mapping over. Small results are left alone:
+  ///        the pool may hand a task with small results its largest segment.
+  void premap_in_background(std::uint64_t expected) {
+    const std::uint64_t size = std::min(file_.size(), ser::header_size + expected);
+    if (expected < premap_threshold || size < premap_threshold || premapper_.joinable()) return;
     try {
       premapper_ = std::thread([this, size] {
         try {
-          premapped_ = ser::mapping::map(file_.fd(), size, ser::mapping::access::read_write, true);
+          premapped_ = ser::mapping::map(file_.fd(), size, ser::mapping::access::read_write, false);
+          // Faulted in piece by piece: a MAP_POPULATE of the whole holds the address-space lock
+          // throughout, so any mmap or munmap of the task's, or of a small result's, would wait
+          // for the whole GiB. MADV_POPULATE_READ (Linux 5.14; as fast as MAP_POPULATE) leaves a
+          // shared segment's pages writable as they are; without it they fault in when written.
+          constexpr std::uint64_t piece = 4ULL << 20;
+          for (std::uint64_t at = 0; at < size && !stop_premap_.load(std::memory_order_relaxed); at += piece)
+            if (::madvise(premapped_.data() + at, std::min(piece, size - at), MADV_POPULATE_READ) != 0) break;
         } catch (...) {  // area() maps it itself
         }
       });
@@ -178,11 +189,10 @@ class segment_sink final : public worker::result_sink, public worker_context::re
     if (size > max_result_)
       throw result_too_large("result of " + std::to_string(size) + " bytes exceeds the limit of " +
                              std::to_string(max_result_) + " bytes (--max-result)");
-    if (premapper_.joinable()) {
-      premapper_.join();
-      if (premapped_.size() > map_.size()) map_ = std::move(premapped_);
-      premapped_ = {};
-    }
+    // A large result waits for the whole mapping made ahead; a small one (after a large one: the
+    // pool hands out its largest segment first) stops it after the piece in progress.
+    if (ser::mapping ahead = take_premapped(ser::header_size + size < premap_threshold); ahead.size() > map_.size())
+      map_ = std::move(ahead);
     if (map_.size() < ser::header_size + size) {
       file_.reserve(ser::header_size + size);
       map_ = ser::mapping::map(file_.fd(), ser::header_size + size, ser::mapping::access::read_write, true);
@@ -196,14 +206,12 @@ class segment_sink final : public worker::result_sink, public worker_context::re
   }
 
   // Before the exit: unmaps the result's mapping on all cores (the exit would, on one). A mapping
-  // still being made ahead (a task that failed before it wrote a result) is left to the exit
-  // rather than waited for.
+  // still being made ahead (a task that failed before it wrote a result) is left to the exit.
   void unmap_result() { map_ = {}; }
 
   // Lets go of the segment: this process can no longer change it, so it can be sealed.
   void close() {
-    if (premapper_.joinable()) premapper_.join();
-    premapped_ = {};
+    take_premapped(true);
     map_ = {};
     file_ = {};
   }
@@ -222,12 +230,22 @@ class segment_sink final : public worker::result_sink, public worker_context::re
     return *writer_;
   }
 
+  // The mapping premap_in_background() made (empty if none): waited for whole, or with `stop`
+  // only until the piece being faulted in is done.
+  ser::mapping take_premapped(bool stop) {
+    if (!premapper_.joinable()) return {};
+    if (stop) stop_premap_ = true;
+    premapper_.join();
+    return std::move(premapped_);
+  }
+
   static constexpr std::uint64_t premap_threshold = 32ULL << 20;
 
   ser::shm_file file_;
   ser::mapping map_;
   ser::mapping premapped_;  // premap_in_background()'s mapping, until area() takes it
   std::thread premapper_;
+  std::atomic<bool> stop_premap_{false};
   std::uint64_t max_result_;
   ser::shm_file ring_;
   int stream_event_;
@@ -366,7 +384,7 @@ namespace detail {
       // sealed on `done`, and a process the task forks would inherit the writable mapping made
       // ahead, which refuses the seal (a mapping made by output_blob after the fork is not
       // inherited); without the seal, the result waits for the exit.
-      if (!this_worker().has_gpu() && !req.early_result) sink.premap_in_background();
+      if (!this_worker().has_gpu() && !req.early_result) sink.premap_in_background(req.expected_result);
     }
     if (req.encoding == static_cast<std::uint32_t>(ser::encoding::json)) {
       std::string json(reinterpret_cast<const char*>(req.args.data()), req.args.size());

@@ -28,7 +28,7 @@
 namespace isorun::serialization {
 
 /// Bumped whenever a message or the request changes shape.
-inline constexpr std::uint32_t protocol_version = 6;
+inline constexpr std::uint32_t protocol_version = 7;
 
 /// The descriptor a worker (and the `-- CMD` shim) finds its control socket under.
 inline constexpr int control_fd = 3;

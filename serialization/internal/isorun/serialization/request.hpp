@@ -41,12 +41,15 @@ struct request {
   /// The supervisor may hand the result over before this process exits: release what the task
   /// held and unmap the result before reporting done, so the supervisor can seal it.
   bool early_result = false;
+  /// The size of this task's last result in this supervisor (0: none yet): a CPU worker maps
+  /// that much of its result segment ahead, while the task runs, when it is large.
+  std::uint64_t expected_result = 0;
   blob args;                                 ///< encoded arguments
 
   template <class Archive>
   void serialize(Archive& ar) {
     ar(protocol, task, encoding, task_libraries, mem_limit, gpus, alloc_conf, max_result,
-       early_result, args);
+       early_result, expected_result, args);
   }
 };
 
