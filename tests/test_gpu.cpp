@@ -11,9 +11,12 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -113,10 +116,68 @@ isorun::blob streamed_from_gpu(std::uint64_t size) {
   return w.device_result(d);
 }
 
+// The CUDA kernel behind checksum_chunks against libxxhash over every form of XXH3 (the sizes of
+// test_alloc's simulated-device case: short forms, stripes and blocks, headers of 0 to 16 bytes,
+// unaligned device bytes, a short last chunk), then 1 GiB after an 8-byte header, as
+// device_result checksums it. Returns {compared, wrong, cases the backend declined, best of
+// three 1 GiB runs in microseconds}.
+std::vector<std::uint64_t> device_checksums(int) {
+  auto& w = isorun::this_worker();
+  auto& memory = w.allocator().memory();
+  std::vector<unsigned char> bytes(3 * MiB + 77);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(pattern_at(i * 7 + 1));
+  isorun::alloc::device_buffer buf(w.allocator(), bytes.size());
+  buf.copy_from_host(bytes.data(), bytes.size());
+  const unsigned char header[16] = {9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 11, 12, 13, 14, 15, 16};
+  std::uint64_t compared = 0, wrong = 0, declined = 0;
+  for (const std::size_t header_bytes : {0, 1, 8, 16})
+    for (const std::size_t shift : {0, 3, 8})
+      for (const std::size_t total : {0, 1, 3, 4, 8, 9, 16, 17, 33, 65, 97, 128, 129, 200, 240, 241, 1024, 1025, 1087,
+                                      1088, 1089, 4096 + 63, 65536, 1000003, 3 * 1048576})
+        for (const std::size_t chunk : {std::size_t{1000}, std::size_t{4 << 20}}) {
+          if (total < header_bytes || total - header_bytes + shift > bytes.size()) continue;
+          const std::size_t n = total - header_bytes;
+          std::vector<unsigned char> whole(header, header + header_bytes);
+          whole.insert(whole.end(), bytes.begin() + static_cast<std::ptrdiff_t>(shift),
+                       bytes.begin() + static_cast<std::ptrdiff_t>(shift + n));
+          std::vector<std::uint64_t> got((total + chunk - 1) / chunk, 0);
+          if (!memory.checksum_chunks(header, header_bytes, buf.as<unsigned char>() + shift, n, chunk, got.data())) {
+            ++declined;
+            continue;
+          }
+          for (std::size_t c = 0; c < got.size(); ++c, ++compared)
+            wrong += got[c] != XXH3_64bits(whole.data() + c * chunk, std::min(chunk, total - c * chunk));
+        }
+  // 1 GiB of one byte value: every whole chunk but the first has the same checksum.
+  const std::uint64_t big = 1024 * MiB, length = big, chunk = 4 * MiB;
+  isorun::alloc::device_buffer large(w.allocator(), big);
+  memory.fill(large.data(), big, 0x5A, large.stream());
+  std::vector<unsigned char> expect(chunk, 0x5A);
+  std::memcpy(expect.data(), &length, sizeof length);
+  const std::uint64_t first = XXH3_64bits(expect.data(), chunk);
+  std::fill(expect.begin(), expect.end(), 0x5A);
+  const std::uint64_t middle = XXH3_64bits(expect.data(), chunk), last = XXH3_64bits(expect.data(), sizeof length);
+  std::vector<std::uint64_t> got((sizeof length + big + chunk - 1) / chunk);
+  std::uint64_t best_us = ~0ULL;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!large.checksum_chunks(&length, sizeof length, big, chunk, got.data())) {
+      ++declined;
+      break;
+    }
+    best_us = std::min<std::uint64_t>(best_us, static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                                   std::chrono::steady_clock::now() - t0).count()));
+  }
+  for (std::size_t c = 0; c < got.size(); ++c, ++compared)
+    wrong += got[c] != (c == 0 ? first : c + 1 == got.size() ? last : middle);
+  return {compared, wrong, declined, best_us};
+}
+
 }  // namespace
 
 ISORUN_TASK(warm_trivial);
 ISORUN_TASK(streamed_from_gpu);
+ISORUN_TASK(device_checksums);
 
 TEST_CASE("the worker sees exactly the assigned GPU, by UUID", "[gpu]") {
   const auto inv = gpu_inventory::detect();
@@ -264,6 +325,15 @@ TEST_CASE("a result made on the GPU streams back whole through the page-locked r
     CHECK(wrong == 0);
   }
   expect_released(baseline, "a streamed GPU result");
+}
+
+TEST_CASE("chunk checksums computed on the GPU are libxxhash's XXH3, in every form", "[gpu]") {
+  const auto r = isorun::isolated(device_checksums, {.gpu = 0, .mem_limit = 2048 * MiB})(0);
+  REQUIRE(r.size() == 4);
+  CHECK(r[2] == 0);  // the kernel ran every time (no fallback to the host)
+  CHECK(r[0] > 300);
+  CHECK(r[1] == 0);
+  std::printf("gpu-check: device checksums of 1 GiB (4 MiB chunks): %.2f ms\n", static_cast<double>(r[3]) / 1000);
 }
 
 TEST_CASE("a CUDA program run with -- under --mem-limit is held to the cap by the real driver", "[gpu]") {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_chunk_checksum.hpp"
 #include "isorun/alloc/cuda_module.hpp"
 
 namespace {
@@ -130,6 +131,12 @@ class cuda_backend final : public backend {
     if (granularity) granularity(&granularity_, &prop_, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     if (!granularity_) granularity_ = 2u << 20;
   }
+
+  ~cuda_backend() override {
+    if (checksums_) cudaFreeHost(checksums_);
+  }
+  cuda_backend(const cuda_backend&) = delete;
+  cuda_backend& operator=(const cuda_backend&) = delete;
 
   std::string name() const override { return "cuda"; }
 
@@ -268,8 +275,50 @@ class cuda_backend final : public backend {
   }
 
  private:
+  // A kernel over the device bytes, its results written straight into page-locked host memory
+  // (device-accessible by its own address under unified addressing): no device memory is taken
+  // outside the cap, and no copy back is queued.
+  bool do_checksum_chunks(const void* header, std::size_t header_bytes, const void* src, std::size_t bytes,
+                          std::size_t chunk, std::uint64_t* out, stream_id stream) override {
+    const auto in = detail::xxh3::make_input(header, static_cast<std::uint32_t>(header_bytes), src, bytes);
+    const std::uint64_t chunks = (in.total() + chunk - 1) / chunk;
+    if (chunks == 0) return true;
+    on_device here(ordinal_);
+    std::lock_guard lock(checksum_mutex_);
+    if (checksum_capacity_ < chunks) {
+      if (checksums_) cudaFreeHost(checksums_);
+      checksums_ = nullptr;
+      checksum_capacity_ = 0;
+      void* p = nullptr;
+      if (cudaHostAlloc(&p, chunks * sizeof(std::uint64_t), cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {
+        cudaGetLastError();
+        return false;  // no page-locked memory: the host checksums instead
+      }
+      checksums_ = static_cast<std::uint64_t*>(p);
+      checksum_capacity_ = chunks;
+    }
+    void* device_view = nullptr;
+    if (cudaHostGetDevicePointer(&device_view, checksums_, 0) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    const auto s = reinterpret_cast<cudaStream_t>(stream);
+    // A launch that fails (no kernel for this GPU's architecture, say) leaves the context
+    // usable: the host checksums instead.
+    if (detail::launch_chunk_checksums(in, chunk, chunks, static_cast<std::uint64_t*>(device_view), s) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    check(cudaStreamSynchronize(s), "checksum kernel");
+    std::memcpy(out, checksums_, chunks * sizeof(std::uint64_t));
+    return true;
+  }
+
   int ordinal_ = 0;
   std::size_t granularity_ = 0;
+  std::mutex checksum_mutex_;
+  std::uint64_t* checksums_ = nullptr;  // page-locked, for checksum_chunks; kept for the next call
+  std::uint64_t checksum_capacity_ = 0;
   CUmemAllocationProp prop_{};
   std::mutex mutex_;
   std::map<CUdeviceptr, CUmemGenericAllocationHandle> handles_;

@@ -3,11 +3,14 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 #include <system_error>
+
+#include "chunk_checksum.hpp"
 
 namespace isorun::alloc {
 namespace {
@@ -212,6 +215,19 @@ void simulated_device::fill(void* p, std::size_t bytes, std::uint8_t value, stre
     at = alias_of(p, bytes, "fill target");
   }
   std::memset(at, value, bytes);
+}
+
+bool simulated_device::do_checksum_chunks(const void* header, std::size_t header_bytes, const void* src,
+                                          std::size_t bytes, std::size_t chunk, std::uint64_t* out, stream_id) {
+  const std::byte* from = nullptr;
+  if (bytes) {
+    std::lock_guard lock(mutex_);
+    from = alias_of(src, bytes, "checksum source");
+  }
+  const auto in = detail::xxh3::make_input(header, static_cast<std::uint32_t>(header_bytes), from, bytes);
+  for (std::uint64_t at = 0, c = 0; at < in.total(); at += chunk, ++c)
+    out[c] = detail::xxh3::hash_chunk(in, at, std::min<std::uint64_t>(chunk, in.total() - at));
+  return true;
 }
 
 std::uint64_t simulated_device::used() const {

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 namespace isorun::alloc {
@@ -80,6 +81,36 @@ class backend {
 
   /// @brief Fills `bytes` at `p` with `value` (debug fill of new allocations).
   virtual void fill(void* p, std::size_t bytes, std::uint8_t value, stream_id stream) = 0;
+
+  /// Longest header checksum_chunks() takes.
+  static constexpr std::size_t max_checksum_header = 16;
+
+  /// @brief Checksums device memory where it lies, without copying it to the host. The input is
+  ///        `header_bytes` host bytes at `header` (a length tag, say) followed by `bytes` bytes
+  ///        of device memory at `src`; out[c] becomes the XXH3-64 (seed 0) of its c-th piece of
+  ///        `chunk` bytes (the last may be shorter), computed after the work queued on `stream`.
+  ///        `out` holds ceil((header_bytes + bytes) / chunk) entries.
+  /// @return true once `out` is written; false, with nothing done, if this backend cannot (the
+  ///         caller then checksums a host copy).
+  /// @throws std::invalid_argument for a header over max_checksum_header bytes, a chunk of 0,
+  ///         or a source that is not device memory (where the backend can tell);
+  ///         std::runtime_error if the device fails.
+  bool checksum_chunks(const void* header, std::size_t header_bytes, const void* src, std::size_t bytes,
+                       std::size_t chunk, std::uint64_t* out, stream_id stream = 0) {
+    if (header_bytes > max_checksum_header)
+      throw std::invalid_argument("checksum_chunks: a header of " + std::to_string(header_bytes) + " bytes (at most " +
+                                  std::to_string(max_checksum_header) + ")");
+    if (chunk == 0) throw std::invalid_argument("checksum_chunks: a chunk of 0 bytes");
+    return do_checksum_chunks(header, header_bytes, src, bytes, chunk, out, stream);
+  }
+
+ private:
+  /// checksum_chunks() with its arguments checked; the default cannot (returns false).
+  virtual bool do_checksum_chunks(const void* /*header*/, std::size_t /*header_bytes*/, const void* /*src*/,
+                                  std::size_t /*bytes*/, std::size_t /*chunk*/, std::uint64_t* /*out*/,
+                                  stream_id /*stream*/) {
+    return false;
+  }
 };
 
 }  // namespace isorun::alloc

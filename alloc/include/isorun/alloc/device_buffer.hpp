@@ -59,6 +59,15 @@ class device_buffer {
     allocator_->memory().copy(dst, static_cast<const std::byte*>(data_) + offset, bytes, copy_kind::device_to_host, stream_);
   }
 
+  /// @brief Checksums of this buffer's first `bytes` after a host `header`, chunk by chunk,
+  ///        computed where the bytes lie: see backend::checksum_chunks. False if the backend
+  ///        cannot. @throws std::out_of_range past the end; as backend::checksum_chunks.
+  bool checksum_chunks(const void* header, std::size_t header_bytes, std::size_t bytes, std::size_t chunk,
+                       std::uint64_t* out) const {
+    check_range(bytes, 0);
+    return allocator_->memory().checksum_chunks(header, header_bytes, data_, bytes, chunk, out, stream_);
+  }
+
   /// Device address: hand it to kernels and copies, never dereference it on the host (unless
   /// the allocator's backend is host_accessible()).
   [[nodiscard]] void* data() const noexcept { return data_; }

@@ -8,6 +8,7 @@
 /// fill(), the only ways in, as cudaMemcpy and cudaMemset are on a GPU. copy() also checks each
 /// pointer is on the side its direction says, which cudaMemcpy with an explicit kind does too,
 /// and map() refuses (std::invalid_argument) pages that are mapped already, as cuMemMap does.
+/// checksum_chunks() runs the CUDA kernel's decomposition of XXH3 on the host.
 /// Workers assigned a simulated GPU (ISORUN_SIMULATE_GPUS) get this backend, so CI catches
 /// host/device confusion that used to surface only on a GPU.
 
@@ -52,6 +53,9 @@ class simulated_device final : public backend {
   [[nodiscard]] std::uint64_t used() const;
 
  private:
+  bool do_checksum_chunks(const void* header, std::size_t header_bytes, const void* src, std::size_t bytes,
+                          std::size_t chunk, std::uint64_t* out, stream_id stream) override;
+
   struct region {
     std::byte* device = nullptr;  // PROT_NONE: what users see
     std::byte* alias = nullptr;   // read-write view of the same pages, for copy() and fill()
