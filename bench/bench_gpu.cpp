@@ -10,7 +10,9 @@
 //       early_result, against a bare CUDA process's exit (its context's teardown).
 //   bench_gpu [--quick] [--only abcd] [--sizes MiB,MiB...] [--reps N] [--streamed-only]
 //   BENCH_BREAKDOWN=1 prints each transfer's times; ISORUN_STREAM_TRACE=1 where a streamed
-//   result's time goes (ISORUN_STREAM_THREADS=READERS,HASHERS to try other thread counts)
+//   result's time goes (ISORUN_STREAM_THREADS=READERS,HASHERS to try other thread counts).
+//   (a) runs the streamed result with its chunks checksummed on the device (the default) and,
+//   interleaved, hashed by the worker's CPU (ISORUN_STREAM_DEVICE_HASH=0).
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -198,18 +200,23 @@ int main(int argc, char** argv) {
     for (std::uint64_t size : sizes) {
       const int n = reps ? reps : quick ? 3 : (size >= 1024 * MiB ? 7 : 9);
       const bool old_path = size <= 1024 * MiB && !streamed_only;
-      std::vector<double> early, waited, in_place, bare;
+      std::vector<double> early, cpu_hashed, waited, in_place, bare;
       result_gbps("gpu_result", size, true);  // warms the ring and the supervisor's memory for this size
       for (int i = 0; i < n; ++i) {
         early.push_back(result_gbps("gpu_result", size, true));
+        ::setenv("ISORUN_STREAM_DEVICE_HASH", "0", 1);  // the worker inherits it: its CPU hashes the slots
+        cpu_hashed.push_back(result_gbps("gpu_result", size, true));
+        ::unsetenv("ISORUN_STREAM_DEVICE_HASH");
         waited.push_back(streamed_only ? 0.0 : result_gbps("gpu_result", size, false));
         if (old_path) in_place.push_back(result_gbps("gpu_result_in_place", size, false));
         bare.push_back(static_cast<double>(size) /
                        static_cast<double>(isolated(pinned_reference, {.gpu = 0, .echo_stderr = true})(size)));
       }
-      const auto e = summarize(early), w = summarize(waited), b = summarize(bare);
+      const auto e = summarize(early), c = summarize(cpu_hashed), w = summarize(waited), b = summarize(bare);
       std::printf("  %6llu MiB  streamed, early     %s   ratio %.2f%s\n", static_cast<unsigned long long>(size / MiB),
                   show(e, "GB/s").c_str(), e.median / b.median, size >= 1024 * MiB ? "   goal >= 0.5" : "");
+      std::printf("             the same, CPU hash  %s   ratio %.2f   (ISORUN_STREAM_DEVICE_HASH=0)\n",
+                  show(c, "GB/s").c_str(), c.median / b.median);
       std::printf("             streamed, exit      %s   ratio %.2f\n", show(w, "GB/s").c_str(), w.median / b.median);
       if (old_path) {
         const auto o = summarize(in_place);

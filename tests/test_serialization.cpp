@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <cstring>
 #include <fstream>
@@ -408,16 +409,31 @@ struct ring_pair {
 
 std::byte stream_byte(std::uint64_t i) { return static_cast<std::byte>((i * 2654435761u) >> 13); }
 
+// Where a stream's chunk hashes come from: the worker's CPU hashing each slot, a device that
+// hashed beforehand, or a device that hashed something else for chunk 1.
+enum class hashes { by_cpu, beforehand, beforehand_wrong };
+
 // The worker's side in a child process: streams `total` bytes of stream_byte, dying at `die_at`
 // bytes if given; writes the checksum it computed to `out`.
-pid_t stream_from_child(const ring_pair& r, std::uint64_t total, int out, std::uint64_t die_at = ~0ULL) {
+pid_t stream_from_child(const ring_pair& r, std::uint64_t total, int out, std::uint64_t die_at = ~0ULL,
+                        hashes from = hashes::by_cpu) {
   const pid_t pid = ::fork();
   if (pid == 0) {
+    std::vector<std::uint64_t> known;
+    if (from != hashes::by_cpu) {
+      std::vector<std::byte> chunk;
+      for (std::uint64_t at = 0; at < total; at += ser::checksum_chunk) {
+        chunk.resize(std::min(ser::checksum_chunk, total - at));
+        for (std::uint64_t i = 0; i < chunk.size(); ++i) chunk[i] = stream_byte(at + i);
+        known.push_back(XXH3_64bits(chunk.data(), chunk.size()));
+      }
+      if (from == hashes::beforehand_wrong) known.at(1) ^= 1;
+    }
     ser::stream_writer w(r.mapped, r.event);
     const std::uint64_t sum = w.write(total, [&](std::byte* dst, std::uint64_t off, std::uint64_t n) {
       if (off >= die_at) ::_exit(3);
       for (std::uint64_t i = 0; i < n; ++i) dst[i] = stream_byte(off + i);
-    });
+    }, known);
     if (::write(out, &sum, sizeof sum) != sizeof sum) ::_exit(1);
     ::_exit(0);
   }
@@ -427,30 +443,37 @@ pid_t stream_from_child(const ring_pair& r, std::uint64_t total, int out, std::u
 }  // namespace
 
 TEST_CASE("a result stream crosses processes whole, through many turns of the ring, checksummed on both sides", "[stream]") {
-  for (const std::uint64_t total : {std::uint64_t{9}, ser::ring_slot_bytes, 3 * ser::ring_bytes + 12345}) {
-    INFO("total " << total);
-    ring_pair r;
-    int p[2];
-    REQUIRE(::pipe(p) == 0);
-    const pid_t child = stream_from_child(r, total, p[1]);
-    r.await_start();
-    ser::stream_reader reader(r.ring, 1ULL << 40);
-    CHECK(reader.size() == total);
-    int status = 0;
-    REQUIRE(::waitpid(child, &status, 0) == child);
-    CHECK(status == 0);
-    reader.stop_waiting();  // all is published; stopping only ends the waiting
-    const auto got = reader.finish();
-    REQUIRE(got.payload.size() == total);
-    std::uint64_t wrong = 0;
-    for (std::uint64_t i = 0; i < total; ++i) wrong += got.payload[i] != stream_byte(i);
-    CHECK(wrong == 0);
-    std::uint64_t theirs = 0;
-    REQUIRE(::read(p[0], &theirs, sizeof theirs) == sizeof theirs);
-    CHECK(got.checksum == theirs);
-    CHECK(got.checksum == ser::checksum(got.payload));  // the wire format's checksum, as for segments
-    ::close(p[0]);
-    ::close(p[1]);
+  for (const hashes from : {hashes::by_cpu, hashes::beforehand}) {
+    for (const std::uint64_t total : {std::uint64_t{9}, ser::ring_slot_bytes, 3 * ser::ring_bytes + 12345}) {
+      INFO("total " << total << (from == hashes::by_cpu ? ", hashed by the worker's CPU" : ", hashed beforehand"));
+      ring_pair r;
+      int p[2];
+      REQUIRE(::pipe(p) == 0);
+      const pid_t child = stream_from_child(r, total, p[1], ~0ULL, from);
+      r.await_start();
+      ser::stream_reader reader(r.ring, 1ULL << 40);
+      CHECK(reader.size() == total);
+      // What the worker says it keeps busy: the filling thread, and its hashers unless the chunks
+      // were hashed beforehand.
+      const std::uint32_t writer_threads = reinterpret_cast<const ser::ring_control*>(r.mapped)->writer_threads;
+      if (from == hashes::beforehand) CHECK(writer_threads == 1);
+      else CHECK(writer_threads >= 2);
+      int status = 0;
+      REQUIRE(::waitpid(child, &status, 0) == child);
+      CHECK(status == 0);
+      reader.stop_waiting();  // all is published; stopping only ends the waiting
+      const auto got = reader.finish();
+      REQUIRE(got.payload.size() == total);
+      std::uint64_t wrong = 0;
+      for (std::uint64_t i = 0; i < total; ++i) wrong += got.payload[i] != stream_byte(i);
+      CHECK(wrong == 0);
+      std::uint64_t theirs = 0;
+      REQUIRE(::read(p[0], &theirs, sizeof theirs) == sizeof theirs);
+      CHECK(got.checksum == theirs);
+      CHECK(got.checksum == ser::checksum(got.payload));  // the wire format's checksum, as for segments
+      ::close(p[0]);
+      ::close(p[1]);
+    }
   }
 }
 
@@ -484,6 +507,27 @@ TEST_CASE("a result stream is checked against the worker's hashes, and its size 
     ser::stream_reader reader(r.ring, 1ULL << 40);
     reader.stop_waiting();
     CHECK_THROWS_WITH(reader.finish(), Catch::Contains("chunk 1 of the streamed result differs"));
+  }
+  {
+    // Hashes computed beforehand (on a device) that do not match what arrives: rejected as well,
+    // and a count that does not match the chunks is the writer's error.
+    ring_pair r;
+    int p[2];
+    REQUIRE(::pipe(p) == 0);
+    const pid_t child = stream_from_child(r, 3 * ser::checksum_chunk, p[1], ~0ULL, hashes::beforehand_wrong);
+    r.await_start();
+    ser::stream_reader reader(r.ring, 1ULL << 40);
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    reader.stop_waiting();
+    CHECK_THROWS_WITH(reader.finish(), Catch::Contains("chunk 1 of the streamed result differs"));
+    ::close(p[0]);
+    ::close(p[1]);
+    ring_pair unused;
+    ser::stream_writer w(unused.mapped, unused.event);
+    const std::uint64_t two[2] = {1, 2};
+    CHECK_THROWS_WITH(w.write(5 * ser::checksum_chunk, [](std::byte*, std::uint64_t, std::uint64_t) {}, two),
+                      Catch::Contains("2 chunk hashes for 5 chunks"));
   }
   ring_pair r;
   auto& ctl = *reinterpret_cast<ser::ring_control*>(r.mapped);

@@ -58,7 +58,7 @@ std::byte* slot_of(std::byte* ring, std::uint64_t k) noexcept {
 }
 std::uint64_t chunks_in(std::uint64_t bytes) noexcept { return (bytes + checksum_chunk - 1) / checksum_chunk; }
 
-std::uint64_t combine(const std::vector<std::uint64_t>& hashes) noexcept {
+std::uint64_t combine(std::span<const std::uint64_t> hashes) noexcept {
   // serialization::checksum: one chunk is its own hash, more are hashed once more.
   return hashes.size() == 1 ? hashes.front() : XXH3_64bits(hashes.data(), hashes.size() * sizeof(std::uint64_t));
 }
@@ -124,14 +124,61 @@ class private_memory {
 
 void reset_ring(std::byte* ring) noexcept { std::memset(ring, 0, sizeof(ring_control)); }
 
-std::uint64_t stream_writer::write(std::uint64_t total, const fill_fn& fill) {
+std::uint64_t stream_writer::write(std::uint64_t total, const fill_fn& fill, std::span<const std::uint64_t> chunk_hashes) {
   ring_control& ctl = control_of(ring_);
   const std::uint64_t slots = (total + ring_slot_bytes - 1) / ring_slot_bytes;
   const std::uint64_t chunks = chunks_in(total);
+  const bool hashed_before = !chunk_hashes.empty();
+  if (hashed_before && chunk_hashes.size() != chunks)
+    throw std::invalid_argument("stream_writer: " + std::to_string(chunk_hashes.size()) + " chunk hashes for " +
+                                std::to_string(chunks) + " chunks");
+  // Without hashes from the device, the caller fills while these hash what it filled before. A
+  // quarter of the cores hash faster than a device copies; the rest are left to the supervisor,
+  // which copies.
+  const unsigned helpers = hashed_before ? 0u
+                                         : static_cast<unsigned>(std::min<std::uint64_t>(
+                                               chunks, threads_from_env(1, std::clamp(detail::threads_for(total) / 4, 1u, 8u))));
+  std::atomic_ref<std::uint32_t>(ctl.writer_threads).store(1 + helpers, std::memory_order_relaxed);
   std::atomic_ref<std::uint64_t>(ctl.total).store(total, std::memory_order_release);
   const std::uint64_t one = 1;
   if (::write(start_event_, &one, sizeof one) != sizeof one)
     throw std::system_error(errno, std::generic_category(), "signalling the start of a result stream");
+
+  std::int64_t fill_ns = 0, full_ns = 0;  // for ISORUN_STREAM_TRACE
+  // Slot k % ring_slots is free once the supervisor has copied out use k - ring_slots.
+  auto wait_free = [&](std::uint64_t k) {
+    const std::int64_t t0 = monotonic_ns();
+    for (std::uint32_t freed; k >= (freed = counter(ctl.freed).load(std::memory_order_acquire)) + ring_slots;)
+      futex_wait(&ctl.freed, freed, wait_ms);
+    full_ns += monotonic_ns() - t0;
+  };
+  auto fill_slot = [&](std::uint64_t k) {
+    const std::int64_t t0 = monotonic_ns();
+    const std::uint64_t offset = k * ring_slot_bytes;
+    fill(slot_of(ring_, k), offset, std::min(ring_slot_bytes, total - offset));
+    fill_ns += monotonic_ns() - t0;
+  };
+  auto trace = [&] {
+    if (tracing())
+      std::fprintf(stderr, "isorun stream: worker: %llu slots, %s; filling %.2f ms, waiting for free slots %.2f ms\n",
+                   static_cast<unsigned long long>(slots),
+                   hashed_before ? "chunks hashed on the device" : (std::to_string(helpers) + " hashers").c_str(),
+                   static_cast<double>(fill_ns) / 1e6, static_cast<double>(full_ns) / 1e6);
+  };
+
+  if (hashed_before) {  // each slot is published as soon as it is filled
+    for (std::uint64_t k = 0; k < slots; ++k) {
+      wait_free(k);
+      fill_slot(k);
+      for (std::uint64_t c = k * ring_chunks_per_slot; c < std::min(chunks, (k + 1) * ring_chunks_per_slot); ++c)
+        std::atomic_ref<std::uint64_t>(ctl.chunk_hash[k % ring_slots][c % ring_chunks_per_slot])
+            .store(chunk_hashes[c], std::memory_order_relaxed);
+      counter(ctl.filled).store(static_cast<std::uint32_t>(k + 1), std::memory_order_release);
+      futex_wake(&ctl.filled);
+    }
+    trace();
+    return combine(chunk_hashes);
+  }
 
   std::vector<std::uint64_t> hashes(chunks);
   std::mutex mutex;
@@ -169,11 +216,6 @@ std::uint64_t stream_writer::write(std::uint64_t total, const fill_fn& fill) {
       if (woke) futex_wake(&ctl.filled);
     }
   };
-  // The caller fills (a device copy) while these hash what it filled before. A quarter of the
-  // cores hash faster than a device copies; the rest are left to the supervisor, which copies.
-  const unsigned helpers = static_cast<unsigned>(std::min<std::uint64_t>(
-      chunks, threads_from_env(1, std::clamp(detail::threads_for(total) / 4, 1u, 8u))));
-  std::int64_t fill_ns = 0, full_ns = 0;  // for ISORUN_STREAM_TRACE
   std::vector<std::thread> threads;
   auto stop_hashers = [&] {
     {
@@ -186,19 +228,12 @@ std::uint64_t stream_writer::write(std::uint64_t total, const fill_fn& fill) {
   try {
     for (unsigned i = 0; i < helpers; ++i) threads.emplace_back(hasher);
     for (std::uint64_t k = 0; k < slots; ++k) {
-      // Slot k % ring_slots is free once the supervisor has copied out use k - ring_slots.
-      const std::int64_t t0 = monotonic_ns();
-      for (std::uint32_t freed; k >= (freed = counter(ctl.freed).load(std::memory_order_acquire)) + ring_slots;)
-        futex_wait(&ctl.freed, freed, wait_ms);
-      const std::int64_t t1 = monotonic_ns();
-      full_ns += t1 - t0;
-      const std::uint64_t offset = k * ring_slot_bytes, n = std::min(ring_slot_bytes, total - offset);
+      wait_free(k);  // its use before is hashed, published and copied out: its count can restart
       {
         std::lock_guard lock(mutex);
-        left[k % ring_slots] = static_cast<std::uint32_t>(chunks_in(n));
+        left[k % ring_slots] = static_cast<std::uint32_t>(chunks_in(std::min(ring_slot_bytes, total - k * ring_slot_bytes)));
       }
-      fill(slot_of(ring_, k), offset, n);
-      fill_ns += monotonic_ns() - t1;
+      fill_slot(k);
       {
         std::lock_guard lock(mutex);
         landed = k + 1;
@@ -210,10 +245,7 @@ std::uint64_t stream_writer::write(std::uint64_t total, const fill_fn& fill) {
     throw;
   }
   for (auto& t : threads) t.join();
-  if (tracing())
-    std::fprintf(stderr, "isorun stream: worker: %llu slots, %u hashers; filling %.2f ms, waiting for free slots %.2f ms\n",
-                 static_cast<unsigned long long>(slots), helpers, static_cast<double>(fill_ns) / 1e6,
-                 static_cast<double>(full_ns) / 1e6);
+  trace();
   return combine(hashes);
 }
 
@@ -229,10 +261,12 @@ stream_reader::stream_reader(std::shared_ptr<pooled_segment> ring, std::uint64_t
   memory_ = private_memory::instance().acquire(total_, memory_reused_);
   hashes_.resize(chunks_);
   copied_in_slot_.assign(ring_slots, 0);
-  // The cores the worker's device copy and hashers leave (see stream_writer::write).
+  // The cores the worker's device copy (and its hashers, unless the device hashed) leave.
   const unsigned cores = detail::threads_for(total_);
+  const unsigned writer = std::clamp(
+      std::atomic_ref<std::uint32_t>(control_of(mapped_).writer_threads).load(std::memory_order_relaxed), 1u, cores);
   const unsigned n = static_cast<unsigned>(std::min<std::uint64_t>(
-      chunks_, threads_from_env(0, cores <= 2 ? cores : std::max(2u, cores - std::clamp(cores / 4, 1u, 8u) - 1))));
+      chunks_, threads_from_env(0, cores <= 2 ? cores : std::max(2u, cores - writer))));
   threads_count_ = n;
   try {
     for (unsigned i = 0; i < n; ++i) threads_.emplace_back([this] { run(); });

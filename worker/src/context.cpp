@@ -10,11 +10,13 @@
 #include <chrono>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "isorun/alloc/config.hpp"
 #include "isorun/alloc/host_backend.hpp"
 #include "isorun/alloc/out_of_memory.hpp"
 #include "isorun/alloc/simulated_device.hpp"
+#include "isorun/serialization/wire.hpp"
 
 namespace isorun {
 namespace {
@@ -164,6 +166,17 @@ blob worker_context::device_result(const alloc::device_buffer& buffer, std::size
   const bool trace = std::getenv("ISORUN_STREAM_TRACE") != nullptr;
   const auto t0 = std::chrono::steady_clock::now();
   if (assigned_.kind == device_kind::cuda) allocator();  // loads the CUDA module, starts the ring's locking
+  // Each chunk's checksum computed where the bytes lie (on a GPU a kernel, which runs while the
+  // ring is still being page-locked), so this process's CPU only starts copies; where the
+  // backend cannot, the CPU hashes each slot as it lands. ISORUN_STREAM_DEVICE_HASH=0 turns it
+  // off, to compare the two.
+  std::vector<std::uint64_t> chunk_hashes;
+  if (const char* e = std::getenv("ISORUN_STREAM_DEVICE_HASH"); !e || std::strcmp(e, "0") != 0) {
+    chunk_hashes.resize((sizeof length + bytes + serialization::checksum_chunk - 1) / serialization::checksum_chunk);
+    if (!buffer.checksum_chunks(&length, sizeof length, bytes, serialization::checksum_chunk, chunk_hashes.data()))
+      chunk_hashes.clear();
+  }
+  const auto hashed = std::chrono::steady_clock::now();
   if (ring_locking_.joinable()) ring_locking_.join();
   const std::span<std::byte> slots = stream_->slots(sizeof length + bytes);
   if (assigned_.kind == device_kind::cuda && ring_locked_bytes_ < slots.size()) {
@@ -182,12 +195,15 @@ blob worker_context::device_result(const alloc::device_buffer& buffer, std::size
       n -= head;
     }
     if (n) buffer.copy_to_host(dst, n, offset - sizeof length);
-  });
+  }, chunk_hashes);
   if (trace) {  // ISORUN_STREAM_TRACE: where a streamed result's time goes, on stderr
     const auto t2 = std::chrono::steady_clock::now();
-    std::fprintf(stderr, "isorun stream: %llu bytes; %llu of the ring mapped and %s, waited %.2f ms; streamed in %.2f ms\n",
-                 static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(slots.size()),
-                 ring_locked_bytes_ ? "page-locked" : "not page-locked",
+    std::fprintf(stderr,
+                 "isorun stream: %llu bytes; checksummed %s in %.2f ms; %llu of the ring mapped and %s, waited %.2f ms "
+                 "in all; streamed in %.2f ms\n",
+                 static_cast<unsigned long long>(bytes), chunk_hashes.empty() ? "by the CPU, as it streams" : "on the device",
+                 std::chrono::duration<double, std::milli>(hashed - t0).count(),
+                 static_cast<unsigned long long>(slots.size()), ring_locked_bytes_ ? "page-locked" : "not page-locked",
                  std::chrono::duration<double, std::milli>(t1 - t0).count(),
                  std::chrono::duration<double, std::milli>(t2 - t1).count());
   }

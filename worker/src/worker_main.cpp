@@ -159,12 +159,12 @@ class segment_sink final : public worker::result_sink, public worker_context::re
     return all.first(std::min<std::uint64_t>(all.size(), (total + page - 1) / page * page));
   }
 
-  void write(std::uint64_t total, const fill_fn& fill) override {
+  void write(std::uint64_t total, const fill_fn& fill, std::span<const std::uint64_t> chunk_hashes) override {
     if (streamed_) throw std::logic_error("device_result() was already called: a task has one result");
     if (total > max_result_)
       throw result_too_large("result of " + std::to_string(total) + " bytes exceeds the limit of " +
                              std::to_string(max_result_) + " bytes (--max-result)");
-    stream_checksum_ = writer().write(total, fill);
+    stream_checksum_ = writer().write(total, fill, chunk_hashes);
     stream_total_ = total;
     streamed_ = true;
   }

@@ -27,8 +27,8 @@
 
 namespace isorun::serialization {
 
-/// Bumped whenever a message or the request changes shape.
-inline constexpr std::uint32_t protocol_version = 7;
+/// Bumped whenever a message, the request or the result ring's control page changes shape.
+inline constexpr std::uint32_t protocol_version = 8;
 
 /// The descriptor a worker (and the `-- CMD` shim) finds its control socket under.
 inline constexpr int control_fd = 3;

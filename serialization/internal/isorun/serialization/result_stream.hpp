@@ -4,8 +4,10 @@
 /// on a device (`worker_context::device_result`).
 ///
 /// The worker copies the payload into the ring slot by slot (on a GPU a device-to-host DMA into
-/// page-locked slots) and hashes each slot while the next one is copied in; the supervisor
-/// copies each published slot into memory of its own and hashes it as it goes. Neither side maps
+/// page-locked slots). Each chunk's hash comes either from the device, computed before the copy
+/// where the bytes lie (then the worker's CPU only starts copies), or from the worker's CPU,
+/// hashing each slot while the next one is copied in. The supervisor copies each published slot
+/// into memory of its own and hashes it as it goes. Neither side maps
 /// the whole result in shared memory, so no page tables of a large mapping are built or torn
 /// down on the way, nothing waits for the worker's exit, and what the supervisor hands over lies
 /// in memory no other process can reach: it cannot change after it was validated.
@@ -48,6 +50,9 @@ struct ring_control {
   std::uint64_t total;   ///< payload bytes of the stream; set by the worker before it signals
   std::uint32_t filled;  ///< slots published by the worker (futex word)
   std::uint32_t freed;   ///< slots the supervisor has copied out (futex word)
+  /// Threads of the worker's CPU the stream keeps busy, set before it signals: the supervisor
+  /// copies on the cores left (a hint only; read once and clamped).
+  std::uint32_t writer_threads;
   std::uint64_t chunk_hash[ring_slots][ring_chunks_per_slot];  ///< the worker's XXH3-64 per chunk
 };
 static_assert(sizeof(ring_control) <= ring_control_bytes);
@@ -71,11 +76,14 @@ class stream_writer {
   using fill_fn = std::function<void(std::byte* dst, std::uint64_t offset, std::uint64_t n)>;
 
   /// @brief Streams a payload of `total` bytes, produced slot by slot by `fill` on the calling
-  ///        thread while other threads hash the slots before; returns once the last slot is
-  ///        published (the supervisor may still be copying it).
+  ///        thread; returns once the last slot is published (the supervisor may still be
+  ///        copying it). `chunk_hashes`: the XXH3-64 of each checksum_chunk of the payload, known
+  ///        beforehand (computed on the device), or empty: then other threads hash each slot
+  ///        once filled, before it is published.
   /// @return the payload's checksum (serialization::checksum of the whole payload).
-  /// @throws what `fill` throws; std::system_error if the supervisor cannot be signalled.
-  std::uint64_t write(std::uint64_t total, const fill_fn& fill);
+  /// @throws what `fill` throws; std::system_error if the supervisor cannot be signalled;
+  ///         std::invalid_argument for chunk hashes of the wrong count.
+  std::uint64_t write(std::uint64_t total, const fill_fn& fill, std::span<const std::uint64_t> chunk_hashes = {});
 
  private:
   std::byte* ring_;

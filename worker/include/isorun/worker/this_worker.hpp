@@ -97,6 +97,8 @@ class worker_context {
   ///        now, slot by slot through a small page-locked ring while the supervisor copies them
   ///        out (result_stream.hpp): no shared mapping of the whole result is made on either
   ///        side, and the result is handed over without waiting for this process to tear down.
+  ///        Where the device can, it checksums the bytes itself first (on a GPU a kernel), so
+  ///        this process's CPU only starts copies.
   ///        The returned blob only stands for the bytes sent. Elsewhere (outside a worker, or
   ///        for the CLI's JSON results) it is an ordinary blob holding a copy.
   /// @throws std::out_of_range past the buffer's end; what the device copy throws;
@@ -118,8 +120,9 @@ class worker_context {
     /// The part of the ring's slots a payload of `total` bytes goes through (mapped on first
     /// call), to page-lock before streaming.
     virtual std::span<std::byte> slots(std::uint64_t total) = 0;
-    /// Streams a payload of `total` bytes written by `fill`, slot by slot.
-    virtual void write(std::uint64_t total, const fill_fn& fill) = 0;
+    /// Streams a payload of `total` bytes written by `fill`, slot by slot. `chunk_hashes`: the
+    /// XXH3-64 of each checksum_chunk of the payload if the device computed them, else empty.
+    virtual void write(std::uint64_t total, const fill_fn& fill, std::span<const std::uint64_t> chunk_hashes) = 0;
   };
   /// Set by the worker when the supervisor attached a result ring (nullptr: none), before the
   /// task runs.
