@@ -58,6 +58,16 @@ std::byte* slot_of(std::byte* ring, std::uint64_t k) noexcept {
 }
 std::uint64_t chunks_in(std::uint64_t bytes) noexcept { return (bytes + checksum_chunk - 1) / checksum_chunk; }
 
+// Publishes slots [0, k] (in order: `filled` covers only slots whose hashes are stored) and wakes
+// the supervisor's threads that wait for slot k. The slot's word changes after `filled`, so a
+// reader that read the word before finding `filled` short sees it change and does not sleep.
+void publish(ring_control& ctl, std::uint64_t k) noexcept {
+  counter(ctl.filled).store(static_cast<std::uint32_t>(k + 1), std::memory_order_release);
+  std::uint32_t& word = ctl.published[k % ring_slots];
+  counter(word).fetch_add(1, std::memory_order_release);
+  futex_wake(&word);
+}
+
 std::uint64_t combine(std::span<const std::uint64_t> hashes) noexcept {
   // serialization::checksum: one chunk is its own hash, more are hashed once more.
   return hashes.size() == 1 ? hashes.front() : XXH3_64bits(hashes.data(), hashes.size() * sizeof(std::uint64_t));
@@ -173,8 +183,7 @@ std::uint64_t stream_writer::write(std::uint64_t total, const fill_fn& fill, std
       for (std::uint64_t c = k * ring_chunks_per_slot; c < std::min(chunks, (k + 1) * ring_chunks_per_slot); ++c)
         std::atomic_ref<std::uint64_t>(ctl.chunk_hash[k % ring_slots][c % ring_chunks_per_slot])
             .store(chunk_hashes[c], std::memory_order_relaxed);
-      counter(ctl.filled).store(static_cast<std::uint32_t>(k + 1), std::memory_order_release);
-      futex_wake(&ctl.filled);
+      publish(ctl, k);
     }
     trace();
     return combine(chunk_hashes);
@@ -207,13 +216,10 @@ std::uint64_t stream_writer::write(std::uint64_t total, const fill_fn& fill, std
       std::atomic_ref<std::uint64_t>(ctl.chunk_hash[k % ring_slots][c % ring_chunks_per_slot]).store(h, std::memory_order_relaxed);
       std::lock_guard lock(mutex);
       if (--left[k % ring_slots] == 0) hashed[k % ring_slots] = true;
-      bool woke = false;
       while (published < slots && hashed[published % ring_slots]) {
         hashed[published % ring_slots] = false;
-        counter(ctl.filled).store(static_cast<std::uint32_t>(++published), std::memory_order_release);
-        woke = true;
+        publish(ctl, published++);
       }
-      if (woke) futex_wake(&ctl.filled);
     }
   };
   std::vector<std::thread> threads;
@@ -282,22 +288,27 @@ stream_reader::~stream_reader() {
 }
 
 bool stream_reader::wait_filled(std::uint32_t slot) {
-  std::uint32_t* word = &control_of(mapped_).filled;
+  ring_control& ctl = control_of(mapped_);
+  std::uint32_t* word = &ctl.published[slot % ring_slots];
   const std::int64_t t0 = monotonic_ns();
   for (;;) {
-    if (stop_waiting_.load()) return counter(*word).load(std::memory_order_acquire) > slot;
-    const std::uint32_t f = counter(*word).load(std::memory_order_acquire);
-    if (f > slot) {
+    const std::uint32_t seen = counter(*word).load(std::memory_order_acquire);  // before `filled`: see publish()
+    if (counter(ctl.filled).load(std::memory_order_acquire) > slot) {
       waited_ns_ += monotonic_ns() - t0;
       return true;
     }
-    futex_wait(word, f, wait_ms);
+    if (stop_waiting_.load()) return false;
+    futex_wait(word, seen, wait_ms);
   }
 }
 
 void stream_reader::stop_waiting() noexcept {
   stop_waiting_ = true;
-  futex_wake(&control_of(mapped_).filled);
+  // Changing every slot's word wakes a thread that is about to sleep on it, too.
+  for (std::uint32_t& word : control_of(mapped_).published) {
+    counter(word).fetch_add(1, std::memory_order_release);
+    futex_wake(&word);
+  }
 }
 
 void stream_reader::run() {

@@ -16,8 +16,9 @@
 /// stream holds payload bytes [k * ring_slot_bytes, ...) in slot k % ring_slots. The worker sets
 /// the size, signals the start on an eventfd the supervisor polls, then publishes slots in order
 /// (`filled`) with the XXH3-64 of each checksum_chunk in them; the supervisor copies and hashes
-/// each chunk, compares, and frees slots in order (`freed`). Both counters are futex words in the
-/// shared page, and each side waits on the other's. Everything the worker wrote there is
+/// each chunk, compares, and frees slots in order (`freed`). Each side waits on the other in
+/// futex words of the shared page: the worker on `freed`, the supervisor's threads on the word of
+/// the slot each one needs next. Everything the worker wrote there is
 /// untrusted: the supervisor reads the size once, bounds every copy by its own counters, and
 /// rejects the result if any chunk's hash differs.
 
@@ -48,8 +49,11 @@ inline constexpr std::uint32_t ring_chunks_per_slot = static_cast<std::uint32_t>
 /// The ring's control page. Counters are accessed through std::atomic_ref (both processes map it).
 struct ring_control {
   std::uint64_t total;   ///< payload bytes of the stream; set by the worker before it signals
-  std::uint32_t filled;  ///< slots published by the worker (futex word)
-  std::uint32_t freed;   ///< slots the supervisor has copied out (futex word)
+  std::uint32_t filled;  ///< slots published by the worker
+  std::uint32_t freed;   ///< slots the supervisor has copied out (futex word: the worker waits on it)
+  /// Per ring slot, bumped after each use of the slot is published: the futex word that slot's
+  /// readers wait on, so a publication wakes the threads waiting for that slot and no others.
+  std::uint32_t published[ring_slots];
   /// Threads of the worker's CPU the stream keeps busy, set before it signals: the supervisor
   /// copies on the cores left (a hint only; read once and clamped).
   std::uint32_t writer_threads;
