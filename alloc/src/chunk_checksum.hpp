@@ -85,7 +85,15 @@ ISORUN_HD inline u64 byte_at(const input& in, u64 x) {
 ISORUN_HD inline u64 read64(const input& in, u64 x) {
   if (x >= in.header_bytes) {
     const unsigned char* p = in.data + (x - in.header_bytes);
-    if ((reinterpret_cast<std::uintptr_t>(p) & 7) == 0) return *reinterpret_cast<const u64*>(p);
+    if ((reinterpret_cast<std::uintptr_t>(p) & 7) == 0) {
+#ifdef __CUDA_ARCH__
+      return *reinterpret_cast<const u64*>(p);
+#else
+      u64 v;  // one load, without type-punning on the host
+      std::memcpy(&v, p, sizeof v);
+      return v;
+#endif
+    }
   }
   u64 v = 0;
   for (int i = 7; i >= 0; --i) v = (v << 8) | byte_at(in, x + static_cast<u64>(i));
