@@ -198,11 +198,13 @@ blob worker_context::device_result(const alloc::device_buffer& buffer, std::size
   }, chunk_hashes);
   if (trace) {  // ISORUN_STREAM_TRACE: where a streamed result's time goes, on stderr
     const auto t2 = std::chrono::steady_clock::now();
+    char hashing[64];
+    if (chunk_hashes.empty()) std::snprintf(hashing, sizeof hashing, "by the CPU as they stream");
+    else std::snprintf(hashing, sizeof hashing, "on the device in %.2f ms", std::chrono::duration<double, std::milli>(hashed - t0).count());
     std::fprintf(stderr,
-                 "isorun stream: %llu bytes; checksummed %s in %.2f ms; %llu of the ring mapped and %s, waited %.2f ms "
+                 "isorun stream: %llu bytes; chunks checksummed %s; %llu of the ring mapped and %s, waited %.2f ms "
                  "in all; streamed in %.2f ms\n",
-                 static_cast<unsigned long long>(bytes), chunk_hashes.empty() ? "by the CPU, as it streams" : "on the device",
-                 std::chrono::duration<double, std::milli>(hashed - t0).count(),
+                 static_cast<unsigned long long>(bytes), hashing,
                  static_cast<unsigned long long>(slots.size()), ring_locked_bytes_ ? "page-locked" : "not page-locked",
                  std::chrono::duration<double, std::milli>(t1 - t0).count(),
                  std::chrono::duration<double, std::milli>(t2 - t1).count());
