@@ -5,7 +5,6 @@
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <atomic>
@@ -23,6 +22,7 @@
 #include "isorun/alloc/host_backend.hpp"
 #include "isorun/alloc/simulated_device.hpp"
 #include "isorun/alloc/std_adaptor.hpp"
+#include "checksum_cases.hpp"
 
 using namespace isorun::alloc;
 constexpr std::size_t MiB = 1 << 20;
@@ -546,39 +546,17 @@ TEST_CASE("simulated device: caps, expandable pages, debug fill and capacity beh
 
 TEST_CASE("simulated device: chunk checksums computed where the bytes lie are libxxhash's XXH3, in every form", "[alloc][simulated]") {
   // The simulated device runs the CUDA kernel's decomposition (chunk_checksum.hpp) on the host.
-  // Sizes cover XXH3's short forms (0, 1-3, 4-8, 9-16, 17-128, 129-240 bytes) and the long one
-  // around its 64-byte stripes and 1 KiB blocks; headers of 0 to 16 bytes; device bytes that
-  // start unaligned; chunks that leave a short last piece.
   simulated_fixture f(64 * MiB, "");
   std::mt19937_64 rng(7);
   std::vector<unsigned char> bytes(3 * MiB + 77);
   for (auto& b : bytes) b = static_cast<unsigned char>(rng());
   device_buffer buf(f.alloc, bytes.size());
   buf.copy_from_host(bytes.data(), bytes.size());
-  const unsigned char header[16] = {9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 11, 12, 13, 14, 15, 16};
-  std::uint64_t compared = 0, wrong = 0;
-  for (const std::size_t header_bytes : {0, 1, 8, 16})
-    for (const std::size_t shift : {0, 3, 8})
-      for (const std::size_t total : {0, 1, 3, 4, 8, 9, 16, 17, 33, 65, 97, 128, 129, 200, 240, 241, 1024, 1025, 1087,
-                                      1088, 1089, 4096 + 63, 65536, 1000003, 3 * 1048576})
-        for (const std::size_t chunk : {std::size_t{1000}, std::size_t{4 << 20}}) {
-          if (total < header_bytes || total - header_bytes + shift > bytes.size()) continue;
-          const std::size_t n = total - header_bytes;
-          std::vector<unsigned char> whole(header, header + header_bytes);  // what the host will receive
-          whole.insert(whole.end(), bytes.begin() + static_cast<std::ptrdiff_t>(shift),
-                       bytes.begin() + static_cast<std::ptrdiff_t>(shift + n));
-          std::vector<std::uint64_t> got((total + chunk - 1) / chunk, 0);
-          REQUIRE(f.alloc.memory().checksum_chunks(header, header_bytes, buf.as<unsigned char>() + shift, n, chunk,
-                                                   got.data()));
-          for (std::size_t c = 0; c < got.size(); ++c, ++compared) {
-            const std::size_t at = c * chunk;
-            const bool same = got[c] == XXH3_64bits(whole.data() + at, std::min(chunk, total - at));
-            if (!same) UNSCOPED_INFO("header " << header_bytes << ", shift " << shift << ", total " << total << ", chunk " << c);
-            wrong += !same;
-          }
-        }
-  CHECK(compared > 300);
-  CHECK(wrong == 0);
+  const auto t = isorun::test::check_chunk_checksums(f.alloc.memory(), buf.as<unsigned char>(), bytes);
+  CHECK(t.declined == 0);
+  CHECK(t.compared > 300);
+  INFO(t.first_wrong);
+  CHECK(t.wrong == 0);
 
   // Through a buffer, and the errors.
   std::uint64_t one = 0;
@@ -588,6 +566,7 @@ TEST_CASE("simulated device: chunk checksums computed where the bytes lie are li
   std::memcpy(expect.data(), &length, sizeof length);
   std::memcpy(expect.data() + sizeof length, bytes.data(), 100);
   CHECK(one == XXH3_64bits(expect.data(), expect.size()));
+  const unsigned char header[17] = {};
   CHECK_THROWS_WITH(buf.checksum_chunks(header, 17, 100, 4 << 20, &one), Catch::Contains("a header of 17 bytes (at most 16)"));
   CHECK_THROWS_WITH(buf.checksum_chunks(header, 0, 100, 0, &one), Catch::Contains("a chunk of 0 bytes"));
   CHECK_THROWS_AS(buf.checksum_chunks(header, 0, bytes.size() + 1, 4 << 20, &one), std::out_of_range);

@@ -11,7 +11,6 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
@@ -30,6 +29,7 @@
 #include "isorun/runner/process.hpp"
 #include "isorun/runner/standby.hpp"
 #include "isorun/runner/units.hpp"
+#include "checksum_cases.hpp"
 #include "test_support.hpp"
 
 using nlohmann::json;
@@ -116,11 +116,10 @@ isorun::blob streamed_from_gpu(std::uint64_t size) {
   return w.device_result(d);
 }
 
-// The CUDA kernel behind checksum_chunks against libxxhash over every form of XXH3 (the sizes of
-// test_alloc's simulated-device case: short forms, stripes and blocks, headers of 0 to 16 bytes,
-// unaligned device bytes, a short last chunk), then 1 GiB after an 8-byte header, as
-// device_result checksums it. Returns {compared, wrong, cases the backend declined, best of
-// three 1 GiB runs in microseconds}.
+// The CUDA kernel behind checksum_chunks against libxxhash over every form of XXH3
+// (checksum_cases.hpp, as test_alloc checks the simulated device), then 1 GiB after an 8-byte
+// header, as device_result checksums it. Returns {compared, wrong, cases the backend declined,
+// best of three 1 GiB runs in microseconds}.
 std::vector<std::uint64_t> device_checksums(int) {
   auto& w = isorun::this_worker();
   auto& memory = w.allocator().memory();
@@ -128,26 +127,9 @@ std::vector<std::uint64_t> device_checksums(int) {
   for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(pattern_at(i * 7 + 1));
   isorun::alloc::device_buffer buf(w.allocator(), bytes.size());
   buf.copy_from_host(bytes.data(), bytes.size());
-  const unsigned char header[16] = {9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 11, 12, 13, 14, 15, 16};
-  std::uint64_t compared = 0, wrong = 0, declined = 0;
-  for (const std::size_t header_bytes : {0, 1, 8, 16})
-    for (const std::size_t shift : {0, 3, 8})
-      for (const std::size_t total : {0, 1, 3, 4, 8, 9, 16, 17, 33, 65, 97, 128, 129, 200, 240, 241, 1024, 1025, 1087,
-                                      1088, 1089, 4096 + 63, 65536, 1000003, 3 * 1048576})
-        for (const std::size_t chunk : {std::size_t{1000}, std::size_t{4 << 20}}) {
-          if (total < header_bytes || total - header_bytes + shift > bytes.size()) continue;
-          const std::size_t n = total - header_bytes;
-          std::vector<unsigned char> whole(header, header + header_bytes);
-          whole.insert(whole.end(), bytes.begin() + static_cast<std::ptrdiff_t>(shift),
-                       bytes.begin() + static_cast<std::ptrdiff_t>(shift + n));
-          std::vector<std::uint64_t> got((total + chunk - 1) / chunk, 0);
-          if (!memory.checksum_chunks(header, header_bytes, buf.as<unsigned char>() + shift, n, chunk, got.data())) {
-            ++declined;
-            continue;
-          }
-          for (std::size_t c = 0; c < got.size(); ++c, ++compared)
-            wrong += got[c] != XXH3_64bits(whole.data() + c * chunk, std::min(chunk, total - c * chunk));
-        }
+  const auto cases = isorun::test::check_chunk_checksums(memory, buf.as<unsigned char>(), bytes);
+  if (cases.wrong) std::fprintf(stderr, "first wrong checksum: %s\n", cases.first_wrong.c_str());
+  std::uint64_t compared = cases.compared, wrong = cases.wrong, declined = cases.declined;
   // 1 GiB of one byte value: every whole chunk but the first has the same checksum.
   const std::uint64_t big = 1024 * MiB, length = big, chunk = 4 * MiB;
   isorun::alloc::device_buffer large(w.allocator(), big);
