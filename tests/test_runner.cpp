@@ -86,6 +86,31 @@ isorun::blob make_pattern(std::uint64_t size, std::uint64_t seed) {
   return b;
 }
 
+// make_pattern, then the first 256 bytes name the mapping that held the blob in the worker
+// (as /proc/self/maps does): a memfd where the worker placed it in the result segment.
+isorun::blob locate_pattern(std::uint64_t size, std::uint64_t seed) {
+  isorun::blob b = make_pattern(size, seed);
+  const std::string where = isorun::test::mapping_of(b.data()).substr(0, 255);
+  std::memcpy(b.mutable_data(), where.c_str(), where.size() + 1);
+  return b;
+}
+
+// Keeps a large blob alive past the task, as a cache would, and returns a view into it of another
+// size: the kept blob lay where the result goes, and must keep its bytes while the view (which
+// reads from it) is encoded there.
+isorun::blob view_of_kept(std::uint64_t size, std::uint64_t seed) {
+  static isorun::blob kept;
+  kept = make_pattern(size, seed);
+  return isorun::blob(nullptr, kept.data() + 4096, size - 4096);
+}
+
+// Two large blobs alive at once, one returned: only one can lie where the result goes.
+isorun::blob one_of_two(std::uint64_t size, std::uint64_t seed, bool first) {
+  isorun::blob a = make_pattern(size, first ? seed : seed + 1);
+  isorun::blob b = make_pattern(size, first ? seed + 1 : seed);
+  return first ? std::move(a) : std::move(b);
+}
+
 // Writes its result where the result will be: nothing is copied on either side.
 isorun::blob fill_in_place(std::uint64_t size, std::uint64_t seed) {
   isorun::blob b = isorun::this_worker().output_blob(size);
@@ -348,6 +373,9 @@ ISORUN_TASK(scale);
 ISORUN_TASK(make_pattern);
 ISORUN_TASK(sum_blob);
 ISORUN_TASK(fill_in_place);
+ISORUN_TASK(locate_pattern);
+ISORUN_TASK(view_of_kept);
+ISORUN_TASK(one_of_two);
 ISORUN_TASK(from_device);
 ISORUN_TASK(streams_wrongly);
 ISORUN_TASK(wrap_in_place);
@@ -436,6 +464,54 @@ TEST_CASE("blob results of changing sizes arrive intact through a segment mapped
     ++seed;
     CHECK(intact(isorun::isolated(fill_in_place)(size, seed), size, seed));
     ++seed;
+  }
+}
+
+TEST_CASE("a large blob the task returns was made where the result goes: nothing is copied", "[runner]") {
+  const std::uint64_t size = 48_MiB;
+  // A first result of this size grows the pooled segment to hold it; placing never grows it.
+  REQUIRE(isorun::isolated(make_pattern)(size, 1).size() == size);
+  auto intact_after_name = [](const isorun::blob& b, std::uint64_t size, std::uint64_t seed) {
+    std::uint64_t wrong = b.size() != size;
+    for (std::uint64_t i = 256; i < b.size(); ++i) wrong += b.data()[i] != pattern_byte(i, seed);
+    return wrong == 0;
+  };
+  auto where = [](const isorun::blob& b) { return std::string(reinterpret_cast<const char*>(b.data())); };
+
+  const isorun::blob placed = isorun::isolated(locate_pattern)(size, 2);
+  CHECK_THAT(where(placed), Catch::Contains("memfd:"));
+  CHECK(intact_after_name(placed, size, 2));
+  CHECK(placed.is_view());
+
+  isorun::isolated_options off;
+  off.env = {"ISORUN_PLACE_BLOBS=0"};  // pages of its own, copied by the encoder
+  const isorun::blob copied = isorun::isolated(locate_pattern, off)(size, 3);
+  CHECK(where(copied).empty());
+  CHECK(intact_after_name(copied, size, 3));
+
+  const isorun::blob small = isorun::isolated(locate_pattern)(1_MiB, 4);  // below 32 MiB: not placed
+  CHECK(where(small).empty());
+  CHECK(intact_after_name(small, 1_MiB, 4));
+}
+
+TEST_CASE("a blob placed in the result segment and kept alive keeps its bytes when another result is written there",
+          "[runner]") {
+  const std::uint64_t size = 48_MiB;
+  REQUIRE(isorun::isolated(make_pattern)(size, 1).size() == size);
+  // The result is a view into the kept blob: if the kept blob were not moved out of the segment
+  // first, the encoder would copy the segment onto itself, 4 KiB further on.
+  const isorun::blob v = isorun::isolated(view_of_kept)(size, 5);
+  REQUIRE(v.size() == size - 4096);
+  std::uint64_t wrong = 0;
+  for (std::uint64_t i = 0; i < v.size(); ++i) wrong += v.data()[i] != pattern_byte(4096 + i, 5);
+  CHECK(wrong == 0);
+  for (const bool first : {true, false}) {
+    INFO((first ? "the first blob returned" : "the second blob returned"));
+    const isorun::blob b = isorun::isolated(one_of_two)(size, 7, first);
+    REQUIRE(b.size() == size);
+    wrong = 0;
+    for (std::uint64_t i = 0; i < size; ++i) wrong += b.data()[i] != pattern_byte(i, 7);
+    CHECK(wrong == 0);
   }
 }
 
@@ -1135,21 +1211,6 @@ TEST_CASE("output_blob: a result written in place in shared memory", "[runner]")
   CHECK(local.mutable_data() != nullptr);
 }
 
-// Which mapping of this process holds `p`, as /proc/self/maps names it ("" for an anonymous one).
-std::string mapping_of(const void* p) {
-  std::ifstream maps("/proc/self/maps");
-  const auto at = reinterpret_cast<std::uintptr_t>(p);
-  for (std::string line; std::getline(maps, line);) {
-    std::uintptr_t lo = 0, hi = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2 && at >= lo && at < hi) {
-      const auto slash = line.find('/');
-      const auto bracket = line.find('[');
-      return line.substr(std::min(slash, bracket) == std::string::npos ? line.size() : std::min(slash, bracket));
-    }
-  }
-  return "unmapped";
-}
-
 TEST_CASE("device_result: a blob in device memory streams to the supervisor, into memory only it maps", "[runner][stream]") {
   isorun::stop_standby();
   auto& rings = isorun::serialization::segment_pool::rings();  // kept warm between calls
@@ -1173,7 +1234,7 @@ TEST_CASE("device_result: a blob in device memory streams to the supervisor, int
       for (std::uint64_t i = 0; i < size; ++i) wrong += b.data()[i] != pattern_byte(i, size);
       CHECK(wrong == 0);
       // In private anonymous memory, not in a shared segment a worker could still reach.
-      CHECK(mapping_of(b.data()).empty());
+      CHECK(isorun::test::mapping_of(b.data()).empty());
     }
   }
   rings.clear();

@@ -9,7 +9,11 @@
 #include <fcntl.h>
 
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -28,6 +32,21 @@ inline int shm_entries() {
     ::closedir(d);
   }
   return n;
+}
+
+/// Which mapping of this process holds `p`, as /proc/self/maps names it ("" for an anonymous one).
+inline std::string mapping_of(const void* p) {
+  std::ifstream maps("/proc/self/maps");
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  for (std::string line; std::getline(maps, line);) {
+    std::uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2 && at >= lo && at < hi) {
+      const auto slash = line.find('/');
+      const auto bracket = line.find('[');
+      return line.substr(std::min(slash, bracket) == std::string::npos ? line.size() : std::min(slash, bracket));
+    }
+  }
+  return "unmapped";
 }
 
 /// Open descriptors of this process.

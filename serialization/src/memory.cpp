@@ -2,10 +2,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <new>
 
 #include "isorun/serialization/blob.hpp"
+#include "isorun/serialization/blob_placement.hpp"
 #include "isorun/serialization/codec.hpp"
 #include "parallel.hpp"
 
@@ -13,10 +15,21 @@
 #define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels refuse it, and the copy faults as before
 #endif
 
+namespace isorun::serialization {
+namespace {
+std::atomic<blob_placement*> installed_placement{nullptr};
+}  // namespace
+
+void set_blob_placement(blob_placement* placement) noexcept { installed_placement.store(placement); }
+
+}  // namespace isorun::serialization
+
 namespace isorun::serialization::detail {
 
 std::byte* allocate_blob(std::size_t size) {
   if (size < parallel_threshold) return new std::byte[size];
+  if (blob_placement* placement = installed_placement.load())
+    if (std::byte* placed = placement->place(size)) return placed;
   void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
   return static_cast<std::byte*>(p);
@@ -25,7 +38,7 @@ std::byte* allocate_blob(std::size_t size) {
 void free_blob(std::byte* data, std::size_t size) noexcept {
   if (size < parallel_threshold) {
     delete[] data;
-  } else {
+  } else if (blob_placement* placement = installed_placement.load(); !placement || !placement->take_back(data)) {
     unmap(data, size);
   }
 }

@@ -84,7 +84,7 @@ const char* arg_key(std::size_t index) {
 
 namespace detail {
 void write_text_result(result_sink& sink, const std::string& text) {
-  std::byte* dst = sink.reserve(text.size());
+  std::byte* dst = sink.reserve(text.size(), nullptr);
   std::memcpy(dst, text.data(), text.size());
   sink.commit(text.size(), serialization::checksum({dst, text.size()}), serialization::encoding::json);
 }

@@ -26,6 +26,7 @@
 
 #include "isorun/alloc/out_of_memory.hpp"
 #include "isorun/worker/init.hpp"
+#include "isorun/worker/segment_sink.hpp"
 #include "isorun/serialization/codec.hpp"
 #include "isorun/serialization/control.hpp"
 #include "isorun/serialization/protocol.hpp"
@@ -41,6 +42,8 @@ namespace {
 namespace ser = isorun::serialization;
 
 using ser::monotonic_ns;
+using worker::result_too_large;
+using worker::segment_sink;
 
 [[noreturn]] void die(const std::string& why) {
   std::fprintf(stderr, "isorun worker: %s\n", why.c_str());
@@ -106,154 +109,6 @@ assignment receive_assignment() {
   }
   return out;
 }
-
-// A result larger than the supervisor accepts: not the task's fault, so not a task_error.
-class result_too_large : public std::length_error {
- public:
-  using std::length_error::length_error;
-};
-
-class segment_sink final : public worker::result_sink, public worker_context::result_stream {
- public:
-  segment_sink(ser::shm_file file, std::uint64_t max_result, ser::shm_file ring, int stream_event)
-      : file_{std::move(file)}, max_result_{max_result}, ring_{std::move(ring)}, stream_event_{stream_event} {}
-  segment_sink(const segment_sink&) = delete;
-  segment_sink& operator=(const segment_sink&) = delete;
-  ~segment_sink() override {
-    take_premapped(true);
-    if (stream_event_ >= 0) ::close(stream_event_);
-  }
-
-  /// @brief Maps the pooled segment, for a payload of `expected` bytes (the task's last result)
-  ///        or as large as the segment already is if smaller, faulted in, on a thread of its own
-  ///        while the task runs. Faulting in a resident 1 GiB segment costs ~70-85 ms (one
-  ///        page-table entry per 4 KiB page) that a large result would otherwise pay after the
-  ///        task, on its way back; area() takes the mapping over. Small results are left alone:
-  ///        the pool may hand a task with small results its largest segment.
-  void premap_in_background(std::uint64_t expected) {
-    const std::uint64_t size = std::min(file_.size(), ser::header_size + expected);
-    if (expected < premap_threshold || size < premap_threshold || premapper_.joinable()) return;
-    try {
-      premapper_ = std::thread([this, size] {
-        try {
-          premapped_ = ser::mapping::map(file_.fd(), size, ser::mapping::access::read_write, false);
-          // Faulted in piece by piece: a MAP_POPULATE of the whole holds the address-space lock
-          // throughout, so any mmap or munmap of the task's, or of a small result's, would wait
-          // for the whole GiB. MADV_POPULATE_READ (Linux 5.14; as fast as MAP_POPULATE) leaves a
-          // shared segment's pages writable as they are; without it they fault in when written.
-          constexpr std::uint64_t piece = 4ULL << 20;
-          for (std::uint64_t at = 0; at < size && !stop_premap_.load(std::memory_order_relaxed); at += piece)
-            if (::madvise(premapped_.data() + at, std::min(piece, size - at), MADV_POPULATE_READ) != 0) break;
-        } catch (...) {  // area() maps it itself
-        }
-      });
-    } catch (...) {  // no thread: area() maps it itself
-    }
-  }
-
-  [[nodiscard]] bool has_ring() const noexcept { return ring_.valid(); }
-
-  std::span<std::byte> slots(std::uint64_t total) override {
-    const auto all = writer().slots();
-    const std::uint64_t page = 4096;
-    return all.first(std::min<std::uint64_t>(all.size(), (total + page - 1) / page * page));
-  }
-
-  void write(std::uint64_t total, const fill_fn& fill, std::span<const std::uint64_t> chunk_hashes) override {
-    if (streamed_) throw std::logic_error("device_result() was already called: a task has one result");
-    if (total > max_result_)
-      throw result_too_large("result of " + std::to_string(total) + " bytes exceeds the limit of " +
-                             std::to_string(max_result_) + " bytes (--max-result)");
-    stream_checksum_ = writer().write(total, fill, chunk_hashes);
-    stream_total_ = total;
-    streamed_ = true;
-  }
-
-  void commit_streamed(std::uint64_t blob_size) override {
-    if (!streamed_ || stream_total_ != sizeof(std::uint64_t) + blob_size)
-      throw std::logic_error("a streamed blob returned without its stream (return what device_result() returned)");
-    run_end_ns_ = monotonic_ns();
-    area(0);  // the header alone
-    ser::write_header(map_.data(), ser::streamed_result_magic, ser::encoding::binary, stream_total_, stream_checksum_);
-    committed_ns_ = monotonic_ns();
-  }
-
-  std::byte* reserve(std::uint64_t size) override {
-    run_end_ns_ = monotonic_ns();
-    return area(size);
-  }
-
-  // Maps the segment for a payload of `size` bytes; an existing large enough mapping is kept,
-  // so bytes a task wrote in place (output_blob) stay where the encoder expects them.
-  std::byte* area(std::uint64_t size) {
-    if (size > max_result_)
-      throw result_too_large("result of " + std::to_string(size) + " bytes exceeds the limit of " +
-                             std::to_string(max_result_) + " bytes (--max-result)");
-    // A large result waits for the whole mapping made ahead; a small one (after a large one: the
-    // pool hands out its largest segment first) stops it after the piece in progress.
-    if (ser::mapping ahead = take_premapped(ser::header_size + size < premap_threshold); ahead.size() > map_.size())
-      map_ = std::move(ahead);
-    if (map_.size() < ser::header_size + size) {
-      file_.reserve(ser::header_size + size);
-      map_ = ser::mapping::map(file_.fd(), ser::header_size + size, ser::mapping::access::read_write, true);
-    }
-    return map_.data() + ser::header_size;
-  }
-
-  void commit(std::uint64_t size, std::uint64_t checksum, ser::encoding enc) override {
-    ser::write_header(map_.data(), ser::result_magic, enc, size, checksum);
-    committed_ns_ = monotonic_ns();
-  }
-
-  // Before the exit: unmaps the result's mapping on all cores (the exit would, on one). A mapping
-  // still being made ahead (a task that failed before it wrote a result) is left to the exit.
-  void unmap_result() { map_ = {}; }
-
-  // Lets go of the segment: this process can no longer change it, so it can be sealed.
-  void close() {
-    take_premapped(true);
-    map_ = {};
-    file_ = {};
-  }
-
-  std::int64_t run_end_ns_ = 0, committed_ns_ = 0;
-
- private:
-  // The ring, mapped on first use, without faulting it in: a payload smaller than the ring
-  // touches (and page-locks) only its part.
-  ser::stream_writer& writer() {
-    if (!ring_.valid()) throw std::logic_error("no result ring was attached");
-    if (!writer_) {
-      ring_map_ = ser::mapping::map(ring_.fd(), ser::ring_bytes, ser::mapping::access::read_write, false);
-      writer_.emplace(ring_map_.data(), stream_event_);
-    }
-    return *writer_;
-  }
-
-  // The mapping premap_in_background() made (empty if none): waited for whole, or with `stop`
-  // only until the piece being faulted in is done.
-  ser::mapping take_premapped(bool stop) {
-    if (!premapper_.joinable()) return {};
-    if (stop) stop_premap_ = true;
-    premapper_.join();
-    return std::move(premapped_);
-  }
-
-  static constexpr std::uint64_t premap_threshold = 32ULL << 20;
-
-  ser::shm_file file_;
-  ser::mapping map_;
-  ser::mapping premapped_;  // premap_in_background()'s mapping, until area() takes it
-  std::thread premapper_;
-  std::atomic<bool> stop_premap_{false};
-  std::uint64_t max_result_;
-  ser::shm_file ring_;
-  int stream_event_;
-  ser::mapping ring_map_;
-  std::optional<ser::stream_writer> writer_;
-  bool streamed_ = false;
-  std::uint64_t stream_total_ = 0, stream_checksum_ = 0;
-};
 
 // A warm worker (env::warm) prepares its device while it waits: the CUDA context and the
 // capped allocator, the slow part of a GPU task's start. A failure here is not reported now:
@@ -378,13 +233,20 @@ namespace detail {
     const worker::task_info* task = worker::registry::instance().find(req.task);
     if (!task) throw std::invalid_argument("no task named '" + req.task + "' in this worker");
     if (task->result_type == "isorun::blob" && req.encoding == static_cast<std::uint32_t>(ser::encoding::binary)) {
-      this_worker().set_output_area([&sink](std::uint64_t n) { return sink.area(n); });
+      this_worker().set_output_area([&sink](std::uint64_t n) { return sink.claim_area(n); });
       // A blob is the type of large results; on a GPU they stream through the ring instead
       // (device_result), which needs no mapping of the segment. Not for an early result: it is
       // sealed on `done`, and a process the task forks would inherit the writable mapping made
       // ahead, which refuses the seal (a mapping made by output_blob after the fork is not
       // inherited); without the seal, the result waits for the exit.
-      if (!this_worker().has_gpu() && !req.early_result) sink.premap_in_background(req.expected_result);
+      // The same holds for placing large blobs in the segment (blob_placement.hpp); on a GPU a
+      // large result is made in device memory. ISORUN_PLACE_BLOBS=0 turns placing off, to
+      // compare.
+      if (!this_worker().has_gpu() && !req.early_result) {
+        sink.premap_in_background(req.expected_result);
+        if (const char* e = std::getenv("ISORUN_PLACE_BLOBS"); !e || std::strcmp(e, "0") != 0)
+          ser::set_blob_placement(&sink);
+      }
     }
     if (req.encoding == static_cast<std::uint32_t>(ser::encoding::json)) {
       std::string json(reinterpret_cast<const char*>(req.args.data()), req.args.size());

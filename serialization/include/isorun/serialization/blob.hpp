@@ -3,9 +3,11 @@
 /// `isorun::blob`: a byte buffer that crosses the process boundary without being copied on
 /// the receiving side.
 ///
-/// In a worker a blob owns its bytes; encoding copies them once into the result segment. When
-/// the supervisor decodes a result, every blob in it becomes a read-only view into the mapped
-/// segment, which stays mapped for as long as any such view lives.
+/// In a worker a blob owns its bytes; encoding copies them once into the result segment, unless
+/// they are there already: a worker whose task returns a blob places the first large blob the
+/// task makes in that segment, where the encoder would copy it (blob_placement.hpp), so returning
+/// it copies nothing. When the supervisor decodes a result, every blob in it becomes a read-only
+/// view into the mapped segment, which stays mapped for as long as any such view lives.
 
 #include <cereal/archives/binary.hpp>
 #include <cereal/cereal.hpp>
@@ -26,7 +28,8 @@ namespace isorun {
 namespace serialization::detail {
 
 /// @brief Storage for an owned blob of `size` bytes, uninitialized. Large blobs (32 MiB and
-///        more) get pages of their own, mapped, so that freeing them can give the pages back on
+///        more) are placed in the worker's result segment where one is installed and free, or
+///        else get pages of their own, mapped, so that freeing them can give the pages back on
 ///        several threads: a worker frees the blob it returned on the result's way back.
 /// @throws std::bad_alloc
 std::byte* allocate_blob(std::size_t size);

@@ -47,7 +47,9 @@ class result_sink {
  public:
   virtual ~result_sink() = default;
   /// @brief Space for a payload of `size` bytes. @throws on failure (segment too large...).
-  virtual std::byte* reserve(std::uint64_t size) = 0;
+  /// @param blob_bytes for a blob result, where its bytes are (nullptr otherwise): a blob the
+  ///        sink placed where its payload goes is then encoded where it lies.
+  virtual std::byte* reserve(std::uint64_t size, const std::byte* blob_bytes) = 0;
   /// @brief Publishes the payload written after reserve().
   virtual void commit(std::uint64_t size, std::uint64_t checksum, serialization::encoding enc) = 0;
   /// @brief Publishes a result whose payload was streamed already: a blob of `blob_size` bytes
@@ -107,7 +109,9 @@ void write_binary_result(result_sink& sink, const T& value) {
   if constexpr (std::is_same_v<T, blob>)
     if (value.is_streamed()) return sink.commit_streamed(value.size());
   const std::uint64_t n = serialization::encoded_size(value);
-  std::byte* dst = sink.reserve(n);
+  const std::byte* blob_bytes = nullptr;
+  if constexpr (std::is_same_v<T, blob>) blob_bytes = value.data();
+  std::byte* dst = sink.reserve(n, blob_bytes);
   const std::uint64_t sum = serialization::encode_into(dst, n, value);
   sink.commit(n, sum, serialization::encoding::binary);
 }

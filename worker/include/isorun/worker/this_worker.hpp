@@ -89,7 +89,10 @@ class worker_context {
   ///        Inside a worker it lies in the result's shared-memory segment, where the result will
   ///        be (page-locked on a GPU worker, so a device-to-host copy lands there directly):
   ///        return it and nothing is copied on either side. Elsewhere, or for other result
-  ///        types, it is an ordinary owned blob, so the same code works everywhere.
+  ///        types, it is an ordinary owned blob, so the same code works everywhere. (In a CPU
+  ///        worker a `blob(size)` of 32 MiB or more often lands there too, unasked, when the
+  ///        pooled segment has the room; output_blob is the way to be sure, and the way on a
+  ///        GPU.) A blob placed there before and still alive is moved to private memory first.
   blob output_blob(std::size_t size);
   /// @brief The result of a task whose result type is `isorun::blob`, made in device memory:
   ///        the first `bytes` bytes of `buffer`. Return what it returns as the task's result.
@@ -107,7 +110,7 @@ class worker_context {
   /// @brief device_result(buffer, buffer.size()).
   blob device_result(const alloc::device_buffer& buffer) { return device_result(buffer, buffer.size()); }
 
-  /// Set by the worker: maps the result segment for a payload of the given size (nullptr if
+  /// Set by the worker: claims the result segment for a payload of the given size (nullptr if
   /// the running task's result is not a blob).
   void set_output_area(std::function<std::byte*(std::uint64_t)> area) { output_area_ = std::move(area); }
 

@@ -1,0 +1,197 @@
+#include "isorun/worker/segment_sink.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <string>
+#include <utility>
+
+#include "isorun/serialization/control.hpp"
+#include "isorun/serialization/wire.hpp"
+
+namespace isorun::worker {
+namespace ser = isorun::serialization;
+
+segment_sink::segment_sink(ser::shm_file file, std::uint64_t max_result, ser::shm_file ring, int stream_event)
+    : file_{std::move(file)}, max_result_{max_result}, owner_pid_{::getpid()}, ring_{std::move(ring)},
+      stream_event_{stream_event} {}
+
+segment_sink::~segment_sink() {
+  take_premapped(true);
+  if (stream_event_ >= 0) ::close(stream_event_);
+}
+
+void segment_sink::premap_in_background(std::uint64_t expected) {
+  std::lock_guard lock(mutex_);
+  const std::uint64_t size = std::min(file_.size(), ser::header_size + expected);
+  if (expected < premap_threshold || size < premap_threshold || premapper_.joinable()) return;
+  try {
+    premapper_ = std::thread([this, size] {
+      try {
+        premapped_ = ser::mapping::map(file_.fd(), size, ser::mapping::access::read_write, false);
+        // Faulted in piece by piece: a MAP_POPULATE of the whole holds the address-space lock
+        // throughout, so any mmap or munmap of the task's, or of a small result's, would wait
+        // for the whole GiB. MADV_POPULATE_READ (Linux 5.14; as fast as MAP_POPULATE) leaves a
+        // shared segment's pages writable as they are; without it they fault in when written.
+        constexpr std::uint64_t piece = 4ULL << 20;
+        for (std::uint64_t at = 0; at < size && !stop_premap_.load(std::memory_order_relaxed); at += piece)
+          if (::madvise(premapped_.data() + at, std::min(piece, size - at), MADV_POPULATE_READ) != 0) break;
+      } catch (...) {  // area_locked() maps it itself
+      }
+    });
+  } catch (...) {  // no thread: area_locked() maps it itself
+  }
+}
+
+std::byte* segment_sink::claim_area(std::uint64_t size) {
+  std::lock_guard lock(mutex_);
+  if (placed_) evict_locked();
+  claimed_ = true;
+  return area_locked(size);
+}
+
+std::byte* segment_sink::reserve(std::uint64_t size, const std::byte* blob_bytes) {
+  run_end_ns_ = ser::monotonic_ns();
+  std::lock_guard lock(mutex_);
+  // The returned blob is the placed one: its bytes are where the encoder would copy them to
+  // (after the 8-byte length), so it only checksums them. Any other result moves it out first.
+  if (placed_ && (blob_bytes != placed_ || size != sizeof(std::uint64_t) + placed_size_)) evict_locked();
+  claimed_ = true;
+  return area_locked(size);
+}
+
+void segment_sink::commit(std::uint64_t size, std::uint64_t checksum, ser::encoding enc) {
+  std::lock_guard lock(mutex_);
+  ser::write_header(map_.data(), ser::result_magic, enc, size, checksum);
+  committed_ns_ = ser::monotonic_ns();
+}
+
+void segment_sink::commit_streamed(std::uint64_t blob_size) {
+  if (!streamed_ || stream_total_ != sizeof(std::uint64_t) + blob_size)
+    throw std::logic_error("a streamed blob returned without its stream (return what device_result() returned)");
+  run_end_ns_ = ser::monotonic_ns();
+  std::lock_guard lock(mutex_);
+  if (placed_) evict_locked();
+  claimed_ = true;
+  area_locked(0);  // the header alone
+  ser::write_header(map_.data(), ser::streamed_result_magic, ser::encoding::binary, stream_total_, stream_checksum_);
+  committed_ns_ = ser::monotonic_ns();
+}
+
+std::span<std::byte> segment_sink::slots(std::uint64_t total) {
+  const auto all = writer().slots();
+  const std::uint64_t page = 4096;
+  return all.first(std::min<std::uint64_t>(all.size(), (total + page - 1) / page * page));
+}
+
+void segment_sink::write(std::uint64_t total, const fill_fn& fill, std::span<const std::uint64_t> chunk_hashes) {
+  if (streamed_) throw std::logic_error("device_result() was already called: a task has one result");
+  if (total > max_result_)
+    throw result_too_large("result of " + std::to_string(total) + " bytes exceeds the limit of " +
+                           std::to_string(max_result_) + " bytes (--max-result)");
+  stream_checksum_ = writer().write(total, fill, chunk_hashes);
+  stream_total_ = total;
+  streamed_ = true;
+}
+
+std::byte* segment_sink::place(std::size_t size) noexcept {
+  std::lock_guard lock(mutex_);
+  // Not in a process the task forked: its copy of this sink would place a blob of its own in the
+  // segment the worker's result goes to, which it shares.
+  if (claimed_ || placed_ || ::getpid() != owner_pid_) return nullptr;
+  try {
+    const std::uint64_t payload = sizeof(std::uint64_t) + size;  // a blob result: its length, then its bytes
+    if (payload > max_result_ || ser::header_size + payload > file_.size()) return nullptr;
+    placed_ = area_locked(payload) + sizeof(std::uint64_t);
+    placed_size_ = size;
+    return placed_;
+  } catch (...) {  // cannot map it: pages of its own
+    return nullptr;
+  }
+}
+
+bool segment_sink::take_back(std::byte* data) noexcept {
+  std::lock_guard lock(mutex_);
+  if (data == placed_) {
+    placed_ = nullptr;  // the area is free again; its bytes are the segment's, nothing to free
+    return true;
+  }
+  const auto it = std::find_if(evicted_.begin(), evicted_.end(), [&](const evicted& e) { return e.data == data; });
+  if (it == evicted_.end()) return false;
+  evicted_.erase(it);  // unmaps its private pages
+  return true;
+}
+
+void segment_sink::unmap_result() {
+  std::lock_guard lock(mutex_);
+  map_ = {};
+}
+
+void segment_sink::close() {
+  take_premapped(true);
+  std::lock_guard lock(mutex_);
+  map_ = {};
+  file_ = {};
+}
+
+// Maps the segment for a payload of `size` bytes; an existing large enough mapping is kept,
+// so bytes a task wrote in place (output_blob, a placed blob) stay where the encoder expects them.
+std::byte* segment_sink::area_locked(std::uint64_t size) {
+  if (size > max_result_)
+    throw result_too_large("result of " + std::to_string(size) + " bytes exceeds the limit of " +
+                           std::to_string(max_result_) + " bytes (--max-result)");
+  // A large result waits for the whole mapping made ahead; a small one (after a large one: the
+  // pool hands out its largest segment first) stops it after the piece in progress.
+  if (ser::mapping ahead = take_premapped(ser::header_size + size < premap_threshold); ahead.size() > map_.size())
+    map_ = std::move(ahead);
+  if (map_.size() < ser::header_size + size) {
+    file_.reserve(ser::header_size + size);
+    map_ = ser::mapping::map(file_.fd(), ser::header_size + size, ser::mapping::access::read_write, true);
+  }
+  return map_.data() + ser::header_size;
+}
+
+// The placed blob is alive and the area is wanted for something else. Its bytes are copied into
+// fresh private pages which mremap then puts in place of the whole mapping, atomically: the blob
+// keeps its address and its bytes, and the segment is no longer reachable through that range
+// (the range is the blob's now, unmapped when it is freed). The next area_locked() maps the
+// segment anew. The whole mapping moves, not just the blob's pages: the blob shares its first
+// page with the segment's header.
+void segment_sink::evict_locked() {
+  evicted_.reserve(evicted_.size() + 1);  // nothing may fail once the pages are swapped
+  const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  const std::uint64_t length = (map_.size() + page - 1) / page * page;
+  void* fresh = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (fresh == MAP_FAILED) throw std::bad_alloc();
+  std::memcpy(static_cast<std::byte*>(fresh) + (placed_ - map_.data()), placed_, placed_size_);
+  if (::mremap(fresh, length, length, MREMAP_MAYMOVE | MREMAP_FIXED, map_.data()) == MAP_FAILED) {
+    ::munmap(fresh, length);
+    throw std::bad_alloc();
+  }
+  evicted_.push_back({placed_, std::move(map_)});
+  map_ = {};
+  placed_ = nullptr;
+}
+
+ser::mapping segment_sink::take_premapped(bool stop) {
+  if (!premapper_.joinable()) return {};
+  if (stop) stop_premap_ = true;
+  premapper_.join();
+  return std::move(premapped_);
+}
+
+// The ring, mapped on first use, without faulting it in: a payload smaller than the ring
+// touches (and page-locks) only its part.
+ser::stream_writer& segment_sink::writer() {
+  if (!ring_.valid()) throw std::logic_error("no result ring was attached");
+  if (!writer_) {
+    ring_map_ = ser::mapping::map(ring_.fd(), ser::ring_bytes, ser::mapping::access::read_write, false);
+    writer_.emplace(ring_map_.data(), stream_event_);
+  }
+  return *writer_;
+}
+
+}  // namespace isorun::worker
