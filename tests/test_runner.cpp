@@ -1275,6 +1275,7 @@ TEST_CASE("a result segment that cannot grow (file size limit): a clear error, n
   rlimit old{};
   REQUIRE(::getrlimit(RLIMIT_FSIZE, &old) == 0);
   for (auto task : {make_pattern, fill_in_place}) {
+    pool.clear();  // no segment that has the room already
     rlimit low = old;
     low.rlim_cur = 1_MiB;
     REQUIRE(::setrlimit(RLIMIT_FSIZE, &low) == 0);

@@ -390,6 +390,42 @@ TEST_CASE("the segment pool recycles warm segments within its idle limit", "[poo
   pool.set_idle_limit(2ULL << 30);
 }
 
+TEST_CASE("a small request does not take the large idle segment a result needs", "[pool]") {
+  auto& pool = ser::segment_pool::instance();
+  pool.clear();
+  int large_fd = -1, small_fd = -1;
+  {
+    auto large = pool.acquire(0, true);
+    large->writable(64 << 20);
+    auto small = pool.acquire(4096);
+    small->writable(4096);
+    large_fd = large->fd();
+    small_fd = small->fd();
+  }
+  {
+    auto request = pool.acquire(8192);  // fits only the large one: the small one is grown instead
+    CHECK(request->fd() == small_fd);
+    auto result = pool.acquire(0, true);
+    CHECK(result->fd() == large_fd);
+  }
+  {
+    auto result = pool.acquire(0, true);
+    auto request = pool.acquire(8192);  // fits the small one, grown before: taken
+    CHECK(request->fd() == small_fd);
+    auto another = pool.acquire(8192);  // none idle is small: a new one, not the large one
+    CHECK(another->fd() != large_fd);
+    CHECK(result->fd() == large_fd);
+  }
+  {
+    auto request = pool.acquire(8192);
+    auto again = pool.acquire(8192);
+    CHECK((request->fd() != large_fd && again->fd() != large_fd));
+    auto fits = pool.acquire(32 << 20);  // a large request may take it: within 4× of its size
+    CHECK(fits->fd() == large_fd);
+  }
+  pool.clear();
+}
+
 namespace {
 
 // A result ring shared by this process (the supervisor's side) and a forked child (the worker's

@@ -54,10 +54,11 @@ class segment_pool {
   /// The process-wide pool of result rings (result_stream.hpp), kept apart: all are ring_bytes.
   static segment_pool& rings();
 
-  /// @brief The smallest idle segment with at least `min_capacity` bytes, else the largest idle
-  ///        one (grown once, then warm), else a new one. With `largest`, simply the largest idle
-  ///        one: for results, whose size is unknown in advance. It returns to the pool when the
-  ///        last reference goes.
+  /// @brief The smallest idle segment with at least `min_capacity` bytes, unless that is more
+  ///        than 4 × `min_capacity` and 1 MiB (large segments are kept for results); else the
+  ///        largest idle one smaller than that (grown, then warm); else a new one. With
+  ///        `largest`, simply the largest idle one: for results, whose size is unknown in
+  ///        advance. It returns to the pool when the last reference goes.
   /// @throws std::system_error if a new segment cannot be created.
   std::shared_ptr<pooled_segment> acquire(std::uint64_t min_capacity, bool largest = false);
 
