@@ -104,6 +104,24 @@ isorun::blob view_of_kept(std::uint64_t size, std::uint64_t seed) {
   return isorun::blob(nullptr, kept.data() + 4096, size - 4096);
 }
 
+// Makes a large blob, then forks a child that overwrites it and exits; returns the blob with the
+// name of the mapping that held it in its first 256 bytes (as locate_pattern). A child's writes are
+// its own after fork(), even to a blob that lay in the shared result segment.
+isorun::blob forked_writer(std::uint64_t size, std::uint64_t seed) {
+  isorun::blob b = make_pattern(size, seed);
+  const pid_t child = ::fork();
+  if (child < 0) throw std::runtime_error("fork failed");
+  if (child == 0) {
+    std::memset(b.mutable_data(), 0, b.size());
+    ::_exit(0);
+  }
+  int status = 0;
+  if (::waitpid(child, &status, 0) != child || !WIFEXITED(status)) throw std::runtime_error("the child failed");
+  const std::string where = isorun::test::mapping_of(b.data()).substr(0, 255);
+  std::memcpy(b.mutable_data(), where.c_str(), where.size() + 1);
+  return b;
+}
+
 // Two large blobs alive at once, one returned: only one can lie where the result goes.
 isorun::blob one_of_two(std::uint64_t size, std::uint64_t seed, bool first) {
   isorun::blob a = make_pattern(size, first ? seed : seed + 1);
@@ -376,6 +394,7 @@ ISORUN_TASK(fill_in_place);
 ISORUN_TASK(locate_pattern);
 ISORUN_TASK(view_of_kept);
 ISORUN_TASK(one_of_two);
+ISORUN_TASK(forked_writer);
 ISORUN_TASK(from_device);
 ISORUN_TASK(streams_wrongly);
 ISORUN_TASK(wrap_in_place);
@@ -494,16 +513,24 @@ TEST_CASE("a large blob the task returns was made where the result goes: nothing
   CHECK(intact_after_name(small, 1_MiB, 4));
 }
 
-TEST_CASE("a blob placed in the result segment and kept alive keeps its bytes when another result is written there",
+TEST_CASE("a blob placed in the result segment keeps its bytes when another result is written there, or a child writes it",
           "[runner]") {
   const std::uint64_t size = 48_MiB;
   REQUIRE(isorun::isolated(make_pattern)(size, 1).size() == size);
   // The result is a view into the kept blob: if the kept blob were not moved out of the segment
   // first, the encoder would copy the segment onto itself, 4 KiB further on.
-  const isorun::blob v = isorun::isolated(view_of_kept)(size, 5);
-  REQUIRE(v.size() == size - 4096);
   std::uint64_t wrong = 0;
-  for (std::uint64_t i = 0; i < v.size(); ++i) wrong += v.data()[i] != pattern_byte(4096 + i, 5);
+  {
+    const isorun::blob v = isorun::isolated(view_of_kept)(size, 5);
+    REQUIRE(v.size() == size - 4096);
+    for (std::uint64_t i = 0; i < v.size(); ++i) wrong += v.data()[i] != pattern_byte(4096 + i, 5);
+    CHECK(wrong == 0);
+  }  // its segment goes back to the pool, for the next call to place its blob in
+  // A child the task forks writes a copy: the result is the task's bytes.
+  const isorun::blob f = isorun::isolated(forked_writer)(size, 6);
+  CHECK_THAT(std::string(reinterpret_cast<const char*>(f.data())), Catch::Contains("memfd:"));
+  wrong = f.size() != size;
+  for (std::uint64_t i = 256; i < f.size(); ++i) wrong += f.data()[i] != pattern_byte(i, 6);
   CHECK(wrong == 0);
   for (const bool first : {true, false}) {
     INFO((first ? "the first blob returned" : "the second blob returned"));

@@ -1,5 +1,6 @@
 #include "isorun/worker/segment_sink.hpp"
 
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -14,6 +15,10 @@
 
 namespace isorun::worker {
 namespace ser = isorun::serialization;
+
+namespace {
+segment_sink* installed_sink = nullptr;  // the one install_blob_placement() made, for the fork handlers
+}  // namespace
 
 segment_sink::segment_sink(ser::shm_file file, std::uint64_t max_result, ser::shm_file ring, int stream_event)
     : file_{std::move(file)}, max_result_{max_result}, owner_pid_{::getpid()}, ring_{std::move(ring)},
@@ -95,6 +100,42 @@ void segment_sink::write(std::uint64_t total, const fill_fn& fill, std::span<con
   stream_checksum_ = writer().write(total, fill, chunk_hashes);
   stream_total_ = total;
   streamed_ = true;
+}
+
+bool segment_sink::install_blob_placement() noexcept {
+  // Without the fork handlers a child could write the worker's result: then nothing is placed.
+  if (installed_sink || ::pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child) != 0) return false;
+  installed_sink = this;
+  ser::set_blob_placement(this);
+  return true;
+}
+
+// fork() takes the sink's lock first, so the child's copy of the sink is in a state some thread
+// left it in, and has room to record a move without allocating.
+void segment_sink::before_fork() noexcept {
+  if (!installed_sink) return;
+  installed_sink->mutex_.lock();
+  try {
+    installed_sink->evicted_.reserve(installed_sink->evicted_.size() + 1);
+  } catch (...) {  // the child's move then fails alike and is skipped
+  }
+}
+
+void segment_sink::after_fork_in_parent() noexcept {
+  if (installed_sink) installed_sink->mutex_.unlock();
+}
+
+// In the child: a placed blob would share the segment's pages with the worker, so the child's
+// writes would change the worker's blob, and so its result. Moved to private pages like any
+// evicted blob, it is a copy, as fork() promises. (posix_spawn and vfork run no fork handlers.)
+void segment_sink::after_fork_in_child() noexcept {
+  if (!installed_sink) return;
+  segment_sink& s = *installed_sink;
+  if (s.placed_ && s.evicted_.capacity() > s.evicted_.size()) try {
+      s.evict_locked();
+    } catch (...) {  // out of memory: the child shares the pages, as it shares output_blob's
+    }
+  s.mutex_.unlock();
 }
 
 std::byte* segment_sink::place(std::size_t size) noexcept {

@@ -245,7 +245,7 @@ namespace detail {
       if (!this_worker().has_gpu() && !req.early_result) {
         sink.premap_in_background(req.expected_result);
         if (const char* e = std::getenv("ISORUN_PLACE_BLOBS"); !e || std::strcmp(e, "0") != 0)
-          ser::set_blob_placement(&sink);
+          sink.install_blob_placement();
       }
     }
     if (req.encoding == static_cast<std::uint32_t>(ser::encoding::json)) {

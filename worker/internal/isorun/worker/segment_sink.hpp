@@ -12,7 +12,9 @@
 /// - a placed blob that is still alive when the area is wanted for something else (the task
 ///   returned another blob, or called output_blob) is moved out first, to private pages at the
 ///   same address, so it and every view into it keep their bytes;
-/// - a placed blob the task returns is encoded where it lies: only checksummed.
+/// - a placed blob the task returns is encoded where it lies: only checksummed;
+/// - a process the task forks gets a private copy of a placed blob, as it would of any memory
+///   (copy on write), not the segment's shared pages; and it places nothing itself.
 
 #include <sys/types.h>
 
@@ -74,6 +76,13 @@ class segment_sink final : public result_sink,
   std::span<std::byte> slots(std::uint64_t total) override;
   void write(std::uint64_t total, const fill_fn& fill, std::span<const std::uint64_t> chunk_hashes) override;
 
+  /// @brief Makes this sink the process's blob placement (serialization::set_blob_placement),
+  ///        and keeps what it places private to this process across fork(): the child's copy of
+  ///        a placed blob is moved to private pages in the child, before fork() returns there.
+  ///        For the worker's one sink: false, with nothing installed, if one is already
+  ///        installed in this process or the fork handlers cannot be registered.
+  bool install_blob_placement() noexcept;
+
   // serialization::blob_placement: only where the segment already has room (a placed blob never
   // grows the pooled segment), and only into a free area.
   std::byte* place(std::size_t size) noexcept override;
@@ -96,6 +105,9 @@ class segment_sink final : public result_sink,
  private:
   std::byte* area_locked(std::uint64_t size);
   void evict_locked();
+  static void before_fork() noexcept;
+  static void after_fork_in_parent() noexcept;
+  static void after_fork_in_child() noexcept;
   serialization::mapping take_premapped(bool stop);
   serialization::stream_writer& writer();
 
