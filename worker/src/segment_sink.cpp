@@ -53,19 +53,13 @@ void segment_sink::premap_in_background(std::uint64_t expected) {
 
 std::byte* segment_sink::claim_area(std::uint64_t size) {
   std::lock_guard lock(mutex_);
-  if (placed_) evict_locked();
-  claimed_ = true;
-  return area_locked(size);
+  return claim_locked(size, nullptr);
 }
 
 std::byte* segment_sink::reserve(std::uint64_t size, const std::byte* blob_bytes) {
   run_end_ns_ = ser::monotonic_ns();
   std::lock_guard lock(mutex_);
-  // The returned blob is the placed one: its bytes are where the encoder would copy them to
-  // (after the 8-byte length), so it only checksums them. Any other result moves it out first.
-  if (placed_ && (blob_bytes != placed_ || size != sizeof(std::uint64_t) + placed_size_)) evict_locked();
-  claimed_ = true;
-  return area_locked(size);
+  return claim_locked(size, blob_bytes);
 }
 
 void segment_sink::commit(std::uint64_t size, std::uint64_t checksum, ser::encoding enc) {
@@ -79,9 +73,7 @@ void segment_sink::commit_streamed(std::uint64_t blob_size) {
     throw std::logic_error("a streamed blob returned without its stream (return what device_result() returned)");
   run_end_ns_ = ser::monotonic_ns();
   std::lock_guard lock(mutex_);
-  if (placed_) evict_locked();
-  claimed_ = true;
-  area_locked(0);  // the header alone
+  claim_locked(0, nullptr);  // the header alone
   ser::write_header(map_.data(), ser::streamed_result_magic, ser::encoding::binary, stream_total_, stream_checksum_);
   committed_ns_ = ser::monotonic_ns();
 }
@@ -176,6 +168,15 @@ void segment_sink::close() {
   std::lock_guard lock(mutex_);
   map_ = {};
   file_ = {};
+}
+
+// The area goes to a result, or to output_blob, for good. A placed blob stays where it is only if
+// it is that result (`blob_bytes`, its 8-byte length before it): the encoder then finds its bytes
+// in place and only checksums them. Otherwise it is moved out of the way first.
+std::byte* segment_sink::claim_locked(std::uint64_t size, const std::byte* blob_bytes) {
+  if (placed_ && (blob_bytes != placed_ || size != sizeof(std::uint64_t) + placed_size_)) evict_locked();
+  claimed_ = true;
+  return area_locked(size);
 }
 
 // Maps the segment for a payload of `size` bytes; an existing large enough mapping is kept,

@@ -103,6 +103,7 @@ class segment_sink final : public result_sink,
   std::int64_t run_end_ns_ = 0, committed_ns_ = 0;
 
  private:
+  std::byte* claim_locked(std::uint64_t size, const std::byte* blob_bytes);
   std::byte* area_locked(std::uint64_t size);
   void evict_locked();
   static void before_fork() noexcept;
