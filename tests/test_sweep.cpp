@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -1379,20 +1380,27 @@ TEST_CASE("Slurm's end states map to outcome classes", "[sweep][slurm-states]") 
 TEST_CASE("a sweep on Slurm: one job array, each trial on the GPU Slurm gave its array task", "[slurm]") {
   const std::string dir = temp_dir();
   fs::create_directories(dir + "/markers");
+  // A space and a '%' in the output folder, and an option whose value a shell would split: every
+  // setting reaches sbatch as one argument, and the logs land where the folder says.
+  const std::string out = dir + "/out a%j";
   std::ofstream(dir + "/spec.yaml") << "task: gpu_span\nparams:\n  i: {range: [0, 9], step: 1}\n  dir: [\"" << dir
                                     << "/markers\"]\nresources: {backend: slurm, gpus: all, mem_limit: 1G, per_gpu: 1, "
-                                       "gpus_per_node: 1, max_running: 4}\nout: \"" << dir << "/out\"\n";
+                                       "gpus_per_node: 1, max_running: 4, partition: test, "
+                                       "extra: [\"--comment=two words; touch " << dir << "/pwned\"]}\nout: \"" << out
+                                    << "\"\n";
   auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"}, {"ISORUN_SIMULATE_GPUS=2x16G"});
   INFO(r.err);
   REQUIRE(r.code == 0);
   CHECK_THAT(r.err, Catch::Contains("submitted 10 trials as Slurm job array"));
-  const std::string script = lines(dir + "/out/slurm/batch-1.sh").empty() ? "" : [&] {
-    std::string all;
-    for (const auto& l : lines(dir + "/out/slurm/batch-1.sh")) all += l + "\n";
-    return all;
-  }();
-  CHECK_THAT(script, Catch::Contains("#SBATCH --array=0-9%4") && Catch::Contains("#SBATCH --gres=gpu:1"));
-  const auto journal = lines(dir + "/out/results.jsonl");
+  const auto sbatch = read_json(out + "/slurm/batch-1.json")["sbatch"];
+  CHECK(std::count(sbatch.begin(), sbatch.end(), "--array=0-9%4") == 1);
+  CHECK(std::count(sbatch.begin(), sbatch.end(), "--gres=gpu:1") == 1);
+  CHECK(std::count(sbatch.begin(), sbatch.end(), "--partition=test") == 1);
+  CHECK(!fs::exists(dir + "/pwned"));
+  std::size_t logs = 0;
+  for (const auto& e : fs::directory_iterator(out + "/slurm/logs")) logs += e.path().extension() == ".out";
+  CHECK(logs == 10);  // one per array task, JOB_TASK.out, not a file named after an expanded %j
+  const auto journal = lines(out + "/results.jsonl");
   REQUIRE(journal.size() == 10);
   std::set<std::string> gpus;
   for (const auto& l : journal) {
@@ -1402,9 +1410,9 @@ TEST_CASE("a sweep on Slurm: one job array, each trial on the GPU Slurm gave its
     gpus.insert(t["device"].get<std::string>());
   }
   CHECK(gpus == std::set<std::string>{"GPU-sim-0", "GPU-sim-1"});
-  CHECK(read_json(dir + "/out/slurm/jobs.json") == json::array());  // nothing in flight
-  CHECK(fs::is_empty(dir + "/out/slurm/results"));                  // every record journaled
-  CHECK(fs::exists(dir + "/out/report.html"));
+  CHECK(read_json(out + "/slurm/jobs.json") == json::array());  // nothing in flight
+  CHECK(fs::is_empty(out + "/slurm/results"));                  // every record journaled
+  CHECK(fs::exists(out + "/report.html"));
   fs::remove_all(dir);
 }
 

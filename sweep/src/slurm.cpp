@@ -56,47 +56,101 @@ std::string trim(std::string s) {
 
 }  // namespace
 
+std::string setting_problem(const std::string& key, const std::string& value) {
+  for (unsigned char c : value)
+    if (c < 0x20 || c == 0x7f)
+      return key + " holds " + (c == '\n' ? std::string("a newline") : "control character " + std::to_string(c)) +
+             "; Slurm settings are plain text on one line";
+  if (key != "extra") {
+    if (value.find_first_of(" \t") != std::string::npos) return key + " \"" + value + "\" holds a space; Slurm's " + key + " has none";
+    return "";
+  }
+  if (value.size() < 2 || value[0] != '-')
+    return "extra entry \"" + value + "\" is not an sbatch option; each entry is one option, e.g. \"--qos=long\"";
+  // The option's name: up to '=' for a long option, the letter for a short one ("-a0-3").
+  const std::string name = value[1] == '-' ? value.substr(0, value.find('=')) : value.substr(0, 2);
+  for (const char* own : {"--array", "-a", "--output", "-o", "--error", "-e", "--wrap", "--parsable"})
+    if (name == own)
+      return "extra entry \"" + value + "\" sets " + name + ", which isorun sets itself for its job arrays";
+  return "";
+}
+
+std::vector<std::string> sbatch_arguments(const slurm_spec& s, std::size_t array_tasks, const fs::path& logs,
+                                          const std::string& job_name) {
+  auto check = [](const std::string& key, const std::string& value) {
+    if (const std::string why = setting_problem(key, value); !why.empty()) throw usage_error("Slurm setting " + why);
+  };
+  check("partition", s.partition);
+  check("account", s.account);
+  check("time", s.time);
+  for (const auto& e : s.extra) check("extra", e);
+  std::string pattern;
+  for (char c : logs.string()) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f || c == '\\')
+      throw usage_error("the output folder " + logs.parent_path().parent_path().string() +
+                        " holds a control character or a backslash, which sbatch cannot take in --output; "
+                        "choose another --out");
+    pattern += c == '%' ? std::string("%%") : std::string(1, c);  // a literal '%' in a filename pattern
+  }
+  // The job name is the spec's (a command's file name): what a terminal or squeue would garble
+  // becomes '_'.
+  std::string name = job_name;
+  for (char& c : name)
+    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) c = '_';
+  std::vector<std::string> a = {"--parsable", "--job-name=" + name,
+                                "--array=0-" + std::to_string(array_tasks - 1) +
+                                    (s.max_running ? "%" + std::to_string(s.max_running) : ""),
+                                "--output=" + pattern + "/%A_%a.out",
+                                // A lost array task is isorun's to classify and retry (by the
+                                // sweep's policy), not Slurm's to requeue behind its back.
+                                "--no-requeue"};
+  if (!s.partition.empty()) a.push_back("--partition=" + s.partition);
+  if (!s.account.empty()) a.push_back("--account=" + s.account);
+  if (!s.time.empty()) a.push_back("--time=" + s.time);
+  if (s.gpus_per_node) a.push_back("--gres=gpu:" + std::to_string(s.gpus_per_node));
+  a.insert(a.end(), s.extra.begin(), s.extra.end());
+  return a;
+}
+
+std::string batch_script(const fs::path& batch_file, const std::vector<std::string>& node_command,
+                         const fs::path& submit_dir) {
+  std::ostringstream script;
+  script << "#!/bin/sh\n# isorun: array task K runs the trials tasks[K] of " << quoted(batch_file.filename().string())
+         << ", here, isolated and capped.\n# Slurm's settings are sbatch's arguments, kept in that file's \"sbatch\".\n";
+  script << "cd " << quoted(fs::absolute(submit_dir).string()) << " || exit 1\nexec";
+  for (const auto& w : node_command) script << " " << quoted(w);
+  script << " --node " << quoted(batch_file.string()) << ":\"$SLURM_ARRAY_TASK_ID\"\n";
+  return script.str();
+}
+
 submission submit(const slurm_spec& s, const fs::path& out, const std::vector<std::size_t>& trials,
                   const std::vector<std::string>& node_command, const fs::path& submit_dir, const std::string& job_name) {
   const fs::path dir = fs::absolute(out) / "slurm";
-  fs::create_directories(dir / "results");
-  fs::create_directories(dir / "logs");
   submission sub;
-  for (sub.batch = 1; fs::exists(dir / ("batch-" + std::to_string(sub.batch) + ".json")); ++sub.batch) {
-  }
   const std::size_t chunk = static_cast<std::size_t>(std::max(1, s.trials_per_task));
   for (std::size_t i = 0; i < trials.size(); i += chunk)
     sub.tasks.emplace_back(trials.begin() + static_cast<std::ptrdiff_t>(i),
                            trials.begin() + static_cast<std::ptrdiff_t>(std::min(trials.size(), i + chunk)));
+  // Checked before anything is written: a refused setting leaves no batch behind.
+  std::vector<std::string> args = sbatch_arguments(s, sub.tasks.size(), dir / "logs", job_name);
+  fs::create_directories(dir / "results");
+  fs::create_directories(dir / "logs");
+  for (sub.batch = 1; fs::exists(dir / ("batch-" + std::to_string(sub.batch) + ".json")); ++sub.batch) {
+  }
   const std::string name = "batch-" + std::to_string(sub.batch);
-  write_file_durably(dir / (name + ".json"), json{{"tasks", sub.tasks}}.dump() + "\n");
+  const fs::path script = dir / (name + ".sh");
+  write_file_durably(dir / (name + ".json"), json{{"tasks", sub.tasks}, {"sbatch", args}}.dump() + "\n");
+  write_file_durably(script, batch_script(dir / (name + ".json"), node_command, submit_dir));
 
-  std::ostringstream script;
-  script << "#!/bin/sh\n# isorun: array task K runs the trials tasks[K] of " << name << ".json, here, isolated and capped.\n";
-  script << "#SBATCH --job-name=" << job_name << "\n";
-  script << "#SBATCH --array=0-" << sub.tasks.size() - 1 << (s.max_running ? "%" + std::to_string(s.max_running) : "") << "\n";
-  script << "#SBATCH --output=" << (dir / "logs").string() << "/%A_%a.out\n";
-  // A lost array task is isorun's to classify and retry (by the sweep's policy), not Slurm's to
-  // requeue behind its back.
-  script << "#SBATCH --no-requeue\n";
-  if (!s.partition.empty()) script << "#SBATCH --partition=" << s.partition << "\n";
-  if (!s.account.empty()) script << "#SBATCH --account=" << s.account << "\n";
-  if (!s.time.empty()) script << "#SBATCH --time=" << s.time << "\n";
-  if (s.gpus_per_node) script << "#SBATCH --gres=gpu:" << s.gpus_per_node << "\n";
-  for (const auto& e : s.extra) script << "#SBATCH " << e << "\n";
-  script << "cd " << quoted(fs::absolute(submit_dir).string()) << " || exit 1\nexec";
-  for (const auto& w : node_command) script << " " << quoted(w);
-  script << " --node " << quoted((dir / (name + ".json")).string()) << ":\"$SLURM_ARRAY_TASK_ID\"\n";
-  write_file_durably(dir / (name + ".sh"), script.str());
-
-  const ran r = run("sbatch", {"--parsable", (dir / (name + ".sh")).string()});
+  args.push_back(script.string());
+  const ran r = run("sbatch", args);
   // What sbatch refuses is what was asked for (a partition, a gres, a time the cluster lacks).
   if (r.code != 0)
-    throw usage_error("sbatch refused the job array (" + (dir / (name + ".sh")).string() + "): " + trim(r.err + r.out) +
+    throw usage_error("sbatch refused the job array (" + script.string() + "): " + trim(r.err + r.out) +
                       "; check resources: partition, gpus_per_node, time, account, extra");
   sub.job = trim(r.out);
   if (const auto semi = sub.job.find(';'); semi != std::string::npos) sub.job.resize(semi);  // "ID;CLUSTER"
-  if (sub.job.empty()) throw internal_error("sbatch gave no job id for " + (dir / (name + ".sh")).string());
+  if (sub.job.empty()) throw internal_error("sbatch gave no job id for " + script.string());
   return sub;
 }
 

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <thread>
 
+#include "isorun/sweep/slurm.hpp"
 #include "isorun/sweep/spec.hpp"
 #include "isorun/runner/task_arguments.hpp"
 #include "isorun/runner/units.hpp"
@@ -359,12 +360,18 @@ sweep_spec parse_yaml(const std::string& text) {
                    k == "max_running" || k == "extra") {
           // Slurm's settings; they mean something only with backend: slurm (checked below).
           auto& sl = slurm_settings;
-          if (k == "partition") sl.partition = v.Scalar();
-          else if (k == "account") sl.account = v.Scalar();
-          else if (k == "time") sl.time = v.Scalar();
+          // Checked as parsed, not as written: a YAML escape ("\n") is a newline only now.
+          auto setting = [&](const YAML::Node& n) {
+            if (!n.IsScalar()) fail(n, k + " is text");
+            if (const std::string why = slurm::setting_problem(k, n.Scalar()); !why.empty()) fail(n, why);
+            return n.Scalar();
+          };
+          if (k == "partition") sl.partition = setting(v);
+          else if (k == "account") sl.account = setting(v);
+          else if (k == "time") sl.time = setting(v);
           else if (k == "extra") {
             if (!v.IsSequence()) fail(v, "extra is a list of sbatch options, e.g. [\"--qos=long\"]");
-            for (const auto& e : v) sl.extra.push_back(e.Scalar());
+            for (const auto& e : v) sl.extra.push_back(setting(e));
           } else {
             const double n = number(v, k);
             if (n < (k == "max_running" || k == "gpus_per_node" ? 0 : 1) || n != static_cast<int>(n))

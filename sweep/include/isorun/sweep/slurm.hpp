@@ -27,11 +27,38 @@ struct submission {
   std::vector<std::vector<std::size_t>> tasks;  ///< trials of array task 0, 1, ...
 };
 
-/// @brief Writes OUT/slurm/batch-N.json and batch-N.sh for `trials` (in chunks of
-///        trials_per_task) and submits the array with sbatch. Each array task runs, in
-///        `submit_dir`, `node_command` plus `--node OUT/slurm/batch-N.json:$SLURM_ARRAY_TASK_ID`.
-/// @throws usage_error if sbatch is not found, or refuses the array (its reason: a partition or
-///         gres the cluster lacks, ...); nothing is submitted then.
+/// @brief Why `value` cannot be given to sbatch as the spec's Slurm setting `key` (partition,
+///        account, time, or one entry of extra), or "" if it can.
+/// Every setting reaches sbatch as one argument of its command line, never as a line of the
+/// batch script, so no value can end a directive and start a shell line. What is refused is what
+/// would still mislead: control characters anywhere (a newline, an escape), whitespace in a
+/// partition, account or time (Slurm's names and durations have none), an extra entry that is not
+/// one option (it must start with '-'), and the options isorun sets itself (--array, --output,
+/// --error, --wrap, --parsable).
+std::string setting_problem(const std::string& key, const std::string& value);
+
+/// @brief The command line sbatch gets for a job array of `array_tasks` tasks whose output goes
+///        to `logs` (one file per array task, JOB_TASK.out): the array, --output, --no-requeue,
+///        then the spec's partition, account, time, gres and extra options, each as one argument.
+///        `%` in the logs path is doubled, as sbatch's filename patterns want.
+/// @throws usage_error for a setting setting_problem() refuses, or a logs path sbatch cannot take
+///         as a pattern (a control character; a backslash, which turns its patterns off).
+std::vector<std::string> sbatch_arguments(const slurm_spec& s, std::size_t array_tasks,
+                                          const std::filesystem::path& logs, const std::string& job_name);
+
+/// @brief The batch script of submission `batch_file` (OUT/slurm/batch-N.json): a comment, then
+///        `cd SUBMIT_DIR` and `exec NODE_COMMAND --node BATCH_FILE:$SLURM_ARRAY_TASK_ID`, every
+///        word single-quoted. It holds no #SBATCH directive: those travel as sbatch's arguments.
+std::string batch_script(const std::filesystem::path& batch_file, const std::vector<std::string>& node_command,
+                         const std::filesystem::path& submit_dir);
+
+/// @brief Writes OUT/slurm/batch-N.json (the trials of each array task, and the sbatch command
+///        line) and batch-N.sh for `trials` (in chunks of trials_per_task) and submits the array
+///        with sbatch. Each array task runs, in `submit_dir`, `node_command` plus
+///        `--node OUT/slurm/batch-N.json:$SLURM_ARRAY_TASK_ID`.
+/// @throws usage_error if sbatch is not found, a setting is refused (see sbatch_arguments), or
+///         sbatch refuses the array (its reason: a partition or gres the cluster lacks, ...);
+///         nothing is submitted then.
 submission submit(const slurm_spec& s, const std::filesystem::path& out, const std::vector<std::size_t>& trials,
                   const std::vector<std::string>& node_command, const std::filesystem::path& submit_dir,
                   const std::string& job_name);

@@ -1,0 +1,186 @@
+// Submitting to Slurm without a cluster: a stand-in sbatch on PATH records the command line and
+// the batch script it is given, so what reaches Slurm, and what never may, is checked exactly.
+// (The `slurm`-labelled cases in test_sweep.cpp run the same path on a real test cluster.)
+#include <catch2/catch.hpp>
+
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "isorun/runner/errors.hpp"
+#include "isorun/sweep/slurm.hpp"
+#include "test_support.hpp"
+
+namespace fs = std::filesystem;
+namespace sw = isorun::sweep;
+using nlohmann::json;
+
+namespace {
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A folder holding a stand-in `sbatch` first on PATH while it lives. The stand-in writes its
+// arguments NUL-separated to `args` and a copy of the script (its last argument) to `script`,
+// and prints a job id as `sbatch --parsable` does.
+class fake_sbatch {
+ public:
+  fake_sbatch() {
+    char d[] = "/tmp/isorun-fake-sbatch-XXXXXX";
+    REQUIRE(::mkdtemp(d) != nullptr);
+    dir_ = d;
+    std::ofstream(dir_ / "sbatch") << "#!/bin/sh\n"
+                                   << "printf '%s\\0' \"$@\" > '" << (dir_ / "args").string() << "'\n"
+                                   << "for last; do :; done\n"
+                                   << "cp \"$last\" '" << (dir_ / "script").string() << "'\n"
+                                   << "echo '4242;test'\n";
+    fs::permissions(dir_ / "sbatch", fs::perms::owner_all);
+    const char* path = std::getenv("PATH");
+    old_path_ = path ? path : "";
+    ::setenv("PATH", (dir_.string() + ":" + old_path_).c_str(), 1);
+  }
+  ~fake_sbatch() {
+    ::setenv("PATH", old_path_.c_str(), 1);
+    fs::remove_all(dir_);
+  }
+  fake_sbatch(const fake_sbatch&) = delete;
+  fake_sbatch& operator=(const fake_sbatch&) = delete;
+
+  const fs::path& dir() const { return dir_; }
+  bool called() const { return fs::exists(dir_ / "args"); }
+  std::vector<std::string> args() const {
+    std::vector<std::string> out;
+    std::istringstream in(read_all(dir_ / "args"));
+    for (std::string a; std::getline(in, a, '\0');) out.push_back(a);
+    return out;
+  }
+  std::string script() const { return read_all(dir_ / "script"); }
+
+ private:
+  fs::path dir_;
+  std::string old_path_;
+};
+
+sw::slurm_spec settings() {
+  sw::slurm_spec s;
+  s.partition = "gpu";
+  s.account = "lab";
+  s.time = "1:00:00";
+  s.gpus_per_node = 1;
+  s.max_running = 2;
+  s.extra = {"--comment=two words; touch pwned", "--qos=long"};
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("Slurm's settings reach sbatch as arguments; the batch script holds only cd and exec",
+          "[sweep][slurm-submit][hostile]") {
+  fake_sbatch sbatch;
+  // A space and a '%' in the output folder: as a script directive, sbatch would have split the
+  // first and expanded the second.
+  const fs::path out = sbatch.dir() / "out a%j";
+  const auto sub = sw::slurm::submit(settings(), out, {0, 1, 2}, {"/opt/isorun", "sweep", "it's.yaml"},
+                                     sbatch.dir(), "isorun-x");
+  CHECK(sub.job == "4242");
+  CHECK(sub.batch == 1);
+  const fs::path batch = out / "slurm" / "batch-1.json", script = out / "slurm" / "batch-1.sh";
+  const std::vector<std::string> expected = {
+      "--parsable", "--job-name=isorun-x", "--array=0-2%2",
+      "--output=" + sbatch.dir().string() + "/out a%%j/slurm/logs/%A_%a.out", "--no-requeue", "--partition=gpu",
+      "--account=lab", "--time=1:00:00", "--gres=gpu:1", "--comment=two words; touch pwned", "--qos=long",
+      script.string()};
+  CHECK(sbatch.args() == expected);
+
+  const json b = json::parse(read_all(batch));
+  CHECK(b["tasks"] == json::parse("[[0], [1], [2]]"));
+  CHECK(b["sbatch"].get<std::vector<std::string>>() ==
+        std::vector<std::string>(expected.begin(), expected.end() - 1));
+
+  // The script sbatch got: no directive, and two lines that are not comments, each word quoted.
+  const std::string text = sbatch.script();
+  CHECK(text == read_all(script));
+  CHECK(text.find("#SBATCH") == std::string::npos);
+  std::vector<std::string> commands;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty() && l[0] != '#') commands.push_back(l);
+  REQUIRE(commands.size() == 2);
+  CHECK(commands[0] == "cd '" + sbatch.dir().string() + "' || exit 1");
+  CHECK(commands[1] == "exec '/opt/isorun' 'sweep' 'it'\\''s.yaml' --node '" + batch.string() +
+                           "':\"$SLURM_ARRAY_TASK_ID\"");
+}
+
+TEST_CASE("a Slurm setting that could leave sbatch's options is refused before anything is written",
+          "[sweep][slurm-submit][hostile]") {
+  using sw::slurm::setting_problem;
+  CHECK_THAT(setting_problem("partition", "gpu\necho INJECTED > f"), Catch::Contains("partition holds a newline"));
+  CHECK_THAT(setting_problem("time", "1:00\r"), Catch::Contains("control character 13"));
+  CHECK_THAT(setting_problem("account", "a b"), Catch::Contains("holds a space"));
+  CHECK_THAT(setting_problem("extra", "qos=long"), Catch::Contains("not an sbatch option"));
+  CHECK_THAT(setting_problem("extra", "--array=0-99"), Catch::Contains("isorun sets itself"));
+  CHECK_THAT(setting_problem("extra", "-o/tmp/x"), Catch::Contains("isorun sets itself"));
+  CHECK_THAT(setting_problem("extra", "--wrap=id"), Catch::Contains("isorun sets itself"));
+  CHECK(setting_problem("extra", "--qos=long").empty());
+  CHECK(setting_problem("extra", "--comment=several words").empty());
+  CHECK(setting_problem("extra", "--output-extra-looking=1").empty());
+  CHECK(setting_problem("partition", "gpu-a100").empty());
+
+  fake_sbatch sbatch;
+  auto refused = [&](const sw::slurm_spec& s, const fs::path& out) {
+    try {
+      sw::slurm::submit(s, out, {0}, {"/opt/isorun"}, sbatch.dir(), "isorun-x");
+    } catch (const isorun::usage_error& e) {
+      INFO(e.what());
+      CHECK(!sbatch.called());
+      CHECK(!fs::exists(out / "slurm" / "batch-1.sh"));
+      return std::string(e.what());
+    }
+    return std::string("submitted");
+  };
+  // Settings made in C++ (no spec to check them) are checked all the same.
+  auto s = settings();
+  s.partition = "gpu\necho INJECTED > f";
+  CHECK_THAT(refused(s, sbatch.dir() / "o1"), Catch::Contains("Slurm setting partition holds a newline"));
+  s = settings();
+  s.extra.push_back("--qos=a\n#SBATCH --wrap=id");
+  CHECK_THAT(refused(s, sbatch.dir() / "o2"), Catch::Contains("extra holds a newline"));
+  // A backslash turns sbatch's filename patterns off; a newline has no place in --output.
+  CHECK_THAT(refused(settings(), sbatch.dir() / "back\\slash"), Catch::Contains("backslash"));
+  CHECK_THAT(refused(settings(), sbatch.dir() / "new\nline"), Catch::Contains("control character"));
+}
+
+TEST_CASE("a spec whose Slurm settings hold a YAML-escaped newline exits 2 naming the line; nothing is submitted",
+          "[sweep][slurm-submit][hostile]") {
+  fake_sbatch sbatch;
+  const fs::path dir = sbatch.dir();
+  auto sweep = [&](const std::string& resources) {
+    std::ofstream(dir / "spec.yaml") << "task: hello\nparams:\n  name: [a, b]\nresources:\n  backend: slurm\n"
+                                     << resources << "out: \"" << (dir / "out").string() << "\"\n";
+    return isorun::test::run_captured(ISORUN_CLI, {"sweep", (dir / "spec.yaml").string(), "--no-progress"});
+  };
+  // The review's example: a spec that looks like pure data.
+  auto r = sweep("  partition: \"gpu\\necho INJECTED > " + (dir / "f").string() + "\"\n");
+  INFO(r.err);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("line 6") && Catch::Contains("partition holds a newline"));
+  r = sweep("  extra: [\"--qos=long\", \"--comment=x\\n#SBATCH --wrap=id\"]\n");
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("line 6") && Catch::Contains("extra holds a newline"));
+  r = sweep("  time: \"1:00:00\"\n  account: \"a\\tb\"\n");
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("line 7") && Catch::Contains("account holds control character 9"));
+  CHECK(!sbatch.called());
+  CHECK(!fs::exists(dir / "f"));
+  CHECK(!fs::exists(dir / "out" / "slurm"));
+}
