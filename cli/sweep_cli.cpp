@@ -2,6 +2,8 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -165,7 +167,9 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
       s = sweep::spec_from_grid(command, grid);
     } else if (first.size() > 5 && (first.ends_with(".yaml") || first.ends_with(".yml"))) {
       std::ifstream in(first);
-      if (!in) throw usage_error("cannot read sweep spec " + first);
+      // What stopped the read is the message: no such file, permission denied, a folder.
+      const int err = in ? (std::filesystem::is_directory(first) ? EISDIR : 0) : errno;
+      if (err) throw usage_error("cannot read sweep spec " + first + ": " + std::strerror(err));
       std::stringstream text;
       text << in.rdbuf();
       if (!grid.empty()) throw usage_error("--grid goes with a TASK, not with a spec file");

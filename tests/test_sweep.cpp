@@ -479,6 +479,17 @@ TEST_CASE("bad sweep input: exit 2, nothing started, an existing journal untouch
   CHECK(lines(dir + "/out/results.jsonl") == before);
   CHECK(lines(log).size() == 2);  // nothing more ran
   CHECK_FALSE(fs::exists(dir + "/o2"));
+  // A spec that cannot be read: the reason, not only the name.
+  auto said = [&](const std::string& spec) {
+    return isorun::test::run_captured(ISORUN_CLI, {"sweep", spec, "--out", dir + "/o4"});
+  };
+  auto r = said(dir + "/missing.yaml");
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("cannot read sweep spec " + dir + "/missing.yaml: No such file or directory"));
+  fs::create_directory(dir + "/folder.yaml");
+  r = said(dir + "/folder.yaml");
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("folder.yaml: Is a directory"));
   fs::remove_all(dir);
 }
 
@@ -1490,6 +1501,27 @@ TEST_CASE("on Slurm: Ctrl-C cancels the arrays; --detach returns at once and run
   fs::remove_all(dir);
 }
 
+TEST_CASE("on Slurm: a node's usage error is not retried; the submitter says it and exits 2", "[slurm]") {
+  // The submitter has no GPU to check `gpus: all` against (they are the nodes'); here the node has
+  // none either, so each array task's isorun refuses its trials with exit 2.
+  const std::string dir = temp_dir();
+  fs::create_directories(dir + "/markers");
+  std::ofstream(dir + "/spec.yaml") << "task: gpu_span\nparams:\n  i: [0, 1]\n  dir: [\"" << dir
+                                    << "/markers\"]\nresources: {backend: slurm, gpus: all, mem_limit: 1G, "
+                                       "gpus_per_node: 1}\npolicy: {retries: {crashed: 2}}\nout: \"" << dir << "/out\"\n";
+  auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+  INFO(r.err);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("refused its trials: ") && Catch::Contains("GPU") &&
+                        Catch::Contains(dir + "/out/slurm/logs/"));
+  std::size_t submitted = 0;
+  for (std::size_t at = 0; (at = r.err.find("submitted ", at)) != std::string::npos; ++at) ++submitted;
+  CHECK(submitted == 1);  // not retried
+  CHECK(read_json(dir + "/out/slurm/jobs.json") == json::array());
+  CHECK(lines(dir + "/out/results.jsonl").empty());
+  fs::remove_all(dir);
+}
+
 TEST_CASE("on Slurm: a scancel'ed array task's trial is retried; a partition the cluster lacks is refused", "[slurm]") {
   const std::string dir = temp_dir();
   fs::create_directories(dir + "/m");
@@ -1559,7 +1591,7 @@ TEST_CASE("on Slurm: a node failure loses the running trial; it is retried once 
   const std::string nodes = isorun::test::run_captured("/usr/bin/sinfo", {"-h", "-o", "%n"}).out;
   const std::string node = nodes.substr(0, nodes.find('\n'));
   REQUIRE(isorun::test::run_captured("/usr/bin/scontrol", {"update", "nodename=" + node, "state=down", "reason=isorun-test"}).code == 0);
-  CHECK(eventually([&] { return sw::slurm::task_states(job)[0] == "NODE_FAIL"; }));
+  CHECK(eventually([&] { return sw::slurm::task_states(job)[0].state == "NODE_FAIL"; }));
   // Back in service once Slurm has killed what ran there (a resume is refused before).
   CHECK(eventually([&] {
     isorun::test::run_captured("/usr/bin/scontrol", {"update", "nodename=" + node, "state=resume"});

@@ -812,11 +812,22 @@ sweep_summary sweep_run::run() {
         if (stopping()) break;
         merge();  // what the last tasks left just before they ended
         const auto states = slurm::task_states(sub.job);
-        for (std::size_t k = 0; k < sub.tasks.size(); ++k)
+        for (std::size_t k = 0; k < sub.tasks.size(); ++k) {
+          const std::string task = sub.job + "_" + std::to_string(k);
+          const auto st_it = states.find(static_cast<int>(k));
+          const slurm::task_end end = st_it == states.end() ? slurm::task_end{"UNKNOWN"} : st_it->second;
+          // The node's isorun refused its trials (a GPU it lacks, say): every array task would
+          // say the same, so nothing is retried, and the node's reason is the sweep's.
+          if (const auto why = slurm::node_usage_error(end, dir / "logs" / (task + ".out"))) {
+            for (const auto& [job, other] : inflight) slurm::cancel(job);
+            inflight.clear();
+            save_jobs();
+            throw usage_error("on Slurm, array task " + task + " refused its trials: " + *why + " (its log: " +
+                              (dir / "logs" / (task + ".out")).string() + ")");
+          }
           for (std::size_t i : sub.tasks[k]) {
             if (done.count(i)) continue;
-            const auto st_it = states.find(static_cast<int>(k));
-            const std::string state = st_it == states.end() ? "UNKNOWN" : st_it->second;
+            const std::string& state = end.state;
             const outcome_kind kind = slurm::outcome_of(state);
             const auto allowed = s.retries.find(std::string(to_string(kind)));
             if (allowed != s.retries.end() && attempts[i] <= allowed->second) {
@@ -832,11 +843,11 @@ sweep_summary sweep_run::run() {
             rec.attempts = attempts[i];
             rec.device = "slurm:" + sub.job + "_" + std::to_string(k);
             rec.mem_limit = s.mem_limit;
-            rec.error = "Slurm array task " + sub.job + "_" + std::to_string(k) + " ended " + state +
-                        " without the trial's record (its log: " + (dir / "logs").string() + "/" + sub.job + "_" +
-                        std::to_string(k) + ".out)";
+            rec.error = "Slurm array task " + task + " ended " + state + " without the trial's record (its log: " +
+                        (dir / "logs" / (task + ".out")).string() + ")";
             finish_trial(std::move(rec));
           }
+        }
         it = inflight.erase(it);
         save_jobs();
       }

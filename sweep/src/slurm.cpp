@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -183,9 +184,9 @@ std::vector<int> active_tasks(const std::string& job) {
   return out;
 }
 
-std::map<int, std::string> task_states(const std::string& job) {
+std::map<int, task_end> task_states(const std::string& job) {
   const ran r = run("scontrol", {"show", "job", "-o", job});
-  std::map<int, std::string> out;
+  std::map<int, task_end> out;
   std::istringstream in(r.out);
   for (std::string line; std::getline(in, line);) {
     auto field = [&](const std::string& key) {
@@ -194,13 +195,25 @@ std::map<int, std::string> task_states(const std::string& job) {
       const auto from = at + key.size() + 2;
       return line.substr(from, line.find(' ', from) - from);
     };
-    const std::string task = field("ArrayTaskId"), state = field("JobState");
+    const std::string task = field("ArrayTaskId"), state = field("JobState"), code = field("ExitCode");
     if (!task.empty() && !state.empty()) try {
-        out[std::stoi(task)] = state;
+        task_end& e = out[std::stoi(task)];
+        e.state = state;
+        if (!code.empty() && std::isdigit(static_cast<unsigned char>(code[0]))) e.exit_code = std::stoi(code);  // "2:0"
       } catch (...) {
       }
   }
   return out;
+}
+
+std::optional<std::string> node_usage_error(const task_end& end, const fs::path& log) {
+  if (end.exit_code != 2) return std::nullopt;
+  std::ifstream in(log);
+  std::string said;
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("isorun: error: ", 0) == 0) said = line.substr(15);
+  if (said.empty()) return std::nullopt;  // exit 2 from something else: not isorun's refusal
+  return said;
 }
 
 outcome_kind outcome_of(const std::string& state) {

@@ -33,6 +33,16 @@ for b in munged slurmctld slurmd sbatch squeue scontrol setpriv; do
 done
 [ "$(id -u)" -eq 0 ] || { echo "a test Slurm cluster needs root (slurmd, munged)"; exit 77; }
 id munge > /dev/null 2>&1 || { echo "no munge user (install munge)"; exit 77; }
+# slurmd reads its node's cgroups at start, whatever the plugins: without a cgroup file system it
+# never registers (a minimal container).
+cgroup_fs=no
+for d in /sys/fs/cgroup /sys/fs/cgroup/*; do
+  case $(stat -f -c %T "$d" 2> /dev/null) in cgroup2fs|cgroupfs) cgroup_fs=yes ;; esac
+done
+if [ $cgroup_fs = no ]; then
+  echo "no cgroup file system is mounted on /sys/fs/cgroup, and slurmd needs one (mount -t cgroup2 none /sys/fs/cgroup)"
+  exit 77
+fi
 
 mkdir -p "$dir"/{state,spool,munge,log,dev}
 chmod 755 "$dir"  # munged runs as the munge user: the folders on its way must be open to it
@@ -111,7 +121,18 @@ while [ $((SECONDS - start)) -lt 60 ]; do
   case "$state" in idle|mix|alloc) echo "SLURM_CONF=$SLURM_CONF"; exit 0 ;; esac
   sleep 0.1
 done
-echo "the test cluster did not come up (node state '${state:-none}'); logs in $dir/log:"
-tail -5 "$dir"/log/*.log "$dir"/log/*.out 2> /dev/null
+# DIR goes with the test: the logs are kept elsewhere, and their ends shown here.
 stop
+keep=$(mktemp -d /tmp/isorun-slurm-logs-XXXXXX)
+cp -r "$dir/log/." "$dir/munge/munged.log" "$keep/" 2> /dev/null
+echo "the test cluster did not come up (node state '${state:-none}'); its logs are kept in $keep:"
+for f in "$keep"/*; do
+  [ -s "$f" ] || continue
+  echo "--- $(basename "$f"), last lines:"
+  tail -n 15 "$f"
+done
+if grep -qs 'No filesystem mounted on /sys/fs/cgroup' "$keep"/slurmd.*; then
+  echo "skipped: slurmd found no cgroup file system on /sys/fs/cgroup (see slurmd.log above)"
+  exit 77
+fi
 exit 1

@@ -71,10 +71,21 @@ std::vector<std::size_t> node_trials(const std::string& file_and_task);
 ///        the whole array is done, or when Slurm no longer knows the job.
 std::vector<int> active_tasks(const std::string& job);
 
-/// @brief How each array task of `job` ended, as Slurm says (scontrol show job): COMPLETED,
-///        FAILED, TIMEOUT, NODE_FAIL, PREEMPTED, OUT_OF_MEMORY, CANCELLED, ... by task index.
-///        Tasks Slurm has forgotten (MinJobAge) are missing.
-std::map<int, std::string> task_states(const std::string& job);
+/// How an array task ended, as Slurm says.
+struct task_end {
+  std::string state;   ///< COMPLETED, FAILED, TIMEOUT, NODE_FAIL, PREEMPTED, OUT_OF_MEMORY, CANCELLED, ...
+  int exit_code = -1;  ///< the batch script's exit code (ExitCode=N:signal), -1 if Slurm gave none
+};
+
+/// @brief How each array task of `job` ended (scontrol show job), by task index. Tasks Slurm
+///        has forgotten (MinJobAge) are missing.
+std::map<int, task_end> task_states(const std::string& job);
+
+/// @brief The usage error an array task's isorun stopped with, if that is how it ended: exit
+///        code 2 (isorun's code for input it refuses, such as a GPU the node does not have) and
+///        the last `isorun: error:` line of its log `log`. nullopt for any other end: those
+///        are lost trials, retried by the sweep's policy, while a usage error would only repeat.
+std::optional<std::string> node_usage_error(const task_end& end, const std::filesystem::path& log);
 
 /// @brief The outcome class of a trial whose array task ended in Slurm state `state` without
 ///        leaving its record: TIMEOUT (Slurm's time limit) is a timeout, OUT_OF_MEMORY (its
