@@ -370,6 +370,11 @@ struct slow_to_free {
 
 slow_to_free frees_slowly(const std::string& dir) { return slow_to_free(dir); }
 
+// The same with a large argument, so that its request segment is large.
+slow_to_free frees_slowly_after_large_request(const std::string& dir, const isorun::blob& /*ballast*/) {
+  return slow_to_free(dir);
+}
+
 int prints(const std::string& text) {
   std::printf("%s\n", text.c_str());
   return 0;
@@ -415,6 +420,7 @@ ISORUN_TASK(escapee);
 ISORUN_TASK(escapes_to_rewrite);
 ISORUN_TASK(clings);
 ISORUN_TASK(frees_slowly);
+ISORUN_TASK(frees_slowly_after_large_request);
 
 namespace {
 
@@ -967,6 +973,39 @@ TEST_CASE("an early result is handed over before the worker frees the task's res
   CHECK(process_gone(pid));
   CHECK(std::filesystem::exists(d + "/freed"));
   std::filesystem::remove_all(d);
+}
+
+TEST_CASE("after an early hand-over, the worker's request segment is reused only once the worker is reaped",
+          "[runner][early]") {
+  // A worker still exiting maps its request (read-only, but shared: the kernel refuses to seal a
+  // file so mapped). Were its segment handed to the next call as the result segment, that
+  // result could not be sealed, and its early hand-over would quietly wait for the exit.
+  isorun::stop_standby();
+  isorun::serialization::segment_pool::instance().clear();
+  char dir[] = "/tmp/isorun-reuse-XXXXXX";
+  REQUIRE(::mkdtemp(dir));
+  const std::string d = dir;
+  REQUIRE(::mkfifo((d + "/free").c_str(), 0600) == 0);
+  auto slow = isorun::isolated(frees_slowly_after_large_request, {.grace = std::chrono::hours(1), .early_result = true})
+                  .async(d, isorun::blob(2_MiB));
+  const pid_t slow_pid = slow.pid();
+  auto first = slow.try_get();
+  REQUIRE(first.ok());
+  REQUIRE(first.status().exit_pending);  // its worker now waits in the result's destructor
+  // A small request passes over a large idle segment; a result takes the largest one there is.
+  auto next = isorun::isolated(pid_and_calls, {.early_result = true}).try_call(0);
+  REQUIRE(next.ok());
+  CHECK(next.status().exit_pending);
+  { std::ofstream free(d + "/free"); }
+  CHECK(process_gone(slow_pid));
+  std::filesystem::remove_all(d);
+}
+
+TEST_CASE("a call's pid stays its worker's once the worker is reaped", "[runner]") {
+  auto h = isorun::isolated(pid_and_calls).async(0);
+  auto r = h.try_get();  // the worker is gone by now
+  REQUIRE(r.ok());
+  CHECK(h.pid() == std::stoi(r.value()));
 }
 
 TEST_CASE("a streamed result is handed over early with no seal: the bytes are the supervisor's already", "[runner][early][stream]") {

@@ -169,6 +169,7 @@ struct job::state {
   job_spec spec;
   prepared_request segments;
   launched_worker worker;
+  pid_t pid = -1;  // the worker's, kept once it is reaped (the watcher may reap it at any time)
   unique_fd cancel_event;
 
   std::mutex wait_mutex;
@@ -413,7 +414,7 @@ job::~job() {
   state_->result.owner.reset();
 }
 
-pid_t job::pid() const noexcept { return state_->worker.process.pid(); }
+pid_t job::pid() const noexcept { return state_->pid; }
 
 void job::cancel() noexcept {
   const std::uint64_t one = 1;
@@ -475,6 +476,7 @@ std::shared_ptr<job> job::assign_checked(job_spec spec, launched_worker worker) 
   if (!s->cancel_event) throw internal_error(std::string("eventfd: ") + std::strerror(errno));
   s->segments = prepare_request(spec);
   s->worker = std::move(worker);
+  s->pid = s->worker.process.pid();
   // The job starts now, not when its worker was launched (a standby one may have waited long):
   // the timeout and the wall time count from here.
   s->worker.started = clock::now();
@@ -490,13 +492,18 @@ std::shared_ptr<job> job::assign_checked(job_spec spec, launched_worker worker) 
       {
         std::lock_guard lock(s->wait_mutex);
         s->result = classify(std::move(w), s->spec, s->segments.result);
-        s->segments.request.reset();
         if (!s->result.owner) s->segments.result.reset();
         s->finished = true;
       }
       s->ready.notify_all();
       if (early) finish_exit(*s);
-      s->segments.ring.reset();  // only now: a worker still exiting could have written to it
+      // Only now, with the worker reaped, do its segments go back to the pool. A worker still
+      // exiting maps its request (read-only, yet a shared mapping of a file it could write, which
+      // the kernel counts as a writer) and holds its descriptor: handed to the next call as its
+      // result segment, that segment could not be sealed, and the early hand-over would
+      // silently wait for the exit; a task could even write into it.
+      s->segments.request.reset();
+      s->segments.ring.reset();  // a worker still exiting could have written to it
       s->worker.control.reset();
       s->worker.stderr_read.reset();
     }).detach();

@@ -133,7 +133,7 @@ class call_handle {
   }
   /// Stops the worker (SIGTERM, then SIGKILL after the grace period); get() then throws `cancelled`.
   void cancel() noexcept { job_->cancel(); }
-  /// The worker's pid.
+  /// The worker's pid, also after it exited (see runner::job::pid()).
   [[nodiscard]] pid_t pid() const noexcept { return job_->pid(); }
 
  private:

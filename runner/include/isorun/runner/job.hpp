@@ -120,7 +120,9 @@ class job {
   ///        second call sends SIGKILL at once. Thread-safe and async-signal-safe; returns at once.
   void cancel() noexcept;
 
-  /// @brief The worker's pid (also its process group id).
+  /// @brief The worker's pid (also its process group id), for as long as the job lives, also
+  ///        once the worker has exited and been reaped. The number may then name another
+  ///        process: stop the worker with cancel(), never by signalling this pid.
   [[nodiscard]] pid_t pid() const noexcept;
 
   struct state;
