@@ -1111,7 +1111,7 @@ std::string read_file(const fs::path& p) {
 
 }  // namespace
 
-TEST_CASE("report data: axes, outcome counts and the slots' intervals come from the journal", "[sweep][report]") {
+TEST_CASE("report axes: numeric, integer, log or categorical, from the values", "[sweep][report]") {
   using sw::axis_for;
   auto lr = axis_for("lr", {json(0.001), json(0.01), json(0.1)});
   CHECK(lr.numeric);
@@ -1126,7 +1126,45 @@ TEST_CASE("report data: axes, outcome counts and the slots' intervals come from 
   auto model = axis_for("model", {json("mlp"), json("softmax"), json("mlp"), json(3)});
   CHECK_FALSE(model.numeric);
   CHECK(model.categories == std::vector<std::string>{"mlp", "softmax", "3"});
+  // Spaced by a factor (a log grid written by hand), or two values a decade apart: log.
+  CHECK(axis_for("wd", {json(0.01), json(0.055), json(0.3)}).log);
+  CHECK(axis_for("lr", {json(1e-4), json(1e-3)}).log);
+  // A linear grid over two decades stays linear.
+  std::vector<json> steps;
+  for (int i = 1; i <= 100; ++i) steps.emplace_back(i);
+  CHECK_FALSE(axis_for("n", steps).log);
+  CHECK(axis_for("n", steps).integer);
+  CHECK_FALSE(axis_for("wd", {json(0.01), json(0.055)}).integer);
+}
 
+TEST_CASE("report axes: whole numbers for integer parameters, and tick labels that never overlap", "[sweep][report]") {
+  using sw::axis_for;
+  using sw::axis_tick_labels;
+  CHECK(axis_tick_labels(axis_for("seed", {json(1), json(2)}), 350) == std::vector<std::string>{"1", "2"});
+  CHECK(axis_tick_labels(axis_for("epochs", {json(10), json(30)}), 350) ==
+        std::vector<std::string>{"10", "15", "20", "25", "30"});
+  auto fits = [](const std::vector<std::string>& labels, double width) {
+    double need = 0;
+    for (const auto& l : labels) need += static_cast<double>(l.size()) * 6.0 + 10;
+    return labels.size() >= 2 && need <= width;
+  };
+  // Nine values from 1e-4 to 9e-4, a linear grid: the labels once ran into each other.
+  std::vector<json> small;
+  for (int i = 1; i <= 9; ++i) small.emplace_back(i * 1e-4);
+  for (double width : {120.0, 200.0, 350.0}) {
+    INFO("width " << width);
+    const auto labels = axis_tick_labels(axis_for("lr", small), width);
+    CHECK(fits(labels, width));
+    CHECK(std::set<std::string>(labels.begin(), labels.end()).size() == labels.size());
+  }
+  std::vector<json> big;
+  for (int i = 0; i <= 1000; ++i) big.emplace_back(i * 1234567);
+  const auto labels = axis_tick_labels(axis_for("bytes", big), 350);
+  CHECK(fits(labels, 350));
+  CHECK(labels.front() == "0");
+}
+
+TEST_CASE("report data: outcome counts and the slots' intervals come from the journal", "[sweep][report]") {
   const std::string dir = temp_dir();
   std::ofstream(dir + "/sweep.json") << json{{"task", "t"}, {"subject", "t"}, {"metric", {{"name", "acc"}, {"maximize", true}}},
                                              {"runs", {{{"run", 1}, {"slots", {{{"index", 0}, {"device", "cpu"}}, {{"index", 1}, {"device", "cpu"}}}}, {"wall_s", 3.0}}}}}
@@ -1267,7 +1305,8 @@ TEST_CASE("--memory-timeline draws one run's memory, and an OOM's live allocatio
   const std::string page = read_file(dir + "/oom.html");
   CHECK(page.find("<svg") != std::string::npos);
   CHECK(page.find("Out of memory:") != std::string::npos);
-  CHECK(occurrences(page, "<tr><td>") == 16);  // 16 x 8 MiB live at the failure
+  CHECK(occurrences(page, "<tr><td>") == 1);  // 16 x 8 MiB live at the failure: one row
+  CHECK(page.find("<tr><td>16 &times; 8.00 MiB</td><td>128.00 MiB</td>") != std::string::npos);
   CHECK_FALSE(fs::exists(dir + "/oom.html.json.tmp"));
   auto ok = isorun::test::run_captured(ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "--cpu", "--mem-limit", "128M",
                                                     "--memory-timeline", dir + "/ok.html", "fill_mib", "arg0=32"});
@@ -1348,7 +1387,8 @@ TEST_CASE("an out-of-memory trial's timeline loads in Chromium, showing what was
   CHECK(r.dom.find("data-ready=\"yes\"") != std::string::npos);
   CHECK(r.dom.find("Out of memory:") != std::string::npos);
   CHECK(r.dom.find("<polyline class=\"allocated\"") != std::string::npos);
-  CHECK(occurrences(r.dom, "<tr><td>") == 32);
+  CHECK(occurrences(r.dom, "<tr><td>") == 1);  // 32 x 8 MiB, one row
+  CHECK(r.dom.find("32 × 8.00 MiB</td><td>256.00 MiB</td>") != std::string::npos);
   if (const char* keep = std::getenv("ISORUN_TIMELINE_PNG")) in_browser(dir + "/oom.html", dir + "/profile", keep);
   fs::remove_all(dir);
 }

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <numeric>
 #include <set>
 #include <sstream>
@@ -81,6 +83,7 @@ std::string ramp(double t) {
 struct scale {
   double lo = 0, hi = 1, a = 0, b = 1;
   bool log = false;
+  bool integer = false;  // ticks on whole numbers only
   [[nodiscard]] double operator()(double v) const {
     double x = log ? std::log10(std::max(v, 1e-300)) : v, l = log ? std::log10(lo) : lo, h = log ? std::log10(hi) : hi;
     if (h == l) return (a + b) / 2;
@@ -96,12 +99,60 @@ struct scale {
       if (t.size() >= 2) return t;
       return {lo, hi};
     }
-    const double raw = (hi - lo) / 5, mag = std::pow(10.0, std::floor(std::log10(raw)));
-    const double step = raw / mag >= 5 ? 5 * mag : raw / mag >= 2 ? 2 * mag : mag;
-    for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) t.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
+    return ticks_every(round_step((hi - lo) / 5));
+  }
+  // Ticks on the multiples of `step` within [lo, hi] (a linear scale).
+  [[nodiscard]] std::vector<double> ticks_every(double step) const {
+    if (integer) step = std::max(1.0, std::round(step));
+    std::vector<double> t;
+    for (double v = std::ceil(lo / step - 1e-9) * step; v <= hi + step * 1e-9; v += step)
+      t.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
     return t;
   }
+  // The round step (1, 2 or 5 times a power of ten) at or above `raw`.
+  [[nodiscard]] static double round_step(double raw) {
+    const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+    return raw / mag > 5 ? 10 * mag : raw / mag > 2 ? 5 * mag : raw / mag > 1 ? 2 * mag : mag;
+  }
 };
+
+// A tick's label: short, whatever the magnitude (1e-04 rather than 0.0001).
+std::string tick_label(double v) {
+  const double a = std::abs(v);
+  if (a != 0 && (a < 1e-3 || a >= 1e6)) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.2g", v);
+    return b;
+  }
+  return num(v, 3);
+}
+
+// Ticks along a horizontal axis whose labels do not overlap: the step grows (linear) or every
+// other decade is kept (log) until the labels, at about 6 px a character and a gap, fit.
+std::vector<double> fitted_ticks(const scale& x) {
+  const double width = std::abs(x.b - x.a);
+  auto fits = [&](const std::vector<double>& t) {
+    double need = 0;
+    for (double v : t) need += static_cast<double>(tick_label(v).size()) * 6.0 + 10;
+    return need <= width;
+  };
+  std::vector<double> t = x.ticks();
+  if (x.log || !(x.hi > x.lo)) {
+    while (!fits(t) && t.size() > 2) {
+      std::vector<double> fewer;
+      for (std::size_t i = 0; i < t.size(); i += 2) fewer.push_back(t[i]);
+      t = fewer;
+    }
+    return t;
+  }
+  for (double step = scale::round_step((x.hi - x.lo) / 5); !fits(t) && t.size() > 2;) {
+    step = scale::round_step(step * 1.5);
+    std::vector<double> fewer = x.ticks_every(step);
+    if (fewer.size() < 2) return {t.front(), t.back()};  // a step that wide leaves one: the ends instead
+    t = std::move(fewer);
+  }
+  return t;
+}
 
 // A byte axis from 0 to `top`: its ticks fall on round MiB (or GiB) values.
 struct byte_axis {
@@ -120,7 +171,7 @@ struct byte_axis {
   }
 };
 
-scale padded(double lo, double hi, double a, double b, bool log) {
+scale padded(double lo, double hi, double a, double b, bool log, bool integer = false) {
   if (!log && hi == lo) {
     lo -= std::abs(lo) * 0.1 + 0.5;
     hi += std::abs(hi) * 0.1 + 0.5;
@@ -132,7 +183,7 @@ scale padded(double lo, double hi, double a, double b, bool log) {
     lo /= 2;
     hi *= 2;
   }
-  return {lo, hi, a, b, log};
+  return {lo, hi, a, b, log, integer};
 }
 
 // Every `n`-th of `count` indices so at most `limit` remain, plus those `keep` says.
@@ -171,8 +222,9 @@ void axes(std::ostringstream& o, const scale& x, const scale& y, double top, dou
       << "<line class=\"grid\" x1=\"" << px(left) << "\" x2=\"" << px(right) << "\" y1=\"" << px(y(t)) << "\" y2=\""
       << px(y(t)) << "\"/>";
   if (!xlabel.empty()) {
-    for (double t : x.ticks())
-      o << "<text x=\"" << px(x(t)) << "\" y=\"" << px(bottom + 14) << "\" text-anchor=\"middle\">" << num(t, 3) << "</text>";
+    for (double t : fitted_ticks(x))
+      o << "<text x=\"" << px(x(t)) << "\" y=\"" << px(bottom + 14) << "\" text-anchor=\"middle\">" << tick_label(t)
+        << "</text>";
   }
   o << "<text x=\"" << px((left + right) / 2) << "\" y=\"" << px(bottom + 30) << "\" text-anchor=\"middle\" class=\"label\">"
     << esc(xlabel) << "</text><text transform=\"translate(12," << px((top + bottom) / 2)
@@ -195,7 +247,7 @@ std::string param_chart(const report_data& d, const param_axis& ax) {
   for (auto& p : pts) ylo = std::min(ylo, p.second), yhi = std::max(yhi, p.second);
   const scale y = padded(ylo, yhi, B, T, false);
   if (ax.numeric) {
-    const scale x = padded(ax.lo, ax.hi, L, R, ax.log);
+    const scale x = padded(ax.lo, ax.hi, L, R, ax.log, ax.integer);
     axes(o, x, y, T, B, L, R, ax.name + (ax.log ? " (log)" : ""), metric_label(d));
     for (std::size_t i : sample(pts.size(), max_points, [](std::size_t) { return false; })) {
       const auto& [r, m] = pts[i];
@@ -341,8 +393,8 @@ std::string slots_chart(const report_data& d) {
     }
     const double base = T + row * slots;
     o << "<g class=\"axis\"><line x1=\"" << px(L) << "\" x2=\"" << px(R) << "\" y1=\"" << px(base) << "\" y2=\"" << px(base) << "\"/>";
-    for (double t : x.ticks())
-      o << "<text x=\"" << px(x(t)) << "\" y=\"" << px(base + 14) << "\" text-anchor=\"middle\">" << num(t, 3) << "</text>";
+    for (double t : fitted_ticks(x))
+      o << "<text x=\"" << px(x(t)) << "\" y=\"" << px(base + 14) << "\" text-anchor=\"middle\">" << tick_label(t) << "</text>";
     o << "<text x=\"" << px((L + R) / 2) << "\" y=\"" << px(base + 30) << "\" text-anchor=\"middle\" class=\"label\">seconds "
          "after the run started</text></g></svg>";
   }
@@ -439,8 +491,8 @@ std::string timeline_svg(const json& t) {
     for (double v : y.ticks())
       o << "<text x=\"" << px(L - 4) << "\" y=\"" << px(y(v) + 3) << "\" text-anchor=\"end\">" << bytes(static_cast<std::uint64_t>(v))
         << "</text><line class=\"grid\" x1=\"" << px(L) << "\" x2=\"" << px(R) << "\" y1=\"" << px(y(v)) << "\" y2=\"" << px(y(v)) << "\"/>";
-    for (double v : x.ticks())
-      o << "<text x=\"" << px(x(v)) << "\" y=\"" << px(B + 14) << "\" text-anchor=\"middle\">" << num(v, 3) << "</text>";
+    for (double v : fitted_ticks(x))
+      o << "<text x=\"" << px(x(v)) << "\" y=\"" << px(B + 14) << "\" text-anchor=\"middle\">" << tick_label(v) << "</text>";
     o << "<text x=\"" << px((L + R) / 2) << "\" y=\"" << px(B + 30) << "\" text-anchor=\"middle\" class=\"label\">ms into the task"
       << (dev.value("index", -1) >= 0 ? " · GPU " + std::to_string(dev.value("index", -1)) : std::string(" · CPU")) << " · "
       << events.size() << " events</text></g>";
@@ -474,15 +526,18 @@ std::string timeline_svg(const json& t) {
     o << "<div class=\"oom\"><p><b>Out of memory:</b> asked for " << bytes(f.value("requested", std::uint64_t{0})) << " with "
       << bytes(f.value("allocated", std::uint64_t{0})) << " allocated and " << bytes(f.value("reserved", std::uint64_t{0}))
       << " reserved of a cap of " << bytes(f.value("limit", std::uint64_t{0})) << " (largest free cached block "
-      << bytes(f.value("largest_free", std::uint64_t{0})) << "). Live allocations at the failure, largest first:</p>"
-      << "<table class=\"live\"><tr><th>#</th><th>size</th><th>share of the cap</th></tr>";
-    std::size_t i = 0;
+      << bytes(f.value("largest_free", std::uint64_t{0})) << "). Live allocations at the failure, by size, largest first:</p>"
+      << "<table class=\"live\"><tr><th>allocations</th><th>together</th><th>share of the cap</th></tr>";
+    // Allocations of one size are one row (a model's layers are many of the same size).
+    std::map<std::uint64_t, std::uint64_t, std::greater<>> by_size;
+    for (const auto& b : f.value("live", json::array()))
+      if (b.is_number_unsigned()) ++by_size[b.get<std::uint64_t>()];
     const double limit = static_cast<double>(std::max<std::uint64_t>(1, f.value("limit", std::uint64_t{1})));
-    for (const auto& b : f.value("live", json::array())) {
-      const auto n = b.get<std::uint64_t>();
-      o << "<tr><td>" << ++i << "</td><td>" << bytes(n) << "</td><td><span class=\"bar\" style=\"width:"
-        << px(std::min(100.0, 100.0 * static_cast<double>(n) / limit)) << "px\"></span> "
-        << num(100.0 * static_cast<double>(n) / limit, 3) << "%</td></tr>";
+    for (const auto& [size, count] : by_size) {
+      const double share = 100.0 * static_cast<double>(size) * static_cast<double>(count) / limit;
+      o << "<tr><td>" << count << " &times; " << bytes(size) << "</td><td>" << bytes(size * count)
+        << "</td><td><span class=\"bar\" style=\"width:" << px(std::min(100.0, share)) << "px\"></span> " << num(share, 3)
+        << "%</td></tr>";
     }
     o << "</table></div>";
   }
@@ -614,7 +669,34 @@ json read_json_file(const fs::path& p) {
   return json::parse(in, nullptr, false);
 }
 
+// Whether the distinct values are spaced more evenly by ratio than by difference (a grid made
+// with scale: log, or by hand as 0.01, 0.055, 0.3); two values, a decade apart or more, count.
+bool spaced_by_ratio(const std::vector<json>& values) {
+  std::vector<double> v;
+  for (const auto& j : values) v.push_back(j.get<double>());
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  if (v.size() < 3) return true;
+  // How unevenly spaced: the spread of the gaps relative to their mean.
+  auto unevenness = [&](auto&& f) {
+    std::vector<double> gaps;
+    for (std::size_t i = 1; i < v.size(); ++i) gaps.push_back(f(v[i]) - f(v[i - 1]));
+    double mean = 0, var = 0;
+    for (double g : gaps) mean += g / static_cast<double>(gaps.size());
+    for (double g : gaps) var += (g - mean) * (g - mean) / static_cast<double>(gaps.size());
+    return std::sqrt(var) / mean;
+  };
+  return unevenness([](double x) { return std::log(x); }) < unevenness([](double x) { return x; });
+}
+
 }  // namespace
+
+std::vector<std::string> axis_tick_labels(const param_axis& axis, double width_px) {
+  std::vector<std::string> out;
+  if (!axis.numeric) return out;
+  for (double t : fitted_ticks(padded(axis.lo, axis.hi, 0, width_px, axis.log, axis.integer))) out.push_back(tick_label(t));
+  return out;
+}
 
 param_axis axis_for(const std::string& name, const std::vector<json>& values) {
   param_axis ax;
@@ -623,7 +705,10 @@ param_axis axis_for(const std::string& name, const std::vector<json>& values) {
   if (ax.numeric) {
     ax.lo = ax.hi = values.front().get<double>();
     for (const auto& v : values) ax.lo = std::min(ax.lo, v.get<double>()), ax.hi = std::max(ax.hi, v.get<double>());
-    ax.log = ax.lo > 0 && ax.hi / ax.lo >= 100;  // (one value spans nothing: hi == lo, no log)
+    ax.integer = std::all_of(values.begin(), values.end(), [](const json& v) {
+      return v.is_number_integer() || (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()));
+    });
+    ax.log = ax.lo > 0 && ax.hi / ax.lo >= 10 && spaced_by_ratio(values);  // (one value: hi == lo, no log)
     return ax;
   }
   for (const auto& v : values)

@@ -30,7 +30,8 @@ struct run_info {
 struct param_axis {
   std::string name;
   bool numeric = false;                 ///< every value is a number
-  bool log = false;                     ///< numeric, all positive, spanning at least two decades
+  bool integer = false;                 ///< numeric, and every value is a whole number
+  bool log = false;                     ///< numeric, all positive, a decade or more, spaced as by a factor
   double lo = 0, hi = 0;                ///< the numeric range
   std::vector<std::string> categories;  ///< otherwise: the values as words, in first-seen order
 };
@@ -56,9 +57,16 @@ struct report_data {
   std::vector<param_axis> params;
 };
 
-/// @brief The axis for parameter `name` taking `values`: numeric (log when every value is
-///        positive and they span two decades or more) or categorical.
+/// @brief The axis for parameter `name` taking `values`: numeric or categorical. A numeric one
+///        is logarithmic when every value is positive, they span a decade or more, and their
+///        distinct values are spaced more evenly by ratio than by difference (0.01, 0.055, 0.3),
+///        or there are only two of them (1e-4, 1e-3).
 param_axis axis_for(const std::string& name, const std::vector<nlohmann::json>& values);
+
+/// @brief The tick labels drawn under a numeric parameter's axis `width_px` wide: round values
+///        (whole numbers only, for an integer parameter), as few as it takes for no two labels to
+///        overlap.
+std::vector<std::string> axis_tick_labels(const param_axis& axis, double width_px);
 
 /// @brief Every journaled trial that has a run and a start, as a bar on its slot, by run then
 ///        slot then start.
