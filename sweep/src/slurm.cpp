@@ -63,7 +63,8 @@ std::string setting_problem(const std::string& key, const std::string& value) {
       return key + " holds " + (c == '\n' ? std::string("a newline") : "control character " + std::to_string(c)) +
              "; Slurm settings are plain text on one line";
   if (key != "extra") {
-    if (value.find_first_of(" \t") != std::string::npos) return key + " \"" + value + "\" holds a space; Slurm's " + key + " has none";
+    if (value.find_first_of(" \t") != std::string::npos)
+      return key + " \"" + value + "\" holds a space; Slurm's " + key + " has none";
     return "";
   }
   if (value.size() < 2 || value[0] != '-')
