@@ -1,18 +1,26 @@
 // Tasks that turn on the machinery around them: the worker's control socket, which is open in
-// their own process. Real workers, as in test_runner.cpp (the tasks below run in re-executed
-// copies of this binary).
+// their own process, and the cgroups that contain them. Real workers, as in test_runner.cpp (the
+// tasks below run in re-executed copies of this binary).
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <system_error>
 
 #include "isorun/isorun.hpp"
+#include "isorun/runner/containment.hpp"
+#include "isorun/runner/process.hpp"
 #include "isorun/serialization/control.hpp"
 #include "test_support.hpp"
 
@@ -57,12 +65,70 @@ std::string forges_done(int) {
   return "returned";
 }
 
+// Forks a child that tries to move itself into the cgroup `where` (the supervisor's, named from
+// outside) and, if it moved, leaves the worker's process group too and waits for ever. Returns
+// "CGROUP ERRNO PID": the worker's cgroup as it sees it, the errno of the move (0: it moved) and
+// the child's pid.
+std::string leaves_cgroup(const std::string& where) {
+  int report[2];
+  if (::pipe(report) != 0) throw std::runtime_error("pipe");
+  const pid_t child = ::fork();
+  if (child < 0) throw std::runtime_error("fork failed");
+  if (child == 0) {
+    ::close(report[0]);
+    const int procs = ::open((where + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+    const int err = procs < 0 ? errno : ::write(procs, "0", 1) == 1 ? 0 : errno;
+    [[maybe_unused]] auto n = ::write(report[1], &err, sizeof err);
+    if (err != 0) ::_exit(0);
+    ::setsid();
+    for (;;) ::pause();
+  }
+  ::close(report[1]);
+  int err = -1;
+  [[maybe_unused]] auto n = ::read(report[0], &err, sizeof err);
+  ::close(report[0]);
+  std::string seen;
+  std::ifstream in("/proc/self/cgroup");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("0::", 0) == 0) seen = line.substr(3);
+  return seen + " " + std::to_string(err) + " " + std::to_string(child);
+}
+
 }  // namespace
 
 ISORUN_TASK(jams_control);
 ISORUN_TASK(junk_then_waits);
 ISORUN_TASK(floods_control);
 ISORUN_TASK(forges_done);
+ISORUN_TASK(leaves_cgroup);
+
+namespace {
+
+// Whether this process may create cgroup namespaces (CAP_SYS_ADMIN in its effective set).
+bool may_create_cgroup_namespaces() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("CapEff:", 0) == 0) return (std::stoull(line.substr(7), nullptr, 16) >> 21) & 1;
+  return false;
+}
+
+// Whether the cgroup2 file system that holds `dir` is mounted with nsdelegate: only then does the
+// kernel refuse a process in a cgroup namespace a move to a cgroup outside it.
+bool cgroup_namespaces_delegate(const std::string& dir) {
+  std::ifstream in("/proc/self/mountinfo");
+  for (std::string line; std::getline(in, line);) {
+    // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTIONS
+    const auto dash = line.find(" - cgroup2 ");
+    if (dash == std::string::npos) continue;
+    std::istringstream fields(line);
+    std::string id, parent, dev, root, mount;
+    fields >> id >> parent >> dev >> root >> mount;
+    if (dir.rfind(mount + "/", 0) == 0) return line.find("nsdelegate", dash) != std::string::npos;
+  }
+  return false;
+}
+
+}  // namespace
 
 TEST_CASE("a task that writes to its worker's control socket stops the worker at once, as invalid_result",
           "[runner][hostile]") {
@@ -97,4 +163,70 @@ TEST_CASE("a task that writes to its worker's control socket stops the worker at
     }
   }
   CHECK(isorun::test::shm_entries() == shm);
+}
+
+TEST_CASE("a worker's processes cannot move into the supervisor's cgroup", "[runner][hostile][containment]") {
+  ::unsetenv("ISORUN_CONTAINMENT");  // the default
+  const auto& contained = isorun::runner::containment();
+  if (!contained.cgroup) {
+    WARN("skipped: children are contained by their process group alone here (" << contained.why_not << ")");
+    return;
+  }
+  auto r = isorun::isolated(leaves_cgroup).try_call(contained.where);
+  REQUIRE(r.ok());
+  std::istringstream in(r.value());
+  std::string seen;
+  int err = -1;
+  pid_t child = -1;
+  REQUIRE(in >> seen >> err >> child);
+  const bool escaped = !process_gone(child, 0);
+  if (escaped) ::kill(child, SIGKILL);  // (not to be left behind by a failure)
+  if (!may_create_cgroup_namespaces()) {
+    WARN("skipped: without CAP_SYS_ADMIN workers share this process's cgroup namespace, and a task's "
+         "child can move into the supervisor's cgroup (containment holds against accidents only)");
+    return;
+  }
+  CHECK(seen == "/");  // its own cgroup is the root of all it can name
+  if (!cgroup_namespaces_delegate(contained.where)) {
+    WARN("skipped: the cgroup2 file system here is mounted without nsdelegate, so the kernel lets a "
+         "process in a cgroup namespace move to a cgroup outside it");
+    return;
+  }
+  CHECK(err == ENOENT);  // the kernel refuses a move to a cgroup outside the writer's namespace
+  CHECK_FALSE(escaped);  // so it stayed in the worker's cgroup, and went with it
+}
+
+TEST_CASE("a supervisor that ends removes its cgroup, killing what moved into it", "[runner][hostile][containment]") {
+  ::unsetenv("ISORUN_CONTAINMENT");  // the default
+  const auto& contained = isorun::runner::containment();
+  if (!contained.cgroup) {
+    WARN("skipped: children are contained by their process group alone here (" << contained.why_not << ")");
+    return;
+  }
+  int out[2];
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  isorun::runner::spawn_options o;
+  o.executable = ISORUN_VICTIM;
+  o.args = {"escape"};
+  for (char** e = environ; *e; ++e) o.env.emplace_back(*e);
+  o.fds = {{1, out[1]}};
+  auto victim = isorun::runner::spawn(o);
+  ::close(out[1]);
+  FILE* in = ::fdopen(out[0], "r");
+  char where[4096] = {};
+  int stray = 0;
+  const bool told = std::fscanf(in, "%4095s %d", where, &stray) == 2;
+  std::fclose(in);
+  const auto exited = victim.reap();
+  REQUIRE(told);
+  REQUIRE(stray > 0);
+  CHECK(exited.success());
+  const bool killed = process_gone(stray, 0);  // before the supervisor's exit was complete
+  if (!killed) ::kill(stray, SIGKILL);         // (not to be left behind by a failure)
+  CHECK(killed);
+  CHECK_FALSE(std::filesystem::exists(where));
+  if (std::filesystem::exists(where)) {
+    CHECK(process_gone(stray));
+    ::rmdir(where);
+  }
 }
