@@ -65,6 +65,14 @@ std::string forges_done(int) {
   return "returned";
 }
 
+// Returns "stale" for 0; else reports `done` itself, with no result written, and exits before
+// the worker can send its own.
+std::string forges_done_and_exits(int forge) {
+  if (!forge) return "stale";
+  ser::send_message(ser::control_fd, ser::done_message{});
+  ::_exit(0);
+}
+
 // Forks a child that tries to move itself into the cgroup `where` (the supervisor's, named from
 // outside) and, if it moved, leaves the worker's process group too and waits for ever. Returns
 // "CGROUP ERRNO PID": the worker's cgroup as it sees it, the errno of the move (0: it moved) and
@@ -100,6 +108,7 @@ ISORUN_TASK(jams_control);
 ISORUN_TASK(junk_then_waits);
 ISORUN_TASK(floods_control);
 ISORUN_TASK(forges_done);
+ISORUN_TASK(forges_done_and_exits);
 ISORUN_TASK(leaves_cgroup);
 
 namespace {
@@ -163,6 +172,14 @@ TEST_CASE("a task that writes to its worker's control socket stops the worker at
     }
   }
   CHECK(isorun::test::shm_entries() == shm);
+}
+
+TEST_CASE("a forged success without a result is not given the result of the call before", "[runner][hostile]") {
+  const auto f = isorun::isolated(forges_done_and_exits, {.echo_stderr = false});
+  REQUIRE(f(0) == "stale");  // its result segment goes back to the pool, and serves the next call
+  auto r = f.try_call(1);
+  CHECK(r.status().kind == isorun::outcome_kind::invalid_result);
+  CHECK_THAT(r.status().message, Catch::Contains("worker result rejected"));
 }
 
 TEST_CASE("a worker's processes cannot move into the supervisor's cgroup", "[runner][hostile][containment]") {

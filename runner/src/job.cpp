@@ -98,6 +98,11 @@ prepared_request prepare_request(job_spec& spec) {
     const std::uint64_t sum = ser::encode_into(base + ser::header_size, n, req);
     ser::write_header(base, ser::request_magic, spec.encoding, n, sum);
     p.result = pool.acquire(0, true);
+    // A pooled segment still holds the result of the call it served last, which must not pass
+    // for this call's if the worker reports success without writing one: its magic goes.
+    if (const std::uint64_t none = 0; p.result->capacity() >= sizeof none &&
+                                      ::pwrite(p.result->fd(), &none, sizeof none, 0) != sizeof none)
+      throw std::system_error(errno, std::generic_category(), "clearing a result segment");
     if (spec.result_stream) {
       p.ring = ser::segment_pool::rings().acquire(ser::ring_bytes);
       // Not faulted in here: a ring's slot pages are made by the first stream through it.
