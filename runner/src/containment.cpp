@@ -61,7 +61,10 @@ std::string own_cgroup_dir(std::string& why_not) {
   return "";
 }
 
-// Removes `dir`, its child cgroups first. Only empty cgroups can be removed, so a live one stays.
+// Kills what is in `dir` and removes it, its child cgroups first: the cgroups of a supervisor
+// that is ending or gone, where nothing is to be kept. A process may have moved itself into the
+// supervisor's own directory (a task's child, where workers share this namespace): it goes too,
+// or the directory could not be removed.
 void remove_tree(const std::string& dir) {
   if (DIR* d = ::opendir(dir.c_str())) {
     std::vector<std::string> subdirs;
@@ -69,12 +72,9 @@ void remove_tree(const std::string& dir) {
       if (e->d_type == DT_DIR && std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
         subdirs.push_back(dir + "/" + e->d_name);
     ::closedir(d);
-    for (const auto& s : subdirs) {
-      remove_tree(s);  // nested cgroups first
-      kill_and_remove_cgroup(s);  // a child of a supervisor that is gone: nothing to keep
-    }
+    for (const auto& s : subdirs) remove_tree(s);  // nested cgroups first
   }
-  ::rmdir(dir.c_str());
+  kill_and_remove_cgroup(dir);
 }
 
 // What an isorun that was killed (-9) left: its directory, named after its pid, which is gone.

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "isorun/alloc/config.hpp"
 #include "isorun/runner/errors.hpp"
@@ -96,6 +98,11 @@ prepared_request prepare_request(job_spec& spec) {
     const std::uint64_t sum = ser::encode_into(base + ser::header_size, n, req);
     ser::write_header(base, ser::request_magic, spec.encoding, n, sum);
     p.result = pool.acquire(0, true);
+    // A pooled segment still holds the result of the call it served last, which must not pass
+    // for this call's if the worker reports success without writing one: its magic goes.
+    if (const std::uint64_t none = 0; p.result->capacity() >= sizeof none &&
+                                      ::pwrite(p.result->fd(), &none, sizeof none, 0) != sizeof none)
+      throw std::system_error(errno, std::generic_category(), "clearing a result segment");
     if (spec.result_stream) {
       p.ring = ser::segment_pool::rings().acquire(ser::ring_bytes);
       // Not faulted in here: a ring's slot pages are made by the first stream through it.
@@ -150,6 +157,7 @@ struct watch_record {
   exit_status exited;
   std::optional<std::pair<outcome_kind, std::string>> forced;  // the first of cancel, timeout, violation
   std::optional<ser::done_message> done;
+  bool hello = false;  // the worker's hello arrived
   std::vector<std::string> stderr_tail;
   clock::duration wall{};
   std::uint64_t memory_peak = 0;  // the worker's cgroup's memory.peak, where known
@@ -180,26 +188,36 @@ struct job::state {
 
 namespace {
 
-// Reads the worker's messages, which wait in the socket buffer once it is gone; checks the
-// hello against the assignment.
-void read_control(job::state& s, watch_record& w) {
+// Reads the worker's messages that are waiting, and checks each against the protocol: one hello
+// that matches the assignment, then one done. Anything else (a malformed frame, a second hello or
+// done, a message only the supervisor sends) is a violation: it is recorded as invalid_result,
+// the socket is closed (nothing more of it is read) and true is returned, for the caller to stop
+// the worker at once.
+bool read_control(job::state& s, watch_record& w) {
   const std::string expected_devices = visible_devices_for(s.spec.gpus);
+  auto violation = [&](std::string why) {
+    w.force(outcome_kind::invalid_result, std::move(why));
+    s.worker.control.reset();
+    return true;
+  };
+  // What the worker's task may have written there, if it was not the worker.
+  const std::string culprit = " (a task must not write to descriptor " + std::to_string(ser::control_fd) +
+                              ", the worker's control socket)";
   while (s.worker.control) {
     ser::receive_result r;
     try {
       r = ser::try_receive(s.worker.control.get());
     } catch (const std::exception& e) {
-      w.force(outcome_kind::invalid_result, std::string("malformed control message from worker: ") + e.what());
-      s.worker.control.reset();
-      return;
+      return violation(std::string("malformed control message from worker: ") + e.what() + culprit);
     }
     for (int fd : r.fds) ::close(fd);  // only an assignment carries descriptors, and workers send none
     if (r.closed) {
       s.worker.control.reset();
-      return;
+      return false;
     }
-    if (!r.message) return;
+    if (!r.message) return false;
     if (auto* h = std::get_if<ser::hello_message>(&*r.message)) {
+      if (std::exchange(w.hello, true)) return violation("worker sent a second hello" + culprit);
       std::string bad;
       if (h->protocol != ser::protocol_version) bad = "protocol version " + std::to_string(h->protocol);
       else if (h->pid != s.worker.process.pid())
@@ -207,13 +225,15 @@ void read_control(job::state& s, watch_record& w) {
       else if (h->visible_devices != expected_devices)
         bad = "CUDA_VISIBLE_DEVICES='" + h->visible_devices + "' (assigned '" + expected_devices + "')";
       else if (h->device_order != "PCI_BUS_ID") bad = "CUDA_DEVICE_ORDER='" + h->device_order + "'";
-      if (!bad.empty()) w.force(outcome_kind::invalid_result, "worker handshake mismatch: it reports " + bad);
+      if (!bad.empty()) return violation("worker handshake mismatch: it reports " + bad);
     } else if (auto* d = std::get_if<ser::done_message>(&*r.message)) {
+      if (w.done) return violation("worker sent a second done" + culprit);
       w.done = *d;
     } else {
-      w.force(outcome_kind::invalid_result, "worker sent a message only the supervisor may send");
+      return violation("worker sent a message only the supervisor may send");
     }
   }
+  return false;
 }
 
 // Watches the worker until it is gone: echoes and keeps the tail of its stderr, enforces the
@@ -231,13 +251,13 @@ watch_record watch(job::state& s) {
   bool stderr_open = true;
   bool await_done = s.spec.early_result;
   for (;;) {
-    // The control socket is read once the worker is gone: its few small messages wait in the
-    // socket buffer, and not waking up for each of them keeps a short task's round trip short.
-    // Only an early hand-over listens for `done` while the worker lives.
+    // The control socket is read while the worker lives: the task runs in the worker's process
+    // and can write to it too. Left unread, what it wrote would fill the buffer the worker's
+    // own `done` needs, and a violation would wait for an exit that may never come.
     pollfd fds[5] = {{worker.process.pidfd(), POLLIN, 0},
                      {stderr_open ? worker.stderr_read.get() : -1, POLLIN, 0},
                      {s.cancel_event.get(), POLLIN, 0},
-                     {await_done && worker.control ? worker.control.get() : -1, POLLIN, 0},
+                     {worker.control ? worker.control.get() : -1, POLLIN, 0},
                      {s.segments.stream_event && !w.stream ? s.segments.stream_event.get() : -1, POLLIN, 0}};
     int timeout_ms = -1;
     if (deadline != never) {
@@ -270,8 +290,9 @@ watch_record watch(job::state& s) {
       deadline = stopping.advance(worker.process);
     }
     if (fds[3].revents) {  // before the exit: `done` came first, even if both are ready now
-      read_control(s, w);
-      if (w.done) {
+      // A violation stops the worker at once: nothing it does afterwards can count.
+      if (read_control(s, w)) worker.process.signal(SIGKILL);
+      if (await_done && w.done) {
         await_done = false;
         // Sealed, the result can no longer change, whoever still runs: hand it over now. A
         // streamed result needs no seal: its payload is in this process's memory, its header

@@ -26,6 +26,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -60,6 +61,10 @@ namespace {
 
 constexpr std::size_t max_fds = 16;
 
+// Whether a child that gets a cgroup also gets a cgroup namespace rooted there: true until the
+// kernel refuses one (no CAP_SYS_ADMIN), then never asked again.
+std::atomic<bool> cgroup_namespaces{true};
+
 int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 
 // The steps of a new child between its creation and execve, on either start path: signals back
@@ -84,7 +89,11 @@ __attribute__((no_sanitize("address", "undefined"))) int prepare_child(const spa
   }
   if (options.new_process_group && ::setpgid(0, 0) != 0) return errno;
   // Into its cgroup before anything of the child's own runs ("0": the writing process).
-  if (cgroup_procs >= 0 && ::write(cgroup_procs, "0", 1) != 1) return errno;
+  if (cgroup_procs >= 0) {
+    if (::write(cgroup_procs, "0", 1) != 1) return errno;
+    // Rooted there, as clone3 roots it (see clone_into_cgroup); refused without CAP_SYS_ADMIN.
+    if (cgroup_namespaces.load(std::memory_order_relaxed)) ::unshare(CLONE_NEWCGROUP);
+  }
   if (options.parent_death_signal) {
     ::prctl(PR_SET_PDEATHSIG, options.parent_death_signal);
     if (::getppid() != parent) ::_exit(127);  // the parent died before prctl took effect
@@ -251,7 +260,6 @@ std::optional<std::pair<pid_t, int>> clone_into_cgroup(const spawn_options& opti
   if (stack == MAP_FAILED) throw failed(errno);
   int pidfd = -1;
   clone_args args{};
-  args.flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD | CLONE_INTO_CGROUP;
   args.pidfd = reinterpret_cast<std::uint64_t>(&pidfd);
   args.exit_signal = SIGCHLD;
   args.stack = reinterpret_cast<std::uint64_t>(stack);
@@ -261,7 +269,19 @@ std::optional<std::pair<pid_t, int>> clone_into_cgroup(const spawn_options& opti
   sigset_t all, previous;
   ::sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &previous);
-  const long pid = isorun_clone3_run(&args, sizeof args, run_clone_child, &child);
+  long pid;
+  for (;;) {
+    // In a cgroup namespace of its own, rooted at its cgroup, the child's tree cannot name the
+    // cgroups above it, nor, where cgroup2 is mounted with nsdelegate (as systemd mounts it),
+    // move a process out of it: the kernel refuses a move to or from a cgroup outside the
+    // writer's namespace. Creating one takes CAP_SYS_ADMIN: without it the child shares this
+    // process's namespace.
+    const bool own_namespace = cgroup_namespaces.load(std::memory_order_relaxed);
+    args.flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD | CLONE_INTO_CGROUP | (own_namespace ? CLONE_NEWCGROUP : 0);
+    pid = isorun_clone3_run(&args, sizeof args, run_clone_child, &child);
+    if (pid != -EPERM || !own_namespace) break;
+    cgroup_namespaces = false;
+  }
   ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   ::munmap(stack, stack_size);  // CLONE_VFORK: the child has exec'd or exited
   if (pid == -ENOSYS || pid == -E2BIG || pid == -EINVAL) return std::nullopt;  // an older kernel

@@ -6,7 +6,11 @@
 /// its own (born in it with clone3, or moved there between fork and exec on kernels before 5.7,
 /// so nothing of it runs outside), and its end kills the
 /// whole cgroup (`cgroup.kill`) before anything it produced is looked at: an escaped descendant
-/// can then neither outlive it nor change its result after validation.
+/// can then neither outlive it nor change its result after validation. Where this process may
+/// (CAP_SYS_ADMIN), each child is born in a cgroup namespace rooted at its cgroup, so its tree
+/// cannot move out (with nsdelegate); elsewhere a process that means to can move itself into this
+/// process's cgroup, which is why the exit kills whatever is in it. This guards against
+/// accidents, not against a task written to escape.
 
 #include <cstdint>
 #include <optional>

@@ -1,0 +1,249 @@
+// Tasks that turn on the machinery around them: the worker's control socket, which is open in
+// their own process, and the cgroups that contain them. Real workers, as in test_runner.cpp (the
+// tasks below run in re-executed copies of this binary).
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <system_error>
+
+#include "isorun/isorun.hpp"
+#include "isorun/runner/containment.hpp"
+#include "isorun/runner/process.hpp"
+#include "isorun/serialization/control.hpp"
+#include "test_support.hpp"
+
+using namespace std::chrono_literals;
+using isorun::test::process_gone;
+
+namespace {
+namespace ser = isorun::serialization;
+
+// Writes junk to the worker's control socket, without waiting, until its buffer is full or the
+// supervisor hangs up, then returns: the worker's own `done` would find no room left.
+std::string jams_control(int) {
+  const char junk[] = "not a control message";
+  while (::send(ser::control_fd, junk, sizeof junk, MSG_DONTWAIT | MSG_NOSIGNAL) > 0) {
+  }
+  return "returned";
+}
+
+// One junk frame, then waits for ever: only the supervisor can end it.
+std::string junk_then_waits(int) {
+  const char junk[] = "not a control message";
+  ::send(ser::control_fd, junk, sizeof junk, MSG_NOSIGNAL);
+  for (;;) ::pause();
+}
+
+// Well-formed hellos, as many as the socket takes.
+std::string floods_control(int) {
+  ser::hello_message hello;
+  hello.pid = ::getpid();
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) hello.visible_devices = v;
+  if (const char* v = std::getenv("CUDA_DEVICE_ORDER")) hello.device_order = v;
+  try {
+    for (;;) ser::send_message(ser::control_fd, hello);
+  } catch (const std::system_error&) {  // the supervisor hung up
+  }
+  return "returned";
+}
+
+// Reports `done` itself and returns: the worker's own `done` is one more than the protocol has.
+std::string forges_done(int) {
+  ser::send_message(ser::control_fd, ser::done_message{});
+  return "returned";
+}
+
+// Returns "stale" for 0; else reports `done` itself, with no result written, and exits before
+// the worker can send its own.
+std::string forges_done_and_exits(int forge) {
+  if (!forge) return "stale";
+  ser::send_message(ser::control_fd, ser::done_message{});
+  ::_exit(0);
+}
+
+// Forks a child that tries to move itself into the cgroup `where` (the supervisor's, named from
+// outside) and, if it moved, leaves the worker's process group too and waits for ever. Returns
+// "CGROUP ERRNO PID": the worker's cgroup as it sees it, the errno of the move (0: it moved) and
+// the child's pid.
+std::string leaves_cgroup(const std::string& where) {
+  int report[2];
+  if (::pipe(report) != 0) throw std::runtime_error("pipe");
+  const pid_t child = ::fork();
+  if (child < 0) throw std::runtime_error("fork failed");
+  if (child == 0) {
+    ::close(report[0]);
+    const int procs = ::open((where + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+    const int err = procs < 0 ? errno : ::write(procs, "0", 1) == 1 ? 0 : errno;
+    [[maybe_unused]] auto n = ::write(report[1], &err, sizeof err);
+    if (err != 0) ::_exit(0);
+    ::setsid();
+    for (;;) ::pause();
+  }
+  ::close(report[1]);
+  int err = -1;
+  [[maybe_unused]] auto n = ::read(report[0], &err, sizeof err);
+  ::close(report[0]);
+  std::string seen;
+  std::ifstream in("/proc/self/cgroup");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("0::", 0) == 0) seen = line.substr(3);
+  return seen + " " + std::to_string(err) + " " + std::to_string(child);
+}
+
+}  // namespace
+
+ISORUN_TASK(jams_control);
+ISORUN_TASK(junk_then_waits);
+ISORUN_TASK(floods_control);
+ISORUN_TASK(forges_done);
+ISORUN_TASK(forges_done_and_exits);
+ISORUN_TASK(leaves_cgroup);
+
+namespace {
+
+// Whether this process may create cgroup namespaces (CAP_SYS_ADMIN in its effective set).
+bool may_create_cgroup_namespaces() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("CapEff:", 0) == 0) return (std::stoull(line.substr(7), nullptr, 16) >> 21) & 1;
+  return false;
+}
+
+// Whether the cgroup2 file system that holds `dir` is mounted with nsdelegate: only then does the
+// kernel refuse a process in a cgroup namespace a move to a cgroup outside it.
+bool cgroup_namespaces_delegate(const std::string& dir) {
+  std::ifstream in("/proc/self/mountinfo");
+  for (std::string line; std::getline(in, line);) {
+    // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTIONS
+    const auto dash = line.find(" - cgroup2 ");
+    if (dash == std::string::npos) continue;
+    std::istringstream fields(line);
+    std::string id, parent, dev, root, mount;
+    fields >> id >> parent >> dev >> root >> mount;
+    if (dir.rfind(mount + "/", 0) == 0) return line.find("nsdelegate", dash) != std::string::npos;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("a task that writes to its worker's control socket stops the worker at once, as invalid_result",
+          "[runner][hostile]") {
+  using k = isorun::outcome_kind;
+  const int shm = isorun::test::shm_entries();
+  struct expectation {
+    const char* name;
+    std::string (*task)(int);
+    const char* says;
+  };
+  const expectation cases[] = {
+      {"jams_control", jams_control, "malformed control message"},
+      {"junk_then_waits", junk_then_waits, "malformed control message"},
+      {"floods_control", floods_control, "second hello"},
+      {"forges_done", forges_done, "second done"},
+  };
+  for (const bool early : {false, true}) {
+    for (const auto& c : cases) {
+      // An early result is handed over on the first `done`, which a forged one then is.
+      if (early && c.task == forges_done) continue;
+      INFO(c.name << (early ? " (early result)" : ""));
+      // The timeout bounds a worker that is never stopped, so that it fails the test instead of
+      // hanging it.
+      const isorun::isolated_options opts{.timeout = 60s, .echo_stderr = false, .early_result = early};
+      auto h = isorun::isolated(c.task, opts).async(0);
+      const pid_t pid = h.pid();
+      auto r = h.try_get();
+      CHECK(r.status().kind == k::invalid_result);
+      CHECK_THAT(r.status().message, Catch::Contains(c.says));
+      CHECK_THAT(r.status().message, Catch::Contains("must not write to descriptor 3"));
+      CHECK(process_gone(pid, 0));  // stopped and reaped before the call returned
+    }
+  }
+  CHECK(isorun::test::shm_entries() == shm);
+}
+
+TEST_CASE("a forged success without a result is not given the result of the call before", "[runner][hostile]") {
+  const auto f = isorun::isolated(forges_done_and_exits, {.echo_stderr = false});
+  REQUIRE(f(0) == "stale");  // its result segment goes back to the pool, and serves the next call
+  auto r = f.try_call(1);
+  CHECK(r.status().kind == isorun::outcome_kind::invalid_result);
+  CHECK_THAT(r.status().message, Catch::Contains("worker result rejected"));
+}
+
+TEST_CASE("a worker's processes cannot move into the supervisor's cgroup", "[runner][hostile][containment]") {
+  ::unsetenv("ISORUN_CONTAINMENT");  // the default
+  const auto& contained = isorun::runner::containment();
+  if (!contained.cgroup) {
+    WARN("skipped: children are contained by their process group alone here (" << contained.why_not << ")");
+    return;
+  }
+  auto r = isorun::isolated(leaves_cgroup).try_call(contained.where);
+  REQUIRE(r.ok());
+  std::istringstream in(r.value());
+  std::string seen;
+  int err = -1;
+  pid_t child = -1;
+  REQUIRE(in >> seen >> err >> child);
+  const bool escaped = !process_gone(child, 0);
+  if (escaped) ::kill(child, SIGKILL);  // (not to be left behind by a failure)
+  if (!may_create_cgroup_namespaces()) {
+    WARN("skipped: without CAP_SYS_ADMIN workers share this process's cgroup namespace, and a task's "
+         "child can move into the supervisor's cgroup (containment holds against accidents only)");
+    return;
+  }
+  CHECK(seen == "/");  // its own cgroup is the root of all it can name
+  if (!cgroup_namespaces_delegate(contained.where)) {
+    WARN("skipped: the cgroup2 file system here is mounted without nsdelegate, so the kernel lets a "
+         "process in a cgroup namespace move to a cgroup outside it");
+    return;
+  }
+  CHECK(err == ENOENT);  // the kernel refuses a move to a cgroup outside the writer's namespace
+  CHECK_FALSE(escaped);  // so it stayed in the worker's cgroup, and went with it
+}
+
+TEST_CASE("a supervisor that ends removes its cgroup, killing what moved into it", "[runner][hostile][containment]") {
+  ::unsetenv("ISORUN_CONTAINMENT");  // the default
+  const auto& contained = isorun::runner::containment();
+  if (!contained.cgroup) {
+    WARN("skipped: children are contained by their process group alone here (" << contained.why_not << ")");
+    return;
+  }
+  int out[2];
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  isorun::runner::spawn_options o;
+  o.executable = ISORUN_VICTIM;
+  o.args = {"escape"};
+  for (char** e = environ; *e; ++e) o.env.emplace_back(*e);
+  o.fds = {{1, out[1]}};
+  auto victim = isorun::runner::spawn(o);
+  ::close(out[1]);
+  FILE* in = ::fdopen(out[0], "r");
+  char where[4096] = {};
+  int stray = 0;
+  const bool told = std::fscanf(in, "%4095s %d", where, &stray) == 2;
+  std::fclose(in);
+  const auto exited = victim.reap();
+  REQUIRE(told);
+  REQUIRE(stray > 0);
+  CHECK(exited.success());
+  const bool killed = process_gone(stray, 0);  // before the supervisor's exit was complete
+  if (!killed) ::kill(stray, SIGKILL);         // (not to be left behind by a failure)
+  CHECK(killed);
+  CHECK_FALSE(std::filesystem::exists(where));
+  if (std::filesystem::exists(where)) {
+    CHECK(process_gone(stray));
+    ::rmdir(where);
+  }
+}
