@@ -700,6 +700,9 @@ TEST_CASE("one sweep per output folder: a second one is refused or waits, and no
     std::ifstream in(fifo);  // the first sweep runs (and holds the folder)
     in >> worker;
   }
+  // Trial 0 is done; its record reaches the journal (group commit) before the kill below, or the
+  // waiting sweep would rightly run it again: a trial is done once its record is durable.
+  REQUIRE(wait_for_lines(dir + "/out/results.jsonl", 1));
   auto refused = isorun::test::run_captured(ISORUN_CLI, args);
   CHECK(refused.code == 2);
   CHECK_THAT(refused.err, Catch::Contains("is in use by another sweep (pid " + std::to_string(first.pid()) + ")") &&
