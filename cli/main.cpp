@@ -28,6 +28,7 @@
 #include "isorun/runner/process.hpp"
 #include "isorun/worker/task.hpp"
 #include "isorun/runner/units.hpp"
+#include "isorun/runner/printable.hpp"
 #include "isorun/runner/suggest.hpp"
 #include "isorun/runner/task_arguments.hpp"
 
@@ -271,7 +272,8 @@ int run_task(const cli::cli_options& o, const std::vector<std::string>& libs) {
       std::fprintf(stderr, "isorun: %s succeeded on %s in %s (task %s)\n", o.task.c_str(), out.device.c_str(),
                    format_duration(out.wall).c_str(), format_duration(out.run).c_str());
     else
-      std::fprintf(stderr, "isorun: %s failed on %s: %s\n", o.task.c_str(), out.device.c_str(), out.describe().c_str());
+      std::fprintf(stderr, "isorun: %s failed on %s: %s\n", o.task.c_str(), out.device.c_str(),
+                   printable(out.describe()).c_str());  // the task's own message
   }
   return exit_code(out.kind);
 }
@@ -305,7 +307,8 @@ int real_main(int argc, char** argv) {
 
 // A failure before or outside the task: on stderr, and as a record on stdout under --json.
 int report_failure(bool as_json, const char* outcome, int code, const std::string& what) {
-  std::fprintf(stderr, "isorun: %s: %s\n", code == 2 ? "error" : "internal error", what.c_str());
+  // The message may quote what others wrote: a spec, a folder's files, a task's words.
+  std::fprintf(stderr, "isorun: %s: %s\n", code == 2 ? "error" : "internal error", printable(what).c_str());
   if (as_json) std::cout << json{{"outcome", outcome}, {"exit_code", code}, {"message", what}}.dump() << std::endl;
   return code;
 }

@@ -18,6 +18,7 @@
 #include "isorun/runner/unique_fd.hpp"
 
 namespace isorun::sweep {
+#include "isorun/runner/printable.hpp"
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -159,7 +160,8 @@ folder_lock::folder_lock(const fs::path& out, bool wait) {
       throw usage_error("output folder " + out.string() + " is in use by another sweep (" +
                         (who.empty() ? std::string("its pid is unknown") : "pid " + who) +
                         "); wait for it to finish, pass --wait to wait for it, or choose another --out");
-    std::fprintf(stderr, "isorun: waiting for the sweep using %s (pid %s) to finish\n", out.c_str(), who.c_str());
+    std::fprintf(stderr, "isorun: waiting for the sweep using %s (pid %s) to finish\n", printable(out.string()).c_str(),
+                 printable(who).c_str());
     while (::flock(fd.get(), LOCK_EX) != 0)
       if (errno != EINTR) throw internal_error("cannot lock " + path.string() + ": " + std::strerror(errno));
   }

@@ -27,6 +27,7 @@
 #include "isorun/runner/command.hpp"
 #include "isorun/runner/job.hpp"
 #include "isorun/runner/process.hpp"
+#include "isorun/runner/printable.hpp"
 #include "isorun/runner/gpu_packer.hpp"
 #include "isorun/runner/standby.hpp"
 #include "isorun/runner/suggest.hpp"
@@ -413,7 +414,7 @@ sweep_summary sweep_run::run() {
     const double avg = finished ? busy_seconds / double(finished) : 0;
     const double eta = avg * double(todo - std::min(todo, finished)) / double(std::max<std::size_t>(1, slots.size()));
     char best_text[64] = "";
-    if (best) std::snprintf(best_text, sizeof best_text, " | best %s %.4g", s.metric.name.c_str(), *best);
+    if (best) std::snprintf(best_text, sizeof best_text, " | best %s %.4g", printable(s.metric.name).c_str(), *best);
     if (tty) {
       std::fprintf(stderr, "\r\033[K[%zu/%zu done | %zu running | %zu failed | ETA %s%s]", finished, todo, running_count,
                    failed, finished ? duration(eta).c_str() : "?", best_text);
@@ -421,8 +422,8 @@ sweep_summary sweep_run::run() {
       auto m = metric_of(s, *r);
       std::fprintf(stderr, "[%zu/%zu] %s %s%s (%.2f s on %s, attempt %d)\n", finished, todo, r->id.c_str(),
                    std::string(to_string(r->kind)).c_str(),
-                   m ? (" " + s.metric.name + "=" + std::to_string(*m)).c_str() : "", r->wall_s, r->device.c_str(),
-                   r->attempts);
+                   m ? printable(" " + s.metric.name + "=" + std::to_string(*m)).c_str() : "", r->wall_s,
+                   printable(r->device).c_str(), r->attempts);
     }
     std::fflush(stderr);
   };
@@ -898,7 +899,7 @@ sweep_summary sweep_run::run() {
     write_report(out);
     summary.report = (out / "report.html").string();
   } catch (const std::exception& e) {  // the results are safe; only the page is missing
-    std::fprintf(stderr, "isorun: warning: no report: %s\n", e.what());
+    std::fprintf(stderr, "isorun: warning: no report: %s\n", printable(e.what()).c_str());
   }
   return summary;
 }
