@@ -597,12 +597,21 @@ json table_data(const report_data& d) {
   return {{"columns", cols}, {"rows", rows}, {"colours", colours}, {"sort", sort_col}, {"dir", d.maximize ? -1 : 1}};
 }
 
-// A JSON text safe inside <script>: "</" cannot end the element early.
+// A JSON text safe inside <script>, whatever its strings hold: '<', '>' and '&' as \u escapes,
+// so that no "</script" ends the element and no "<!--" with "<script" switches the parser into
+// its escaped states (which would swallow the rest of the page); U+2028 and U+2029 as escapes,
+// so the text is JavaScript too. JSON.parse reads it back unchanged. (Outside strings dump()
+// writes none of these.)
 std::string script_json(const json& j) {
-  std::string s = j.dump();
+  const std::string s = j.dump();
   std::string o;
+  o.reserve(s.size());
   for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '<' && i + 1 < s.size() && s[i + 1] == '/') o += "<\\";
+    if (s[i] == '<') o += "\\u003c";
+    else if (s[i] == '>') o += "\\u003e";
+    else if (s[i] == '&') o += "\\u0026";
+    else if (s.compare(i, 3, "\xe2\x80\xa8") == 0) o += "\\u2028", i += 2;
+    else if (s.compare(i, 3, "\xe2\x80\xa9") == 0) o += "\\u2029", i += 2;
     else o += s[i];
   }
   return o;
