@@ -316,3 +316,20 @@ TEST_CASE("the report's embedded data escapes <, >, &, U+2028 and U+2029, and re
   CHECK(json::parse(data)["rows"][0].back() == nasty);  // what JSON.parse gets back
   fs::remove_all(dir);
 }
+
+TEST_CASE("isorun report: trials that do not share their parameters are drawn without reading past them",
+          "[sweep][hostile]") {
+  // (Found by fuzz_report under ASan: a chart looked up a parameter its trial did not have.)
+  const std::string dir = temp_dir(), out = dir + "/out";
+  json a = record("0000000000000001", 1), b = record("0000000000000002", 2), c = record("0000000000000003", 3);
+  a["params"] = {{"lr", 0.1}, {"model", "mlp"}};
+  b["params"] = {{"lr", 0.01}};
+  c["params"] = {{"model", "cnn"}, {"depth", 3}};
+  crafted_folder(out, {a, b, c});
+  const auto d = sw::load_report_data(out);
+  CHECK(d.params.size() == 2);  // lr and model vary; depth has one value
+  const std::string page = sw::render_report(d);
+  CHECK(page.find("id=\"parallel\"") != std::string::npos);
+  CHECK(cli({"report", out}).code == 0);
+  fs::remove_all(dir);
+}

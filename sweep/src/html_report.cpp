@@ -143,6 +143,14 @@ scale padded(double lo, double hi, double a, double b, bool log) {
   return {lo, hi, a, b, log};
 }
 
+// Parameter `name` of `r`, null where it has none: a journal's trials need not share their
+// parameters (a crafted or damaged one, records of an older spec).
+const json& param_of(const trial_record& r, const std::string& name) {
+  static const json none;
+  const auto it = r.params.find(name);
+  return it == r.params.end() ? none : *it;
+}
+
 // Every `n`-th of `count` indices so at most `limit` remain, plus those `keep` says.
 template <class Keep>
 std::vector<std::size_t> sample(std::size_t count, std::size_t limit, Keep&& keep) {
@@ -207,7 +215,7 @@ std::string param_chart(const report_data& d, const param_axis& ax) {
     axes(o, x, y, T, B, L, R, ax.name + (ax.log ? " (log)" : ""), metric_label(d));
     for (std::size_t i : sample(pts.size(), max_points, [](std::size_t) { return false; })) {
       const auto& [r, m] = pts[i];
-      const json& v = r->params[ax.name];
+      const json& v = param_of(*r, ax.name);
       if (!v.is_number()) continue;
       o << "<circle cx=\"" << px(x(v.get<double>())) << "\" cy=\"" << px(y(m)) << "\" r=\"3\"><title>" << esc(r->id) << ": "
         << esc(ax.name) << "=" << esc(v.dump()) << ", " << num(m) << "</title></circle>";
@@ -218,7 +226,7 @@ std::string param_chart(const report_data& d, const param_axis& ax) {
     for (std::size_t c = 0; c < ax.categories.size(); ++c) {
       std::vector<double> v;
       for (auto& [r, m] : pts)
-        if (value_text(r->params[ax.name]) == ax.categories[c]) v.push_back(m);
+        if (value_text(param_of(*r, ax.name)) == ax.categories[c]) v.push_back(m);
       const double cx = L + band * (static_cast<double>(c) + 0.5);
       o << "<text x=\"" << px(cx) << "\" y=\"" << px(B + 14) << "\" text-anchor=\"middle\">" << esc(ax.categories[c]) << "</text>";
       if (v.empty()) continue;
@@ -256,7 +264,7 @@ std::string parallel_chart(const report_data& d) {
   auto yof = [&](std::size_t i, const trial_record& r, double m) {
     if (i == d.params.size()) return my(m);
     const auto& ax = d.params[i];
-    const json& v = r.params[ax.name];
+    const json& v = param_of(r, ax.name);
     if (ax.numeric) return v.is_number() ? ys[i](v.get<double>()) : B;
     const auto at = std::find(ax.categories.begin(), ax.categories.end(), value_text(v));
     return ys[i](static_cast<double>(at - ax.categories.begin()));
