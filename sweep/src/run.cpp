@@ -312,10 +312,9 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
   std::error_code ec;
   fs::create_directories(st.out / "logs", ec);
   if (ec) throw internal_error("cannot create " + (st.out / "logs").string() + ": " + ec.message());
-  if (const unique_fd out_dir = detail::open_folder(st.out); !out_dir)
-    throw internal_error("cannot open " + st.out_text + ": not a folder");
-  else
-    st.logs = detail::open_subfolder(out_dir.get(), "logs", true, st.out / "logs");
+  const unique_fd out_dir = detail::open_folder(st.out);
+  if (!out_dir) throw internal_error("cannot open " + st.out_text + ": not a folder");
+  st.logs = detail::open_subfolder(out_dir.get(), "logs", true, st.out / "logs");
   if (!st.opt.node.empty()) {
     // An array task of a Slurm submission: the submitter holds the folder and its journal; this
     // runs its listed trials whose records are not already waiting to be journaled.
@@ -581,8 +580,8 @@ sweep_summary sweep_run::run() {
     rec.run = node ? 0 : run_number;  // a node's slots and clock are its own
     const auto t0 = clock::now();
     rec.start_s = std::chrono::duration<double>(t0 - run_start).count();
-    // A trial's log files, created (or emptied) in OUT/logs by name; "" and problem set if
-    // something there is not a file isorun may write (a link, a FIFO).
+    // A trial's log file, created (or emptied) in OUT/logs by name; an empty descriptor, and
+    // `problem` saying why, if something there is not a file isorun may write (a link, a FIFO).
     auto log_file = [&](const std::string& suffix, std::string& problem) {
       try {
         return detail::open_file(st.logs.get(), rec.id + suffix, O_WRONLY | O_CREAT | O_TRUNC, out / "logs" / (rec.id + suffix));
