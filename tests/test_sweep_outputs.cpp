@@ -333,3 +333,21 @@ TEST_CASE("isorun report: trials that do not share their parameters are drawn wi
   CHECK(cli({"report", out}).code == 0);
   fs::remove_all(dir);
 }
+
+TEST_CASE("a journal line longer than journal::max_line is skipped as it is read, not held", "[sweep][hostile]") {
+  const std::string dir = temp_dir(), out = dir + "/out";
+  fs::create_directories(out);
+  {
+    // A line of NUL bytes just past the limit (a sparse file: it takes no disk), then a newline.
+    std::ofstream j(out + "/results.jsonl", std::ios::binary);
+    j.seekp(static_cast<std::streamoff>(sw::journal::max_line) + 16);
+    j << "\n";
+  }
+  auto r = step_sweep(out);
+  INFO(r.err.substr(0, 2000));
+  CHECK(r.code == 0);
+  CHECK_THAT(r.err, Catch::Contains(out + "/results.jsonl line 1 is longer than 256 MiB: not a trial record; ignored"));
+  const auto d = sw::load_report_data(out);
+  CHECK(d.records.size() == 2);  // the two trials journaled after it
+  fs::remove_all(dir);
+}
