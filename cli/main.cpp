@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -19,11 +21,14 @@
 #include "run_command.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/gpu_inventory.hpp"
+#include "isorun/serialization/whole_file.hpp"
 #include "isorun/sweep/html_report.hpp"
+#include "isorun/sweep/journal.hpp"
 #include "isorun/alloc/config.hpp"
 #include "isorun/worker/init.hpp"
 #include "isorun/runner/job.hpp"
 #include "isorun/runner/placement.hpp"
+#include "isorun/runner/printable.hpp"
 #include "isorun/runner/outcome.hpp"
 #include "isorun/runner/process.hpp"
 #include "isorun/worker/task.hpp"
@@ -191,15 +196,20 @@ int run_task(const cli::cli_options& o, const std::vector<std::string>& libs) {
   spec.task_libraries = libs;
   spec.stdout_to = runner::stdout_mode::to_stderr;  // stdout carries the result only
   // --memory-timeline: the worker writes its timeline next to the page, which is drawn from it
-  // once the task has ended (the allocator keeps a history only when asked to).
-  const std::string timeline_json = o.memory_timeline.empty() ? "" : o.memory_timeline + ".json.tmp";
+  // once the task has ended (the allocator keeps a history only when asked to). The timeline's
+  // name is random, so nothing planted beside the page can stand in for it.
+  const std::string timeline_json =
+      o.memory_timeline.empty() ? "" : serialization::temporary_name(o.memory_timeline + ".json");
   if (!timeline_json.empty()) {
     spec.memory_timeline = std::filesystem::absolute(timeline_json).string();
     std::string conf = spec.alloc_conf.empty() && std::getenv("ISORUN_ALLOC_CONF") ? std::getenv("ISORUN_ALLOC_CONF") : spec.alloc_conf;
     if (alloc::alloc_config::parse(conf).history == 0) conf += std::string(conf.empty() ? "" : ",") + "history:100000";
     spec.alloc_conf = conf;
-    std::ofstream probe(o.memory_timeline, std::ios::app);  // can it be written? say so before the task runs
-    if (!probe) throw usage_error("--memory-timeline " + o.memory_timeline + ": cannot write there");
+    // Can it be written? Said before the task runs. (The page replaces whatever is at its name.)
+    const fs::path folder = fs::path(o.memory_timeline).has_parent_path() ? fs::path(o.memory_timeline).parent_path() : ".";
+    if (::access(folder.c_str(), W_OK | X_OK) != 0)
+      throw usage_error("--memory-timeline " + o.memory_timeline + ": cannot write there (" + folder.string() +
+                        ": " + std::strerror(errno) + ")");
   }
   auto job = runner::job::start(std::move(spec));
 
@@ -224,17 +234,20 @@ int run_task(const cli::cli_options& o, const std::vector<std::string>& libs) {
   const runner::job_result& r = job->wait();
   const outcome& out = r.status;
   if (!timeline_json.empty()) {
-    std::ifstream in(timeline_json);
-    const json timeline = json::parse(in, nullptr, false);
+    std::string problem;
+    try {
+      const json timeline = sweep::read_memory_timeline(timeline_json);
+      sweep::write_file_durably(o.memory_timeline, sweep::render_memory_timeline(
+                                                       timeline, o.task + " on " + out.device + ": " + std::string(to_string(out.kind))));
+    } catch (const std::exception& e) {
+      std::error_code ec;
+      problem = fs::exists(fs::symlink_status(timeline_json, ec)) ? std::string(e.what())
+                                                                  : "the worker ended before writing it (" + out.describe() + ")";
+    }
     std::error_code ec;
     std::filesystem::remove(timeline_json, ec);
-    if (timeline.is_object()) {
-      std::ofstream(o.memory_timeline, std::ios::trunc)
-          << sweep::render_memory_timeline(timeline, o.task + " on " + out.device + ": " + std::string(to_string(out.kind)));
-      if (!o.quiet) std::fprintf(stderr, "isorun: memory timeline in %s\n", o.memory_timeline.c_str());
-    } else {
-      std::fprintf(stderr, "isorun: no memory timeline: the worker ended before writing it (%s)\n", out.describe().c_str());
-    }
+    if (!problem.empty()) std::fprintf(stderr, "isorun: no memory timeline: %s\n", printable(problem).c_str());
+    else if (!o.quiet) std::fprintf(stderr, "isorun: memory timeline in %s\n", o.memory_timeline.c_str());
   }
   json result;
   if (out.ok()) {
@@ -271,7 +284,8 @@ int run_task(const cli::cli_options& o, const std::vector<std::string>& libs) {
       std::fprintf(stderr, "isorun: %s succeeded on %s in %s (task %s)\n", o.task.c_str(), out.device.c_str(),
                    format_duration(out.wall).c_str(), format_duration(out.run).c_str());
     else
-      std::fprintf(stderr, "isorun: %s failed on %s: %s\n", o.task.c_str(), out.device.c_str(), out.describe().c_str());
+      std::fprintf(stderr, "isorun: %s failed on %s: %s\n", o.task.c_str(), out.device.c_str(),
+                   printable(out.describe()).c_str());  // the task's own message
   }
   return exit_code(out.kind);
 }
@@ -305,7 +319,8 @@ int real_main(int argc, char** argv) {
 
 // A failure before or outside the task: on stderr, and as a record on stdout under --json.
 int report_failure(bool as_json, const char* outcome, int code, const std::string& what) {
-  std::fprintf(stderr, "isorun: %s: %s\n", code == 2 ? "error" : "internal error", what.c_str());
+  // The message may quote what others wrote: a spec, a folder's files, a task's words.
+  std::fprintf(stderr, "isorun: %s: %s\n", code == 2 ? "error" : "internal error", printable(what).c_str());
   if (as_json) std::cout << json{{"outcome", outcome}, {"exit_code", code}, {"message", what}}.dump() << std::endl;
   return code;
 }

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "isorun/runner/command.hpp"
+#include "isorun/runner/printable.hpp"
 #include "isorun/runner/units.hpp"
 
 namespace isorun::cli {
@@ -42,14 +43,14 @@ int run_command(const cli_options& o, const std::vector<runner::gpu_info>& gpus)
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::sigaction(sig, &sa, nullptr);
   running = nullptr;
 
-  if (!o.quiet && !r.cap_report.empty()) std::fprintf(stderr, "isorun: %s\n", r.cap_report.c_str());
+  if (!o.quiet && !r.cap_report.empty()) std::fprintf(stderr, "isorun: %s\n", printable(r.cap_report).c_str());
   if (r.status.kind == outcome_kind::timeout) {
-    std::fprintf(stderr, "isorun: command %s\n", r.status.message.c_str());
+    std::fprintf(stderr, "isorun: command %s\n", printable(r.status.message).c_str());
     return 124;
   }
   if (!r.program) {  // stopped before the shim could say how the command ended
     if (r.stopped_by) return 128 + r.stopped_by;
-    std::fprintf(stderr, "isorun: %s\n", r.status.message.c_str());
+    std::fprintf(stderr, "isorun: %s\n", printable(r.status.message).c_str());  // (it may quote the command's stderr)
     return r.status.exit.shell_code();
   }
   if (!o.quiet && r.program->signal) std::fprintf(stderr, "isorun: command %s\n", runner::describe(*r.program).c_str());

@@ -15,6 +15,7 @@
 
 #include "cli_args.hpp"
 #include "isorun/runner/errors.hpp"
+#include "isorun/runner/printable.hpp"
 #include "isorun/runner/process.hpp"
 #include "isorun/sweep/slurm.hpp"
 #include "isorun/sweep/sweep.hpp"
@@ -237,11 +238,11 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
       if (o.argv[k] != "--detach" && o.argv[k] != "--attach") ro.node_command.push_back(o.argv[k]);
     sweep::sweep_run sweep(s, plan.slots, ro);  // checks everything and locks the folder
     const std::string& where = sweep.out();
-    for (const auto& w : sweep.warnings()) std::fprintf(stderr, "isorun: warning: %s\n", w.c_str());
+    for (const auto& w : sweep.warnings()) std::fprintf(stderr, "isorun: warning: %s\n", printable(w).c_str());
     const std::string spans = sweep::spans_gpus(s) ? "; each trial on " + sweep::gpus_per_trial_text(s) + " GPUs" : "";
     std::fprintf(stderr, "isorun: sweep %s: %zu trials (%zu to run) on %s%s; %s; results in %s/\n",
-                 sweep::subject(s).c_str(), s.trials.size(), sweep.pending(), plan.how.c_str(), spans.c_str(),
-                 sweep::plan_standby(s, plan.slots).how.c_str(), where.c_str());
+                 printable(sweep::subject(s)).c_str(), s.trials.size(), sweep.pending(), plan.how.c_str(), spans.c_str(),
+                 sweep::plan_standby(s, plan.slots).how.c_str(), printable(where).c_str());
 
     struct sigaction sa {};
     sa.sa_handler = [](int) { sweep::request_stop(); };
@@ -255,16 +256,17 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libraries) {
       std::fprintf(stderr,
                    "isorun: sweep submitted to Slurm (job array%s %s) and detached; `isorun status %s` shows progress, "
                    "the same command again follows it and journals the results\n",
-                   summary.jobs.size() == 1 ? "" : "s", jobs.c_str(), where.c_str());
+                   summary.jobs.size() == 1 ? "" : "s", jobs.c_str(), printable(where).c_str());
       return 0;
     }
-    std::cout << sweep::top_table(s, summary.records, top);
+    std::cout << printable(sweep::top_table(s, summary.records, top));  // parameter values are the spec's
     std::fprintf(stderr,
                  "isorun: sweep %s: %zu succeeded, %zu failed, %zu already done%s; journal %s/results.jsonl, table "
                  "%s/results.csv%s\n",
                  summary.interrupted ? "interrupted" : "finished", summary.succeeded, summary.failed, summary.skipped,
                  summary.cancelled ? (", " + std::to_string(summary.cancelled) + " cancelled").c_str() : "",
-                 where.c_str(), where.c_str(), summary.report.empty() ? "" : (", report " + summary.report).c_str());
+                 printable(where).c_str(), printable(where).c_str(),
+                 summary.report.empty() ? "" : printable(", report " + summary.report).c_str());
     if (summary.interrupted) return 130;
     std::size_t failed_total = 0;
     for (const auto& r : summary.records) failed_total += r.kind != outcome_kind::success;
@@ -285,8 +287,8 @@ int show_status(const cli_options& o) {
   }
   std::string by_outcome;
   for (const auto& [k, n] : d.outcomes) by_outcome += (by_outcome.empty() ? "" : ", ") + std::to_string(n) + " " + k;
-  std::printf("sweep %s in %s: %zu of %zu trials journaled%s%s\n", d.subject.c_str(), out.c_str(), d.records.size(), total,
-              by_outcome.empty() ? "" : ": ", by_outcome.c_str());
+  std::printf("sweep %s in %s: %zu of %zu trials journaled%s%s\n", printable(d.subject).c_str(), printable(out.string()).c_str(),
+              d.records.size(), total, by_outcome.empty() ? "" : ": ", by_outcome.c_str());
   std::size_t waiting = 0;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(out / "slurm" / "results", ec)) waiting += e.path().extension() == ".json";
@@ -296,7 +298,7 @@ int show_status(const cli_options& o) {
     for (const auto& j : jobs) {
       const std::string job = j.value("job", "");
       const auto active = sweep::slurm::active_tasks(job);
-      std::printf("Slurm job array %s: %s\n", job.c_str(),
+      std::printf("Slurm job array %s: %s\n", printable(job).c_str(),
                   active.empty() ? "done" : (std::to_string(active.size()) + " array tasks queued or running").c_str());
     }
   if (waiting) std::printf("%zu trial results wait to be journaled (run the sweep's command again, or --attach)\n", waiting);

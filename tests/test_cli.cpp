@@ -588,3 +588,19 @@ TEST_CASE("-- CMD under --mem-limit: processes share one cap, and a killed one's
   CHECK_THAT(advisory.err, Catch::Contains("advisory"));
   CHECK(probe({"--mem-limit", "256M", "--mem-limit-mode", "loose"}, {"info"}).code == 2);
 }
+
+TEST_CASE("a task's message with terminal control sequences is printed with them made visible", "[cli][hostile]") {
+  // OSC (set the window title), CSI (clear the screen), a carriage return that would overwrite
+  // the line and a C1 CSI (U+009B); a newline and a tab stay.
+  const std::string nasty = "\x1b]0;pwned\x07\x1b[2J\rfake\xc2\x9b" "1m end\n\tnext é";
+  auto r = run(with_tasks({"--cpu", "fail", "arg0=" + nasty}));
+  CHECK(r.code == 1);
+  for (char c : {'\x1b', '\x07', '\r'}) CHECK(r.err.find(c) == std::string::npos);
+  CHECK(r.err.find("\xc2\x9b") == std::string::npos);
+  CHECK_THAT(r.err, Catch::Contains("isorun: fail failed on cpu: task_error: std::domain_error: "
+                                    "\\x1b]0;pwned\\x07\\x1b[2J\\x0dfake\\u009b1m end\n\tnext é"));
+  // A message quoting the spec's own words (an error before anything runs) too.
+  auto bad = run(with_tasks({"--cpu", "fail", "bogus\x1b[2J=1"}));
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find('\x1b') == std::string::npos);
+}

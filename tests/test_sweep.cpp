@@ -1396,6 +1396,26 @@ TEST_CASE("an out-of-memory trial's timeline loads in Chromium, showing what was
   fs::remove_all(dir);
 }
 
+TEST_CASE("a report whose data holds <!--<script> still draws its table in Chromium", "[browser][hostile]") {
+  // "<!--<script>" in a script element's text would switch the HTML parser into its escaped
+  // states, and the rest of the page into the script; the data escapes every '<'.
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/sweep.json") << json{{"task", "t"}, {"subject", "t"}, {"runs", json::array()}}.dump();
+  std::ofstream(dir + "/results.jsonl")
+      << json{{"id", "0000000000000001"}, {"params", {{"p", "<!--<script>"}}}, {"outcome", "task_error"},
+              {"error", "<!--<script> </script> \u2028 & >"}}.dump() << "\n"
+      << json{{"id", "0000000000000002"}, {"params", {{"p", "x"}}}, {"outcome", "success"}}.dump() << "\n";
+  sw::write_report(dir);
+  const auto r = in_browser(dir + "/report.html", dir + "/profile");
+  INFO(r.log);
+  REQUIRE(r.code == 0);
+  CHECK(console_lines(r.log).empty());
+  CHECK(r.dom.find("data-ready=\"yes\"") != std::string::npos);
+  CHECK(occurrences(r.dom, "<tr><td>") == 2);
+  CHECK(r.dom.find("&lt;!--&lt;script&gt; &lt;/script&gt;") != std::string::npos);  // the error, as text in its cell
+  fs::remove_all(dir);
+}
+
 // ---- Sweeps on Slurm (tests/slurm/run_tests.sh starts a single-node cluster for these) ----
 
 namespace {

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -126,8 +127,14 @@ void assign(const launched_worker& w, const prepared_request& p, const job_spec&
     a.env.push_back(std::string(ser::env::memory_timeline) + "=" + spec.memory_timeline);
   unique_fd out;
   if (spec.stdout_to == stdout_mode::file) {
-    out.reset(::open(spec.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    // Not through a symbolic link, and a regular file only (O_NONBLOCK: a FIFO does not hold the
+    // open up): the file may lie in a folder others write to.
+    out.reset(::open(spec.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644));
     if (!out) throw internal_error("cannot open " + spec.stdout_path + ": " + std::strerror(errno));
+    struct stat st {};
+    if (::fstat(out.get(), &st) != 0 || !S_ISREG(st.st_mode))
+      throw internal_error("cannot use " + spec.stdout_path + " for the worker's stdout: it is not a regular file");
+    ::fcntl(out.get(), F_SETFL, ::fcntl(out.get(), F_GETFL) & ~O_NONBLOCK);
     a.stdout_attached = true;
   }
   std::vector<int> fds = {p.request->fd(), p.result->fd()};

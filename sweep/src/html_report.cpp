@@ -1,17 +1,25 @@
 // The sweep report page: SVG drawn here, data for the table embedded as JSON, no dependencies.
 #include "isorun/sweep/html_report.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cctype>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <numeric>
 #include <set>
 #include <sstream>
 
+#include "folder.hpp"
 #include "isorun/runner/errors.hpp"
+#include "isorun/runner/printable.hpp"
+#include "isorun/runner/unique_fd.hpp"
 #include "isorun/runner/units.hpp"
 #include "isorun/sweep/report.hpp"
 
@@ -186,6 +194,14 @@ scale padded(double lo, double hi, double a, double b, bool log, bool integer = 
   return {lo, hi, a, b, log, integer};
 }
 
+// Parameter `name` of `r`, null where it has none: a journal's trials need not share their
+// parameters (a crafted or damaged one, records of an older spec).
+const json& param_of(const trial_record& r, const std::string& name) {
+  static const json none;
+  const auto it = r.params.find(name);
+  return it == r.params.end() ? none : *it;
+}
+
 // Every `n`-th of `count` indices so at most `limit` remain, plus those `keep` says.
 template <class Keep>
 std::vector<std::size_t> sample(std::size_t count, std::size_t limit, Keep&& keep) {
@@ -251,7 +267,7 @@ std::string param_chart(const report_data& d, const param_axis& ax) {
     axes(o, x, y, T, B, L, R, ax.name + (ax.log ? " (log)" : ""), metric_label(d));
     for (std::size_t i : sample(pts.size(), max_points, [](std::size_t) { return false; })) {
       const auto& [r, m] = pts[i];
-      const json& v = r->params[ax.name];
+      const json& v = param_of(*r, ax.name);
       if (!v.is_number()) continue;
       o << "<circle cx=\"" << px(x(v.get<double>())) << "\" cy=\"" << px(y(m)) << "\" r=\"3\"><title>" << esc(r->id) << ": "
         << esc(ax.name) << "=" << esc(v.dump()) << ", " << num(m) << "</title></circle>";
@@ -262,7 +278,7 @@ std::string param_chart(const report_data& d, const param_axis& ax) {
     for (std::size_t c = 0; c < ax.categories.size(); ++c) {
       std::vector<double> v;
       for (auto& [r, m] : pts)
-        if (value_text(r->params[ax.name]) == ax.categories[c]) v.push_back(m);
+        if (value_text(param_of(*r, ax.name)) == ax.categories[c]) v.push_back(m);
       const double cx = L + band * (static_cast<double>(c) + 0.5);
       o << "<text x=\"" << px(cx) << "\" y=\"" << px(B + 14) << "\" text-anchor=\"middle\">" << esc(ax.categories[c]) << "</text>";
       if (v.empty()) continue;
@@ -300,7 +316,7 @@ std::string parallel_chart(const report_data& d) {
   auto yof = [&](std::size_t i, const trial_record& r, double m) {
     if (i == d.params.size()) return my(m);
     const auto& ax = d.params[i];
-    const json& v = r.params[ax.name];
+    const json& v = param_of(r, ax.name);
     if (ax.numeric) return v.is_number() ? ys[i](v.get<double>()) : B;
     const auto at = std::find(ax.categories.begin(), ax.categories.end(), value_text(v));
     return ys[i](static_cast<double>(at - ax.categories.begin()));
@@ -444,8 +460,16 @@ std::string memory_chart(const report_data& d) {
   return o.str();
 }
 
+// a + b, held at the ends of the range: a crafted timeline's sizes cannot overflow the counts
+// drawn back from them (timeline_problem has checked each size is from 0 to 2^63-1).
+std::int64_t plus(std::int64_t a, std::int64_t b) {
+  std::int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) return b > 0 ? INT64_MAX : INT64_MIN;
+  return r;
+}
+
 // One device's allocated and reserved bytes over the task's time, with the cap; and, after an
-// OOM, what was live when it failed.
+// OOM, what was live when it failed. `t` has passed timeline_problem.
 std::string timeline_svg(const json& t) {
   std::ostringstream o;
   const std::int64_t start = t.value("start_ns", std::int64_t{0}), end = t.value("end_ns", start);
@@ -457,10 +481,10 @@ std::string timeline_svg(const json& t) {
     for (const auto& e : events) {
       const std::string a = e.value("action", "");
       const std::int64_t n = e.value("size", std::int64_t{0});
-      if (a == "alloc") alloc -= n;
-      else if (a == "free") alloc += n;
-      else if (a == "segment_alloc" || a == "map") res -= n;
-      else if (a == "segment_free" || a == "unmap") res += n;
+      if (a == "alloc") alloc = plus(alloc, -n);
+      else if (a == "free") alloc = plus(alloc, n);
+      else if (a == "segment_alloc" || a == "map") res = plus(res, -n);
+      else if (a == "segment_free" || a == "unmap") res = plus(res, n);
     }
     struct point {
       double ms;
@@ -473,10 +497,10 @@ std::string timeline_svg(const json& t) {
       const std::string a = e.value("action", "");
       const std::int64_t n = e.value("size", std::int64_t{0});
       const double ms = std::max(0.0, static_cast<double>(e.value("t_ns", start) - start) / 1e6);
-      if (a == "alloc") alloc += n;
-      else if (a == "free") alloc -= n;
-      else if (a == "segment_alloc" || a == "map") res += n;
-      else if (a == "segment_free" || a == "unmap") res -= n;
+      if (a == "alloc") alloc = plus(alloc, n);
+      else if (a == "free") alloc = plus(alloc, -n);
+      else if (a == "segment_alloc" || a == "map") res = plus(res, n);
+      else if (a == "segment_free" || a == "unmap") res = plus(res, -n);
       else if (a == "oom") ooms.push_back(ms);
       pts.push_back({ms, alloc, res});
       top = std::max({top, static_cast<std::uint64_t>(std::max<std::int64_t>(0, res)), static_cast<std::uint64_t>(std::max<std::int64_t>(0, alloc))});
@@ -652,21 +676,86 @@ json table_data(const report_data& d) {
   return {{"columns", cols}, {"rows", rows}, {"colours", colours}, {"sort", sort_col}, {"dir", d.maximize ? -1 : 1}};
 }
 
-// A JSON text safe inside <script>: "</" cannot end the element early.
+// A JSON text safe inside <script>, whatever its strings hold: '<', '>' and '&' as \u escapes,
+// so that no "</script" ends the element and no "<!--" with "<script" switches the parser into
+// its escaped states (which would swallow the rest of the page); U+2028 and U+2029 as escapes,
+// so the text is JavaScript too. JSON.parse reads it back unchanged. (Outside strings dump()
+// writes none of these.)
 std::string script_json(const json& j) {
-  std::string s = j.dump();
+  const std::string s = j.dump();
   std::string o;
+  o.reserve(s.size());
   for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '<' && i + 1 < s.size() && s[i + 1] == '/') o += "<\\";
+    if (s[i] == '<') o += "\\u003c";
+    else if (s[i] == '>') o += "\\u003e";
+    else if (s[i] == '&') o += "\\u0026";
+    else if (s.compare(i, 3, "\xe2\x80\xa8") == 0) o += "\\u2028", i += 2;
+    else if (s.compare(i, 3, "\xe2\x80\xa9") == 0) o += "\\u2029", i += 2;
     else o += s[i];
   }
   return o;
 }
 
-json read_json_file(const fs::path& p) {
-  std::ifstream in(p);
-  if (!in) return json();
-  return json::parse(in, nullptr, false);
+// sweep.json is small; anything near this is not one isorun wrote.
+constexpr std::size_t max_identity = std::size_t{64} << 20;
+// A timeline holds the allocator's history (history:N events); this is far beyond any.
+constexpr std::size_t max_timeline = std::size_t{256} << 20;
+
+// A trial id as trial_id() makes them: the only names a timeline file is looked up by.
+bool is_trial_id(const std::string& id) {
+  return id.size() == 16 && std::all_of(id.begin(), id.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+}
+
+// The memory timeline `name` in `dir` (shown as `shown`), checked; null if there is none.
+// @throws std::exception saying what is wrong with it.
+json read_timeline(int dir, const std::string& name, const fs::path& shown) {
+  const unique_fd fd = detail::open_file(dir, name, O_RDONLY, shown);
+  if (!fd) return json();
+  json t = json::parse(detail::read_all(fd.get(), max_timeline, shown), nullptr, false);
+  const std::string problem = t.is_discarded() ? "it is not JSON (cut short?)" : timeline_problem(t);
+  if (!problem.empty()) throw std::runtime_error(shown.string() + " is not a memory timeline: " + problem);
+  return t;
+}
+
+// The timelines shown for `d` (see report_data::timelines), read from `out`/logs: failures
+// first, then the best; a file that cannot be read, or is not a timeline, is skipped with a
+// warning and the next one is shown in its place.
+void load_timelines(report_data& d, int out) {
+  const fs::path logs_shown = fs::path(d.out) / "logs";
+  unique_fd logs;
+  try {
+    logs = detail::open_subfolder(out, "logs", false, logs_shown);
+  } catch (const usage_error& e) {
+    d.warnings.push_back(std::string(e.what()) + "; no memory timelines in the report");
+    return;
+  }
+  if (!logs) return;
+  std::vector<std::size_t> with;
+  for (std::size_t i = 0; i < d.records.size(); ++i) {
+    const trial_record& r = d.records[i];
+    struct stat st {};
+    if (!r.timeline.empty() && is_trial_id(r.id) &&
+        ::fstatat(logs.get(), (r.id + ".memory.json").c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
+      with.push_back(i);
+  }
+  d.timelines_kept = with.size();
+  std::stable_sort(with.begin(), with.end(), [&](std::size_t ia, std::size_t ib) {
+    const trial_record &a = d.records[ia], &b = d.records[ib];
+    const bool oa = a.kind == outcome_kind::out_of_memory, ob = b.kind == outcome_kind::out_of_memory;
+    if (oa != ob) return oa;
+    auto ma = metric_value(d, a), mb = metric_value(d, b);
+    if (ma.has_value() != mb.has_value()) return ma.has_value();
+    return ma && goodness(d, *ma) > goodness(d, *mb);
+  });
+  for (std::size_t i : with) {
+    if (d.timelines.size() == max_timelines) break;
+    const std::string name = d.records[i].id + ".memory.json";
+    try {
+      if (json t = read_timeline(logs.get(), name, logs_shown / name); !t.is_null()) d.timelines.emplace_back(i, std::move(t));
+    } catch (const std::exception& e) {
+      d.warnings.push_back(std::string(e.what()) + "; left out of the report");
+    }
+  }
 }
 
 // Whether the distinct values are spaced more evenly by ratio than by difference (a grid made
@@ -718,9 +807,14 @@ param_axis axis_for(const std::string& name, const std::vector<json>& values) {
 }
 
 std::vector<slot_interval> slot_intervals(const report_data& d) {
+  std::map<int, std::size_t> slots_of;  // run -> its slots, as sweep.json lists them
+  for (const auto& run : d.runs) slots_of[run.run] = run.slots.size();
   std::vector<slot_interval> out;
-  for (const auto& r : d.records)
-    if (r.run > 0) out.push_back({r.run, r.slot, r.start_s, r.start_s + r.wall_s, r.id, r.kind});
+  for (const auto& r : d.records) {
+    const auto run = slots_of.find(r.run);
+    if (r.run > 0 && run != slots_of.end() && r.slot >= 0 && static_cast<std::size_t>(r.slot) < run->second)
+      out.push_back({r.run, r.slot, r.start_s, r.start_s + r.wall_s, r.id, r.kind});
+  }
   std::sort(out.begin(), out.end(), [](const slot_interval& a, const slot_interval& b) {
     return std::tie(a.run, a.slot, a.start_s) < std::tie(b.run, b.slot, b.start_s);
   });
@@ -728,42 +822,67 @@ std::vector<slot_interval> slot_intervals(const report_data& d) {
 }
 
 report_data load_report_data(const fs::path& out) {
-  const json identity = read_json_file(out / "sweep.json");
-  if (!identity.is_object() || !fs::exists(out / "results.jsonl"))
+  const fs::path identity_file = out / "sweep.json", journal_file = out / "results.jsonl";
+  const unique_fd dir = detail::open_folder(out);
+  const unique_fd identity_fd = dir ? detail::open_file(dir.get(), "sweep.json", O_RDONLY, identity_file) : unique_fd();
+  const unique_fd journal_fd = dir ? detail::open_file(dir.get(), "results.jsonl", O_RDONLY, journal_file) : unique_fd();
+  const json identity =
+      identity_fd ? json::parse(detail::read_all(identity_fd.get(), max_identity, identity_file), nullptr, false) : json();
+  if (!identity.is_object() || !journal_fd)
     throw usage_error(out.string() + " is not a sweep's output folder (it has no sweep.json and results.jsonl); "
                       "give the folder a sweep wrote (its --out)");
   report_data d;
   d.out = out.string();
-  d.subject = identity.value("subject", identity.value("task", ""));
-  if (identity.contains("metric") && identity["metric"].is_object()) {
-    d.metric = identity["metric"].value("name", "");
-    d.maximize = identity["metric"].value("maximize", true);
+  // sweep.json as a damaged or crafted folder may hold it: what has the wrong type is taken as
+  // absent.
+  auto text = [](const json& o, const char* key) {
+    const auto it = o.find(key);
+    return it != o.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  auto number = [](const json& o, const char* key) {
+    const auto it = o.find(key);
+    return it != o.end() && it->is_number() ? it->get<double>() : 0.0;
+  };
+  auto whole = [](const json& o, const char* key) -> std::int64_t {  // from 0 to 2^31-1
+    const auto it = o.find(key);
+    if (it == o.end() || !it->is_number_integer()) return 0;
+    if (it->is_number_unsigned()) return std::min<std::uint64_t>(it->get<std::uint64_t>(), INT32_MAX);
+    return std::clamp<std::int64_t>(it->get<std::int64_t>(), 0, INT32_MAX);
+  };
+  d.subject = text(identity, "subject").empty() ? text(identity, "task") : text(identity, "subject");
+  if (const auto m = identity.find("metric"); m != identity.end() && m->is_object()) {
+    d.metric = text(*m, "name");
+    if (const auto max = m->find("maximize"); max != m->end() && max->is_boolean()) d.maximize = max->get<bool>();
   }
-  for (const auto& r : identity.value("runs", json::array())) {
-    run_info run{.run = r.value("run", 0), .slots = {}, .mem_limit = r.value("mem_limit", std::uint64_t{0}),
-                 .wall_s = r.value("wall_s", 0.0)};
-    for (const auto& s : r.value("slots", json::array())) run.slots.emplace_back(s.value("index", 0), s.value("device", ""));
-    d.runs.push_back(std::move(run));
-  }
+  if (const auto runs = identity.find("runs"); runs != identity.end() && runs->is_array())
+    for (const auto& r : *runs) {
+      if (!r.is_object()) continue;
+      const auto limit = r.find("mem_limit");
+      run_info run{.run = static_cast<int>(whole(r, "run")), .slots = {},
+                   .mem_limit = limit != r.end() && limit->is_number_unsigned() ? limit->get<std::uint64_t>() : 0,
+                   .wall_s = number(r, "wall_s")};
+      if (const auto slots = r.find("slots"); slots != r.end() && slots->is_array())
+        for (const auto& s : *slots)
+          if (s.is_object()) run.slots.emplace_back(static_cast<int>(whole(s, "index")), text(s, "device"));
+      d.runs.push_back(std::move(run));
+    }
   // Read only, never repaired: a sweep may be writing to it now. A line that is not a record
   // (one being written, or cut short) is left out; a trial's last record counts.
   std::map<std::string, std::size_t> at;
-  {
-    std::ifstream in(out / "results.jsonl");
-    for (std::string line; std::getline(in, line);) {
-      const json rec = json::parse(line, nullptr, false);
-      if (!rec.is_object()) continue;
-      try {
-        trial_record r = trial_record::from_json(rec);
-        if (auto it = at.find(r.id); it != at.end()) d.records[it->second] = std::move(r);
-        else {
-          at[r.id] = d.records.size();
-          d.records.push_back(std::move(r));
-        }
-      } catch (const std::exception&) {
+  detail::for_each_line(journal_fd.get(), journal::max_line, journal_file, [&](std::string_view line, int, bool too_long) {
+    if (too_long) return;
+    const json rec = json::parse(line, nullptr, false);
+    if (!rec.is_object()) return;
+    try {
+      trial_record r = trial_record::from_json(rec);
+      if (auto it = at.find(r.id); it != at.end()) d.records[it->second] = std::move(r);
+      else {
+        at[r.id] = d.records.size();
+        d.records.push_back(std::move(r));
       }
+    } catch (const std::exception&) {
     }
-  }
+  });
   for (const auto& r : d.records) ++d.outcomes[std::string(to_string(r.kind))];
   std::map<std::string, std::vector<json>> values;
   std::vector<std::string> names;
@@ -777,6 +896,7 @@ report_data load_report_data(const fs::path& out) {
     for (const auto& v : values[n]) distinct.insert(v.dump());
     if (distinct.size() > 1) d.params.push_back(axis_for(n, values[n]));  // a constant says nothing
   }
+  load_timelines(d, dir.get());
   return d;
 }
 
@@ -837,26 +957,15 @@ std::string render_report(const report_data& d) {
   o << "<section id=\"memory\"><h2>Device memory against the cap</h2>" << memory_chart(d) << "</section>";
 
   // Memory timelines: the trials that ran out of memory first, then the best.
-  std::vector<const trial_record*> with;
-  for (const auto& r : d.records)
-    if (!r.timeline.empty() && fs::exists(fs::path(d.out) / r.timeline)) with.push_back(&r);
-  std::stable_sort(with.begin(), with.end(), [&](auto* a, auto* b) {
-    const bool oa = a->kind == outcome_kind::out_of_memory, ob = b->kind == outcome_kind::out_of_memory;
-    if (oa != ob) return oa;
-    auto ma = metric_value(d, *a), mb = metric_value(d, *b);
-    if (ma.has_value() != mb.has_value()) return ma.has_value();
-    return ma && goodness(d, *ma) > goodness(d, *mb);
-  });
-  if (!with.empty()) {
-    o << "<section id=\"timelines\"><h2>Memory timelines</h2><p class=\"sub\">" << with.size()
-      << " trials kept their allocator's history (history:N in alloc_conf); "
-      << std::min(with.size(), max_timelines) << " shown, failures first.</p>";
-    for (std::size_t i = 0; i < std::min(with.size(), max_timelines); ++i) {
-      const trial_record& r = *with[i];
+  if (!d.timelines.empty()) {
+    o << "<section id=\"timelines\"><h2>Memory timelines</h2><p class=\"sub\">" << d.timelines_kept
+      << " trials kept their allocator's history (history:N in alloc_conf); " << d.timelines.size()
+      << " shown, failures first.</p>";
+    for (const auto& [i, timeline] : d.timelines) {
+      const trial_record& r = d.records[i];
       std::string desc;
       for (const auto& w : param_words(r.params)) desc += (desc.empty() ? "" : " ") + w;
-      o << "<h3>" << esc(r.id) << " · " << to_string(r.kind) << " · " << esc(desc) << "</h3>"
-        << timeline_svg(read_json_file(fs::path(d.out) / r.timeline));
+      o << "<h3>" << esc(r.id) << " · " << to_string(r.kind) << " · " << esc(desc) << "</h3>" << timeline_svg(timeline);
     }
     o << "</section>";
   }
@@ -866,8 +975,68 @@ std::string render_report(const report_data& d) {
 }
 
 void write_report(const fs::path& out) {
-  const std::string page = render_report(load_report_data(out));
-  write_file_durably(out / "report.html", page);
+  const report_data d = load_report_data(out);
+  for (const auto& w : d.warnings) std::fprintf(stderr, "isorun: warning: %s\n", printable(w).c_str());
+  write_file_durably(out / "report.html", render_report(d));
+}
+
+std::string timeline_problem(const json& t) {
+  if (!t.is_object()) return "it is not a JSON object";
+  // Absent, or a whole number from 0 to 2^63-1 (what times, sizes and counts are).
+  auto count = [](const json& o, const char* key) {
+    const auto it = o.find(key);
+    if (it == o.end()) return true;
+    if (it->is_number_unsigned()) return it->get<std::uint64_t>() <= INT64_MAX;
+    return it->is_number_integer() && it->get<std::int64_t>() >= 0;
+  };
+  for (const char* k : {"start_ns", "end_ns"})
+    if (!count(t, k)) return std::string(k) + " is not a time in ns";
+  if (const auto devices = t.find("devices"); devices != t.end()) {
+    if (!devices->is_array()) return "devices is not a list";
+    for (std::size_t i = 0; i < devices->size(); ++i) {
+      const json& dev = (*devices)[i];
+      const std::string where = "devices[" + std::to_string(i) + "]";
+      if (!dev.is_object()) return where + " is not an object";
+      for (const char* k : {"cap", "allocated", "reserved"})
+        if (!count(dev, k)) return where + "." + k + " is not a number of bytes";
+      if (const auto index = dev.find("index"); index != dev.end()) {
+        const bool ok = index->is_number_unsigned() ? index->get<std::uint64_t>() <= INT32_MAX
+                                                    : index->is_number_integer() && index->get<std::int64_t>() >= -1 &&
+                                                          index->get<std::int64_t>() <= INT32_MAX;
+        if (!ok) return where + ".index is not a GPU index";
+      }
+      const auto events = dev.find("events");
+      if (events == dev.end()) continue;
+      if (!events->is_array()) return where + ".events is not a list";
+      for (std::size_t k = 0; k < events->size(); ++k) {
+        const json& e = (*events)[k];
+        const std::string at = where + ".events[" + std::to_string(k) + "]";
+        if (!e.is_object()) return at + " is not an object";
+        if (const auto a = e.find("action"); a != e.end() && !a->is_string()) return at + ".action is not a word";
+        if (!count(e, "size")) return at + ".size is not a number of bytes";
+        if (!count(e, "t_ns")) return at + ".t_ns is not a time in ns";
+      }
+    }
+  }
+  if (const auto oom = t.find("oom"); oom != t.end() && oom->is_object()) {
+    for (const char* k : {"requested", "limit", "reserved", "allocated", "largest_free"})
+      if (!count(*oom, k)) return std::string("oom.") + k + " is not a number of bytes";
+    if (const auto live = oom->find("live"); live != oom->end()) {
+      if (!live->is_array()) return "oom.live is not a list";
+      for (const auto& b : *live)
+        if (!b.is_number_unsigned() && !(b.is_number_integer() && b.get<std::int64_t>() >= 0))
+          return "oom.live holds something that is not a number of bytes";
+    }
+  }
+  return "";
+}
+
+json read_memory_timeline(const fs::path& file) {
+  const fs::path folder = file.has_parent_path() ? file.parent_path() : fs::path(".");
+  const unique_fd dir = detail::open_folder(folder);
+  json t = dir ? read_timeline(dir.get(), file.filename().string(), file) : json();
+  if (t.is_null()) throw std::runtime_error(file.string() + " is not there");
+  return t;
 }
 
 std::string render_memory_timeline(const json& timeline, const std::string& title) {

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <xxhash.h>
@@ -10,11 +11,14 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <limits>
+#include <stdexcept>
+#include <type_traits>
 #include <utility>
 
+#include "folder.hpp"
 #include "isorun/runner/errors.hpp"
+#include "isorun/runner/printable.hpp"
 #include "isorun/runner/unique_fd.hpp"
 
 namespace isorun::sweep {
@@ -56,48 +60,74 @@ json trial_record::to_json() const {
   return j;
 }
 
+namespace {
+// Field `key` of a record, `fallback` where it is absent. A value of another type, or one out of
+// the field's range, makes the line no record (rather than a number cast out of range).
+template <class T>
+T field(const json& j, const char* key, T fallback) {
+  const auto it = j.find(key);
+  if (it == j.end()) return fallback;
+  const json& v = *it;
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (v.is_string()) return v.get<std::string>();
+  } else if constexpr (std::is_same_v<T, double>) {
+    if (v.is_number()) return v.get<double>();
+  } else if constexpr (std::is_unsigned_v<T>) {
+    if (v.is_number_unsigned()) return v.get<T>();
+  } else if (v.is_number_unsigned()) {
+    if (v.get<unsigned long long>() <= static_cast<unsigned long long>(std::numeric_limits<T>::max())) return v.get<T>();
+  } else if (v.is_number_integer()) {
+    const long long x = v.get<long long>();
+    if (x >= std::numeric_limits<T>::min() && x <= std::numeric_limits<T>::max()) return static_cast<T>(x);
+  }
+  throw std::invalid_argument(std::string("field ") + key + " has the wrong type");
+}
+}  // namespace
+
 trial_record trial_record::from_json(const json& j) {
+  if (!j.is_object()) throw std::invalid_argument("a record is an object");
   trial_record r;
   r.id = j.at("id").get<std::string>();
   r.params = j.at("params");
+  if (!r.params.is_object()) throw std::invalid_argument("params is not an object");
   r.kind = outcome_kind_named(j.at("outcome").get<std::string>()).value_or(outcome_kind::internal_error);
   r.result = j.value("result", json());
-  r.error = j.value("error", "");
-  r.wall_s = j.value("wall_s", 0.0);
-  r.device = j.value("device", "");
-  r.slot = j.value("slot", 0);
-  r.attempts = j.value("attempts", 1);
-  r.peak_reserved = j.value("peak_reserved", std::uint64_t{0});
-  r.peak_allocated = j.value("peak_allocated", std::uint64_t{0});
-  r.mem_limit = j.value("mem_limit", std::uint64_t{0});
-  r.run = j.value("run", 0);
-  r.start_s = j.value("start_s", 0.0);
-  r.timeline = j.value("timeline", "");
+  r.error = field(j, "error", std::string());
+  r.wall_s = field(j, "wall_s", 0.0);
+  r.device = field(j, "device", std::string());
+  r.slot = field(j, "slot", 0);
+  r.attempts = field(j, "attempts", 1);
+  r.peak_reserved = field(j, "peak_reserved", std::uint64_t{0});
+  r.peak_allocated = field(j, "peak_allocated", std::uint64_t{0});
+  r.mem_limit = field(j, "mem_limit", std::uint64_t{0});
+  r.run = field(j, "run", 0);
+  r.start_s = field(j, "start_s", 0.0);
+  r.timeline = field(j, "timeline", std::string());
   return r;
 }
 
 journal::journal(const fs::path& folder) : path_{folder / "results.jsonl"} {
-  unique_fd fd(::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
-  if (!fd) throw internal_error("cannot open " + path_.string() + ": " + std::strerror(errno));
-  std::ifstream in(path_, std::ios::binary);
-  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto last_newline = content.rfind('\n');
-  const std::size_t complete = last_newline == std::string::npos ? 0 : last_newline + 1;
-  if (complete != content.size()) {
-    if (::ftruncate(fd.get(), static_cast<off_t>(complete)) != 0) throw internal_error("cannot repair " + path_.string());
-    ::fsync(fd.get());
-  }
-  std::istringstream lines(content.substr(0, complete));
-  int number = 0;
-  for (std::string line; std::getline(lines, line);) {
-    ++number;
+  const unique_fd dir = detail::open_folder(folder);
+  if (!dir) throw internal_error("cannot open " + folder.string() + ": no such folder");
+  unique_fd fd = detail::open_file(dir.get(), "results.jsonl", O_RDWR | O_CREAT | O_APPEND, path_);
+  const std::size_t complete = detail::for_each_line(fd.get(), max_line, path_, [&](std::string_view line, int number, bool too_long) {
+    const std::string where = path_.string() + " line " + std::to_string(number);
+    if (too_long) {
+      warnings_.push_back(where + " is longer than " + std::to_string(max_line >> 20) + " MiB: not a trial record; ignored");
+      return;
+    }
     try {
       trial_record r = trial_record::from_json(json::parse(line));
       latest_[r.id] = std::move(r);
     } catch (const std::exception&) {
-      warnings_.push_back(path_.string() + " line " + std::to_string(number) + " is not a trial record; ignored (" +
-                          line.substr(0, 60) + (line.size() > 60 ? "..." : "") + ")");
+      warnings_.push_back(where + " is not a trial record; ignored (" + std::string(line.substr(0, 60)) +
+                          (line.size() > 60 ? "..." : "") + ")");
     }
+  });
+  struct stat st {};
+  if (::fstat(fd.get(), &st) == 0 && static_cast<std::size_t>(st.st_size) != complete) {
+    if (::ftruncate(fd.get(), static_cast<off_t>(complete)) != 0) throw internal_error("cannot repair " + path_.string());
+    ::fsync(fd.get());
   }
   fd_ = fd.release();
 }
@@ -147,8 +177,9 @@ void journal::append(const std::vector<trial_record>& records) {
 
 folder_lock::folder_lock(const fs::path& out, bool wait) {
   const fs::path path = out / "sweep.lock";
-  unique_fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-  if (!fd) throw internal_error("cannot open " + path.string() + ": " + std::strerror(errno));
+  const unique_fd dir = detail::open_folder(out);
+  if (!dir) throw internal_error("cannot open " + out.string() + ": no such folder");
+  unique_fd fd = detail::open_file(dir.get(), "sweep.lock", O_RDWR | O_CREAT, path);
   if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK) throw internal_error("cannot lock " + path.string() + ": " + std::strerror(errno));
     char holder[64] = {};
@@ -159,7 +190,8 @@ folder_lock::folder_lock(const fs::path& out, bool wait) {
       throw usage_error("output folder " + out.string() + " is in use by another sweep (" +
                         (who.empty() ? std::string("its pid is unknown") : "pid " + who) +
                         "); wait for it to finish, pass --wait to wait for it, or choose another --out");
-    std::fprintf(stderr, "isorun: waiting for the sweep using %s (pid %s) to finish\n", out.c_str(), who.c_str());
+    std::fprintf(stderr, "isorun: waiting for the sweep using %s (pid %s) to finish\n", printable(out.string()).c_str(),
+                 printable(who).c_str());
     while (::flock(fd.get(), LOCK_EX) != 0)
       if (errno != EINTR) throw internal_error("cannot lock " + path.string() + ": " + std::strerror(errno));
   }
@@ -186,19 +218,10 @@ folder_lock& folder_lock::operator=(folder_lock&& other) noexcept {
 }
 
 void write_file_durably(const fs::path& path, const std::string& content) {
-  const fs::path tmp = path.string() + ".tmp";
-  unique_fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!fd) throw internal_error("cannot write " + tmp.string() + ": " + std::strerror(errno));
-  int failed = write_all(fd.get(), content);
-  if (!failed && ::fsync(fd.get()) != 0) failed = errno;
-  fd.reset();
-  if (failed) {
-    // The old file, if any, stays whole: only a complete, durable copy replaces it.
-    std::error_code ignored;
-    fs::remove(tmp, ignored);
-    throw internal_error("cannot write " + path.string() + ": " + std::strerror(failed));
-  }
-  fs::rename(tmp, path);
+  const fs::path folder = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  const unique_fd dir = detail::open_folder(folder);
+  if (!dir) throw internal_error("cannot write " + path.string() + ": " + folder.string() + " is not a folder");
+  detail::write_durably(dir.get(), path.filename().string(), content, path);
 }
 
 }  // namespace isorun::sweep

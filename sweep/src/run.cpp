@@ -27,6 +27,7 @@
 #include "isorun/runner/command.hpp"
 #include "isorun/runner/job.hpp"
 #include "isorun/runner/process.hpp"
+#include "isorun/runner/printable.hpp"
 #include "isorun/runner/gpu_packer.hpp"
 #include "isorun/runner/standby.hpp"
 #include "isorun/runner/suggest.hpp"
@@ -34,6 +35,7 @@
 #include "isorun/runner/unique_fd.hpp"
 #include "isorun/runner/units.hpp"
 #include "isorun/runner/worker_env.hpp"
+#include "folder.hpp"
 #include "isorun/sweep/html_report.hpp"
 #include "isorun/sweep/report.hpp"
 #include "isorun/sweep/slurm.hpp"
@@ -97,25 +99,25 @@ void check_command(const sweep_spec& s) {
                     "command not found: '" + program + "' (not an executable file, nor found in PATH)");
 }
 
-// A command's result: the JSON object it wrote to $ISORUN_RESULT (`result_file`), else the last
-// line of its stdout (`log`) that is a JSON object; null if neither.
-// @throws std::runtime_error if the result file is there but not a JSON object.
-json read_command_result(const fs::path& result_file, const fs::path& log) {
-  std::error_code ec;
-  if (fs::exists(result_file, ec)) {
-    std::ifstream in(result_file);
-    json j = json::parse(in, nullptr, false);
+// A command's result: the JSON object it wrote to $ISORUN_RESULT (`id`.result.json in `logs`,
+// shown as `shown`), else the last line of its stdout (`id`.out) that is a JSON object; null if
+// neither. Read as the folder's other files are: by name, not through links, bounded.
+// @throws std::runtime_error if the result file is there but not a JSON object; usage_error if a
+//         link or anything but a regular file is there.
+json read_command_result(int logs, const std::string& id, const fs::path& shown) {
+  const std::string result_name = id + ".result.json";
+  if (const unique_fd result = detail::open_file(logs, result_name, O_RDONLY, shown / result_name)) {
+    json j = json::parse(detail::read_all(result.get(), journal::max_line, shown / result_name), nullptr, false);
     if (!j.is_object()) throw std::runtime_error("the file it wrote to $ISORUN_RESULT is not a JSON object");
     return j;
   }
   // A result line is at the end of what a program prints: its last MiB is enough.
-  std::ifstream in(log, std::ios::binary | std::ios::ate);
-  if (!in) return nullptr;
-  const std::streamoff size = in.tellg();
-  const std::streamoff from = std::max<std::streamoff>(0, size - (1 << 20));
-  in.seekg(from);
-  std::string text(static_cast<std::size_t>(size - from), '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  const unique_fd log = detail::open_file(logs, id + ".out", O_RDONLY, shown / (id + ".out"));
+  if (!log) return nullptr;
+  const off_t size = ::lseek(log.get(), 0, SEEK_END);
+  const off_t from = std::max<off_t>(0, size - (1 << 20));
+  if (size < 0 || ::lseek(log.get(), from, SEEK_SET) != from) return nullptr;
+  const std::string text = detail::read_all(log.get(), 1 << 20, shown / (id + ".out"));
   std::size_t end = text.size();
   while (end > 0) {
     const std::size_t begin = text.rfind('\n', end - 1);
@@ -233,6 +235,7 @@ struct sweep_run::state {
   std::vector<std::string> args;  // each trial's JSON arguments, checked
   fs::path out;
   std::string out_text;
+  unique_fd logs;  // OUT/logs, where each trial's files are created by name
   std::optional<folder_lock> lock;
   std::optional<sweep::journal> journal;
   std::vector<std::size_t> queue;  // indices into s.trials
@@ -309,6 +312,9 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
   std::error_code ec;
   fs::create_directories(st.out / "logs", ec);
   if (ec) throw internal_error("cannot create " + (st.out / "logs").string() + ": " + ec.message());
+  const unique_fd out_dir = detail::open_folder(st.out);
+  if (!out_dir) throw internal_error("cannot open " + st.out_text + ": not a folder");
+  st.logs = detail::open_subfolder(out_dir.get(), "logs", true, st.out / "logs");
   if (!st.opt.node.empty()) {
     // An array task of a Slurm submission: the submitter holds the folder and its journal; this
     // runs its listed trials whose records are not already waiting to be journaled.
@@ -413,7 +419,7 @@ sweep_summary sweep_run::run() {
     const double avg = finished ? busy_seconds / double(finished) : 0;
     const double eta = avg * double(todo - std::min(todo, finished)) / double(std::max<std::size_t>(1, slots.size()));
     char best_text[64] = "";
-    if (best) std::snprintf(best_text, sizeof best_text, " | best %s %.4g", s.metric.name.c_str(), *best);
+    if (best) std::snprintf(best_text, sizeof best_text, " | best %s %.4g", printable(s.metric.name).c_str(), *best);
     if (tty) {
       std::fprintf(stderr, "\r\033[K[%zu/%zu done | %zu running | %zu failed | ETA %s%s]", finished, todo, running_count,
                    failed, finished ? duration(eta).c_str() : "?", best_text);
@@ -421,8 +427,8 @@ sweep_summary sweep_run::run() {
       auto m = metric_of(s, *r);
       std::fprintf(stderr, "[%zu/%zu] %s %s%s (%.2f s on %s, attempt %d)\n", finished, todo, r->id.c_str(),
                    std::string(to_string(r->kind)).c_str(),
-                   m ? (" " + s.metric.name + "=" + std::to_string(*m)).c_str() : "", r->wall_s, r->device.c_str(),
-                   r->attempts);
+                   m ? printable(" " + s.metric.name + "=" + std::to_string(*m)).c_str() : "", r->wall_s,
+                   printable(r->device).c_str(), r->attempts);
     }
     std::fflush(stderr);
   };
@@ -574,12 +580,33 @@ sweep_summary sweep_run::run() {
     rec.run = node ? 0 : run_number;  // a node's slots and clock are its own
     const auto t0 = clock::now();
     rec.start_s = std::chrono::duration<double>(t0 - run_start).count();
+    // A trial's log file, created (or emptied) in OUT/logs by name; an empty descriptor, and
+    // `problem` saying why, if something there is not a file isorun may write (a link, a FIFO).
+    auto log_file = [&](const std::string& suffix, std::string& problem) {
+      try {
+        return detail::open_file(st.logs.get(), rec.id + suffix, O_WRONLY | O_CREAT | O_TRUNC, out / "logs" / (rec.id + suffix));
+      } catch (const std::exception& e) {
+        problem = e.what();
+        return unique_fd();
+      }
+    };
     for (int attempt = 1;; ++attempt) {
       const fs::path log = out / "logs" / rec.id;
-      unique_fd err(::open((log.string() + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+      std::string log_problem;
+      unique_fd err = log_file(".err", log_problem);
       rec.attempts = attempt;
       rec.result = nullptr;
+      if (!log_problem.empty()) {
+        rec.kind = outcome_kind::internal_error;
+        rec.error = log_problem;
+        break;
+      }
       if (s.command.empty()) {
+        if (!log_file(".out", log_problem)) {  // (checked here, opened for the worker when it is assigned)
+          rec.kind = outcome_kind::internal_error;
+          rec.error = log_problem;
+          break;
+        }
         runner::job_spec spec = trial_spec(sl, index);
         spec.stdout_to = runner::stdout_mode::file;
         spec.stdout_path = log.string() + ".out";
@@ -619,10 +646,10 @@ sweep_summary sweep_run::run() {
         const fs::path result_file = fs::absolute(log.string() + ".result.json");
         std::error_code ec;
         fs::remove(result_file, ec);
-        unique_fd stdout_file(::open((log.string() + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+        unique_fd stdout_file = log_file(".out", log_problem);
         std::unique_ptr<runner::command> cmd;
         try {
-          if (!stdout_file || !err) throw internal_error("cannot create " + log.string() + ".out/.err: " + std::strerror(errno));
+          if (!stdout_file) throw internal_error(log_problem);
           cmd = runner::command::start({.argv = command_for(s.command, params),
                                         .gpus = sl.gpus,
                                         .mem_limit = s.mem_limit,
@@ -641,7 +668,7 @@ sweep_summary sweep_run::run() {
         const runner::command_result& r = await(sl, {.command = cmd.get()}, *cmd, rec);
         if (r.status.ok()) {
           try {
-            rec.result = read_command_result(result_file, log.string() + ".out");
+            rec.result = read_command_result(st.logs.get(), rec.id, out / "logs");
           } catch (const std::exception& e) {
             rec.kind = outcome_kind::invalid_result;
             rec.error = std::string("invalid_result: ") + e.what();
@@ -909,7 +936,7 @@ sweep_summary sweep_run::run() {
     write_report(out);
     summary.report = (out / "report.html").string();
   } catch (const std::exception& e) {  // the results are safe; only the page is missing
-    std::fprintf(stderr, "isorun: warning: no report: %s\n", e.what());
+    std::fprintf(stderr, "isorun: warning: no report: %s\n", printable(e.what()).c_str());
   }
   return summary;
 }

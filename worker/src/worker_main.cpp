@@ -33,6 +33,7 @@
 #include "isorun/serialization/request.hpp"
 #include "isorun/serialization/result_stream.hpp"
 #include "isorun/serialization/shm_segment.hpp"
+#include "isorun/serialization/whole_file.hpp"
 #include "isorun/serialization/wire.hpp"
 #include "isorun/worker/task.hpp"
 #include "isorun/worker/this_worker.hpp"
@@ -133,8 +134,9 @@ std::optional<ser::warm_device> prepare_warm_device() {
 // The task's memory as `isorun report` draws it: each device's allocator history (events
 // {t_ns, action, addr, size, stream} on CLOCK_MONOTONIC, with the counts at the end so the
 // lines can be drawn back from them), the task's start, and, after an out-of-memory failure,
-// what was live when it failed. Written to $ISORUN_MEMORY_TIMELINE; best effort: the task's
-// outcome does not depend on it.
+// what was live when it failed. Written to $ISORUN_MEMORY_TIMELINE whole, then renamed: a reader
+// never finds one cut short by the worker's death, and nothing planted at the name is written
+// through. Best effort: the task's outcome does not depend on it.
 void write_memory_timeline(const char* path, std::int64_t start_ns, const std::optional<oom_figures>& oom) {
   auto& w = this_worker();
   std::ostringstream o;
@@ -157,7 +159,13 @@ void write_memory_timeline(const char* path, std::int64_t start_ns, const std::o
     o << "]}";
   }
   o << "}\n";
-  std::ofstream(path, std::ios::trunc) << o.str();
+  const std::string file = path;
+  const auto slash = file.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : file.substr(0, slash);
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return;
+  [[maybe_unused]] int failed = ser::write_whole_file(dir_fd, file.substr(slash + 1), o.str(), false);
+  ::close(dir_fd);
 }
 
 }  // namespace

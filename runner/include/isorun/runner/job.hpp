@@ -23,7 +23,8 @@ namespace isorun::runner {
 enum class stdout_mode {
   inherit,    ///< the supervisor's stdout
   to_stderr,  ///< merged into the worker's stderr stream (the CLI keeps stdout for the result)
-  file,       ///< `job_spec::stdout_path`, opened (truncated) when the worker is assigned
+  file,       ///< `job_spec::stdout_path`, opened (truncated) when the worker is assigned; never
+              ///< through a symbolic link, and only a regular file
 };
 
 struct job_spec {

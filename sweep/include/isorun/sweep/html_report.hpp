@@ -55,6 +55,11 @@ struct report_data {
   std::vector<run_info> runs;
   std::map<std::string, std::size_t> outcomes;  ///< trials per outcome class
   std::vector<param_axis> params;
+  /// The memory timelines shown, in order (out-of-memory trials first, then the best): each
+  /// trial's index in `records` and its timeline, read from OUT/logs/ID.memory.json and checked.
+  std::vector<std::pair<std::size_t, nlohmann::json>> timelines;
+  std::size_t timelines_kept = 0;  ///< trials whose timeline file is there (more than are shown)
+  std::vector<std::string> warnings;  ///< what was left out, and why (a damaged timeline, say)
 };
 
 /// @brief The axis for parameter `name` taking `values`: numeric or categorical. A numeric one
@@ -69,22 +74,39 @@ param_axis axis_for(const std::string& name, const std::vector<nlohmann::json>& 
 std::vector<std::string> axis_tick_labels(const param_axis& axis, double width_px);
 
 /// @brief Every journaled trial that has a run and a start, as a bar on its slot, by run then
-///        slot then start.
+///        slot then start. Only runs and slots sweep.json lists are drawn: a record naming any
+///        other is left out.
 std::vector<slot_interval> slot_intervals(const report_data& data);
 
-/// @brief Reads OUT/sweep.json and OUT/results.jsonl.
-/// @throws usage_error if OUT is not a sweep's output folder.
+/// @brief Reads OUT/sweep.json, OUT/results.jsonl and the memory timelines shown, as a damaged
+///        or crafted folder may hold them: files only inside OUT (a timeline is found by its
+///        trial's id, never by a path a record names), never through a link, nothing but
+///        regular files, journal lines up to journal::max_line. A timeline that cannot be read
+///        or is not one is left out with a warning.
+/// @throws usage_error if OUT is not a sweep's output folder, or one of its files is a link or
+///         not a regular file.
 report_data load_report_data(const std::filesystem::path& out);
 
-/// @brief The report page for `data` (memory timelines are read from the files records name).
+/// @brief The report page for `data`.
 std::string render_report(const report_data& data);
 
-/// @brief Writes OUT/report.html (atomically), from what OUT holds.
+/// @brief Writes OUT/report.html (atomically), from what OUT holds; the warnings of
+///        load_report_data go to stderr.
 /// @throws usage_error (not a sweep's folder), internal_error (cannot write).
 void write_report(const std::filesystem::path& out);
 
+/// @brief What is wrong with `timeline` as the JSON a worker writes to $ISORUN_MEMORY_TIMELINE
+///        (a field of the wrong type, say); "" if nothing.
+std::string timeline_problem(const nlohmann::json& timeline);
+
+/// @brief The memory timeline a worker wrote to `file` ($ISORUN_MEMORY_TIMELINE), read as a
+///        sweep's files are (not through a link, a regular file, bounded) and checked by
+///        timeline_problem.
+/// @throws std::exception (usage_error, internal_error, std::runtime_error) saying what is wrong.
+nlohmann::json read_memory_timeline(const std::filesystem::path& file);
+
 /// @brief A page with one run's memory timeline (`isorun --memory-timeline FILE.html`), from
-///        the JSON a worker writes to $ISORUN_MEMORY_TIMELINE.
+///        the JSON a worker writes to $ISORUN_MEMORY_TIMELINE, checked by timeline_problem.
 std::string render_memory_timeline(const nlohmann::json& timeline, const std::string& title);
 
 }  // namespace isorun::sweep

@@ -38,16 +38,25 @@ struct trial_record {
   double start_s = 0;           ///< when it started, seconds after its run started
   std::string timeline;         ///< its memory timeline, relative to the output folder ("" none)
   [[nodiscard]] nlohmann::json to_json() const;
+  /// @brief The record `j` holds. @throws std::exception (a json or std::invalid_argument one)
+  ///        if it holds none: a required field missing, a field of the wrong type or range.
   static trial_record from_json(const nlohmann::json& j);
 };
 
 /// OUT/results.jsonl, open for appending. Reading it keeps complete lines only: a line cut short
-/// by a crash is truncated away before anything is appended; a line that is not a record is
-/// reported and ignored; the last record of a trial is the one that counts.
+/// by a crash is truncated away before anything is appended; a line that is not a record (or is
+/// longer than max_line) is reported and ignored; the last record of a trial is the one that
+/// counts. It is never opened through a symbolic link, nor used unless it is a regular file.
 class journal {
  public:
+  /// The longest line read as a record: no record isorun writes comes near it, and a reader
+  /// holds no more than this of a damaged or planted file.
+  static constexpr std::size_t max_line = std::size_t{256} << 20;
+
+
   /// @brief Opens (or creates) the journal in `folder` and reads what it holds.
-  /// @throws internal_error if it cannot be opened, read or repaired.
+  /// @throws usage_error if a link or anything but a regular file is there; internal_error if
+  ///         it cannot be opened, read or repaired.
   explicit journal(const std::filesystem::path& folder);
   ~journal();
   journal(journal&&) noexcept;
@@ -71,12 +80,14 @@ class journal {
 };
 
 /// One sweep's hold on an output folder: flock on OUT/sweep.lock, holding the holder's pid. The
-/// kernel releases it when the process dies, so kill -9 and resume still work.
+/// kernel releases it when the process dies, so kill -9 and resume still work. The lock file is
+/// never opened through a symbolic link, nor used unless it is a regular file.
 class folder_lock {
  public:
   /// @brief Takes the lock, or waits for it with `wait`.
-  /// @throws usage_error naming the holder's pid if another sweep holds it and !`wait`;
-  ///         internal_error if the lock file cannot be used.
+  /// @throws usage_error naming the holder's pid if another sweep holds it and !`wait`, or if
+  ///         a link or anything but a regular file is there; internal_error if the lock file
+  ///         cannot be used.
   folder_lock(const std::filesystem::path& folder, bool wait);
   ~folder_lock();
   folder_lock(folder_lock&& other) noexcept;
@@ -86,7 +97,9 @@ class folder_lock {
   int fd_ = -1;
 };
 
-/// @brief Writes `content` to `path` whole or not at all: a temporary file, fsync, rename.
+/// @brief Writes `content` to `path` whole or not at all: a new temporary file of a random name
+///        in the same folder, fsync, rename. Whatever is at `path` is replaced, a symbolic link
+///        too: nothing is written through one.
 /// @throws internal_error.
 void write_file_durably(const std::filesystem::path& path, const std::string& content);
 

@@ -1,0 +1,19 @@
+#pragma once
+/// @file printable.hpp
+/// Text that others control (a task's exception message, its stderr, a spec's or a journal's
+/// strings) as it may be printed to a terminal.
+
+#include <string>
+#include <string_view>
+
+namespace isorun {
+
+/// @brief `text` with every control character in a visible form, so that printing it cannot
+///        drive the terminal (set its title, clear it, move the cursor over lines isorun printed):
+///        C0 controls, DEL and the C1 controls U+0080 to U+009F become `\xHH` (the C1 ones as
+///        `\u00HH`), bytes that are not UTF-8 `\xHH`. Newline and tab stay: they only move the
+///        cursor forward, and the messages that need them (a traceback, a spec's excerpt, stderr
+///        lines) are unreadable without. A backslash stays as it is.
+[[nodiscard]] std::string printable(std::string_view text);
+
+}  // namespace isorun

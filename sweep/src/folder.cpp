@@ -1,0 +1,118 @@
+// Files in a sweep's output folder: by name, inside the folder, not through links.
+#include "folder.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "isorun/runner/errors.hpp"
+#include "isorun/serialization/whole_file.hpp"
+
+namespace isorun::sweep::detail {
+namespace fs = std::filesystem;
+
+namespace {
+[[noreturn]] void refuse_link(const fs::path& shown) {
+  throw usage_error(shown.string() + " is a symbolic link; isorun reads and writes a sweep's files only inside its " +
+                    "folder, never through a link: remove it (only the output folder itself may be a link)");
+}
+}  // namespace
+
+unique_fd open_folder(const fs::path& dir) {
+  unique_fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd && errno != ENOENT && errno != ENOTDIR)
+    throw internal_error("cannot open " + dir.string() + ": " + std::strerror(errno));
+  return fd;
+}
+
+unique_fd open_subfolder(int dir, const std::string& name, bool create, const fs::path& shown) {
+  if (create && ::mkdirat(dir, name.c_str(), 0755) != 0 && errno != EEXIST)
+    throw internal_error("cannot create " + shown.string() + ": " + std::strerror(errno));
+  unique_fd fd(::openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (fd) return fd;
+  if (errno == ENOENT && !create) return fd;
+  if (errno == ELOOP) refuse_link(shown);
+  if (errno == ENOTDIR) {
+    struct stat st {};
+    if (::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) refuse_link(shown);
+    throw usage_error(shown.string() + " is not a folder; remove it, or choose another --out");
+  }
+  throw internal_error("cannot open " + shown.string() + ": " + std::strerror(errno));
+}
+
+unique_fd open_file(int dir, const std::string& name, int flags, const fs::path& shown) {
+  // O_NONBLOCK: opening a FIFO must not wait for its other end; it is refused below.
+  unique_fd fd(::openat(dir, name.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644));
+  if (!fd) {
+    if (errno == ENOENT && !(flags & O_CREAT)) return fd;
+    if (errno == ELOOP) refuse_link(shown);
+    if (errno != ENXIO && errno != EISDIR) throw internal_error("cannot open " + shown.string() + ": " + std::strerror(errno));
+  }
+  struct stat st {};
+  if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
+    throw usage_error(shown.string() + " is not a regular file (a FIFO, a device or a folder); isorun reads and writes " +
+                      "only plain files in a sweep's folder: remove it, or choose another --out");
+  if (::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK) != 0)
+    throw internal_error("cannot use " + shown.string() + ": " + std::strerror(errno));
+  return fd;
+}
+
+void write_durably(int dir, const std::string& name, std::string_view content, const fs::path& shown) {
+  // The old file, if any, stays whole: only a complete, durable copy replaces it.
+  if (const int failed = serialization::write_whole_file(dir, name, content, true))
+    throw internal_error("cannot write " + shown.string() + ": " + std::strerror(failed));
+}
+
+std::string read_all(int fd, std::size_t limit, const fs::path& shown) {
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw internal_error("cannot read " + shown.string() + ": " + std::strerror(errno));
+    if (n == 0) return text;
+    if (text.size() + static_cast<std::size_t>(n) > limit)
+      throw usage_error(shown.string() + " is larger than " + std::to_string(limit >> 20) +
+                        " MiB, more than isorun ever writes there; remove it, or choose another --out");
+    text.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
+std::size_t for_each_line(int fd, std::size_t max_line, const fs::path& shown,
+                          const std::function<void(std::string_view, int, bool)>& line) {
+  std::string current;
+  bool too_long = false;
+  int number = 0;
+  std::size_t offset = 0, complete = 0;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw internal_error("cannot read " + shown.string() + ": " + std::strerror(errno));
+    if (n == 0) return complete;
+    for (std::string_view chunk(buf, static_cast<std::size_t>(n)); !chunk.empty();) {
+      const std::size_t nl = chunk.find('\n');
+      const std::string_view part = chunk.substr(0, nl);
+      if (!too_long && current.size() + part.size() > max_line) {
+        too_long = true;
+        current = std::string();  // its memory goes back now
+      }
+      if (!too_long) current.append(part);
+      if (nl == std::string_view::npos) {
+        offset += chunk.size();
+        break;
+      }
+      offset += nl + 1;
+      complete = offset;
+      line(too_long ? std::string_view() : std::string_view(current), ++number, too_long);
+      current.clear();
+      too_long = false;
+      chunk.remove_prefix(nl + 1);
+    }
+  }
+}
+
+}  // namespace isorun::sweep::detail

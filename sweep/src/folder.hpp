@@ -1,0 +1,53 @@
+#pragma once
+// Files in a sweep's output folder, which others may write to as well: created and read by
+// name inside the folder opened once (openat), never through a symbolic link, never anything
+// but a regular file, read with bounds. The folder itself may be a link (a user's own).
+
+#include <cstddef>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "isorun/runner/unique_fd.hpp"
+
+namespace isorun::sweep::detail {
+
+/// @brief Opens the folder `dir`, following a symbolic link to it (the one link allowed).
+/// @return an empty descriptor if it does not exist or is not a folder.
+/// @throws internal_error if it is there but cannot be opened.
+unique_fd open_folder(const std::filesystem::path& dir);
+
+/// @brief Opens the folder `name` inside `dir` (creating it with `create`), not through a link.
+/// @return an empty descriptor if it does not exist and !`create`.
+/// @throws usage_error naming `shown` if a link or a file is there; internal_error if it cannot
+///         be made or opened.
+unique_fd open_subfolder(int dir, const std::string& name, bool create, const std::filesystem::path& shown);
+
+/// @brief Opens the file `name` in `dir` with `flags` (O_RDONLY, or O_WRONLY/O_RDWR with
+///        O_CREAT, O_TRUNC, O_APPEND; created 0644), not through a link, and only if it is a
+///        regular file: a FIFO planted there neither blocks the open nor is used.
+/// @return an empty descriptor if it does not exist and `flags` has no O_CREAT.
+/// @throws usage_error naming `shown` if a link or anything but a regular file is there;
+///         internal_error if it cannot be opened.
+unique_fd open_file(int dir, const std::string& name, int flags, const std::filesystem::path& shown);
+
+/// @brief Writes `content` to `name` in `dir` whole or not at all, durably (see
+///        serialization::write_whole_file: a link there is replaced, never written through).
+/// @throws internal_error naming `shown`.
+void write_durably(int dir, const std::string& name, std::string_view content, const std::filesystem::path& shown);
+
+/// @brief The whole of the regular file `fd` if it holds at most `limit` bytes.
+/// @throws usage_error naming `shown` if it is larger; internal_error if it cannot be read.
+std::string read_all(int fd, std::size_t limit, const std::filesystem::path& shown);
+
+/// @brief Reads `fd` line by line from its start, holding one line at a time: `line` gets each
+///        complete line (without its newline) and its number, or, for a line longer than
+///        `max_line`, an empty view and `too_long` (its bytes are skipped, not kept). A last line
+///        without its newline is not passed: it is being written, or was cut short.
+/// @return the bytes up to the end of the last complete line.
+/// @throws internal_error naming `shown` if a read fails.
+std::size_t for_each_line(int fd, std::size_t max_line, const std::filesystem::path& shown,
+                          const std::function<void(std::string_view line, int number, bool too_long)>& line);
+
+}  // namespace isorun::sweep::detail
