@@ -1,34 +1,51 @@
 // libisorun_cuda_cap.so: preloaded into a `-- CMD` command under --mem-limit, it enforces the
 // cap on the CUDA driver API. Every allocation entry point (cuMemAlloc_v2, cuMemAllocPitch_v2,
 // cuMemAllocManaged, cuMemAllocAsync, cuMemAllocFromPoolAsync and their per-thread-stream
-// variants, cuMemCreate) first reserves its bytes in the region the supervisor shares with all
-// of the command's processes (cap_region.hpp), on the device it allocates on (the current
-// context's, or the one cuMemCreate names: the cap is per device), and gives
-// CUDA_ERROR_OUT_OF_MEMORY when the cap would be exceeded; frees give the bytes back;
-// cuMemGetInfo_v2 reports the cap as the total and what is left of it on the current device as
-// free, so frameworks size their pools to it.
+// variants, cuMemCreate, cuArrayCreate_v2, cuArray3DCreate_v2, cuMipmappedArrayCreate) first
+// reserves its bytes in the ledger the supervisor shares with all of the command's processes
+// (cap_region.hpp), on the device it allocates on (the current context's, or the one cuMemCreate
+// names: the cap is per device), and gives CUDA_ERROR_OUT_OF_MEMORY when the cap would be
+// exceeded; frees give the bytes back; cuMemGetInfo_v2 reports the cap as the total and what is
+// left of it on the current device as free, so frameworks size their pools to it.
 //
 // Programs reach the driver three ways, and all three lead here: by linking libcuda (the
 // exported names below win over libcuda's by LD_PRELOAD), by dlsym on a libcuda handle (dlsym is
 // interposed for these names), and through cuGetProcAddress / cuGetProcAddress_v2, which the
 // CUDA runtime uses for everything (the pointers it hands out for these functions are swapped
-// for ours). Without ISORUN_CAP_REGION, or if the region cannot be opened, nothing is charged.
+// for ours).
+//
+// It fails closed: a process that loaded this library but cannot reach the cap (its variables
+// were removed before it loaded, the ledger cannot be opened, every slot is taken) has its
+// device allocations refused, and says why on stderr once. And it stays loaded down the process
+// tree: the variables it needs are read when it loads, before the program runs, and handed on to
+// every program a process of the command starts through exec*() or posix_spawn*(), with itself
+// put back into LD_PRELOAD, so a child started with a clean environment is capped too. What it
+// does not stop (a program that sets out to escape) is said in cap_region.hpp.
+#include <alloca.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <spawn.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdarg>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 #include "isorun/preload/cap_region.hpp"
 
+extern char** environ;
+
 namespace {
 
+namespace cap = isorun::preload;
 using CUresult = int;
 using CUdeviceptr = unsigned long long;
 using handle_t = unsigned long long;  // CUmemGenericAllocationHandle
@@ -58,13 +75,134 @@ F real(const char* name) {
   return reinterpret_cast<F>(driver(name));
 }
 
+// ---- What the library pins when it loads ----------------------------------------------------
+// Read before the program's main() runs, so a program that edits its environment afterwards
+// cannot move itself off the cap, and put into the environment of every program a process of the
+// command starts. Only read after loading: the exec wrappers may run in a vfork child, where
+// nothing may allocate.
+
+// The variables the cap depends on: where its files are, and which GPUs the command has.
+// (isorun's own variables only: a launcher in the command may narrow CUDA_VISIBLE_DEVICES for
+// its children, as torchrun does, and must keep doing so.)
+constexpr const char* pinned_names[] = {cap::region_env, cap::terms_env, "ISORUN_GPU"};
+constexpr std::size_t pinned_count = std::size(pinned_names);
+
+struct load_time {
+  const char* entry[pinned_count] = {};  // "NAME=value" as it was at load, or null if unset
+  const char* self = nullptr;            // this library's path, as LD_PRELOAD names it
+  using execve_t = int (*)(const char*, char* const*, char* const*);
+  using fexecve_t = int (*)(int, char* const*, char* const*);
+  using spawn_t = int (*)(pid_t*, const char*, const posix_spawn_file_actions_t*, const posix_spawnattr_t*,
+                          char* const*, char* const*);
+  execve_t execve = nullptr, execvpe = nullptr;
+  fexecve_t fexecve = nullptr;
+  spawn_t posix_spawn = nullptr, posix_spawnp = nullptr;
+};
+load_time loaded;
+
+[[nodiscard]] const char* value_of(const char* entry) { return entry ? std::strchr(entry, '=') + 1 : nullptr; }
+
+__attribute__((constructor)) void pin_at_load() {
+  for (std::size_t i = 0; i < pinned_count; ++i)
+    if (const char* v = std::getenv(pinned_names[i])) loaded.entry[i] = ::strdup((std::string(pinned_names[i]) + "=" + v).c_str());
+  Dl_info self{};
+  if (::dladdr(reinterpret_cast<void*>(&pin_at_load), &self) && self.dli_fname) loaded.self = ::strdup(self.dli_fname);
+  auto next = [](const char* name) { return real_dlsym()(RTLD_NEXT, name); };
+  loaded.execve = reinterpret_cast<load_time::execve_t>(next("execve"));
+  loaded.execvpe = reinterpret_cast<load_time::execve_t>(next("execvpe"));
+  loaded.fexecve = reinterpret_cast<load_time::fexecve_t>(next("fexecve"));
+  loaded.posix_spawn = reinterpret_cast<load_time::spawn_t>(next("posix_spawn"));
+  loaded.posix_spawnp = reinterpret_cast<load_time::spawn_t>(next("posix_spawnp"));
+}
+
+// Whether `entry` ("NAME=...") sets variable `name`.
+bool sets(const char* entry, const char* name) {
+  const std::size_t n = std::strlen(name);
+  return std::strncmp(entry, name, n) == 0 && entry[n] == '=';
+}
+
+// Whether the LD_PRELOAD value `list` (paths separated by ':' or ' ') names this library.
+bool preloads_self(const char* list) {
+  const std::size_t n = std::strlen(loaded.self);
+  for (const char* p = list; (p = std::strstr(p, loaded.self)); p += n)
+    if ((p == list || p[-1] == ':' || p[-1] == ' ') && (p[n] == '\0' || p[n] == ':' || p[n] == ' ')) return true;
+  return false;
+}
+
+// How an environment must change to keep the cap: `slots` entries for the new one (its null
+// included) and `buffer` bytes for a new LD_PRELOAD entry; 0 slots when it needs no change.
+struct env_plan {
+  std::size_t slots = 0;
+  std::size_t buffer = 0;
+  const char* preload = nullptr;  // the environment's LD_PRELOAD entry, if any
+};
+
+env_plan plan_env(char* const* envp) {
+  env_plan plan;
+  if (!loaded.self) return plan;
+  std::size_t n = 0;
+  bool change = false;
+  bool seen[pinned_count] = {};
+  for (; envp && envp[n]; ++n) {
+    if (sets(envp[n], "LD_PRELOAD")) plan.preload = envp[n];
+    for (std::size_t i = 0; i < pinned_count; ++i)
+      if (loaded.entry[i] && sets(envp[n], pinned_names[i])) {
+        seen[i] = std::strcmp(envp[n], loaded.entry[i]) == 0;
+        change |= !seen[i];
+      }
+  }
+  for (std::size_t i = 0; i < pinned_count; ++i) change |= loaded.entry[i] && !seen[i];
+  const bool preload_ok = plan.preload && preloads_self(plan.preload + 11);
+  if (!change && preload_ok) return plan;
+  plan.slots = n + pinned_count + 2;
+  if (!preload_ok) plan.buffer = 11 + std::strlen(loaded.self) + (plan.preload ? 1 + std::strlen(plan.preload + 11) : 0) + 1;
+  return plan;
+}
+
+// Writes the changed environment of `plan` into `out` (and `buffer`).
+void fill_env(char* const* envp, const env_plan& plan, char** out, char* buffer) {
+  std::size_t k = 0;
+  for (std::size_t n = 0; envp && envp[n]; ++n) {
+    bool drop = plan.buffer && envp[n] == plan.preload;
+    for (std::size_t i = 0; i < pinned_count && !drop; ++i) drop = loaded.entry[i] && sets(envp[n], pinned_names[i]);
+    if (!drop) out[k++] = envp[n];
+  }
+  for (std::size_t i = 0; i < pinned_count; ++i)
+    if (loaded.entry[i]) out[k++] = const_cast<char*>(loaded.entry[i]);
+  if (plan.buffer) {
+    char* p = buffer;
+    auto put = [&p](const char* s) { p = ::stpcpy(p, s); };
+    put("LD_PRELOAD=");
+    put(loaded.self);
+    if (plan.preload) {
+      put(":");
+      put(plan.preload + 11);
+    }
+    out[k++] = buffer;
+  }
+  out[k] = nullptr;
+}
+
+// Runs `start(env)` with `envp` changed as the cap needs (on this stack: no allocation).
+template <class Start>
+int with_cap_env(char* const* envp, Start&& start) {
+  const env_plan plan = plan_env(envp);
+  if (!plan.slots) return start(envp);
+  auto** out = static_cast<char**>(alloca(plan.slots * sizeof(char*)));
+  auto* buffer = static_cast<char*>(alloca(plan.buffer + 1));
+  fill_env(envp, plan, out, buffer);
+  return start(out);
+}
+
+// ---- This process's share of the cap --------------------------------------------------------
+
 // The device an allocation lands on: the current context's (its CUDA ordinal in this process),
 // 0 when there is none (the driver then refuses the allocation anyway).
 std::size_t current_device() {
   static auto get = real<CUresult (*)(int*)>("cuCtxGetDevice");
   int device = 0;
   if (!get || get(&device) != success) device = 0;
-  return isorun::preload::ledger_of(device);
+  return cap::ledger_of(device);
 }
 
 // What one allocation holds: on which device, how many bytes.
@@ -75,39 +213,73 @@ struct holding {
 
 // This process's share of the cap, and what it holds.
 struct account {
-  isorun::preload::cap_region* region = nullptr;
-  isorun::preload::process_slot* slot = nullptr;
+  cap::cap_terms terms{};
+  cap::cap_ledger* ledger = nullptr;
+  cap::process_slot* slot = nullptr;
+  std::string refusal;  // why every allocation is refused (the cap cannot be reached), or ""
+  std::atomic<bool> refusal_said{false};
   std::mutex mutex;
   std::unordered_map<CUdeviceptr, holding> pointers;
   std::unordered_map<handle_t, holding> handles;
-  bool context_counted[isorun::preload::max_devices] = {};
+  std::unordered_map<std::uintptr_t, holding> arrays;
+  bool context_counted[cap::max_devices] = {};
 
   account() {
-    const char* path = std::getenv(isorun::preload::region_env);
-    if (!path) return;
-    const int fd = ::open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0) return;
-    void* p = ::mmap(nullptr, sizeof(isorun::preload::cap_region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ::close(fd);
-    if (p == MAP_FAILED) return;
-    auto* r = static_cast<isorun::preload::cap_region*>(p);
-    if (r->magic != isorun::preload::region_magic) return;
-    slot = r->claim(static_cast<std::int32_t>(::getpid()));
-    if (slot) region = r;
+    const char* terms_path = value_of(loaded.entry[1]);
+    const char* ledger_path = value_of(loaded.entry[0]);
+    if (!terms_path || !ledger_path) {
+      refusal = std::string(cap::region_env) + " or " + cap::terms_env + " was not set when the cap library loaded";
+      return;
+    }
+    const int tfd = ::open(terms_path, O_RDONLY | O_CLOEXEC);
+    const bool read = tfd >= 0 && ::pread(tfd, &terms, sizeof terms, 0) == static_cast<ssize_t>(sizeof terms);
+    const int seals = tfd >= 0 ? ::fcntl(tfd, F_GET_SEALS) : 0;
+    if (tfd >= 0) ::close(tfd);
+    if (!read || terms.magic != cap::terms_magic || seals < 0 || !(seals & F_SEAL_WRITE)) {
+      refusal = std::string("the cap's terms (") + terms_path + ") cannot be read, or are not isorun's sealed terms";
+      return;
+    }
+    const std::size_t bytes = cap::cap_ledger::bytes_for(terms.slot_capacity);
+    const int lfd = ::open(ledger_path, O_RDWR | O_CLOEXEC);
+    void* p = lfd < 0 ? MAP_FAILED : ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, lfd, 0);
+    if (lfd >= 0) ::close(lfd);
+    if (p == MAP_FAILED || static_cast<cap::cap_ledger*>(p)->magic != cap::ledger_magic) {
+      refusal = std::string("the cap's ledger (") + ledger_path + ") cannot be opened";
+      return;
+    }
+    ledger = static_cast<cap::cap_ledger*>(p);
+    take_slot();
+  }
+  void take_slot() {
+    slot = ledger->claim(static_cast<std::int32_t>(::getpid()), terms.slot_capacity);
+    if (!slot)
+      refusal = "all " + std::to_string(terms.slot_capacity) + " process slots of the cap are taken by live processes";
   }
   // After fork() the child is another process: its own slot, nothing held yet (CUDA cannot be
   // used in a forked child of a CUDA process anyway).
   void forked() {
     pointers.clear();
     handles.clear();
+    arrays.clear();
     for (bool& c : context_counted) c = false;
-    slot = region ? region->claim(static_cast<std::int32_t>(::getpid())) : nullptr;
-    if (!slot) region = nullptr;
+    if (ledger) take_slot();
   }
-  [[nodiscard]] bool capped() const { return region != nullptr; }
-  bool reserve(const holding& h) { return !capped() || region->reserve(*slot, h.device, h.bytes); }
+  bool reserve(const holding& h) {
+    if (!refusal.empty()) {
+      say_refusal();
+      return false;
+    }
+    return ledger->reserve(*slot, h.device, h.bytes, terms.limit);
+  }
   void give_back(const holding& h) {
-    if (capped()) region->release(*slot, h.device, h.bytes);
+    if (slot) ledger->release(*slot, h.device, h.bytes);
+  }
+  // Once per process: allocations are refused because the cap cannot be reached, and why.
+  void say_refusal() {
+    if (refusal_said.exchange(true)) return;
+    const std::string line = "isorun: CUDA allocations refused in process " + std::to_string(::getpid()) + ": " +
+                             refusal + " (the command runs under --mem-limit, and the cap fails closed)\n";
+    [[maybe_unused]] auto n = ::write(2, line.data(), line.size());
   }
 };
 
@@ -143,24 +315,88 @@ void forget(Map& map, Key key) {
   acct().give_back(h);
 }
 
-// One allocation on the current device: reserve, call the driver, keep or give back.
-template <class Call>
-CUresult charged(std::uint64_t bytes, CUdeviceptr* dptr, Call&& call) {
+// One allocation of `h`: reserve, call the driver, keep (under the key it wrote to `*out`) or
+// give back.
+template <class Map, class Key, class Call>
+CUresult charged(Map& map, holding h, Key* out, Call&& call) {
   auto& a = acct();
-  const holding h{a.capped() ? current_device() : 0, bytes};
   if (!a.reserve(h)) return out_of_memory;
   const CUresult rc = call();
-  if (rc != success || !dptr) {
+  if (rc != success || !out) {
     a.give_back(h);
     return rc;
   }
-  remember(a.pointers, *dptr, h);
+  remember(map, *out, h);
   return rc;
+}
+
+// One allocation on the current device.
+template <class Call>
+CUresult charged(std::uint64_t bytes, CUdeviceptr* dptr, Call&& call) {
+  return charged(acct().pointers, holding{current_device(), bytes}, dptr, std::forward<Call>(call));
 }
 
 // After the driver freed `dptr` (rc == success): its bytes go back to the cap.
 CUresult freed(CUresult rc, CUdeviceptr dptr) {
   if (rc == success) forget(acct().pointers, dptr);
+  return rc;
+}
+
+// ---- CUDA arrays ------------------------------------------------------------------------------
+// Their layout is the driver's; what is charged is their texels' bytes: the element size of the
+// format times the channels for the plain formats, and 8 bytes per texel (as much as any format
+// takes) for the rest. Sparse and deferred-mapping arrays have no memory of their own (what is
+// mapped into them comes from cuMemCreate, charged there).
+
+struct array3d_descriptor {  // CUDA_ARRAY3D_DESCRIPTOR_v2
+  std::size_t width, height, depth;
+  int format;
+  unsigned channels, flags;
+};
+struct array_descriptor {  // CUDA_ARRAY_DESCRIPTOR_v2
+  std::size_t width, height;
+  int format;
+  unsigned channels;
+};
+constexpr unsigned array_sparse = 0x40, array_deferred_mapping = 0x80, array_layered = 0x01;
+
+std::uint64_t texel_bytes(int format, unsigned channels) {
+  switch (format) {
+    case 0x01: case 0x08: return channels;          // 8-bit integers
+    case 0x02: case 0x09: case 0x10: return 2ULL * channels;  // 16-bit integers, half
+    case 0x03: case 0x0a: case 0x20: return 4ULL * channels;  // 32-bit integers, float
+    case 0xc0: case 0xc6: return 1;  // (un)signed normalized 8-bit x1, x2, x4
+    case 0xc1: case 0xc7: return 2;
+    case 0xc2: case 0xc8: return 4;
+    case 0xc3: case 0xc9: return 2;  // 16-bit x1, x2, x4
+    case 0xc4: case 0xca: return 4;
+    case 0xc5: case 0xcb: return 8;
+    default: return 8;
+  }
+}
+
+std::uint64_t array_bytes(const array3d_descriptor& d, unsigned levels) {
+  if (d.flags & (array_sparse | array_deferred_mapping)) return 0;
+  const std::uint64_t texel = texel_bytes(d.format, d.channels);
+  std::uint64_t w = std::max<std::size_t>(d.width, 1), h = std::max<std::size_t>(d.height, 1),
+                z = std::max<std::size_t>(d.depth, 1), all = 0;
+  for (unsigned l = 0; l < std::max(levels, 1U); ++l) {
+    all += w * h * z * texel;
+    w = std::max<std::uint64_t>(w / 2, 1);
+    h = std::max<std::uint64_t>(h / 2, 1);
+    if (!(d.flags & array_layered)) z = std::max<std::uint64_t>(z / 2, 1);  // layers do not shrink
+  }
+  return all;
+}
+
+template <class Handle, class Call>
+CUresult charged_array(Handle* out, std::uint64_t bytes, Call&& call) {
+  std::uintptr_t key = 0;
+  const CUresult rc = charged(acct().arrays, holding{current_device(), bytes}, &key, [&] {
+    const CUresult r = call();
+    if (r == success && out) key = reinterpret_cast<std::uintptr_t>(*out);
+    return r;
+  });
   return rc;
 }
 
@@ -191,11 +427,9 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, std::size_t* pitch, std::size_t w
   if (rc == success && pitch && *pitch * height != guess) {
     auto& a = acct();
     const std::uint64_t actual = *pitch * height;
-    const std::size_t device = a.capped() ? current_device() : 0;
-    if (a.capped()) {
-      if (actual > guess) a.region->charge(*a.slot, device, actual - guess);
-      else a.give_back({device, guess - actual});
-    }
+    const std::size_t device = current_device();
+    if (actual > guess) a.ledger->charge(*a.slot, device, actual - guess);
+    else a.give_back({device, guess - actual});
     remember(a.pointers, *dptr, holding{device, actual});
   }
   return rc;
@@ -254,18 +488,8 @@ CUresult cuMemCreate(handle_t* handle, std::size_t bytes, const void* prop, unsi
     int type, handle_types, location_type, location_id;
   };
   const auto* head = static_cast<const prop_head*>(prop);
-  const std::size_t device = !a.capped() ? 0
-                             : head && head->location_type == 1 ? isorun::preload::ledger_of(head->location_id)
-                                                                 : current_device();
-  const holding h{device, bytes};
-  if (!a.reserve(h)) return out_of_memory;
-  const CUresult rc = f(handle, bytes, prop, flags);
-  if (rc != success) {
-    a.give_back(h);
-    return rc;
-  }
-  remember(a.handles, *handle, h);
-  return rc;
+  const std::size_t device = head && head->location_type == 1 ? cap::ledger_of(head->location_id) : current_device();
+  return charged(a.handles, holding{device, bytes}, handle, [&] { return f(handle, bytes, prop, flags); });
 }
 
 CUresult cuMemRelease(handle_t handle) {
@@ -276,13 +500,48 @@ CUresult cuMemRelease(handle_t handle) {
   return rc;
 }
 
+CUresult cuArrayCreate_v2(void** array, const array_descriptor* desc) {
+  static auto f = real<CUresult (*)(void**, const array_descriptor*)>("cuArrayCreate_v2");
+  if (!f) return not_found;
+  const std::uint64_t bytes = desc ? array_bytes({desc->width, desc->height, 1, desc->format, desc->channels, 0}, 1) : 0;
+  return charged_array(array, bytes, [&] { return f(array, desc); });
+}
+
+CUresult cuArray3DCreate_v2(void** array, const array3d_descriptor* desc) {
+  static auto f = real<CUresult (*)(void**, const array3d_descriptor*)>("cuArray3DCreate_v2");
+  if (!f) return not_found;
+  return charged_array(array, desc ? array_bytes(*desc, 1) : 0, [&] { return f(array, desc); });
+}
+
+CUresult cuMipmappedArrayCreate(void** array, const array3d_descriptor* desc, unsigned levels) {
+  static auto f = real<CUresult (*)(void**, const array3d_descriptor*, unsigned)>("cuMipmappedArrayCreate");
+  if (!f) return not_found;
+  return charged_array(array, desc ? array_bytes(*desc, levels) : 0, [&] { return f(array, desc, levels); });
+}
+
+CUresult cuArrayDestroy(void* array) {
+  static auto f = real<CUresult (*)(void*)>("cuArrayDestroy");
+  if (!f) return not_found;
+  const CUresult rc = f(array);
+  if (rc == success) forget(acct().arrays, reinterpret_cast<std::uintptr_t>(array));
+  return rc;
+}
+
+CUresult cuMipmappedArrayDestroy(void* array) {
+  static auto f = real<CUresult (*)(void*)>("cuMipmappedArrayDestroy");
+  if (!f) return not_found;
+  const CUresult rc = f(array);
+  if (rc == success) forget(acct().arrays, reinterpret_cast<std::uintptr_t>(array));
+  return rc;
+}
+
 CUresult cuMemGetInfo_v2(std::size_t* free, std::size_t* total) {
   static auto f = real<CUresult (*)(std::size_t*, std::size_t*)>("cuMemGetInfo_v2");
   if (!f) return not_found;
   const CUresult rc = f(free, total);
   auto& a = acct();
-  if (rc != success || !a.capped()) return rc;
-  const std::uint64_t limit = a.region->limit, used = a.region->devices[current_device()].used.load();
+  if (rc != success) return rc;
+  const std::uint64_t limit = a.terms.limit, used = a.ledger ? a.ledger->devices[current_device()].used.load() : limit;
   const std::uint64_t left = used >= limit ? 0 : limit - used;
   if (total && *total > limit) *total = limit;
   if (free && *free > left) *free = left;
@@ -326,14 +585,14 @@ CUresult cuDevicePrimaryCtxRetain(void** ctx, int device) {
   if (!f) return not_found;
   const CUresult rc = f(ctx, device);
   auto& a = acct();
-  if (rc == success && a.capped()) {
-    const std::size_t d = isorun::preload::ledger_of(device);
+  if (rc == success && a.slot) {
+    const std::size_t d = cap::ledger_of(device);
     std::lock_guard lock(a.mutex);
     if (!a.context_counted[d]) {
       a.context_counted[d] = true;
-      ++a.region->contexts;
+      ++a.ledger->contexts;
       // Counted even past the cap: it exists.
-      if (const std::uint64_t bytes = context_bytes(device)) a.region->charge(*a.slot, d, bytes);
+      if (const std::uint64_t bytes = context_bytes(device)) a.ledger->charge(*a.slot, d, bytes);
     }
   }
   return rc;
@@ -365,6 +624,11 @@ const interposed table[] = {
     {"cuMemCreate", reinterpret_cast<void*>(&cuMemCreate)},
     {"cuMemRelease", reinterpret_cast<void*>(&cuMemRelease)},
     {"cuMemGetInfo_v2", reinterpret_cast<void*>(&cuMemGetInfo_v2)},
+    {"cuArrayCreate_v2", reinterpret_cast<void*>(&cuArrayCreate_v2)},
+    {"cuArray3DCreate_v2", reinterpret_cast<void*>(&cuArray3DCreate_v2)},
+    {"cuMipmappedArrayCreate", reinterpret_cast<void*>(&cuMipmappedArrayCreate)},
+    {"cuArrayDestroy", reinterpret_cast<void*>(&cuArrayDestroy)},
+    {"cuMipmappedArrayDestroy", reinterpret_cast<void*>(&cuMipmappedArrayDestroy)},
     {"cuDevicePrimaryCtxRetain", reinterpret_cast<void*>(&cuDevicePrimaryCtxRetain)},
     // The lookups themselves: the runtime finds cuGetProcAddress_v2 with dlsym, then asks it for
     // everything, "cuGetProcAddress" included.
@@ -419,6 +683,75 @@ void* dlsym(void* handle, const char* name) {
   if (driver_name(name))
     if (void* ours = ours_by_name(name); ours && real_dlsym()(handle, name)) return ours;
   return real_dlsym()(handle, name);
+}
+
+}  // extern "C"
+
+// ---- Starting programs: the cap goes with them --------------------------------------------------
+// Every exec*() and posix_spawn*() of the C library, so a child started with a clean or edited
+// environment (subprocess with env=..., `env -i`) is capped too (with_cap_env). The C library's
+// own internal starts (system(), popen()) pass the caller's environment as it is.
+extern "C" {
+
+int execve(const char* path, char* const argv[], char* const envp[]) {
+  return with_cap_env(envp, [&](char* const* env) { return loaded.execve(path, argv, env); });
+}
+
+int execvpe(const char* file, char* const argv[], char* const envp[]) {
+  return with_cap_env(envp, [&](char* const* env) { return loaded.execvpe(file, argv, env); });
+}
+
+int fexecve(int fd, char* const argv[], char* const envp[]) {
+  return with_cap_env(envp, [&](char* const* env) { return loaded.fexecve(fd, argv, env); });
+}
+
+int execv(const char* path, char* const argv[]) { return execve(path, argv, environ); }
+
+int execvp(const char* file, char* const argv[]) { return execvpe(file, argv, environ); }
+
+int posix_spawn(pid_t* pid, const char* path, const posix_spawn_file_actions_t* actions, const posix_spawnattr_t* attr,
+                char* const argv[], char* const envp[]) {
+  return with_cap_env(envp, [&](char* const* env) { return loaded.posix_spawn(pid, path, actions, attr, argv, env); });
+}
+
+int posix_spawnp(pid_t* pid, const char* file, const posix_spawn_file_actions_t* actions, const posix_spawnattr_t* attr,
+                 char* const argv[], char* const envp[]) {
+  return with_cap_env(envp, [&](char* const* env) { return loaded.posix_spawnp(pid, file, actions, attr, argv, env); });
+}
+
+}  // extern "C"
+
+// The execl family: the arguments gathered on this stack (they may run in a vfork child), then
+// the vector forms above. `with_env`: execle's environment follows the arguments' null.
+#define ISORUN_GATHER_ARGS(first, with_env)                                    \
+  va_list count;                                                              \
+  va_start(count, first);                                                     \
+  std::size_t n = 1;                                                          \
+  while (va_arg(count, char*)) ++n;                                           \
+  va_end(count);                                                              \
+  auto** argv = static_cast<char**>(alloca((n + 1) * sizeof(char*)));         \
+  argv[0] = const_cast<char*>(first);                                         \
+  va_list args;                                                               \
+  va_start(args, first);                                                      \
+  for (std::size_t i = 1; i <= n; ++i) argv[i] = va_arg(args, char*);         \
+  char* const* envp = with_env ? va_arg(args, char* const*) : environ;        \
+  va_end(args)
+
+extern "C" {
+
+int execl(const char* path, const char* arg, ...) {
+  ISORUN_GATHER_ARGS(arg, false);
+  return execve(path, argv, envp);
+}
+
+int execlp(const char* file, const char* arg, ...) {
+  ISORUN_GATHER_ARGS(arg, false);
+  return execvpe(file, argv, envp);
+}
+
+int execle(const char* path, const char* arg, ...) {
+  ISORUN_GATHER_ARGS(arg, true);
+  return execve(path, argv, envp);
 }
 
 }  // extern "C"

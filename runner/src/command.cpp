@@ -40,50 +40,64 @@ struct shim_report {
   std::int32_t signal;
 };
 
-// The cap shared by the command's processes: a memfd region, reachable from any of them as
-// /proc/<this pid>/fd/<fd> while this process lives, and no longer once it is gone.
+// The cap shared by the command's processes: its sealed terms and its ledger, two memfds
+// reachable from any of them as /proc/<this pid>/fd/<fd> while this process lives, and no longer
+// once it is gone (cap_region.hpp).
 class command_cap {
  public:
-  explicit command_cap(std::uint64_t limit) : file_{serialization::shm_file::create(sizeof(preload::cap_region))} {
-    void* p = ::mmap(nullptr, sizeof(preload::cap_region), PROT_READ | PROT_WRITE, MAP_SHARED, file_.fd(), 0);
-    if (p == MAP_FAILED) throw internal_error(std::string("cannot map the cap region: ") + std::strerror(errno));
-    region_ = static_cast<preload::cap_region*>(p);  // zero-filled by the kernel: every count 0
-    region_->limit = limit;
-    region_->magic = preload::region_magic;
+  explicit command_cap(std::uint64_t limit)
+      : terms_{serialization::shm_file::create(sizeof(preload::cap_terms))},
+        ledger_file_{serialization::shm_file::create(bytes)} {
+    const preload::cap_terms terms{preload::terms_magic, limit, preload::default_slot_capacity};
+    if (::pwrite(terms_.fd(), &terms, sizeof terms, 0) != static_cast<ssize_t>(sizeof terms) || !terms_.seal())
+      throw internal_error(std::string("cannot write the cap's terms: ") + std::strerror(errno));
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, ledger_file_.fd(), 0);
+    if (p == MAP_FAILED) throw internal_error(std::string("cannot map the cap's ledger: ") + std::strerror(errno));
+    ledger_ = static_cast<preload::cap_ledger*>(p);  // zero-filled by the kernel: every count 0
+    ledger_->magic = preload::ledger_magic;
+    limit_ = limit;
   }
-  ~command_cap() { ::munmap(region_, sizeof(preload::cap_region)); }
+  ~command_cap() { ::munmap(ledger_, bytes); }
   command_cap(const command_cap&) = delete;
   command_cap& operator=(const command_cap&) = delete;
 
   /// The variables that make the shim preload the cap library into the command.
   [[nodiscard]] std::vector<std::string> environment() const {
-    return {std::string(preload::region_env) + "=/proc/" + std::to_string(::getpid()) + "/fd/" + std::to_string(file_.fd()),
+    const std::string proc = "/proc/" + std::to_string(::getpid()) + "/fd/";
+    return {std::string(preload::region_env) + "=" + proc + std::to_string(ledger_file_.fd()),
+            std::string(preload::terms_env) + "=" + proc + std::to_string(terms_.fd()),
             std::string(preload::preload_env) + "=" + library()};
   }
 
-  [[nodiscard]] bool refused() const noexcept { return region_->refusals() > 0; }
+  /// Whether the cap refused anything: an allocation, or a process a slot.
+  [[nodiscard]] bool refused() const noexcept { return ledger_->refusals() > 0 || ledger_->slotless.load() > 0; }
 
   /// After the command: what the cap refused, in one line ("" if nothing). `gpus`: how many
   /// devices the command had (the cap is per device, and so is the peak then).
   [[nodiscard]] std::string report(std::size_t gpus) const {
-    const std::uint64_t refused = region_->refusals();
-    if (!refused) return "";
-    const std::uint64_t processes = region_->processes.load();
+    const std::uint64_t refused = ledger_->refusals(), slotless = ledger_->slotless.load();
+    const std::string no_slot =
+        slotless ? std::to_string(slotless) + " process" + (slotless == 1 ? "" : "es") + " found all " +
+                       std::to_string(preload::default_slot_capacity) +
+                       " of the cap's process slots taken, so their CUDA allocations were refused"
+                 : "";
+    if (!refused) return no_slot.empty() ? "" : "the command's " + no_slot;
+    const std::uint64_t processes = ledger_->processes.load();
     std::string where;
     if (gpus > 1)
       for (std::size_t d = 0; d < std::min(gpus, preload::max_devices); ++d)
-        if (const auto n = region_->devices[d].refusals.load())
+        if (const auto n = ledger_->devices[d].refusals.load())
           where += std::string(where.empty() ? " (" : ", ") + std::to_string(n) + " on device " + std::to_string(d);
     if (!where.empty()) where += ")";
-    return "the command reached its --mem-limit of " + format_size(region_->limit) + (gpus > 1 ? " per GPU" : "") +
-           ": " + std::to_string(refused) + " allocation" + (refused == 1 ? "" : "s") + " refused" + where +
-           " (the largest " + format_size(region_->largest_refused()) + "), peak " + format_size(region_->peak()) +
+    return "the command reached its --mem-limit of " + format_size(limit_) + (gpus > 1 ? " per GPU" : "") + ": " +
+           std::to_string(refused) + " allocation" + (refused == 1 ? "" : "s") + " refused" + where + " (the largest " +
+           format_size(ledger_->largest_refused()) + "), peak " + format_size(ledger_->peak()) +
            (gpus > 1 ? " on one GPU" : "") + " in " + std::to_string(processes) + " process" +
-           (processes == 1 ? "" : "es") + " with CUDA";
+           (processes == 1 ? "" : "es") + " with CUDA" + (no_slot.empty() ? "" : "; " + no_slot);
   }
 
   /// The highest any one device reached.
-  [[nodiscard]] std::uint64_t peak() const noexcept { return region_->peak(); }
+  [[nodiscard]] std::uint64_t peak() const noexcept { return ledger_->peak(); }
 
   /// The library next to libisorun.so.
   static std::string library() {
@@ -98,8 +112,11 @@ class command_cap {
   }
 
  private:
-  serialization::shm_file file_;
-  preload::cap_region* region_ = nullptr;
+  static constexpr std::size_t bytes = preload::cap_ledger::bytes_for(preload::default_slot_capacity);
+  serialization::shm_file terms_;
+  serialization::shm_file ledger_file_;
+  preload::cap_ledger* ledger_ = nullptr;
+  std::uint64_t limit_ = 0;
 };
 
 }  // namespace

@@ -12,13 +12,25 @@
 //   crash MIB            a second process holds MIB and is killed: "crash N" (blocks got after)
 //   time N               N cuMemAlloc_v2/cuMemFree_v2 pairs of 64 KiB: "time NS" per pair
 //   exec MIB STEPS...    holds MIB, then execs itself with STEPS (same pid, a new image)
+//   arrays MIB VIA       creates MIB-sized 2D ("2d") or 3D ("3d") float arrays until refused,
+//                        destroys them: "arrays N code C"
+//   holders N MIB        N more processes of the command each hold MIB until this one ends:
+//                        "holders N"
+//   raise-limit          tries to raise the cap by writing its terms: "raise-limit refused" or
+//                        "raise-limit done" (or "raise-limit no-terms")
+//   spawn-clean STEPS... runs itself with STEPS in a child whose environment has only
+//                        LD_LIBRARY_PATH (no LD_PRELOAD, no isorun variables) and waits for it
+// Before libcuda is loaded, a leading "unset NAME" removes variable NAME from the environment.
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -61,7 +73,8 @@ int fill(std::size_t mib, alloc_t alloc) {
 // Starts "cap_probe hold MIB" with pipes; returns its pid once it says it holds.
 pid_t start_holder(const char* self, const std::string& mib, int& stdin_write) {
   int in[2], out[2];
-  if (::pipe(in) != 0 || ::pipe(out) != 0) std::exit(1);
+  // Close-on-exec: a holder must not keep another holder's stdin open.
+  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) std::exit(1);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, in[0], 0);
@@ -82,6 +95,11 @@ pid_t start_holder(const char* self, const std::string& mib, int& stdin_write) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  int first = 1;
+  if (argc > 2 && std::string(argv[1]) == "unset") {
+    ::unsetenv(argv[2]);
+    first = 3;
+  }
   lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     std::printf("no libcuda: %s\n", ::dlerror());
@@ -92,7 +110,8 @@ int main(int argc, char** argv) {
   via_proc<CUresult (*)(void**, int)>("cuDevicePrimaryCtxRetain")(&ctx, 0);
   via_proc<CUresult (*)(void*)>("cuCtxSetCurrent")(ctx);  // the real driver allocates only in a current context
   const auto free_fn = direct<free_t>("cuMemFree_v2");
-  for (int i = 1; i < argc; ++i) {
+  std::vector<int> holders;  // pipes to the processes of "holders"
+  for (int i = first; i < argc; ++i) {
     const std::string step = argv[i];
     auto arg = [&] { return std::string(i + 1 < argc ? argv[++i] : "0"); };
     if (step == "info") {
@@ -143,6 +162,57 @@ int main(int argc, char** argv) {
       next.push_back(nullptr);
       ::execv(argv[0], next.data());
       return 1;
+    } else if (step == "arrays") {
+      const std::size_t mib = std::stoul(arg());
+      const bool three = arg() == "3d";
+      std::vector<void*> arrays;
+      CUresult rc = 0;
+      for (;;) {
+        void* a = nullptr;
+        if (three) {
+          struct { std::size_t w, h, d; int format; unsigned channels, flags; } desc{256, 256, mib, 0x20, 4, 0};
+          rc = via_proc<CUresult (*)(void**, const void*)>("cuArray3DCreate")(&a, &desc);
+        } else {
+          struct { std::size_t w, h; int format; unsigned channels; } desc{1024, mib * 256, 0x20, 1};
+          rc = direct<CUresult (*)(void**, const void*)>("cuArrayCreate_v2")(&a, &desc);
+        }
+        if (rc != 0) break;
+        arrays.push_back(a);
+      }
+      std::printf("arrays %zu code %d\n", arrays.size(), rc);
+      for (void* a : arrays) direct<CUresult (*)(void*)>("cuArrayDestroy")(a);
+    } else if (step == "holders") {
+      const int n = std::stoi(arg());
+      const std::string mib = arg();
+      for (int k = 0; k < n; ++k) {
+        int to_holder = -1;
+        start_holder(argv[0], mib, to_holder);
+        holders.push_back(to_holder);
+      }
+      std::printf("holders %d\n", n);
+    } else if (step == "raise-limit") {
+      const char* path = std::getenv("ISORUN_CAP_TERMS");
+      if (!path) {
+        std::printf("raise-limit no-terms\n");
+      } else {
+        const int fd = ::open(path, O_RDWR);
+        const std::uint64_t huge = 1ULL << 40;
+        void* m = fd < 0 ? MAP_FAILED : ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        const bool wrote = fd >= 0 && (m != MAP_FAILED || ::pwrite(fd, &huge, sizeof huge, 8) == sizeof huge);
+        if (m != MAP_FAILED) static_cast<std::uint64_t*>(m)[1] = huge;  // the limit follows the magic
+        std::printf("raise-limit %s\n", wrote ? "done" : "refused");
+      }
+    } else if (step == "spawn-clean") {
+      std::vector<char*> child = {argv[0]};
+      for (int k = i + 1; k < argc; ++k) child.push_back(argv[k]);
+      child.push_back(nullptr);
+      std::string path = std::string("LD_LIBRARY_PATH=") + (std::getenv("LD_LIBRARY_PATH") ? std::getenv("LD_LIBRARY_PATH") : "");
+      char* env[] = {path.data(), nullptr};
+      std::fflush(stdout);
+      pid_t pid;
+      if (::posix_spawn(&pid, argv[0], nullptr, nullptr, child.data(), env) != 0) return 1;
+      ::waitpid(pid, nullptr, 0);
+      break;
     } else if (step == "time") {
       const long n = std::stol(arg());
       const auto alloc = direct<alloc_t>("cuMemAlloc_v2");
@@ -172,6 +242,9 @@ int main(int argc, char** argv) {
       if (step == "pair") ::waitpid(holder, nullptr, 0);
     }
     std::fflush(stdout);
+  }
+  for (int h : holders) ::close(h);  // each holder exits when its stdin closes
+  while (::wait(nullptr) > 0) {
   }
   return 0;
 }

@@ -98,6 +98,33 @@ CUresult cuMemRelease(unsigned long long h) {
   handles.erase(it);
   return 0;
 }
+// CUDA arrays: charged here as the cap charges them (texels x element bytes; the caller passes
+// only the 32-bit float format), held as handles.
+struct array_descriptor {
+  std::size_t width, height, depth;
+  int format;
+  unsigned channels, flags;
+};
+CUresult create_array(void** array, std::size_t bytes) {
+  if (!current_context) return invalid_context;
+  const int d = current_device();
+  std::lock_guard lock(mutex);
+  if (used[d] + bytes > total) return 2;
+  *array = reinterpret_cast<void*>(static_cast<std::uintptr_t>(next_handle));
+  handles[next_handle++] = {d, bytes};
+  used[d] += bytes;
+  return 0;
+}
+std::size_t texels(std::size_t w, std::size_t h, std::size_t z) { return (w ? w : 1) * (h ? h : 1) * (z ? z : 1); }
+CUresult cuArrayCreate_v2(void** array, const array_descriptor* d) {  // CUDA_ARRAY_DESCRIPTOR: w, h, format, channels
+  const auto* f = reinterpret_cast<const std::size_t*>(d);
+  const auto* tail = reinterpret_cast<const unsigned*>(f + 2);
+  return create_array(array, texels(f[0], f[1], 1) * 4 * tail[1]);
+}
+CUresult cuArray3DCreate_v2(void** array, const array_descriptor* d) {
+  return create_array(array, texels(d->width, d->height, d->depth) * 4 * d->channels);
+}
+CUresult cuArrayDestroy(void* array) { return cuMemRelease(reinterpret_cast<std::uintptr_t>(array)); }
 CUresult cuMemGetInfo_v2(std::size_t* free, std::size_t* tot) {
   if (!current_context) return invalid_context;
   std::lock_guard lock(mutex);
@@ -124,6 +151,9 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, unsigned long 
       {"cuMemCreate", reinterpret_cast<void*>(&cuMemCreate)},
       {"cuMemRelease", reinterpret_cast<void*>(&cuMemRelease)},
       {"cuMemGetInfo", reinterpret_cast<void*>(&cuMemGetInfo_v2)},
+      {"cuArrayCreate", reinterpret_cast<void*>(&cuArrayCreate_v2)},
+      {"cuArray3DCreate", reinterpret_cast<void*>(&cuArray3DCreate_v2)},
+      {"cuArrayDestroy", reinterpret_cast<void*>(&cuArrayDestroy)},
       {"cuGetProcAddress", reinterpret_cast<void*>(&cuGetProcAddress_v2)},
   };
   for (const auto& e : table)

@@ -1,13 +1,27 @@
 #pragma once
 /// @file cap_region.hpp
-/// The memory cap of a `-- CMD` run, shared by every process of the command, per device: a small
-/// shared-memory region the supervisor creates and the preloaded CUDA library
-/// (libisorun_cuda_cap.so) of each process charges its device allocations to. Bytes are
-/// reserved here *before* the driver is asked, so the processes together never exceed the cap.
+/// The memory cap of a `-- CMD` run, shared by every process of the command, per device. It lives
+/// in two unnamed files the supervisor creates (memfds, reachable as "/proc/PID/fd/N" while the
+/// supervisor lives, and gone with it):
+///
+/// - the **terms** (`cap_terms`): the limit and the ledger's size. The supervisor writes them and
+///   seals the file (F_SEAL_WRITE), so no process of the command can raise its own limit;
+/// - the **ledger** (`cap_ledger`): what the command's processes hold, which every one of them
+///   must be able to write. The preloaded CUDA library (libisorun_cuda_cap.so) of each process
+///   reserves an allocation's bytes here *before* the driver is asked, so together the
+///   processes never exceed the cap.
 ///
 /// Each process owns a slot with its own bytes, so the share of a process that died without
 /// freeing (a crash, SIGKILL) can be taken back by the others: a refused reservation first
-/// reclaims the slots of processes that no longer exist.
+/// reclaims the slots of processes that no longer exist. Slots are handed out from the front and
+/// the ledger is as long as the terms say, so it grows (in touched pages) with the process tree.
+///
+/// What this is, plainly: a guard that every process of a command using the CUDA driver normally
+/// stays within, accidents included (a framework sizing its pools, a forked DataLoader, a child
+/// started with a clean environment). It is not a security boundary: a program that sets out to
+/// escape can write the ledger it must be able to write, or reach the driver without the
+/// preloaded library (raw system calls, its own ELF lookups). Against such a program the boundary
+/// is the kernel's: the cgroup `dmem` controller, where the GPU driver supports it.
 
 #include <signal.h>
 #include <sys/types.h>
@@ -15,22 +29,27 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstddef>
 #include <cstdint>
 
 #include "isorun/serialization/protocol.hpp"
 
 namespace isorun::preload {
 
-/// Environment variable naming the region for the preloaded library: "/proc/PID/fd/N" of the
-/// supervisor's descriptor, so it has no name anywhere that could be left behind.
+/// Environment variable naming the ledger for the preloaded library ("/proc/PID/fd/N").
 inline constexpr const char* region_env = serialization::env::cap_region.data();
+/// Environment variable naming the sealed terms ("/proc/PID/fd/N").
+inline constexpr const char* terms_env = serialization::env::cap_terms.data();
 /// Environment variable the shim turns into LD_PRELOAD for the command (and only for it).
 inline constexpr const char* preload_env = serialization::env::cap_preload.data();
 /// The preloaded library's file name; it sits next to libisorun.so.
 inline constexpr const char* library_name = "libisorun_cuda_cap.so";
 
-inline constexpr std::uint64_t region_magic = 0x3250'4143'4e55'5249ULL;  // "IRUNCAP2"
-inline constexpr std::size_t max_processes = 256;
+inline constexpr std::uint64_t terms_magic = 0x3354'4143'4e55'5249ULL;   // "IRUNCAT3"
+inline constexpr std::uint64_t ledger_magic = 0x334c'4143'4e55'5249ULL;  // "IRUNCAL3"
+/// Slots the supervisor provides: far more processes with CUDA than any real command runs at
+/// once (each holds a CUDA context), and only the slots in use cost memory.
+inline constexpr std::size_t default_slot_capacity = 65536;
 /// Devices a command can be given (CUDA ordinals 0..max_devices-1 inside it).
 inline constexpr std::size_t max_devices = 16;
 
@@ -40,8 +59,15 @@ constexpr std::size_t ledger_of(int ordinal) noexcept {
   return ordinal < 0 ? 0 : static_cast<std::size_t>(ordinal) < max_devices ? static_cast<std::size_t>(ordinal) : max_devices - 1;
 }
 
+/// The sealed part: read-only to every process of the command.
+struct cap_terms {
+  std::uint64_t magic;
+  std::uint64_t limit;          ///< the cap on each device, bytes
+  std::uint64_t slot_capacity;  ///< slots in the ledger
+};
+
 struct process_slot {
-  std::atomic<std::int32_t> pid;  ///< 0: free
+  std::atomic<std::int32_t> pid;  ///< 0: free; -1: being reclaimed
   std::atomic<std::uint64_t> bytes[max_devices];  ///< held on each device
 };
 
@@ -53,18 +79,24 @@ struct device_ledger {
   std::atomic<std::uint64_t> largest_refused;  ///< the largest refused request, bytes
 };
 
-/// The cap is per device: each device's ledger is held to `limit` on its own, as a worker's
-/// allocator on each of its GPUs is.
-struct cap_region {
+/// The writable part. The cap is per device: each device's ledger is held to the limit on its
+/// own, as a worker's allocator on each of its GPUs is. `slot_capacity` slots follow this header
+/// in the same file (`ledger_bytes`).
+struct cap_ledger {
   std::uint64_t magic;
-  std::uint64_t limit;                     ///< the cap on each device, bytes
-  std::atomic<std::uint64_t> contexts;     ///< CUDA contexts counted
-  std::atomic<std::uint64_t> processes;    ///< processes that attached
+  std::atomic<std::uint64_t> contexts;    ///< CUDA contexts counted
+  std::atomic<std::uint64_t> processes;   ///< processes that attached
+  std::atomic<std::uint64_t> slots_used;  ///< slots ever handed out: scans stop here
+  std::atomic<std::uint64_t> slotless;    ///< processes refused for want of a free slot
   device_ledger devices[max_devices];
-  process_slot slots[max_processes];
 
-  /// @brief Charges `n` bytes on `device` to `slot` if the cap allows.
-  bool reserve(process_slot& slot, std::size_t device, std::uint64_t n) noexcept {
+  /// @brief The size of a ledger file with `capacity` slots.
+  static constexpr std::size_t bytes_for(std::size_t capacity) noexcept {
+    return sizeof(cap_ledger) + capacity * sizeof(process_slot);
+  }
+
+  /// @brief Charges `n` bytes on `device` to `slot` if the cap `limit` allows.
+  bool reserve(process_slot& slot, std::size_t device, std::uint64_t n, std::uint64_t limit) noexcept {
     device_ledger& d = devices[device];
     for (int attempt = 0; attempt < 2; ++attempt) {
       std::uint64_t cur = d.used.load();
@@ -77,10 +109,16 @@ struct cap_region {
       }
       if (attempt == 0 && reclaim_dead() == 0) break;
     }
+    refused(device, n);
+    return false;
+  }
+
+  /// @brief Counts an allocation of `n` bytes on `device` refused.
+  void refused(std::size_t device, std::uint64_t n) noexcept {
+    device_ledger& d = devices[device];
     ++d.refusals;
     for (std::uint64_t l = d.largest_refused.load(); n > l && !d.largest_refused.compare_exchange_weak(l, n);) {
     }
-    return false;
   }
 
   /// @brief Charges `n` bytes on `device` to `slot` whatever the cap: memory that exists
@@ -99,35 +137,38 @@ struct cap_region {
   /// @brief Takes back the bytes of processes that are gone. @return the bytes taken back.
   std::uint64_t reclaim_dead() noexcept {
     std::uint64_t back = 0;
-    for (auto& s : slots) {
-      std::int32_t pid = s.pid.load();
+    for (process_slot* s = slots(), *end = s + in_use(); s != end; ++s) {
+      std::int32_t pid = s->pid.load();
       if (pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
-      if (!s.pid.compare_exchange_strong(pid, -1)) continue;  // -1: being reclaimed
-      back += empty(s);
-      s.pid.store(0);
+      if (!s->pid.compare_exchange_strong(pid, -1)) continue;  // -1: being reclaimed
+      back += empty(*s);
+      s->pid.store(0);
     }
     return back;
   }
 
-  /// @brief A free slot for process `pid` (nullptr if all are taken: then nothing is charged).
+  /// @brief A slot for process `pid`, or nullptr when all `capacity` are taken by live
+  ///        processes (the library then refuses the process's allocations: it fails closed).
   ///        A slot that already names `pid` belonged to the program this process ran before an
   ///        exec, whose device memory went with its image: it is emptied and taken over.
-  process_slot* claim(std::int32_t pid) noexcept {
-    for (auto& s : slots)
-      if (s.pid.load() == pid) {
-        empty(s);
-        return &s;
+  process_slot* claim(std::int32_t pid, std::size_t capacity) noexcept {
+    for (process_slot* s = slots(), *end = s + in_use(); s != end; ++s)
+      if (s->pid.load() == pid) {
+        empty(*s);
+        return s;
       }
     for (int pass = 0; pass < 2; ++pass) {
-      for (auto& s : slots) {
-        std::int32_t free = 0;
-        if (s.pid.compare_exchange_strong(free, pid)) {
-          ++processes;
-          return &s;
+      for (process_slot* s = slots(), *end = s + in_use(); s != end; ++s)
+        if (take(*s, pid)) return s;
+      // None free among those handed out: one more from the untouched rest.
+      for (std::uint64_t n = slots_used.load(); n < capacity;)
+        if (slots_used.compare_exchange_weak(n, n + 1)) {
+          if (take(slots()[n], pid)) return &slots()[n];
+          n = slots_used.load();
         }
-      }
       reclaim_dead();
     }
+    ++slotless;
     return nullptr;
   }
 
@@ -137,6 +178,14 @@ struct cap_region {
   [[nodiscard]] std::uint64_t peak() const noexcept { return most(&device_ledger::peak); }
 
  private:
+  process_slot* slots() noexcept { return reinterpret_cast<process_slot*>(this + 1); }
+  [[nodiscard]] std::size_t in_use() const noexcept { return static_cast<std::size_t>(slots_used.load()); }
+  bool take(process_slot& s, std::int32_t pid) noexcept {
+    std::int32_t free = 0;
+    if (!s.pid.compare_exchange_strong(free, pid)) return false;
+    ++processes;
+    return true;
+  }
   static void raise_peak(device_ledger& d, std::uint64_t now) noexcept {
     for (std::uint64_t p = d.peak.load(); now > p && !d.peak.compare_exchange_weak(p, now);) {
     }
@@ -163,6 +212,7 @@ struct cap_region {
   }
 };
 
-static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "the region is shared between processes");
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "the ledger is shared between processes");
+static_assert(sizeof(cap_ledger) % alignof(process_slot) == 0, "slots follow the header, aligned");
 
 }  // namespace isorun::preload

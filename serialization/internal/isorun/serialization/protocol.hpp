@@ -43,8 +43,10 @@ inline constexpr std::string_view mem_limit = "ISORUN_MEM_LIMIT";  ///< the cap 
 inline constexpr std::string_view visible_devices = "CUDA_VISIBLE_DEVICES";  ///< the assigned GPUs' UUIDs
 inline constexpr std::string_view device_order = "CUDA_DEVICE_ORDER";        ///< always PCI_BUS_ID
 inline constexpr std::string_view warm = "ISORUN_WARM";  ///< a warm_device: prepare it before the assignment
-/// `-- CMD` under --mem-limit: the cap region ("/proc/PID/fd/N") the preloaded library charges.
+/// `-- CMD` under --mem-limit: the cap's ledger ("/proc/PID/fd/N") the preloaded library charges.
 inline constexpr std::string_view cap_region = "ISORUN_CAP_REGION";
+/// `-- CMD` under --mem-limit: the cap's sealed terms ("/proc/PID/fd/N"): the limit.
+inline constexpr std::string_view cap_terms = "ISORUN_CAP_TERMS";
 /// `-- CMD` under --mem-limit: the library the shim preloads into the command (only into it).
 inline constexpr std::string_view cap_preload = "ISORUN_CAP_PRELOAD";
 /// A file the worker writes its task's memory timeline to (its allocators' history and, after an
@@ -52,7 +54,7 @@ inline constexpr std::string_view cap_preload = "ISORUN_CAP_PRELOAD";
 inline constexpr std::string_view memory_timeline = "ISORUN_MEMORY_TIMELINE";
 /// Every variable above: removed from the environment a worker inherits, set only by isorun.
 inline constexpr std::string_view all[] = {worker,          shim, gpu, mem_limit, visible_devices, device_order, warm,
-                                           cap_region, cap_preload, memory_timeline};
+                                           cap_region, cap_terms, cap_preload, memory_timeline};
 }  // namespace env
 
 /// The device a *warm* worker prepares while it waits for its assignment: it creates its CUDA

@@ -1,0 +1,152 @@
+// The `-- CMD` cap against a program that steps around it, by accident or on purpose: each case
+// here got the whole stand-in device (16 GiB) before the cap failed closed, pinned its variables
+// at load, sealed its limit, followed children started with a clean environment, grew its
+// process slots and counted CUDA arrays. What the cap does for a cooperative program is in
+// test_cli.cpp.
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "isorun/preload/cap_region.hpp"
+#include "test_support.hpp"
+
+namespace cap = isorun::preload;
+
+namespace {
+constexpr const char* simulated = "ISORUN_SIMULATE_GPUS=1x16G";
+const std::string fake_driver = std::string("LD_LIBRARY_PATH=") + FAKE_CUDA_DIR;
+
+// `isorun --gpu 0 --mem-limit 256M -- PROGRAM ARGS...` against the stand-in libcuda.so.1.
+isorun::test::captured capped(const std::vector<std::string>& command, const std::string& limit = "256M") {
+  std::vector<std::string> args = {"--gpu", "0", "--mem-limit", limit, "--"};
+  args.insert(args.end(), command.begin(), command.end());
+  return isorun::test::run_captured(ISORUN_CLI, args, {simulated, fake_driver});
+}
+}  // namespace
+
+TEST_CASE("the cap fails closed: a process that cannot reach it gets no device memory, and says why", "[cap][hostile]") {
+  // The library preloaded without the variables that lead to the cap (as if a program removed
+  // them before starting this one without the exec wrappers).
+  auto r = isorun::test::run_captured(CAP_PROBE, {"fill", "64", "direct", "info"},
+                                      {fake_driver, std::string("LD_PRELOAD=") + CAP_LIBRARY});
+  REQUIRE(r.code == 0);
+  CHECK(r.out == "filled 0 code 2\ninfo 0 0\n");
+  CHECK_THAT(r.err, Catch::Contains("isorun: CUDA allocations refused in process") &&
+                        Catch::Contains("ISORUN_CAP_REGION or ISORUN_CAP_TERMS was not set when the cap library loaded"));
+  // Said once per process, not once per allocation.
+  CHECK(r.err.find("refused in process") == r.err.rfind("refused in process"));
+}
+
+TEST_CASE("the cap's variables are read when the library loads: unsetting them later changes nothing", "[cap][hostile]") {
+  for (const char* name : {"ISORUN_CAP_REGION", "ISORUN_CAP_TERMS"}) {
+    auto r = capped({CAP_PROBE, "unset", name, "fill", "64", "direct"});
+    INFO(name << ": " << r.err);
+    REQUIRE(r.code == 0);
+    CHECK(r.out == "filled 4 code 2\n");
+  }
+}
+
+TEST_CASE("the limit is sealed: a process of the command cannot raise it", "[cap][hostile]") {
+  auto r = capped({CAP_PROBE, "raise-limit", "fill", "64", "direct"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out == "raise-limit refused\nfilled 4 code 2\n");
+}
+
+TEST_CASE("a child started with a clean environment is capped too", "[cap][hostile]") {
+  SECTION("posix_spawn with an environment of its own") {
+    auto r = capped({CAP_PROBE, "spawn-clean", "fill", "64", "direct"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    CHECK(r.out == "filled 4 code 2\n");
+  }
+  SECTION("env -i: execvp from a program that is not CUDA's") {
+    auto r = capped({"env", "-i", fake_driver, CAP_PROBE, "fill", "64", "direct"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    CHECK(r.out == "filled 4 code 2\n");
+  }
+  SECTION("a shell that clears LD_PRELOAD before starting the program") {
+    auto r = capped({"/bin/sh", "-c", std::string("unset LD_PRELOAD ISORUN_CAP_REGION; exec ") + CAP_PROBE +
+                                          " fill 64 direct"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    CHECK(r.out == "filled 4 code 2\n");
+  }
+}
+
+TEST_CASE("more processes than the old fixed 256 slots: every one is capped", "[cap][hostile]") {
+  // 300 processes hold 1 MiB each under a 512 MiB cap: this one gets what they leave.
+  auto r = capped({CAP_PROBE, "holders", "300", "1", "fill", "1", "direct"}, "512M");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out == "holders 300\nfilled 212 code 2\n");
+}
+
+TEST_CASE("CUDA arrays count against the cap", "[cap]") {
+  auto r = capped({CAP_PROBE, "arrays", "64", "2d", "arrays", "64", "3d", "fill", "64", "direct"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  // Destroying the arrays gave their bytes back: the last fill gets the whole cap again.
+  CHECK(r.out == "arrays 4 code 2\narrays 4 code 2\nfilled 4 code 2\n");
+}
+
+TEST_CASE("the ledger: slots are handed out from the front, reclaimed from the dead, and refused when full",
+          "[cap][ledger]") {
+  constexpr std::size_t capacity = 3;
+  const std::size_t bytes = cap::cap_ledger::bytes_for(capacity);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(p != MAP_FAILED);
+  auto& ledger = *static_cast<cap::cap_ledger*>(p);
+
+  // A process that has exited (reaped: its pid names nobody until it is reused), and one that
+  // lives until its pipe closes.
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  REQUIRE(::waitpid(dead, nullptr, 0) == dead);
+  int hold[2];
+  REQUIRE(::pipe(hold) == 0);
+  const pid_t alive = ::fork();
+  if (alive == 0) {
+    char c;
+    ::close(hold[1]);
+    while (::read(hold[0], &c, 1) > 0) {
+    }
+    ::_exit(0);
+  }
+  ::close(hold[0]);
+
+  const auto self = static_cast<std::int32_t>(::getpid()), parent = static_cast<std::int32_t>(::getppid());
+  cap::process_slot* a = ledger.claim(dead, capacity);
+  cap::process_slot* b = ledger.claim(self, capacity);
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK(b == a + 1);
+  CHECK(ledger.slots_used.load() == 2);
+  REQUIRE(ledger.reserve(*a, 0, 100, 1000));
+  REQUIRE(ledger.reserve(*b, 0, 800, 1000));
+  // Full: the dead process's 100 bytes come back when a reservation needs them.
+  CHECK(ledger.reserve(*b, 0, 200, 1000));
+  CHECK(ledger.devices[0].used.load() == 1000);
+  CHECK(a->pid.load() == 0);  // its slot is free again
+  CHECK_FALSE(ledger.reserve(*b, 0, 1, 1000));
+  CHECK(ledger.refusals() == 1);
+  // The freed slot first, then one from the untouched rest, then none: fail closed, counted.
+  CHECK(ledger.claim(parent, capacity) == a);
+  CHECK(ledger.claim(alive, capacity) == a + 2);
+  CHECK(ledger.slots_used.load() == 3);
+  CHECK(ledger.claim(1, capacity) == nullptr);
+  CHECK(ledger.slotless.load() == 1);
+  // The same pid again (an exec in the same process): its slot, emptied.
+  CHECK(ledger.claim(self, capacity) == b);
+  CHECK(b->bytes[0].load() == 0);
+  CHECK(ledger.devices[0].used.load() == 0);
+  ::close(hold[1]);
+  ::waitpid(alive, nullptr, 0);
+  ::munmap(p, bytes);
+}
