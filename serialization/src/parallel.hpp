@@ -65,9 +65,10 @@ inline bool advise_in_parallel(void* addr, std::uint64_t bytes, int advice) noex
 /// @brief munmap(addr, bytes), with the pages of a large range given back first on several
 ///        threads.
 ///
-/// munmap, like a process's exit, tears a range down on one core: ~90 ms per GiB of private
-/// 4 KiB pages on the development VM, ~35 ms per GiB of a shared segment's page-table entries.
-/// MADV_DONTNEED drops pieces of one range in parallel (2 threads: 90 -> 45 ms). Private
+/// munmap, like a process's exit, tears a range down on one core, one 4 KiB page (or, for a
+/// shared segment, one page-table entry) at a time: for gigabytes that is a visible part of a
+/// call. MADV_DONTNEED drops pieces of one range in parallel, so the time divides by the
+/// threads (bench/README.md has the figures). Private
 /// anonymous pages are freed by it; a shared mapping only loses its page-table entries, its data
 /// stays in the file. `addr` is page-aligned (it came from mmap).
 inline void unmap(void* addr, std::uint64_t bytes) noexcept {

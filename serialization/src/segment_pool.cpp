@@ -58,7 +58,7 @@ std::shared_ptr<pooled_segment> segment_pool::acquire(std::uint64_t min_capacity
       }
     }
     // A small segment grown is cheap; a large one given to a small request is not: the next
-    // large result would find only fresh pages to fault in (~0.5 GB/s on the development VM).
+    // large result would find only fresh pages to fault in, each a fault and a zero-fill.
     const bool wasteful = fitting != end && (*fitting)->capacity() > std::max<std::uint64_t>(4 * min_capacity, 1 << 20);
     const auto pick = largest ? biggest : fitting != end && !wasteful ? fitting : short_of;
     if (pick != end) {

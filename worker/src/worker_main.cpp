@@ -305,10 +305,10 @@ namespace detail {
     die(std::string("cannot report to the supervisor: ") + e.what());
   }
   // What the exit would tear down on one core, large pieces given back on all of them: the task's
-  // result value (a 1 GiB blob is ~90 ms of freeing on one core here) and, in a CPU worker, the
-  // mapping of the result segment (~35 ms per GiB). The supervisor waits for the exit, unless it
-  // took the result early. A GPU worker's segment may be page-locked for the driver (output_blob):
-  // its exit unmaps it, after the driver lets go, as before.
+  // result value (freeing a large blob is one page at a time on one core) and, in a CPU worker,
+  // the mapping of the result segment (its page-table entries). The supervisor waits for the
+  // exit, unless it took the result early. A GPU worker's segment may be page-locked for the
+  // driver (output_blob): its exit unmaps it, after the driver lets go.
   result.reset();
   if (!this_worker().has_gpu()) sink.unmap_result();
   // No static destructors: a CUDA context or task library may take long to tear down, and the

@@ -21,8 +21,8 @@ struct cuda_context_info {
   /// This process's usage right after creating the context, as NVML attributes it (0 unknown).
   std::uint64_t process_bytes = 0;
   /// The device's used memory after minus before (0 unknown); includes memory the driver
-  /// reserves for the context but does not attribute to the process (~9 MiB on an H100 with
-  /// driver 580), which nvidia-smi counts.
+  /// reserves for the context but does not attribute to the process (a few MiB, varying with the
+  /// GPU and the driver), which nvidia-smi counts.
   std::uint64_t device_delta_bytes = 0;
   /// What the allocator's cap leaves out: the device delta when it is plausible (other
   /// processes may allocate or free while it is measured), else the process figure plus a

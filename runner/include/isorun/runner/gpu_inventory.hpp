@@ -40,7 +40,7 @@ struct gpu_inventory {
 
   /// @brief One GPU's lasting facts (index, UUID, name, total memory; free_memory is 0) by NVML
   ///        index, for starting a task on it. From a cache where it is current, which spares
-  ///        NVML's start (~20 ms on an H100): `$XDG_CACHE_HOME/isorun/gpus` (else
+  ///        NVML's start (tens of milliseconds): `$XDG_CACHE_HOME/isorun/gpus` (else
   ///        `~/.cache/isorun/gpus`), holding the whole inventory under a key that changes with
   ///        the NVML library (path, size, time), the boot, the driver's version and each GPU's
   ///        `/proc/driver/nvidia/gpus/*/information` (bus, UUID, minor, excluded or not); else

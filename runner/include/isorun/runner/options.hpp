@@ -33,8 +33,9 @@ struct isolated_options {
   /// worker when the call is made.
   std::size_t standby = 0;
   /// With one GPU: each worker creates its CUDA context and capped allocator as soon as it is
-  /// launched, before its task is known (a worker on several GPUs prepares them once assigned), so a standby worker's task starts at once (on an H100
-  /// a context costs ~210 ms to create). Each waiting worker then holds a context (~0.5 GiB) on
+  /// launched, before its task is known (a worker on several GPUs prepares them once assigned),
+  /// so a standby worker's task starts at once (creating a context is the largest part of a GPU
+  /// worker's start). Each waiting worker then holds a context (about half a GiB) on
   /// the GPU, outside any task's cap; it is stopped with the pool if never used.
   bool warm_context = false;
   /// Hand the result over as soon as the worker has reported it and let go of it, instead of
@@ -42,7 +43,7 @@ struct isolated_options {
   /// result (a CPU task's result value itself is freed after the hand-over), the supervisor
   /// *seals* the result (the kernel then refuses any change to it, by
   /// any process), validates it and returns, while the worker's exit (a CUDA context's
-  /// teardown: ~55-70 ms on an H100) finishes in the background. The outcome says
+  /// teardown, tens of milliseconds) finishes in the background. The outcome says
   /// `exit_pending`. If the result cannot be sealed (a process the task started still maps it
   /// writable), the call waits for the exit as usual.
   bool early_result = false;

@@ -3,8 +3,8 @@
 /// Where a worker puts large blobs: in the segment its result will be written to.
 ///
 /// A task that returns a blob it made with `blob(size)` would have its bytes copied into the
-/// result segment by the encoder: for 1 GiB on the development VM ~55 ms of copying, plus the
-/// freeing of the blob's own 1 GiB at the worker's exit, which the call waits for. A worker
+/// result segment by the encoder: a full copy of the result, plus the freeing of the blob's own
+/// memory at the worker's exit, which the call waits for. A worker
 /// whose result is a blob installs a placement: the first large blob made while the segment is
 /// free is put where the encoder would copy it, so returning it costs a checksum and nothing
 /// else (as output_blob does, without the task asking). Everywhere else no placement is installed

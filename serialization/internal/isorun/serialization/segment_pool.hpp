@@ -2,8 +2,8 @@
 /// @file segment_pool.hpp
 /// Supervisor-side recycling of shared-memory segments.
 ///
-/// A new tmpfs page costs a fault and a zero-fill on first touch (~0.5 GB/s here); a page of a
-/// reused segment is already resident. The pool keeps finished segments (already unlinked, so
+/// A new tmpfs page costs a fault and a zero-fill on first touch (far slower than a copy); a page
+/// of a reused segment is already resident. The pool keeps finished segments (already unlinked, so
 /// nothing is visible in /dev/shm) up to an idle byte limit and hands them to the next worker.
 
 #include <cstdint>

@@ -61,7 +61,7 @@ class shm_file {
 };
 
 /// A mapping of a file range starting at offset 0; unmapped on destruction (a large one on several
-/// threads: a 1 GiB mapping is ~35 ms of page-table teardown on one core).
+/// threads: tearing down a gigabyte's page-table entries on one core is a visible part of a call).
 class mapping {
  public:
   enum class access { read_only, read_write };

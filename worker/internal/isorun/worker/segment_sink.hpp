@@ -56,8 +56,8 @@ class segment_sink final : public result_sink,
 
   /// @brief Maps the segment for a payload of `expected` bytes (the task's last result), or as
   ///        large as the segment already is if smaller, faulted in, on a thread of its own while
-  ///        the task runs. Faulting in a resident 1 GiB segment costs ~70-85 ms (one page-table
-  ///        entry per 4 KiB page) that a large result would otherwise pay after the task, on its
+  ///        the task runs. Faulting in a resident segment costs one page-table entry per 4 KiB
+  ///        page, which a large result would otherwise pay after the task, on its
   ///        way back. Small results are left alone: the pool may hand a task with small results
   ///        its largest segment.
   void premap_in_background(std::uint64_t expected);
