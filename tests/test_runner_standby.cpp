@@ -1,0 +1,292 @@
+// Standby workers and early results: launched before their work, one call each, results handed
+// over sealed before the worker has exited.
+#include <catch2/catch.hpp>
+
+#include "runner_tasks.hpp"
+
+using namespace runner_tests;
+
+TEST_CASE("a standby worker serves exactly one call, and calls take standby workers", "[runner][standby]") {
+  stop_standby_at_end guard;
+  auto& pool = isorun::runner::standby_for({.label = "standby"}, 2);  // the pool isolated() uses below
+  std::set<std::string> pids;
+  for (int i = 0; i < 6; ++i) {
+    pool.fill();
+    const auto waiting = pool.waiting_pids();
+    REQUIRE(waiting.size() >= 2);
+    const std::string got = isorun::isolated(pid_and_calls, {.standby = 2})(0);
+    const auto space = got.find(' ');
+    CHECK(got.substr(space + 1) == "1");                              // a process that ran nothing before
+    CHECK(got.substr(0, space) == std::to_string(waiting.front()));  // the oldest waiting worker
+    pids.insert(got.substr(0, space));
+  }
+  CHECK(pids.size() == 6);  // one process per call
+}
+
+TEST_CASE("a standby pool launches like any launcher: waiting workers for its spec, fresh ones otherwise",
+          "[runner][standby]") {
+  stop_standby_at_end guard;
+  auto& pool = isorun::runner::standby_for({.label = "standby"}, 2);
+  pool.fill();
+  const auto waiting = pool.waiting_pids();
+  // Another spec (an extra variable): launched now, the waiting workers untouched.
+  auto other = pool.launch({.label = "other", .extra_env = {"ISORUN_TEST_OTHER=1"}});
+  CHECK(std::find(waiting.begin(), waiting.end(), other.process.pid()) == waiting.end());
+  CHECK(pool.waiting_pids() == waiting);
+  // The pool's own spec, whatever the label: the oldest waiting worker.
+  auto same = pool.launch({.label = "some_task"});
+  CHECK(same.process.pid() == waiting.front());
+}
+
+TEST_CASE("a standby worker that died while waiting is skipped, and the call still runs", "[runner][standby]") {
+  stop_standby_at_end guard;
+  auto& pool = isorun::runner::standby_for({.label = "standby"}, 2);
+  pool.fill();
+  const pid_t victim = pool.waiting_pids().front();
+  ::kill(victim, SIGKILL);
+  REQUIRE(process_gone(victim));  // exited (a zombie until the pool reaps it)
+  const std::string got = isorun::isolated(pid_and_calls, {.standby = 2})(0);
+  CHECK(got.substr(0, got.find(' ')) != std::to_string(victim));
+  CHECK(got.substr(got.find(' ') + 1) == "1");
+}
+
+TEST_CASE("a call on a standby worker can be cancelled as it is handed over", "[runner][standby]") {
+  stop_standby_at_end guard;
+  auto& pool = isorun::runner::standby_for({.label = "standby"}, 1);
+  pool.fill();
+  auto h = isorun::isolated(sleeps_long, {.standby = 1}).async(0);
+  const pid_t pid = h.pid();
+  h.cancel();
+  auto r = h.try_get();
+  CHECK(r.status().kind == isorun::outcome_kind::cancelled);
+  CHECK(process_gone(pid));
+}
+
+TEST_CASE("a warm standby worker has its GPU and capped allocator ready before its task arrives", "[runner][standby]") {
+  stop_standby_at_end guard;
+  namespace r = isorun::runner;
+  const isorun::isolated_options warm{.gpu = 1, .mem_limit = 6_GiB, .standby = 1, .warm_context = true};
+  auto probe = r::job_spec_for("warm_state", isorun::serialization::encoding::binary, {}, {isorun::gpus().gpus.at(1)}, warm);
+  auto& pool = r::standby_for(r::launch_spec_for(probe), 1);  // the pool isolated() uses below
+  pool.fill();
+  const pid_t waiting = pool.waiting_pids().front();
+  CHECK(isorun::isolated(warm_state, warm)(0) == "ready|GPU-sim-1|" + std::to_string(6_GiB));
+  CHECK(isorun::test::process_gone(waiting));  // it served that call and exited
+
+  // Another cap cannot use a worker prepared for this one: a worker is launched for it, and the
+  // prepared one keeps waiting.
+  pool.fill();
+  const auto before = pool.waiting_pids();
+  CHECK(isorun::isolated(warm_state, {.gpu = 1, .mem_limit = 4_GiB})(0) == "cold|GPU-sim-1|" + std::to_string(4_GiB));
+  CHECK(pool.waiting_pids() == before);
+
+  // A worker prepared for one GPU refuses an assignment for another (the supervisor never makes
+  // one; a worker checks anyway): it stops, and the job is classified, not run on the wrong GPU.
+  r::local_launcher launcher;
+  auto on_gpu_0 = launcher.launch(r::launch_spec_for(r::job_spec_for(
+      "warm_state", isorun::serialization::encoding::binary, {}, {isorun::gpus().gpus.at(0)}, warm)));
+  auto spec = r::job_spec_for("warm_state", isorun::serialization::encoding::binary, isorun::detail::encode_args(0),
+                              {isorun::gpus().gpus.at(1)}, warm);
+  spec.stderr_echo_fd = -1;
+  auto job = r::job::start(std::move(spec), std::move(on_gpu_0));
+  const auto& res = job->wait();
+  CHECK(res.status.kind == isorun::outcome_kind::crashed);
+  REQUIRE_FALSE(res.status.stderr_tail.empty());
+  CHECK_THAT(res.status.stderr_tail.back(), Catch::Contains("prepared GPU GPU-sim-0"));
+}
+
+TEST_CASE("a job on a standby worker: its time counts from its assignment, its stdout goes to its own file",
+          "[runner][standby]") {
+  stop_standby_at_end guard;
+  namespace r = isorun::runner;
+  auto& pool = r::standby_for({.label = "standby"}, 2);
+  pool.fill();
+  const auto filled = std::chrono::steady_clock::now();
+  char dir[] = "/tmp/isorun-standby-XXXXXX";
+  REQUIRE(::mkdtemp(dir));
+  std::vector<std::shared_ptr<r::job>> jobs;
+  for (const char* text : {"first", "second"}) {
+    r::job_spec spec;
+    spec.task = "prints";
+    spec.args = isorun::detail::encode_args(std::string(text));
+    spec.stdout_to = r::stdout_mode::file;
+    spec.stdout_path = std::string(dir) + "/" + text + ".out";
+    jobs.push_back(r::job::start(std::move(spec), pool));
+  }
+  for (auto& j : jobs) {
+    const auto& res = j->wait();
+    REQUIRE(res.status.kind == isorun::outcome_kind::success);
+    // Launched before `filled`, assigned after it: the wall time is the job's, not the worker's.
+    CHECK(res.status.wall < std::chrono::steady_clock::now() - filled);
+  }
+  for (const char* text : {"first", "second"}) {
+    std::ifstream in(std::string(dir) + "/" + text + ".out");
+    std::string line;
+    CHECK(std::getline(in, line));
+    CHECK(line == text);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("an early result is handed over sealed: no process can change it afterwards", "[runner][early]") {
+  // A process that escaped the worker's group must still be there to try: the seal is what stops it.
+  process_group_containment pinned;
+  // A large result first: result segments come from the pool largest first, so the escapee's
+  // is a large one, the kind a CPU worker maps ahead of a task (and of its fork) for a result
+  // that is not early.
+  REQUIRE(isorun::isolated(make_pattern)(64_MiB, 3).size() == 64_MiB);
+  char dir[] = "/tmp/isorun-early-XXXXXX";
+  REQUIRE(::mkdtemp(dir));
+  const std::string d = dir;
+  REQUIRE(::mkfifo((d + "/go").c_str(), 0600) == 0);
+  REQUIRE(::mkfifo((d + "/report").c_str(), 0600) == 0);
+  auto r = isorun::isolated(escapee, {.early_result = true}).try_call(d);
+  REQUIRE(r.ok());
+  CHECK(r.status().exit_pending);  // handed over on `done`, not at the exit
+  { std::ofstream go(d + "/go"); }  // the escaped process now tries its three changes
+  int refused = -1, changed = -1;
+  std::ifstream(d + "/report") >> refused >> changed;
+  CHECK(refused == 3);
+  CHECK(changed == 0);
+  const auto& b = r.value();
+  CHECK(std::all_of(b.bytes().begin(), b.bytes().end(), [](std::byte c) { return c == std::byte{'a'}; }));
+  std::filesystem::remove_all(d);
+}
+
+TEST_CASE("a descendant that left the worker's group is killed with its cgroup before the result is validated",
+          "[runner][containment]") {
+  ::unsetenv("ISORUN_CONTAINMENT");  // the default
+  const auto& contained = isorun::runner::containment();
+  if (!contained.cgroup) {
+    WARN("skipped: children are contained by their process group alone here (" << contained.why_not << ")");
+    return;
+  }
+  char dir[] = "/tmp/isorun-contain-XXXXXX";
+  REQUIRE(::mkdtemp(dir));
+  const std::string d = dir;
+  REQUIRE(::mkfifo((d + "/go").c_str(), 0600) == 0);
+  auto cgroups_here = [&] {
+    std::size_t n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(contained.where)) n += e.is_directory();
+    return n;
+  };
+  const std::size_t cgroups_before = cgroups_here();
+  auto r = isorun::isolated(escapes_to_rewrite).try_call(d);
+  REQUIRE(r.ok());
+  const pid_t escaped = std::stoi(r.value());
+  // Already gone when the call returned (no waiting here): nothing is left to change the result.
+  CHECK(process_gone(escaped, 0));
+  const int go = ::open((d + "/go").c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  CHECK(go < 0);
+  CHECK(errno == ENXIO);  // no reader: nobody waits to rewrite the segment
+  if (go >= 0) ::close(go);
+  CHECK(r.value().substr(r.value().find(' ') + 1) == std::string(1000, 'a'));
+  // Its cgroup is gone too (others may still be there: standby workers, exits finishing behind).
+  CHECK(cgroups_here() <= cgroups_before);
+  std::filesystem::remove_all(d);
+}
+
+TEST_CASE("an early result still mapped writable by the task's child waits for the worker's group to go",
+          "[runner][early]") {
+  auto r = isorun::isolated(clings, {.early_result = true}).try_call(0);
+  REQUIRE(r.ok());
+  CHECK_FALSE(r.status().exit_pending);
+  CHECK(r.status().exit.success());
+  const auto& b = r.value();
+  CHECK(std::all_of(b.bytes().begin(), b.bytes().end(), [](std::byte c) { return c == std::byte{'b'}; }));
+}
+
+TEST_CASE("an early result is handed over before the worker frees the task's result value, which it then does",
+          "[runner][early]") {
+  char dir[] = "/tmp/isorun-free-XXXXXX";
+  REQUIRE(::mkdtemp(dir));
+  const std::string d = dir;
+  REQUIRE(::mkfifo((d + "/free").c_str(), 0600) == 0);
+  // A long grace: the worker is not to be killed while its result's destructor waits for the test.
+  auto h = isorun::isolated(frees_slowly, {.grace = std::chrono::hours(1), .early_result = true}).async(d);
+  const pid_t pid = h.pid();
+  auto r = h.try_get();  // would never return if the value were freed before `done`
+  REQUIRE(r.ok());
+  CHECK(r.status().exit_pending);
+  CHECK(r.value().dir == d);
+  CHECK_FALSE(std::filesystem::exists(d + "/freed"));
+  { std::ofstream free(d + "/free"); }  // the destructor goes on
+  CHECK(process_gone(pid));
+  CHECK(std::filesystem::exists(d + "/freed"));
+  std::filesystem::remove_all(d);
+}
+
+TEST_CASE("after an early hand-over, the worker's request segment is reused only once the worker is reaped",
+          "[runner][early]") {
+  // A worker still exiting maps its request (read-only, but shared: the kernel refuses to seal a
+  // file so mapped). Were its segment handed to the next call as the result segment, that
+  // result could not be sealed, and its early hand-over would quietly wait for the exit.
+  isorun::stop_standby();
+  isorun::serialization::segment_pool::instance().clear();
+  char dir[] = "/tmp/isorun-reuse-XXXXXX";
+  REQUIRE(::mkdtemp(dir));
+  const std::string d = dir;
+  REQUIRE(::mkfifo((d + "/free").c_str(), 0600) == 0);
+  auto slow = isorun::isolated(frees_slowly_after_large_request, {.grace = std::chrono::hours(1), .early_result = true})
+                  .async(d, isorun::blob(2_MiB));
+  const pid_t slow_pid = slow.pid();
+  auto first = slow.try_get();
+  REQUIRE(first.ok());
+  REQUIRE(first.status().exit_pending);  // its worker now waits in the result's destructor
+  // A small request passes over a large idle segment; a result takes the largest one there is.
+  auto next = isorun::isolated(pid_and_calls, {.early_result = true}).try_call(0);
+  REQUIRE(next.ok());
+  CHECK(next.status().exit_pending);
+  { std::ofstream free(d + "/free"); }
+  CHECK(process_gone(slow_pid));
+  std::filesystem::remove_all(d);
+}
+
+TEST_CASE("a streamed result is handed over early with no seal: the bytes are the supervisor's already", "[runner][early][stream]") {
+  auto early = isorun::isolated(from_device, {.gpu = 0, .early_result = true}).try_call(20_MiB, 9);
+  REQUIRE(early.ok());
+  CHECK(early.status().exit_pending);
+  CHECK(early.value().size() == 20_MiB);
+  CHECK(early.value().data()[20_MiB - 1] == pattern_byte(20_MiB - 1, 9));
+}
+
+TEST_CASE("early results on standby workers: each call's worker is gone afterwards, failures are as usual",
+          "[runner][early][standby]") {
+  stop_standby_at_end guard;
+  const isorun::isolated_options opts{.standby = 2, .early_result = true};
+  for (int i = 0; i < 5; ++i) {
+    auto h = isorun::isolated(pid_and_calls, opts).async(0);
+    const pid_t pid = h.pid();
+    auto r = h.try_get();
+    REQUIRE(r.ok());
+    CHECK(r.status().exit_pending);
+    CHECK(r.value() == std::to_string(pid) + " 1");
+    CHECK(process_gone(pid));  // reaped behind the caller's back
+  }
+  auto failed = isorun::isolated(throws, opts).try_call(3);
+  CHECK(failed.status().kind == isorun::outcome_kind::task_error);
+  CHECK_FALSE(failed.status().exit_pending);  // only a result is handed over early
+  auto crashed = isorun::isolated(segfaults, {.echo_stderr = false, .early_result = true}).try_call(0);
+  CHECK(crashed.status().kind == isorun::outcome_kind::crashed);
+}
+
+TEST_CASE("killing a supervisor with standby workers waiting leaves nothing behind", "[runner][standby]") {
+  const int shm = isorun::test::shm_entries();
+  int out[2];
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  isorun::runner::spawn_options o;
+  o.executable = ISORUN_VICTIM;
+  o.args = {"standby"};
+  for (char** e = environ; *e; ++e) o.env.emplace_back(*e);
+  o.fds = {{1, out[1]}};
+  auto victim = isorun::runner::spawn(o);
+  ::close(out[1]);
+  FILE* in = ::fdopen(out[0], "r");
+  std::vector<int> waiting(3);
+  REQUIRE(std::fscanf(in, "%d %d %d", &waiting[0], &waiting[1], &waiting[2]) == 3);
+  std::fclose(in);
+  ::kill(victim.pid(), SIGKILL);
+  for (int pid : waiting) CHECK(process_gone(pid));
+  CHECK(victim.reap().signal == SIGKILL);
+  CHECK(isorun::test::shm_entries() == shm);
+}
