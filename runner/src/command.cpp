@@ -17,6 +17,7 @@
 #include <filesystem>
 
 #include "isorun/preload/cap_region.hpp"
+#include "isorun/runner/command_shim.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/containment.hpp"
 #include "isorun/runner/process.hpp"
@@ -34,11 +35,16 @@ namespace {
 using clock = std::chrono::steady_clock;
 constexpr int shim_fd = serialization::control_fd;
 
-// What the shim tells the supervisor about the program, once it has ended.
-struct shim_report {
-  std::int32_t code;
-  std::int32_t signal;
-};
+// A file installed next to libisorun.so (the cap library, the shim), or why it cannot be used.
+std::string beside_library(const char* name, const char* without_it) {
+  Dl_info info{};
+  if (!::dladdr(reinterpret_cast<void*>(&self_executable), &info) || !info.dli_fname)
+    throw internal_error(std::string("cannot locate libisorun.so, next to which ") + name + " is");
+  const auto path = std::filesystem::path(info.dli_fname).parent_path() / name;
+  if (!std::filesystem::exists(path))
+    throw internal_error(path.string() + " is missing, so " + without_it + "; reinstall isorun");
+  return path.string();
+}
 
 // The cap shared by the command's processes: its sealed terms and its ledger, two memfds
 // reachable from any of them as /proc/<this pid>/fd/<fd> while this process lives, and no longer
@@ -101,14 +107,8 @@ class command_cap {
 
   /// The library next to libisorun.so.
   static std::string library() {
-    Dl_info info{};
-    if (!::dladdr(reinterpret_cast<void*>(&self_executable), &info) || !info.dli_fname)
-      throw internal_error("cannot locate libisorun.so, next to which the cap library is");
-    const auto path = std::filesystem::path(info.dli_fname).parent_path() / preload::library_name;
-    if (!std::filesystem::exists(path))
-      throw internal_error(path.string() + " is missing, so --mem-limit cannot be enforced for a command; reinstall "
-                           "isorun, or pass --mem-limit-mode advisory");
-    return path.string();
+    return beside_library(preload::library_name,
+                          "--mem-limit cannot be enforced for a command (or pass --mem-limit-mode advisory)");
   }
 
  private:
@@ -174,7 +174,7 @@ std::unique_ptr<command> command::start(command_spec spec) {
   }
 
   spawn_options opts;
-  opts.executable = self_executable();
+  opts.executable = beside_library(command_shim_name, "no command can be run");
   opts.args = {*exe};
   opts.args.insert(opts.args.end(), spec.argv.begin() + 1, spec.argv.end());
   opts.env = inherited_environment();
@@ -182,7 +182,6 @@ std::unique_ptr<command> command::start(command_spec spec) {
   if (s->cap)
     for (auto& e : s->cap->environment()) opts.env.push_back(std::move(e));
   for (const auto& e : spec.extra_env) opts.env.push_back(e);
-  opts.env.push_back(std::string(serialization::env::shim) + "=1");
   opts.fds = {{0, null_in ? null_in.get() : spec.stdin_fd},
               {1, spec.stdout_fd},
               {2, stderr_write ? stderr_write.get() : spec.stderr_fd},
@@ -248,7 +247,7 @@ const command_result& command::wait() {
       deadline = stopping->advance(s.shim);
     }
   }
-  shim_report report{-1, 0};
+  command_shim_report report{-1, 0};
   const bool reported = ::recv(s.report_read.get(), &report, sizeof report, MSG_DONTWAIT) == sizeof report;
   const exit_status shim = s.shim.reap();  // also kills what is left of the group and the cgroup
   if (stderr_open) read_stderr();
@@ -296,48 +295,6 @@ const command_result& command::wait() {
       }
   s.result = std::move(r);
   return *s.result;
-}
-
-bool is_command_shim() noexcept {
-  const char* s = std::getenv(serialization::env::shim.data());
-  return s && std::strcmp(s, "1") == 0;
-}
-
-void run_command_shim(int argc, char** argv) {
-  ::unsetenv(serialization::env::shim.data());
-  if (argc < 2 || ::fcntl(shim_fd, F_SETFD, FD_CLOEXEC) != 0) {
-    std::fprintf(stderr, "isorun shim: started without a command or channel\n");
-    ::_exit(125);
-  }
-  // Only the command should react to Ctrl-C and SIGTERM; the shim waits to report its end.
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::signal(sig, SIG_IGN);
-  serialization::exit_with_supervisor(shim_fd);
-
-  spawn_options opts;
-  opts.executable = argv[1];
-  for (int i = 2; i < argc; ++i) opts.args.emplace_back(argv[i]);
-  // The cap library is preloaded into the command only, never into this shim.
-  std::string preload;
-  if (const char* cap = std::getenv(preload::preload_env)) {
-    preload = cap;
-    if (const char* other = std::getenv("LD_PRELOAD"); other && *other) preload += std::string(":") + other;
-    ::unsetenv(preload::preload_env);
-  }
-  for (char** e = environ; e && *e; ++e)
-    if (preload.empty() || std::strncmp(*e, "LD_PRELOAD=", 11) != 0) opts.env.emplace_back(*e);
-  if (!preload.empty()) opts.env.push_back("LD_PRELOAD=" + preload);
-  opts.new_process_group = false;
-  shim_report report{127, 0};
-  try {
-    child c = spawn(opts);
-    const exit_status st = c.reap();  // waits for its exit
-    report = {st.code, st.signal};
-  } catch (const spawn_error& e) {
-    std::fprintf(stderr, "isorun: %s\n", e.what());
-    report = {e.error() == ENOENT ? 127 : 126, 0};
-  }
-  ::send(shim_fd, &report, sizeof report, MSG_NOSIGNAL);
-  ::_exit(0);
 }
 
 }  // namespace isorun::runner

@@ -1,9 +1,8 @@
 #pragma once
 /// @file command.hpp
 /// Any program, isolated: what `isorun -- CMD` and command sweeps run. The program runs under a
-/// small shim (the supervisor's own executable, re-executed; isorun::init() serves it) that
-/// shares the program's process group, kills the group if the supervisor disappears and reports
-/// the program's own exit status. Under a memory cap the shim preloads the driver-API cap
+/// small shim (command_shim.hpp) that shares the program's process group, kills the group if the
+/// supervisor disappears and reports the program's own exit status. Under a memory cap the shim preloads the driver-API cap
 /// library (libisorun_cuda_cap.so) into the program, with a shared region that counts the
 /// device memory of all the program's processes.
 
@@ -83,12 +82,5 @@ class command {
   explicit command(std::unique_ptr<state> s);
   std::unique_ptr<state> state_;
 };
-
-/// @brief True if this process was started as a command's shim.
-bool is_command_shim() noexcept;
-
-/// @brief The shim's main: runs argv[1..] in this process group, reports its end to the
-///        supervisor. Never returns.
-[[noreturn]] void run_command_shim(int argc, char** argv);
 
 }  // namespace isorun::runner

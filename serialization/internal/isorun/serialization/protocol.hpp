@@ -33,11 +33,10 @@ inline constexpr std::uint32_t protocol_version = 8;
 /// The descriptor a worker (and the `-- CMD` shim) finds its control socket under.
 inline constexpr int control_fd = 3;
 
-/// Environment variables of the protocol. Set by the supervisor; the first two are removed by
+/// Environment variables of the protocol. Set by the supervisor; the first is removed by
 /// the process they start, so a task's own children are ordinary processes.
 namespace env {
 inline constexpr std::string_view worker = "ISORUN_WORKER";  ///< "1": run as a worker
-inline constexpr std::string_view shim = "ISORUN_SHIM";      ///< "1": run as the `-- CMD` shim
 inline constexpr std::string_view gpu = "ISORUN_GPU";              ///< assigned GPUs' indices ("0,1"), "" for none
 inline constexpr std::string_view mem_limit = "ISORUN_MEM_LIMIT";  ///< the cap per device in bytes, "0" for none
 inline constexpr std::string_view visible_devices = "CUDA_VISIBLE_DEVICES";  ///< the assigned GPUs' UUIDs
@@ -53,8 +52,8 @@ inline constexpr std::string_view cap_preload = "ISORUN_CAP_PRELOAD";
 /// out-of-memory failure, what was live): for `isorun report` and --memory-timeline.
 inline constexpr std::string_view memory_timeline = "ISORUN_MEMORY_TIMELINE";
 /// Every variable above: removed from the environment a worker inherits, set only by isorun.
-inline constexpr std::string_view all[] = {worker,          shim, gpu, mem_limit, visible_devices, device_order, warm,
-                                           cap_region, cap_terms, cap_preload, memory_timeline};
+inline constexpr std::string_view all[] = {worker,     gpu,       mem_limit,   visible_devices, device_order,
+                                           warm,       cap_region, cap_terms, cap_preload,     memory_timeline};
 }  // namespace env
 
 /// The device a *warm* worker prepares while it waits for its assignment: it creates its CUDA

@@ -5,9 +5,8 @@
 namespace isorun {
 
 /// @brief Call first thing in `main`. In the parent it returns immediately. When isorun has
-///        re-executed this program as a worker, it runs the requested task and exits; as the
-///        shim of a command (isorun -- CMD, command sweeps), it runs the command and reports its
-///        end. It never returns there.
+///        re-executed this program as a worker, it runs the requested task and exits: it never
+///        returns there.
 void init(int argc, char** argv);
 
 /// @brief True if this process was started as an isorun worker and init() has not yet run.
