@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <string_view>
+#include <utility>
 
 #include "isorun/alloc/config.hpp"
 #include "isorun/runner/errors.hpp"
@@ -276,12 +277,32 @@ std::vector<std::string> known_names(unsigned where) {
   return names;
 }
 
-// Puts the command's rows of the table into its CLI11 app. Each occurrence is applied as it is
-// parsed (trigger_on_parse), so repeated flags (--tasks, --grid, --retry) add up, the last of the
-// others wins, and errors come in command-line order.
-void add_rows(CLI::App& app, unsigned where, cli_options& o) {
+// Whether the command line may name the row's option: one of its words is the option, as
+// `--name`, `--name=value` or among the letters of `-abc`. (A value that looks like an option
+// counts too: that only makes an option more.)
+bool named(const option_row& row, const std::vector<std::string>& words) {
+  for (std::string_view names = row.names; !names.empty();) {
+    const auto comma = names.find(',');
+    const std::string_view name = names.substr(0, comma);
+    names = comma == std::string_view::npos ? std::string_view{} : names.substr(comma + 1);
+    for (const auto& w : words) {
+      if (name.starts_with("--") ? w.starts_with(name) && (w.size() == name.size() || w[name.size()] == '=')
+                                 : w.size() > 1 && w[0] == '-' && w[1] != '-' && w.find(name[1], 1) != std::string::npos)
+        return true;
+    }
+  }
+  return false;
+}
+
+// Puts the command's rows of the table into its CLI11 app: those the command line names. (CLI11
+// compares each new option with all those before it: making every option of the table each
+// time would cost each run of isorun some hundred microseconds of its fixed cost. The others
+// are not needed: a flag CLI11 does not know is left over, and check_leftovers names it.) Each
+// occurrence is applied as it is parsed (trigger_on_parse), so repeated flags (--tasks, --grid,
+// --retry) add up, the last of the others wins, and errors come in command-line order.
+void add_rows(CLI::App& app, unsigned where, cli_options& o, const std::vector<std::string>& words) {
   for (const auto& row : table) {
-    if (!(row.scopes & where)) continue;
+    if (!(row.scopes & where) || !named(row, words)) continue;
     CLI::Option* opt = nullptr;
     if (row.value)
       opt = app.add_option(row.names, [&o, &row](const CLI::results_t& values) {
@@ -418,6 +439,7 @@ namespace {
 // mean" instead of CLI11's "The following arguments were not expected".
 struct parser {
   cli_options& o;
+  std::vector<std::string> given;  // the words before `--`
   CLI::App app{"isorun", "isorun"};
   std::vector<std::string> words;  // TASK key=value ...
   std::vector<std::string> outs;   // OUT of report and status
@@ -427,35 +449,39 @@ struct parser {
   CLI::App* report = nullptr;
   CLI::App* status = nullptr;
 
-  explicit parser(cli_options& opts) : o(opts) {
+  parser(cli_options& opts, std::vector<std::string> words_given) : o(opts), given(std::move(words_given)) {
     app.set_help_flag();
     app.allow_extras();  // inherited by the subcommands made below
     app.require_subcommand(0, 1);
-    add_rows(app, in_main, o);
+    add_rows(app, in_main, o, given);
     app.add_option("TASK", words);
-    sweep = app.add_subcommand("sweep");
-    add_rows(*sweep, in_sweep, o);
-    sweep->add_option("SPEC", o.sweep.target);
+    sweep = subcommand("sweep", in_sweep);
+    if (sweep) sweep->add_option("SPEC", o.sweep.target);
     // `isorun tasks --cpu` was always accepted: the main options reach through.
-    tasks = app.add_subcommand("tasks")->fallthrough();
-    add_rows(*tasks, in_tasks, o);
-    gpus = app.add_subcommand("gpus")->fallthrough();
-    add_rows(*gpus, in_gpus, o);
-    report = app.add_subcommand("report");
-    add_rows(*report, in_report, o);
-    report->add_option("OUT", outs);
-    status = app.add_subcommand("status");
-    add_rows(*status, in_status, o);
-    status->add_option("OUT", outs);
+    if ((tasks = subcommand("tasks", in_tasks))) tasks->fallthrough();
+    if ((gpus = subcommand("gpus", in_gpus))) gpus->fallthrough();
+    if ((report = subcommand("report", in_report))) report->add_option("OUT", outs);
+    if ((status = subcommand("status", in_status))) status->add_option("OUT", outs);
+  }
+
+  // A subcommand, if the command line has its name (nullptr if not); its options are made only
+  // once its name is seen. (As add_rows makes only the options the command line names: for
+  // isorun's fixed cost.)
+  CLI::App* subcommand(const char* name, unsigned where) {
+    if (std::find(given.begin(), given.end(), name) == given.end()) return nullptr;
+    CLI::App* sub = app.add_subcommand(name);
+    sub->preparse_callback([this, sub, where](std::size_t) { add_rows(*sub, where, o, given); });
+    return sub;
   }
 
   // The subcommand given, as a command; mode::run_task if none.
   mode chosen() const {
-    if (sweep->parsed()) return mode::sweep;
-    if (tasks->parsed()) return mode::list_tasks;
-    if (gpus->parsed()) return mode::list_gpus;
-    if (report->parsed()) return mode::report;
-    if (status->parsed()) return mode::status;
+    const auto given_here = [](const CLI::App* sub) { return sub && sub->parsed(); };
+    if (given_here(sweep)) return mode::sweep;
+    if (given_here(tasks)) return mode::list_tasks;
+    if (given_here(gpus)) return mode::list_gpus;
+    if (given_here(report)) return mode::report;
+    if (given_here(status)) return mode::status;
     return mode::run_task;
   }
 
@@ -471,7 +497,13 @@ struct parser {
       throw usage_error("unexpected argument '" + in.remaining().front() + "'; see " + see);
   }
 
-  void parse(std::vector<std::string> reversed) {
+  void parse() {
+    std::vector<std::string> reversed(given.rbegin(), given.rend());
+    // CLI11 takes `--out=` (an empty value) as `--out` alone, which then eats the next word as
+    // its value: refused here, for every flag at once.
+    for (const auto& word : reversed)
+      if (word.size() > 3 && word.starts_with("--") && word.back() == '=')
+        throw usage_error(word.substr(0, word.size() - 1) + " needs a value after '='; see isorun --help");
     try {
       app.parse(reversed);
     } catch (const CLI::ArgumentMismatch& e) {
@@ -527,8 +559,8 @@ cli_options parse_command_line(int argc, char** argv) {
   // aside before CLI11 sees the rest (CLI11 would take it as positionals, mixed with TASK's).
   const auto dashes = std::find(o.argv.begin() + 1, o.argv.end(), "--");
   o.command.assign(dashes == o.argv.end() ? dashes : dashes + 1, o.argv.end());
-  parser p(o);
-  p.parse(std::vector<std::string>(std::make_reverse_iterator(dashes), o.argv.rend() - 1));
+  parser p(o, std::vector<std::string>(o.argv.begin() + 1, dashes));
+  p.parse();
   const mode sub = p.chosen();
   if (o.what == mode::help) {  // asked for, it wins over what else is wrong
     o.help_of = sub;

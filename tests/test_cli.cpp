@@ -693,6 +693,7 @@ TEST_CASE("the rough edges of the command line: exit 2, what was wrong", "[cli][
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--cpu", "hello", "--gpu"}, "--gpu needs a value; see isorun --help"},
       {{"sweep", "x.yaml", "--out"}, "--out needs a value"},
+      {{"--memory-timeline=", "hello"}, "--memory-timeline needs a value after '='"},
       {{"hello", "--", "true"}, "give a TASK or -- CMD, not both"},
       {{"--cpu", "--"}, "'--' must be followed by a command to run"},
       {{"report"}, "isorun report OUT: give one sweep output folder"},
