@@ -176,8 +176,9 @@ const option_row table[] = {
      }},
     {"--max-result", "SIZE", in_main, "reject results larger than SIZE (default 1T)",
      [](cli_options& o, const std::string&, const std::string& v) { o.max_result = parse_size(v); }},
-    {"--json", nullptr, in_main | in_tasks | in_gpus,
-     "print a JSON record (outcome, result, timings) instead of only the result",
+    {"--json", nullptr, in_main, "print a JSON record (outcome, result, timings) instead of only the result",
+     [](cli_options& o, const std::string&, const std::string&) { o.json = true; }},
+    {"--json", nullptr, in_tasks | in_gpus, "print JSON instead of text",
      [](cli_options& o, const std::string&, const std::string&) { o.json = true; }},
     {"--memory-timeline", "FILE.html", in_main,
      "draw the task's device memory over time (allocated, reserved, the cap) and, after an "
@@ -390,7 +391,8 @@ isorun's options before `sweep` (--tasks, --grace, --alloc-conf, ...) apply to e
 flags (override the spec):
 )";
 
-const char* sweep_footer = R"(Results: OUT/results.jsonl (the journal), OUT/results.csv, OUT/logs/, and OUT/report.html, a page
+const char* sweep_footer = R"(
+Results: OUT/results.jsonl (the journal), OUT/results.csv, OUT/logs/, and OUT/report.html, a page
 with charts and the table (isorun report OUT writes it again; memory timelines need alloc_conf
 history:N). Re-running the same command resumes: finished trials are skipped. Ctrl-C stops
 launching and cancels running trials (a second Ctrl-C kills them at once); the journal stays
