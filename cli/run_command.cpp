@@ -1,10 +1,11 @@
 #include "run_command.hpp"
 
-#include <signal.h>
-
 #include <atomic>
 #include <cstdio>
+#include <memory>
 
+#include "gpu_choice.hpp"
+#include "interrupt.hpp"
 #include "isorun/runner/command.hpp"
 #include "isorun/runner/printable.hpp"
 #include "isorun/runner/units.hpp"
@@ -12,36 +13,28 @@
 namespace isorun::cli {
 namespace {
 
-std::atomic<runner::command*> running{nullptr};
-
-// Ctrl-C, SIGTERM, SIGHUP and SIGQUIT stop the command the way its own terminal would: with
-// that signal first (command::cancel describes the escalation). Async-signal-safe.
-void forward(int sig) {
-  if (auto* c = running.load()) c->cancel(sig);
-}
+std::atomic<runner::command*> running{nullptr};  // what interrupt_scope stops
 
 }  // namespace
 
-int run_command(const cli_options& o, const std::vector<runner::gpu_info>& gpus) {
+int run_command(const cli_options& o) {
+  auto gpus = pick_gpus(o);
   if (o.mem_limit && o.mem_limit_advisory && !o.quiet)
     std::fprintf(stderr, "isorun: note: --mem-limit %s is advisory: exported as ISORUN_MEM_LIMIT, not enforced\n",
                  format_size(o.mem_limit).c_str());
-  auto cmd = runner::command::start({.argv = o.command,
-                                     .gpus = gpus,
+  // The command is stopped the way its own terminal would stop it: with the signal isorun got
+  // (command::cancel escalates). It prints its own words, if any: no notice.
+  std::unique_ptr<runner::command> cmd;  // outlives the scope that may stop it
+  interrupt_scope stop;
+  cmd = runner::command::start({.argv = o.command,
+                                     .gpus = std::move(gpus),
                                      .mem_limit = o.mem_limit,
                                      .enforce_cap = !o.mem_limit_advisory,
                                      .timeout = o.timeout,
                                      .grace = o.grace});
   running = cmd.get();
-  struct sigaction sa {};
-  sa.sa_handler = forward;
-  sa.sa_flags = SA_RESTART;
-  sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::sigaction(sig, &sa, nullptr);
+  stop.hand_to([](int sig) noexcept { running.load()->cancel(sig); });
   const runner::command_result& r = cmd->wait();
-  sa.sa_handler = SIG_DFL;
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::sigaction(sig, &sa, nullptr);
-  running = nullptr;
 
   if (!o.quiet && !r.cap_report.empty()) std::fprintf(stderr, "isorun: %s\n", printable(r.cap_report).c_str());
   if (r.status.kind == outcome_kind::timeout) {

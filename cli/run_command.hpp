@@ -1,15 +1,14 @@
 #pragma once
 // `isorun [OPTIONS] -- CMD ARGS...`: any program, isolated (runner/command.hpp runs it); this
-// part forwards Ctrl-C and the other stop signals to it and speaks for it on the terminal.
+// part hands it the stop signals (interrupt.hpp) and speaks for it on the terminal.
 
-#include "cli_args.hpp"
-#include "isorun/runner/gpu_inventory.hpp"
+#include "options.hpp"
 
 namespace isorun::cli {
 
-/// @brief Runs `opts.command`; returns the exit code to mirror: the command's own, 128 + the
-///        signal that ended it, or 124 after a timeout.
-/// @throws usage_error if the command cannot be found.
-int run_command(const cli_options& opts, const std::vector<runner::gpu_info>& gpus);
+/// @brief Runs `o.command` on the GPUs the options choose; returns the exit code to mirror: the
+///        command's own, 128 + the signal that ended it, or 124 after a timeout.
+/// @throws usage_error if the command cannot be found or the GPUs cannot be had.
+int run_command(const cli_options& o);
 
 }  // namespace isorun::cli

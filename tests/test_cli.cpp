@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -603,4 +604,127 @@ TEST_CASE("a task's message with terminal control sequences is printed with them
   auto bad = run(with_tasks({"--cpu", "fail", "bogus\x1b[2J=1"}));
   CHECK(bad.code == 2);
   CHECK(bad.err.find('\x1b') == std::string::npos);
+}
+
+TEST_CASE("--flag=value is --flag value, in a run, a -- CMD and a sweep", "[cli][options]") {
+  const std::vector<std::string> sim = {"ISORUN_SIMULATE_GPUS=2x16G"};
+  auto spaced = run(with_tasks({"-q", "--gpu", "1", "--mem-limit", "6G", "where"}), sim);
+  auto joined = run({"--tasks=" CLI_TEST_TASKS, "-q", "--gpu=1", "--mem-limit=6G", "where"}, sim);
+  REQUIRE(joined.code == 0);
+  CHECK(joined.out == spaced.out);
+  CHECK(json::parse(joined.out) == "GPU-sim-1 cap=" + std::to_string(6ULL << 30));
+  // Options after the task's name, as before it.
+  auto after = run(with_tasks({"typed", "n=5", "--cpu", "--json"}));
+  REQUIRE(after.code == 0);
+  CHECK(json::parse(after.out)["result"]["n"] == 5);
+  auto cmd = run({"-q", "--gpu=1", "--mem-limit-mode=advisory", "--mem-limit=1G", "--", "sh", "-c", "echo $ISORUN_MEM_LIMIT \"$@\"",
+                  "sh", "--gpu=0", "k=v"},
+                 sim);
+  REQUIRE(cmd.code == 0);
+  CHECK(cmd.out == "1073741824 --gpu=0 k=v\n");  // after --, the command's own words, untouched
+
+  const fs::path dir = fs::temp_directory_path() / ("isorun-cli-sweep-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  auto sweep = run({"--grace=1s", "sweep", "--grid=x=1,2,3", "--out=" + (dir / "out").string(), "--cpu-slots=2",
+                    "--metric=x:min", "--top=2", "--no-progress", "--", "sh", "-c", "echo '{\"x\": {x}}'"});
+  INFO(sweep.err);
+  REQUIRE(sweep.code == 0);
+  CHECK_THAT(sweep.err, Catch::Contains("3 trials (3 to run) on 2 CPU slots"));
+  std::ifstream journal(dir / "out" / "results.jsonl");
+  CHECK(std::count(std::istreambuf_iterator<char>(journal), {}, '\n') == 3);
+  // --flag=value of a sweep flag is checked as its spaced form is.
+  auto bad = run({"sweep", "--grid=x=1", "--standby=two", "--out=" + (dir / "o2").string(), "--", "true"});
+  CHECK(bad.code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("--standby two: expected a whole number"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a mistyped flag gets a did-you-mean in every command", "[cli][options]") {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--mem-limt", "2G", "hello"}, "unknown option '--mem-limt' (did you mean '--mem-limit'?); see isorun --help"},
+      {{"--mem-limt=2G", "hello"}, "unknown option '--mem-limt=2G' (did you mean '--mem-limit'?)"},
+      {{"hello", "--jsno"}, "unknown option '--jsno' (did you mean '--json'?)"},
+      {{"--cpu", "--", "true", "--jsno"}, ""},  // after --: the command's, not a mistake
+      {{"sweep", "x.yaml", "--wiat"}, "unknown sweep flag '--wiat' (did you mean '--wait'?); see isorun sweep --help"},
+      {{"sweep", "x.yaml", "--cpu-slot=2"}, "(did you mean '--cpu-slots'?)"},
+      {{"tasks", "--jsno"}, "(did you mean '--json'?)"},
+      {{"gpus", "--jsn"}, "(did you mean '--json'?)"},
+      {{"report", "out", "--hlep"}, "unknown option '--hlep' (did you mean '--help'?); see isorun report --help"},
+      {{"status", "out", "--hepl"}, "(did you mean '--help'?); see isorun status --help"},
+  };
+  for (const auto& [args, said] : cases) {
+    INFO(args[0] << " " << args[1]);
+    auto r = run(args);
+    if (said.empty()) {
+      CHECK(r.code == 0);
+      continue;
+    }
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains(said));
+    CHECK(r.out.empty());
+  }
+}
+
+TEST_CASE("every command's --help fits in 100 columns", "[cli][options]") {
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"--help"}, {"-h"}, {"sweep", "--help"}, {"sweep", "x.yaml", "-h"},
+                                              {"tasks", "--help"}, {"gpus", "--help"}, {"report", "--help"},
+                                              {"status", "--help"}}) {
+    INFO(args[0]);
+    auto r = run(args);
+    CHECK(r.code == 0);
+    CHECK_THAT(r.out, Catch::StartsWith("usage: isorun"));
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) {
+      INFO(line);
+      CHECK(line.size() <= 100);
+    }
+  }
+  // Each flag of the table is in its command's help.
+  CHECK_THAT(run({"--help"}).out, Catch::Contains("--memory-timeline FILE.html") && Catch::Contains("-q, --quiet"));
+  CHECK_THAT(run({"sweep", "--help"}).out, Catch::Contains("--gpus-per-trial N") && Catch::Contains("--no-progress"));
+  // A bare `isorun sweep` is a usage error: the usage on stderr.
+  auto bare = run({"sweep"});
+  CHECK(bare.code == 2);
+  CHECK(bare.out.empty());
+  CHECK_THAT(bare.err, Catch::StartsWith("usage: isorun"));
+}
+
+TEST_CASE("the rough edges of the command line: exit 2, what was wrong", "[cli][options]") {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--cpu", "hello", "--gpu"}, "--gpu needs a value; see isorun --help"},
+      {{"sweep", "x.yaml", "--out"}, "--out needs a value"},
+      {{"--memory-timeline=", "hello"}, "--memory-timeline needs a value after '='"},
+      {{"hello", "--", "true"}, "give a TASK or -- CMD, not both"},
+      {{"--cpu", "--"}, "'--' must be followed by a command to run"},
+      {{"report"}, "isorun report OUT: give one sweep output folder"},
+      {{"status", "a", "b"}, "isorun status OUT: give one sweep output folder"},
+      {{"gpus", "extra"}, "unexpected argument 'extra'"},
+      {{"sweep", "a.yaml", "b.yaml"}, "unexpected argument 'b.yaml'; see isorun sweep --help"},
+      {{"sweep", "step", "--grid", "i=1", "--retry=out_of_memory=1"}, "OOM is never retried"},
+      {{"--gpus=any:0", "hello"}, "any:N needs a count of 1 or more"},
+  };
+  for (const auto& [args, said] : cases) {
+    INFO(args[0]);
+    auto r = run(args);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains(said));
+  }
+  auto version = run({"--version"});
+  CHECK(version.code == 0);
+  CHECK_THAT(version.out, Catch::Matches("isorun [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+}
+
+TEST_CASE("Ctrl-C on a -- CMD is handed to the command, which ends as it chooses", "[cli][signals]") {
+  auto r = start({"--cpu", "--", "sh", "-c", "trap 'echo got INT; exit 3' INT; echo ready; sleep 1000 >/dev/null 2>&1 & wait"});
+  std::string out;
+  char buf[64];
+  while (out.find("ready\n") == std::string::npos) {
+    ssize_t n = ::read(r.out, buf, sizeof buf);
+    REQUIRE(n > 0);
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  ::kill(r.process.pid(), SIGINT);
+  auto done = finish(r);
+  CHECK(done.code == 3);  // the command's own status, mirrored
+  CHECK(out + done.out == "ready\ngot INT\n");
 }

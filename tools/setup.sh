@@ -3,6 +3,7 @@
 set -euo pipefail
 packages=(build-essential cmake pkg-config libboost1.81-dev libcereal-dev catch2 nlohmann-json3-dev
           libxxhash-dev libyaml-cpp-dev zlib1g-dev libbenchmark-dev libmimalloc-dev libjemalloc-dev
+          libcli11-dev                 # the command line's parser (cli/options.cpp)
           clang-14 libclang-rt-14-dev  # for tools/fuzz.sh (libFuzzer)
           python3 python3-numpy)       # for the Python example and its test
 missing=()
