@@ -153,8 +153,9 @@ const option_row table[] = {
      "hard cap on the worker's device memory, on each of its GPUs (CUDA context included): 2G, "
      "512M, 1.5GiB, 2GB, bytes. For -- CMD it is enforced on the CUDA driver API for the command "
      "and every process it starts, together (allocations past it fail with "
-     "CUDA_ERROR_OUT_OF_MEMORY; cuMemGetInfo reports the cap); not covered: memory the driver "
-     "takes for itself, programs linking libcuda statically",
+     "CUDA_ERROR_OUT_OF_MEMORY; cuMemGetInfo reports the cap): a guard every process stays "
+     "within, not a security boundary against a program that sets out to escape it (that is "
+     "cgroup dmem's); see docs/any-program.md",
      set_mem_limit},
     {"--mem-limit-mode", "M", in_main,
      "for -- CMD: enforced (default) or advisory (only exported, as ISORUN_MEM_LIMIT)",
