@@ -34,8 +34,12 @@ launched_worker local_launcher::launch(const launch_spec& spec) {
 
   spawn_options opts;
   opts.executable = spec.executable.empty() ? self_executable() : spec.executable;
-  opts.args = {"isorun-worker"};
-  if (!spec.label.empty()) opts.args.push_back(spec.label);
+  if (!spec.argv.empty()) {
+    opts.args = spec.argv;
+  } else {
+    opts.args = {"isorun-worker"};
+    if (!spec.label.empty()) opts.args.push_back(spec.label);
+  }
   opts.env = inherited_environment();
   if (spec.warm) {
     // The device is known ahead: the worker sees it from exec on and prepares it while it waits.
