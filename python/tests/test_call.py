@@ -1,0 +1,35 @@
+"""Isolated calls of plain functions: each runs in a fresh interpreter and returns its value."""
+
+from __future__ import annotations
+
+import os
+
+import isorun
+
+
+def add(a, b):
+    return a + b
+
+
+def whoami():
+    return os.getpid(), os.getppid()
+
+
+def test_a_plain_function_returns_its_value():
+    assert isorun.isolated(add)(2, 3) == 5
+
+
+def test_each_call_runs_in_a_fresh_process_started_by_this_one():
+    f = isorun.isolated(whoami)
+    first, second = f(), f()
+    assert first[0] != os.getpid() and second[0] != os.getpid()
+    assert first[0] != second[0]
+    assert first[1] == second[1] == os.getpid()
+
+
+def test_the_decorator_takes_options_and_keyword_arguments():
+    @isorun.isolated(cpu=True, timeout="1m")
+    def scale(x, *, by):
+        return [v * by for v in x]
+
+    assert scale([1, 2], by=3) == [3, 6]
