@@ -131,12 +131,15 @@ class py_job {
       }
       if (done) return true;
       if (PyErr_CheckSignals() != 0) {
+        nb::python_error interrupted;  // fetched now, with the GIL
         job_->cancel();
-        nb::gil_scoped_release unlocked;
-        // A second Ctrl-C here is not seen (the GIL is released): the stop plan's grace period
-        // ends in SIGKILL anyway.
-        done_.wait();
-        throw nb::python_error();
+        {
+          nb::gil_scoped_release unlocked;
+          // A second Ctrl-C here is not seen (the GIL is released): the stop plan's grace
+          // period ends in SIGKILL anyway.
+          done_.wait();
+        }
+        throw interrupted;
       }
       if (timeout_s && clock::now() >= deadline) return false;
     }
