@@ -217,6 +217,17 @@ def _finish(job: "_core.Job") -> Result[Any]:
             return Result(outcome, obj)
         outcome = dataclasses.replace(outcome, kind="task_error", error_type=obj.type_name, message=obj.message,
                                       traceback=obj.tb)
+        cap = outcome.driver_cap
+        if cap and cap["refusals"]:
+            # The framework's own out-of-memory error, raised after the cap refused it memory.
+            report = (f"the function reached its mem_limit of {cap['limit']} bytes: {cap['refusals']} device "
+                      f"allocation(s) refused (the largest {cap['largest_refused']} bytes), peak "
+                      f"{cap['peak']} bytes; it raised {obj.type_name}: {obj.message}")
+            outcome = dataclasses.replace(outcome, kind="out_of_memory", message=report)
+            err = OutOfMemory(report, outcome)
+            err.remote_traceback = obj.tb
+            err.__cause__ = obj.exc if obj.exc is not None else RemoteTraceback(obj.tb)
+            return Result(outcome, error=err)
         exc = obj.exc
         if exc is None:
             exc = TaskError(f"{obj.type_name}: {obj.message}", outcome, type_name=obj.type_name,

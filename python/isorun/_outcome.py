@@ -35,6 +35,9 @@ class Outcome:
     device: str = ""  #: "cpu" or the GPU's UUID
     pid: int = 0  #: the worker's pid (it may name another process by now)
     traceback: str = ""  #: the worker's traceback when the function raised
+    #: With mem_limit on a GPU: the cap on the driver API, {"limit", "refusals",
+    #: "largest_refused", "peak"} in bytes and counts; None without it.
+    driver_cap: Optional[dict[str, int]] = None
 
     @property
     def ok(self) -> bool:
@@ -60,6 +63,7 @@ class Outcome:
             exit_pending=d["exit_pending"],
             device=d["device"],
             pid=d["pid"],
+            driver_cap=d.get("driver_cap"),
         )
         return dataclasses.replace(o, **changes) if changes else o
 

@@ -20,13 +20,16 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <dlfcn.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <future>
 #include <memory>
 #include <span>
@@ -43,7 +46,9 @@
 #include "isorun/runner/placement.hpp"
 #include "isorun/runner/standby.hpp"
 #include "isorun/runner/units.hpp"
+#include "isorun/preload/cap_region.hpp"
 #include "isorun/serialization/protocol.hpp"
+#include "isorun/serialization/shm_segment.hpp"
 #include "isorun/serialization/wire.hpp"
 #include "isorun/worker/init.hpp"
 #include "isorun/worker/task.hpp"
@@ -100,13 +105,64 @@ struct call_options {
   bool early_result = false;
 };
 
+/// The cap of one call's worker on the CUDA driver API: the region the preloaded cap library
+/// (libisorun_cuda_cap.so) of the worker and its descendants charge their device allocations
+/// to, as `isorun --mem-limit -- CMD` has it, so a framework inside the function (PyTorch, JAX,
+/// CuPy) sees the cap as the device's size and gets its own out-of-memory error past it. A
+/// memfd reachable as /proc/<this pid>/fd/<fd> while this process lives.
+class driver_cap {
+ public:
+  explicit driver_cap(std::uint64_t limit)
+      : file_{isorun::serialization::shm_file::create(sizeof(isorun::preload::cap_region))} {
+    void* p = ::mmap(nullptr, sizeof(isorun::preload::cap_region), PROT_READ | PROT_WRITE, MAP_SHARED, file_.fd(), 0);
+    if (p == MAP_FAILED) throw isorun::internal_error(std::string("cannot map the cap region: ") + std::strerror(errno));
+    region_ = static_cast<isorun::preload::cap_region*>(p);  // zero-filled by the kernel: every count 0
+    region_->limit = limit;
+    region_->magic = isorun::preload::region_magic;
+  }
+  ~driver_cap() { ::munmap(region_, sizeof(isorun::preload::cap_region)); }
+  driver_cap(const driver_cap&) = delete;
+  driver_cap& operator=(const driver_cap&) = delete;
+
+  /// The worker's variables: the region, and LD_PRELOAD with the cap library first.
+  [[nodiscard]] std::vector<std::string> environment() const {
+    std::string preload = library();
+    if (const char* other = std::getenv("LD_PRELOAD"); other && *other) preload += std::string(":") + other;
+    return {std::string(isorun::preload::region_env) + "=/proc/" + std::to_string(::getpid()) + "/fd/" +
+                std::to_string(file_.fd()),
+            "LD_PRELOAD=" + preload};
+  }
+
+  [[nodiscard]] std::uint64_t refusals() const noexcept { return region_->refusals(); }
+  [[nodiscard]] std::uint64_t largest_refused() const noexcept { return region_->largest_refused(); }
+  [[nodiscard]] std::uint64_t peak() const noexcept { return region_->peak(); }
+  [[nodiscard]] std::uint64_t limit() const noexcept { return region_->limit; }
+
+  /// The cap library, next to libisorun (where the CLI finds it too).
+  static std::string library() {
+    Dl_info info{};
+    if (!::dladdr(reinterpret_cast<void*>(&isorun::gpus), &info) || !info.dli_fname)
+      throw isorun::internal_error("cannot locate libisorun.so, next to which the cap library is");
+    const auto path = std::filesystem::path(info.dli_fname).parent_path() / isorun::preload::library_name;
+    if (!std::filesystem::exists(path))
+      throw isorun::internal_error(path.string() + " is missing, so mem_limit cannot be enforced; reinstall isorun");
+    return path.string();
+  }
+
+ private:
+  isorun::serialization::shm_file file_;
+  isorun::preload::cap_region* region_ = nullptr;
+};
+
 /// One isolated call in flight: a runner::job watched by a thread of its own (job::wait is what
 /// pumps the worker's stderr, reads its reports and enforces the timeout), waited on from
 /// Python with the GIL released and Ctrl-C answered.
 class py_job {
  public:
-  explicit py_job(std::shared_ptr<isorun::runner::job> job)
-      : job_{std::move(job)}, done_{std::async(std::launch::async, [j = job_] { j->wait(); }).share()} {}
+  explicit py_job(std::shared_ptr<isorun::runner::job> job, std::shared_ptr<driver_cap> cap = nullptr)
+      : job_{std::move(job)},
+        cap_{std::move(cap)},
+        done_{std::async(std::launch::async, [j = job_] { j->wait(); }).share()} {}
 
   /// Waits up to `timeout_s` seconds (None: until done) for the worker's end, with the GIL
   /// released. Returns whether it is done. A signal handler that raises (Ctrl-C's
@@ -174,6 +230,16 @@ class py_job {
     d["exit_pending"] = o.exit_pending;
     d["device"] = o.device;
     d["pid"] = job_->pid();
+    if (cap_) {
+      nb::dict c;
+      c["limit"] = cap_->limit();
+      c["refusals"] = cap_->refusals();
+      c["largest_refused"] = cap_->largest_refused();
+      c["peak"] = cap_->peak();
+      d["driver_cap"] = c;
+    } else {
+      d["driver_cap"] = nb::none();
+    }
     if (!o.ok() || r->payload.empty()) return nb::make_tuple(d, nb::none());
     // The owner (the segment's mapping) travels in a capsule that the array keeps.
     auto* owner = new std::shared_ptr<const void>(r->owner);
@@ -190,6 +256,7 @@ class py_job {
 
  private:
   std::shared_ptr<isorun::runner::job> job_;
+  std::shared_ptr<driver_cap> cap_;  // lives until the worker is gone
   std::shared_future<void> done_;  // the watcher thread's end
 };
 
@@ -229,6 +296,13 @@ py_job start(nb::bytes request, std::vector<std::string> argv, std::vector<std::
   nb::gil_scoped_release unlocked;  // placement may read NVML; launching waits for the exec
   isorun::isolated_options opts;
   auto spec = python_job_spec(std::move(args), std::move(argv), launch_env, o, opts);
+  if (!opts.standby && spec.mem_limit && !spec.gpus.empty()) {
+    // The cap on the driver API, for whatever the function allocates on the device. (Not for a
+    // standby interpreter: it is launched before its call, and the cap is the call's.)
+    auto cap = std::make_shared<driver_cap>(spec.mem_limit);
+    for (auto& e : cap->environment()) spec.extra_env.push_back(std::move(e));
+    return py_job(isorun::runner::job::start(std::move(spec)), std::move(cap));
+  }
   if (!opts.standby) return py_job(isorun::runner::job::start(std::move(spec)));
   auto& pool = isorun::runner::standby_for(isorun::runner::launch_spec_for(spec), opts.standby);
   return py_job(isorun::runner::job::start(std::move(spec), pool));

@@ -6,6 +6,10 @@ import os
 
 import pytest
 
+# The GPU inventory is read once per process, at the first call: the simulated one the C++ tests
+# use (no GPU needed), unless the environment names another.
+os.environ.setdefault("ISORUN_SIMULATE_GPUS", "1x16G")
+
 
 def _children() -> set[int]:
     """The pids of this process's children (workers are its children: exec'd, never forked)."""

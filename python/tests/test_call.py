@@ -33,3 +33,14 @@ def test_the_decorator_takes_options_and_keyword_arguments():
         return [v * by for v in x]
 
     assert scale([1, 2], by=3) == [3, 6]
+
+
+def read_env(name):
+    return os.environ.get(name)
+
+
+def test_env_is_given_to_the_worker_and_overrides_what_it_inherits(monkeypatch):
+    monkeypatch.setenv("ISORUN_TEST_VARIABLE", "inherited")
+    assert isorun.isolated(read_env)("ISORUN_TEST_VARIABLE") == "inherited"
+    given = isorun.isolated(read_env, env={"ISORUN_TEST_VARIABLE": "given"})
+    assert given("ISORUN_TEST_VARIABLE") == "given"
