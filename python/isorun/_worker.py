@@ -32,9 +32,24 @@ def _preload() -> None:
             print(f"isorun worker: preloading {name!r} failed: {exc}", file=sys.stderr)
 
 
+def _sync_environ() -> None:
+    """os.environ as the process has it now: the C++ worker applied the assignment's variables
+    (CUDA_VISIBLE_DEVICES, ISORUN_GPU, ISORUN_MEM_LIMIT...) with setenv, after Python's snapshot."""
+    from . import _core
+
+    now = _core.c_environment()
+    env = os.environb
+    for key in [k for k in env if k not in now]:
+        del env[key]
+    for key, value in now.items():
+        if env.get(key) != value:
+            env[key] = value
+
+
 def _entry(request: bytes) -> tuple:
     global modules_at_entry
     modules_at_entry = frozenset(sys.modules)
+    _sync_environ()
     from ._payload import run_call
 
     return run_call(request)

@@ -53,6 +53,8 @@
 #include "isorun/worker/init.hpp"
 #include "isorun/worker/task.hpp"
 
+extern char** environ;
+
 namespace nb = nanobind;
 using namespace nb::literals;
 
@@ -428,6 +430,18 @@ void register_python_task() {
   registry.add(std::move(info));
 }
 
+/// The process's environment as the C library has it now: the assignment's variables (the
+/// GPUs, the cap) are set with setenv after the interpreter took its os.environ snapshot.
+nb::dict c_environment() {
+  nb::dict out;
+  for (char** e = environ; e && *e; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (!eq || eq == *e) continue;
+    out[nb::bytes(*e, static_cast<std::size_t>(eq - *e))] = nb::bytes(eq + 1);
+  }
+  return out;
+}
+
 /// Serves the assignment this interpreter was launched for, calling `entry` for the call, and
 /// exits the process: never returns.
 [[noreturn]] void serve(nb::callable entry) {
@@ -488,5 +502,6 @@ NB_MODULE(_core, m) {
     nb::gil_scoped_release unlocked;
     isorun::stop_standby();
   }, "Stops every standby worker and waits until they are gone.");
+  m.def("c_environment", &c_environment, "The environment as the C library has it now, as bytes.");
   m.def("serve", &serve, "entry"_a, "The worker's main: serves its one call through `entry`; never returns.");
 }

@@ -44,3 +44,13 @@ def test_env_is_given_to_the_worker_and_overrides_what_it_inherits(monkeypatch):
     assert isorun.isolated(read_env)("ISORUN_TEST_VARIABLE") == "inherited"
     given = isorun.isolated(read_env, env={"ISORUN_TEST_VARIABLE": "given"})
     assert given("ISORUN_TEST_VARIABLE") == "given"
+
+
+def gpu_env():
+    return os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get("CUDA_DEVICE_ORDER")
+
+
+def test_os_environ_shows_the_gpu_the_call_was_assigned():
+    # Assigned after the interpreter started: os.environ is brought up to date before the call.
+    assert isorun.isolated(gpu_env, gpu=0, mem_limit="1G")() == ("GPU-sim-0", "PCI_BUS_ID")
+    assert isorun.isolated(gpu_env)()[0] == ""

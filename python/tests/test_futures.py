@@ -78,3 +78,23 @@ def test_map_takes_dicts_as_keyword_arguments_and_keeps_failures_as_results():
 def test_map_with_an_impossible_plan_raises_usage_error():
     with pytest.raises(isorun.UsageError):
         isorun.map(square, [1], gpus=[63])
+
+
+def where():
+    return os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get("ISORUN_MEM_LIMIT")
+
+
+def test_map_packs_calls_on_the_gpus_under_their_cap():
+    # The simulated inventory (conftest): one GPU of 16 GiB.
+    rs = isorun.map(where, [()] * 4, gpus="all", mem_limit="1G", per_gpu=2)
+    assert [r.value for r in rs] == [("GPU-sim-0", str(1 << 30))] * 4
+    assert {r.outcome.device for r in rs} == {"GPU-sim-0"}
+
+
+def test_options_gives_the_function_with_some_options_changed():
+    f = isorun.isolated(where, cpu=True)
+    on_gpu = f.options(gpu=0, cpu=False, mem_limit="512M")
+    assert f() == ("", "0")  # no GPU visible, no cap
+    assert on_gpu() == ("GPU-sim-0", str(512 << 20))
+    with pytest.raises(isorun.UsageError, match="unknown"):
+        f.options(colour="blue")
