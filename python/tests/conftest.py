@@ -12,7 +12,8 @@ os.environ.setdefault("ISORUN_SIMULATE_GPUS", "1x16G")
 
 
 def _children() -> set[int]:
-    """The pids of this process's children (workers are its children: exec'd, never forked)."""
+    """The pids of this process's live children (workers are its children: exec'd, never
+    forked). A zombie has ended: reaping it is the runner's business, not a process left running."""
     me = os.getpid()
     out = set()
     for entry in os.listdir("/proc"):
@@ -23,8 +24,8 @@ def _children() -> set[int]:
                 stat = f.read()
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == me:
+        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+        if int(ppid) == me and state not in ("Z", "X"):
             out.add(int(entry))
     return out
 

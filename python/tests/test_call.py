@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 
 import isorun
 
@@ -54,3 +55,15 @@ def test_os_environ_shows_the_gpu_the_call_was_assigned():
     # Assigned after the interpreter started: os.environ is brought up to date before the call.
     assert isorun.isolated(gpu_env, gpu=0, mem_limit="1G")() == ("GPU-sim-0", "PCI_BUS_ID")
     assert isorun.isolated(gpu_env)()[0] == ""
+
+
+def test_early_result_hands_the_value_over_before_the_worker_has_exited():
+    res = isorun.isolated(add, early_result=True).try_call(20, 22)
+    assert res.value == 42
+    assert res.outcome.ok
+    try:  # the worker exits behind the result, on its own
+        fd = os.pidfd_open(res.outcome.pid)
+    except ProcessLookupError:
+        return
+    select.select([fd], [], [])
+    os.close(fd)
