@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import builtins
 import concurrent.futures
 import dataclasses
 import functools
@@ -449,7 +448,7 @@ def map(fn: Union[Callable[..., R], IsolatedFunction[R]], inputs: Iterable[Any],
     slots, _how = _core.plan_slots(gpu_list, all_gpus, cap, per_gpu, cpu_slots)
     calls = [IsolatedFunction(fn, _Options.resolve(gpus=slot or None, mem_limit=cap, **options)) for slot in slots]
     results: list[Optional[Result[R]]] = [None] * len(items)
-    next_item = iter(builtins.range(len(items)))
+    next_item = iter(range(len(items)))
     lock = threading.Lock()
     errors: list[BaseException] = []
 

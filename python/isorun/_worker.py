@@ -52,7 +52,16 @@ def _entry(request: bytes) -> tuple:
     _sync_environ()
     from ._payload import run_call
 
-    return run_call(request)
+    try:
+        return run_call(request)
+    finally:
+        # The C++ worker ends the process with _exit: what the function printed must be out of
+        # Python's buffers before then.
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - a closed or replaced stream
+                pass
 
 
 def main() -> None:

@@ -28,6 +28,19 @@ def _wait_gone(pid: int) -> None:
         os.close(fd)
 
 
+def test_what_the_function_prints_reaches_the_caller_s_stdout():
+    p = _caller("""
+        import isorun
+        def talk(n):
+            print("line", n)     # not flushed: the worker flushes before it exits
+            return n
+        print(isorun.isolated(talk)(1), flush=True)
+    """)
+    out, err = p.communicate()
+    assert p.returncode == 0, err
+    assert out.split("\n")[:2] == ["line 1", "1"]
+
+
 def test_lambdas_and_closures_of_main_travel_by_value():
     p = _caller("""
         import isorun
