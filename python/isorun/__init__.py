@@ -14,20 +14,48 @@ by isorun's C++ runner in this process, under a GPU memory cap, with results ove
 See docs/python.md.
 """
 
-from ._api import IsolatedFunction, IsolatedFuture, isolated, map, stop_standby
-from ._outcome import Outcome, Result
-from .errors import (
-    Cancelled,
-    Error,
-    InternalError,
-    InvalidResult,
-    OutOfMemory,
-    RemoteTraceback,
-    TaskError,
-    Timeout,
-    UsageError,
-    WorkerCrashed,
-)
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._api import IsolatedFunction, IsolatedFuture, isolated, map, stop_standby
+    from ._outcome import Outcome, Result
+    from .errors import (
+        Cancelled,
+        Error,
+        InternalError,
+        InvalidResult,
+        OutOfMemory,
+        RemoteTraceback,
+        TaskError,
+        Timeout,
+        UsageError,
+        WorkerCrashed,
+    )
+
+# Imported on first use (PEP 562): a worker interpreter imports isorun._worker, and with it this
+# package, on every call's critical path; it needs none of the caller's machinery.
+_WHERE = {
+    **dict.fromkeys(["IsolatedFunction", "IsolatedFuture", "isolated", "map", "stop_standby"], "_api"),
+    **dict.fromkeys(["Outcome", "Result"], "_outcome"),
+    **dict.fromkeys(["Cancelled", "Error", "InternalError", "InvalidResult", "OutOfMemory", "RemoteTraceback",
+                     "TaskError", "Timeout", "UsageError", "WorkerCrashed"], "errors"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'isorun' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))
+
 
 __version__ = "0.1.0"
 
