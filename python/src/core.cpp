@@ -165,6 +165,14 @@ class py_job {
       : job_{std::move(job)},
         cap_{std::move(cap)},
         done_{std::async(std::launch::async, [j = job_] { j->wait(); }).share()} {}
+  py_job(py_job&&) noexcept = default;
+  py_job& operator=(py_job&&) noexcept = default;
+  py_job(const py_job&) = delete;
+  py_job& operator=(const py_job&) = delete;
+  /// A call dropped before its end is stopped: nothing runs on that no one waits for.
+  ~py_job() {
+    if (job_ && done_.valid() && done_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) job_->cancel();
+  }
 
   /// Waits up to `timeout_s` seconds (None: until done) for the worker's end, with the GIL
   /// released. Returns whether it is done. A signal handler that raises (Ctrl-C's
