@@ -430,11 +430,12 @@ def map(fn: Union[Callable[..., R], IsolatedFunction[R]], inputs: Iterable[Any],
     (``gpus="all"`` or a list of indices; ``per_gpu`` calls each, default as many caps of
     ``mem_limit`` as fit), else on CPU slots (``cpu_slots``, default one per core). An input
     that is a dict is passed as keyword arguments, a tuple as positional ones, anything else as
-    the one argument. Returns a :class:`Result` per input, in input order; other options are
-    those of :func:`isolated`.
+    the one argument. Returns a :class:`Result` per input, in input order. An
+    :class:`IsolatedFunction` keeps its options (its ``mem_limit`` too, unless one is given
+    here) but for where it runs; other keyword options are those of :func:`isolated`.
     """
-    if isinstance(fn, IsolatedFunction):
-        fn = fn.__wrapped__
+    # An isolated function keeps its own options, but for where it runs (and those given here).
+    base = fn if isinstance(fn, IsolatedFunction) else IsolatedFunction(fn, _Options.resolve())
     items = list(inputs)
     if isinstance(gpus, str):
         if gpus != "all":
@@ -444,9 +445,9 @@ def map(fn: Union[Callable[..., R], IsolatedFunction[R]], inputs: Iterable[Any],
     else:
         gpu_list = list(gpus or ())
         all_gpus = False
-    cap = _size(mem_limit, "mem_limit")
+    cap = base._options.mem_limit if mem_limit is None else _size(mem_limit, "mem_limit")
     slots, _how = _core.plan_slots(gpu_list, all_gpus, cap, per_gpu, cpu_slots)
-    calls = [IsolatedFunction(fn, _Options.resolve(gpus=slot or None, mem_limit=cap, **options)) for slot in slots]
+    calls = [base.options(gpu=None, gpus=slot or None, gpu_count=0, mem_limit=cap, **options) for slot in slots]
     results: list[Optional[Result[R]]] = [None] * len(items)
     next_item = iter(range(len(items)))
     lock = threading.Lock()

@@ -98,3 +98,13 @@ def test_options_gives_the_function_with_some_options_changed():
     assert on_gpu() == ("GPU-sim-0", str(512 << 20))
     with pytest.raises(isorun.UsageError, match="unknown"):
         f.options(colour="blue")
+
+
+def test_map_of_an_isolated_function_keeps_its_options():
+    f = isorun.isolated(read_env, env={"ISORUN_TEST_MAPPED": "kept"}, mem_limit="1G")
+    rs = isorun.map(f, ["ISORUN_TEST_MAPPED", "ISORUN_MEM_LIMIT"], gpus="all")
+    assert [r.value for r in rs] == ["kept", str(1 << 30)]
+
+
+def read_env(name):
+    return os.environ.get(name)
