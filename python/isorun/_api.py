@@ -359,11 +359,11 @@ class IsolatedFunction(Generic[R]):
     def options(self, **changes: Any) -> "IsolatedFunction[R]":
         """The same function with some options changed."""
         fields = dataclasses.asdict(self._options)
-        raise_on = set(changes) - {"gpu", "gpus", "gpu_count", "cpu", "mem_limit", "timeout", "grace", "env",
+        unknown = set(changes) - {"gpu", "gpus", "gpu_count", "cpu", "mem_limit", "timeout", "grace", "env",
                                    "standby", "warm_context", "early_result", "alloc_conf", "preload", "python",
                                    "echo_stderr"}
-        if raise_on:
-            raise UsageError(f"unknown option(s): {', '.join(sorted(raise_on))}")
+        if unknown:
+            raise UsageError(f"unknown option(s): {', '.join(sorted(unknown))}")
         base = dict(gpu=fields["gpu"], gpus=fields["gpus"], gpu_count=fields["gpu_count"],
                     mem_limit=fields["mem_limit"], timeout=fields["timeout_ms"] / 1000,
                     grace=fields["grace_ms"] / 1000, env=fields["env"], standby=fields["standby"],
