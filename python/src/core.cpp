@@ -126,13 +126,19 @@ class driver_cap {
   driver_cap(const driver_cap&) = delete;
   driver_cap& operator=(const driver_cap&) = delete;
 
-  /// The worker's variables: the region, and LD_PRELOAD with the cap library first.
-  [[nodiscard]] std::vector<std::string> environment() const {
+  /// The call's variable naming its region. It reaches the worker with the call (the
+  /// request), not at exec: a standby interpreter is launched before its call. The library
+  /// opens the region at the first allocation it sees, which comes after.
+  [[nodiscard]] std::string region_variable() const {
+    return std::string(isorun::preload::region_env) + "=/proc/" + std::to_string(::getpid()) + "/fd/" +
+           std::to_string(file_.fd());
+  }
+
+  /// LD_PRELOAD with the cap library first: part of how a capped worker is launched.
+  static std::string preload_variable() {
     std::string preload = library();
     if (const char* other = std::getenv("LD_PRELOAD"); other && *other) preload += std::string(":") + other;
-    return {std::string(isorun::preload::region_env) + "=/proc/" + std::to_string(::getpid()) + "/fd/" +
-                std::to_string(file_.fd()),
-            "LD_PRELOAD=" + preload};
+    return "LD_PRELOAD=" + preload;
   }
 
   [[nodiscard]] std::uint64_t refusals() const noexcept { return region_->refusals(); }
@@ -290,6 +296,9 @@ isorun::runner::job_spec python_job_spec(isorun::blob request, std::vector<std::
   opts.warm_context = o.warm_context;
   opts.early_result = o.early_result;
   auto placed = isorun::runner::place_job(isorun::gpus(), isorun::runner::gpu_request_for(opts), false, opts.mem_limit);
+  // Under a cap on a GPU the worker runs with the driver-API cap library preloaded; its region
+  // comes with the call (start()).
+  if (opts.mem_limit && !placed.empty()) opts.env.push_back(driver_cap::preload_variable());
   auto spec = isorun::runner::job_spec_for(python_task, isorun::serialization::encoding::binary, std::move(request),
                                            std::move(placed), opts);
   // argv[0] is the interpreter's own path: Python finds its prefix (and a venv) from it.
@@ -298,24 +307,37 @@ isorun::runner::job_spec python_job_spec(isorun::blob request, std::vector<std::
   return spec;
 }
 
+/// The request as the worker gets it: u32 size and the variables the call sets before it runs
+/// ("KEY=VALUE\0"...), then the pickled call.
+isorun::blob framed_request(const std::string& variables, const nb::bytes& request) {
+  const auto n = static_cast<std::uint32_t>(variables.size());
+  isorun::blob args(sizeof n + variables.size() + request.size());
+  std::memcpy(args.mutable_data(), &n, sizeof n);
+  std::memcpy(args.mutable_data() + sizeof n, variables.data(), variables.size());
+  std::memcpy(args.mutable_data() + sizeof n + variables.size(), request.c_str(), request.size());
+  return args;
+}
+
 /// Starts one isolated call of the pickled `request` (see python_job_spec).
 py_job start(nb::bytes request, std::vector<std::string> argv, std::vector<std::string> launch_env,
              const call_options& o) {
-  isorun::blob args(request.size());
-  std::memcpy(args.mutable_data(), request.c_str(), request.size());
   nb::gil_scoped_release unlocked;  // placement may read NVML; launching waits for the exec
   isorun::isolated_options opts;
-  auto spec = python_job_spec(std::move(args), std::move(argv), launch_env, o, opts);
-  if (!opts.standby && spec.mem_limit && !spec.gpus.empty()) {
-    // The cap on the driver API, for whatever the function allocates on the device. (Not for a
-    // standby interpreter: it is launched before its call, and the cap is the call's.)
-    auto cap = std::make_shared<driver_cap>(spec.mem_limit);
-    for (auto& e : cap->environment()) spec.extra_env.push_back(std::move(e));
-    return py_job(isorun::runner::job::start(std::move(spec)), std::move(cap));
+  auto spec = python_job_spec(isorun::blob(), std::move(argv), launch_env, o, opts);
+  std::shared_ptr<driver_cap> cap;
+  std::string variables;
+  if (spec.mem_limit && !spec.gpus.empty()) {
+    // The cap on the driver API, for whatever the function allocates on the device.
+    cap = std::make_shared<driver_cap>(spec.mem_limit);
+    variables = cap->region_variable() + '\0';
   }
-  if (!opts.standby) return py_job(isorun::runner::job::start(std::move(spec)));
+  {
+    nb::gil_scoped_acquire locked;  // the request is a Python object
+    spec.args = framed_request(variables, request);
+  }
+  if (!opts.standby) return py_job(isorun::runner::job::start(std::move(spec)), std::move(cap));
   auto& pool = isorun::runner::standby_for(isorun::runner::launch_spec_for(spec), opts.standby);
-  return py_job(isorun::runner::job::start(std::move(spec), pool));
+  return py_job(isorun::runner::job::start(std::move(spec), pool), std::move(cap));
 }
 
 /// Launches the standby interpreters of calls like these now and waits until they are all
@@ -368,6 +390,20 @@ std::shared_ptr<void> run_python_task(std::span<const std::byte> args, std::shar
                                       isorun::worker::result_sink& sink) {
   std::uint32_t tag = 0;
   std::vector<held_buffer> parts;  // [0]: the pickle; then the out-of-band buffers
+  // The variables of the call first (framed_request): before anything of the call can read them.
+  std::uint32_t n = 0;
+  if (args.size() < sizeof n) throw std::invalid_argument("isorun worker: a request without its frame");
+  std::memcpy(&n, args.data(), sizeof n);
+  if (n > args.size() - sizeof n) throw std::invalid_argument("isorun worker: a request frame past its end");
+  const std::string variables(reinterpret_cast<const char*>(args.data()) + sizeof n, n);
+  args = args.subspan(sizeof n + n);
+  for (std::size_t at = 0; at < variables.size();) {
+    const std::size_t end = std::min(variables.find('\0', at), variables.size());
+    const std::string entry = variables.substr(at, end - at);
+    const auto eq = entry.find('=');
+    if (eq != std::string::npos && eq > 0) ::setenv(entry.substr(0, eq).c_str(), entry.c_str() + eq + 1, 1);
+    at = end + 1;
+  }
   {
     nb::gil_scoped_acquire locked;
     nb::object out;

@@ -69,3 +69,13 @@ def test_without_the_cap_the_whole_device_is_there():
     assert res.outcome.driver_cap is None
     blocks, rc = res.value
     assert blocks > 1  # past 1 GiB: the stand-in's own memory ends it
+
+
+def test_a_standby_interpreter_is_capped_for_its_call():
+    f = capped(allocate_until_refused, standby=1)
+    f.warm_up()
+    for _ in range(2):  # each call its own cap: the first call's memory is not the second's
+        res = f.try_call(256)
+        blocks, rc = res.value
+        assert rc == CUDA_ERROR_OUT_OF_MEMORY and 1 <= blocks <= 4
+        assert res.outcome.driver_cap["refusals"] == 1
