@@ -7,6 +7,10 @@
 //    one task, "isorun.python", calls back into Python to run the function and then writes the
 //    pickled result and its out-of-band buffers straight into the result segment.
 //
+// The request is the pickled call behind a small frame of variables the worker sets before the
+// call runs (framed_request: the cap region of a capped call, which a standby interpreter cannot
+// get at exec).
+//
 // The payload is this module's own format (the runner validates its checksum and bounds before
 // the caller sees it; the Python side then parses it bounds-checked). Little endian:
 //   u32 magic "ISPY", u32 tag (0: value, 1: the function raised), u64 pickle bytes, u64 buffers,
