@@ -5,7 +5,7 @@ packages=(build-essential cmake pkg-config libboost1.81-dev libcereal-dev catch2
           libxxhash-dev libyaml-cpp-dev zlib1g-dev libbenchmark-dev libmimalloc-dev libjemalloc-dev
           libcli11-dev                 # the command line's parser (cli/options.cpp)
           clang-14 libclang-rt-14-dev  # for tools/fuzz.sh (libFuzzer)
-          python3 python3-numpy)       # for the Python example and its test
+          python3 python3-numpy python3-dev)  # the Python example; the package (python/)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -42,4 +42,17 @@ fi
 if ! python3 -c 'import numpy' 2> /dev/null && python3 -m pip --version > /dev/null 2>&1; then
   echo "isorun setup: installing numpy for $(command -v python3)"
   PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet numpy > /dev/null
+fi
+# The Python package (python/, `pip install .`): the python3 on PATH needs its development files,
+# nanobind and scikit-build-core to build it, cloudpickle to run it and pytest to test it. Where
+# pip cannot install for that python3 (Debian's own refuses: PEP 668), the package is not built
+# and its test does not run; a venv or pyenv python3 on PATH has them installed here.
+python_needs=()
+for m in nanobind scikit_build_core cloudpickle pytest; do
+  python3 -c "import $m" 2> /dev/null || python_needs+=("${m//_/-}")
+done
+if [ ${#python_needs[@]} -gt 0 ] && python3 -m pip --version > /dev/null 2>&1; then
+  echo "isorun setup: installing ${python_needs[*]} for $(command -v python3)"
+  PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet "${python_needs[@]}" > /dev/null 2>&1 ||
+    echo "isorun setup: pip could not install ${python_needs[*]}; the Python package will not be built"
 fi

@@ -8,6 +8,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "isorun/runner/errors.hpp"
 #include "isorun/serialization/protocol.hpp"
@@ -34,8 +36,12 @@ launched_worker local_launcher::launch(const launch_spec& spec) {
 
   spawn_options opts;
   opts.executable = spec.executable.empty() ? self_executable() : spec.executable;
-  opts.args = {"isorun-worker"};
-  if (!spec.label.empty()) opts.args.push_back(spec.label);
+  if (!spec.argv.empty()) {
+    opts.args = spec.argv;
+  } else {
+    opts.args = {"isorun-worker"};
+    if (!spec.label.empty()) opts.args.push_back(spec.label);
+  }
   opts.env = inherited_environment();
   if (spec.warm) {
     // The device is known ahead: the worker sees it from exec on and prepares it while it waits.
@@ -45,6 +51,14 @@ launched_worker local_launcher::launch(const launch_spec& spec) {
   } else {
     // No GPU until the assignment says which: CUDA initialised before it would see none.
     opts.env.push_back(std::string(ser::env::visible_devices) + "=");
+  }
+  // An extra variable replaces an inherited one of the same name: with both in the environment,
+  // getenv (and the dynamic loader, for LD_PRELOAD) would find the inherited one first.
+  for (const auto& extra : spec.extra_env) {
+    const auto eq = extra.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    const std::string key = extra.substr(0, eq + 1);  // "KEY="
+    std::erase_if(opts.env, [&](const std::string& e) { return e.compare(0, key.size(), key) == 0; });
   }
   opts.env.insert(opts.env.end(), spec.extra_env.begin(), spec.extra_env.end());
   opts.env.push_back(std::string(ser::env::worker) + "=1");

@@ -12,9 +12,10 @@ namespace isorun::runner {
 namespace {
 // What makes two launches interchangeable: everything but the label, which only names the
 // worker in ps.
-using launch_key = std::tuple<std::string, std::vector<std::string>, bool, std::string>;
+using launch_key = std::tuple<std::string, std::vector<std::string>, bool, std::string, std::vector<std::string>>;
 launch_key key_of(const launch_spec& s) {
-  return {s.executable, s.extra_env, s.stdout_to_stderr, s.warm ? serialization::to_env(*s.warm) : std::string()};
+  return {s.executable, s.extra_env, s.stdout_to_stderr, s.warm ? serialization::to_env(*s.warm) : std::string(),
+          s.argv};
 }
 }  // namespace
 

@@ -38,6 +38,9 @@ struct job_spec {
   std::vector<std::string> task_libraries;  ///< shared objects the worker loads
   std::string alloc_conf;                   ///< allocator configuration string
   std::string executable;                   ///< worker program; empty = this program
+  /// The worker's arguments after argv[0] (`executable`) when set, e.g. what an interpreter
+  /// runs; else "isorun-worker <task>" (launch_spec::argv).
+  std::vector<std::string> worker_argv;
   stdout_mode stdout_to = stdout_mode::inherit;
   std::string stdout_path;
   int stderr_echo_fd = 2;            ///< live copy of the worker's stderr; -1 = none

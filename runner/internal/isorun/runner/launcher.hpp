@@ -21,6 +21,9 @@ namespace isorun::runner {
 struct launch_spec {
   std::string executable;              ///< worker program; empty = this program
   std::string label;                   ///< shown after "isorun-worker" in ps (the task, when known)
+  /// Set: the worker's arguments after argv[0] (the executable) instead of "isorun-worker
+  /// [label]": for a worker that is an interpreter running a program of its own (Python's).
+  std::vector<std::string> argv;
   std::vector<std::string> extra_env;  ///< "KEY=VALUE" added to the inherited environment
   bool stdout_to_stderr = false;       ///< stdout merged into the stderr stream, else inherited
   /// Set: the worker sees this GPU from exec on and creates its CUDA context and capped
@@ -51,6 +54,7 @@ struct launched_worker {
 inline launch_spec launch_spec_for(const job_spec& spec) {
   launch_spec l{.executable = spec.executable,
                 .label = spec.task,
+                .argv = spec.worker_argv,
                 .extra_env = spec.extra_env,
                 .stdout_to_stderr = spec.stdout_to == stdout_mode::to_stderr};
   // (One GPU only: a worker on several prepares them once assigned.)

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""isorun for Python against its peers, side by side in one run (docs/python.md; bench/README.md).
+
+  trivial call in a fresh process: isorun cold, standby, standby with preload=["numpy"] (the
+    function uses numpy); multiprocessing spawn (a Process per call; Pool(maxtasksperchild=1));
+    `python3 -c` with the same imports, for the cold call's goal
+  1 GiB numpy result: isorun on a standby interpreter (zero-copy in the caller), multiprocessing
+    Pool, and memcpy; "the function alone" is what the function itself takes, here
+
+Each line: median, p10 and p90 of N calls, in ms. Run from the repository root with the package
+importable (`pip install .`, or PYTHONPATH=build/python after a CMake build):
+
+    python3 bench/bench_python.py [--reps 30] [--big-reps 5] [--gib 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+import isorun
+
+
+def trivial():
+    return 1
+
+
+def with_numpy():
+    import numpy
+
+    return float(numpy.ones(4).sum())
+
+
+def big_array(nbytes):
+    import numpy
+
+    a = numpy.empty(nbytes // 8, dtype=numpy.float64)
+    a.fill(1.0)
+    return a
+
+
+def _process_target(q, fn, args):
+    q.put(fn(*args))
+
+
+def spawn_process_call(ctx, fn, *args):
+    """A fresh spawn Process per call, its result through a Queue (what multiprocessing offers)."""
+    q = ctx.Queue()
+    p = ctx.Process(target=_process_target, args=(q, fn, args))
+    p.start()
+    r = q.get()
+    p.join()
+    return r
+
+
+def percentiles(ms):
+    s = sorted(ms)
+    q = statistics.quantiles(s, n=10, method="inclusive") if len(s) > 1 else [s[0]] * 9
+    return statistics.median(s), q[0], q[-1]
+
+
+def timed(label, fn, reps, before=None):
+    out = []
+    for _ in range(reps):
+        if before:
+            before()  # not timed: e.g. let the standby pool refill
+        t = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t) * 1e3)
+    med, p10, p90 = percentiles(out)
+    print(f"{label:<58} median {med:9.2f} ms   p10 {p10:9.2f}   p90 {p90:9.2f}", flush=True)
+    return med
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=30, help="calls per trivial-call line")
+    ap.add_argument("--big-reps", type=int, default=5, help="calls per large-result line")
+    ap.add_argument("--gib", type=float, default=1.0, help="size of the large result, GiB")
+    ap.add_argument("--settle", type=float, default=1.0,
+                    help="seconds between standby calls (untimed) for the replacement interpreter to get "
+                         "ready, as it would between a program's calls")
+    args = ap.parse_args()
+    ctx = mp.get_context("spawn")
+    reps = args.reps
+    print(f"python {sys.version.split()[0]}, numpy {np.__version__}, {reps} calls per line "
+          f"({args.big_reps} for the large result)\n")
+
+    print("trivial call in a fresh process")
+    cold = isorun.isolated(trivial)
+    timed("isorun cold", cold, reps)
+    standby = isorun.isolated(trivial, standby=1)
+    standby.warm_up()
+    settle = lambda: time.sleep(args.settle)  # noqa: E731
+    med_standby = timed("isorun standby", standby, reps, before=settle)
+    np_standby = isorun.isolated(with_numpy, standby=1, preload=["numpy"])
+    np_standby.warm_up()
+    med_np_standby = timed('isorun standby, preload=["numpy"], function uses numpy', np_standby, reps,
+                           before=settle)
+    np_cold = isorun.isolated(with_numpy)
+    med_np_cold = timed("isorun cold, function uses numpy", np_cold, reps)
+    med_spawn = timed("multiprocessing spawn Process, function uses numpy",
+                      lambda: spawn_process_call(ctx, with_numpy), reps)
+    with ctx.Pool(1, maxtasksperchild=1) as pool:
+        pool.apply(trivial)
+        timed("multiprocessing spawn Pool(maxtasksperchild=1), numpy", lambda: pool.apply(with_numpy), reps)
+    med_c = timed('python3 -c "import numpy" (a bare interpreter, same import)',
+                  lambda: subprocess.run([sys.executable, "-c", "import numpy"], check=True), reps)
+    isorun.stop_standby()
+
+    nbytes = int(args.gib * (1 << 30))
+    print(f"\n{args.gib:g} GiB numpy result")
+    # On a standby interpreter with numpy imported, so that the figure is the result's way back,
+    # not the interpreter's start.
+    big = isorun.isolated(big_array, standby=1, preload=["numpy"])
+    big.warm_up()
+    big(nbytes)  # the segment pool's first use: later calls reuse its resident pages
+    med_big = timed("isorun, standby+preload (zero-copy in the caller)", lambda: big(nbytes), args.big_reps,
+                    before=settle)
+    with ctx.Pool(1, maxtasksperchild=1) as pool:
+        timed("multiprocessing spawn Pool(maxtasksperchild=1)", lambda: pool.apply(big_array, (nbytes,)),
+              args.big_reps)
+    src = np.ones(nbytes // 8)
+    dst = np.empty_like(src)
+    dst.fill(0)
+    med_memcpy = timed("memcpy (np.copyto into resident memory)", lambda: np.copyto(dst, src), args.big_reps)
+    producer = timed("(the function alone, in this process: allocate and fill)", lambda: big_array(nbytes),
+                     args.big_reps)
+
+    print("\ngoals")
+    print(f"  standby+preload call {med_np_standby:.2f} ms (goal <= 2 ms); "
+          f"{med_spawn / med_np_standby:.0f}x faster than a spawn Process (goal >= 20x)")
+    print(f"  cold call with numpy {med_np_cold:.1f} ms = {med_np_cold / med_c:.2f}x python3 -c (goal <= 1.2x)")
+    print(f"  {args.gib:g} GiB result {med_big:.0f} ms, of which the function itself ~{producer:.0f} ms; "
+          f"transfer ~{max(med_big - producer, 0.01):.0f} ms vs memcpy {med_memcpy:.0f} ms "
+          f"= {med_memcpy / max(med_big - producer, 0.01):.2f}x memcpy (goal >= 0.5x)")
+    print(f"  (standby call without numpy: {med_standby:.2f} ms)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""isorun for Python: each call of a function in a fresh, exec'd Python interpreter, supervised
+by isorun's C++ runner in this process, under a GPU memory cap, with results over shared memory.
+
+    import isorun
+
+    @isorun.isolated(gpu=0, mem_limit="2G", timeout="10m")
+    def train(lr, hidden): ...
+
+    r = train(0.1, 64)                # a fresh Python process
+    fut = train.submit(0.1, 64)       # a concurrent.futures.Future; fut.cancel() stops the worker
+    res = train.try_call(0.1, 64)     # res.ok, res.value, res.outcome
+    rs = isorun.map(train, [dict(lr=l, hidden=64) for l in (0.1, 0.01)], gpus="all", mem_limit="6G")
+
+See docs/python.md.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._api import IsolatedFunction, IsolatedFuture, isolated, map, stop_standby
+    from ._outcome import Outcome, Result
+    from .errors import (
+        Cancelled,
+        Error,
+        InternalError,
+        InvalidResult,
+        OutOfMemory,
+        RemoteTraceback,
+        TaskError,
+        Timeout,
+        UsageError,
+        WorkerCrashed,
+    )
+
+# Imported on first use (PEP 562): a worker interpreter imports isorun._worker, and with it this
+# package, on every call's critical path; it needs none of the caller's machinery.
+_WHERE = {
+    **dict.fromkeys(["IsolatedFunction", "IsolatedFuture", "isolated", "map", "stop_standby"], "_api"),
+    **dict.fromkeys(["Outcome", "Result"], "_outcome"),
+    **dict.fromkeys(["Cancelled", "Error", "InternalError", "InvalidResult", "OutOfMemory", "RemoteTraceback",
+                     "TaskError", "Timeout", "UsageError", "WorkerCrashed"], "errors"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'isorun' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))
+
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "isolated",
+    "map",
+    "stop_standby",
+    "IsolatedFunction",
+    "IsolatedFuture",
+    "Outcome",
+    "Result",
+    "Error",
+    "TaskError",
+    "WorkerCrashed",
+    "Timeout",
+    "OutOfMemory",
+    "InvalidResult",
+    "Cancelled",
+    "UsageError",
+    "InternalError",
+    "RemoteTraceback",
+]

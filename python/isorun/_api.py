@@ -1,0 +1,491 @@
+"""Isolated calls: :func:`isolated`, :class:`IsolatedFunction`, :func:`map`."""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import dataclasses
+import functools
+import os
+import sys
+import threading
+from typing import Any, Callable, Generic, Iterable, Mapping, Optional, Sequence, TypeVar, Union, overload
+
+from . import _core
+from ._outcome import Outcome, Result
+from ._payload import RAISED, decode_result, encode_call
+from .errors import (
+    Cancelled,
+    InternalError,
+    InvalidResult,
+    OutOfMemory,
+    RemoteTraceback,
+    TaskError,
+    Timeout,
+    UsageError,
+    WorkerCrashed,
+)
+
+__all__ = ["isolated", "IsolatedFunction", "IsolatedFuture", "map", "stop_standby"]
+
+R = TypeVar("R")
+Size = Union[int, str]
+Duration = Union[int, float, str]
+
+
+def _size(value: Optional[Size], what: str) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise UsageError(f"{what} takes bytes (an int) or a size such as '2G', not {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise UsageError(f"{what} cannot be negative ({value})")
+        return value
+    return _core.parse_size(value)
+
+
+def _ms(value: Optional[Duration], what: str) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise UsageError(f"{what} takes seconds or a duration such as '30s', not {value!r}")
+    if isinstance(value, str):
+        return _core.parse_duration_ms(value)
+    if value < 0:
+        raise UsageError(f"{what} cannot be negative ({value})")
+    return int(round(value * 1000))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Options:
+    """The options of isolated(), checked and resolved once, when the function is wrapped."""
+
+    gpu: Optional[int] = None
+    gpus: tuple[int, ...] = ()
+    gpu_count: int = 0
+    mem_limit: int = 0
+    timeout_ms: int = 0
+    grace_ms: int = 5000
+    env: tuple[str, ...] = ()
+    standby: int = 0
+    warm_context: bool = False
+    early_result: bool = False
+    alloc_conf: str = ""
+    preload: tuple[str, ...] = ()
+    python: str = ""
+    echo_stderr: bool = True
+
+    @classmethod
+    def resolve(cls, *, gpu: Optional[int] = None, gpus: Optional[Sequence[int]] = None, gpu_count: int = 0,
+                cpu: bool = False, mem_limit: Optional[Size] = None, timeout: Optional[Duration] = None,
+                grace: Optional[Duration] = None, env: Union[Mapping[str, str], Sequence[str], None] = None,
+                standby: int = 0, warm_context: bool = False, early_result: bool = False, alloc_conf: str = "",
+                preload: Sequence[str] = (), python: Optional[str] = None, echo_stderr: bool = True) -> "_Options":
+        if cpu and (gpu is not None or gpus or gpu_count):
+            raise UsageError("cpu=True excludes gpu, gpus and gpu_count")
+        if gpu is not None and (isinstance(gpu, bool) or not isinstance(gpu, int)):
+            raise UsageError(f"gpu takes a GPU index, not {gpu!r}")
+        if isinstance(standby, bool) or not isinstance(standby, int) or standby < 0:
+            raise UsageError(f"standby takes a number of workers, not {standby!r}")
+        if isinstance(preload, str):
+            preload = [preload]
+        for name in preload:
+            if not isinstance(name, str) or not name or "," in name:
+                raise UsageError(f"preload takes module names, not {name!r}")
+        env_list: list[str] = []
+        if isinstance(env, Mapping):
+            env_list = [f"{k}={v}" for k, v in env.items()]
+        elif env is not None:
+            env_list = list(env)
+        for entry in env_list:
+            if not isinstance(entry, str) or "=" not in entry or entry.startswith("="):
+                raise UsageError(f"env entries are KEY=VALUE, not {entry!r}")
+        interpreter = python or sys.executable
+        if not interpreter or not os.access(interpreter, os.X_OK):
+            raise UsageError(f"python: {interpreter!r} is not an executable interpreter")
+        return cls(
+            gpu=gpu,
+            gpus=tuple(gpus or ()),
+            gpu_count=gpu_count,
+            mem_limit=_size(mem_limit, "mem_limit"),
+            timeout_ms=_ms(timeout, "timeout"),
+            grace_ms=5000 if grace is None else _ms(grace, "grace"),
+            env=tuple(env_list),
+            standby=standby,
+            warm_context=warm_context,
+            early_result=early_result,
+            alloc_conf=alloc_conf,
+            preload=tuple(preload),
+            python=interpreter,
+            echo_stderr=echo_stderr,
+        )
+
+    def core(self) -> "_core.CallOptions":
+        o = _core.CallOptions()
+        o.gpu = self.gpu
+        o.gpus = list(self.gpus)
+        o.gpu_count = self.gpu_count
+        o.mem_limit = self.mem_limit
+        o.timeout_ms = self.timeout_ms
+        o.grace_ms = self.grace_ms
+        o.alloc_conf = self.alloc_conf
+        o.env = list(self.env)
+        o.echo_stderr = self.echo_stderr
+        o.standby = self.standby
+        o.warm_context = self.warm_context
+        o.early_result = self.early_result
+        return o
+
+    def argv(self) -> list[str]:
+        # argv[0] is the interpreter's own path: Python finds its prefix (and a venv) from it.
+        # The folder isorun was imported from comes last on the worker's path, for where it is
+        # not on the interpreter's own (a build tree, a folder on this process's sys.path).
+        return [self.python, "-c", _BOOTSTRAP.format(root=_PACKAGE_ROOT)]
+
+    def launch_env(self) -> list[str]:
+        if not self.preload:
+            return []
+        # A standby interpreter imports before its call (and the call's sys.path) arrives: it
+        # gets this process's sys.path at launch to find them where this process would.
+        return [f"ISORUN_PY_PRELOAD={','.join(self.preload)}",
+                f"ISORUN_PY_PATH={os.pathsep.join(p for p in sys.path if p)}"]
+
+
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_BOOTSTRAP = "import sys; sys.path.append({root!r}); from isorun._worker import main; main()"
+
+
+# Calls in flight, so that the interpreter's exit stops them before it finalizes.
+_live_jobs: set["_core.Job"] = set()
+_live_lock = threading.Lock()
+
+
+def _track(job: "_core.Job") -> None:
+    with _live_lock:
+        _live_jobs.add(job)
+
+
+def _untrack(job: "_core.Job") -> None:
+    with _live_lock:
+        _live_jobs.discard(job)
+
+
+def _wait_all() -> None:
+    """Waits until every call in flight has ended and its worker is gone."""
+    with _live_lock:
+        jobs = list(_live_jobs)
+    for job in jobs:
+        job.wait(None)
+
+
+@atexit.register
+def _stop_everything() -> None:
+    with _live_lock:
+        jobs = list(_live_jobs)
+    for job in jobs:
+        job.cancel()
+    for job in jobs:
+        job.wait(None)
+    _core.stop_standby()
+
+
+def _tail(outcome: Outcome) -> str:
+    lines = [line for line in outcome.stderr_tail if line.strip()][-5:]
+    return ("; stderr ends:\n  " + "\n  ".join(lines)) if lines else ""
+
+
+def _finish(job: "_core.Job") -> Result[Any]:
+    """The finished job as a Result: value, or the exception the call raises."""
+    try:
+        core_outcome, payload = job.result()
+    finally:
+        _untrack(job)
+    outcome = Outcome._from_core(core_outcome)
+    kind = outcome.kind
+    if kind == "success":
+        try:
+            tag, obj = decode_result(payload)
+        except Exception as exc:  # noqa: BLE001 - anything the payload or its unpickling raised
+            outcome = dataclasses.replace(outcome, kind="invalid_result",
+                                          message=f"the result could not be read: {type(exc).__name__}: {exc}")
+            err = InvalidResult(outcome.message, outcome)
+            err.__cause__ = exc
+            return Result(outcome, error=err)
+        if tag != RAISED:
+            return Result(outcome, obj)
+        outcome = dataclasses.replace(outcome, kind="task_error", error_type=obj.type_name, message=obj.message,
+                                      traceback=obj.tb)
+        cap = outcome.driver_cap
+        if cap and cap["refusals"]:
+            # The framework's own out-of-memory error, raised after the cap refused it memory.
+            report = (f"the function reached its mem_limit of {cap['limit']} bytes: {cap['refusals']} device "
+                      f"allocation(s) refused (the largest {cap['largest_refused']} bytes), peak "
+                      f"{cap['peak']} bytes; it raised {obj.type_name}: {obj.message}")
+            outcome = dataclasses.replace(outcome, kind="out_of_memory", message=report)
+            err = OutOfMemory(report, outcome)
+            err.remote_traceback = obj.tb
+            err.__cause__ = obj.exc if obj.exc is not None else RemoteTraceback(obj.tb)
+            return Result(outcome, error=err)
+        exc = obj.exc
+        if exc is None:
+            exc = TaskError(f"{obj.type_name}: {obj.message}", outcome, type_name=obj.type_name,
+                            remote_traceback=obj.tb)
+        else:
+            try:
+                exc.remote_traceback = obj.tb
+                exc.isorun_outcome = outcome
+            except Exception:  # noqa: BLE001 - an exception type that refuses new attributes
+                pass
+        exc.__cause__ = RemoteTraceback(obj.tb)
+        return Result(outcome, error=exc)
+    message = outcome.describe()
+    error: BaseException
+    if kind == "task_error":
+        error = TaskError(message, outcome, type_name=outcome.error_type)
+    elif kind == "out_of_memory":
+        error = OutOfMemory(message, outcome)
+    elif kind == "crashed":
+        error = WorkerCrashed(message + _tail(outcome), outcome)
+    elif kind == "timeout":
+        error = Timeout(message, outcome)
+    elif kind == "cancelled":
+        error = Cancelled(message, outcome)
+    elif kind == "invalid_result":
+        error = InvalidResult(message, outcome)
+    else:
+        error = InternalError(message + _tail(outcome), outcome)
+    return Result(outcome, error=error)
+
+
+class IsolatedFuture(concurrent.futures.Future):
+    """The future of one isolated call (:meth:`IsolatedFunction.submit`).
+
+    A ``concurrent.futures.Future``, except that :meth:`cancel` also works while the call runs:
+    it stops the worker (SIGTERM, then SIGKILL after the grace period), and the future is then
+    cancelled. ``result()`` raises the call's exception as calling the function would.
+    """
+
+    def __init__(self, job: "_core.Job") -> None:
+        super().__init__()
+        self._job = job
+        self._outcome: Optional[Outcome] = None
+
+    @property
+    def pid(self) -> int:
+        """The worker's pid (it may name another process once the worker is gone)."""
+        return self._job.pid
+
+    @property
+    def outcome(self) -> Optional[Outcome]:
+        """How the call ended, once it has."""
+        return self._outcome
+
+    def cancel(self) -> bool:
+        """Stops the call's worker; True if the future is now cancelled (False once done)."""
+        if not super().cancel():
+            return False
+        self._job.cancel()
+        return True
+
+    def running(self) -> bool:
+        return not self.done()
+
+    def _complete(self) -> None:
+        self._job.wait(None)
+        result = _finish(self._job)
+        self._outcome = result.outcome
+        if not self.set_running_or_notify_cancel():
+            return  # cancelled: result() raises CancelledError
+        if result.ok:
+            self.set_result(result.value)
+        else:
+            self.set_exception(result.exception)
+
+
+class IsolatedFunction(Generic[R]):
+    """A function wrapped to run in a fresh Python interpreter per call (see :func:`isolated`)."""
+
+    def __init__(self, fn: Callable[..., R], options: _Options) -> None:
+        if not callable(fn):
+            raise UsageError(f"isolated() wraps a callable, not {fn!r}")
+        self.__wrapped__ = fn
+        self._options = options
+        functools.update_wrapper(self, fn)
+
+    def _start(self, args: tuple, kwargs: dict) -> "_core.Job":
+        try:
+            request = encode_call(self.__wrapped__, args, kwargs)
+        except Exception as exc:
+            raise UsageError(f"the call cannot be pickled: {type(exc).__name__}: {exc}") from exc
+        o = self._options
+        job = _core.start(request, o.argv(), o.launch_env(), o.core())
+        _track(job)
+        return job
+
+    def try_call(self, *args: Any, **kwargs: Any) -> Result[R]:
+        """Runs the function in a fresh interpreter and returns how it ended as a :class:`Result`,
+        without raising for failures of the function or its worker (a :class:`UsageError` or
+        KeyboardInterrupt still raises)."""
+        job = self._start(args, kwargs)
+        try:
+            job.wait(None)
+        except BaseException:
+            _untrack(job)  # job.wait stopped the worker and waited for it
+            raise
+        return _finish(job)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> R:
+        """Runs the function in a fresh interpreter and returns its value, or raises: the
+        function's own exception, or :class:`TaskError`, :class:`WorkerCrashed`,
+        :class:`Timeout`, :class:`OutOfMemory`, :class:`InvalidResult`, :class:`Cancelled`,
+        :class:`UsageError`. Ctrl-C stops the worker."""
+        return self.try_call(*args, **kwargs).value
+
+    def submit(self, *args: Any, **kwargs: Any) -> IsolatedFuture:
+        """Starts the call and returns its future at once."""
+        job = self._start(args, kwargs)
+        future = IsolatedFuture(job)
+        threading.Thread(target=future._complete, name=f"isorun-call-{job.pid}", daemon=True).start()
+        return future
+
+    def warm_up(self) -> None:
+        """Launches this function's ``standby`` interpreters now (each imports its ``preload``
+        modules and waits for a call) and returns once they are launched: before timing calls,
+        or before the first call should find them waiting. Does nothing without ``standby``."""
+        o = self._options
+        _core.fill_standby(o.argv(), o.launch_env(), o.core())
+
+    def options(self, **changes: Any) -> "IsolatedFunction[R]":
+        """The same function with some options changed."""
+        fields = dataclasses.asdict(self._options)
+        unknown = set(changes) - {"gpu", "gpus", "gpu_count", "cpu", "mem_limit", "timeout", "grace", "env",
+                                   "standby", "warm_context", "early_result", "alloc_conf", "preload", "python",
+                                   "echo_stderr"}
+        if unknown:
+            raise UsageError(f"unknown option(s): {', '.join(sorted(unknown))}")
+        base = dict(gpu=fields["gpu"], gpus=fields["gpus"], gpu_count=fields["gpu_count"],
+                    mem_limit=fields["mem_limit"], timeout=fields["timeout_ms"] / 1000,
+                    grace=fields["grace_ms"] / 1000, env=fields["env"], standby=fields["standby"],
+                    warm_context=fields["warm_context"], early_result=fields["early_result"],
+                    alloc_conf=fields["alloc_conf"], preload=fields["preload"], python=fields["python"],
+                    echo_stderr=fields["echo_stderr"])
+        base.update(changes)
+        return IsolatedFunction(self.__wrapped__, _Options.resolve(**base))
+
+    def __repr__(self) -> str:
+        return f"<isolated {getattr(self.__wrapped__, '__qualname__', self.__wrapped__)!r}>"
+
+
+@overload
+def isolated(fn: Callable[..., R], /, **options: Any) -> IsolatedFunction[R]: ...
+@overload
+def isolated(fn: None = None, /, **options: Any) -> Callable[[Callable[..., R]], IsolatedFunction[R]]: ...
+
+
+def isolated(fn: Optional[Callable[..., R]] = None, /, *, gpu: Optional[int] = None,
+             gpus: Optional[Sequence[int]] = None, gpu_count: int = 0, cpu: bool = False,
+             mem_limit: Optional[Size] = None, timeout: Optional[Duration] = None, grace: Optional[Duration] = None,
+             env: Union[Mapping[str, str], Sequence[str], None] = None, standby: int = 0,
+             warm_context: bool = False, early_result: bool = False, alloc_conf: str = "",
+             preload: Sequence[str] = (), python: Optional[str] = None, echo_stderr: bool = True) -> Any:
+    """Wraps ``fn`` so that each call runs in a fresh Python interpreter, exec'd (never forked),
+    supervised by isorun's C++ runner in this process. As a decorator, with or without options::
+
+        @isorun.isolated(gpu=0, mem_limit="2G", timeout="10m")
+        def train(lr, hidden): ...
+
+        f = isorun.isolated(lambda x: x * 2, cpu=True)
+
+    The function and its arguments travel by value (cloudpickle: lambdas, closures, functions
+    of ``__main__``); the result with pickle protocol 5, a large array arriving as a read-only
+    view of the shared memory it was written into.
+
+    Options (as the C++ ``isolated_options``):
+      gpu, gpus, gpu_count: one GPU by index, these GPUs, or any this many (default: the CPU);
+      cpu: say so explicitly; mem_limit: the cap on each device, bytes or "2G";
+      timeout, grace: seconds or "30s" (grace: SIGTERM to SIGKILL when stopping, default 5 s);
+      env: extra environment (a dict or "KEY=VALUE" strings); standby: interpreters kept
+      launched and waiting; preload: modules those interpreters import while they wait;
+      warm_context: with one GPU, waiting interpreters also create the CUDA context;
+      early_result: hand the result over, sealed, before the worker has exited;
+      alloc_conf: the allocator's configuration; python: the interpreter (default
+      ``sys.executable``); echo_stderr: copy the worker's stderr to ours, live.
+
+    Raises :class:`UsageError` for options that cannot work (nothing is started).
+    """
+    opts = _Options.resolve(gpu=gpu, gpus=gpus, gpu_count=gpu_count, cpu=cpu, mem_limit=mem_limit, timeout=timeout,
+                            grace=grace, env=env, standby=standby, warm_context=warm_context,
+                            early_result=early_result, alloc_conf=alloc_conf, preload=preload, python=python,
+                            echo_stderr=echo_stderr)
+    if fn is None:
+        return lambda f: IsolatedFunction(f, opts)
+    return IsolatedFunction(fn, opts)
+
+
+def map(fn: Union[Callable[..., R], IsolatedFunction[R]], inputs: Iterable[Any], *,
+        gpus: Union[str, Sequence[int], None] = None, mem_limit: Optional[Size] = None, per_gpu: int = 0,
+        cpu_slots: int = 0, **options: Any) -> list[Result[R]]:
+    """Runs ``fn`` on every input, each call in a fresh interpreter, in parallel on slots: per GPU
+    (``gpus="all"`` or a list of indices; ``per_gpu`` calls each, default as many caps of
+    ``mem_limit`` as fit), else on CPU slots (``cpu_slots``, default one per core). An input
+    that is a dict is passed as keyword arguments, a tuple as positional ones, anything else as
+    the one argument. Returns a :class:`Result` per input, in input order. An
+    :class:`IsolatedFunction` keeps its options (its ``mem_limit`` too, unless one is given
+    here) but for where it runs; other keyword options are those of :func:`isolated`.
+    """
+    # An isolated function keeps its own options, but for where it runs (and those given here).
+    base = fn if isinstance(fn, IsolatedFunction) else IsolatedFunction(fn, _Options.resolve())
+    items = list(inputs)
+    if isinstance(gpus, str):
+        if gpus != "all":
+            raise UsageError(f"gpus takes 'all' or a list of GPU indices, not {gpus!r}")
+        gpu_list: list[int] = []
+        all_gpus = True
+    else:
+        gpu_list = list(gpus or ())
+        all_gpus = False
+    cap = base._options.mem_limit if mem_limit is None else _size(mem_limit, "mem_limit")
+    slots, _how = _core.plan_slots(gpu_list, all_gpus, cap, per_gpu, cpu_slots)
+    calls = [base.options(gpu=None, gpus=slot or None, gpu_count=0, mem_limit=cap, **options) for slot in slots]
+    results: list[Optional[Result[R]]] = [None] * len(items)
+    next_item = iter(range(len(items)))
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def run_slot(call: IsolatedFunction[R]) -> None:
+        while True:
+            with lock:
+                if errors:
+                    return
+                i = next(next_item, None)
+            if i is None:
+                return
+            item = items[i]
+            try:
+                if isinstance(item, Mapping):
+                    results[i] = call.try_call(**item)
+                elif isinstance(item, tuple):
+                    results[i] = call.try_call(*item)
+                else:
+                    results[i] = call.try_call(item)
+            except BaseException as exc:  # noqa: BLE001 - the call could not be made at all
+                with lock:
+                    errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=run_slot, args=(c,), name=f"isorun-map-slot-{n}", daemon=True)
+               for n, c in enumerate(calls[: max(1, len(items))])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return [r for r in results if r is not None]
+
+
+def stop_standby() -> None:
+    """Stops every standby interpreter and waits until they are gone; the next call that asks
+    for standby interpreters launches them afresh."""
+    _core.stop_standby()

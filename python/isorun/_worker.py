@@ -1,0 +1,78 @@
+"""The worker: ``python -m isorun._worker``, launched by isorun (never by hand) as a fresh
+interpreter for exactly one call.
+
+It imports what ``ISORUN_PY_PRELOAD`` names, from the caller's ``sys.path``
+(``ISORUN_PY_PATH``): a standby interpreter does so while it waits for its call. Then it serves isorun's worker protocol through the C++ worker: the assignment, the
+handshake, the call through :func:`isorun._payload.run_call`, the result written into the
+result segment, the report. It exits when the call is done, and dies with its supervisor.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+PRELOAD_ENV = "ISORUN_PY_PRELOAD"
+PATH_ENV = "ISORUN_PY_PATH"
+
+#: The modules that were in sys.modules when the call began (for tests and diagnostics).
+modules_at_entry: frozenset[str] = frozenset()
+
+
+def _preload() -> None:
+    names = os.environ.pop(PRELOAD_ENV, "")
+    path = os.environ.pop(PATH_ENV, "")
+    if path:
+        sys.path[:] = path.split(os.pathsep)
+    for name in filter(None, names.split(",")):
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - the call reports what it meets when it imports
+            print(f"isorun worker: preloading {name!r} failed: {exc}", file=sys.stderr)
+
+
+def _sync_environ() -> None:
+    """os.environ as the process has it now: the C++ worker applied the assignment's variables
+    (CUDA_VISIBLE_DEVICES, ISORUN_GPU, ISORUN_MEM_LIMIT...) with setenv, after Python's snapshot."""
+    from . import _core
+
+    now = _core.c_environment()
+    env = os.environb
+    for key in [k for k in env if k not in now]:
+        del env[key]
+    for key, value in now.items():
+        if env.get(key) != value:
+            env[key] = value
+
+
+def _entry(request: bytes) -> tuple:
+    global modules_at_entry
+    modules_at_entry = frozenset(sys.modules)
+    _sync_environ()
+    from ._payload import run_call
+
+    try:
+        return run_call(request)
+    finally:
+        # The C++ worker ends the process with _exit: what the function printed must be out of
+        # Python's buffers before then.
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - a closed or replaced stream
+                pass
+
+
+def main() -> None:
+    from . import _core, _payload  # noqa: F401 - imported before the call, as the call needs them
+
+    _preload()
+    _core.serve(_entry)
+
+
+if __name__ == "__main__":
+    # Run as isorun._worker, not as __main__, so that what it records is found under its name.
+    from isorun._worker import main as _main
+
+    _main()

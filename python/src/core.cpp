@@ -1,0 +1,555 @@
+// isorun._core: the C++ runner inside a Python process. Both sides of a call go through here:
+//
+//  - in the caller, start() turns a pickled call and its options into a runner::job whose worker
+//    is a fresh Python interpreter (exec'd, never forked), and job.wait() hands back the outcome
+//    and the validated result payload as a read-only buffer over the mapped result segment;
+//  - in that interpreter (python -m isorun._worker), serve() runs the C++ worker protocol, whose
+//    one task, "isorun.python", calls back into Python to run the function and then writes the
+//    pickled result and its out-of-band buffers straight into the result segment.
+//
+// The request is the pickled call behind a small frame of variables the worker sets before the
+// call runs (framed_request: the cap region of a capped call, which a standby interpreter cannot
+// get at exec).
+//
+// The payload is this module's own format (the runner validates its checksum and bounds before
+// the caller sees it; the Python side then parses it bounds-checked). Little endian:
+//   u32 magic "ISPY", u32 tag (0: value, 1: the function raised), u64 pickle bytes, u64 buffers,
+//   then per buffer {u64 offset, u64 size}; the pickle at its offset; each buffer at an offset
+//   aligned to 64 bytes from the payload's start (the payload itself starts 64 bytes into a
+//   page-aligned mapping, so any dtype is aligned).
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <dlfcn.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <future>
+#include <memory>
+#include <span>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "isorun/runner/errors.hpp"
+#include "isorun/runner/isolated.hpp"
+#include "isorun/runner/job.hpp"
+#include "isorun/runner/launcher.hpp"
+#include "isorun/runner/placement.hpp"
+#include "isorun/runner/standby.hpp"
+#include "isorun/runner/units.hpp"
+#include "isorun/preload/cap_region.hpp"
+#include "isorun/serialization/protocol.hpp"
+#include "isorun/serialization/shm_segment.hpp"
+#include "isorun/serialization/wire.hpp"
+#include "isorun/worker/init.hpp"
+#include "isorun/worker/task.hpp"
+
+extern char** environ;
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+constexpr const char* python_task = "isorun.python";
+constexpr std::uint32_t payload_magic = 0x59505349;  // "ISPY"
+constexpr std::uint64_t buffer_alignment = 64;
+
+// Raises the isorun.errors class `name` with `message` (the Python module owns the hierarchy).
+void raise_python(const char* name, const char* message) {
+  nb::object cls = nb::module_::import_("isorun.errors").attr(name);
+  PyErr_SetString(cls.ptr(), message);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The caller's side.
+
+/// Parses "2G", "512M" or a plain count of bytes (runner::parse_size); UsageError otherwise.
+std::uint64_t parse_size(const std::string& text) {
+  try {
+    return isorun::parse_size(text);
+  } catch (const std::exception& e) {
+    throw isorun::usage_error(e.what());
+  }
+}
+
+/// Parses "30s", "10m", "250ms" (runner::parse_duration) into milliseconds.
+std::int64_t parse_duration_ms(const std::string& text) {
+  try {
+    return isorun::parse_duration(text).count();
+  } catch (const std::exception& e) {
+    throw isorun::usage_error(e.what());
+  }
+}
+
+/// What the Python layer resolved from the user's options.
+struct call_options {
+  std::optional<int> gpu;
+  std::vector<int> gpus;
+  int gpu_count = 0;
+  std::uint64_t mem_limit = 0;
+  std::int64_t timeout_ms = 0;
+  std::int64_t grace_ms = 5000;
+  std::string alloc_conf;
+  std::vector<std::string> env;
+  bool echo_stderr = true;
+  std::size_t standby = 0;
+  bool warm_context = false;
+  bool early_result = false;
+};
+
+/// The cap of one call's worker on the CUDA driver API: the region the preloaded cap library
+/// (libisorun_cuda_cap.so) of the worker and its descendants charge their device allocations
+/// to, as `isorun --mem-limit -- CMD` has it, so a framework inside the function (PyTorch, JAX,
+/// CuPy) sees the cap as the device's size and gets its own out-of-memory error past it. A
+/// memfd reachable as /proc/<this pid>/fd/<fd> while this process lives.
+class driver_cap {
+ public:
+  explicit driver_cap(std::uint64_t limit)
+      : file_{isorun::serialization::shm_file::create(sizeof(isorun::preload::cap_region))} {
+    void* p = ::mmap(nullptr, sizeof(isorun::preload::cap_region), PROT_READ | PROT_WRITE, MAP_SHARED, file_.fd(), 0);
+    if (p == MAP_FAILED) throw isorun::internal_error(std::string("cannot map the cap region: ") + std::strerror(errno));
+    region_ = static_cast<isorun::preload::cap_region*>(p);  // zero-filled by the kernel: every count 0
+    region_->limit = limit;
+    region_->magic = isorun::preload::region_magic;
+  }
+  ~driver_cap() { ::munmap(region_, sizeof(isorun::preload::cap_region)); }
+  driver_cap(const driver_cap&) = delete;
+  driver_cap& operator=(const driver_cap&) = delete;
+
+  /// The call's variable naming its region. It reaches the worker with the call (the
+  /// request), not at exec: a standby interpreter is launched before its call. The library
+  /// opens the region at the first allocation it sees, which comes after.
+  [[nodiscard]] std::string region_variable() const {
+    return std::string(isorun::preload::region_env) + "=/proc/" + std::to_string(::getpid()) + "/fd/" +
+           std::to_string(file_.fd());
+  }
+
+  /// LD_PRELOAD with the cap library first: part of how a capped worker is launched.
+  static std::string preload_variable() {
+    std::string preload = library();
+    if (const char* other = std::getenv("LD_PRELOAD"); other && *other) preload += std::string(":") + other;
+    return "LD_PRELOAD=" + preload;
+  }
+
+  [[nodiscard]] std::uint64_t refusals() const noexcept { return region_->refusals(); }
+  [[nodiscard]] std::uint64_t largest_refused() const noexcept { return region_->largest_refused(); }
+  [[nodiscard]] std::uint64_t peak() const noexcept { return region_->peak(); }
+  [[nodiscard]] std::uint64_t limit() const noexcept { return region_->limit; }
+
+  /// The cap library, next to libisorun (where the CLI finds it too).
+  static std::string library() {
+    Dl_info info{};
+    if (!::dladdr(reinterpret_cast<void*>(&isorun::gpus), &info) || !info.dli_fname)
+      throw isorun::internal_error("cannot locate libisorun.so, next to which the cap library is");
+    const auto path = std::filesystem::path(info.dli_fname).parent_path() / isorun::preload::library_name;
+    if (!std::filesystem::exists(path))
+      throw isorun::internal_error(path.string() + " is missing, so mem_limit cannot be enforced; reinstall isorun");
+    return path.string();
+  }
+
+ private:
+  isorun::serialization::shm_file file_;
+  isorun::preload::cap_region* region_ = nullptr;
+};
+
+/// One isolated call in flight: a runner::job watched by a thread of its own (job::wait is what
+/// pumps the worker's stderr, reads its reports and enforces the timeout), waited on from
+/// Python with the GIL released and Ctrl-C answered.
+class py_job {
+ public:
+  explicit py_job(std::shared_ptr<isorun::runner::job> job, std::shared_ptr<driver_cap> cap = nullptr)
+      : job_{std::move(job)},
+        cap_{std::move(cap)},
+        done_{std::async(std::launch::async, [j = job_] { j->wait(); }).share()} {}
+  py_job(py_job&&) noexcept = default;
+  py_job& operator=(py_job&&) noexcept = default;
+  py_job(const py_job&) = delete;
+  py_job& operator=(const py_job&) = delete;
+  /// A call dropped before its end is stopped: nothing runs on that no one waits for.
+  ~py_job() {
+    if (job_ && done_.valid() && done_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) job_->cancel();
+  }
+
+  /// Waits up to `timeout_s` seconds (None: until done) for the worker's end, with the GIL
+  /// released. Returns whether it is done. A signal handler that raises (Ctrl-C's
+  /// KeyboardInterrupt) stops the worker and waits for its end before the exception goes on, so
+  /// nothing is left running.
+  bool wait(std::optional<double> timeout_s) {
+    using clock = std::chrono::steady_clock;
+    const auto deadline = timeout_s ? clock::now() + std::chrono::duration_cast<clock::duration>(
+                                                         std::chrono::duration<double>(*timeout_s))
+                                    : clock::time_point::max();
+    for (;;) {
+      // Short slices, so that Python's signal handlers run while the worker works.
+      auto slice = std::chrono::milliseconds(100);
+      if (timeout_s) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
+        slice = std::max(std::chrono::milliseconds(0), std::min(slice, left));
+      }
+      bool done;
+      {
+        nb::gil_scoped_release unlocked;
+        done = done_.wait_for(slice) == std::future_status::ready;
+      }
+      if (done) return true;
+      if (PyErr_CheckSignals() != 0) {
+        nb::python_error interrupted;  // fetched now, with the GIL
+        job_->cancel();
+        {
+          nb::gil_scoped_release unlocked;
+          // A second Ctrl-C here is not seen (the GIL is released): the stop plan's grace
+          // period ends in SIGKILL anyway.
+          done_.wait();
+        }
+        throw interrupted;
+      }
+      if (timeout_s && clock::now() >= deadline) return false;
+    }
+  }
+
+  /// The finished call: its outcome as a dict and, on success, the payload as a read-only
+  /// uint8 array over the mapped result segment (the segment stays mapped while it lives).
+  nb::tuple result() {
+    const isorun::runner::job_result* r;
+    {
+      nb::gil_scoped_release unlocked;
+      done_.wait();
+      r = &job_->wait();
+    }
+    const isorun::outcome& o = r->status;
+    nb::list tail;
+    for (const auto& line : o.stderr_tail) tail.append(nb::str(line.c_str(), line.size()));
+    nb::dict d;
+    d["kind"] = std::string(isorun::to_string(o.kind));
+    d["error_type"] = o.error_type;
+    d["message"] = o.message;
+    d["exit_code"] = o.exit.code;
+    d["signal"] = o.exit.signal;
+    d["core_dumped"] = o.exit.core_dumped;
+    d["stderr_tail"] = tail;
+    d["timeout_s"] = static_cast<double>(o.timeout.count()) / 1e3;
+    d["peak_allocated"] = o.peak_allocated;
+    d["peak_reserved"] = o.peak_reserved;
+    d["host_memory_peak"] = o.host_memory_peak;
+    d["wall_s"] = static_cast<double>(o.wall.count()) / 1e9;
+    d["run_s"] = static_cast<double>(o.run.count()) / 1e9;
+    d["exit_pending"] = o.exit_pending;
+    d["device"] = o.device;
+    d["pid"] = job_->pid();
+    if (cap_) {
+      nb::dict c;
+      c["limit"] = cap_->limit();
+      c["refusals"] = cap_->refusals();
+      c["largest_refused"] = cap_->largest_refused();
+      c["peak"] = cap_->peak();
+      d["driver_cap"] = c;
+    } else {
+      d["driver_cap"] = nb::none();
+    }
+    if (!o.ok() || r->payload.empty()) return nb::make_tuple(d, nb::none());
+    // The owner (the segment's mapping) travels in a capsule that the array keeps.
+    auto* owner = new std::shared_ptr<const void>(r->owner);
+    nb::capsule keep(owner, [](void* p) noexcept { delete static_cast<std::shared_ptr<const void>*>(p); });
+    const std::size_t shape[1] = {r->payload.size()};
+    nb::ndarray<nb::memview, const std::uint8_t, nb::ndim<1>> view(reinterpret_cast<const std::uint8_t*>(r->payload.data()),
+                                                              1, shape, keep);
+    return nb::make_tuple(d, nb::cast(view, nb::rv_policy::reference));
+  }
+
+  /// Asks for the worker to stop (SIGTERM, SIGKILL after the grace period); a second call kills.
+  void cancel() noexcept { job_->cancel(); }
+  [[nodiscard]] pid_t pid() const noexcept { return job_->pid(); }
+
+ private:
+  std::shared_ptr<isorun::runner::job> job_;
+  std::shared_ptr<driver_cap> cap_;  // lives until the worker is gone
+  std::shared_future<void> done_;  // the watcher thread's end
+};
+
+/// The job_spec of one call of `request` (placed on its GPU) in a fresh `argv` (a Python
+/// interpreter running isorun._worker). `launch_env` is part of how the worker is launched (a
+/// standby interpreter gets it at exec: what it preloads); `o.env` joins it. Without the GIL.
+isorun::runner::job_spec python_job_spec(isorun::blob request, std::vector<std::string> argv,
+                                         const std::vector<std::string>& launch_env, const call_options& o,
+                                         isorun::isolated_options& opts) {
+  opts.gpu = o.gpu;
+  opts.gpus = o.gpus;
+  opts.gpu_count = o.gpu_count;
+  opts.mem_limit = o.mem_limit;
+  opts.timeout = std::chrono::milliseconds(o.timeout_ms);
+  opts.grace = std::chrono::milliseconds(o.grace_ms);
+  opts.alloc_conf = o.alloc_conf;
+  opts.env = launch_env;
+  opts.env.insert(opts.env.end(), o.env.begin(), o.env.end());
+  opts.echo_stderr = o.echo_stderr;
+  opts.standby = o.standby;
+  opts.warm_context = o.warm_context;
+  opts.early_result = o.early_result;
+  auto placed = isorun::runner::place_job(isorun::gpus(), isorun::runner::gpu_request_for(opts), false, opts.mem_limit);
+  // Under a cap on a GPU the worker runs with the driver-API cap library preloaded; its region
+  // comes with the call (start()).
+  if (opts.mem_limit && !placed.empty()) opts.env.push_back(driver_cap::preload_variable());
+  auto spec = isorun::runner::job_spec_for(python_task, isorun::serialization::encoding::binary, std::move(request),
+                                           std::move(placed), opts);
+  // argv[0] is the interpreter's own path: Python finds its prefix (and a venv) from it.
+  spec.executable = argv.at(0);
+  spec.worker_argv.assign(argv.begin() + 1, argv.end());
+  return spec;
+}
+
+/// The request as the worker gets it: u32 size and the variables the call sets before it runs
+/// ("KEY=VALUE\0"...), then the pickled call.
+isorun::blob framed_request(const std::string& variables, const nb::bytes& request) {
+  const auto n = static_cast<std::uint32_t>(variables.size());
+  isorun::blob args(sizeof n + variables.size() + request.size());
+  std::memcpy(args.mutable_data(), &n, sizeof n);
+  std::memcpy(args.mutable_data() + sizeof n, variables.data(), variables.size());
+  std::memcpy(args.mutable_data() + sizeof n + variables.size(), request.c_str(), request.size());
+  return args;
+}
+
+/// Starts one isolated call of the pickled `request` (see python_job_spec).
+py_job start(nb::bytes request, std::vector<std::string> argv, std::vector<std::string> launch_env,
+             const call_options& o) {
+  nb::gil_scoped_release unlocked;  // placement may read NVML; launching waits for the exec
+  isorun::isolated_options opts;
+  auto spec = python_job_spec(isorun::blob(), std::move(argv), launch_env, o, opts);
+  std::shared_ptr<driver_cap> cap;
+  std::string variables;
+  if (spec.mem_limit && !spec.gpus.empty()) {
+    // The cap on the driver API, for whatever the function allocates on the device.
+    cap = std::make_shared<driver_cap>(spec.mem_limit);
+    variables = cap->region_variable() + '\0';
+  }
+  {
+    nb::gil_scoped_acquire locked;  // the request is a Python object
+    spec.args = framed_request(variables, request);
+  }
+  if (!opts.standby) return py_job(isorun::runner::job::start(std::move(spec)), std::move(cap));
+  auto& pool = isorun::runner::standby_for(isorun::runner::launch_spec_for(spec), opts.standby);
+  return py_job(isorun::runner::job::start(std::move(spec), pool), std::move(cap));
+}
+
+/// Launches the standby interpreters of calls like these now and waits until they are all
+/// launched (each then imports its preloads and waits for its call).
+void fill_standby(std::vector<std::string> argv, std::vector<std::string> launch_env, const call_options& o) {
+  if (!o.standby) return;
+  nb::gil_scoped_release unlocked;
+  isorun::isolated_options opts;
+  auto spec = python_job_spec(isorun::blob(), std::move(argv), launch_env, o, opts);
+  isorun::runner::check_job_spec(spec);
+  isorun::runner::standby_for(isorun::runner::launch_spec_for(spec), opts.standby).fill();
+}
+
+/// The slots of a batch (map): per slot, the GPU indices it runs on (empty: a CPU slot); and
+/// how they were decided.
+std::pair<std::vector<std::vector<int>>, std::string> plan_slots(std::vector<int> gpus, bool all_gpus,
+                                                                 std::uint64_t mem_limit, int per_gpu, int cpu_slots) {
+  nb::gil_scoped_release unlocked;
+  auto plan = isorun::runner::plan_slots(
+      {.gpus = std::move(gpus), .all_gpus = all_gpus, .mem_limit = mem_limit, .per_gpu = per_gpu, .cpu_slots = cpu_slots},
+      isorun::gpus());
+  std::vector<std::vector<int>> slots;
+  for (const auto& sl : plan.slots) {
+    std::vector<int> indices;
+    for (const auto& g : sl.gpus) indices.push_back(g.index);
+    slots.push_back(std::move(indices));
+  }
+  return {std::move(slots), plan.how};
+}
+
+// ---------------------------------------------------------------------------------------------
+// The worker's side.
+
+// The Python callable serve() was given: entry(request: bytes) -> (tag, pickle, buffers).
+// Set once, before the worker protocol starts; used by the one task.
+PyObject* python_entry = nullptr;
+
+struct held_buffer {
+  Py_buffer view{};
+  bool held = false;
+  ~held_buffer() {
+    if (held) PyBuffer_Release(&view);
+  }
+};
+
+// The task "isorun.python": runs the call in Python and writes its payload into the segment.
+// Everything the function does is in Python; anything that goes wrong here (the result cannot be
+// written) is a C++ exception, which the worker reports as the task's error.
+std::shared_ptr<void> run_python_task(std::span<const std::byte> args, std::shared_ptr<const void>,
+                                      isorun::worker::result_sink& sink) {
+  std::uint32_t tag = 0;
+  std::vector<held_buffer> parts;  // [0]: the pickle; then the out-of-band buffers
+  // The variables of the call first (framed_request): before anything of the call can read them.
+  std::uint32_t n = 0;
+  if (args.size() < sizeof n) throw std::invalid_argument("isorun worker: a request without its frame");
+  std::memcpy(&n, args.data(), sizeof n);
+  if (n > args.size() - sizeof n) throw std::invalid_argument("isorun worker: a request frame past its end");
+  const std::string variables(reinterpret_cast<const char*>(args.data()) + sizeof n, n);
+  args = args.subspan(sizeof n + n);
+  for (std::size_t at = 0; at < variables.size();) {
+    const std::size_t end = std::min(variables.find('\0', at), variables.size());
+    const std::string entry = variables.substr(at, end - at);
+    const auto eq = entry.find('=');
+    if (eq != std::string::npos && eq > 0) ::setenv(entry.substr(0, eq).c_str(), entry.c_str() + eq + 1, 1);
+    at = end + 1;
+  }
+  {
+    nb::gil_scoped_acquire locked;
+    nb::object out;
+    try {
+      nb::bytes request(reinterpret_cast<const char*>(args.data()), args.size());
+      out = nb::borrow(python_entry)(request);
+    } catch (nb::python_error& e) {
+      // The entry catches the function's exceptions itself: this is isorun's own failure.
+      throw std::runtime_error(std::string("isorun worker: ") + e.what());
+    }
+    auto t = nb::cast<nb::tuple>(out);
+    tag = nb::cast<std::uint32_t>(t[0]);
+    auto buffers = nb::cast<nb::list>(t[2]);
+    parts = std::vector<held_buffer>(1 + buffers.size());
+    auto hold = [](held_buffer& h, nb::handle obj) {
+      if (PyObject_GetBuffer(obj.ptr(), &h.view, PyBUF_C_CONTIGUOUS) != 0) throw nb::python_error();
+      h.held = true;
+    };
+    hold(parts[0], t[1]);
+    for (std::size_t i = 0; i < buffers.size(); ++i) hold(parts[1 + i], buffers[i]);
+  }
+  // The layout, then one copy of each piece into the segment, without the GIL.
+  const std::uint64_t nbuf = parts.size() - 1;
+  std::uint64_t offset = 24 + 16 * nbuf;
+  std::vector<std::uint64_t> offsets(parts.size());
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (i > 0) offset = (offset + buffer_alignment - 1) / buffer_alignment * buffer_alignment;
+    offsets[i] = offset;
+    offset += static_cast<std::uint64_t>(parts[i].view.len);
+  }
+  const std::uint64_t total = offset;
+  std::byte* dst = sink.reserve(total, nullptr);
+  std::memset(dst, 0, offsets[0]);
+  auto put = [&](std::uint64_t at, auto value) { std::memcpy(dst + at, &value, sizeof value); };
+  put(0, payload_magic);
+  put(4, tag);
+  put(8, static_cast<std::uint64_t>(parts[0].view.len));
+  put(16, nbuf);
+  for (std::uint64_t i = 0; i < nbuf; ++i) {
+    put(24 + 16 * i, offsets[1 + i]);
+    put(32 + 16 * i, static_cast<std::uint64_t>(parts[1 + i].view.len));
+  }
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (i > 0) std::memset(dst + offsets[i - 1] + parts[i - 1].view.len, 0,
+                           offsets[i] - offsets[i - 1] - static_cast<std::uint64_t>(parts[i - 1].view.len));
+    std::memcpy(dst + offsets[i], parts[i].view.buf, static_cast<std::size_t>(parts[i].view.len));
+  }
+  const std::uint64_t sum = isorun::serialization::checksum({dst, total});
+  sink.commit(total, sum, isorun::serialization::encoding::binary);
+  {
+    nb::gil_scoped_acquire locked;
+    parts.clear();
+  }
+  return nullptr;
+}
+
+void register_python_task() {
+  auto& registry = isorun::worker::registry::instance();
+  if (registry.find(python_task)) return;
+  isorun::worker::task_info info;
+  info.name = python_task;
+  info.arg_types = {"pickled call"};
+  info.result_type = "pickled value";
+  info.run_binary = run_python_task;
+  info.run_json = [](const std::string&, isorun::worker::result_sink&) {
+    throw std::invalid_argument("isorun.python takes a pickled call, not JSON");
+  };
+  registry.add(std::move(info));
+}
+
+/// The process's environment as the C library has it now: the assignment's variables (the
+/// GPUs, the cap) are set with setenv after the interpreter took its os.environ snapshot.
+nb::dict c_environment() {
+  nb::dict out;
+  for (char** e = environ; e && *e; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (!eq || eq == *e) continue;
+    out[nb::bytes(*e, static_cast<std::size_t>(eq - *e))] = nb::bytes(eq + 1);
+  }
+  return out;
+}
+
+/// Serves the assignment this interpreter was launched for, calling `entry` for the call, and
+/// exits the process: never returns.
+[[noreturn]] void serve(nb::callable entry) {
+  if (!isorun::is_worker_process()) throw isorun::usage_error("isorun._worker runs only as a worker that isorun launched");
+  ::unsetenv(isorun::serialization::env::worker.data());  // the function's own children are ordinary processes
+  python_entry = entry.release().ptr();
+  nb::gil_scoped_release unlocked;  // the protocol waits; the task takes the GIL back
+  isorun::detail::run_worker();
+}
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  m.doc() = "isorun's C++ runner inside Python: isolated calls (caller) and the worker protocol (worker).";
+  register_python_task();
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const isorun::usage_error& e) {
+      raise_python("UsageError", e.what());
+    } catch (const isorun::internal_error& e) {
+      raise_python("InternalError", e.what());
+    }
+  });
+
+  nb::class_<call_options>(m, "CallOptions")
+      .def(nb::init<>())
+      .def_rw("gpu", &call_options::gpu, nb::arg("gpu").none())
+      .def_rw("gpus", &call_options::gpus)
+      .def_rw("gpu_count", &call_options::gpu_count)
+      .def_rw("mem_limit", &call_options::mem_limit)
+      .def_rw("timeout_ms", &call_options::timeout_ms)
+      .def_rw("grace_ms", &call_options::grace_ms)
+      .def_rw("alloc_conf", &call_options::alloc_conf)
+      .def_rw("env", &call_options::env)
+      .def_rw("echo_stderr", &call_options::echo_stderr)
+      .def_rw("standby", &call_options::standby)
+      .def_rw("warm_context", &call_options::warm_context)
+      .def_rw("early_result", &call_options::early_result);
+
+  nb::class_<py_job>(m, "Job")
+      .def("wait", &py_job::wait, "timeout"_a = nb::none(),
+           "Waits for the worker's end (None: no limit); True once done. Ctrl-C stops the worker.")
+      .def("result", &py_job::result, "(outcome dict, payload array or None) of the finished call.")
+      .def("cancel", &py_job::cancel, "Stops the worker: SIGTERM, then SIGKILL after the grace period.")
+      .def_prop_ro("pid", &py_job::pid);
+
+  m.def("start", &start, "request"_a, "argv"_a, "launch_env"_a, "options"_a,
+        "Starts one isolated call of a pickled request in a fresh interpreter.");
+  m.def("fill_standby", &fill_standby, "argv"_a, "launch_env"_a, "options"_a,
+        "Launches the standby interpreters of such calls now; returns once they are launched.");
+  m.def("plan_slots", &plan_slots, "gpus"_a, "all_gpus"_a, "mem_limit"_a, "per_gpu"_a, "cpu_slots"_a,
+        "The slots of a batch: per slot its GPU indices (empty: CPU), and how they were decided.");
+  m.def("parse_size", &parse_size, "text"_a, "Bytes in '2G', '512M', '1.5GiB' or a plain count.");
+  m.def("parse_duration_ms", &parse_duration_ms, "text"_a, "Milliseconds in '30s', '10m', '250ms'.");
+  m.def("stop_standby", [] {
+    nb::gil_scoped_release unlocked;
+    isorun::stop_standby();
+  }, "Stops every standby worker and waits until they are gone.");
+  m.def("c_environment", &c_environment, "The environment as the C library has it now, as bytes.");
+  m.def("serve", &serve, "entry"_a, "The worker's main: serves its one call through `entry`; never returns.");
+}

@@ -1,0 +1,44 @@
+"""Shared checks for the isorun Python tests: every test leaves no worker process behind."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# The GPU inventory is read once per process, at the first call: the simulated one the C++ tests
+# use (no GPU needed), unless the environment names another.
+os.environ.setdefault("ISORUN_SIMULATE_GPUS", "1x16G")
+
+
+def _children() -> set[int]:
+    """The pids of this process's live children (workers are its children: exec'd, never
+    forked). A zombie has ended: reaping it is the runner's business, not a process left running."""
+    me = os.getpid()
+    out = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+        if int(ppid) == me and state not in ("Z", "X"):
+            out.add(int(entry))
+    return out
+
+
+@pytest.fixture(autouse=True)
+def no_worker_left_behind():
+    """After each test, no worker of it is still running (standby ones stopped first)."""
+    before = _children()
+    yield
+    import isorun
+    from isorun import _api
+
+    _api._wait_all()  # a cancelled call's worker may still be stopping
+    isorun.stop_standby()
+    left = _children() - before
+    assert not left, f"processes left behind: {sorted(left)}"

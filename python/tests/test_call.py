@@ -1,0 +1,69 @@
+"""Isolated calls of plain functions: each runs in a fresh interpreter and returns its value."""
+
+from __future__ import annotations
+
+import os
+import select
+
+import isorun
+
+
+def add(a, b):
+    return a + b
+
+
+def whoami():
+    return os.getpid(), os.getppid()
+
+
+def test_a_plain_function_returns_its_value():
+    assert isorun.isolated(add)(2, 3) == 5
+
+
+def test_each_call_runs_in_a_fresh_process_started_by_this_one():
+    f = isorun.isolated(whoami)
+    first, second = f(), f()
+    assert first[0] != os.getpid() and second[0] != os.getpid()
+    assert first[0] != second[0]
+    assert first[1] == second[1] == os.getpid()
+
+
+def test_the_decorator_takes_options_and_keyword_arguments():
+    @isorun.isolated(cpu=True, timeout="1m")
+    def scale(x, *, by):
+        return [v * by for v in x]
+
+    assert scale([1, 2], by=3) == [3, 6]
+
+
+def read_env(name):
+    return os.environ.get(name)
+
+
+def test_env_is_given_to_the_worker_and_overrides_what_it_inherits(monkeypatch):
+    monkeypatch.setenv("ISORUN_TEST_VARIABLE", "inherited")
+    assert isorun.isolated(read_env)("ISORUN_TEST_VARIABLE") == "inherited"
+    given = isorun.isolated(read_env, env={"ISORUN_TEST_VARIABLE": "given"})
+    assert given("ISORUN_TEST_VARIABLE") == "given"
+
+
+def gpu_env():
+    return os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get("CUDA_DEVICE_ORDER")
+
+
+def test_os_environ_shows_the_gpu_the_call_was_assigned():
+    # Assigned after the interpreter started: os.environ is brought up to date before the call.
+    assert isorun.isolated(gpu_env, gpu=0, mem_limit="1G")() == ("GPU-sim-0", "PCI_BUS_ID")
+    assert isorun.isolated(gpu_env)()[0] == ""
+
+
+def test_early_result_hands_the_value_over_before_the_worker_has_exited():
+    res = isorun.isolated(add, early_result=True).try_call(20, 22)
+    assert res.value == 42
+    assert res.outcome.ok
+    try:  # the worker exits behind the result, on its own
+        fd = os.pidfd_open(res.outcome.pid)
+    except ProcessLookupError:
+        return
+    select.select([fd], [], [])
+    os.close(fd)

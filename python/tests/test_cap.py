@@ -1,0 +1,81 @@
+"""The cap inside Python workers: under mem_limit on a GPU, libisorun_cuda_cap.so is preloaded
+into the worker, so what the function allocates through the CUDA driver is refused past the cap.
+Without a GPU this runs on the simulated inventory with the stand-in libcuda.so.1 of the C++
+tests (tests/helpers/fake_cuda.cpp)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import isorun
+
+FAKE_CUDA_DIR = os.environ.get("ISORUN_TEST_FAKE_CUDA_DIR", "")
+pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(FAKE_CUDA_DIR, "libcuda.so.1")),
+                                reason="the stand-in libcuda.so.1 (ISORUN_TEST_FAKE_CUDA_DIR) is not built")
+MiB = 1 << 20
+CUDA_ERROR_OUT_OF_MEMORY = 2
+
+
+def allocate_until_refused(block_mib):
+    """Allocates blocks through the driver API, as a framework would, until one is refused."""
+    import ctypes
+
+    cuda = ctypes.CDLL("libcuda.so.1")
+    assert cuda.cuInit(0) == 0
+    ctx = ctypes.c_void_p()
+    assert cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+    assert cuda.cuCtxSetCurrent(ctx) == 0
+    held = []
+    while True:
+        ptr = ctypes.c_ulonglong()
+        rc = cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(block_mib << 20))
+        if rc != 0:
+            return len(held), rc
+        held.append(ptr.value)
+
+
+def raise_memory_error_when_refused(block_mib):
+    blocks, rc = allocate_until_refused(block_mib)
+    raise MemoryError(f"CUDA out of memory after {blocks} blocks (error {rc})")
+
+
+def capped(fn, **options):
+    return isorun.isolated(fn, gpu=0, mem_limit="1G", env={"LD_LIBRARY_PATH": FAKE_CUDA_DIR}, **options)
+
+
+def test_driver_allocations_past_the_cap_get_out_of_memory():
+    res = capped(allocate_until_refused).try_call(256)
+    assert res.ok, res.outcome.describe()
+    blocks, rc = res.value
+    assert rc == CUDA_ERROR_OUT_OF_MEMORY
+    assert 1 <= blocks <= 4  # 1 GiB of 256 MiB blocks, less what the context is charged
+    cap = res.outcome.driver_cap
+    assert cap["limit"] == 1 << 30 and cap["refusals"] == 1 and cap["largest_refused"] == 256 * MiB
+    assert blocks * 256 * MiB <= cap["peak"] <= 1 << 30
+
+
+def test_the_framework_s_own_error_after_a_refusal_is_out_of_memory():
+    with pytest.raises(isorun.OutOfMemory, match="mem_limit") as info:
+        capped(raise_memory_error_when_refused)(128)
+    assert isinstance(info.value, MemoryError)
+    assert info.value.outcome.kind == "out_of_memory"
+    assert isinstance(info.value.__cause__, MemoryError)
+
+
+def test_without_the_cap_the_whole_device_is_there():
+    res = isorun.isolated(allocate_until_refused, gpu=0, env={"LD_LIBRARY_PATH": FAKE_CUDA_DIR}).try_call(1024)
+    assert res.outcome.driver_cap is None
+    blocks, rc = res.value
+    assert blocks > 1  # past 1 GiB: the stand-in's own memory ends it
+
+
+def test_a_standby_interpreter_is_capped_for_its_call():
+    f = capped(allocate_until_refused, standby=1)
+    f.warm_up()
+    for _ in range(2):  # each call its own cap: the first call's memory is not the second's
+        res = f.try_call(256)
+        blocks, rc = res.value
+        assert rc == CUDA_ERROR_OUT_OF_MEMORY and 1 <= blocks <= 4
+        assert res.outcome.driver_cap["refusals"] == 1
