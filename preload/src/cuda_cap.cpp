@@ -17,7 +17,9 @@
 // It fails closed: a process that loaded this library but cannot reach the cap (its variables
 // were removed before it loaded, the ledger cannot be opened, every slot is taken) has its
 // device allocations refused, and says why on stderr once. And it stays loaded down the process
-// tree: the variables it needs are read when it loads, before the program runs, and handed on to
+// tree: the variables it needs are read when it loads, before the program runs (or, if they were
+// not set then, at the first allocation: a standby Python worker gets its call's cap with the
+// call; one that was set at load cannot be changed afterwards), and handed on to
 // every program a process of the command starts through exec*() or posix_spawn*(), with itself
 // put back into LD_PRELOAD, so a child started with a clean environment is capped too. What it
 // does not stop (a program that sets out to escape) is said in cap_region.hpp.
@@ -88,7 +90,9 @@ constexpr const char* pinned_names[] = {cap::region_env, cap::terms_env, "ISORUN
 constexpr std::size_t pinned_count = std::size(pinned_names);
 
 struct load_time {
-  const char* entry[pinned_count] = {};  // "NAME=value" as it was at load, or null if unset
+  // "NAME=value" as it was at load, or as it was at the first allocation if it was not set at
+  // load (a standby interpreter gets its call's variables after it started); null while unset.
+  std::atomic<const char*> entry[pinned_count] = {};
   const char* self = nullptr;            // this library's path, as LD_PRELOAD names it
   using execve_t = int (*)(const char*, char* const*, char* const*);
   using fexecve_t = int (*)(int, char* const*, char* const*);
@@ -102,9 +106,15 @@ load_time loaded;
 
 [[nodiscard]] const char* value_of(const char* entry) { return entry ? std::strchr(entry, '=') + 1 : nullptr; }
 
-__attribute__((constructor)) void pin_at_load() {
+// Pins the variables that are set now and were not pinned yet.
+void pin_unset() {
   for (std::size_t i = 0; i < pinned_count; ++i)
-    if (const char* v = std::getenv(pinned_names[i])) loaded.entry[i] = ::strdup((std::string(pinned_names[i]) + "=" + v).c_str());
+    if (const char* v = std::getenv(pinned_names[i]); v && !loaded.entry[i].load())
+      loaded.entry[i] = ::strdup((std::string(pinned_names[i]) + "=" + v).c_str());
+}
+
+__attribute__((constructor)) void pin_at_load() {
+  pin_unset();
   Dl_info self{};
   if (::dladdr(reinterpret_cast<void*>(&pin_at_load), &self) && self.dli_fname) loaded.self = ::strdup(self.dli_fname);
   auto next = [](const char* name) { return real_dlsym()(RTLD_NEXT, name); };
@@ -168,7 +178,7 @@ void fill_env(char* const* envp, const env_plan& plan, char** out, char* buffer)
     if (!drop) out[k++] = envp[n];
   }
   for (std::size_t i = 0; i < pinned_count; ++i)
-    if (loaded.entry[i]) out[k++] = const_cast<char*>(loaded.entry[i]);
+    if (const char* e = loaded.entry[i].load()) out[k++] = const_cast<char*>(e);
   if (plan.buffer) {
     char* p = buffer;
     auto put = [&p](const char* s) { p = ::stpcpy(p, s); };
@@ -225,10 +235,11 @@ struct account {
   bool context_counted[cap::max_devices] = {};
 
   account() {
+    pin_unset();  // what was not there at load, if it is now
     const char* terms_path = value_of(loaded.entry[1]);
     const char* ledger_path = value_of(loaded.entry[0]);
     if (!terms_path || !ledger_path) {
-      refusal = std::string(cap::region_env) + " or " + cap::terms_env + " was not set when the cap library loaded";
+      refusal = std::string(cap::region_env) + " or " + cap::terms_env + " is not set";
       return;
     }
     const int tfd = ::open(terms_path, O_RDONLY | O_CLOEXEC);

@@ -50,7 +50,7 @@
 #include "isorun/runner/placement.hpp"
 #include "isorun/runner/standby.hpp"
 #include "isorun/runner/units.hpp"
-#include "isorun/preload/cap_region.hpp"
+#include "isorun/runner/driver_cap.hpp"
 #include "isorun/serialization/protocol.hpp"
 #include "isorun/serialization/shm_segment.hpp"
 #include "isorun/serialization/wire.hpp"
@@ -111,60 +111,20 @@ struct call_options {
   bool early_result = false;
 };
 
-/// The cap of one call's worker on the CUDA driver API: the region the preloaded cap library
-/// (libisorun_cuda_cap.so) of the worker and its descendants charge their device allocations
-/// to, as `isorun --mem-limit -- CMD` has it, so a framework inside the function (PyTorch, JAX,
-/// CuPy) sees the cap as the device's size and gets its own out-of-memory error past it. A
-/// memfd reachable as /proc/<this pid>/fd/<fd> while this process lives.
-class driver_cap {
- public:
-  explicit driver_cap(std::uint64_t limit)
-      : file_{isorun::serialization::shm_file::create(sizeof(isorun::preload::cap_region))} {
-    void* p = ::mmap(nullptr, sizeof(isorun::preload::cap_region), PROT_READ | PROT_WRITE, MAP_SHARED, file_.fd(), 0);
-    if (p == MAP_FAILED) throw isorun::internal_error(std::string("cannot map the cap region: ") + std::strerror(errno));
-    region_ = static_cast<isorun::preload::cap_region*>(p);  // zero-filled by the kernel: every count 0
-    region_->limit = limit;
-    region_->magic = isorun::preload::region_magic;
-  }
-  ~driver_cap() { ::munmap(region_, sizeof(isorun::preload::cap_region)); }
-  driver_cap(const driver_cap&) = delete;
-  driver_cap& operator=(const driver_cap&) = delete;
+/// The cap of one call's worker on the CUDA driver API is runner::driver_cap, as for
+/// `isorun --mem-limit -- CMD`: the preloaded cap library (libisorun_cuda_cap.so) of the worker
+/// and its descendants charge their device allocations to it, so a framework inside the function
+/// (PyTorch, JAX, CuPy) sees the cap as the device's size and gets its own out-of-memory error
+/// past it. Its variables reach the worker with the call (the request), not at exec: a standby
+/// interpreter is launched before its call, and the library takes them at its first allocation.
+using isorun::runner::driver_cap;
 
-  /// The call's variable naming its region. It reaches the worker with the call (the
-  /// request), not at exec: a standby interpreter is launched before its call. The library
-  /// opens the region at the first allocation it sees, which comes after.
-  [[nodiscard]] std::string region_variable() const {
-    return std::string(isorun::preload::region_env) + "=/proc/" + std::to_string(::getpid()) + "/fd/" +
-           std::to_string(file_.fd());
-  }
-
-  /// LD_PRELOAD with the cap library first: part of how a capped worker is launched.
-  static std::string preload_variable() {
-    std::string preload = library();
-    if (const char* other = std::getenv("LD_PRELOAD"); other && *other) preload += std::string(":") + other;
-    return "LD_PRELOAD=" + preload;
-  }
-
-  [[nodiscard]] std::uint64_t refusals() const noexcept { return region_->refusals(); }
-  [[nodiscard]] std::uint64_t largest_refused() const noexcept { return region_->largest_refused(); }
-  [[nodiscard]] std::uint64_t peak() const noexcept { return region_->peak(); }
-  [[nodiscard]] std::uint64_t limit() const noexcept { return region_->limit; }
-
-  /// The cap library, next to libisorun (where the CLI finds it too).
-  static std::string library() {
-    Dl_info info{};
-    if (!::dladdr(reinterpret_cast<void*>(&isorun::gpus), &info) || !info.dli_fname)
-      throw isorun::internal_error("cannot locate libisorun.so, next to which the cap library is");
-    const auto path = std::filesystem::path(info.dli_fname).parent_path() / isorun::preload::library_name;
-    if (!std::filesystem::exists(path))
-      throw isorun::internal_error(path.string() + " is missing, so mem_limit cannot be enforced; reinstall isorun");
-    return path.string();
-  }
-
- private:
-  isorun::serialization::shm_file file_;
-  isorun::preload::cap_region* region_ = nullptr;
-};
+/// LD_PRELOAD with the cap library first: part of how a capped worker is launched.
+std::string cap_preload_variable() {
+  std::string preload = driver_cap::library();
+  if (const char* other = std::getenv("LD_PRELOAD"); other && *other) preload += std::string(":") + other;
+  return "LD_PRELOAD=" + preload;
+}
 
 /// One isolated call in flight: a runner::job watched by a thread of its own (job::wait is what
 /// pumps the worker's stderr, reads its reports and enforces the timeout), waited on from
@@ -302,7 +262,7 @@ isorun::runner::job_spec python_job_spec(isorun::blob request, std::vector<std::
   auto placed = isorun::runner::place_job(isorun::gpus(), isorun::runner::gpu_request_for(opts), false, opts.mem_limit);
   // Under a cap on a GPU the worker runs with the driver-API cap library preloaded; its region
   // comes with the call (start()).
-  if (opts.mem_limit && !placed.empty()) opts.env.push_back(driver_cap::preload_variable());
+  if (opts.mem_limit && !placed.empty()) opts.env.push_back(cap_preload_variable());
   auto spec = isorun::runner::job_spec_for(python_task, isorun::serialization::encoding::binary, std::move(request),
                                            std::move(placed), opts);
   // argv[0] is the interpreter's own path: Python finds its prefix (and a venv) from it.
@@ -333,7 +293,7 @@ py_job start(nb::bytes request, std::vector<std::string> argv, std::vector<std::
   if (spec.mem_limit && !spec.gpus.empty()) {
     // The cap on the driver API, for whatever the function allocates on the device.
     cap = std::make_shared<driver_cap>(spec.mem_limit);
-    variables = cap->region_variable() + '\0';
+    for (const auto& v : cap->variables()) variables += v + '\0';
   }
   {
     nb::gil_scoped_acquire locked;  // the request is a Python object

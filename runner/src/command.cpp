@@ -1,10 +1,8 @@
 #include "isorun/runner/command.hpp"
 
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -14,12 +12,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 
 #include "isorun/preload/cap_region.hpp"
 #include "isorun/runner/command_shim.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/containment.hpp"
+#include "isorun/runner/driver_cap.hpp"
 #include "isorun/runner/process.hpp"
 #include "isorun/runner/unique_fd.hpp"
 #include "isorun/runner/units.hpp"
@@ -35,95 +33,11 @@ namespace {
 using clock = std::chrono::steady_clock;
 constexpr int shim_fd = serialization::control_fd;
 
-// A file installed next to libisorun.so (the cap library, the shim), or why it cannot be used.
-std::string beside_library(const char* name, const char* without_it) {
-  Dl_info info{};
-  if (!::dladdr(reinterpret_cast<void*>(&self_executable), &info) || !info.dli_fname)
-    throw internal_error(std::string("cannot locate libisorun.so, next to which ") + name + " is");
-  const auto path = std::filesystem::path(info.dli_fname).parent_path() / name;
-  if (!std::filesystem::exists(path))
-    throw internal_error(path.string() + " is missing, so " + without_it + "; reinstall isorun");
-  return path.string();
-}
-
-// The cap shared by the command's processes: its sealed terms and its ledger, two memfds
-// reachable from any of them as /proc/<this pid>/fd/<fd> while this process lives, and no longer
-// once it is gone (cap_region.hpp).
-class command_cap {
- public:
-  explicit command_cap(std::uint64_t limit)
-      : terms_{serialization::shm_file::create(sizeof(preload::cap_terms))},
-        ledger_file_{serialization::shm_file::create(bytes)} {
-    const preload::cap_terms terms{preload::terms_magic, limit, preload::default_slot_capacity};
-    if (::pwrite(terms_.fd(), &terms, sizeof terms, 0) != static_cast<ssize_t>(sizeof terms) || !terms_.seal())
-      throw internal_error(std::string("cannot write the cap's terms: ") + std::strerror(errno));
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, ledger_file_.fd(), 0);
-    if (p == MAP_FAILED) throw internal_error(std::string("cannot map the cap's ledger: ") + std::strerror(errno));
-    ledger_ = static_cast<preload::cap_ledger*>(p);  // zero-filled by the kernel: every count 0
-    ledger_->magic = preload::ledger_magic;
-    limit_ = limit;
-  }
-  ~command_cap() { ::munmap(ledger_, bytes); }
-  command_cap(const command_cap&) = delete;
-  command_cap& operator=(const command_cap&) = delete;
-
-  /// The variables that make the shim preload the cap library into the command.
-  [[nodiscard]] std::vector<std::string> environment() const {
-    const std::string proc = "/proc/" + std::to_string(::getpid()) + "/fd/";
-    return {std::string(preload::region_env) + "=" + proc + std::to_string(ledger_file_.fd()),
-            std::string(preload::terms_env) + "=" + proc + std::to_string(terms_.fd()),
-            std::string(preload::preload_env) + "=" + library()};
-  }
-
-  /// Whether the cap refused anything: an allocation, or a process a slot.
-  [[nodiscard]] bool refused() const noexcept { return ledger_->refusals() > 0 || ledger_->slotless.load() > 0; }
-
-  /// After the command: what the cap refused, in one line ("" if nothing). `gpus`: how many
-  /// devices the command had (the cap is per device, and so is the peak then).
-  [[nodiscard]] std::string report(std::size_t gpus) const {
-    const std::uint64_t refused = ledger_->refusals(), slotless = ledger_->slotless.load();
-    const std::string no_slot =
-        slotless ? std::to_string(slotless) + " process" + (slotless == 1 ? "" : "es") + " found all " +
-                       std::to_string(preload::default_slot_capacity) +
-                       " of the cap's process slots taken, so their CUDA allocations were refused"
-                 : "";
-    if (!refused) return no_slot.empty() ? "" : "the command's " + no_slot;
-    const std::uint64_t processes = ledger_->processes.load();
-    std::string where;
-    if (gpus > 1)
-      for (std::size_t d = 0; d < std::min(gpus, preload::max_devices); ++d)
-        if (const auto n = ledger_->devices[d].refusals.load())
-          where += std::string(where.empty() ? " (" : ", ") + std::to_string(n) + " on device " + std::to_string(d);
-    if (!where.empty()) where += ")";
-    return "the command reached its --mem-limit of " + format_size(limit_) + (gpus > 1 ? " per GPU" : "") + ": " +
-           std::to_string(refused) + " allocation" + (refused == 1 ? "" : "s") + " refused" + where + " (the largest " +
-           format_size(ledger_->largest_refused()) + "), peak " + format_size(ledger_->peak()) +
-           (gpus > 1 ? " on one GPU" : "") + " in " + std::to_string(processes) + " process" +
-           (processes == 1 ? "" : "es") + " with CUDA" + (no_slot.empty() ? "" : "; " + no_slot);
-  }
-
-  /// The highest any one device reached.
-  [[nodiscard]] std::uint64_t peak() const noexcept { return ledger_->peak(); }
-
-  /// The library next to libisorun.so.
-  static std::string library() {
-    return beside_library(preload::library_name,
-                          "--mem-limit cannot be enforced for a command (or pass --mem-limit-mode advisory)");
-  }
-
- private:
-  static constexpr std::size_t bytes = preload::cap_ledger::bytes_for(preload::default_slot_capacity);
-  serialization::shm_file terms_;
-  serialization::shm_file ledger_file_;
-  preload::cap_ledger* ledger_ = nullptr;
-  std::uint64_t limit_ = 0;
-};
-
 }  // namespace
 
 struct command::state {
   command_spec spec;
-  std::optional<command_cap> cap;
+  std::optional<driver_cap> cap;
   unique_fd report_read;  // the shim's report
   unique_fd cancel_read, cancel_write;  // one byte per cancel: the signal asked for
   unique_fd stderr_read;  // with stderr_tail_lines
@@ -179,8 +93,10 @@ std::unique_ptr<command> command::start(command_spec spec) {
   opts.args.insert(opts.args.end(), spec.argv.begin() + 1, spec.argv.end());
   opts.env = inherited_environment();
   for (auto& e : assignment_environment(spec.gpus, spec.mem_limit)) opts.env.push_back(std::move(e));
-  if (s->cap)
-    for (auto& e : s->cap->environment()) opts.env.push_back(std::move(e));
+  if (s->cap) {
+    for (auto& e : s->cap->variables()) opts.env.push_back(std::move(e));
+    opts.env.push_back(std::string(preload::preload_env) + "=" + driver_cap::library());
+  }
   for (const auto& e : spec.extra_env) opts.env.push_back(e);
   opts.fds = {{0, null_in ? null_in.get() : spec.stdin_fd},
               {1, spec.stdout_fd},
@@ -263,7 +179,7 @@ const command_result& command::wait() {
   o.stderr_tail = tail.lines();
   o.host_memory_peak = s.shim.memory_peak().value_or(0);
   if (s.cap) {
-    r.cap_report = s.cap->report(s.spec.gpus.size());
+    r.cap_report = s.cap->report("the command", "--mem-limit", s.spec.gpus.size());
     o.peak_reserved = s.cap->peak();
   }
   if (timed_out) {

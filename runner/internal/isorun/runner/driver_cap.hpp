@@ -1,0 +1,66 @@
+#pragma once
+/// @file driver_cap.hpp
+/// The supervisor's side of the cap on the CUDA driver API (preload/cap_region.hpp has the
+/// other side): the sealed terms and the shared ledger of one capped run, a `-- CMD` command or
+/// a Python call, and what to tell its processes so that the preloaded library
+/// (libisorun_cuda_cap.so) finds them. Both files are memfds reachable from those processes as
+/// /proc/<this pid>/fd/<fd> while this process lives, and no longer once it is gone.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "isorun/serialization/shm_segment.hpp"
+
+namespace isorun::preload {
+struct cap_ledger;
+}
+
+namespace isorun::runner {
+
+/// @brief A file installed next to libisorun.so (the cap library, the command shim).
+/// @param without_it what cannot work without the file, for the message.
+/// @throws internal_error if it is missing (a broken installation).
+std::string beside_library(const char* name, const char* without_it);
+
+/// One run's cap on the driver API: `limit` bytes on each device, for all its processes together.
+class driver_cap {
+ public:
+  /// @brief Creates and seals the terms, and an empty ledger.
+  /// @throws internal_error if the files cannot be created or sealed (out of memory).
+  explicit driver_cap(std::uint64_t limit);
+  ~driver_cap();
+  driver_cap(const driver_cap&) = delete;
+  driver_cap& operator=(const driver_cap&) = delete;
+
+  /// The variables naming the ledger and the terms ("NAME=/proc/PID/fd/N"), for the processes
+  /// under the cap; the library reads them when it loads, or at its first allocation if they
+  /// came later (a standby interpreter gets them with its call).
+  [[nodiscard]] std::vector<std::string> variables() const;
+
+  /// The cap library's path. @throws internal_error if it is missing.
+  static std::string library();
+
+  [[nodiscard]] std::uint64_t limit() const noexcept { return limit_; }
+  /// Whether the cap refused anything: an allocation, or a process a slot.
+  [[nodiscard]] bool refused() const noexcept;
+  [[nodiscard]] std::uint64_t refusals() const noexcept;
+  [[nodiscard]] std::uint64_t largest_refused() const noexcept;
+  /// The highest any one device reached.
+  [[nodiscard]] std::uint64_t peak() const noexcept;
+
+  /// @brief What the cap refused, in one line ("" if nothing).
+  /// @param what the run, as the line names it ("the command").
+  /// @param option how the user set the cap ("--mem-limit").
+  /// @param gpus how many devices the run had (the cap is per device, and so is the peak then).
+  [[nodiscard]] std::string report(const std::string& what, const std::string& option, std::size_t gpus) const;
+
+ private:
+  serialization::shm_file terms_;
+  serialization::shm_file ledger_file_;
+  preload::cap_ledger* ledger_ = nullptr;
+  std::uint64_t limit_ = 0;
+};
+
+}  // namespace isorun::runner
