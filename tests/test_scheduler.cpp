@@ -17,10 +17,10 @@
 
 #include "isorun/sweep/journal.hpp"
 #include "isorun/sweep/run.hpp"
-#include "journal_writer.hpp"
-#include "scheduler.hpp"
-#include "stop_source.hpp"
-#include "trial_backend.hpp"
+#include "isorun/sweep/journal_writer.hpp"
+#include "isorun/sweep/scheduler.hpp"
+#include "isorun/sweep/stop_source.hpp"
+#include "isorun/sweep/trial_backend.hpp"
 
 namespace fs = std::filesystem;
 namespace sw = isorun::sweep;

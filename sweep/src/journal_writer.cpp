@@ -1,4 +1,4 @@
-#include "journal_writer.hpp"
+#include "isorun/sweep/journal_writer.hpp"
 
 namespace isorun::sweep {
 

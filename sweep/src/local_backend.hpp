@@ -21,7 +21,7 @@
 #include "isorun/runner/job.hpp"
 #include "isorun/runner/standby.hpp"
 #include "isorun/sweep/run.hpp"
-#include "trial_backend.hpp"
+#include "isorun/sweep/trial_backend.hpp"
 
 namespace isorun::runner {
 class command;

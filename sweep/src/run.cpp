@@ -27,12 +27,12 @@
 #include "isorun/sweep/report.hpp"
 #include "isorun/sweep/slurm.hpp"
 #include "isorun/worker/task.hpp"
-#include "journal_writer.hpp"
+#include "isorun/sweep/journal_writer.hpp"
 #include "local_backend.hpp"
 #include "progress.hpp"
-#include "scheduler.hpp"
+#include "isorun/sweep/scheduler.hpp"
 #include "slurm_backend.hpp"
-#include "stop_source.hpp"
+#include "isorun/sweep/stop_source.hpp"
 
 namespace isorun::sweep {
 

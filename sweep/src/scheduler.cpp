@@ -1,7 +1,7 @@
 // The scheduler: one loop on the caller's thread starts trials; the backend's threads report
 // their ends, which are settled under the scheduler's lock and wake the loop. The backend is
 // only ever called without that lock held, so it may call back at any time.
-#include "scheduler.hpp"
+#include "isorun/sweep/scheduler.hpp"
 
 #include <algorithm>
 

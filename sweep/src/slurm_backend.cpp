@@ -48,7 +48,8 @@ std::vector<trial> slurm_backend::begin(trial_sink& sink) {
           for (std::size_t i : t)
             if (attempt_.emplace(i, 1).second && i < setup_.spec->trials.size()) adopted.push_back(make_trial(i));
       }
-    save_jobs();
+    std::error_code ec;
+    if (fs::is_directory(dir_, ec)) save_jobs();  // without the arrays no longer in Slurm's queue
   }
   // Records left by arrays that ended while no one was following (detached, killed).
   if (auto left = merge(); !left.empty()) sink_->on_finished(std::move(left));
@@ -206,12 +207,21 @@ std::vector<finished_trial> slurm_backend::check_ended() {
       auto gone = lost(sub);
       out.insert(out.end(), std::make_move_iterator(gone.begin()), std::make_move_iterator(gone.end()));
     } catch (const usage_error&) {
+      // Nothing is retried: every array is cancelled and forgotten, its trials end cancelled.
+      const std::exception_ptr error = std::current_exception();
       {
         std::lock_guard lock(mutex_);
         for (const auto& [job, other] : inflight_) slurm::cancel(job);
       }
+      auto rest = cancelled_rest();
+      out.insert(out.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
+      {
+        std::lock_guard lock(mutex_);
+        inflight_.clear();
+        save_jobs();
+      }
+      sink_->on_error(error);  // first: the sweep stops before anything could be retried
       if (!out.empty()) sink_->on_finished(std::move(out));
-      sink_->on_error(std::current_exception());  // the scheduler cancels the rest
       return {};
     }
     std::lock_guard lock(mutex_);

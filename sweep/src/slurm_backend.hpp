@@ -19,7 +19,7 @@
 
 #include "isorun/sweep/run.hpp"
 #include "isorun/sweep/slurm.hpp"
-#include "trial_backend.hpp"
+#include "isorun/sweep/trial_backend.hpp"
 
 namespace isorun::sweep {
 

@@ -1,6 +1,6 @@
 // The stop source: request_stop() counts a request and writes a byte to a pipe (all it may do in
 // a signal handler); a watcher thread reads the pipe and passes the request on.
-#include "stop_source.hpp"
+#include "isorun/sweep/stop_source.hpp"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -1,6 +1,7 @@
 #pragma once
-// A sweep's one stop source: request_stop() (Ctrl-C) and nothing else asks a sweep to stop from
-// outside. Signals are process-wide, so its state is too: one stop_source lives at a time.
+/// @file stop_source.hpp
+/// A sweep's one stop source: request_stop() (Ctrl-C) and nothing else asks a sweep to stop from
+/// outside. Signals are process-wide, so its state is too: one stop_source lives at a time.
 
 #include <atomic>
 #include <functional>

@@ -1,7 +1,8 @@
 #pragma once
-// The one writer of a sweep's final records, on a thread of its own: the trials that end hand
-// their records over and take their next trial at once; the writer makes each batch durable
-// with one fsync (a group commit). A trial counts as done only once its record is durable.
+/// @file journal_writer.hpp
+/// The one writer of a sweep's final records, on a thread of its own: the trials that end hand
+/// their records over and take their next trial at once; the writer makes each batch durable
+/// with one fsync (a group commit). A trial counts as done only once its record is durable.
 
 #include <condition_variable>
 #include <exception>

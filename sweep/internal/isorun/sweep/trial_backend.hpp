@@ -1,8 +1,9 @@
 #pragma once
-// Where a sweep's trials run, as the scheduler sees it: a backend starts attempts of trials the
-// scheduler hands it, stops one or all of them when told, and hands every attempt's end (and
-// any intermediate report) to one sink. What to run next, whether to retry, and when to stop
-// are the scheduler's; how a trial runs (a worker on a slot, a Slurm array task) the backend's.
+/// @file trial_backend.hpp
+/// Where a sweep's trials run, as the scheduler sees it: a backend starts attempts of trials the
+/// scheduler hands it, stops one or all of them when told, and hands every attempt's end (and
+/// any intermediate report) to one sink. What to run next, whether to retry, and when to stop
+/// are the scheduler's; how a trial runs (a worker on a slot, a Slurm array task) the backend's.
 
 #include <cstddef>
 #include <cstdint>

@@ -1,8 +1,9 @@
 #pragma once
-// The sweep's scheduler: it owns the queue of trials, starts them on a backend as lanes come
-// free, and decides what an attempt's end means: a retry (the spec's retries per outcome class),
-// a final record for the journal writer, or a stop of the whole sweep (fail-fast, a metric the
-// results lack, a backend or journal failure, a stop request). Backends only run attempts.
+/// @file scheduler.hpp
+/// The sweep's scheduler: it owns the queue of trials, starts them on a backend as lanes come
+/// free, and decides what an attempt's end means: a retry (the spec's retries per outcome class),
+/// a final record for the journal writer, or a stop of the whole sweep (fail-fast, a metric the
+/// results lack, a backend or journal failure, a stop request). Backends only run attempts.
 
 #include <cstddef>
 #include <cstdint>
@@ -19,9 +20,9 @@
 #include <nlohmann/json.hpp>
 
 #include "isorun/sweep/spec.hpp"
-#include "journal_writer.hpp"
-#include "stop_source.hpp"
-#include "trial_backend.hpp"
+#include "isorun/sweep/journal_writer.hpp"
+#include "isorun/sweep/stop_source.hpp"
+#include "isorun/sweep/trial_backend.hpp"
 
 namespace isorun::sweep {
 
