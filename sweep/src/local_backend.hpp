@@ -3,6 +3,10 @@
 // command) on the lane's slot, or on GPUs taken from a runner::gpu_packer when trials span
 // GPUs; standby workers, one pool per GPU, launched ahead so that attempts do not wait for
 // process starts. Also what a Slurm array task runs its share of trials on.
+//
+// Intermediate reports: none yet. A worker or a command has no channel for them today, so this
+// backend never calls trial_sink::on_report; stop(trial) works already (it cancels the attempt),
+// so early stopping needs only a producer of reports here, not a change of the interface.
 
 #include <chrono>
 #include <condition_variable>

@@ -255,7 +255,8 @@ namespace {
 // Returns what sweep.json then holds (not written on a Slurm node: that is not a run).
 json record_run(const sweep_run::state& st, bool node);
 
-// The local backend for the trials of `st` (also a Slurm array task's).
+// Where the trials of `st` run: Slurm job arrays for a submitter, slots here otherwise (a Slurm
+// array task's share of the trials too).
 std::unique_ptr<trial_backend> make_backend(const sweep_run::state& st, int run, clock::time_point run_start);
 
 // After a run that was neither a node's nor detached: the records in spec order, results.csv,
