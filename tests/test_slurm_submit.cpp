@@ -1,6 +1,6 @@
 // Submitting to Slurm without a cluster: a stand-in sbatch on PATH records the command line and
 // the batch script it is given, so what reaches Slurm, and what never may, is checked exactly.
-// (The `slurm`-labelled cases in test_sweep.cpp run the same path on a real test cluster.)
+// (The `slurm`-labelled cases in test_sweep_slurm.cpp run the same path on a real test cluster.)
 #include <catch2/catch.hpp>
 
 #include <stdlib.h>

@@ -181,22 +181,9 @@ sweep_spec parse_spec(const std::string& text, const std::string& source) {
 }
 
 namespace {
-sweep_spec parse_yaml(const std::string& text) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    throw spec_error("line " + std::to_string(e.mark.line + 1) + ": malformed YAML: " + e.msg, e.mark.line + 1);
-  }
-  if (!root.IsMap()) throw spec_error("a sweep spec is a YAML mapping (task:, params:, ...)", 1);
-  sweep_spec s;
-  static const std::set<std::string> known = {"task",   "command",   "metric", "params", "zip",
-                                              "random", "resources", "policy", "out"};
-  for (const auto& kv : root)
-    if (!known.count(kv.first.Scalar()))
-      fail(kv.first, "unknown key '" + kv.first.Scalar() + "'" +
-                         did_you_mean(kv.first.Scalar(), {known.begin(), known.end()}) +
-                         "; known: task, command, metric, params, zip, random, resources, policy, out");
+
+// task: or command:
+void parse_subject(const YAML::Node& root, sweep_spec& s) {
   if (root["task"] && root["command"]) fail(root["command"], "give task: or command:, not both");
   if (auto c = root["command"]) {
     // A list of words, or one line split at spaces (no shell quoting: use the list for that).
@@ -218,107 +205,130 @@ sweep_spec parse_yaml(const std::string& text) {
       fail(root, "the spec needs task: NAME (a registered task) or command: [PROGRAM, ARGS...]");
     s.task = root["task"].Scalar();
   }
+}
 
-  if (auto m = root["metric"]) {
-    s.metric.line = line_of(m);
-    if (m.IsScalar()) {
-      s.metric.name = m.Scalar();
-    } else {
-      if (!m.IsMap()) fail(m, "metric: is a name, or {name: ..., goal: maximize|minimize}");
-      if (!m["name"]) fail(m, "metric needs name:");
-      s.metric.name = m["name"].Scalar();
-      if (auto g = m["goal"]) {
-        if (g.Scalar() != "maximize" && g.Scalar() != "minimize") fail(g, "metric goal is maximize or minimize");
-        s.metric.maximize = g.Scalar() == "maximize";
-      }
+// metric: a name, or {name:, goal:}
+void parse_metric(const YAML::Node& m, sweep_spec& s) {
+  s.metric.line = line_of(m);
+  if (m.IsScalar()) {
+    s.metric.name = m.Scalar();
+  } else {
+    if (!m.IsMap()) fail(m, "metric: is a name, or {name: ..., goal: maximize|minimize}");
+    if (!m["name"]) fail(m, "metric needs name:");
+    s.metric.name = m["name"].Scalar();
+    if (auto g = m["goal"]) {
+      if (g.Scalar() != "maximize" && g.Scalar() != "minimize") fail(g, "metric goal is maximize or minimize");
+      s.metric.maximize = g.Scalar() == "maximize";
     }
   }
+}
 
-  std::vector<std::pair<std::string, std::vector<json>>> dims;
+// Parameter names, each given once, and the line where each is.
+struct param_names {
+  sweep_spec& s;
   std::set<std::string> names;
-  auto claim = [&](const YAML::Node& at, const std::string& name) {
+  void claim(const YAML::Node& at, const std::string& name) {
     if (!names.insert(name).second) fail(at, "parameter '" + name + "' is given twice");
     s.param_lines[name] = line_of(at);
-  };
-  if (auto p = root["params"]) {
-    if (!p.IsMap()) fail(p, "params: is a mapping of parameter names");
-    for (const auto& kv : p) {
-      claim(kv.first, kv.first.Scalar());
-      dims.emplace_back(kv.first.Scalar(), grid_values(kv.first.Scalar(), kv.second));
-    }
   }
-  std::vector<json> trials{json::object()};
-  cartesian(trials, dims);
+};
 
-  if (auto z = root["zip"]) {
-    if (!z.IsSequence()) fail(z, "zip: is a list of groups, each {name: [values], ...}");
-    for (const auto& group : z) {
-      if (!group.IsMap() || group.size() == 0) fail(group, "a zip group maps names to equally long lists");
-      std::size_t len = 0;
-      std::vector<std::pair<std::string, std::vector<json>>> cols;
-      for (const auto& kv : group) {
-        claim(kv.first, kv.first.Scalar());
-        if (!kv.second.IsSequence() || kv.second.size() == 0) fail(kv.second, "zip parameter '" + kv.first.Scalar() + "' needs a non-empty list");
-        if (len && kv.second.size() != len)
-          fail(kv.second, "zip parameter '" + kv.first.Scalar() + "' has " + std::to_string(kv.second.size()) +
-                              " values, others in its group have " + std::to_string(len));
-        len = kv.second.size();
-        cols.emplace_back(kv.first.Scalar(), grid_values(kv.first.Scalar(), kv.second));
-      }
-      std::vector<json> next;
-      for (const auto& t : trials)
-        for (std::size_t i = 0; i < len; ++i) {
-          json u = t;
-          for (const auto& [name, values] : cols) u[name] = values[i];
-          next.push_back(std::move(u));
-        }
-      trials = std::move(next);
-    }
-  }
-
-  if (auto r = root["random"]) {
-    if (!r.IsMap()) fail(r, "random: is a mapping: {count: N, seed: S, params: {...}}");
-    if (!r["count"] || !r["params"] || !r["params"].IsMap()) fail(r, "random: needs count: and params:");
-    const double count = number(r["count"], "random count");
-    if (count < 1 || count != std::floor(count) || count > 100000) fail(r["count"], "random count must be a whole number from 1");
-    const std::uint64_t seed = r["seed"] ? static_cast<std::uint64_t>(number(r["seed"], "random seed")) : 0;
-    std::vector<std::pair<std::string, YAML::Node>> draws;
-    for (const auto& kv : r["params"]) {
-      claim(kv.first, kv.first.Scalar());
-      const auto& d = kv.second;
-      if (!d.IsMap() || !(d["uniform"] || d["loguniform"] || d["choice"]))
-        fail(d, "random parameter '" + kv.first.Scalar() + "' needs uniform: [a, b], loguniform: [a, b] or choice: [...]");
-      if (d["uniform"]) bounds(d["uniform"], "uniform");
-      if (d["loguniform"] && bounds(d["loguniform"], "loguniform").first <= 0) fail(d, "loguniform needs positive bounds");
-      if (d["choice"] && (!d["choice"].IsSequence() || d["choice"].size() == 0)) fail(d, "choice needs a non-empty list");
-      draws.emplace_back(kv.first.Scalar(), d);
+// zip: each group's lists advance together, crossed with `trials`.
+void zip_trials(const YAML::Node& z, param_names& names, std::vector<json>& trials) {
+  if (!z.IsSequence()) fail(z, "zip: is a list of groups, each {name: [values], ...}");
+  for (const auto& group : z) {
+    if (!group.IsMap() || group.size() == 0) fail(group, "a zip group maps names to equally long lists");
+    std::size_t len = 0;
+    std::vector<std::pair<std::string, std::vector<json>>> cols;
+    for (const auto& kv : group) {
+      names.claim(kv.first, kv.first.Scalar());
+      if (!kv.second.IsSequence() || kv.second.size() == 0) fail(kv.second, "zip parameter '" + kv.first.Scalar() + "' needs a non-empty list");
+      if (len && kv.second.size() != len)
+        fail(kv.second, "zip parameter '" + kv.first.Scalar() + "' has " + std::to_string(kv.second.size()) +
+                            " values, others in its group have " + std::to_string(len));
+      len = kv.second.size();
+      cols.emplace_back(kv.first.Scalar(), grid_values(kv.first.Scalar(), kv.second));
     }
     std::vector<json> next;
-    std::mt19937_64 rng(seed);
-    std::uniform_real_distribution<double> u01(0.0, 1.0);
-    for (int i = 0; i < static_cast<int>(count); ++i) {
-      json drawn = json::object();
-      for (const auto& [name, d] : draws) {
-        if (d["uniform"]) {
-          auto [lo, hi] = bounds(d["uniform"], "uniform");
-          drawn[name] = lo + u01(rng) * (hi - lo);
-        } else if (d["loguniform"]) {
-          auto [lo, hi] = bounds(d["loguniform"], "loguniform");
-          drawn[name] = std::exp(std::log(lo) + u01(rng) * (std::log(hi) - std::log(lo)));
-        } else {
-          drawn[name] = to_json(d["choice"][static_cast<std::size_t>(rng() % d["choice"].size())]);
-        }
-      }
-      for (const auto& t : trials) {
+    for (const auto& t : trials)
+      for (std::size_t i = 0; i < len; ++i) {
         json u = t;
-        u.update(drawn);
+        for (const auto& [name, values] : cols) u[name] = values[i];
         next.push_back(std::move(u));
       }
-    }
     trials = std::move(next);
   }
-  s.trials = std::move(trials);
+}
 
+// random: `count` draws, each crossed with `trials`.
+void random_trials(const YAML::Node& r, param_names& names, std::vector<json>& trials) {
+  if (!r.IsMap()) fail(r, "random: is a mapping: {count: N, seed: S, params: {...}}");
+  if (!r["count"] || !r["params"] || !r["params"].IsMap()) fail(r, "random: needs count: and params:");
+  const double count = number(r["count"], "random count");
+  if (count < 1 || count != std::floor(count) || count > 100000) fail(r["count"], "random count must be a whole number from 1");
+  const std::uint64_t seed = r["seed"] ? static_cast<std::uint64_t>(number(r["seed"], "random seed")) : 0;
+  std::vector<std::pair<std::string, YAML::Node>> draws;
+  for (const auto& kv : r["params"]) {
+    names.claim(kv.first, kv.first.Scalar());
+    const auto& d = kv.second;
+    if (!d.IsMap() || !(d["uniform"] || d["loguniform"] || d["choice"]))
+      fail(d, "random parameter '" + kv.first.Scalar() + "' needs uniform: [a, b], loguniform: [a, b] or choice: [...]");
+    if (d["uniform"]) bounds(d["uniform"], "uniform");
+    if (d["loguniform"] && bounds(d["loguniform"], "loguniform").first <= 0) fail(d, "loguniform needs positive bounds");
+    if (d["choice"] && (!d["choice"].IsSequence() || d["choice"].size() == 0)) fail(d, "choice needs a non-empty list");
+    draws.emplace_back(kv.first.Scalar(), d);
+  }
+  std::vector<json> next;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u01(0.0, 1.0);
+  for (int i = 0; i < static_cast<int>(count); ++i) {
+    json drawn = json::object();
+    for (const auto& [name, d] : draws) {
+      if (d["uniform"]) {
+        auto [lo, hi] = bounds(d["uniform"], "uniform");
+        drawn[name] = lo + u01(rng) * (hi - lo);
+      } else if (d["loguniform"]) {
+        auto [lo, hi] = bounds(d["loguniform"], "loguniform");
+        drawn[name] = std::exp(std::log(lo) + u01(rng) * (std::log(hi) - std::log(lo)));
+      } else {
+        drawn[name] = to_json(d["choice"][static_cast<std::size_t>(rng() % d["choice"].size())]);
+      }
+    }
+    for (const auto& t : trials) {
+      json u = t;
+      u.update(drawn);
+      next.push_back(std::move(u));
+    }
+  }
+  trials = std::move(next);
+}
+
+// One of Slurm's settings (partition, account, time, extra, gpus_per_node, trials_per_task,
+// max_running) into `sl`.
+void parse_slurm_setting(const std::string& k, const YAML::Node& v, slurm_spec& sl) {
+  // Checked as parsed, not as written: a YAML escape ("\n") is a newline only now.
+  auto setting = [&](const YAML::Node& n) {
+    if (!n.IsScalar()) fail(n, k + " is text");
+    if (const std::string why = slurm::setting_problem(k, n.Scalar()); !why.empty()) fail(n, why);
+    return n.Scalar();
+  };
+  if (k == "partition") sl.partition = setting(v);
+  else if (k == "account") sl.account = setting(v);
+  else if (k == "time") sl.time = setting(v);
+  else if (k == "extra") {
+    if (!v.IsSequence()) fail(v, "extra is a list of sbatch options, e.g. [\"--qos=long\"]");
+    for (const auto& e : v) sl.extra.push_back(setting(e));
+  } else {
+    const double n = number(v, k);
+    if (n < (k == "max_running" || k == "gpus_per_node" ? 0 : 1) || n != static_cast<int>(n))
+      fail(v, k + " must be a whole number" + (k == "trials_per_task" ? ", at least 1" : ", 0 or more"));
+    (k == "gpus_per_node" ? sl.gpus_per_node : k == "trials_per_task" ? sl.trials_per_task : sl.max_running) =
+        static_cast<int>(n);
+  }
+}
+
+// resources:
+void parse_resources(const YAML::Node& root, sweep_spec& s) {
   slurm_spec slurm_settings;
   int slurm_setting_line = 0;
   if (auto res = root["resources"]) {
@@ -359,26 +369,7 @@ sweep_spec parse_yaml(const std::string& text) {
         } else if (k == "partition" || k == "account" || k == "time" || k == "gpus_per_node" || k == "trials_per_task" ||
                    k == "max_running" || k == "extra") {
           // Slurm's settings; they mean something only with backend: slurm (checked below).
-          auto& sl = slurm_settings;
-          // Checked as parsed, not as written: a YAML escape ("\n") is a newline only now.
-          auto setting = [&](const YAML::Node& n) {
-            if (!n.IsScalar()) fail(n, k + " is text");
-            if (const std::string why = slurm::setting_problem(k, n.Scalar()); !why.empty()) fail(n, why);
-            return n.Scalar();
-          };
-          if (k == "partition") sl.partition = setting(v);
-          else if (k == "account") sl.account = setting(v);
-          else if (k == "time") sl.time = setting(v);
-          else if (k == "extra") {
-            if (!v.IsSequence()) fail(v, "extra is a list of sbatch options, e.g. [\"--qos=long\"]");
-            for (const auto& e : v) sl.extra.push_back(setting(e));
-          } else {
-            const double n = number(v, k);
-            if (n < (k == "max_running" || k == "gpus_per_node" ? 0 : 1) || n != static_cast<int>(n))
-              fail(v, k + " must be a whole number" + (k == "trials_per_task" ? ", at least 1" : ", 0 or more"));
-            (k == "gpus_per_node" ? sl.gpus_per_node : k == "trials_per_task" ? sl.trials_per_task : sl.max_running) =
-                static_cast<int>(n);
-          }
+          parse_slurm_setting(k, v, slurm_settings);
           slurm_setting_line = slurm_setting_line ? slurm_setting_line : line_of(kv.first);
         } else if (k == "gpus_per_trial") {
           s.gpus_per_trial_line = line_of(v);
@@ -414,37 +405,76 @@ sweep_spec parse_yaml(const std::string& text) {
                          "add backend: slurm to resources",
                      slurm_setting_line);
   }
-  if (auto pol = root["policy"]) {
-    if (!pol.IsMap()) fail(pol, "policy: is a mapping (timeout:, retries:, fail_fast:)");
-    for (const auto& kv : pol) {
-      const std::string k = kv.first.Scalar();
-      const auto& v = kv.second;
-      if (k == "timeout") {
-        try {
-          s.timeout = parse_duration(v.Scalar());
-        } catch (const parse_error& e) {
-          fail(v, e.what());
-        }
-      } else if (k == "fail_fast") {
-        s.fail_fast = v.Scalar() == "true";
-      } else if (k == "retries") {
-        if (!v.IsMap()) fail(v, "retries maps outcome classes to counts, e.g. {crashed: 2, timeout: 1}");
-        for (const auto& r : v) {
-          const std::string cls = r.first.Scalar();
-          if (cls == "out_of_memory")
-            fail(r.first, "out_of_memory is never retried at the same cap (it would fail again); raise mem_limit instead");
-          if (cls != "crashed" && cls != "timeout" && cls != "invalid_result" && cls != "task_error")
-            fail(r.first, "retries: unknown outcome class '" + cls + "' (crashed, timeout, invalid_result, task_error)");
-          const double n = number(r.second, "retries");
-          if (n < 0 || n > 100 || n != std::floor(n)) fail(r.second, "retries must be a whole number 0..100");
-          s.retries[cls] = static_cast<int>(n);
-        }
-      } else {
-        fail(kv.first, "unknown policy '" + k + "'" + did_you_mean(k, {"timeout", "retries", "fail_fast"}) +
-                           "; known: timeout, retries, fail_fast");
+}
+
+// policy:
+void parse_policy(const YAML::Node& pol, sweep_spec& s) {
+  if (!pol.IsMap()) fail(pol, "policy: is a mapping (timeout:, retries:, fail_fast:)");
+  for (const auto& kv : pol) {
+    const std::string k = kv.first.Scalar();
+    const auto& v = kv.second;
+    if (k == "timeout") {
+      try {
+        s.timeout = parse_duration(v.Scalar());
+      } catch (const parse_error& e) {
+        fail(v, e.what());
       }
+    } else if (k == "fail_fast") {
+      s.fail_fast = v.Scalar() == "true";
+    } else if (k == "retries") {
+      if (!v.IsMap()) fail(v, "retries maps outcome classes to counts, e.g. {crashed: 2, timeout: 1}");
+      for (const auto& r : v) {
+        const std::string cls = r.first.Scalar();
+        if (cls == "out_of_memory")
+          fail(r.first, "out_of_memory is never retried at the same cap (it would fail again); raise mem_limit instead");
+        if (cls != "crashed" && cls != "timeout" && cls != "invalid_result" && cls != "task_error")
+          fail(r.first, "retries: unknown outcome class '" + cls + "' (crashed, timeout, invalid_result, task_error)");
+        const double n = number(r.second, "retries");
+        if (n < 0 || n > 100 || n != std::floor(n)) fail(r.second, "retries must be a whole number 0..100");
+        s.retries[cls] = static_cast<int>(n);
+      }
+    } else {
+      fail(kv.first, "unknown policy '" + k + "'" + did_you_mean(k, {"timeout", "retries", "fail_fast"}) +
+                         "; known: timeout, retries, fail_fast");
     }
   }
+}
+
+sweep_spec parse_yaml(const std::string& text) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw spec_error("line " + std::to_string(e.mark.line + 1) + ": malformed YAML: " + e.msg, e.mark.line + 1);
+  }
+  if (!root.IsMap()) throw spec_error("a sweep spec is a YAML mapping (task:, params:, ...)", 1);
+  sweep_spec s;
+  static const std::set<std::string> known = {"task",   "command",   "metric", "params", "zip",
+                                              "random", "resources", "policy", "out"};
+  for (const auto& kv : root)
+    if (!known.count(kv.first.Scalar()))
+      fail(kv.first, "unknown key '" + kv.first.Scalar() + "'" +
+                         did_you_mean(kv.first.Scalar(), {known.begin(), known.end()}) +
+                         "; known: task, command, metric, params, zip, random, resources, policy, out");
+  parse_subject(root, s);
+  if (auto m = root["metric"]) parse_metric(m, s);
+
+  param_names names{s, {}};
+  std::vector<std::pair<std::string, std::vector<json>>> dims;
+  if (auto p = root["params"]) {
+    if (!p.IsMap()) fail(p, "params: is a mapping of parameter names");
+    for (const auto& kv : p) {
+      names.claim(kv.first, kv.first.Scalar());
+      dims.emplace_back(kv.first.Scalar(), grid_values(kv.first.Scalar(), kv.second));
+    }
+  }
+  std::vector<json> trials{json::object()};
+  cartesian(trials, dims);
+  if (auto z = root["zip"]) zip_trials(z, names, trials);
+  if (auto r = root["random"]) random_trials(r, names, trials);
+  s.trials = std::move(trials);
+  parse_resources(root, s);
+  if (auto pol = root["policy"]) parse_policy(pol, s);
   if (auto o = root["out"]) s.out = o.Scalar();
   if (s.trials.empty()) fail(root, "the spec expands to no trials");
   return s;

@@ -1,0 +1,104 @@
+#pragma once
+/// @file scheduler.hpp
+/// The sweep's scheduler: it owns the queue of trials, starts them on a backend as lanes come
+/// free, and decides what an attempt's end means: a retry (the spec's retries per outcome class),
+/// a final record for the journal writer, or a stop of the whole sweep (fail-fast, a metric the
+/// results lack, a backend or journal failure, a stop request). Backends only run attempts.
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "isorun/sweep/spec.hpp"
+#include "isorun/sweep/journal_writer.hpp"
+#include "isorun/sweep/stop_source.hpp"
+#include "isorun/sweep/trial_backend.hpp"
+
+namespace isorun::sweep {
+
+/// How the scheduler decides, beyond the spec's retries, fail_fast and metric.
+struct scheduler_options {
+  /// The metric was checked against the task's result type up front; otherwise the first
+  /// success decides whether its result has it.
+  bool metric_checked = false;
+  /// A Slurm array task: a stop there is Slurm's scancel, which signals every process of the
+  /// task, so an attempt that did not succeed after a stop request ended with the stop.
+  bool stop_fails_as_cancelled = false;
+  /// Early stopping's hook: whether a running trial should be stopped, given a report it made.
+  /// None by default (no policy stops trials early yet); a policy such as ASHA plugs in here.
+  std::function<bool(const trial&, std::int64_t step, const nlohmann::json& metrics)> should_stop;
+  /// Called (under no lock of the backend's) whenever the number of running trials changes.
+  std::function<void(std::size_t running)> running_changed;
+};
+
+class scheduler final : private trial_sink {
+ public:
+  /// @param s       the sweep (its trials, retries, fail_fast, metric); outlives the scheduler
+  /// @param subject what trial ids are derived from (subject(s))
+  /// @param queue   the trials to run, as indices into s.trials, in order
+  scheduler(const sweep_spec& s, const std::string& subject, const std::vector<std::size_t>& queue,
+            trial_backend& backend, journal_writer& writer, const stop_source& stop, scheduler_options options = {});
+
+  /// @brief Runs the queue: starts trials while lanes are free and nothing says stop, until
+  ///        every trial started has ended; then finishes the backend. With `detach`, returns
+  ///        once every trial has been started, leaving them running (a detached Slurm sweep).
+  ///        Call once. Errors are not thrown: see error() and metric_error().
+  void run(bool detach = false);
+
+  /// @brief A stop request: no new trials; every running one is cancelled (again: killed).
+  void interrupt();
+
+  /// @brief Stops one running trial (early stopping); it ends as cancelled, not journaled.
+  void stop(const trial& t);
+
+  /// Trials running now.
+  [[nodiscard]] std::size_t running() const;
+  /// Attempts that ended cancelled (and so were not journaled).
+  [[nodiscard]] std::size_t cancelled() const;
+  /// Why the metric is not in the results ("" if it is, or is not known yet).
+  [[nodiscard]] std::string metric_error() const;
+  /// What stopped the sweep from the backend or the journal writer (null: nothing).
+  [[nodiscard]] std::exception_ptr error() const;
+  /// @brief The sweep cannot go on (the journal writer failed): stops it as fail-fast does.
+  void fail(std::exception_ptr error);
+
+ private:
+  struct totals {  // a trial's attempts so far, for its final record
+    double start_s = 0, wall_s = 0;
+  };
+  void on_finished(std::vector<finished_trial> batch) override;
+  void on_report(const trial& t, std::int64_t step, const nlohmann::json& metrics) override;
+  void on_error(std::exception_ptr error) override;
+  bool stopping() const;  // under mutex_
+  // Under mutex_: what one attempt's end means; true if the sweep must stop.
+  bool settle(finished_trial& f, std::vector<trial_record>& final);
+  void halt_and_cancel(std::unique_lock<std::mutex>& lk);
+
+  const sweep_spec& s_;
+  trial_backend& backend_;
+  journal_writer& writer_;
+  const stop_source& stop_;
+  scheduler_options options_;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<trial> queue_;
+  std::set<std::size_t> running_, ended_;  // by trial index
+  std::set<std::size_t> stopped_;          // stopped one by one (stop())
+  std::map<std::size_t, totals> totals_;
+  std::size_t cancelled_ = 0;
+  bool halted_ = false, metric_checked_ = false;
+  std::string metric_error_;
+  std::exception_ptr error_;
+};
+
+}  // namespace isorun::sweep

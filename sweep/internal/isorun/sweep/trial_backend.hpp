@@ -1,0 +1,81 @@
+#pragma once
+/// @file trial_backend.hpp
+/// Where a sweep's trials run, as the scheduler sees it: a backend starts attempts of trials the
+/// scheduler hands it, stops one or all of them when told, and hands every attempt's end (and
+/// any intermediate report) to one sink. What to run next, whether to retry, and when to stop
+/// are the scheduler's; how a trial runs (a worker on a slot, a Slurm array task) the backend's.
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "isorun/sweep/journal.hpp"
+
+namespace isorun::sweep {
+
+/// One attempt of one trial.
+struct trial {
+  std::size_t index = 0;  ///< into the spec's trials
+  std::string id;         ///< trial_id(subject, params)
+  int attempt = 1;        ///< 1 for the first, 2 for the first retry, ...
+};
+
+/// How an attempt ended: the trial, and its record as the backend made it (`record.attempts`
+/// may say more than `t.attempt` where the backend retried by itself, as a Slurm node does).
+struct finished_trial {
+  trial t;
+  trial_record record;
+};
+
+/// What a backend tells the scheduler. Called from any of the backend's threads, never while
+/// the backend holds a lock of its own: the scheduler may call back into the backend.
+class trial_sink {
+ public:
+  virtual ~trial_sink() = default;
+  /// @brief Attempts that ended, in one batch (delivered together, so that their retries can
+  ///        start together). Every attempt started ends here exactly once, as `cancelled`
+  ///        if it was stopped or never got to run.
+  virtual void on_finished(std::vector<finished_trial> batch) = 0;
+  /// @brief A running trial's intermediate report: its `step` and the metrics it had then.
+  ///        What early stopping (ASHA, median stopping) decides on.
+  virtual void on_report(const trial& t, std::int64_t step, const nlohmann::json& metrics) = 0;
+  /// @brief The backend cannot go on (a usage error a Slurm node reported, ...): the sweep stops
+  ///        as fail-fast does, and run() throws `error` once everything has ended.
+  virtual void on_error(std::exception_ptr error) = 0;
+};
+
+/// Runs attempts of trials. Its methods are called from the scheduler's threads, never while
+/// the scheduler holds its lock.
+class trial_backend {
+ public:
+  virtual ~trial_backend() = default;
+
+  /// @brief Attempts the backend runs at once; the scheduler starts no more than this.
+  [[nodiscard]] virtual std::size_t lanes() const = 0;
+
+  /// @brief Begins delivering to `sink`; called once, before any start(). Returns the trials it
+  ///        already runs, left by an earlier run of the sweep (Slurm arrays it follows again):
+  ///        the scheduler counts them as started. Records such a run left finished may reach
+  ///        `sink` before this returns.
+  virtual std::vector<trial> begin(trial_sink& sink) = 0;
+
+  /// @brief Starts `batch` (at most lanes() minus what runs), without waiting for any to end.
+  /// @throws usage_error if they cannot be started at all (sbatch refusing an array).
+  virtual void start(std::vector<trial> batch) = 0;
+
+  /// @brief Stops one running (or starting) attempt: it ends, through the sink, as it ends.
+  virtual void stop(const trial& t) = 0;
+
+  /// @brief Stops everything running and starting: each attempt still ends through the sink.
+  ///        A second call is more forceful (SIGKILL at once, not after the grace period).
+  virtual void cancel_all() = 0;
+
+  /// @brief Waits for the backend's threads once nothing runs; no sink call comes after it.
+  virtual void finish() = 0;
+};
+
+}  // namespace isorun::sweep

@@ -1,0 +1,374 @@
+// The local backend: lane threads take attempts from one queue and run each in a fresh capped
+// worker (or the sweep's command) on their slot, or on GPUs the packer gives them.
+#include "local_backend.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "folder.hpp"
+#include "isorun/runner/command.hpp"
+#include "isorun/runner/errors.hpp"
+#include "isorun/runner/placement.hpp"
+#include "isorun/runner/worker_env.hpp"
+
+namespace isorun::sweep {
+
+namespace {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// Slots sharing a GPU (or all the CPU slots) share standby workers: the GPU's index, -1 for none.
+int group_of(const std::vector<gpu_info>& gpus) { return gpus.empty() ? -1 : gpus.front().index; }
+
+// The last line of `text` that is a JSON object, or null.
+json last_json_line(const std::string& text) {
+  std::size_t end = text.size();
+  while (end > 0) {
+    const std::size_t begin = text.rfind('\n', end - 1);
+    const std::size_t first = begin == std::string::npos ? 0 : begin + 1;
+    std::string_view line(text.data() + first, end - first);
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
+    while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+    if (!line.empty() && line.front() == '{') {
+      json j = json::parse(line, nullptr, false);
+      if (j.is_object()) return j;
+    }
+    if (begin == std::string::npos) break;
+    end = begin;
+  }
+  return nullptr;
+}
+
+// A command's result: the JSON object it wrote to $ISORUN_RESULT (`id`.result.json in `logs`,
+// shown as `shown`), else the last line of its stdout (`id`.out) that is a JSON object; null if
+// neither. Read as the folder's other files are: by name, not through links, bounded.
+// @throws std::runtime_error if the result file is there but not a JSON object; usage_error if a
+//         link or anything but a regular file is there.
+json read_command_result(int logs, const std::string& id, const fs::path& shown) {
+  const std::string result_name = id + ".result.json";
+  if (const unique_fd result = detail::open_file(logs, result_name, O_RDONLY, shown / result_name)) {
+    json j = json::parse(detail::read_all(result.get(), journal::max_line, shown / result_name), nullptr, false);
+    if (!j.is_object()) throw std::runtime_error("the file it wrote to $ISORUN_RESULT is not a JSON object");
+    return j;
+  }
+  // A result line is at the end of what a program prints: its last MiB is enough.
+  const unique_fd log = detail::open_file(logs, id + ".out", O_RDONLY, shown / (id + ".out"));
+  if (!log) return nullptr;
+  const off_t size = ::lseek(log.get(), 0, SEEK_END);
+  const off_t from = std::max<off_t>(0, size - (1 << 20));
+  if (size < 0 || ::lseek(log.get(), from, SEEK_SET) != from) return nullptr;
+  return last_json_line(detail::read_all(log.get(), 1 << 20, shown / (id + ".out")));
+}
+
+// A trial's log file, created (or emptied) in OUT/logs by name; an empty descriptor, and
+// `problem` saying why, if something there is not a file isorun may write (a link, a FIFO).
+unique_fd log_file(int logs, const fs::path& out, const std::string& name, std::string& problem) {
+  try {
+    return detail::open_file(logs, name, O_WRONLY | O_CREAT | O_TRUNC, out / "logs" / name);
+  } catch (const std::exception& e) {
+    problem = e.what();
+    return unique_fd();
+  }
+}
+}  // namespace
+
+standby_plan plan_standby(const sweep_spec& s, const std::vector<slot>& slots) {
+  standby_plan plan;
+  if (!s.command.empty()) {
+    plan.how = "each trial a fresh process";
+    return plan;
+  }
+  if (s.standby <= 0) {
+    plan.how = "no standby workers";
+    return plan;
+  }
+  if (spans_gpus(s)) {  // a standby worker would have to wait for GPUs it cannot know yet
+    plan.how = "no standby workers (trials span GPUs)";
+    return plan;
+  }
+  std::map<int, std::size_t> per_group;  // group_of(GPU) -> its slots
+  std::map<int, std::optional<gpu_info>> gpu_of;
+  for (const auto& sl : slots) {
+    const int key = group_of(sl.gpus);
+    ++per_group[key];
+    if (!sl.gpus.empty()) gpu_of[key] = sl.gpus.front();
+  }
+  std::string warm_on, cold_on;
+  for (const auto& [key, n] : per_group) {
+    standby_group g{gpu_of[key], n * static_cast<std::size_t>(s.standby), false};
+    if (g.gpu) {
+      g.warm = s.warm_context && runner::warm_standby_fits(*g.gpu, n, s.mem_limit, g.waiting);
+      std::string& list = g.warm ? warm_on : cold_on;
+      list += (list.empty() ? "" : ",") + std::to_string(key);
+    }
+    plan.groups.push_back(std::move(g));
+  }
+  plan.how = "standby: " + std::to_string(s.standby) + " per slot";
+  if (!warm_on.empty()) plan.how += ", warm CUDA contexts on GPU " + warm_on;
+  if (!cold_on.empty())
+    plan.how += s.warm_context ? ", cold on GPU " + cold_on + " (no room beside the caps for a context each)"
+                               : ", cold (warm_context: false)";
+  return plan;
+}
+
+void local_backend::running_trial::cancel() const noexcept {
+  if (job) job->cancel();
+  if (command) command->cancel();
+}
+
+local_backend::local_backend(local_setup setup)
+    : setup_{std::move(setup)}, slot_started_(setup_.slots.size(), 0), running_(setup_.slots.size()) {
+  if (spans_gpus(*setup_.spec)) packer_.emplace(setup_.slots);
+}
+
+local_backend::~local_backend() { finish(); }
+
+runner::job_spec local_backend::trial_spec(const slot& sl, std::size_t index) const {
+  const sweep_spec& s = *setup_.spec;
+  const std::string& args = setup_.args[index];
+  runner::job_spec spec = runner::job_spec_for(
+      s.task, serialization::encoding::json, blob(args.data(), args.size()), sl.gpus,
+      {.mem_limit = s.mem_limit, .timeout = s.timeout, .grace = setup_.options->grace, .alloc_conf = s.alloc_conf});
+  spec.task_libraries = setup_.options->task_libraries;
+  spec.executable = setup_.options->executable;
+  const auto g = groups_.find(group_of(sl.gpus));
+  spec.warm_context = g != groups_.end() && g->second.warm;
+  return spec;
+}
+
+// Standby workers, one pool per GPU (and one for the CPU slots): a pool's workers are
+// interchangeable until assigned, warm ones prepared for their GPU and the sweep's cap. A pool
+// starts empty and grows by a slot's share once that slot's first trial has started: the
+// slots' first workers then start without the standby ones competing for the cores, and the
+// standby ones start while the first trials run.
+void local_backend::make_standby_pools() {
+  if (!setup_.first || !setup_.spec->command.empty()) return;
+  for (const auto& g : plan_standby(*setup_.spec, setup_.slots).groups) {
+    const std::vector<gpu_info> on = g.gpu ? std::vector<gpu_info>{*g.gpu} : std::vector<gpu_info>{};
+    auto& state = groups_[group_of(on)];
+    state.warm = g.warm;
+    if (g.waiting)
+      state.pool = std::make_unique<runner::standby_pool>(runner::launch_spec_for(trial_spec({.gpus = on}, *setup_.first)), 0);
+  }
+}
+
+std::vector<trial> local_backend::begin(trial_sink& sink) {
+  sink_ = &sink;
+  make_standby_pools();
+  for (std::size_t k = 0; k < setup_.slots.size(); ++k) lanes_.emplace_back([this, k] { lane(k); });
+  return {};
+}
+
+void local_backend::start(std::vector<trial> batch) {
+  std::lock_guard lock(mutex_);
+  for (auto& t : batch) pending_.push_back(std::move(t));
+  work_.notify_all();
+}
+
+void local_backend::stop(const trial& t) {
+  std::lock_guard lock(mutex_);
+  stop_wanted_.insert(t.index);
+  for (const auto& r : running_)
+    if ((r.job || r.command) && r.index == t.index) r.cancel();
+}
+
+void local_backend::cancel_all() {
+  std::lock_guard lock(mutex_);
+  cancelled_ = true;
+  for (const auto& r : running_) r.cancel();
+  if (packer_) packer_->close();  // attempts waiting for GPUs start no more
+  work_.notify_all();
+}
+
+void local_backend::finish() {
+  {
+    std::lock_guard lock(mutex_);
+    done_ = true;
+    work_.notify_all();
+  }
+  for (auto& t : lanes_)
+    if (t.joinable()) t.join();
+}
+
+// Lane `k`: takes the next attempt and runs it on slot k (or on GPUs the packer gives it).
+void local_backend::lane(std::size_t k) {
+  for (;;) {
+    trial t;
+    bool skip = false;
+    {
+      std::unique_lock lock(mutex_);
+      work_.wait(lock, [&] { return !pending_.empty() || done_; });
+      if (pending_.empty()) return;
+      t = std::move(pending_.front());
+      pending_.pop_front();
+      skip = cancelled_ || stop_wanted_.count(t.index);
+    }
+    slot sl = setup_.slots[k];
+    std::optional<std::vector<gpu_info>> taken;
+    if (packer_ && !skip) {
+      taken = packer_->acquire(setup_.gpu_counts[t.index]);
+      if (taken) sl = slot{*taken, static_cast<int>(k)};
+    }
+    trial_record rec;
+    if (skip || (packer_ && !taken)) {  // stopped before it could start
+      rec.id = t.id;
+      rec.params = setup_.spec->trials[t.index];
+      rec.kind = outcome_kind::cancelled;
+      rec.attempts = t.attempt;
+    } else {
+      rec = attempt(sl, t);
+    }
+    if (taken) packer_->release(*taken);
+    {
+      std::lock_guard lock(mutex_);
+      stop_wanted_.erase(t.index);
+    }
+    sink_->on_finished({{std::move(t), std::move(rec)}});
+  }
+}
+
+// Waits for what runs an attempt on slot `sl` (a job or a command: `what` says which, so that a
+// stop can reach it), and records how it ended in `rec`.
+template <class Runs>
+auto local_backend::await(const slot& sl, const trial& t, running_trial what, Runs& runs, trial_record& rec)
+    -> decltype(runs.wait()) {
+  const auto lane = static_cast<std::size_t>(sl.index);
+  what.index = t.index;
+  bool stop_now;
+  {
+    std::lock_guard lock(mutex_);
+    running_[lane] = what;
+    stop_now = cancelled_ || stop_wanted_.count(t.index);
+  }
+  if (stop_now) runs.cancel();
+  const auto& r = runs.wait();
+  {
+    std::lock_guard lock(mutex_);
+    running_[lane] = {};
+  }
+  rec.kind = r.status.kind;
+  rec.peak_reserved = r.status.peak_reserved;
+  rec.peak_allocated = r.status.peak_allocated;
+  rec.error = r.status.ok() ? "" : r.status.describe();
+  return r;
+}
+
+// One attempt of trial `t` on slot `sl`.
+trial_record local_backend::attempt(const slot& sl, const trial& t) {
+  const sweep_spec& s = *setup_.spec;
+  trial_record rec;
+  rec.id = t.id;
+  rec.params = s.trials[t.index];
+  rec.slot = sl.index;
+  rec.device = sl.gpus.empty() ? "cpu" : runner::visible_devices_for(sl.gpus);
+  rec.mem_limit = s.mem_limit;
+  rec.run = setup_.run;
+  rec.attempts = t.attempt;
+  const auto t0 = std::chrono::steady_clock::now();
+  rec.start_s = std::chrono::duration<double>(t0 - setup_.run_start).count();
+  std::string log_problem;
+  const unique_fd err = log_file(setup_.logs, setup_.out, rec.id + ".err", log_problem);
+  if (!log_problem.empty()) {
+    rec.kind = outcome_kind::internal_error;
+    rec.error = log_problem;
+  } else if (s.command.empty()) {
+    run_worker(sl, t, rec, err.get());
+  } else {
+    run_command(sl, t, rec, err.get());
+  }
+  rec.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (std::error_code ec; !rec.timeline.empty() && !fs::exists(setup_.out / rec.timeline, ec)) rec.timeline.clear();  // it died first
+  return rec;
+}
+
+// A task's attempt in a fresh worker (a standby one where the slot's group keeps them).
+void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec, int err) {
+  const fs::path log = setup_.out / "logs" / rec.id;
+  std::string log_problem;
+  if (!log_file(setup_.logs, setup_.out, rec.id + ".out", log_problem)) {  // (checked here, opened for the worker when it is assigned)
+    rec.kind = outcome_kind::internal_error;
+    rec.error = log_problem;
+    return;
+  }
+  runner::job_spec spec = trial_spec(sl, t.index);
+  spec.stdout_to = runner::stdout_mode::file;
+  spec.stdout_path = log.string() + ".out";
+  if (setup_.timelines) {
+    spec.memory_timeline = log.string() + ".memory.json";
+    rec.timeline = "logs/" + rec.id + ".memory.json";
+  }
+  spec.stderr_echo_fd = err;
+  std::shared_ptr<runner::job> job;
+  try {
+    const auto g = groups_.find(group_of(sl.gpus));
+    if (g == groups_.end() || !g->second.pool) {
+      job = runner::job::start(std::move(spec));
+    } else {
+      job = runner::job::start(std::move(spec), *g->second.pool);
+      if (!std::exchange(slot_started_[static_cast<std::size_t>(sl.index)], 1)) {
+        std::size_t wanted;
+        {
+          std::lock_guard lock(mutex_);
+          wanted = g->second.wanted += static_cast<std::size_t>(setup_.spec->standby);
+        }
+        g->second.pool->reserve(wanted);
+      }
+    }
+  } catch (const std::exception& e) {
+    rec.kind = outcome_kind::internal_error;
+    rec.error = e.what();
+    return;
+  }
+  const runner::job_result& r = await(sl, t, {.job = job}, *job, rec);
+  if (!r.status.ok()) return;
+  json parsed = json::parse(std::string_view(reinterpret_cast<const char*>(r.payload.data()), r.payload.size()),
+                            nullptr, false);
+  if (parsed.is_object() && parsed.contains("result")) {
+    rec.result = parsed["result"];
+  } else {
+    rec.kind = outcome_kind::invalid_result;
+    rec.error = "worker result is not valid JSON";
+  }
+}
+
+// A command's attempt: its stdout to the log, its result from $ISORUN_RESULT or its last JSON line.
+void local_backend::run_command(const slot& sl, const trial& t, trial_record& rec, int err) {
+  const sweep_spec& s = *setup_.spec;
+  const fs::path log = setup_.out / "logs" / rec.id;
+  const fs::path result_file = fs::absolute(log.string() + ".result.json");
+  std::error_code ec;
+  fs::remove(result_file, ec);
+  std::string log_problem;
+  unique_fd stdout_file = log_file(setup_.logs, setup_.out, rec.id + ".out", log_problem);
+  std::unique_ptr<runner::command> cmd;
+  try {
+    if (!stdout_file) throw internal_error(log_problem);
+    cmd = runner::command::start({.argv = command_for(s.command, rec.params),
+                                  .gpus = sl.gpus,
+                                  .mem_limit = s.mem_limit,
+                                  .timeout = s.timeout,
+                                  .grace = setup_.options->grace,
+                                  .extra_env = {"ISORUN_RESULT=" + result_file.string(), "ISORUN_TRIAL=" + rec.id},
+                                  .stdin_fd = -1,
+                                  .stdout_fd = stdout_file.get(),
+                                  .stderr_fd = err,
+                                  .stderr_tail_lines = 20});
+  } catch (const std::exception& e) {
+    rec.kind = outcome_kind::internal_error;
+    rec.error = e.what();
+    return;
+  }
+  const runner::command_result& r = await(sl, t, {.command = cmd.get()}, *cmd, rec);
+  if (!r.status.ok()) return;
+  try {
+    rec.result = read_command_result(setup_.logs, rec.id, setup_.out / "logs");
+  } catch (const std::exception& e) {
+    rec.kind = outcome_kind::invalid_result;
+    rec.error = std::string("invalid_result: ") + e.what();
+  }
+}
+
+}  // namespace isorun::sweep

@@ -1,0 +1,99 @@
+#pragma once
+// Trials run here: one lane per slot, each attempt in a fresh capped worker (or the sweep's
+// command) on the lane's slot, or on GPUs taken from a runner::gpu_packer when trials span
+// GPUs; standby workers, one pool per GPU, launched ahead so that attempts do not wait for
+// process starts. Also what a Slurm array task runs its share of trials on.
+//
+// Intermediate reports: none yet. A worker or a command has no channel for them today, so this
+// backend never calls trial_sink::on_report; stop(trial) works already (it cancels the attempt),
+// so early stopping needs only a producer of reports here, not a change of the interface.
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "isorun/runner/gpu_packer.hpp"
+#include "isorun/runner/job.hpp"
+#include "isorun/runner/standby.hpp"
+#include "isorun/sweep/run.hpp"
+#include "isorun/sweep/trial_backend.hpp"
+
+namespace isorun::runner {
+class command;
+}
+
+namespace isorun::sweep {
+
+/// What the local backend runs, and where its files go.
+struct local_setup {
+  const sweep_spec* spec = nullptr;        ///< outlives the backend
+  const sweep_options* options = nullptr;  ///< task libraries, worker program, grace
+  std::vector<slot> slots;
+  std::vector<std::string> args;         ///< each trial's JSON arguments (a task sweep)
+  std::vector<std::size_t> gpu_counts;   ///< spans_gpus(spec): each trial's GPUs
+  std::filesystem::path out;             ///< the output folder
+  int logs = -1;                         ///< OUT/logs, opened (not owned)
+  bool timelines = false;                ///< keep each trial's memory timeline
+  int run = 0;                           ///< records' run number (0 on a Slurm node)
+  std::chrono::steady_clock::time_point run_start;  ///< records' start_s is after this
+  std::optional<std::size_t> first;      ///< the first trial to run (standby workers are made for it)
+};
+
+class local_backend final : public trial_backend {
+ public:
+  explicit local_backend(local_setup setup);
+  ~local_backend() override;
+
+  [[nodiscard]] std::size_t lanes() const override { return setup_.slots.size(); }
+  std::vector<trial> begin(trial_sink& sink) override;
+  void start(std::vector<trial> batch) override;
+  void stop(const trial& t) override;
+  void cancel_all() override;
+  void finish() override;
+
+ private:
+  // What runs on a lane now, for cancelling: a worker's job, or a command.
+  struct running_trial {
+    std::size_t index = 0;
+    std::shared_ptr<runner::job> job;
+    runner::command* command = nullptr;
+    void cancel() const noexcept;
+  };
+  struct standby_group_state {
+    bool warm = false;
+    std::unique_ptr<runner::standby_pool> pool;  // none without standby
+    std::size_t wanted = 0;                      // under mutex_
+  };
+  void lane(std::size_t k);
+  trial_record attempt(const slot& sl, const trial& t);
+  void run_worker(const slot& sl, const trial& t, trial_record& rec, int err);
+  void run_command(const slot& sl, const trial& t, trial_record& rec, int err);
+  template <class Runs>
+  auto await(const slot& sl, const trial& t, running_trial what, Runs& runs, trial_record& rec) -> decltype(runs.wait());
+  runner::job_spec trial_spec(const slot& sl, std::size_t index) const;
+  void make_standby_pools();
+
+  local_setup setup_;
+  trial_sink* sink_ = nullptr;
+  std::optional<runner::gpu_packer> packer_;
+  std::map<int, standby_group_state> groups_;  // by the slot's GPU (-1: CPU slots)
+  std::vector<char> slot_started_;             // each written by its own lane only
+  std::mutex mutex_;
+  std::condition_variable work_;
+  std::deque<trial> pending_;
+  std::vector<running_trial> running_;  // by lane
+  std::set<std::size_t> stop_wanted_;   // trials stop() was called for
+  bool cancelled_ = false, done_ = false;
+  std::vector<std::thread> lanes_;
+};
+
+}  // namespace isorun::sweep

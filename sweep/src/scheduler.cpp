@@ -1,0 +1,177 @@
+// The scheduler: one loop on the caller's thread starts trials; the backend's threads report
+// their ends, which are settled under the scheduler's lock and wake the loop. The backend is
+// only ever called without that lock held, so it may call back at any time.
+#include "isorun/sweep/scheduler.hpp"
+
+#include <algorithm>
+
+#include "isorun/sweep/report.hpp"
+
+namespace isorun::sweep {
+
+scheduler::scheduler(const sweep_spec& s, const std::string& subject, const std::vector<std::size_t>& queue,
+                     trial_backend& backend, journal_writer& writer, const stop_source& stop, scheduler_options options)
+    : s_{s}, backend_{backend}, writer_{writer}, stop_{stop}, options_{std::move(options)} {
+  metric_checked_ = options_.metric_checked;
+  for (std::size_t i : queue) queue_.push_back({i, trial_id(subject, s.trials[i]), 1});
+}
+
+bool scheduler::stopping() const { return halted_ || stop_.requests() > 0; }
+
+void scheduler::run(bool detach) {
+  std::vector<trial> adopted;
+  try {
+    adopted = backend_.begin(*this);
+  } catch (...) {  // nothing started: the sweep ends with the reason
+    {
+      std::lock_guard lk(mutex_);
+      if (!error_) error_ = std::current_exception();
+      halted_ = true;
+    }
+    backend_.finish();
+    return;
+  }
+  std::unique_lock lk(mutex_);
+  for (const trial& t : adopted) {  // already running: not started again
+    std::erase_if(queue_, [&](const trial& q) { return q.index == t.index; });
+    if (!ended_.count(t.index)) running_.insert(t.index);
+  }
+  const std::size_t lanes = backend_.lanes();
+  for (;;) {
+    if (!stopping() && !queue_.empty() && running_.size() < lanes) {
+      std::vector<trial> batch;
+      while (!queue_.empty() && running_.size() < lanes) {
+        trial t = std::move(queue_.front());
+        queue_.pop_front();
+        if (ended_.count(t.index) || running_.count(t.index)) continue;  // ended or followed meanwhile
+        running_.insert(t.index);
+        batch.push_back(std::move(t));
+      }
+      if (batch.empty()) continue;
+      if (options_.running_changed) options_.running_changed(running_.size());
+      lk.unlock();
+      try {
+        backend_.start(batch);
+        lk.lock();
+      } catch (...) {
+        lk.lock();
+        for (const trial& t : batch) running_.erase(t.index);
+        if (!error_) error_ = std::current_exception();
+        halt_and_cancel(lk);
+      }
+      continue;
+    }
+    if (detach && (queue_.empty() || stopping())) break;
+    if (running_.empty() && (queue_.empty() || stopping())) break;
+    changed_.wait(lk);
+  }
+  lk.unlock();
+  backend_.finish();
+}
+
+void scheduler::on_finished(std::vector<finished_trial> batch) {
+  std::unique_lock lk(mutex_);
+  std::vector<trial_record> final;
+  bool halt = false;
+  for (auto& f : batch) halt = settle(f, final) || halt;
+  for (auto& rec : final) writer_.push(std::move(rec));
+  if (options_.running_changed) options_.running_changed(running_.size());
+  if (halt) halt_and_cancel(lk);
+  changed_.notify_all();
+}
+
+bool scheduler::settle(finished_trial& f, std::vector<trial_record>& final) {
+  trial_record& rec = f.record;
+  running_.erase(f.t.index);
+  rec.attempts = std::max(rec.attempts, f.t.attempt);
+  if (options_.stop_fails_as_cancelled && stop_.requests() > 0 && rec.kind != outcome_kind::success)
+    rec.kind = outcome_kind::cancelled;
+  if (stopped_.erase(f.t.index) && rec.kind != outcome_kind::success) rec.kind = outcome_kind::cancelled;
+  totals& sum = totals_[f.t.index];
+  if (f.t.attempt == 1 || sum.wall_s == 0) sum.start_s = rec.start_s;
+  sum.wall_s += rec.wall_s;
+  if (rec.kind == outcome_kind::cancelled) {
+    ++cancelled_;
+    return false;
+  }
+  const auto allowed = s_.retries.find(std::string(to_string(rec.kind)));
+  if (rec.kind != outcome_kind::success && allowed != s_.retries.end() && rec.attempts <= allowed->second &&
+      !stopping()) {
+    queue_.push_front({f.t.index, f.t.id, rec.attempts + 1});  // on the lane that just came free
+    return false;
+  }
+  ended_.insert(f.t.index);
+  rec.start_s = sum.start_s;
+  rec.wall_s = sum.wall_s;
+  totals_.erase(f.t.index);
+  bool halt = rec.kind != outcome_kind::success && s_.fail_fast;
+  if (rec.kind == outcome_kind::success && !metric_checked_ && !s_.metric.name.empty()) {
+    // The result type was not known up front: the first result decides, before another starts.
+    metric_checked_ = true;
+    metric_error_ = metric_problem(s_, rec.result, "trial " + rec.id);
+    halt = halt || !metric_error_.empty();
+  }
+  final.push_back(std::move(rec));
+  return halt;
+}
+
+void scheduler::on_report(const trial& t, std::int64_t step, const nlohmann::json& metrics) {
+  if (!options_.should_stop) return;
+  {
+    std::lock_guard lk(mutex_);
+    if (!running_.count(t.index) || stopped_.count(t.index) || stopping()) return;
+  }
+  if (options_.should_stop(t, step, metrics)) stop(t);
+}
+
+void scheduler::stop(const trial& t) {
+  {
+    std::lock_guard lk(mutex_);
+    if (!running_.count(t.index)) return;
+    stopped_.insert(t.index);
+  }
+  backend_.stop(t);
+}
+
+void scheduler::on_error(std::exception_ptr error) { fail(std::move(error)); }
+
+void scheduler::fail(std::exception_ptr error) {
+  std::unique_lock lk(mutex_);
+  if (!error_) error_ = std::move(error);
+  halt_and_cancel(lk);
+  changed_.notify_all();
+}
+
+void scheduler::halt_and_cancel(std::unique_lock<std::mutex>& lk) {
+  halted_ = true;
+  lk.unlock();
+  backend_.cancel_all();
+  lk.lock();
+}
+
+void scheduler::interrupt() {
+  {
+    std::lock_guard lk(mutex_);
+    changed_.notify_all();
+  }
+  backend_.cancel_all();
+}
+
+std::size_t scheduler::running() const {
+  std::lock_guard lk(mutex_);
+  return running_.size();
+}
+std::size_t scheduler::cancelled() const {
+  std::lock_guard lk(mutex_);
+  return cancelled_;
+}
+std::string scheduler::metric_error() const {
+  std::lock_guard lk(mutex_);
+  return metric_error_;
+}
+std::exception_ptr scheduler::error() const {
+  std::lock_guard lk(mutex_);
+  return error_;
+}
+
+}  // namespace isorun::sweep

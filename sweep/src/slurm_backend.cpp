@@ -1,0 +1,294 @@
+#include "slurm_backend.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+
+#include "isorun/runner/errors.hpp"
+
+namespace isorun::sweep {
+
+namespace {
+namespace fs = std::filesystem;
+using nlohmann::json;
+}  // namespace
+
+slurm_backend::slurm_backend(slurm_setup setup) : setup_{std::move(setup)}, dir_{setup_.out / "slurm"} {
+  for (std::size_t i : setup_.queue) index_of_[trial_id(setup_.subject, setup_.spec->trials[i])] = i;
+}
+
+slurm_backend::~slurm_backend() { finish(); }
+
+trial slurm_backend::make_trial(std::size_t index) {
+  return {index, trial_id(setup_.subject, setup_.spec->trials[index]), 1};
+}
+
+void slurm_backend::save_jobs() {
+  json jobs = json::array();
+  for (const auto& [job, sub] : inflight_) jobs.push_back({{"job", job}, {"batch", sub.batch}});
+  write_file_durably(dir_ / "jobs.json", jobs.dump() + "\n");
+}
+
+std::vector<trial> slurm_backend::begin(trial_sink& sink) {
+  sink_ = &sink;
+  std::vector<trial> adopted;
+  {
+    std::lock_guard lock(mutex_);
+    std::ifstream in(dir_ / "jobs.json");
+    const json jobs = json::parse(in, nullptr, false);
+    if (jobs.is_array())
+      for (const auto& j : jobs) {
+        const std::string job = j.value("job", "");
+        const int batch = j.value("batch", 0);
+        std::ifstream b(dir_ / ("batch-" + std::to_string(batch) + ".json"));
+        const json tasks = json::parse(b, nullptr, false);
+        if (job.empty() || !tasks.is_object() || slurm::active_tasks(job).empty()) continue;
+        inflight_[job] = {job, batch, tasks["tasks"].get<std::vector<std::vector<std::size_t>>>()};
+        for (const auto& t : inflight_[job].tasks)
+          for (std::size_t i : t)
+            if (attempt_.emplace(i, 1).second && i < setup_.spec->trials.size()) adopted.push_back(make_trial(i));
+      }
+    std::error_code ec;
+    if (fs::is_directory(dir_, ec)) save_jobs();  // without the arrays no longer in Slurm's queue
+  }
+  // Records left by arrays that ended while no one was following (detached, killed).
+  if (auto left = merge(); !left.empty()) sink_->on_finished(std::move(left));
+  poller_ = std::thread([this] { poll(); });
+  return adopted;
+}
+
+void slurm_backend::start(std::vector<trial> batch) {
+  if (batch.empty()) return;
+  std::vector<std::size_t> trials;
+  for (const auto& t : batch) trials.push_back(t.index);
+  auto sub = slurm::submit(*setup_.spec->slurm, setup_.out, trials, setup_.options->node_command,
+                           setup_.options->submit_dir, setup_.job_name);
+  std::fprintf(stderr, "isorun: submitted %zu trial%s as Slurm job array %s (%zu array task%s)\n", trials.size(),
+               trials.size() == 1 ? "" : "s", sub.job.c_str(), sub.tasks.size(), sub.tasks.size() == 1 ? "" : "s");
+  std::vector<finished_trial> too_late;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& t : batch) {
+      attempt_[t.index] = t.attempt;
+      done_trials_.erase(t.index);  // a retry: its new record is awaited
+    }
+    if (cancelled_) {  // cancel_all() came while sbatch ran: this array goes too
+      slurm::cancel(sub.job);
+      for (auto& t : batch) {
+        done_trials_.insert(t.index);
+        trial_record rec;
+        rec.id = t.id;
+        rec.params = setup_.spec->trials[t.index];
+        rec.kind = outcome_kind::cancelled;
+        too_late.push_back({std::move(t), std::move(rec)});
+      }
+    } else {
+      inflight_[sub.job] = std::move(sub);
+    }
+    save_jobs();
+  }
+  if (!too_late.empty()) sink_->on_finished(std::move(too_late));
+}
+
+void slurm_backend::stop(const trial& t) {
+  std::lock_guard lock(mutex_);
+  for (const auto& [job, sub] : inflight_)
+    for (std::size_t k = 0; k < sub.tasks.size(); ++k)
+      if (std::find(sub.tasks[k].begin(), sub.tasks[k].end(), t.index) != sub.tasks[k].end())
+        slurm::cancel(job + "_" + std::to_string(k));
+}
+
+void slurm_backend::cancel_all() {
+  std::lock_guard lock(mutex_);
+  cancelled_ = true;
+  for (const auto& [job, sub] : inflight_) slurm::cancel(job);
+  wake_.notify_all();
+}
+
+void slurm_backend::finish() {
+  {
+    std::lock_guard lock(mutex_);
+    done_ = true;
+    wake_.notify_all();
+  }
+  if (poller_.joinable()) poller_.join();
+}
+
+std::vector<std::string> slurm_backend::jobs() {
+  std::lock_guard lock(mutex_);
+  std::vector<std::string> out;
+  for (const auto& [job, sub] : inflight_) out.push_back(job);
+  return out;
+}
+
+// Follows the arrays until finish(): their records, and the trials of those that ended.
+void slurm_backend::poll() {
+  for (;;) {
+    bool cancelled;
+    {
+      std::unique_lock lock(mutex_);
+      // Slurm is asked again after a while (it has no way to wake a follower).
+      wake_.wait_for(lock, std::chrono::milliseconds(250), [&] { return done_ || cancelled_; });
+      if (done_) return;
+      cancelled = cancelled_;
+    }
+    std::vector<finished_trial> ended = merge();
+    if (cancelled) {
+      // The arrays are being cancelled: what ends now is not lost, and is not classified; the
+      // trials are not journaled, so running again runs them.
+      auto rest = cancelled_rest();
+      ended.insert(ended.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
+    } else {
+      auto gone = check_ended();
+      ended.insert(ended.end(), std::make_move_iterator(gone.begin()), std::make_move_iterator(gone.end()));
+    }
+    if (!ended.empty()) sink_->on_finished(std::move(ended));
+    if (cancelled) {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] { return done_; });
+      return;
+    }
+  }
+}
+
+// The records array tasks left in OUT/slurm/results/, for trials not yet delivered.
+std::vector<finished_trial> slurm_backend::merge() {
+  std::vector<finished_trial> out;
+  std::error_code ec;
+  bool stopping;
+  {
+    std::lock_guard lock(mutex_);
+    stopping = cancelled_;
+  }
+  for (const auto& e : fs::directory_iterator(dir_ / "results", ec)) {
+    if (e.path().extension() != ".json") continue;  // (".tmp": still being written)
+    std::ifstream in(e.path());
+    const json j = json::parse(in, nullptr, false);
+    trial_record rec;
+    try {
+      rec = trial_record::from_json(j);
+    } catch (const std::exception&) {
+      fs::remove(e.path(), ec);  // not a record
+      continue;
+    }
+    // A file is removed once its record is durable in the journal: by the next run, which
+    // finds its trial journaled (and so not among this run's trials), or at the run's end.
+    const auto it = index_of_.find(rec.id);
+    // After a stop, a failure may be the stop itself (scancel signals every process of an
+    // array task, the trial's worker too): not journaled, so that running again runs it.
+    const bool stopped_by_us = stopping && rec.kind != outcome_kind::success;
+    if (it == index_of_.end() || stopped_by_us) fs::remove(e.path(), ec);
+    if (it == index_of_.end() || stopped_by_us) continue;
+    trial t = make_trial(it->second);
+    {
+      std::lock_guard lock(mutex_);
+      if (!done_trials_.insert(it->second).second) continue;
+      t.attempt = attempt_.count(it->second) ? attempt_[it->second] : 1;
+    }
+    out.push_back({std::move(t), std::move(rec)});
+  }
+  return out;
+}
+
+// Arrays Slurm no longer runs: each of their trials without a record ends as Slurm says its
+// array task ended. A node's usage error stops the sweep instead.
+std::vector<finished_trial> slurm_backend::check_ended() {
+  std::vector<slurm::submission> subs;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [job, sub] : inflight_) subs.push_back(sub);
+  }
+  std::vector<finished_trial> out;
+  for (const auto& sub : subs) {
+    if (!slurm::active_tasks(sub.job).empty()) continue;
+    auto left = merge();  // what the last tasks left just before they ended
+    out.insert(out.end(), std::make_move_iterator(left.begin()), std::make_move_iterator(left.end()));
+    try {
+      auto gone = lost(sub);
+      out.insert(out.end(), std::make_move_iterator(gone.begin()), std::make_move_iterator(gone.end()));
+    } catch (const usage_error&) {
+      // Nothing is retried: every array is cancelled and forgotten, its trials end cancelled.
+      const std::exception_ptr error = std::current_exception();
+      {
+        std::lock_guard lock(mutex_);
+        for (const auto& [job, other] : inflight_) slurm::cancel(job);
+      }
+      auto rest = cancelled_rest();
+      out.insert(out.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
+      {
+        std::lock_guard lock(mutex_);
+        inflight_.clear();
+        save_jobs();
+      }
+      sink_->on_error(error);  // first: the sweep stops before anything could be retried
+      if (!out.empty()) sink_->on_finished(std::move(out));
+      return {};
+    }
+    std::lock_guard lock(mutex_);
+    inflight_.erase(sub.job);
+    save_jobs();
+  }
+  return out;
+}
+
+// The trials of ended array `sub` that left no record, each ended as Slurm says its task did.
+// @throws usage_error if an array task's isorun refused its trials (a GPU the node lacks, say):
+//         every array task would say the same, so nothing is retried, and the node's reason is
+//         the sweep's.
+std::vector<finished_trial> slurm_backend::lost(const slurm::submission& sub) {
+  std::vector<finished_trial> out;
+  const auto states = slurm::task_states(sub.job);
+  std::vector<slurm::task_end> ends;
+  for (std::size_t k = 0; k < sub.tasks.size(); ++k) {
+    const std::string task = sub.job + "_" + std::to_string(k);
+    const fs::path log = dir_ / "logs" / (task + ".out");
+    const auto st = states.find(static_cast<int>(k));
+    ends.push_back(st == states.end() ? slurm::task_end{"UNKNOWN"} : st->second);
+    if (const auto why = slurm::node_usage_error(ends.back(), log))
+      throw usage_error("on Slurm, array task " + task + " refused its trials: " + *why + " (its log: " + log.string() + ")");
+  }
+  for (std::size_t k = 0; k < sub.tasks.size(); ++k) {
+    const std::string task = sub.job + "_" + std::to_string(k);
+    const fs::path log = dir_ / "logs" / (task + ".out");
+    const slurm::task_end& end = ends[k];
+    for (std::size_t i : sub.tasks[k]) {
+      finished_trial f{make_trial(i), {}};
+      {
+        std::lock_guard lock(mutex_);
+        if (!done_trials_.insert(i).second) continue;
+        f.t.attempt = attempt_.count(i) ? attempt_[i] : 1;
+      }
+      trial_record& rec = f.record;
+      rec.id = f.t.id;
+      rec.params = setup_.spec->trials[i];
+      rec.kind = slurm::outcome_of(end.state);
+      rec.attempts = f.t.attempt;
+      rec.device = "slurm:" + task;
+      rec.mem_limit = setup_.spec->mem_limit;
+      rec.error = "Slurm array task " + task + " ended " + end.state + " without the trial's record (its log: " +
+                  log.string() + ")";
+      out.push_back(std::move(f));
+    }
+  }
+  return out;
+}
+
+// After cancel_all: every trial in flight that has not ended ends cancelled.
+std::vector<finished_trial> slurm_backend::cancelled_rest() {
+  std::vector<finished_trial> out;
+  std::lock_guard lock(mutex_);
+  for (const auto& [job, sub] : inflight_)
+    for (const auto& task : sub.tasks)
+      for (std::size_t i : task) {
+        if (!done_trials_.insert(i).second) continue;
+        finished_trial f{make_trial(i), {}};
+        f.t.attempt = attempt_.count(i) ? attempt_[i] : 1;
+        f.record.id = f.t.id;
+        f.record.params = setup_.spec->trials[i];
+        f.record.kind = outcome_kind::cancelled;
+        out.push_back(std::move(f));
+      }
+  return out;
+}
+
+}  // namespace isorun::sweep

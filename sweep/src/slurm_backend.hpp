@@ -1,0 +1,75 @@
+#pragma once
+// Trials run on a Slurm cluster: each batch the scheduler starts goes out as one job array
+// (slurm::submit); each array task's isorun leaves its trials' records in OUT/slurm/results/,
+// which a polling thread hands to the scheduler. An array task that ended without a trial's
+// record is asked about (scontrol) and the trial's attempt ends as Slurm says it ended (the
+// scheduler retries it, in a new array, by the sweep's policy). Arrays an earlier run left
+// queued or running (it was killed, or detached) are followed, not submitted again.
+
+#include <condition_variable>
+#include <cstddef>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "isorun/sweep/run.hpp"
+#include "isorun/sweep/slurm.hpp"
+#include "isorun/sweep/trial_backend.hpp"
+
+namespace isorun::sweep {
+
+struct slurm_setup {
+  const sweep_spec* spec = nullptr;        ///< with spec->slurm; outlives the backend
+  const sweep_options* options = nullptr;  ///< node_command, submit_dir
+  std::string subject;                     ///< subject(*spec)
+  std::filesystem::path out;
+  std::vector<std::size_t> queue;          ///< the trials this run owes (indices into spec->trials)
+  std::string job_name;                    ///< sbatch --job-name
+};
+
+class slurm_backend final : public trial_backend {
+ public:
+  explicit slurm_backend(slurm_setup setup);
+  ~slurm_backend() override;
+
+  /// Slurm queues what it cannot run yet: everything is submitted at once.
+  [[nodiscard]] std::size_t lanes() const override { return std::numeric_limits<std::size_t>::max(); }
+  std::vector<trial> begin(trial_sink& sink) override;
+  void start(std::vector<trial> batch) override;
+  /// Cancels the array task that runs `t` (scancel JOB_K); its other trials end lost, and are
+  /// retried by the sweep's policy.
+  void stop(const trial& t) override;
+  void cancel_all() override;
+  void finish() override;
+
+  /// @brief The arrays in flight now (what a detached sweep leaves running).
+  [[nodiscard]] std::vector<std::string> jobs();
+
+ private:
+  void poll();
+  std::vector<finished_trial> merge();          // poller (or begin): records array tasks left
+  std::vector<finished_trial> check_ended();    // poller: arrays that ended, their lost trials
+  std::vector<finished_trial> lost(const slurm::submission& sub);
+  std::vector<finished_trial> cancelled_rest();
+  void save_jobs();  // under mutex_
+  trial make_trial(std::size_t index);
+
+  slurm_setup setup_;
+  std::filesystem::path dir_;                   // OUT/slurm
+  std::map<std::string, std::size_t> index_of_; // trial id -> index
+  trial_sink* sink_ = nullptr;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::map<std::string, slurm::submission> inflight_;  // under mutex_
+  std::map<std::size_t, int> attempt_;                 // under mutex_: each trial's attempt in flight
+  std::set<std::size_t> done_trials_;                  // under mutex_: delivered, and not started again
+  bool cancelled_ = false, done_ = false;
+  std::thread poller_;
+};
+
+}  // namespace isorun::sweep

@@ -1,0 +1,358 @@
+// The sweep scheduler against a fake backend: fail-fast, retries, the metric check, a stop
+// request mid-sweep, early stopping's hook and trials a backend already runs. No process is
+// started: the fake ends attempts when its script says, on the scheduler's own calls.
+#include <catch2/catch.hpp>
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+
+#include "isorun/sweep/journal.hpp"
+#include "isorun/sweep/run.hpp"
+#include "isorun/sweep/journal_writer.hpp"
+#include "isorun/sweep/scheduler.hpp"
+#include "isorun/sweep/stop_source.hpp"
+#include "isorun/sweep/trial_backend.hpp"
+
+namespace fs = std::filesystem;
+namespace sw = isorun::sweep;
+using isorun::outcome_kind;
+using nlohmann::json;
+
+namespace {
+
+// A backend whose attempts end only when its script (or a stop) ends them.
+class fake_backend final : public sw::trial_backend {
+ public:
+  using script = std::function<void(fake_backend&, const sw::trial&)>;
+  fake_backend(std::size_t lanes, script on_start) : lanes_{lanes}, on_start_{std::move(on_start)} {}
+
+  std::vector<sw::trial> adopted;  // what begin() says already runs
+  std::vector<std::pair<std::size_t, int>> starts;  // (trial, attempt), in order
+  std::vector<std::size_t> stopped;                 // stop(trial) calls
+  std::size_t peak = 0;                             // most attempts running at once
+  int cancel_calls = 0;
+  bool finished = false;
+
+  [[nodiscard]] std::size_t lanes() const override { return lanes_; }
+  std::vector<sw::trial> begin(sw::trial_sink& sink) override {
+    sink_ = &sink;
+    for (const auto& t : adopted) running_[t.index] = t;
+    return adopted;
+  }
+  void start(std::vector<sw::trial> batch) override {
+    for (const auto& t : batch) {
+      bool cancelled;
+      {
+        std::lock_guard lock(mutex_);
+        starts.emplace_back(t.index, t.attempt);
+        running_[t.index] = t;
+        peak = std::max(peak, running_.size());
+        cancelled = cancelled_;
+      }
+      if (cancelled) end(t.index, outcome_kind::cancelled);
+      else on_start_(*this, t);
+    }
+  }
+  void stop(const sw::trial& t) override {
+    {
+      std::lock_guard lock(mutex_);
+      stopped.push_back(t.index);
+    }
+    end(t.index, outcome_kind::cancelled);
+  }
+  void cancel_all() override {
+    std::vector<std::size_t> all;
+    {
+      std::lock_guard lock(mutex_);
+      ++cancel_calls;
+      cancelled_ = true;
+      for (const auto& [i, t] : running_) all.push_back(i);
+    }
+    for (std::size_t i : all) end(i, outcome_kind::cancelled);
+  }
+  void finish() override { finished = true; }
+
+  // Ends trial `index`'s running attempt (if it runs) as `kind` with `result`.
+  void end(std::size_t index, outcome_kind kind, json result = nullptr) {
+    sw::trial t;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = running_.find(index);
+      if (it == running_.end()) return;
+      t = it->second;
+      running_.erase(it);
+    }
+    sw::trial_record rec;
+    rec.id = t.id;
+    rec.params = {{"x", index}};
+    rec.kind = kind;
+    rec.result = std::move(result);
+    rec.attempts = t.attempt;
+    rec.error = kind == outcome_kind::success ? "" : "scripted";
+    sink_->on_finished({{t, std::move(rec)}});
+  }
+  // Sends a report of running trial `t`.
+  void report(const sw::trial& t, std::int64_t step, const json& metrics) { sink_->on_report(t, step, metrics); }
+
+  [[nodiscard]] int starts_of(std::size_t index) const {
+    return static_cast<int>(std::count_if(starts.begin(), starts.end(), [&](const auto& s) { return s.first == index; }));
+  }
+
+ private:
+  std::size_t lanes_;
+  script on_start_;
+  sw::trial_sink* sink_ = nullptr;
+  std::mutex mutex_;
+  std::map<std::size_t, sw::trial> running_;
+  bool cancelled_ = false;
+};
+
+sw::sweep_spec spec_of(std::size_t trials) {
+  sw::sweep_spec s;
+  s.task = "fake";
+  for (std::size_t i = 0; i < trials; ++i) s.trials.push_back({{"x", i}});
+  return s;
+}
+
+// What a scheduled sweep left: the journal as a resume would read it, and the scheduler's verdict.
+struct ran {
+  std::map<std::string, sw::trial_record> journal;
+  std::vector<std::string> journal_warnings;
+  std::size_t journal_lines = 0;
+  std::size_t cancelled = 0;
+  std::string metric_error;
+  std::exception_ptr error;
+  int stop_requests = 0;
+
+  // The journaled record of trial `index` of `s`, or nullopt.
+  [[nodiscard]] std::optional<sw::trial_record> of(const sw::sweep_spec& s, std::size_t index) const {
+    auto it = journal.find(sw::trial_id(s.task, s.trials[index]));
+    if (it == journal.end()) return std::nullopt;
+    return it->second;
+  }
+};
+
+// A store that cannot write (a full disk).
+class failing_store final : public sw::record_store {
+ public:
+  void write(const std::vector<sw::trial_record>&) override { throw std::runtime_error("disk full"); }
+};
+
+// Runs every trial of `s` through a scheduler on `backend`, journaling into a fresh folder (or
+// into `store`), with a stop source whose requests interrupt it as Ctrl-C does.
+ran run_sweep(const sw::sweep_spec& s, fake_backend& backend, sw::scheduler_options options = {},
+              sw::record_store* store = nullptr) {
+  char dir[] = "/tmp/isorun-scheduler-test-XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  ran r;
+  {
+    sw::journal j{fs::path(dir)};
+    sw::journal_store journal_store(j);
+    sw::stop_source stop;
+    sw::scheduler* sched_ptr = nullptr;
+    sw::journal_writer writer(store ? *store : journal_store, [](const sw::trial_record&) {},
+                              [&](std::exception_ptr e) { sched_ptr->fail(std::move(e)); });
+    std::vector<std::size_t> queue(s.trials.size());
+    for (std::size_t i = 0; i < queue.size(); ++i) queue[i] = i;
+    sw::scheduler sched(s, s.task, queue, backend, writer, stop, std::move(options));
+    sched_ptr = &sched;
+    stop.watch([&](int) { sched.interrupt(); });
+    sched.run();
+    stop.close();
+    writer.close();
+    r.cancelled = sched.cancelled();
+    r.metric_error = sched.metric_error();
+    r.error = sched.error();
+    r.stop_requests = stop.requests();
+  }
+  {
+    sw::journal reread{fs::path(dir)};
+    r.journal = reread.latest();
+    r.journal_warnings = reread.warnings();
+  }
+  std::ifstream in(fs::path(dir) / "results.jsonl");
+  for (std::string line; std::getline(in, line);) ++r.journal_lines;
+  fs::remove_all(dir);
+  return r;
+}
+
+// A script that keeps two attempts running: each start ends the attempt started before it
+// (as `kind_of` says), and the last trial ends at once.
+fake_backend::script overlapping(std::size_t trials, std::function<outcome_kind(std::size_t)> kind_of) {
+  auto held = std::make_shared<std::optional<std::size_t>>();
+  return [=](fake_backend& b, const sw::trial& t) {
+    if (*held) b.end(**held, kind_of(**held), json{{"acc", 0.5}});
+    *held = t.index;
+    if (t.index + 1 == trials) {
+      *held = std::nullopt;
+      b.end(t.index, kind_of(t.index), json{{"acc", 0.5}});
+    }
+  };
+}
+
+}  // namespace
+
+TEST_CASE("scheduler: keeps every lane busy, never more, and journals every trial once", "[scheduler]") {
+  const auto s = spec_of(6);
+  fake_backend backend(2, overlapping(6, [](std::size_t i) { return i == 2 ? outcome_kind::crashed : outcome_kind::success; }));
+  const ran r = run_sweep(s, backend);
+  CHECK(backend.peak == 2);
+  CHECK(backend.starts.size() == 6);
+  CHECK(backend.finished);
+  REQUIRE(r.journal.size() == 6);
+  CHECK(r.journal_lines == 6);
+  CHECK(r.of(s, 2)->kind == outcome_kind::crashed);  // not fail-fast: the others still run
+  CHECK(r.of(s, 5)->kind == outcome_kind::success);
+  CHECK(r.cancelled == 0);
+  CHECK_FALSE(r.error);
+}
+
+TEST_CASE("scheduler: fail-fast cancels what runs and starts nothing more", "[scheduler]") {
+  auto s = spec_of(6);
+  s.fail_fast = true;
+  // Trial 2 crashes as trial 3 starts: 3 is running then, 4 and 5 are queued.
+  fake_backend backend(2, overlapping(6, [](std::size_t i) { return i == 2 ? outcome_kind::crashed : outcome_kind::success; }));
+  const ran r = run_sweep(s, backend);
+  CHECK(backend.starts == std::vector<std::pair<std::size_t, int>>{{0, 1}, {1, 1}, {2, 1}, {3, 1}});
+  CHECK(backend.cancel_calls >= 1);
+  CHECK(r.cancelled == 1);  // trial 3
+  REQUIRE(r.journal.size() == 3);
+  CHECK(r.of(s, 2)->kind == outcome_kind::crashed);
+  CHECK_FALSE(r.of(s, 3));  // cancelled: not journaled, so a resume runs it
+  CHECK_FALSE(r.of(s, 4));
+}
+
+TEST_CASE("scheduler: retries follow the outcome class and count attempts", "[scheduler][retries]") {
+  auto s = spec_of(4);
+  s.retries = {{"crashed", 2}, {"timeout", 1}};
+  // 0: crashes twice, then succeeds; 1: always crashes; 2: an invalid result (not retried);
+  // 3: always times out.
+  fake_backend backend(1, [](fake_backend& b, const sw::trial& t) {
+    switch (t.index) {
+      case 0: b.end(0, t.attempt < 3 ? outcome_kind::crashed : outcome_kind::success, json{{"acc", 1}}); break;
+      case 1: b.end(1, outcome_kind::crashed); break;
+      case 2: b.end(2, outcome_kind::invalid_result); break;
+      default: b.end(3, outcome_kind::timeout); break;
+    }
+  });
+  const ran r = run_sweep(s, backend);
+  CHECK(backend.starts_of(0) == 3);
+  CHECK(backend.starts_of(1) == 3);
+  CHECK(backend.starts_of(2) == 1);
+  CHECK(backend.starts_of(3) == 2);
+  // A retry runs before the next trial: on the lane that just came free.
+  CHECK(backend.starts[1] == std::pair<std::size_t, int>{0, 2});
+  REQUIRE(r.journal.size() == 4);
+  CHECK(r.journal_lines == 4);  // only final outcomes are journaled
+  CHECK(r.of(s, 0)->kind == outcome_kind::success);
+  CHECK(r.of(s, 0)->attempts == 3);
+  CHECK(r.of(s, 1)->kind == outcome_kind::crashed);
+  CHECK(r.of(s, 1)->attempts == 3);
+  CHECK(r.of(s, 2)->attempts == 1);
+  CHECK(r.of(s, 3)->attempts == 2);
+}
+
+TEST_CASE("scheduler: with fail-fast, an attempt that will be retried does not stop the sweep", "[scheduler][retries]") {
+  auto s = spec_of(3);
+  s.fail_fast = true;
+  s.retries = {{"crashed", 1}};
+  fake_backend backend(1, [](fake_backend& b, const sw::trial& t) {
+    b.end(t.index, t.index == 0 && t.attempt == 1 ? outcome_kind::crashed : outcome_kind::success, json{{"acc", 1}});
+  });
+  const ran r = run_sweep(s, backend);
+  CHECK(backend.cancel_calls == 0);
+  CHECK(r.journal.size() == 3);
+  CHECK(r.of(s, 0)->attempts == 2);
+}
+
+TEST_CASE("scheduler: a first result without the metric stops the sweep, saying why", "[scheduler][metric]") {
+  auto s = spec_of(5);
+  s.metric.name = "acc";
+  SECTION("the result type was not known up front: the first success decides") {
+    fake_backend backend(2, [](fake_backend& b, const sw::trial& t) {
+      if (t.index == 1) b.end(0, outcome_kind::success, json{{"loss", 0.25}});  // 0 ends while 1 runs
+    });
+    const ran r = run_sweep(s, backend);
+    CHECK_THAT(r.metric_error, Catch::Contains("acc"));
+    CHECK(backend.starts.size() == 2);  // nothing after the check failed
+    CHECK(r.cancelled == 1);            // trial 1
+    CHECK(r.journal.size() == 1);       // the result that decided is kept
+  }
+  SECTION("a result that has it: the sweep goes on") {
+    fake_backend backend(2, [](fake_backend& b, const sw::trial& t) { b.end(t.index, outcome_kind::success, json{{"acc", 0.9}}); });
+    const ran r = run_sweep(s, backend);
+    CHECK(r.metric_error.empty());
+    CHECK(r.journal.size() == 5);
+  }
+}
+
+TEST_CASE("scheduler: a stop request mid-sweep cancels running trials, starts no queued one, keeps the journal whole",
+          "[scheduler][signals]") {
+  const auto s = spec_of(6);
+  // 0 and 1 end at once; 2 and 3 keep running, and trial 2's start is when Ctrl-C comes.
+  fake_backend backend(2, [](fake_backend& b, const sw::trial& t) {
+    if (t.index < 2) b.end(t.index, outcome_kind::success, json{{"acc", 1}});
+    if (t.index == 2) sw::request_stop();
+  });
+  const ran r = run_sweep(s, backend);
+  CHECK(r.stop_requests == 1);
+  CHECK(backend.starts == std::vector<std::pair<std::size_t, int>>{{0, 1}, {1, 1}, {2, 1}, {3, 1}});
+  CHECK(backend.cancel_calls >= 1);
+  CHECK(r.cancelled == 2);
+  CHECK(r.journal_warnings.empty());
+  CHECK(r.journal_lines == 2);
+  REQUIRE(r.journal.size() == 2);
+  CHECK(r.of(s, 0));
+  CHECK(r.of(s, 1));
+}
+
+TEST_CASE("scheduler: reports reach an early-stopping rule, which stops that trial only", "[scheduler][early-stopping]") {
+  const auto s = spec_of(3);
+  std::vector<std::int64_t> steps;
+  sw::scheduler_options o;
+  o.should_stop = [&](const sw::trial&, std::int64_t step, const json& m) {
+    steps.push_back(step);
+    return m.value("loss", 0.0) > 1.0;
+  };
+  fake_backend backend(1, [](fake_backend& b, const sw::trial& t) {
+    b.report(t, 10, {{"loss", t.index == 1 ? 5.0 : 0.5}});
+    b.end(t.index, outcome_kind::success, json{{"acc", 1}});  // (a no-op for a stopped trial)
+  });
+  const ran r = run_sweep(s, backend, o);
+  CHECK(steps == std::vector<std::int64_t>{10, 10, 10});
+  CHECK(backend.stopped == std::vector<std::size_t>{1});
+  CHECK(r.cancelled == 1);
+  CHECK(r.journal.size() == 2);
+  CHECK_FALSE(r.of(s, 1));
+}
+
+TEST_CASE("scheduler: trials the backend already runs are not started again", "[scheduler]") {
+  const auto s = spec_of(3);
+  fake_backend backend(4, [](fake_backend& b, const sw::trial& t) {
+    b.end(t.index, outcome_kind::success, json{{"acc", 1}});
+    if (t.index == 2) b.end(1, outcome_kind::success, json{{"acc", 2}});  // the followed one ends
+  });
+  backend.adopted = {{1, sw::trial_id(s.task, s.trials[1]), 1}};
+  const ran r = run_sweep(s, backend);
+  CHECK(backend.starts == std::vector<std::pair<std::size_t, int>>{{0, 1}, {2, 1}});
+  CHECK(r.journal.size() == 3);
+}
+
+TEST_CASE("scheduler: a journal that cannot be written stops the sweep with its error", "[scheduler]") {
+  const auto s = spec_of(4);
+  failing_store store;
+  fake_backend backend(1, [](fake_backend& b, const sw::trial& t) { b.end(t.index, outcome_kind::success, json{{"acc", 1}}); });
+  const ran r = run_sweep(s, backend, {}, &store);
+  REQUIRE(r.error);
+  CHECK_THROWS_WITH(std::rethrow_exception(r.error), "disk full");
+  CHECK(r.journal.empty());
+}

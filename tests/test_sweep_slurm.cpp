@@ -1,0 +1,251 @@
+// Sweeps on Slurm (a real single-node cluster, started by tests/slurm/run_tests.sh).
+#include <catch2/catch.hpp>
+
+#include "sweep_test_support.hpp"
+
+namespace {
+
+// Blocks until `done()` holds, checking every 50 ms: Slurm's state is only seen by asking it.
+// A bound of 60 s turns a hang into a failure.
+template <class F>
+bool eventually(F&& done) {
+  for (int i = 0; i < 1200; ++i) {
+    if (done()) return true;
+    ::usleep(50'000);
+  }
+  return done();
+}
+
+// Array tasks of `job` that Slurm still has queued or running.
+std::size_t in_queue(const std::string& job) { return sw::slurm::active_tasks(job).size(); }
+
+json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return json::parse(in, nullptr, false);
+}
+
+}  // namespace
+TEST_CASE("Slurm's end states map to outcome classes", "[sweep][slurm-states]") {
+  using sw::slurm::outcome_of;
+  CHECK(outcome_of("TIMEOUT") == isorun::outcome_kind::timeout);
+  CHECK(outcome_of("OUT_OF_MEMORY") == isorun::outcome_kind::out_of_memory);
+  CHECK(outcome_of("CANCELLED") == isorun::outcome_kind::crashed);  // someone's scancel: lost, retried by policy
+  CHECK(outcome_of("NODE_FAIL") == isorun::outcome_kind::crashed);
+  CHECK(outcome_of("PREEMPTED") == isorun::outcome_kind::crashed);
+  CHECK(outcome_of("FAILED") == isorun::outcome_kind::crashed);
+}
+TEST_CASE("a sweep on Slurm: one job array, each trial on the GPU Slurm gave its array task", "[slurm]") {
+  const std::string dir = temp_dir();
+  fs::create_directories(dir + "/markers");
+  // A space and a '%' in the output folder, and an option whose value a shell would split: every
+  // setting reaches sbatch as one argument, and the logs land where the folder says.
+  const std::string out = dir + "/out a%j";
+  std::ofstream(dir + "/spec.yaml") << "task: gpu_span\nparams:\n  i: {range: [0, 9], step: 1}\n  dir: [\"" << dir
+                                    << "/markers\"]\nresources: {backend: slurm, gpus: all, mem_limit: 1G, per_gpu: 1, "
+                                       "gpus_per_node: 1, max_running: 4, partition: test, "
+                                       "extra: [\"--comment=two words; touch " << dir << "/pwned\"]}\nout: \"" << out
+                                    << "\"\n";
+  auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"}, {"ISORUN_SIMULATE_GPUS=2x16G"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.err, Catch::Contains("submitted 10 trials as Slurm job array"));
+  const auto sbatch = read_json(out + "/slurm/batch-1.json")["sbatch"];
+  CHECK(std::count(sbatch.begin(), sbatch.end(), "--array=0-9%4") == 1);
+  CHECK(std::count(sbatch.begin(), sbatch.end(), "--gres=gpu:1") == 1);
+  CHECK(std::count(sbatch.begin(), sbatch.end(), "--partition=test") == 1);
+  CHECK(!fs::exists(dir + "/pwned"));
+  std::size_t logs = 0;
+  for (const auto& e : fs::directory_iterator(out + "/slurm/logs")) logs += e.path().extension() == ".out";
+  CHECK(logs == 10);  // one per array task, JOB_TASK.out, not a file named after an expanded %j
+  const auto journal = lines(out + "/results.jsonl");
+  REQUIRE(journal.size() == 10);
+  std::set<std::string> gpus;
+  for (const auto& l : journal) {
+    const json t = json::parse(l);
+    CHECK(t["outcome"] == "success");
+    CHECK(t["result"]["visible"] == t["device"]);  // the GPU Slurm's gres gave the array task
+    gpus.insert(t["device"].get<std::string>());
+  }
+  CHECK(gpus == std::set<std::string>{"GPU-sim-0", "GPU-sim-1"});
+  CHECK(read_json(out + "/slurm/jobs.json") == json::array());  // nothing in flight
+  CHECK(fs::is_empty(out + "/slurm/results"));                  // every record journaled
+  CHECK(fs::exists(out + "/report.html"));
+  fs::remove_all(dir);
+}
+TEST_CASE("on Slurm, an array task that dies leaves its trial to the retry policy, in a new array", "[slurm]") {
+  const std::string dir = temp_dir();
+  fs::create_directories(dir + "/m1");
+  fs::create_directories(dir + "/m2");
+  auto spec = [&](const std::string& name, const std::string& markers, const std::string& policy) {
+    std::ofstream(dir + "/" + name) << "task: die_once\nparams:\n  arg0: [1, 2, 3]\n  arg1: [\"" << markers
+                                    << "\"]\nresources: {backend: slurm, cpu_slots: 1}\n" << policy << "out: \"" << dir
+                                    << "/" << name << ".out\"\n";
+    return dir + "/" + name;
+  };
+  // Retried: the first attempt of each trial kills its array task's isorun; the second succeeds.
+  auto r = sweep_cli({"sweep", spec("retried.yaml", dir + "/m1", "policy: {retries: {crashed: 1}}\n"), "--no-progress"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(fs::exists(dir + "/retried.yaml.out/slurm/batch-2.json"));  // the lost trials, in a new array
+  for (const auto& l : lines(dir + "/retried.yaml.out/results.jsonl")) {
+    const json t = json::parse(l);
+    CHECK(t["outcome"] == "success");
+    CHECK(t["attempts"] == 2);
+  }
+  // Not retried: each is journaled as crashed, saying how Slurm says its task ended.
+  auto once = sweep_cli({"sweep", spec("once.yaml", dir + "/m2", ""), "--no-progress"});
+  INFO(once.err);
+  CHECK(once.code == 1);
+  const auto journal = lines(dir + "/once.yaml.out/results.jsonl");
+  REQUIRE(journal.size() == 3);
+  for (const auto& l : journal) {
+    const json t = json::parse(l);
+    CHECK(t["outcome"] == "crashed");
+    CHECK_THAT(t["error"].get<std::string>(), Catch::Contains("Slurm array task") && Catch::Contains("ended FAILED"));
+  }
+  fs::remove_all(dir);
+}
+TEST_CASE("on Slurm: Ctrl-C cancels the arrays; --detach returns at once and running again journals the rest",
+          "[slurm]") {
+  const std::string dir = temp_dir();
+  fs::create_directories(dir + "/m");
+  std::ofstream(dir + "/wait.yaml") << "task: wait_marked\nparams:\n  arg0: [1, 2]\n  arg1: [\"" << dir
+                                    << "/m\"]\nresources: {backend: slurm, cpu_slots: 1}\nout: \"" << dir << "/w\"\n";
+  auto sweep = isorun::test::start_captured(
+      ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "--grace", "1s", "sweep", dir + "/wait.yaml", "--no-progress"});
+  REQUIRE(eventually([&] { return fs::exists(dir + "/m/1.running") && fs::exists(dir + "/m/2.running"); }));
+  const json jobs = read_json(dir + "/w/slurm/jobs.json");
+  REQUIRE(jobs.size() == 1);
+  const std::string job = jobs[0]["job"];
+  CHECK(in_queue(job) == 2);
+  ::kill(sweep.process.pid(), SIGINT);
+  auto stopped = isorun::test::finish_captured(sweep);
+  INFO(stopped.err);
+  CHECK(stopped.code == 130);
+  CHECK(eventually([&] { return in_queue(job) == 0; }));  // scancel'ed
+  CHECK(lines(dir + "/w/results.jsonl").empty());         // cancelled trials are not journaled: a resume runs them
+
+  std::ofstream(dir + "/quick.yaml") << "task: plain_number\nparams:\n  arg0: [1, 2, 3, 4]\n"
+                                        "resources: {backend: slurm, cpu_slots: 1, trials_per_task: 2}\nout: \""
+                                     << dir << "/q\"\n";
+  auto detached = sweep_cli({"sweep", dir + "/quick.yaml", "--no-progress", "--detach"});
+  INFO(detached.err);
+  REQUIRE(detached.code == 0);
+  CHECK_THAT(detached.err, Catch::Contains("detached"));
+  CHECK(read_json(dir + "/q/slurm/jobs.json").size() == 1);
+  CHECK(read_json(dir + "/q/slurm/batch-1.json")["tasks"].size() == 2);  // 2 trials per array task
+  auto status = isorun::test::run_captured(ISORUN_CLI, {"status", dir + "/q"});
+  CHECK(status.code == 0);
+  CHECK_THAT(status.out, Catch::Contains("Slurm job array"));
+  auto attached = sweep_cli({"sweep", dir + "/quick.yaml", "--no-progress", "--attach"});
+  INFO(attached.err);
+  REQUIRE(attached.code == 0);
+  CHECK(lines(dir + "/q/results.jsonl").size() == 4);
+  CHECK_FALSE(fs::exists(dir + "/q/slurm/batch-2.json"));  // nothing was submitted twice
+  fs::remove_all(dir);
+}
+TEST_CASE("on Slurm: a node's usage error is not retried; the submitter says it and exits 2", "[slurm]") {
+  // The submitter has no GPU to check `gpus: all` against (they are the nodes'); here the node has
+  // none either, so each array task's isorun refuses its trials with exit 2.
+  const std::string dir = temp_dir();
+  fs::create_directories(dir + "/markers");
+  std::ofstream(dir + "/spec.yaml") << "task: gpu_span\nparams:\n  i: [0, 1]\n  dir: [\"" << dir
+                                    << "/markers\"]\nresources: {backend: slurm, gpus: all, mem_limit: 1G, "
+                                       "gpus_per_node: 1}\npolicy: {retries: {crashed: 2}}\nout: \"" << dir << "/out\"\n";
+  auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+  INFO(r.err);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("refused its trials: ") && Catch::Contains("GPU") &&
+                        Catch::Contains(dir + "/out/slurm/logs/"));
+  std::size_t submitted = 0;
+  for (std::size_t at = 0; (at = r.err.find("submitted ", at)) != std::string::npos; ++at) ++submitted;
+  CHECK(submitted == 1);  // not retried
+  CHECK(read_json(dir + "/out/slurm/jobs.json") == json::array());
+  CHECK(lines(dir + "/out/results.jsonl").empty());
+  fs::remove_all(dir);
+}
+TEST_CASE("on Slurm: a scancel'ed array task's trial is retried; a partition the cluster lacks is refused", "[slurm]") {
+  const std::string dir = temp_dir();
+  fs::create_directories(dir + "/m");
+  std::ofstream(dir + "/m/2.running");  // trial 2 finishes at once; trial 1 waits, the first time
+  std::ofstream(dir + "/spec.yaml") << "task: wait_once\nparams:\n  arg0: [1, 2]\n  arg1: [\"" << dir
+                                    << "/m\"]\nresources: {backend: slurm, cpu_slots: 1}\npolicy: {retries: {crashed: 1}}\n"
+                                       "out: \"" << dir << "/out\"\n";
+  auto sweep = isorun::test::start_captured(ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "sweep", dir + "/spec.yaml", "--no-progress"});
+  REQUIRE(eventually([&] { return fs::exists(dir + "/m/1.running"); }));
+  const json batch = read_json(dir + "/out/slurm/batch-1.json");
+  const json jobs = read_json(dir + "/out/slurm/jobs.json");
+  REQUIRE(jobs.size() == 1);
+  const int task = batch["tasks"][0][0] == 0 ? 0 : 1;  // the array task running trial 1 (index 0)
+  REQUIRE(isorun::test::run_captured("/usr/bin/scancel", {jobs[0]["job"].get<std::string>() + "_" + std::to_string(task)}).code == 0);
+  auto done = isorun::test::finish_captured(sweep);
+  INFO(done.err);
+  CHECK(done.code == 0);
+  std::map<int, json> by_trial;
+  for (const auto& l : lines(dir + "/out/results.jsonl")) {
+    const json t = json::parse(l);
+    by_trial[t["params"]["arg0"].get<int>()] = t;
+  }
+  REQUIRE(by_trial.size() == 2);
+  CHECK(by_trial[1]["outcome"] == "success");
+  CHECK(by_trial[1]["attempts"] == 2);  // lost to the scancel, retried in a new array
+  CHECK(by_trial[2]["attempts"] == 1);
+
+  std::ofstream(dir + "/bad.yaml") << "task: plain_number\nparams:\n  arg0: [1]\n"
+                                      "resources: {backend: slurm, partition: nosuchpartition}\nout: \"" << dir << "/bad\"\n";
+  auto bad = sweep_cli({"sweep", dir + "/bad.yaml", "--no-progress"});
+  CHECK(bad.code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("sbatch refused") && Catch::Contains("invalid partition"));
+  CHECK(lines(dir + "/bad/results.jsonl").empty());
+  fs::remove_all(dir);
+}
+TEST_CASE("the digits sweep through Slurm gives the same table as here", "[slurm]") {
+  const std::string dir = temp_dir();
+  auto spec = [&](const std::string& name, const std::string& backend) {
+    std::ofstream(dir + "/" + name) << "task: digits\nmetric: {name: accuracy, goal: maximize}\n"
+                                       "params:\n  model: [mlp, softmax]\n  lr: [0.1, 0.3]\n  epochs: 5\n"
+                                       "resources: {backend: " << backend << ", cpu_slots: 2, mem_limit: 256M}\nout: \""
+                                    << dir << "/" << name << ".out\"\n";
+    return dir + "/" + name;
+  };
+  auto local = isorun::test::run_captured(ISORUN_CLI, {"sweep", spec("local.yaml", "local"), "--no-progress"});
+  auto slurm = isorun::test::run_captured(ISORUN_CLI, {"sweep", spec("slurm.yaml", "slurm"), "--no-progress"});
+  INFO(local.err << slurm.err);
+  REQUIRE(local.code == 0);
+  REQUIRE(slurm.code == 0);
+  CHECK(slurm.out == local.out);  // the ranked table: same trials, same accuracies, same order
+  CHECK(lines(dir + "/slurm.yaml.out/results.jsonl").size() == 4);
+  fs::remove_all(dir);
+}
+TEST_CASE("on Slurm: a node failure loses the running trial; it is retried once the node is back", "[slurm]") {
+  // The node goes down under its running task (scontrol: as Slurm marks a node that stopped
+  // answering, but with slurmd still there to kill what ran on it, so nothing is left behind).
+  const std::string dir = temp_dir();
+  fs::create_directories(dir + "/m");
+  std::ofstream(dir + "/spec.yaml") << "task: wait_once\nparams:\n  arg0: [1]\n  arg1: [\"" << dir
+                                    << "/m\"]\nresources: {backend: slurm, cpu_slots: 1}\npolicy: {retries: {crashed: 1}}\n"
+                                       "out: \"" << dir << "/out\"\n";
+  auto sweep = isorun::test::start_captured(ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "sweep", dir + "/spec.yaml", "--no-progress"});
+  REQUIRE(eventually([&] { return fs::exists(dir + "/m/1.running"); }));
+  const std::string job = read_json(dir + "/out/slurm/jobs.json")[0]["job"];
+  const std::string nodes = isorun::test::run_captured("/usr/bin/sinfo", {"-h", "-o", "%n"}).out;
+  const std::string node = nodes.substr(0, nodes.find('\n'));
+  REQUIRE(isorun::test::run_captured("/usr/bin/scontrol", {"update", "nodename=" + node, "state=down", "reason=isorun-test"}).code == 0);
+  CHECK(eventually([&] { return sw::slurm::task_states(job)[0].state == "NODE_FAIL"; }));
+  // Back in service once Slurm has killed what ran there (a resume is refused before).
+  CHECK(eventually([&] {
+    isorun::test::run_captured("/usr/bin/scontrol", {"update", "nodename=" + node, "state=resume"});
+    const std::string state = isorun::test::run_captured("/usr/bin/sinfo", {"-h", "-n", node, "-o", "%t"}).out;
+    return state.rfind("idle", 0) == 0 || state.rfind("mix", 0) == 0 || state.rfind("alloc", 0) == 0;
+  }));
+  auto done = isorun::test::finish_captured(sweep);
+  INFO(done.err);
+  CHECK(done.code == 0);
+  const auto journal = lines(dir + "/out/results.jsonl");
+  REQUIRE(journal.size() == 1);
+  const json t = json::parse(journal[0]);
+  CHECK(t["outcome"] == "success");
+  CHECK(t["attempts"] == 2);  // the node failure cost the first attempt; the retry ran in a new array
+  CHECK(fs::exists(dir + "/out/slurm/batch-2.json"));
+  fs::remove_all(dir);
+}
