@@ -126,7 +126,7 @@ std::atomic<runner::job*> running{nullptr};  // what interrupt_scope stops
 
 int run_task(const cli_options& o, const std::vector<std::string>& libs) {
   const worker::task_info& task = find_task(o.task);
-  const std::string text = build_task_args(task, o.params).dump();
+  const std::string text = runner::arguments::build_task_args(task, o.params).dump();
   runner::job_spec spec = runner::job_spec_for(task.name, serialization::encoding::json, blob(text.data(), text.size()), pick_gpus(o),
                                                {.mem_limit = o.mem_limit,
                                                 .timeout = o.timeout,

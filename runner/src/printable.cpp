@@ -16,7 +16,7 @@ std::string printable(std::string_view text) {
   };
   for (std::size_t i = 0; i < text.size();) {
     // Up to the next byte that is not UTF-8: it is escaped alone, and the text goes on after it.
-    const std::size_t bad = cli::utf8_error_at(text.substr(i));
+    const std::size_t bad = runner::arguments::utf8_error_at(text.substr(i));
     const std::size_t end = bad == std::string_view::npos ? text.size() : i + bad;
     while (i < end) {
       const auto c = static_cast<unsigned char>(text[i]);

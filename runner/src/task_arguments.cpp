@@ -6,7 +6,7 @@
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/suggest.hpp"
 
-namespace isorun::cli {
+namespace isorun::runner::arguments {
 namespace {
 
 std::string type_word(const nlohmann::json& v) {
@@ -165,4 +165,4 @@ nlohmann::json build_task_args(const worker::task_info& task, const std::vector<
   return defaults;
 }
 
-}  // namespace isorun::cli
+}  // namespace isorun::runner::arguments

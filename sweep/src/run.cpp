@@ -177,8 +177,8 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
   st.args.resize(s.trials.size());
   for (std::size_t i = 0; task && i < s.trials.size(); ++i) {
     try {
-      st.args[i] = cli::build_task_args(*task, param_words(s.trials[i])).dump();
-    } catch (const cli::param_error& e) {
+      st.args[i] = runner::arguments::build_task_args(*task, param_words(s.trials[i])).dump();
+    } catch (const runner::arguments::param_error& e) {
       const auto line = s.param_lines.find(e.key());
       throw located(s, line == s.param_lines.end() ? 0 : line->second, e.what());
     } catch (const usage_error& e) {

@@ -141,7 +141,7 @@ void check_plain_text(const std::string& text) {
     const int line = static_cast<int>(1 + std::count(text.begin(), text.begin() + static_cast<long>(at), '\n'));
     throw spec_error("line " + std::to_string(line) + ", byte " + std::to_string(at + 1) + ": " + what, line);
   };
-  if (const auto at = cli::utf8_error_at(text); at != std::string_view::npos)
+  if (const auto at = runner::arguments::utf8_error_at(text); at != std::string_view::npos)
     fail_at(at, "not valid UTF-8 text; save the spec as UTF-8");
   const auto control = std::find_if(text.begin(), text.end(), [](char ch) {
     const auto c = static_cast<unsigned char>(ch);

@@ -39,7 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   static const auto* task = isorun::worker::registry::instance().find("fuzz_task");
   try {
-    (void)isorun::cli::build_task_args(*task, words);
+    (void)isorun::runner::arguments::build_task_args(*task, words);
   } catch (const isorun::usage_error&) {
   }
   try {

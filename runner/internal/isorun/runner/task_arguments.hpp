@@ -10,7 +10,7 @@
 #include "isorun/runner/errors.hpp"
 #include "isorun/worker/task.hpp"
 
-namespace isorun::cli {
+namespace isorun::runner::arguments {
 
 /// A `key=value` argument that does not fit the task; `key()` names the parameter ("" when the
 /// word is not key=value at all), so a sweep spec can point at the parameter's line.
@@ -46,4 +46,4 @@ bool addressed_by_field(const nlohmann::json& defaults);
 /// @brief Converts `text` to the JSON type of `like`. @throws param_error naming `key`.
 nlohmann::json coerce_value(const std::string& key, const std::string& text, const nlohmann::json& like);
 
-}  // namespace isorun::cli
+}  // namespace isorun::runner::arguments
