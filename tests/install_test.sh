@@ -16,4 +16,6 @@ out=$("$work/consumer/consumer")
 [ "$out" = "installed!" ] || { echo "consumer printed '$out'"; exit 1; }
 # The installed CLI finds the installed example tasks without --tasks.
 "$work/prefix/bin/isorun" --cpu -q hello name=prefix | grep -q '"hello, prefix"'
+# ...and runs a command under the installed shim, with the installed cap library.
+"$work/prefix/bin/isorun" --cpu -q --mem-limit 64M -- /bin/sh -c 'echo "under $LD_PRELOAD"' | grep -q 'libisorun_cuda_cap.so'
 echo "install test passed"
