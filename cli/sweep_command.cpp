@@ -85,9 +85,13 @@ sweep::sweep_options run_options(const cli_options& o, const std::vector<std::st
   ro.detach = o.sweep.detach;
   ro.submit_dir = std::filesystem::current_path().string();
   // What each array task runs: this command line again (same spec, flags and task libraries).
+  // (--detach and --attach are the submitter's; past a `--` every word is the command's own.)
   ro.node_command = {runner::self_executable()};
-  for (std::size_t k = 1; k < o.argv.size(); ++k)
-    if (o.argv[k] != "--detach" && o.argv[k] != "--attach") ro.node_command.push_back(o.argv[k]);
+  bool command = false;
+  for (std::size_t k = 1; k < o.argv.size(); ++k) {
+    command = command || o.argv[k] == "--";
+    if (command || (o.argv[k] != "--detach" && o.argv[k] != "--attach")) ro.node_command.push_back(o.argv[k]);
+  }
   return ro;
 }
 

@@ -119,6 +119,11 @@ TEST_CASE("Slurm's settings reach sbatch as arguments; the batch script holds on
   CHECK(commands[0] == "cd '" + sbatch.dir().string() + "' || exit 1");
   CHECK(commands[1] == "exec '/opt/isorun' 'sweep' 'it'\\''s.yaml' --node '" + batch.string() +
                            "':\"$SLURM_ARRAY_TASK_ID\"");
+  // A sweep over a command given after `--`: --node is isorun's, so it goes before the `--`.
+  const std::string over_command =
+      sw::slurm::batch_script(batch, {"/opt/isorun", "sweep", "s.yaml", "--", "train", "--node"}, sbatch.dir());
+  CHECK_THAT(over_command, Catch::Contains("exec '/opt/isorun' 'sweep' 's.yaml' --node '" + batch.string() +
+                                           "':\"$SLURM_ARRAY_TASK_ID\" '--' 'train' '--node'\n"));
 }
 
 TEST_CASE("a Slurm setting that could leave sbatch's options is refused before anything is written",

@@ -2,6 +2,7 @@
 // scancel to stop them.
 #include "isorun/sweep/slurm.hpp"
 
+#include <algorithm>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -120,8 +121,12 @@ std::string batch_script(const fs::path& batch_file, const std::vector<std::stri
   script << "#!/bin/sh\n# isorun: array task K runs the trials tasks[K] of " << quoted(batch_file.filename().string())
          << ", here, isolated and capped.\n# Slurm's settings are sbatch's arguments, kept in that file's \"sbatch\".\n";
   script << "cd " << quoted(fs::absolute(submit_dir).string()) << " || exit 1\nexec";
-  for (const auto& w : node_command) script << " " << quoted(w);
-  script << " --node " << quoted(batch_file.string()) << ":\"$SLURM_ARRAY_TASK_ID\"\n";
+  // --node goes with isorun's own flags: before a `--`, past which every word is the command's.
+  const auto end_of_flags = std::find(node_command.begin(), node_command.end(), "--");
+  for (auto w = node_command.begin(); w != end_of_flags; ++w) script << " " << quoted(*w);
+  script << " --node " << quoted(batch_file.string()) << ":\"$SLURM_ARRAY_TASK_ID\"";
+  for (auto w = end_of_flags; w != node_command.end(); ++w) script << " " << quoted(*w);
+  script << "\n";
   return script.str();
 }
 

@@ -47,8 +47,9 @@ std::vector<std::string> sbatch_arguments(const slurm_spec& s, std::size_t array
                                           const std::filesystem::path& logs, const std::string& job_name);
 
 /// @brief The batch script of submission `batch_file` (OUT/slurm/batch-N.json): a comment, then
-///        `cd SUBMIT_DIR` and `exec NODE_COMMAND --node BATCH_FILE:$SLURM_ARRAY_TASK_ID`, every
-///        word single-quoted. It holds no #SBATCH directive: those travel as sbatch's arguments.
+///        `cd SUBMIT_DIR` and `exec NODE_COMMAND --node BATCH_FILE:$SLURM_ARRAY_TASK_ID` (--node
+///        before a `--` in NODE_COMMAND, past which the words are a command's), every word
+///        single-quoted. It holds no #SBATCH directive: those travel as sbatch's arguments.
 std::string batch_script(const std::filesystem::path& batch_file, const std::vector<std::string>& node_command,
                          const std::filesystem::path& submit_dir);
 
