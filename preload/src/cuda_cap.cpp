@@ -403,11 +403,16 @@ std::uint64_t array_bytes(const array3d_descriptor& d, unsigned levels) {
 template <class Handle, class Call>
 CUresult charged_array(Handle* out, std::uint64_t bytes, Call&& call) {
   std::uintptr_t key = 0;
-  const CUresult rc = charged(acct().arrays, holding{current_device(), bytes}, &key, [&] {
+  return charged(acct().arrays, holding{current_device(), bytes}, &key, [&] {
     const CUresult r = call();
     if (r == success && out) key = reinterpret_cast<std::uintptr_t>(*out);
     return r;
   });
+}
+
+// After the driver destroyed `array` (rc == success): its bytes go back to the cap.
+CUresult destroyed(CUresult rc, void* array) {
+  if (rc == success) forget(acct().arrays, reinterpret_cast<std::uintptr_t>(array));
   return rc;
 }
 
@@ -533,17 +538,13 @@ CUresult cuMipmappedArrayCreate(void** array, const array3d_descriptor* desc, un
 CUresult cuArrayDestroy(void* array) {
   static auto f = real<CUresult (*)(void*)>("cuArrayDestroy");
   if (!f) return not_found;
-  const CUresult rc = f(array);
-  if (rc == success) forget(acct().arrays, reinterpret_cast<std::uintptr_t>(array));
-  return rc;
+  return destroyed(f(array), array);
 }
 
 CUresult cuMipmappedArrayDestroy(void* array) {
   static auto f = real<CUresult (*)(void*)>("cuMipmappedArrayDestroy");
   if (!f) return not_found;
-  const CUresult rc = f(array);
-  if (rc == success) forget(acct().arrays, reinterpret_cast<std::uintptr_t>(array));
-  return rc;
+  return destroyed(f(array), array);
 }
 
 CUresult cuMemGetInfo_v2(std::size_t* free, std::size_t* total) {

@@ -34,7 +34,8 @@ constexpr int program_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 // LD_PRELOAD. The shim itself was started without it, so it never preloads the cap into itself.
 // What it allocates goes back with free_environment (a sanitizer build checks for leaks).
 char** program_environment() {
-  const char* cap = getenv(isorun::serialization::env::cap_preload.data());
+  const auto& cap_name = isorun::serialization::env::cap_preload;  // a NUL-terminated literal
+  const char* cap = getenv(cap_name.data());
   if (!cap) return environ;
   const char* other = getenv("LD_PRELOAD");
   const size_t length = strlen("LD_PRELOAD=") + strlen(cap) + (other && *other ? 1 + strlen(other) : 0) + 1;
@@ -48,7 +49,7 @@ char** program_environment() {
   size_t k = 0;
   for (size_t i = 0; i < n; ++i)
     if (strncmp(environ[i], "LD_PRELOAD=", 11) != 0 &&
-        strncmp(environ[i], "ISORUN_CAP_PRELOAD=", strlen("ISORUN_CAP_PRELOAD=")) != 0)
+        !(strncmp(environ[i], cap_name.data(), cap_name.size()) == 0 && environ[i][cap_name.size()] == '='))
       env[k++] = environ[i];
   env[k++] = preload;
   env[k] = nullptr;
