@@ -189,3 +189,41 @@ TEST_CASE("a spec whose Slurm settings hold a YAML-escaped newline exits 2 namin
   CHECK(!fs::exists(dir / "f"));
   CHECK(!fs::exists(dir / "out" / "slurm"));
 }
+
+TEST_CASE("a Slurm sweep whose records all arrive before Slurm says the array ended leaves no array to follow",
+          "[sweep][slurm-submit]") {
+  // Stand-ins for Slurm's commands: sbatch runs every array task of the script, one after the
+  // other, before it answers; squeue keeps listing task 0, as Slurm does while an array's tasks
+  // are still ending after their trials' records were written.
+  fake_sbatch slurm;
+  const fs::path bin = slurm.dir();
+  std::ofstream(bin / "sbatch") << "#!/bin/sh\n"
+                                << "for last; do :; done\n"
+                                << "range=$(printf '%s\\n' \"$@\" | sed -n 's/^--array=\\([0-9]*\\)-\\([0-9]*\\).*/\\1 \\2/p')\n"
+                                << "set -- $range\n"
+                                << "k=$1\n"
+                                << "while [ \"$k\" -le \"$2\" ]; do\n"
+                                << "  SLURM_ARRAY_TASK_ID=$k sh \"$last\" > /dev/null 2>&1 || exit 1\n"
+                                << "  k=$((k + 1))\n"
+                                << "done\n"
+                                << "echo 77\n";
+  std::ofstream(bin / "squeue") << "#!/bin/sh\necho 0\n";
+  std::ofstream(bin / "scontrol") << "#!/bin/sh\nexit 0\n";
+  std::ofstream(bin / "scancel") << "#!/bin/sh\nexit 0\n";
+  for (const char* name : {"sbatch", "squeue", "scontrol", "scancel"})
+    fs::permissions(bin / name, fs::perms::owner_all);
+  const fs::path out = bin / "out";
+  std::ofstream(bin / "spec.yaml") << "task: plain_number\nparams:\n  arg0: [1, 2, 3]\n"
+                                      "resources: {backend: slurm, cpu_slots: 1}\nout: \"" << out.string() << "\"\n";
+  auto r = isorun::test::run_captured(
+      ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "sweep", (bin / "spec.yaml").string(), "--no-progress"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.err, Catch::Contains("3 succeeded"));
+  std::ifstream journal(out / "results.jsonl");
+  std::size_t records = 0;
+  for (std::string l; std::getline(journal, l);) records += !l.empty();
+  CHECK(records == 3);
+  CHECK(json::parse(read_all(out / "slurm" / "jobs.json")) == json::array());  // nothing left to follow
+  CHECK(fs::is_empty(out / "slurm" / "results"));
+}

@@ -141,6 +141,7 @@ void slurm_backend::poll() {
     } else {
       auto gone = check_ended();
       ended.insert(ended.end(), std::make_move_iterator(gone.begin()), std::make_move_iterator(gone.end()));
+      forget_delivered();
     }
     if (!ended.empty()) sink_->on_finished(std::move(ended));
     if (cancelled) {
@@ -149,6 +150,20 @@ void slurm_backend::poll() {
       return;
     }
   }
+}
+
+// Arrays whose every trial has been delivered are no longer followed, though Slurm may still be
+// ending their tasks: the sweep's last records can arrive before Slurm says their array ended,
+// and a finished sweep leaves no array in jobs.json for a later run to follow.
+void slurm_backend::forget_delivered() {
+  std::lock_guard lock(mutex_);
+  const auto erased = std::erase_if(inflight_, [&](const auto& entry) {
+    for (const auto& task : entry.second.tasks)
+      for (std::size_t i : task)
+        if (!done_trials_.count(i)) return false;
+    return true;
+  });
+  if (erased > 0) save_jobs();
 }
 
 // The records array tasks left in OUT/slurm/results/, for trials not yet delivered.

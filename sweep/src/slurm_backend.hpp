@@ -56,6 +56,7 @@ class slurm_backend final : public trial_backend {
   std::vector<finished_trial> check_ended();    // poller: arrays that ended, their lost trials
   std::vector<finished_trial> lost(const slurm::submission& sub);
   std::vector<finished_trial> cancelled_rest();
+  void forget_delivered();  // poller: arrays whose every trial was delivered
   void save_jobs();  // under mutex_
   trial make_trial(std::size_t index);
 
