@@ -3,6 +3,7 @@
 // at load, sealed its limit, followed children started with a clean environment, grew its
 // process slots and counted CUDA arrays. What the cap does for a cooperative program is in
 // test_cli.cpp.
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -89,11 +90,55 @@ TEST_CASE("more processes than the old fixed 256 slots: every one is capped", "[
 }
 
 TEST_CASE("CUDA arrays count against the cap", "[cap]") {
-  auto r = capped({CAP_PROBE, "arrays", "64", "2d", "arrays", "64", "3d", "fill", "64", "direct"});
+  auto r = capped({CAP_PROBE, "arrays", "64", "2d", "arrays", "64", "3d", "arrays", "64", "mip", "fill", "64", "direct"});
   INFO(r.err);
   REQUIRE(r.code == 0);
-  // Destroying the arrays gave their bytes back: the last fill gets the whole cap again.
-  CHECK(r.out == "arrays 4 code 2\narrays 4 code 2\nfilled 4 code 2\n");
+  // A mipmapped array of two levels holds 64 + 8 MiB: three fit under 256 MiB. Destroying the
+  // arrays gave their bytes back: the last fill gets the whole cap again.
+  CHECK(r.out == "arrays 4 code 2\narrays 4 code 2\narrays 3 code 2\nfilled 4 code 2\n");
+}
+
+TEST_CASE("the ledger cannot be cut short: isorun reports the cap as usual", "[cap][hostile]") {
+  // Cut to nothing under the supervisor's mapping, the ledger would have faulted in isorun
+  // itself when it read the command's peak.
+  auto r = capped({CAP_PROBE, "truncate-ledger", "fill", "64", "direct"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out == "truncate-ledger refused\nfilled 4 code 2\n");
+  CHECK_THAT(r.err, Catch::Contains("reached its --mem-limit of 256.00 MiB") && Catch::Contains("peak 256.00 MiB"));
+}
+
+TEST_CASE("a process that finds every slot of the cap taken gets no device memory, and says why", "[cap][hostile]") {
+  // Terms and a ledger as the supervisor makes them, with one slot, held by a live process.
+  const int terms_fd = ::memfd_create("terms", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  const int ledger_fd = ::memfd_create("ledger", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  REQUIRE(terms_fd >= 0);
+  REQUIRE(ledger_fd >= 0);
+  const cap::cap_terms terms{cap::terms_magic, 256ULL << 20, 1};
+  REQUIRE(::pwrite(terms_fd, &terms, sizeof terms, 0) == static_cast<ssize_t>(sizeof terms));
+  REQUIRE(::fcntl(terms_fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK) == 0);
+  const std::size_t bytes = cap::cap_ledger::bytes_for(1);
+  REQUIRE(::ftruncate(ledger_fd, static_cast<off_t>(bytes)) == 0);
+  REQUIRE(::fcntl(ledger_fd, F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SHRINK) == 0);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, ledger_fd, 0);
+  REQUIRE(p != MAP_FAILED);
+  auto& ledger = *static_cast<cap::cap_ledger*>(p);
+  ledger.magic = cap::ledger_magic;
+  REQUIRE(ledger.claim(static_cast<std::int32_t>(::getpid()), 1) != nullptr);
+
+  const std::string fds = "/proc/" + std::to_string(::getpid()) + "/fd/";
+  auto r = isorun::test::run_captured(
+      CAP_PROBE, {"fill", "64", "direct"},
+      {fake_driver, std::string("LD_PRELOAD=") + CAP_LIBRARY,
+       std::string(cap::region_env) + "=" + fds + std::to_string(ledger_fd),
+       std::string(cap::terms_env) + "=" + fds + std::to_string(terms_fd)});
+  REQUIRE(r.code == 0);
+  CHECK(r.out == "filled 0 code 2\n");
+  CHECK_THAT(r.err, Catch::Contains("all 1 process slots of the cap are taken by live processes"));
+  CHECK(ledger.slotless.load() == 1);
+  ::munmap(p, bytes);
+  ::close(terms_fd);
+  ::close(ledger_fd);
 }
 
 TEST_CASE("the ledger: slots are handed out from the front, reclaimed from the dead, and refused when full",

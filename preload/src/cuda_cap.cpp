@@ -29,8 +29,10 @@
 #include <pthread.h>
 #include <spawn.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdarg>
 #include <cstdint>
@@ -252,7 +254,13 @@ struct account {
     }
     const std::size_t bytes = cap::cap_ledger::bytes_for(terms.slot_capacity);
     const int lfd = ::open(ledger_path, O_RDWR | O_CLOEXEC);
-    void* p = lfd < 0 ? MAP_FAILED : ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, lfd, 0);
+    // Sealed against resizing, as the supervisor made it: a ledger that could be cut short
+    // under the mapping would fault in whichever process touched the lost pages.
+    struct stat st {};
+    const int lseals = lfd >= 0 ? ::fcntl(lfd, F_GET_SEALS) : -1;
+    const bool sized = lfd >= 0 && ::fstat(lfd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) >= bytes &&
+                       lseals >= 0 && (lseals & F_SEAL_SHRINK);
+    void* p = !sized ? MAP_FAILED : ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, lfd, 0);
     if (lfd >= 0) ::close(lfd);
     if (p == MAP_FAILED || static_cast<cap::cap_ledger*>(p)->magic != cap::ledger_magic) {
       refusal = std::string("the cap's ledger (") + ledger_path + ") cannot be opened";
@@ -391,8 +399,15 @@ std::uint64_t array_bytes(const array3d_descriptor& d, unsigned levels) {
   const std::uint64_t texel = texel_bytes(d.format, d.channels);
   std::uint64_t w = std::max<std::size_t>(d.width, 1), h = std::max<std::size_t>(d.height, 1),
                 z = std::max<std::size_t>(d.depth, 1), all = 0;
-  for (unsigned l = 0; l < std::max(levels, 1U); ++l) {
-    all += w * h * z * texel;
+  // Saturating: a descriptor whose size overflows is charged as too large for any cap (the
+  // driver refuses it anyway). The driver allows no more levels than halvings of the largest
+  // dimension, at most 64, so a larger count is not looped over.
+  constexpr std::uint64_t too_large = ~std::uint64_t{0};
+  for (unsigned l = 0; l < std::clamp(levels, 1U, 64U); ++l) {
+    std::uint64_t level = texel;
+    if (__builtin_mul_overflow(level, w, &level) || __builtin_mul_overflow(level, h, &level) ||
+        __builtin_mul_overflow(level, z, &level) || __builtin_add_overflow(all, level, &all))
+      return too_large;
     w = std::max<std::uint64_t>(w / 2, 1);
     h = std::max<std::uint64_t>(h / 2, 1);
     if (!(d.flags & array_layered)) z = std::max<std::uint64_t>(z / 2, 1);  // layers do not shrink

@@ -1,6 +1,7 @@
 #include "isorun/runner/driver_cap.hpp"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -36,6 +37,10 @@ driver_cap::driver_cap(std::uint64_t limit)
   const preload::cap_terms terms{preload::terms_magic, limit, preload::default_slot_capacity};
   if (::pwrite(terms_.fd(), &terms, sizeof terms, 0) != static_cast<ssize_t>(sizeof terms) || !terms_.seal())
     throw internal_error(std::string("cannot write the cap's terms: ") + std::strerror(errno));
+  // The command's processes write the ledger, but none may resize it: cut short, it would fault
+  // in this process when the report reads it.
+  if (::fcntl(ledger_file_.fd(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    throw internal_error(std::string("cannot seal the cap's ledger: ") + std::strerror(errno));
   void* p = ::mmap(nullptr, ledger_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, ledger_file_.fd(), 0);
   if (p == MAP_FAILED) throw internal_error(std::string("cannot map the cap's ledger: ") + std::strerror(errno));
   ledger_ = static_cast<preload::cap_ledger*>(p);  // zero-filled by the kernel: every count 0

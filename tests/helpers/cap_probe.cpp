@@ -12,12 +12,15 @@
 //   crash MIB            a second process holds MIB and is killed: "crash N" (blocks got after)
 //   time N               N cuMemAlloc_v2/cuMemFree_v2 pairs of 64 KiB: "time NS" per pair
 //   exec MIB STEPS...    holds MIB, then execs itself with STEPS (same pid, a new image)
-//   arrays MIB VIA       creates MIB-sized 2D ("2d") or 3D ("3d") float arrays until refused,
-//                        destroys them: "arrays N code C"
+//   arrays MIB KIND      creates MIB-sized 2D ("2d") or 3D ("3d") float arrays, or mipmapped
+//                        ones of two levels ("mip": MIB and MIB/8), until refused, destroys
+//                        them: "arrays N code C"
 //   holders N MIB        N more processes of the command each hold MIB until this one ends:
 //                        "holders N"
 //   raise-limit          tries to raise the cap by writing its terms: "raise-limit refused" or
 //                        "raise-limit done" (or "raise-limit no-terms")
+//   truncate-ledger      tries to cut the cap's ledger to nothing: "truncate-ledger refused" or
+//                        "truncate-ledger done"
 //   spawn-clean STEPS... runs itself with STEPS in a child whose environment has only
 //                        LD_LIBRARY_PATH (no LD_PRELOAD, no isorun variables) and waits for it
 // Before libcuda is loaded, a leading "unset NAME" removes variable NAME from the environment.
@@ -164,12 +167,16 @@ int main(int argc, char** argv) {
       return 1;
     } else if (step == "arrays") {
       const std::size_t mib = std::stoul(arg());
-      const bool three = arg() == "3d";
+      const std::string kind = arg();
+      const bool three = kind == "3d", mip = kind == "mip";
       std::vector<void*> arrays;
       CUresult rc = 0;
       for (;;) {
         void* a = nullptr;
-        if (three) {
+        if (mip) {
+          struct { std::size_t w, h, d; int format; unsigned channels, flags; } desc{256, 256, mib, 0x20, 4, 0};
+          rc = via_proc<CUresult (*)(void**, const void*, unsigned)>("cuMipmappedArrayCreate")(&a, &desc, 2);
+        } else if (three) {
           struct { std::size_t w, h, d; int format; unsigned channels, flags; } desc{256, 256, mib, 0x20, 4, 0};
           rc = via_proc<CUresult (*)(void**, const void*)>("cuArray3DCreate")(&a, &desc);
         } else {
@@ -180,7 +187,7 @@ int main(int argc, char** argv) {
         arrays.push_back(a);
       }
       std::printf("arrays %zu code %d\n", arrays.size(), rc);
-      for (void* a : arrays) direct<CUresult (*)(void*)>("cuArrayDestroy")(a);
+      for (void* a : arrays) direct<CUresult (*)(void*)>(mip ? "cuMipmappedArrayDestroy" : "cuArrayDestroy")(a);
     } else if (step == "holders") {
       const int n = std::stoi(arg());
       const std::string mib = arg();
@@ -202,6 +209,10 @@ int main(int argc, char** argv) {
         if (m != MAP_FAILED) static_cast<std::uint64_t*>(m)[1] = huge;  // the limit follows the magic
         std::printf("raise-limit %s\n", wrote ? "done" : "refused");
       }
+    } else if (step == "truncate-ledger") {
+      const char* path = std::getenv("ISORUN_CAP_REGION");
+      const int fd = path ? ::open(path, O_RDWR) : -1;
+      std::printf("truncate-ledger %s\n", fd >= 0 && ::ftruncate(fd, 0) == 0 ? "done" : "refused");
     } else if (step == "spawn-clean") {
       std::vector<char*> child = {argv[0]};
       for (int k = i + 1; k < argc; ++k) child.push_back(argv[k]);

@@ -124,7 +124,14 @@ CUresult cuArrayCreate_v2(void** array, const array_descriptor* d) {  // CUDA_AR
 CUresult cuArray3DCreate_v2(void** array, const array_descriptor* d) {
   return create_array(array, texels(d->width, d->height, d->depth) * 4 * d->channels);
 }
+CUresult cuMipmappedArrayCreate(void** array, const array_descriptor* d, unsigned levels) {
+  std::size_t bytes = 0, w = d->width, h = d->height, z = d->depth;
+  for (unsigned l = 0; l < levels; ++l, w = w > 1 ? w / 2 : 1, h = h > 1 ? h / 2 : 1, z = z > 1 ? z / 2 : 1)
+    bytes += texels(w, h, z) * 4 * d->channels;
+  return create_array(array, bytes);
+}
 CUresult cuArrayDestroy(void* array) { return cuMemRelease(reinterpret_cast<std::uintptr_t>(array)); }
+CUresult cuMipmappedArrayDestroy(void* array) { return cuArrayDestroy(array); }
 CUresult cuMemGetInfo_v2(std::size_t* free, std::size_t* tot) {
   if (!current_context) return invalid_context;
   std::lock_guard lock(mutex);
@@ -154,6 +161,8 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, unsigned long 
       {"cuArrayCreate", reinterpret_cast<void*>(&cuArrayCreate_v2)},
       {"cuArray3DCreate", reinterpret_cast<void*>(&cuArray3DCreate_v2)},
       {"cuArrayDestroy", reinterpret_cast<void*>(&cuArrayDestroy)},
+      {"cuMipmappedArrayCreate", reinterpret_cast<void*>(&cuMipmappedArrayCreate)},
+      {"cuMipmappedArrayDestroy", reinterpret_cast<void*>(&cuMipmappedArrayDestroy)},
       {"cuGetProcAddress", reinterpret_cast<void*>(&cuGetProcAddress_v2)},
   };
   for (const auto& e : table)
