@@ -18,7 +18,7 @@ CC=clang-14 CXX=clang++-14 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWi
   -DISORUN_BUILD_TESTS=OFF -DISORUN_BUILD_BENCH=OFF -DISORUN_BUILD_EXAMPLES=OFF > "$log" 2>&1 ||
   { tail -30 "$log"; exit 1; }
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(fuzz_result fuzz_request fuzz_control fuzz_spec fuzz_journal fuzz_words fuzz_report)
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_result fuzz_request fuzz_control fuzz_spec fuzz_journal fuzz_words fuzz_report fuzz_cap_env)
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >> "$log" 2>&1 || { tail -30 "$log"; exit 1; }
 mkdir -p "$build/crashes"
 failed=0

@@ -44,12 +44,14 @@
 #include <unordered_map>
 
 #include "isorun/preload/cap_region.hpp"
+#include "cap_env.hpp"
 
 extern char** environ;
 
 namespace {
 
 namespace cap = isorun::preload;
+namespace env = isorun::preload::env;
 using CUresult = int;
 using CUdeviceptr = unsigned long long;
 using handle_t = unsigned long long;  // CUmemGenericAllocationHandle
@@ -127,82 +129,18 @@ __attribute__((constructor)) void pin_at_load() {
   loaded.posix_spawnp = reinterpret_cast<load_time::spawn_t>(next("posix_spawnp"));
 }
 
-// Whether `entry` ("NAME=...") sets variable `name`.
-bool sets(const char* entry, const char* name) {
-  const std::size_t n = std::strlen(name);
-  return std::strncmp(entry, name, n) == 0 && entry[n] == '=';
-}
-
-// Whether the LD_PRELOAD value `list` (paths separated by ':' or ' ') names this library.
-bool preloads_self(const char* list) {
-  const std::size_t n = std::strlen(loaded.self);
-  for (const char* p = list; (p = std::strstr(p, loaded.self)); p += n)
-    if ((p == list || p[-1] == ':' || p[-1] == ' ') && (p[n] == '\0' || p[n] == ':' || p[n] == ' ')) return true;
-  return false;
-}
-
-// How an environment must change to keep the cap: `slots` entries for the new one (its null
-// included) and `buffer` bytes for a new LD_PRELOAD entry; 0 slots when it needs no change.
-struct env_plan {
-  std::size_t slots = 0;
-  std::size_t buffer = 0;
-  const char* preload = nullptr;  // the environment's LD_PRELOAD entry, if any
-};
-
-env_plan plan_env(char* const* envp) {
-  env_plan plan;
-  if (!loaded.self) return plan;
-  std::size_t n = 0;
-  bool change = false;
-  bool seen[pinned_count] = {};
-  for (; envp && envp[n]; ++n) {
-    if (sets(envp[n], "LD_PRELOAD")) plan.preload = envp[n];
-    for (std::size_t i = 0; i < pinned_count; ++i)
-      if (loaded.entry[i] && sets(envp[n], pinned_names[i])) {
-        seen[i] = std::strcmp(envp[n], loaded.entry[i]) == 0;
-        change |= !seen[i];
-      }
-  }
-  for (std::size_t i = 0; i < pinned_count; ++i) change |= loaded.entry[i] && !seen[i];
-  const bool preload_ok = plan.preload && preloads_self(plan.preload + 11);
-  if (!change && preload_ok) return plan;
-  plan.slots = n + pinned_count + 2;
-  if (!preload_ok) plan.buffer = 11 + std::strlen(loaded.self) + (plan.preload ? 1 + std::strlen(plan.preload + 11) : 0) + 1;
-  return plan;
-}
-
-// Writes the changed environment of `plan` into `out` (and `buffer`).
-void fill_env(char* const* envp, const env_plan& plan, char** out, char* buffer) {
-  std::size_t k = 0;
-  for (std::size_t n = 0; envp && envp[n]; ++n) {
-    bool drop = plan.buffer && envp[n] == plan.preload;
-    for (std::size_t i = 0; i < pinned_count && !drop; ++i) drop = loaded.entry[i] && sets(envp[n], pinned_names[i]);
-    if (!drop) out[k++] = envp[n];
-  }
-  for (std::size_t i = 0; i < pinned_count; ++i)
-    if (const char* e = loaded.entry[i].load()) out[k++] = const_cast<char*>(e);
-  if (plan.buffer) {
-    char* p = buffer;
-    auto put = [&p](const char* s) { p = ::stpcpy(p, s); };
-    put("LD_PRELOAD=");
-    put(loaded.self);
-    if (plan.preload) {
-      put(":");
-      put(plan.preload + 11);
-    }
-    out[k++] = buffer;
-  }
-  out[k] = nullptr;
-}
-
-// Runs `start(env)` with `envp` changed as the cap needs (on this stack: no allocation).
+// Runs `start(env)` with `envp` changed as the cap needs (on this stack: no allocation). The
+// pinned entries are read once, so the plan and what is written agree.
 template <class Start>
 int with_cap_env(char* const* envp, Start&& start) {
-  const env_plan plan = plan_env(envp);
+  const char* entries[pinned_count];
+  for (std::size_t i = 0; i < pinned_count; ++i) entries[i] = loaded.entry[i].load();
+  const env::pins pins{pinned_names, entries, pinned_count, loaded.self};
+  const env::plan plan = env::make_plan(envp, pins);
   if (!plan.slots) return start(envp);
   auto** out = static_cast<char**>(alloca(plan.slots * sizeof(char*)));
   auto* buffer = static_cast<char*>(alloca(plan.buffer + 1));
-  fill_env(envp, plan, out, buffer);
+  env::fill(envp, plan, pins, out, buffer);
   return start(out);
 }
 
