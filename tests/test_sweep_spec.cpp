@@ -292,3 +292,23 @@ TEST_CASE("command specs: placeholders, both spellings of command:, and their er
   CHECK(spec_line("params:\n  i: [1]\n") == 1);  // neither
   CHECK_THROWS_AS(sw::command_for({"{missing}"}, json{{"i", 1}}), sw::spec_error);
 }
+TEST_CASE("Python specs: python: module:function or a file's function, preload, and their errors", "[sweep][spec][python]") {
+  auto s = sw::parse_spec("python: trials:train\nparams:\n  lr: [0.1]\nresources: {standby: 2, preload: [numpy, torch]}\n",
+                          "t.yaml");
+  CHECK(s.python == "trials:train");
+  CHECK(s.python_line == 1);
+  CHECK(s.task.empty());
+  CHECK(s.command.empty());
+  CHECK(s.preload == std::vector<std::string>{"numpy", "torch"});
+  CHECK(sw::subject(s) == "python:trials:train");  // what trial ids derive from: not the task "trials"
+  CHECK(sw::parse_spec("python: dir/f.py:Model.fit\nparams:\n  i: [1]\n", "t.yaml").python == "dir/f.py:Model.fit");
+  CHECK(spec_line("python: trials\nparams:\n  i: [1]\n") == 1);                 // no function
+  CHECK(spec_line("python: trials:\nparams:\n  i: [1]\n") == 1);
+  CHECK(spec_line("python: [a, b]\nparams:\n  i: [1]\n") == 1);
+  CHECK(spec_line("task: t\npython: m:f\nparams:\n  i: [1]\n") == 2);           // not both
+  CHECK(spec_line("task: t\nparams:\n  i: [1]\nresources:\n  preload: [numpy]\n") == 5);  // Python's only
+  CHECK(spec_line("python: m:f\nparams:\n  i: [1]\nresources:\n  preload: numpy\n") == 5);
+  CHECK(spec_line("python: m:f\nparams:\n  i: [1]\nresources:\n  preload: [\"a,b\"]\n") == 5);
+  CHECK_THROWS_WITH(sw::parse_spec("task: t\npython: m:f\nparams:\n  i: [1]\n", "t.yaml"),
+                    Catch::Contains("one of task:, command: or python:"));
+}

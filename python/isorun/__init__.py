@@ -10,6 +10,7 @@ by isorun's C++ runner in this process, under a GPU memory cap, with results ove
     fut = train.submit(0.1, 64)       # a concurrent.futures.Future; fut.cancel() stops the worker
     res = train.try_call(0.1, 64)     # res.ok, res.value, res.outcome
     rs = isorun.map(train, [dict(lr=l, hidden=64) for l in (0.1, 0.01)], gpus="all", mem_limit="6G")
+    records = isorun.sweep({"python": train, "params": {"lr": [0.1, 0.01]}, "metric": "accuracy"})
 
 See docs/python.md.
 """
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._api import IsolatedFunction, IsolatedFuture, isolated, map, stop_standby
     from ._outcome import Outcome, Result
+    from ._sweep import SweepResults, sweep
     from .errors import (
         Cancelled,
         Error,
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
 _WHERE = {
     **dict.fromkeys(["IsolatedFunction", "IsolatedFuture", "isolated", "map", "stop_standby"], "_api"),
     **dict.fromkeys(["Outcome", "Result"], "_outcome"),
+    **dict.fromkeys(["sweep", "SweepResults"], "_sweep"),
     **dict.fromkeys(["Cancelled", "Error", "InternalError", "InvalidResult", "OutOfMemory", "RemoteTraceback",
                      "TaskError", "Timeout", "UsageError", "WorkerCrashed"], "errors"),
 }
@@ -63,6 +66,8 @@ __all__ = [
     "isolated",
     "map",
     "stop_standby",
+    "sweep",
+    "SweepResults",
     "IsolatedFunction",
     "IsolatedFuture",
     "Outcome",

@@ -3,8 +3,8 @@ interpreter for exactly one call.
 
 It imports what ``ISORUN_PY_PRELOAD`` names, from the caller's ``sys.path``
 (``ISORUN_PY_PATH``): a standby interpreter does so while it waits for its call. Then it serves isorun's worker protocol through the C++ worker: the assignment, the
-handshake, the call through :func:`isorun._payload.run_call`, the result written into the
-result segment, the report. It exits when the call is done, and dies with its supervisor.
+handshake, the call through :func:`isorun._payload.run_call` (or, for a sweep's trial,
+:func:`isorun._trial.run_trial`), the result written into the result segment, the report. It exits when the call is done, and dies with its supervisor.
 """
 
 from __future__ import annotations
@@ -64,11 +64,36 @@ def _entry(request: bytes) -> tuple:
                 pass
 
 
+def _sweep_entry(request: str) -> tuple[bool, str]:
+    """A sweep's trial (``python: module:function`` in a spec): ``request`` is JSON naming the
+    function, the folder modules are found from, the keyword arguments and the call's variables.
+    Returns ``(True, '{"result": {...}}')`` with what the function returned, or ``(False, text)``
+    saying what it raised (its traceback goes to stderr, the trial's log)."""
+    global modules_at_entry
+    modules_at_entry = frozenset(sys.modules)
+    _sync_environ()
+    try:
+        from ._trial import run_trial
+
+        return True, run_trial(request)
+    except BaseException as exc:  # noqa: BLE001 - the trial ends as the function's failure
+        import traceback
+
+        traceback.print_exc()
+        return False, f"{type(exc).__qualname__}: {exc}"
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - a closed or replaced stream
+                pass
+
+
 def main() -> None:
     from . import _core, _payload  # noqa: F401 - imported before the call, as the call needs them
 
     _preload()
-    _core.serve(_entry)
+    _core.serve(_entry, _sweep_entry)
 
 
 if __name__ == "__main__":

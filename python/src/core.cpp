@@ -335,9 +335,33 @@ std::pair<std::vector<std::vector<int>>, std::string> plan_slots(std::vector<int
 // ---------------------------------------------------------------------------------------------
 // The worker's side.
 
-// The Python callable serve() was given: entry(request: bytes) -> (tag, pickle, buffers).
-// Set once, before the worker protocol starts; used by the one task.
+// The Python callables serve() was given: entry(request: bytes) -> (tag, pickle, buffers) for a
+// pickled call, and json_entry(request: str) -> (ok, text) for a sweep's trial (its JSON result,
+// or what the function raised). Set once, before the worker protocol starts.
 PyObject* python_entry = nullptr;
+PyObject* python_json_entry = nullptr;
+
+// A sweep's trial (sweep/src/python_trials.hpp): the request names the function and its keyword
+// arguments in JSON, and the result is the task's JSON result, {"result": {...}}.
+void run_python_json(const std::string& request, isorun::worker::result_sink& sink) {
+  bool ok = false;
+  std::string text;
+  {
+    nb::gil_scoped_acquire locked;
+    try {
+      auto out = nb::cast<nb::tuple>(nb::borrow(python_json_entry)(nb::str(request.data(), request.size())));
+      ok = nb::cast<bool>(out[0]);
+      text = nb::cast<std::string>(out[1]);
+    } catch (nb::python_error& e) {
+      throw std::runtime_error(std::string("isorun worker: ") + e.what());
+    }
+  }
+  if (!ok) {  // the function raised: the trial's task_error, under the exception's own type
+    const auto colon = text.find(": ");
+    throw isorun::worker::named_error(text.substr(0, colon), colon == std::string::npos ? "" : text.substr(colon + 2));
+  }
+  isorun::worker::detail::write_text_result(sink, text);
+}
 
 struct held_buffer {
   Py_buffer view{};
@@ -429,12 +453,10 @@ void register_python_task() {
   if (registry.find(python_task)) return;
   isorun::worker::task_info info;
   info.name = python_task;
-  info.arg_types = {"pickled call"};
-  info.result_type = "pickled value";
+  info.arg_types = {"pickled call, or a sweep trial's JSON request"};
+  info.result_type = "pickled value, or a sweep trial's JSON result";
   info.run_binary = run_python_task;
-  info.run_json = [](const std::string&, isorun::worker::result_sink&) {
-    throw std::invalid_argument("isorun.python takes a pickled call, not JSON");
-  };
+  info.run_json = run_python_json;
   registry.add(std::move(info));
 }
 
@@ -452,10 +474,11 @@ nb::dict c_environment() {
 
 /// Serves the assignment this interpreter was launched for, calling `entry` for the call, and
 /// exits the process: never returns.
-[[noreturn]] void serve(nb::callable entry) {
+[[noreturn]] void serve(nb::callable entry, nb::callable json_entry) {
   if (!isorun::is_worker_process()) throw isorun::usage_error("isorun._worker runs only as a worker that isorun launched");
   ::unsetenv(isorun::serialization::env::worker.data());  // the function's own children are ordinary processes
   python_entry = entry.release().ptr();
+  python_json_entry = json_entry.release().ptr();
   nb::gil_scoped_release unlocked;  // the protocol waits; the task takes the GIL back
   isorun::detail::run_worker();
 }
@@ -511,5 +534,7 @@ NB_MODULE(_core, m) {
     isorun::stop_standby();
   }, "Stops every standby worker and waits until they are gone.");
   m.def("c_environment", &c_environment, "The environment as the C library has it now, as bytes.");
-  m.def("serve", &serve, "entry"_a, "The worker's main: serves its one call through `entry`; never returns.");
+  m.def("serve", &serve, "entry"_a, "json_entry"_a,
+        "The worker's main: serves its one call through `entry` (a pickled call) or `json_entry` (a sweep's "
+        "trial); never returns.");
 }

@@ -9,6 +9,8 @@
 #include <utility>
 
 #include "folder.hpp"
+#include "python_trials.hpp"
+#include "isorun/runner/driver_cap.hpp"
 #include "isorun/runner/command.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/placement.hpp"
@@ -130,10 +132,12 @@ runner::job_spec local_backend::trial_spec(const slot& sl, std::size_t index) co
   const sweep_spec& s = *setup_.spec;
   const std::string& args = setup_.args[index];
   runner::job_spec spec = runner::job_spec_for(
-      s.task, serialization::encoding::json, blob(args.data(), args.size()), sl.gpus,
+      s.python.empty() ? s.task : python_trials::task_name, serialization::encoding::json,
+      blob(args.data(), args.size()), sl.gpus,
       {.mem_limit = s.mem_limit, .timeout = s.timeout, .grace = setup_.options->grace, .alloc_conf = s.alloc_conf});
   spec.task_libraries = setup_.options->task_libraries;
   spec.executable = setup_.options->executable;
+  if (!s.python.empty()) python_trials::launch(s, spec);
   const auto g = groups_.find(group_of(sl.gpus));
   spec.warm_context = g != groups_.end() && g->second.warm;
   return spec;
@@ -294,6 +298,23 @@ void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec
     return;
   }
   runner::job_spec spec = trial_spec(sl, t.index);
+  std::unique_ptr<runner::driver_cap> cap;
+  if (!setup_.spec->python.empty() && spec.mem_limit && !spec.gpus.empty()) {
+    // A Python trial's framework allocates through the driver: the call's region rides with its
+    // request (a standby interpreter was launched before it).
+    try {
+      cap = std::make_unique<runner::driver_cap>(spec.mem_limit);
+    } catch (const std::exception& e) {
+      rec.kind = outcome_kind::internal_error;
+      rec.error = e.what();
+      return;
+    }
+    json request = json::parse(setup_.args[t.index]);
+    for (const auto& v : cap->variables()) request["variables"][v.substr(0, v.find('='))] = v.substr(v.find('=') + 1);
+    const std::string text = request.dump();
+    spec.args = blob(text.data(), text.size());
+  }
+  const std::size_t gpu_count = spec.gpus.size();
   spec.stdout_to = runner::stdout_mode::file;
   spec.stdout_path = log.string() + ".out";
   if (setup_.timelines) {
@@ -323,6 +344,11 @@ void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec
     return;
   }
   const runner::job_result& r = await(sl, t, {.job = job}, *job, rec);
+  if (cap && cap->refused() && rec.kind == outcome_kind::task_error) {
+    // The framework's own out-of-memory error, after the cap refused it an allocation.
+    rec.kind = outcome_kind::out_of_memory;
+    rec.error = cap->report("the trial", "mem_limit", gpu_count) + "; the function raised: " + rec.error;
+  }
   if (!r.status.ok()) return;
   json parsed = json::parse(std::string_view(reinterpret_cast<const char*>(r.payload.data()), r.payload.size()),
                             nullptr, false);

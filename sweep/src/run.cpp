@@ -30,6 +30,7 @@
 #include "isorun/sweep/journal_writer.hpp"
 #include "local_backend.hpp"
 #include "progress.hpp"
+#include "python_trials.hpp"
 #include "isorun/sweep/scheduler.hpp"
 #include "slurm_backend.hpp"
 #include "isorun/sweep/stop_source.hpp"
@@ -52,6 +53,7 @@ std::string fingerprint(const sweep_spec& s) {
 // The default output folder's last word: the task, or the command's script (python3 train.py:
 // train), or its program.
 std::string short_name(const sweep_spec& s) {
+  if (!s.python.empty()) return s.python.substr(s.python.rfind(':') + 1);
   if (s.command.empty()) return s.task;
   for (std::size_t i = 1; i < s.command.size(); ++i) {
     std::error_code ec;
@@ -165,9 +167,12 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
   if (st.slots.empty()) throw usage_error("a sweep needs at least one slot");
 
   // Everything is checked before anything is created or started.
-  const worker::task_info* task = s.command.empty() ? worker::registry::instance().find(s.task) : nullptr;
+  const bool by_task = s.command.empty() && s.python.empty();
+  const worker::task_info* task = by_task ? worker::registry::instance().find(s.task) : nullptr;
   if (!s.command.empty()) {
     check_command(s);
+  } else if (!s.python.empty()) {
+    python_trials::check(s);
   } else if (!task) {
     std::vector<std::string> names;
     for (auto* t : worker::registry::instance().all()) names.push_back(t->name);
@@ -175,6 +180,8 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
                             " (load its library with --tasks LIB.so; isorun tasks lists them)");
   }
   st.args.resize(s.trials.size());
+  for (std::size_t i = 0; !s.python.empty() && i < s.trials.size(); ++i)
+    st.args[i] = python_trials::request(s, s.trials[i]).dump();
   for (std::size_t i = 0; task && i < s.trials.size(); ++i) {
     try {
       st.args[i] = runner::arguments::build_task_args(*task, param_words(s.trials[i])).dump();
@@ -194,7 +201,7 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
   const bool submitter = s.slurm && st.opt.node.empty();  // its slots are on the nodes
   if (spans_gpus(s) && !submitter) st.gpu_counts = gpus_per_trial(s, st.slots);
   try {
-    st.timelines = s.command.empty() && alloc::alloc_config::parse(s.alloc_conf).history > 0;
+    st.timelines = by_task && alloc::alloc_config::parse(s.alloc_conf).history > 0;
   } catch (const alloc::config_error&) {
   }  // (check_job_spec below says what is wrong with it)
   for (const auto& sl : st.slots) {

@@ -71,6 +71,7 @@ std::string expand(const std::string& word, OnName&& on_name) {
 }  // namespace
 
 std::string subject(const sweep_spec& s) {
+  if (!s.python.empty()) return "python:" + s.python;
   if (s.command.empty()) return s.task;
   std::string text;
   for (const auto& w : s.command) text += (text.empty() ? "" : " ") + w;

@@ -182,10 +182,18 @@ sweep_spec parse_spec(const std::string& text, const std::string& source) {
 
 namespace {
 
-// task: or command:
+// task:, command: or python:
 void parse_subject(const YAML::Node& root, sweep_spec& s) {
-  if (root["task"] && root["command"]) fail(root["command"], "give task: or command:, not both");
-  if (auto c = root["command"]) {
+  if ((root["task"] ? 1 : 0) + (root["command"] ? 1 : 0) + (root["python"] ? 1 : 0) > 1)
+    fail(root["python"] ? root["python"] : root["command"], "give one of task:, command: or python:, not several");
+  if (auto py = root["python"]) {
+    s.python_line = line_of(py);
+    const std::string target = py.IsScalar() ? py.Scalar() : "";
+    const auto colon = target.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == target.size())
+      fail(py, "python: names a function as module:function or path/to/file.py:function, e.g. trials:train");
+    s.python = target;
+  } else if (auto c = root["command"]) {
     // A list of words, or one line split at spaces (no shell quoting: use the list for that).
     s.command_line = line_of(c);
     if (c.IsScalar()) {
@@ -202,7 +210,8 @@ void parse_subject(const YAML::Node& root, sweep_spec& s) {
     if (s.command.empty()) fail(c, "command: is empty; it needs at least the program to run");
   } else {
     if (!root["task"] || !root["task"].IsScalar())
-      fail(root, "the spec needs task: NAME (a registered task) or command: [PROGRAM, ARGS...]");
+      fail(root, "the spec needs task: NAME (a registered task), command: [PROGRAM, ARGS...] or python: "
+                 "module:function");
     s.task = root["task"].Scalar();
   }
 }
@@ -355,6 +364,13 @@ void parse_resources(const YAML::Node& root, sweep_spec& s) {
         } else if (k == "standby") {
           s.standby = static_cast<int>(number(v, "standby"));
           if (s.standby < 0) fail(v, "standby must be 0 (none) or more workers per slot");
+        } else if (k == "preload") {
+          if (!v.IsSequence()) fail(v, "preload is a list of modules, e.g. [numpy, torch]");
+          for (const auto& m : v) {
+            if (!m.IsScalar() || m.Scalar().empty() || m.Scalar().find_first_of(", \t\n") != std::string::npos)
+              fail(m, "preload: each entry is one module's name, e.g. numpy");
+            s.preload.push_back(m.Scalar());
+          }
         } else if (k == "warm_context") {
           if (v.Scalar() != "true" && v.Scalar() != "false") fail(v, "warm_context is true or false");
           s.warm_context = v.Scalar() == "true";
@@ -385,11 +401,12 @@ void parse_resources(const YAML::Node& root, sweep_spec& s) {
         } else {
           const std::vector<std::string> known = {"gpus",       "mem_limit",    "per_gpu",        "cpu_slots",
                                                   "alloc_conf", "standby",      "warm_context",   "gpus_per_trial",
+                                                  "preload",
                                                   "backend",    "partition",    "account",        "time",
                                                   "gpus_per_node", "trials_per_task", "max_running", "extra"};
           fail(kv.first, "unknown resource '" + k + "'" + did_you_mean(k, known) +
                              "; known: gpus, mem_limit, per_gpu, cpu_slots, alloc_conf, standby, warm_context, "
-                             "gpus_per_trial, backend, and for backend: slurm partition, account, time, gpus_per_node, "
+                             "gpus_per_trial, preload, backend, and for backend: slurm partition, account, time, gpus_per_node, "
                              "trials_per_task, max_running, extra");
         }
       } catch (const parse_error& e) {
@@ -449,13 +466,13 @@ sweep_spec parse_yaml(const std::string& text) {
   }
   if (!root.IsMap()) throw spec_error("a sweep spec is a YAML mapping (task:, params:, ...)", 1);
   sweep_spec s;
-  static const std::set<std::string> known = {"task",   "command",   "metric", "params", "zip",
+  static const std::set<std::string> known = {"task",   "command",   "python", "metric", "params", "zip",
                                               "random", "resources", "policy", "out"};
   for (const auto& kv : root)
     if (!known.count(kv.first.Scalar()))
       fail(kv.first, "unknown key '" + kv.first.Scalar() + "'" +
                          did_you_mean(kv.first.Scalar(), {known.begin(), known.end()}) +
-                         "; known: task, command, metric, params, zip, random, resources, policy, out");
+                         "; known: task, command, python, metric, params, zip, random, resources, policy, out");
   parse_subject(root, s);
   if (auto m = root["metric"]) parse_metric(m, s);
 
@@ -474,6 +491,8 @@ sweep_spec parse_yaml(const std::string& text) {
   if (auto r = root["random"]) random_trials(r, names, trials);
   s.trials = std::move(trials);
   parse_resources(root, s);
+  if (!s.preload.empty() && s.python.empty())
+    fail(root["resources"]["preload"], "preload names modules for Python interpreters; it goes with python: only");
   if (auto pol = root["policy"]) parse_policy(pol, s);
   if (auto o = root["out"]) s.out = o.Scalar();
   if (s.trials.empty()) fail(root, "the spec expands to no trials");

@@ -6,6 +6,10 @@
 #include "isorun/worker/task.hpp"
 
 namespace isorun::worker {
+
+// Out of line: the class's type information lives in libisorun alone, where the worker catches it.
+named_error::~named_error() = default;
+
 namespace {
 
 // Drops ", std::allocator<...>"-style default arguments that make signatures unreadable.

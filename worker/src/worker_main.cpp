@@ -271,6 +271,10 @@ namespace detail {
     done.status = ser::task_status::out_of_memory;
     done.error_type = "isorun::out_of_memory";
     done.message = truncate(e.what());
+  } catch (const worker::named_error& e) {
+    done.status = ser::task_status::task_error;
+    done.error_type = e.type_name();
+    done.message = truncate(e.what());
   } catch (const std::exception& e) {
     done.status = ser::task_status::task_error;
     done.error_type = demangle(typeid(e).name());

@@ -64,6 +64,13 @@ struct sweep_spec {
   /// JSON object, or the JSON object it writes to the file named by $ISORUN_RESULT.
   std::vector<std::string> command;
   int command_line = 0;                 ///< YAML line of `command:` (0 for flags)
+  /// A Python sweep: the function each trial calls, `module:function` or `path/file.py:function`
+  /// (a path as given: relative to the current folder), with the trial's parameters as keyword
+  /// arguments, in a fresh interpreter (python_trials.hpp); its returned dict is the result.
+  std::string python;
+  int python_line = 0;                  ///< YAML line of `python:`
+  /// Modules a Python sweep's standby interpreters import while they wait (`resources: preload:`).
+  std::vector<std::string> preload;
   metric_spec metric;
   std::vector<nlohmann::json> trials;   ///< expanded parameter sets, in order
   std::map<std::string, int> param_lines;  ///< YAML line where each parameter is given

@@ -28,6 +28,7 @@
 #include <optional>
 #include <span>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -41,6 +42,21 @@
 #include "isorun/serialization/wire.hpp"
 
 namespace isorun::worker {
+
+/// @brief An error a task reports under a type name of its own: what an interpreter's exception
+///        becomes in a task that runs another language's code (a Python sweep's function that
+///        raised ValueError is the trial's `task_error` "ValueError: ...", not a C++ type's).
+class named_error : public std::runtime_error {
+ public:
+  named_error(std::string type_name, const std::string& message)
+      : std::runtime_error(message), type_name_{std::move(type_name)} {}
+  ~named_error() override;
+  /// The name the error is reported under.
+  [[nodiscard]] const std::string& type_name() const noexcept { return type_name_; }
+
+ private:
+  std::string type_name_;
+};
 
 /// Where a task's encoded result goes (the worker's result segment).
 class result_sink {

@@ -1,0 +1,79 @@
+"""A sweep's trial in the worker: the function named by the spec's ``python:``, called with the
+trial's parameters as keyword arguments; its returned dict is the trial's JSON result."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import math
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any, Callable
+
+__all__ = ["run_trial", "resolve"]
+
+
+def resolve(target: str, path: list[str]) -> Callable[..., Any]:
+    """The function ``target`` names: ``module:function`` (found from ``path``, then
+    ``sys.path``) or ``/path/to/file.py:function`` (loaded from the file, its folder first on
+    ``sys.path`` as for a script). ``function`` may be dotted (``Class.method``)."""
+    where, _, name = target.rpartition(":")
+    if where.endswith(".py") or os.sep in where:
+        folder = os.path.dirname(where)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        module_name = os.path.splitext(os.path.basename(where))[0]
+        spec = importlib.util.spec_from_file_location(module_name, where)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load {where} as a module")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module  # so that what it defines pickles by reference
+        spec.loader.exec_module(module)
+    else:
+        for entry in reversed(path):
+            if entry not in sys.path:
+                sys.path.insert(0, entry)
+        module = importlib.import_module(where)
+    found: Any = module
+    for part in name.split("."):
+        found = getattr(found, part)
+    # A function decorated with isorun.isolated runs here, in the trial's own isolated process,
+    # not in yet another one.
+    from ._api import IsolatedFunction
+
+    if isinstance(found, IsolatedFunction):
+        found = found.__wrapped__
+    if not callable(found):
+        raise TypeError(f"{target} is not a function")
+    return found
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON can hold it: NumPy scalars and arrays as numbers and lists, a float that
+    is not finite (a diverged loss) as null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "tolist"):  # NumPy (and anything like it)
+        return _plain(value.tolist())
+    raise TypeError(f"the result holds a {type(value).__name__}, which has no JSON form")
+
+
+def run_trial(request: str) -> str:
+    """Runs the trial ``request`` describes and returns its result as the task's JSON."""
+    call = json.loads(request)
+    for key, value in call.get("variables", {}).items():
+        os.environ[key] = value  # before the function runs: the cap's region
+    fn = resolve(call["function"], call.get("path", []))
+    value = fn(**call["kwargs"])
+    if not isinstance(value, Mapping):
+        raise TypeError(f"a sweep's function returns a dict of its results; {call['function']} returned "
+                        f"{type(value).__name__}")
+    return json.dumps({"result": _plain(value)})

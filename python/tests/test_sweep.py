@@ -1,0 +1,168 @@
+"""Python functions in sweeps: ``python: module:function`` in a spec, and :func:`isorun.sweep`.
+Each trial is a call of the function in a fresh interpreter, run by the C++ sweep (packing,
+standby interpreters, the journal, resume, the report)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+
+import pytest
+
+import isorun
+
+TRIALS = textwrap.dedent('''
+    import math
+    import os
+    import sys
+
+    CALLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "calls")
+
+    def train(lr, hidden):
+        with open(CALLS, "a") as f:  # one line per call: what resume must not run again
+            f.write(f"{lr} {hidden}\\n")
+        return {"loss": (lr - 0.01) ** 2 + 1.0 / hidden, "pid": os.getpid()}
+
+    def preloaded():
+        import isorun._worker
+        return {"numpy_at_entry": "numpy" in isorun._worker.modules_at_entry}
+
+    def fails(kind):
+        if kind == "raise":
+            raise ValueError("no good")
+        if kind == "nan":
+            return {"loss": math.nan}
+        return ["not", "a", "dict"]
+
+    def allocate(block_mib):
+        import ctypes
+        cuda = ctypes.CDLL("libcuda.so.1")
+        assert cuda.cuInit(0) == 0
+        ctx = ctypes.c_void_p()
+        assert cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+        assert cuda.cuCtxSetCurrent(ctx) == 0
+        held = []
+        while True:
+            ptr = ctypes.c_ulonglong()
+            rc = cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(block_mib << 20))
+            if rc != 0:
+                if block_mib >= 512:
+                    raise MemoryError(f"CUDA out of memory (error {rc})")
+                return {"blocks": len(held), "rc": rc}
+            held.append(ptr.value)
+''')
+
+
+@pytest.fixture
+def trials(tmp_path):
+    """trials.py in a folder of its own; the path of the file."""
+    path = tmp_path / "trials.py"
+    path.write_text(TRIALS)
+    return path
+
+
+def calls(trials) -> list[str]:
+    path = trials.parent / "calls"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_a_python_sweep_runs_each_trial_and_resumes_without_running_any_again(trials, tmp_path):
+    spec = {
+        "python": f"{trials}:train",
+        "params": {"lr": [0.1, 0.01], "hidden": [16, 64]},
+        "metric": {"name": "loss", "goal": "minimize"},
+        "resources": {"cpu_slots": 2},
+        "out": str(tmp_path / "out"),
+    }
+    records = isorun.sweep(spec)
+    assert records.out == str(tmp_path / "out")
+    assert len(records) == 4 and all(r["outcome"] == "success" for r in records)
+    by_params = {(r["params"]["lr"], r["params"]["hidden"]): r["result"] for r in records}
+    assert by_params[(0.01, 64)]["loss"] == pytest.approx(1 / 64)
+    assert len({r["pid"] for r in by_params.values()}) == 4  # a fresh interpreter each
+    assert sorted(calls(trials)) == sorted(["0.1 16", "0.1 64", "0.01 16", "0.01 64"])
+    # The same sweep again: everything is journaled, nothing runs, the records come back.
+    again = isorun.sweep(spec)
+    assert len(calls(trials)) == 4
+    assert sorted(r["id"] for r in again) == sorted(r["id"] for r in records)
+    assert (tmp_path / "out" / "report.html").exists()
+
+
+def test_a_function_object_is_found_by_its_module_and_name(trials, tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(trials.parent))
+    import trials as module  # noqa: PLC0415 - the file this test wrote
+
+    records = isorun.sweep({"python": module.train, "params": {"lr": [0.5], "hidden": [2]}},
+                           out=tmp_path / "out")
+    assert [r["outcome"] for r in records] == ["success"]
+    assert records[0]["result"]["loss"] == pytest.approx(0.49 ** 2 + 0.5)
+    with open(tmp_path / "out" / "sweep.json") as f:
+        assert json.load(f)["task"] == "python:trials:train"
+
+
+def test_the_records_as_a_data_frame(trials, tmp_path):
+    pytest.importorskip("pandas")
+    records = isorun.sweep({"python": f"{trials}:train", "params": {"lr": [0.5, 0.1], "hidden": [2]}},
+                           out=tmp_path / "out")
+    frame = records.frame()
+    assert sorted(frame["params.lr"]) == [0.1, 0.5] and "result.loss" in frame.columns
+
+
+def test_standby_interpreters_import_the_preloads_before_their_trial(trials, tmp_path):
+    # A function of another file of the folder: a file's folder comes first on sys.path.
+    (tmp_path / "probe.py").write_text("from trials import preloaded\n\ndef probe(i):\n    return preloaded()\n")
+    spec = {"python": f"{tmp_path / 'probe.py'}:probe", "params": {"i": [1, 2, 3]}, "out": str(tmp_path / "out"),
+            "resources": {"cpu_slots": 1, "standby": 1, "preload": ["numpy"]}}
+    records = isorun.sweep(spec)
+    assert [r["outcome"] for r in records] == ["success"] * 3
+    assert all(r["result"]["numpy_at_entry"] for r in records)
+    spec["resources"] = {"cpu_slots": 1, "standby": 1}
+    records = isorun.sweep(spec, out=tmp_path / "without")
+    assert not any(r["result"]["numpy_at_entry"] for r in records)
+
+
+def test_what_a_function_raises_or_returns_wrong_is_the_trial_s_task_error(trials, tmp_path):
+    records = isorun.sweep({"python": f"{trials}:fails", "params": {"kind": ["raise", "list", "nan"]},
+                            "out": str(tmp_path / "out")})
+    by_kind = {r["params"]["kind"]: r for r in records}
+    assert by_kind["raise"]["outcome"] == "task_error"
+    assert by_kind["raise"]["error"] == "task_error: ValueError: no good"
+    assert by_kind["list"]["outcome"] == "task_error"
+    assert "TypeError: a sweep's function returns a dict of its results" in by_kind["list"]["error"]
+    assert by_kind["nan"]["outcome"] == "success" and by_kind["nan"]["result"] == {"loss": None}
+    # The traceback is in the trial's log.
+    err = (tmp_path / "out" / "logs" / f"{by_kind['raise']['id']}.err").read_text()
+    assert 'raise ValueError("no good")' in err
+
+
+def test_a_spec_isorun_refuses_is_a_usage_error_and_starts_nothing(trials, tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(isorun.UsageError, match="unknown key 'bogus'"):
+        isorun.sweep({"python": f"{trials}:train", "params": {"lr": [1]}, "bogus": 1, "out": str(out)})
+    with pytest.raises(isorun.UsageError, match="module 'no_such_module' is not found"):
+        isorun.sweep({"python": "no_such_module:train", "params": {"lr": [1]}, "out": str(out)})
+    with pytest.raises(isorun.UsageError, match="not a lambda"):
+        isorun.sweep({"python": lambda lr: {"x": lr}, "params": {"lr": [1]}, "out": str(out)})
+    assert not out.exists()
+
+
+FAKE_CUDA_DIR = os.environ.get("ISORUN_TEST_FAKE_CUDA_DIR", "")
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(FAKE_CUDA_DIR, "libcuda.so.1")),
+                    reason="the stand-in libcuda.so.1 (ISORUN_TEST_FAKE_CUDA_DIR) is not built")
+def test_a_python_trial_on_a_gpu_is_capped_and_its_framework_s_oom_is_out_of_memory(trials, tmp_path, monkeypatch):
+    # The simulated GPU of conftest, and the stand-in driver the trials' interpreters load.
+    monkeypatch.setenv("LD_LIBRARY_PATH", FAKE_CUDA_DIR)
+    records = isorun.sweep({"python": f"{trials}:allocate", "params": {"block_mib": [256, 512]},
+                            "resources": {"gpus": [0], "mem_limit": "1G", "per_gpu": 1},
+                            "out": str(tmp_path / "out")})
+    by_block = {r["params"]["block_mib"]: r for r in records}
+    counted = by_block[256]
+    assert counted["outcome"] == "success", counted.get("error")
+    assert counted["result"]["rc"] == 2 and 1 <= counted["result"]["blocks"] <= 4  # 1 GiB, less the context
+    oom = by_block[512]
+    assert oom["outcome"] == "out_of_memory"
+    assert "reached its mem_limit of 1.00 GiB" in oom["error"] and "MemoryError" in oom["error"]

@@ -1,0 +1,131 @@
+#include "python_trials.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "isorun/runner/driver_cap.hpp"
+#include "isorun/runner/errors.hpp"
+#include "isorun/runner/process.hpp"
+#include "isorun/runner/worker_env.hpp"
+
+namespace isorun::sweep::python_trials {
+
+namespace {
+namespace fs = std::filesystem;
+
+// "module:function" -> "module"; "dir/file.py:function" -> "dir/file.py".
+std::string where(const std::string& target) { return target.substr(0, target.rfind(':')); }
+
+// A file's path rather than a module's name: what the user would type to run it.
+bool is_file(const std::string& where) {
+  return where.find('/') != std::string::npos || (where.size() > 3 && where.ends_with(".py"));
+}
+
+// Exit codes of the check below, beyond 0.
+constexpr int no_isorun = 3, no_module = 4;
+
+// Run by the interpreter: can it serve trials, and does it find the module (without running it)?
+constexpr const char* check_script = R"(import sys
+try:
+    import isorun._core, isorun._payload
+except Exception as e:
+    print(f"{type(e).__name__}: {e}", file=sys.stderr)
+    sys.exit(3)
+import importlib.util
+name = sys.argv[1]
+try:
+    found = importlib.util.find_spec(name)
+except Exception as e:
+    print(f"{type(e).__name__}: {e}", file=sys.stderr)
+    sys.exit(4)
+sys.exit(0 if found else 4)
+)";
+
+std::string last_line(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  const auto nl = text.rfind('\n');
+  return nl == std::string::npos ? text : text.substr(nl + 1);
+}
+}  // namespace
+
+std::string interpreter() {
+  const char* chosen = std::getenv("ISORUN_PYTHON");
+  const std::string name = chosen && *chosen ? chosen : "python3";
+  const auto exe = runner::find_executable(name);
+  if (!exe)
+    throw usage_error("python: the interpreter '" + name + "' is not found" +
+                      (chosen && *chosen ? " (ISORUN_PYTHON)" : " in PATH") +
+                      "; set ISORUN_PYTHON to a Python that has the isorun package");
+  return *exe;
+}
+
+void check(const sweep_spec& s) {
+  const std::string python = [&] {
+    try {
+      return interpreter();
+    } catch (const usage_error& e) {
+      throw located(s, s.python_line, e.what());
+    }
+  }();
+  const std::string module = where(s.python);
+  if (is_file(module)) {
+    std::error_code ec;
+    if (!fs::is_regular_file(module, ec))
+      throw located(s, s.python_line, "python: " + module + " is not a file (a path is taken from the folder isorun "
+                                      "runs in, " + fs::current_path(ec).string() + ")");
+  }
+  int o[2], e[2];
+  if (::pipe2(o, O_CLOEXEC) != 0 || ::pipe2(e, O_CLOEXEC) != 0) throw internal_error("pipe2 failed");
+  runner::spawn_options opts;
+  opts.executable = python;
+  opts.args = {"-c", check_script, is_file(module) ? "isorun" : module};
+  opts.env = runner::inherited_environment();
+  opts.fds = {{1, o[1]}, {2, e[1]}};
+  runner::child c = runner::spawn(opts);
+  ::close(o[1]);
+  ::close(e[1]);
+  const runner::program_output r = runner::collect_output(c, o[0], e[0]);
+  if (r.code == no_isorun)
+    throw located(s, s.python_line, "python: " + python + " cannot import the isorun package (" + last_line(r.err) +
+                                        "); install it there (pip install . in isorun's repository), or set "
+                                        "ISORUN_PYTHON to a Python that has it");
+  if (r.code == no_module)
+    throw located(s, s.python_line, "python: module '" + module + "' is not found by " + python +
+                                        (r.err.empty() ? "" : " (" + last_line(r.err) + ")") +
+                                        "; modules are found from the folder isorun runs in and PYTHONPATH, or name "
+                                        "a file: path/to/file.py:function");
+  if (r.code != 0)
+    throw located(s, s.python_line, "python: " + python + " did not run (exit " + std::to_string(r.code) + "): " +
+                                        last_line(r.err));
+}
+
+nlohmann::json request(const sweep_spec& s, const nlohmann::json& params) {
+  std::string target = s.python;
+  std::error_code ec;
+  if (const std::string module = where(target); is_file(module))
+    target = fs::absolute(module, ec).lexically_normal().string() + target.substr(module.size());
+  return {{"function", target}, {"path", {fs::current_path(ec).string()}}, {"kwargs", params}};
+}
+
+void launch(const sweep_spec& s, runner::job_spec& spec) {
+  spec.executable = interpreter();
+  spec.worker_argv = {"-m", "isorun._worker"};
+  spec.task_libraries.clear();  // C++ task libraries mean nothing to this worker
+  if (!s.preload.empty()) {
+    std::string list;
+    for (const auto& m : s.preload) list += (list.empty() ? "" : ",") + m;
+    spec.extra_env.push_back("ISORUN_PY_PRELOAD=" + list);
+  }
+  if (s.mem_limit && !spec.gpus.empty()) {
+    // The driver-API cap for what the function allocates on the device (PyTorch, JAX, CuPy):
+    // the library at launch, the call's region with the request (local_backend).
+    std::string preload = runner::driver_cap::library();
+    if (const char* other = std::getenv("LD_PRELOAD"); other && *other) preload += std::string(":") + other;
+    spec.extra_env.push_back("LD_PRELOAD=" + preload);
+  }
+}
+
+}  // namespace isorun::sweep::python_trials
