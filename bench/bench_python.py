@@ -7,10 +7,14 @@
   1 GiB numpy result: isorun on a standby interpreter (zero-copy in the caller), multiprocessing
     Pool, and memcpy; "the function alone" is what the function itself takes, here
 
+  with --gpu (PyTorch with CUDA): a trivial PyTorch CUDA function on a warm standby interpreter
+    (preload=["torch"], warm_context=True, under mem_limit) against torch.multiprocessing spawn
+    doing the same in a fresh Process
+
 Each line: median, p10 and p90 of N calls, in ms. Run from the repository root with the package
 importable (`pip install .`, or PYTHONPATH=build/python after a CMake build):
 
-    python3 bench/bench_python.py [--reps 30] [--big-reps 5] [--gib 1]
+    python3 bench/bench_python.py [--reps 30] [--big-reps 5] [--gib 1] [--gpu]
 """
 
 from __future__ import annotations
@@ -43,6 +47,13 @@ def big_array(nbytes):
     a = numpy.empty(nbytes // 8, dtype=numpy.float64)
     a.fill(1.0)
     return a
+
+
+def torch_trivial():
+    """A trivial PyTorch CUDA function: a tensor on the device and its sum back."""
+    import torch
+
+    return float(torch.ones(4, device="cuda").sum())
 
 
 def _process_target(q, fn, args):
@@ -86,7 +97,12 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=1.0,
                     help="seconds between standby calls (untimed) for the replacement interpreter to get "
                          "ready, as it would between a program's calls")
+    ap.add_argument("--gpu", action="store_true",
+                    help="only the GPU figure: PyTorch on a warm standby interpreter against torch.multiprocessing")
     args = ap.parse_args()
+    if args.gpu:
+        gpu_figure(args)
+        return
     ctx = mp.get_context("spawn")
     reps = args.reps
     print(f"python {sys.version.split()[0]}, numpy {np.__version__}, {reps} calls per line "
@@ -141,6 +157,27 @@ def main() -> None:
           f"transfer ~{max(med_big - producer, 0.01):.0f} ms vs memcpy {med_memcpy:.0f} ms "
           f"= {med_memcpy / max(med_big - producer, 0.01):.2f}x memcpy (goal >= 0.5x)")
     print(f"  (standby call without numpy: {med_standby:.2f} ms)")
+
+
+def gpu_figure(args) -> None:
+    """A trivial PyTorch CUDA call: warm standby interpreter against torch.multiprocessing spawn."""
+    import torch
+    import torch.multiprocessing as tmp
+
+    print(f"python {sys.version.split()[0]}, torch {torch.__version__}, {torch.cuda.get_device_name(0)}, "
+          f"{args.reps} calls per isorun line\n")
+    warm = isorun.isolated(torch_trivial, gpu=0, mem_limit="4G", standby=1, preload=["torch"], warm_context=True)
+    warm.warm_up()
+    warm()  # the first call may wait for its interpreter's imports; later ones find them done
+    settle = lambda: time.sleep(max(args.settle, 10.0))  # noqa: E731 - the replacement imports torch
+    med_warm = timed('isorun standby, preload=["torch"], warm_context=True', warm, args.reps, before=settle)
+    isorun.stop_standby()
+    ctx = tmp.get_context("spawn")
+    reps = max(3, args.reps // 10)  # seconds each
+    med_spawn = timed("torch.multiprocessing spawn Process, same function", lambda: spawn_process_call(ctx, torch_trivial),
+                      reps)
+    print(f"\ngoal: warm standby PyTorch call {med_warm:.1f} ms (goal <= 20 ms) against spawn {med_spawn:.0f} ms "
+          f"({med_spawn / med_warm:.0f}x)")
 
 
 if __name__ == "__main__":

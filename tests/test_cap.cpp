@@ -108,37 +108,80 @@ TEST_CASE("the ledger cannot be cut short: isorun reports the cap as usual", "[c
   CHECK_THAT(r.err, Catch::Contains("reached its --mem-limit of 256.00 MiB") && Catch::Contains("peak 256.00 MiB"));
 }
 
-TEST_CASE("a process that finds every slot of the cap taken gets no device memory, and says why", "[cap][hostile]") {
-  // Terms and a ledger as the supervisor makes them, with one slot, held by a live process.
-  const int terms_fd = ::memfd_create("terms", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  const int ledger_fd = ::memfd_create("ledger", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  REQUIRE(terms_fd >= 0);
-  REQUIRE(ledger_fd >= 0);
-  const cap::cap_terms terms{cap::terms_magic, 256ULL << 20, 1};
-  REQUIRE(::pwrite(terms_fd, &terms, sizeof terms, 0) == static_cast<ssize_t>(sizeof terms));
-  REQUIRE(::fcntl(terms_fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK) == 0);
-  const std::size_t bytes = cap::cap_ledger::bytes_for(1);
-  REQUIRE(::ftruncate(ledger_fd, static_cast<off_t>(bytes)) == 0);
-  REQUIRE(::fcntl(ledger_fd, F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SHRINK) == 0);
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, ledger_fd, 0);
-  REQUIRE(p != MAP_FAILED);
-  auto& ledger = *static_cast<cap::cap_ledger*>(p);
-  ledger.magic = cap::ledger_magic;
-  REQUIRE(ledger.claim(static_cast<std::int32_t>(::getpid()), 1) != nullptr);
+namespace {
+// Terms and a ledger as the supervisor makes them (sealed), in this process: what a process
+// under the cap is pointed at by `region()` and `terms()`.
+class cap_files {
+ public:
+  cap_files(std::uint64_t limit, std::size_t slots) : bytes_{cap::cap_ledger::bytes_for(slots)} {
+    terms_fd_ = ::memfd_create("terms", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    ledger_fd_ = ::memfd_create("ledger", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    REQUIRE(terms_fd_ >= 0);
+    REQUIRE(ledger_fd_ >= 0);
+    const cap::cap_terms terms{cap::terms_magic, limit, slots};
+    REQUIRE(::pwrite(terms_fd_, &terms, sizeof terms, 0) == static_cast<ssize_t>(sizeof terms));
+    REQUIRE(::fcntl(terms_fd_, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK) == 0);
+    REQUIRE(::ftruncate(ledger_fd_, static_cast<off_t>(bytes_)) == 0);
+    REQUIRE(::fcntl(ledger_fd_, F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SHRINK) == 0);
+    void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, ledger_fd_, 0);
+    REQUIRE(p != MAP_FAILED);
+    ledger_ = static_cast<cap::cap_ledger*>(p);
+    ledger_->magic = cap::ledger_magic;
+  }
+  ~cap_files() {
+    ::munmap(ledger_, bytes_);
+    ::close(terms_fd_);
+    ::close(ledger_fd_);
+  }
+  cap_files(const cap_files&) = delete;
+  cap_files& operator=(const cap_files&) = delete;
 
-  const std::string fds = "/proc/" + std::to_string(::getpid()) + "/fd/";
-  auto r = isorun::test::run_captured(
-      CAP_PROBE, {"fill", "64", "direct"},
-      {fake_driver, std::string("LD_PRELOAD=") + CAP_LIBRARY,
-       std::string(cap::region_env) + "=" + fds + std::to_string(ledger_fd),
-       std::string(cap::terms_env) + "=" + fds + std::to_string(terms_fd)});
+  cap::cap_ledger& ledger() { return *ledger_; }
+  std::string region() const { return std::string(cap::region_env) + "=" + fd_path(ledger_fd_); }
+  std::string terms() const { return std::string(cap::terms_env) + "=" + fd_path(terms_fd_); }
+
+ private:
+  static std::string fd_path(int fd) { return "/proc/" + std::to_string(::getpid()) + "/fd/" + std::to_string(fd); }
+  std::size_t bytes_;
+  int terms_fd_ = -1, ledger_fd_ = -1;
+  cap::cap_ledger* ledger_ = nullptr;
+};
+}  // namespace
+
+TEST_CASE("a process that finds every slot of the cap taken gets no device memory, and says why", "[cap][hostile]") {
+  // One slot, held by a live process (this one).
+  cap_files files(256ULL << 20, 1);
+  REQUIRE(files.ledger().claim(static_cast<std::int32_t>(::getpid()), 1) != nullptr);
+  auto r = isorun::test::run_captured(CAP_PROBE, {"fill", "64", "direct"},
+                                      {fake_driver, std::string("LD_PRELOAD=") + CAP_LIBRARY, files.region(),
+                                       files.terms()});
   REQUIRE(r.code == 0);
   CHECK(r.out == "filled 0 code 2\n");
   CHECK_THAT(r.err, Catch::Contains("all 1 process slots of the cap are taken by live processes"));
-  CHECK(ledger.slotless.load() == 1);
-  ::munmap(p, bytes);
-  ::close(terms_fd);
-  ::close(ledger_fd);
+  CHECK(files.ledger().slotless.load() == 1);
+}
+
+TEST_CASE("a process whose region comes with its call stays within its cap until then, and is charged for it after",
+          "[cap]") {
+  // A standby interpreter's preload allocates before its call: 256 MiB, deferred, then the
+  // call's region (512 MiB) counts those and gives the rest.
+  cap_files files(512ULL << 20, 4);
+  auto r = isorun::test::run_captured(
+      CAP_PROBE, {"fill", "64", "direct", "set", files.region(), "set", files.terms(), "fill", "64", "direct"},
+      {fake_driver, std::string("LD_PRELOAD=") + CAP_LIBRARY, std::string(cap::deferred_env) + "=" +
+                                                                  std::to_string(256ULL << 20)});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out == "filled 4 code 2\nfilled 4 code 2\n");
+  CHECK(files.ledger().peak() == 512ULL << 20);
+  CHECK(files.ledger().refusals() == 1);  // the second fill's; the first was refused before the region
+  // Without the variable, the same process fails closed before its region comes.
+  cap_files other(512ULL << 20, 4);
+  auto closed = isorun::test::run_captured(
+      CAP_PROBE, {"fill", "64", "direct", "set", other.region(), "set", other.terms(), "fill", "64", "direct"},
+      {fake_driver, std::string("LD_PRELOAD=") + CAP_LIBRARY});
+  REQUIRE(closed.code == 0);
+  CHECK(closed.out == "filled 0 code 2\nfilled 0 code 2\n");
 }
 
 TEST_CASE("the ledger: slots are handed out from the front, reclaimed from the dead, and refused when full",

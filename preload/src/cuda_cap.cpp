@@ -48,6 +48,9 @@
 
 extern char** environ;
 
+// The driver's figure for this process's context on a device (below, with the driver's functions).
+extern "C" std::uint64_t context_bytes(int device);
+
 namespace {
 
 namespace cap = isorun::preload;
@@ -90,7 +93,7 @@ F real(const char* name) {
 // The variables the cap depends on: where its files are, and which GPUs the command has.
 // (isorun's own variables only: a launcher in the command may narrow CUDA_VISIBLE_DEVICES for
 // its children, as torchrun does, and must keep doing so.)
-constexpr const char* pinned_names[] = {cap::region_env, cap::terms_env, "ISORUN_GPU"};
+constexpr const char* pinned_names[] = {cap::region_env, cap::terms_env, "ISORUN_GPU", cap::deferred_env};
 constexpr std::size_t pinned_count = std::size(pinned_names);
 
 struct load_time {
@@ -174,14 +177,43 @@ struct account {
   std::unordered_map<std::uintptr_t, holding> arrays;
   bool context_counted[cap::max_devices] = {};
 
+  // A process launched before its call (deferred_env): until the call's region comes, what it
+  // allocates is kept here, within the cap it was launched with, and charged to the ledger
+  // when the region is bound. Guarded by `mutex`; 0 once bound (or never deferred).
+  std::atomic<std::uint64_t> deferred{0};
+  std::uint64_t pending[cap::max_devices] = {};
+  std::uint64_t pending_contexts = 0;
+
   account() {
     pin_unset();  // what was not there at load, if it is now
-    const char* terms_path = value_of(loaded.entry[1]);
-    const char* ledger_path = value_of(loaded.entry[0]);
-    if (!terms_path || !ledger_path) {
-      refusal = std::string(cap::region_env) + " or " + cap::terms_env + " is not set";
+    if (region_given()) {
+      open_region();
       return;
     }
+    if (const char* limit = value_of(loaded.entry[3]); limit && std::strtoull(limit, nullptr, 10) > 0) {
+      deferred = std::strtoull(limit, nullptr, 10);
+      return;
+    }
+    refusal = std::string(cap::region_env) + " or " + cap::terms_env + " is not set";
+  }
+  static bool region_given() { return value_of(loaded.entry[0]) && value_of(loaded.entry[1]); }
+  // Under `mutex`, while deferred: binds the call's region if it has come, charging what was
+  // allocated before it. False while it has not.
+  bool bind() {
+    pin_unset();
+    if (!region_given()) return false;
+    deferred = 0;
+    open_region();
+    if (slot) {
+      for (std::size_t d = 0; d < cap::max_devices; ++d)
+        if (pending[d]) ledger->charge(*slot, d, pending[d]);  // it exists: counted even past the cap
+      ledger->contexts += pending_contexts;
+    }
+    return true;
+  }
+  void open_region() {
+    const char* terms_path = value_of(loaded.entry[1]);
+    const char* ledger_path = value_of(loaded.entry[0]);
     const int tfd = ::open(terms_path, O_RDONLY | O_CLOEXEC);
     const bool read = tfd >= 0 && ::pread(tfd, &terms, sizeof terms, 0) == static_cast<ssize_t>(sizeof terms);
     const int seals = tfd >= 0 ? ::fcntl(tfd, F_GET_SEALS) : 0;
@@ -219,9 +251,19 @@ struct account {
     handles.clear();
     arrays.clear();
     for (bool& c : context_counted) c = false;
+    for (auto& p : pending) p = 0;
+    pending_contexts = 0;
     if (ledger) take_slot();
   }
   bool reserve(const holding& h) {
+    if (deferred.load()) {
+      std::lock_guard lock(mutex);
+      if (deferred && !bind()) {
+        if (h.bytes > deferred || pending[h.device] > deferred - h.bytes) return false;  // over the cap already
+        pending[h.device] += h.bytes;
+        return true;
+      }
+    }
     if (!refusal.empty()) {
       say_refusal();
       return false;
@@ -229,7 +271,27 @@ struct account {
     return ledger->reserve(*slot, h.device, h.bytes, terms.limit);
   }
   void give_back(const holding& h) {
+    if (deferred.load()) {
+      std::lock_guard lock(mutex);
+      if (deferred) {
+        pending[h.device] -= std::min(pending[h.device], h.bytes);
+        return;
+      }
+    }
     if (slot) ledger->release(*slot, h.device, h.bytes);
+  }
+  // Under `mutex`: device `d`'s context exists now; counted once, even past the cap.
+  void count_context(std::size_t d, int device) {
+    if (context_counted[d]) return;
+    if (deferred) {
+      context_counted[d] = true;
+      ++pending_contexts;
+      pending[d] += context_bytes(device);
+    } else if (slot) {
+      context_counted[d] = true;
+      ++ledger->contexts;
+      if (const std::uint64_t bytes = context_bytes(device)) ledger->charge(*slot, d, bytes);
+    }
   }
   // Once per process: allocations are refused because the cap cannot be reached, and why.
   void say_refusal() {
@@ -506,7 +568,17 @@ CUresult cuMemGetInfo_v2(std::size_t* free, std::size_t* total) {
   const CUresult rc = f(free, total);
   auto& a = acct();
   if (rc != success) return rc;
-  const std::uint64_t limit = a.terms.limit, used = a.ledger ? a.ledger->devices[current_device()].used.load() : limit;
+  std::uint64_t limit = a.terms.limit, used = a.ledger ? a.ledger->devices[current_device()].used.load() : limit;
+  if (a.deferred.load()) {  // before its call: the cap it was launched with, and what it holds
+    std::lock_guard lock(a.mutex);
+    if (a.deferred && !a.bind()) {
+      limit = a.deferred;
+      used = a.pending[current_device()];
+    } else if (a.ledger) {
+      limit = a.terms.limit;
+      used = a.ledger->devices[current_device()].used.load();
+    }
+  }
   const std::uint64_t left = used >= limit ? 0 : limit - used;
   if (total && *total > limit) *total = limit;
   if (free && *free > left) *free = left;
@@ -549,16 +621,10 @@ CUresult cuDevicePrimaryCtxRetain(void** ctx, int device) {
   static auto f = real<CUresult (*)(void**, int)>("cuDevicePrimaryCtxRetain");
   if (!f) return not_found;
   const CUresult rc = f(ctx, device);
-  auto& a = acct();
-  if (rc == success && a.slot) {
-    const std::size_t d = cap::ledger_of(device);
+  if (rc == success) {
+    auto& a = acct();
     std::lock_guard lock(a.mutex);
-    if (!a.context_counted[d]) {
-      a.context_counted[d] = true;
-      ++a.ledger->contexts;
-      // Counted even past the cap: it exists.
-      if (const std::uint64_t bytes = context_bytes(device)) a.ledger->charge(*a.slot, d, bytes);
-    }
+    a.count_context(cap::ledger_of(device), device);
   }
   return rc;
 }

@@ -25,11 +25,39 @@ def _preload() -> None:
     path = os.environ.pop(PATH_ENV, "")
     if path:
         sys.path[:] = path.split(os.pathsep)
-    for name in filter(None, names.split(",")):
+    preloaded = list(filter(None, names.split(",")))
+    for name in preloaded:
         try:
             importlib.import_module(name)
         except Exception as exc:  # noqa: BLE001 - the call reports what it meets when it imports
             print(f"isorun worker: preloading {name!r} failed: {exc}", file=sys.stderr)
+    _warm_up(preloaded)
+
+
+# How a preloaded framework creates its CUDA context (and its allocator's first block), for a
+# warm standby interpreter: the first preloaded one of these does it.
+_WARM_UP = {
+    "torch": lambda torch: torch.zeros(1, device="cuda"),
+    "cupy": lambda cupy: cupy.zeros(1),
+    "jax": lambda jax: jax.numpy.zeros(1).block_until_ready(),
+}
+
+
+def _warm_up(names: list[str]) -> None:
+    """A warm worker (``ISORUN_WARM``, set at launch with its GPU visible) on a real GPU prepares
+    it through the first preloaded framework that has a context; the C++ worker then finds the
+    context there (else it creates it through the driver itself)."""
+    warm = os.environ.get("ISORUN_WARM", "").split(";")
+    if len(warm) < 2 or warm[1] != "cuda":  # not warm, or a simulated device: nothing to prepare
+        return
+    for name in names:
+        root = name.split(".")[0]
+        if root in _WARM_UP and root in sys.modules:
+            try:
+                _WARM_UP[root](sys.modules[root])
+            except Exception as exc:  # noqa: BLE001 - the call will meet the same, and say so
+                print(f"isorun worker: preparing the GPU through {root} failed: {exc}", file=sys.stderr)
+            return
 
 
 def _sync_environ() -> None:

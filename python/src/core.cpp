@@ -261,8 +261,12 @@ isorun::runner::job_spec python_job_spec(isorun::blob request, std::vector<std::
   opts.early_result = o.early_result;
   auto placed = isorun::runner::place_job(isorun::gpus(), isorun::runner::gpu_request_for(opts), false, opts.mem_limit);
   // Under a cap on a GPU the worker runs with the driver-API cap library preloaded; its region
-  // comes with the call (start()).
-  if (opts.mem_limit && !placed.empty()) opts.env.push_back(cap_preload_variable());
+  // comes with the call (start()); what a preload allocates before it stays within the cap, and is
+  // charged to the call's region when that comes.
+  if (opts.mem_limit && !placed.empty()) {
+    opts.env.push_back(cap_preload_variable());
+    opts.env.push_back(std::string(isorun::serialization::env::cap_deferred) + "=" + std::to_string(opts.mem_limit));
+  }
   auto spec = isorun::runner::job_spec_for(python_task, isorun::serialization::encoding::binary, std::move(request),
                                            std::move(placed), opts);
   // argv[0] is the interpreter's own path: Python finds its prefix (and a venv) from it.

@@ -79,3 +79,24 @@ def test_a_standby_interpreter_is_capped_for_its_call():
         blocks, rc = res.value
         assert rc == CUDA_ERROR_OUT_OF_MEMORY and 1 <= blocks <= 4
         assert res.outcome.driver_cap["refusals"] == 1
+
+
+def preloaded_then_allocate(block_mib):
+    import device_preload
+
+    return device_preload.rc, allocate_until_refused(block_mib)
+
+
+def test_what_a_preload_allocates_before_the_call_is_charged_to_the_call_s_cap(monkeypatch):
+    # A framework preloaded into a standby interpreter allocates before the call's region exists:
+    # within the cap it was launched with, and then counted against the call's.
+    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers"))
+    f = capped(preloaded_then_allocate, standby=1, preload=["device_preload"])
+    f.warm_up()
+    res = f.try_call(256)
+    assert res.ok, res.outcome.describe()
+    preload_rc, (blocks, rc) = res.value
+    assert preload_rc == 0
+    assert rc == CUDA_ERROR_OUT_OF_MEMORY and blocks == 3  # 1 GiB, less the preload's 256 MiB
+    cap = res.outcome.driver_cap
+    assert cap["refusals"] == 1 and cap["peak"] == 1 << 30

@@ -50,3 +50,26 @@ def test_without_preload_the_module_is_not_there():
     f = isorun.isolated(report, standby=1)
     f.warm_up()
     assert not f()["at_entry"]
+
+
+def test_a_warm_interpreter_prepares_its_gpu_through_the_first_preloaded_framework(monkeypatch):
+    # What the worker does at launch, with stand-ins for the frameworks (no GPU here): only a
+    # real device is prepared, and only through the first preloaded framework that has a context.
+    import types
+
+    from isorun import _worker
+
+    calls = []
+    for name in ("torch", "cupy"):
+        module = types.ModuleType(name)
+        module.zeros = lambda *a, _name=name, **k: calls.append((_name, a, k))
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setenv("ISORUN_WARM", "0;sim;17179869184;1073741824;GPU-sim-0;")
+    _worker._warm_up(["numpy", "cupy", "torch"])
+    assert calls == []  # a simulated device has no context to make
+    monkeypatch.setenv("ISORUN_WARM", "0;cuda;85899345920;2147483648;GPU-abc;")
+    _worker._warm_up(["numpy", "cupy", "torch"])
+    assert calls == [("cupy", (1,), {})]
+    monkeypatch.delenv("ISORUN_WARM")
+    _worker._warm_up(["torch"])
+    assert len(calls) == 1  # not a warm worker

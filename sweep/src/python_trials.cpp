@@ -10,6 +10,7 @@
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/process.hpp"
 #include "isorun/runner/worker_env.hpp"
+#include "isorun/serialization/protocol.hpp"
 
 namespace isorun::sweep::python_trials {
 
@@ -125,6 +126,7 @@ void launch(const sweep_spec& s, runner::job_spec& spec) {
     std::string preload = runner::driver_cap::library();
     if (const char* other = std::getenv("LD_PRELOAD"); other && *other) preload += std::string(":") + other;
     spec.extra_env.push_back("LD_PRELOAD=" + preload);
+    spec.extra_env.push_back(std::string(serialization::env::cap_deferred) + "=" + std::to_string(s.mem_limit));
   }
 }
 

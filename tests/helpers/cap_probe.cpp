@@ -21,6 +21,7 @@
 //                        "raise-limit done" (or "raise-limit no-terms")
 //   truncate-ledger      tries to cut the cap's ledger to nothing: "truncate-ledger refused" or
 //                        "truncate-ledger done"
+//   set NAME=VALUE       sets a variable, as a standby worker's call sets the cap's (no output)
 //   spawn-clean STEPS... runs itself with STEPS in a child whose environment has only
 //                        LD_LIBRARY_PATH (no LD_PRELOAD, no isorun variables) and waits for it
 // Before libcuda is loaded, a leading "unset NAME" removes variable NAME from the environment.
@@ -139,6 +140,10 @@ int main(int argc, char** argv) {
     } else if (step == "create") {
       unsigned long long h = 0;
       std::printf("create %d\n", direct<create_t>("cuMemCreate")(&h, std::stoul(arg()) * MiB, nullptr, 0));
+    } else if (step == "set") {  // set NAME=VALUE: as a standby worker's call sets its variables
+      const std::string entry = arg();
+      const auto eq = entry.find('=');
+      ::setenv(entry.substr(0, eq).c_str(), entry.substr(eq + 1).c_str(), 1);
     } else if (step == "free") {
       for (auto p : held) free_fn(p);
       held.clear();

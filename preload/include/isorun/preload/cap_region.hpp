@@ -42,6 +42,9 @@ inline constexpr const char* region_env = serialization::env::cap_region.data();
 inline constexpr const char* terms_env = serialization::env::cap_terms.data();
 /// Environment variable the shim turns into LD_PRELOAD for the command (and only for it).
 inline constexpr const char* preload_env = serialization::env::cap_preload.data();
+/// Environment variable of a process whose region comes later, with its call: the cap in bytes
+/// it stays within until then (a standby Python interpreter that imports a framework ahead).
+inline constexpr const char* deferred_env = serialization::env::cap_deferred.data();
 /// The preloaded library's file name; it sits next to libisorun.so.
 inline constexpr const char* library_name = "libisorun_cuda_cap.so";
 

@@ -48,12 +48,17 @@ inline constexpr std::string_view cap_region = "ISORUN_CAP_REGION";
 inline constexpr std::string_view cap_terms = "ISORUN_CAP_TERMS";
 /// `-- CMD` under --mem-limit: the library the shim preloads into the command (only into it).
 inline constexpr std::string_view cap_preload = "ISORUN_CAP_PRELOAD";
+/// A worker whose cap region comes with its call (a Python interpreter launched ahead): the cap
+/// in bytes per device, which what it allocates before the call stays within; bound to the
+/// call's region once that comes.
+inline constexpr std::string_view cap_deferred = "ISORUN_CAP_DEFERRED";
 /// A file the worker writes its task's memory timeline to (its allocators' history and, after an
 /// out-of-memory failure, what was live): for `isorun report` and --memory-timeline.
 inline constexpr std::string_view memory_timeline = "ISORUN_MEMORY_TIMELINE";
 /// Every variable above: removed from the environment a worker inherits, set only by isorun.
 inline constexpr std::string_view all[] = {worker,     gpu,       mem_limit,   visible_devices, device_order,
-                                           warm,       cap_region, cap_terms, cap_preload,     memory_timeline};
+                                           warm,       cap_region, cap_terms, cap_preload,     cap_deferred,
+                                           memory_timeline};
 }  // namespace env
 
 /// The device a *warm* worker prepares while it waits for its assignment: it creates its CUDA
