@@ -74,6 +74,16 @@ def _sync_environ() -> None:
             env[key] = value
 
 
+def _flush() -> None:
+    """The C++ worker ends the process with _exit: what the function printed must be out of
+    Python's buffers before then."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed or replaced stream
+            pass
+
+
 def _entry(request: bytes) -> tuple:
     global modules_at_entry
     modules_at_entry = frozenset(sys.modules)
@@ -83,13 +93,7 @@ def _entry(request: bytes) -> tuple:
     try:
         return run_call(request)
     finally:
-        # The C++ worker ends the process with _exit: what the function printed must be out of
-        # Python's buffers before then.
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001 - a closed or replaced stream
-                pass
+        _flush()
 
 
 def _sweep_entry(request: str) -> tuple[bool, str]:
@@ -110,11 +114,7 @@ def _sweep_entry(request: str) -> tuple[bool, str]:
         traceback.print_exc()
         return False, f"{type(exc).__qualname__}: {exc}"
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001 - a closed or replaced stream
-                pass
+        _flush()
 
 
 def main() -> None:

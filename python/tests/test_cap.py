@@ -6,34 +6,20 @@ tests (tests/helpers/fake_cuda.cpp)."""
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
 import isorun
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers"))
+from driver_alloc import allocate_until_refused  # noqa: E402 - the helpers folder first
 
 FAKE_CUDA_DIR = os.environ.get("ISORUN_TEST_FAKE_CUDA_DIR", "")
 pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(FAKE_CUDA_DIR, "libcuda.so.1")),
                                 reason="the stand-in libcuda.so.1 (ISORUN_TEST_FAKE_CUDA_DIR) is not built")
 MiB = 1 << 20
 CUDA_ERROR_OUT_OF_MEMORY = 2
-
-
-def allocate_until_refused(block_mib):
-    """Allocates blocks through the driver API, as a framework would, until one is refused."""
-    import ctypes
-
-    cuda = ctypes.CDLL("libcuda.so.1")
-    assert cuda.cuInit(0) == 0
-    ctx = ctypes.c_void_p()
-    assert cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
-    assert cuda.cuCtxSetCurrent(ctx) == 0
-    held = []
-    while True:
-        ptr = ctypes.c_ulonglong()
-        rc = cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(block_mib << 20))
-        if rc != 0:
-            return len(held), rc
-        held.append(ptr.value)
 
 
 def raise_memory_error_when_refused(block_mib):
@@ -87,10 +73,9 @@ def preloaded_then_allocate(block_mib):
     return device_preload.rc, allocate_until_refused(block_mib)
 
 
-def test_what_a_preload_allocates_before_the_call_is_charged_to_the_call_s_cap(monkeypatch):
+def test_what_a_preload_allocates_before_the_call_is_charged_to_the_call_s_cap():
     # A framework preloaded into a standby interpreter allocates before the call's region exists:
     # within the cap it was launched with, and then counted against the call's.
-    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers"))
     f = capped(preloaded_then_allocate, standby=1, preload=["device_preload"])
     f.warm_up()
     res = f.try_call(256)

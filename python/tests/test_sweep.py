@@ -37,21 +37,11 @@ TRIALS = textwrap.dedent('''
         return ["not", "a", "dict"]
 
     def allocate(block_mib):
-        import ctypes
-        cuda = ctypes.CDLL("libcuda.so.1")
-        assert cuda.cuInit(0) == 0
-        ctx = ctypes.c_void_p()
-        assert cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
-        assert cuda.cuCtxSetCurrent(ctx) == 0
-        held = []
-        while True:
-            ptr = ctypes.c_ulonglong()
-            rc = cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(block_mib << 20))
-            if rc != 0:
-                if block_mib >= 512:
-                    raise MemoryError(f"CUDA out of memory (error {rc})")
-                return {"blocks": len(held), "rc": rc}
-            held.append(ptr.value)
+        from driver_alloc import allocate_until_refused
+        blocks, rc = allocate_until_refused(block_mib)
+        if block_mib >= 512:
+            raise MemoryError(f"CUDA out of memory (error {rc})")
+        return {"blocks": blocks, "rc": rc}
 ''')
 
 
@@ -156,6 +146,7 @@ FAKE_CUDA_DIR = os.environ.get("ISORUN_TEST_FAKE_CUDA_DIR", "")
 def test_a_python_trial_on_a_gpu_is_capped_and_its_framework_s_oom_is_out_of_memory(trials, tmp_path, monkeypatch):
     # The simulated GPU of conftest, and the stand-in driver the trials' interpreters load.
     monkeypatch.setenv("LD_LIBRARY_PATH", FAKE_CUDA_DIR)
+    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers"))
     records = isorun.sweep({"python": f"{trials}:allocate", "params": {"block_mib": [256, 512]},
                             "resources": {"gpus": [0], "mem_limit": "1G", "per_gpu": 1},
                             "out": str(tmp_path / "out")})
