@@ -238,3 +238,24 @@ TEST_CASE("the ledger: slots are handed out from the front, reclaimed from the d
   ::waitpid(alive, nullptr, 0);
   ::munmap(p, bytes);
 }
+
+TEST_CASE("NVML says what the driver says: the cap as the total, the command's use, never negative", "[cap][nvml]") {
+  // The stand-in NVML reports an 80 GiB device with 1 GiB used; under a 256 MiB cap on it (the
+  // command's device 0, NVML index 0) a program looking it up with dlsym, as pynvml does, sees
+  // the cap.
+  cap_files files(256ULL << 20, 4);
+  const std::vector<std::string> env = {std::string("LD_LIBRARY_PATH=") + FAKE_CUDA_DIR + ":" + FAKE_NVML_DIR,
+                                        std::string("LD_PRELOAD=") + CAP_LIBRARY, files.region(), files.terms(),
+                                        "ISORUN_GPU=0"};
+  auto r = isorun::test::run_captured(CAP_PROBE, {"nvml", "fill", "64", "direct", "nvml"}, env);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out == "nvml 256 0 256 v2 256 0 256\nfilled 4 code 2\nnvml 256 256 0 v2 256 256 0\n");
+  // Past the cap (a context is counted even there): used stops at the total, free at 0.
+  files.ledger().devices[0].used += 64ULL << 20;
+  r = isorun::test::run_captured(CAP_PROBE, {"nvml"}, env);
+  CHECK(r.out == "nvml 256 256 0 v2 256 256 0\n");
+  // A device the command was not given is NVML's own figures.
+  r = isorun::test::run_captured(CAP_PROBE, {"nvml"}, {env[0], env[1], env[2], env[3], "ISORUN_GPU=3"});
+  CHECK(r.out == "nvml 81920 1024 80896 v2 81920 1024 80896\n");
+}

@@ -585,6 +585,94 @@ CUresult cuMemGetInfo_v2(std::size_t* free, std::size_t* total) {
   return rc;
 }
 
+}  // extern "C"
+
+// ---- NVML's view: the cap's --------------------------------------------------------------------
+// A program that sizes itself from NVML (vLLM, JAX's allocator, nvidia-smi, pynvml) sees what
+// cuMemGetInfo shows: for a device of the command, the cap as the total, what the command's
+// processes hold (contexts included) as used, and the rest as free; never negative, never above
+// the cap, and never more than the device has.
+namespace {
+
+struct nvml_memory {  // nvmlMemory_t
+  unsigned long long total, free, used;
+};
+struct nvml_memory_v2 {  // nvmlMemory_v2_t
+  unsigned version;
+  unsigned long long total, reserved, free, used;
+};
+constexpr int nvml_function_not_found = 13;
+
+void* nvml(const char* name) {
+  static void* lib = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  return lib ? real_dlsym()(lib, name) : nullptr;
+}
+
+// The ledger's index of NVML device `device` where the command has it (ISORUN_GPU lists its
+// devices' NVML indices in CUDA ordinal order); -1 where it does not.
+int ledger_index(void* device) {
+  static auto index_of = reinterpret_cast<int (*)(void*, unsigned*)>(nvml("nvmlDeviceGetIndex"));
+  unsigned index = 0;
+  const char* list = value_of(loaded.entry[2].load());
+  if (!index_of || !list || index_of(device, &index) != 0) return -1;
+  std::size_t ordinal = 0;
+  for (const char* p = list; *p; ++ordinal) {
+    char* end = nullptr;
+    const unsigned long n = std::strtoul(p, &end, 10);
+    if (end == p) return -1;
+    if (n == index) return static_cast<int>(cap::ledger_of(static_cast<int>(ordinal)));
+    p = *end == ',' ? end + 1 : end;
+  }
+  return -1;
+}
+
+// `total`, `used` and `free` of a device as the cap has them: false where the cap is not in force
+// for it (not the command's device, or no cap reached).
+bool capped_view(void* device, unsigned long long& total, unsigned long long& used, unsigned long long& free) {
+  const int d = ledger_index(device);
+  if (d < 0) return false;
+  auto& a = acct();
+  std::uint64_t limit = 0, held = 0;
+  {
+    std::lock_guard lock(a.mutex);
+    if (a.deferred && !a.bind()) {
+      limit = a.deferred;
+      held = a.pending[d];
+    } else if (a.ledger) {
+      limit = a.terms.limit;
+      held = a.ledger->devices[d].used.load();
+    } else {
+      return false;
+    }
+  }
+  const unsigned long long device_free = free;
+  total = std::min<unsigned long long>(total, limit);
+  used = std::min<unsigned long long>(held, total);
+  free = std::min(device_free, total - used);
+  return true;
+}
+
+}  // namespace
+
+extern "C" {
+
+int nvmlDeviceGetMemoryInfo(void* device, nvml_memory* memory) {
+  static auto f = reinterpret_cast<int (*)(void*, nvml_memory*)>(nvml("nvmlDeviceGetMemoryInfo"));
+  if (!f) return nvml_function_not_found;
+  const int rc = f(device, memory);
+  if (rc == 0 && memory) capped_view(device, memory->total, memory->used, memory->free);
+  return rc;
+}
+
+int nvmlDeviceGetMemoryInfo_v2(void* device, nvml_memory_v2* memory) {
+  static auto f = reinterpret_cast<int (*)(void*, nvml_memory_v2*)>(nvml("nvmlDeviceGetMemoryInfo_v2"));
+  if (!f) return nvml_function_not_found;
+  const int rc = f(device, memory);
+  if (rc == 0 && memory && capped_view(device, memory->total, memory->used, memory->free))
+    memory->reserved = 0;  // the driver's own reservation is not the command's to see under a cap
+  return rc;
+}
+
 // A process's first context on a device is counted as its own memory there, as the core counts a
 // worker's: the driver's per-process figure (NVML) right after the context exists; 0 where NVML
 // cannot say. ISORUN_GPU lists the devices' NVML indices in CUDA ordinal order ("1,3").
@@ -665,9 +753,14 @@ const interposed table[] = {
     // everything, "cuGetProcAddress" included.
     {"cuGetProcAddress", reinterpret_cast<void*>(&cuGetProcAddress)},
     {"cuGetProcAddress_v2", reinterpret_cast<void*>(&cuGetProcAddress_v2)},
+    // NVML's memory figures, for a program that finds them with dlsym (pynvml, through ctypes).
+    {"nvmlDeviceGetMemoryInfo", reinterpret_cast<void*>(&nvmlDeviceGetMemoryInfo)},
+    {"nvmlDeviceGetMemoryInfo_v2", reinterpret_cast<void*>(&nvmlDeviceGetMemoryInfo_v2)},
 };
 
-bool driver_name(const char* name) { return name && name[0] == 'c' && name[1] == 'u'; }
+bool driver_name(const char* name) {
+  return name && ((name[0] == 'c' && name[1] == 'u') || std::strncmp(name, "nvmlDeviceGetMemoryInfo", 23) == 0);
+}
 
 void* ours_by_name(const char* name) {
   for (const auto& e : table)

@@ -22,6 +22,8 @@
 //   truncate-ledger      tries to cut the cap's ledger to nothing: "truncate-ledger refused" or
 //                        "truncate-ledger done"
 //   set NAME=VALUE       sets a variable, as a standby worker's call sets the cap's (no output)
+//   nvml                 NVML's memory figures of device 0 (MiB), as pynvml finds them (dlsym on
+//                        libnvidia-ml.so.1): "nvml TOTAL USED FREE v2 TOTAL USED FREE"
 //   spawn-clean STEPS... runs itself with STEPS in a child whose environment has only
 //                        LD_LIBRARY_PATH (no LD_PRELOAD, no isorun variables) and waits for it
 // Before libcuda is loaded, a leading "unset NAME" removes variable NAME from the environment.
@@ -144,6 +146,19 @@ int main(int argc, char** argv) {
       const std::string entry = arg();
       const auto eq = entry.find('=');
       ::setenv(entry.substr(0, eq).c_str(), entry.substr(eq + 1).c_str(), 1);
+    } else if (step == "nvml") {
+      void* lib = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+      struct { unsigned long long total, free, used; } m{};
+      struct { unsigned version; unsigned long long total, reserved, free, used; } m2{};
+      m2.version = static_cast<unsigned>(sizeof m2) | (2U << 24);
+      void* device = nullptr;
+      const bool ok = lib && reinterpret_cast<int (*)()>(::dlsym(lib, "nvmlInit_v2"))() == 0 &&
+                      reinterpret_cast<int (*)(unsigned, void**)>(::dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"))(0, &device) == 0 &&
+                      reinterpret_cast<int (*)(void*, void*)>(::dlsym(lib, "nvmlDeviceGetMemoryInfo"))(device, &m) == 0 &&
+                      reinterpret_cast<int (*)(void*, void*)>(::dlsym(lib, "nvmlDeviceGetMemoryInfo_v2"))(device, &m2) == 0;
+      if (!ok) std::printf("nvml failed\n");
+      else std::printf("nvml %llu %llu %llu v2 %llu %llu %llu\n", m.total >> 20, m.used >> 20, m.free >> 20,
+                       m2.total >> 20, m2.used >> 20, m2.free >> 20);
     } else if (step == "free") {
       for (auto p : held) free_fn(p);
       held.clear();

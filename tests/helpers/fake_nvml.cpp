@@ -58,8 +58,24 @@ int nvmlDeviceGetName(void*, char* out, unsigned length) {
   std::snprintf(out, length, "%s", name);
   return 0;
 }
+int nvmlDeviceGetIndex(void*, unsigned* index) {
+  *index = 0;
+  return 0;
+}
 int nvmlDeviceGetMemoryInfo(void*, memory* m) {
   *m = {total, total - used, used};
+  return 0;
+}
+struct memory_v2 {
+  unsigned version;
+  unsigned long long total, reserved, free, used;
+};
+int nvmlDeviceGetMemoryInfo_v2(void*, memory_v2* m) {
+  if ((m->version & 0xffffff) != sizeof(memory_v2)) return 25;  // NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+  m->total = total;
+  m->reserved = 0;
+  m->used = used;
+  m->free = total - used;
   return 0;
 }
 int nvmlDeviceGetComputeRunningProcesses_v3(void*, unsigned* count, process_info*) {
