@@ -259,3 +259,17 @@ TEST_CASE("NVML says what the driver says: the cap as the total, the command's u
   r = isorun::test::run_captured(CAP_PROBE, {"nvml"}, {env[0], env[1], env[2], env[3], "ISORUN_GPU=3"});
   CHECK(r.out == "nvml 81920 1024 80896 v2 81920 1024 80896\n");
 }
+
+TEST_CASE("a context made with cuCtxCreate is counted as a primary context is", "[cap]") {
+  // The probe starts with device 0's primary context; then a context of its own on device 1,
+  // where it allocates.
+  cap_files files(256ULL << 20, 4);
+  auto r = isorun::test::run_captured(CAP_PROBE, {"ctx-create", "1", "fill", "64", "direct"},
+                                      {fake_driver, std::string("LD_PRELOAD=") + CAP_LIBRARY, files.region(),
+                                       files.terms(), "ISORUN_GPU=0,1"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out == "ctx-create 1 0\nfilled 4 code 2\n");
+  CHECK(files.ledger().contexts.load() == 2);  // one per device, however it was made
+  CHECK(files.ledger().devices[1].used.load() == 256ULL << 20);
+}

@@ -315,6 +315,16 @@ account& acct() {
   return *a;
 }
 
+// After the driver made (or retained) a context on `device` with `rc`: counted if it exists.
+CUresult context_made(CUresult rc, int device) {
+  if (rc == success) {
+    auto& a = acct();
+    std::lock_guard lock(a.mutex);
+    a.count_context(cap::ledger_of(device), device);
+  }
+  return rc;
+}
+
 template <class Map, class Key>
 void remember(Map& map, Key key, holding h) {
   std::lock_guard lock(acct().mutex);
@@ -705,16 +715,26 @@ std::uint64_t context_bytes(int device) {
   return bytes;
 }
 
+// A context made with cuCtxCreate is counted as a primary context is (once per device and
+// process): its memory is the driver's, on the device, whichever way it was made.
+CUresult cuCtxCreate_v2(void** ctx, unsigned flags, int device) {
+  static auto f = real<CUresult (*)(void**, unsigned, int)>("cuCtxCreate_v2");
+  return f ? context_made(f(ctx, flags, device), device) : not_found;
+}
+
+CUresult cuCtxCreate_v3(void** ctx, void* params, int count, unsigned flags, int device) {
+  static auto f = real<CUresult (*)(void**, void*, int, unsigned, int)>("cuCtxCreate_v3");
+  return f ? context_made(f(ctx, params, count, flags, device), device) : not_found;
+}
+
+CUresult cuCtxCreate_v4(void** ctx, void* params, unsigned flags, int device) {
+  static auto f = real<CUresult (*)(void**, void*, unsigned, int)>("cuCtxCreate_v4");
+  return f ? context_made(f(ctx, params, flags, device), device) : not_found;
+}
+
 CUresult cuDevicePrimaryCtxRetain(void** ctx, int device) {
   static auto f = real<CUresult (*)(void**, int)>("cuDevicePrimaryCtxRetain");
-  if (!f) return not_found;
-  const CUresult rc = f(ctx, device);
-  if (rc == success) {
-    auto& a = acct();
-    std::lock_guard lock(a.mutex);
-    a.count_context(cap::ledger_of(device), device);
-  }
-  return rc;
+  return f ? context_made(f(ctx, device), device) : not_found;
 }
 
 CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, std::uint64_t flags);
@@ -749,6 +769,9 @@ const interposed table[] = {
     {"cuArrayDestroy", reinterpret_cast<void*>(&cuArrayDestroy)},
     {"cuMipmappedArrayDestroy", reinterpret_cast<void*>(&cuMipmappedArrayDestroy)},
     {"cuDevicePrimaryCtxRetain", reinterpret_cast<void*>(&cuDevicePrimaryCtxRetain)},
+    {"cuCtxCreate_v2", reinterpret_cast<void*>(&cuCtxCreate_v2)},
+    {"cuCtxCreate_v3", reinterpret_cast<void*>(&cuCtxCreate_v3)},
+    {"cuCtxCreate_v4", reinterpret_cast<void*>(&cuCtxCreate_v4)},
     // The lookups themselves: the runtime finds cuGetProcAddress_v2 with dlsym, then asks it for
     // everything, "cuGetProcAddress" included.
     {"cuGetProcAddress", reinterpret_cast<void*>(&cuGetProcAddress)},

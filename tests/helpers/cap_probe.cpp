@@ -3,6 +3,7 @@
 // ("proc"), as the CUDA runtime does. Runs its arguments as steps, one output line each:
 //   info                 "info FREE TOTAL" (cuMemGetInfo, MiB)
 //   device N             makes device N's primary context current: "device N CODE"
+//   ctx-create N         creates a context of its own on device N (current): "ctx-create N CODE"
 //   create-on N MIB      one cuMemCreate with properties naming device N: "create-on CODE"
 //   fill MIB VIA         allocates MIB-sized blocks until refused: "filled N code C"
 //   create MIB           one cuMemCreate: "create CODE"
@@ -135,6 +136,11 @@ int main(int argc, char** argv) {
       CUresult rc = via_proc<CUresult (*)(void**, int)>("cuDevicePrimaryCtxRetain")(&c, d);
       if (rc == 0) rc = via_proc<CUresult (*)(void*)>("cuCtxSetCurrent")(c);
       std::printf("device %d %d\n", d, rc);
+    } else if (step == "ctx-create") {
+      const int d = std::stoi(arg());
+      void* c = nullptr;
+      const CUresult rc = via_proc<CUresult (*)(void**, unsigned, int)>("cuCtxCreate")(&c, 0, d);
+      std::printf("ctx-create %d %d\n", d, rc);
     } else if (step == "create-on") {
       const int prop[16] = {1, 0, 1, std::stoi(arg())};  // pinned, no handle types, location {device, N}
       unsigned long long h = 0;

@@ -57,6 +57,13 @@ CUresult cuDevicePrimaryCtxRetain(void** ctx, int d) {
   *ctx = reinterpret_cast<void*>(static_cast<std::uintptr_t>(d) + 1);
   return 0;
 }
+// A context of its own on device d, made current, as the real driver does.
+CUresult cuCtxCreate_v2(void** ctx, unsigned, int d) {
+  if (d < 0 || d >= devices) return invalid_device;
+  *ctx = reinterpret_cast<void*>(static_cast<std::uintptr_t>(d) + 1);
+  current_context = *ctx;
+  return 0;
+}
 // As the real driver: allocations need a context current on the calling thread.
 CUresult cuCtxSetCurrent(void* ctx) {
   current_context = ctx;
@@ -150,6 +157,7 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, unsigned long 
       {"cuInit", reinterpret_cast<void*>(&cuInit)},
       {"cuDeviceGet", reinterpret_cast<void*>(&cuDeviceGet)},
       {"cuDevicePrimaryCtxRetain", reinterpret_cast<void*>(&cuDevicePrimaryCtxRetain)},
+      {"cuCtxCreate", reinterpret_cast<void*>(&cuCtxCreate_v2)},
       {"cuCtxSetCurrent", reinterpret_cast<void*>(&cuCtxSetCurrent)},
       {"cuCtxGetDevice", reinterpret_cast<void*>(&cuCtxGetDevice)},
       {"cuMemAlloc", reinterpret_cast<void*>(&cuMemAlloc_v2)},
