@@ -273,3 +273,24 @@ TEST_CASE("a context made with cuCtxCreate is counted as a primary context is", 
   CHECK(files.ledger().contexts.load() == 2);  // one per device, however it was made
   CHECK(files.ledger().devices[1].used.load() == 256ULL << 20);
 }
+
+TEST_CASE("stream-ordered pools: what a pool keeps counts, the pool still serves from it, and trimming gives it back",
+          "[cap][pools]") {
+  // Under 256 MiB: 192 MiB allocated and freed into the device's pool stay on the device, so a
+  // plain allocation gets only the 64 MiB left; the pool serves 192 MiB again from what it keeps
+  // though the cap is full; trimmed, the pool's memory is the cap's again.
+  auto r = capped({CAP_PROBE, "async", "192", "async-free", "fill", "64", "direct", "async", "192", "free",
+                   "async-free", "trim", "0", "fill", "64", "direct"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out ==
+        "async 0\nasync-freed\nfilled 1 code 2\nasync 0\nfreed\nasync-freed\ntrimmed 0\nfilled 4 code 2\n");
+}
+
+TEST_CASE("stream-ordered pools: 100,000 async allocations and frees leave the accounting exact", "[cap][pools]") {
+  // The pool keeps the last 1 MiB until a synchronization gives it back (release threshold 0).
+  auto r = capped({CAP_PROBE, "cycles", "100000", "1", "info", "sync", "info"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out == "cycles 100000 0\ninfo 255 256\nsynced\ninfo 256 256\n");
+}

@@ -40,6 +40,7 @@
 #include <cstring>
 #include <iterator>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -176,6 +177,17 @@ struct account {
   std::unordered_map<handle_t, holding> handles;
   std::unordered_map<std::uintptr_t, holding> arrays;
   bool context_counted[cap::max_devices] = {};
+  // Stream-ordered pools (cuMemAllocAsync, explicit pools): a pool keeps what is freed into it
+  // until it releases it (at a synchronization, down to its release threshold) or is trimmed,
+  // and that memory is on the device. So a pool is charged what the driver says it holds
+  // (its reserved memory), brought up to date at each of this process's pool calls; `in_flight`
+  // is what allocations being made now have reserved ahead of the pool's growth.
+  struct pool_account {
+    std::size_t device = 0;
+    std::uint64_t charged = 0, in_use = 0, in_flight = 0;
+  };
+  std::unordered_map<void*, pool_account> pools;
+  std::unordered_map<CUdeviceptr, std::pair<void*, std::uint64_t>> pool_pointers;  // -> pool, bytes
 
   // A process launched before its call (deferred_env): until the call's region comes, what it
   // allocates is kept here, within the cap it was launched with, and charged to the ledger
@@ -253,32 +265,47 @@ struct account {
     for (bool& c : context_counted) c = false;
     for (auto& p : pending) p = 0;
     pending_contexts = 0;
+    pools.clear();
+    pool_pointers.clear();
     if (ledger) take_slot();
   }
   bool reserve(const holding& h) {
-    if (deferred.load()) {
-      std::lock_guard lock(mutex);
-      if (deferred && !bind()) {
-        if (h.bytes > deferred || pending[h.device] > deferred - h.bytes) return false;  // over the cap already
-        pending[h.device] += h.bytes;
-        return true;
-      }
+    std::unique_lock lock(mutex);
+    return reserve_locked(h);
+  }
+  // Under `mutex`.
+  bool reserve_locked(const holding& h) {
+    if (deferred && !bind()) {
+      if (h.bytes > deferred || pending[h.device] > deferred - h.bytes) return false;  // over the cap already
+      pending[h.device] += h.bytes;
+      return true;
     }
     if (!refusal.empty()) {
       say_refusal();
       return false;
     }
+    reconcile_pools();  // a pool may have given memory back since it was last asked
     return ledger->reserve(*slot, h.device, h.bytes, terms.limit);
   }
+  // Under `mutex`: bytes that exist on the device, counted even past the cap.
+  void charge_locked(std::size_t device, std::uint64_t bytes) {
+    if (deferred) pending[device] += bytes;
+    else if (slot) ledger->charge(*slot, device, bytes);
+  }
+  // Under `mutex`: bytes given back to the device.
+  void release_locked(std::size_t device, std::uint64_t bytes) {
+    if (deferred) pending[device] -= std::min(pending[device], bytes);
+    else if (slot) ledger->release(*slot, device, bytes);
+  }
+  // Under `mutex`: pool `pool`'s charge brought to what the driver says it holds (and what
+  // allocations being made now reserved ahead of it). False if the driver cannot say.
+  bool reconcile(void* pool, pool_account& pa);
+  void reconcile_pools() {
+    for (auto& [pool, pa] : pools) reconcile(pool, pa);
+  }
   void give_back(const holding& h) {
-    if (deferred.load()) {
-      std::lock_guard lock(mutex);
-      if (deferred) {
-        pending[h.device] -= std::min(pending[h.device], h.bytes);
-        return;
-      }
-    }
-    if (slot) ledger->release(*slot, h.device, h.bytes);
+    std::lock_guard lock(mutex);
+    release_locked(h.device, h.bytes);
   }
   // Under `mutex`: device `d`'s context exists now; counted once, even past the cap.
   void count_context(std::size_t d, int device) {
@@ -365,9 +392,91 @@ CUresult charged(std::uint64_t bytes, CUdeviceptr* dptr, Call&& call) {
   return charged(acct().pointers, holding{current_device(), bytes}, dptr, std::forward<Call>(call));
 }
 
-// After the driver freed `dptr` (rc == success): its bytes go back to the cap.
+// ---- Stream-ordered pools --------------------------------------------------------------------
+
+constexpr int pool_reserved_now = 5;  // CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT
+
+// What the driver says `pool` holds on its device; nothing if it cannot say.
+std::optional<std::uint64_t> pool_reserved(void* pool) {
+  static auto get = real<CUresult (*)(void*, int, void*)>("cuMemPoolGetAttribute");
+  std::uint64_t value = 0;
+  if (!get || get(pool, pool_reserved_now, &value) != success) return std::nullopt;
+  return value;
+}
+
+bool account::reconcile(void* pool, pool_account& pa) {
+  const auto now = pool_reserved(pool);
+  if (!now) return false;
+  const std::uint64_t target = *now + pa.in_flight;
+  if (target > pa.charged) charge_locked(pa.device, target - pa.charged);
+  else if (target < pa.charged) release_locked(pa.device, pa.charged - target);
+  pa.charged = target;
+  return true;
+}
+
+// The current context's device as the driver numbers it (0 when there is none).
+int current_ordinal() {
+  static auto get = real<CUresult (*)(int*)>("cuCtxGetDevice");
+  int device = 0;
+  if (!get || get(&device) != success) device = 0;
+  return device;
+}
+
+// One allocation of `bytes` from stream-ordered `pool` (null: the current device's pool) by
+// `call`: reserved ahead only for what the pool's free memory cannot serve, then the pool's
+// charge brought to what it holds. Where the driver cannot say what a pool holds, charged as a
+// plain allocation.
+template <class Call>
+CUresult pool_allocation(CUdeviceptr* dptr, std::uint64_t bytes, void* pool, Call&& call) {
+  if (!pool) {
+    static auto current = real<CUresult (*)(void**, int)>("cuDeviceGetMemPool");
+    if (!current || current(&pool, current_ordinal()) != success) pool = nullptr;
+  }
+  auto& a = acct();
+  std::unique_lock lock(a.mutex);
+  if (!pool || !pool_reserved(pool)) {
+    lock.unlock();
+    return charged(bytes, dptr, std::forward<Call>(call));
+  }
+  auto [it, added] = a.pools.try_emplace(pool);
+  account::pool_account& pa = it->second;
+  if (added) pa.device = current_device();
+  a.reconcile(pool, pa);
+  const std::uint64_t spare = pa.charged > pa.in_use + pa.in_flight ? pa.charged - pa.in_use - pa.in_flight : 0;
+  const std::uint64_t ahead = bytes > spare ? bytes - spare : 0;
+  if (ahead && !a.reserve_locked({pa.device, ahead})) return out_of_memory;
+  pa.charged += ahead;
+  pa.in_flight += ahead;
+  lock.unlock();
+  const CUresult rc = call();
+  lock.lock();
+  pa.in_flight -= ahead;
+  if (rc == success && dptr) {
+    pa.in_use += bytes;
+    a.pool_pointers[*dptr] = {pool, bytes};
+  }
+  a.reconcile(pool, pa);
+  return rc;
+}
+
+// After the driver freed `dptr` (rc == success): its bytes go back to the cap, or into its pool,
+// which is charged what it still holds.
 CUresult freed(CUresult rc, CUdeviceptr dptr) {
-  if (rc == success) forget(acct().pointers, dptr);
+  if (rc != success) return rc;
+  auto& a = acct();
+  {
+    std::lock_guard lock(a.mutex);
+    if (auto it = a.pool_pointers.find(dptr); it != a.pool_pointers.end()) {
+      auto pool = a.pools.find(it->second.first);
+      if (pool != a.pools.end()) {
+        pool->second.in_use -= std::min(pool->second.in_use, it->second.second);
+        a.reconcile(pool->first, pool->second);
+      }
+      a.pool_pointers.erase(it);
+      return rc;
+    }
+  }
+  forget(a.pointers, dptr);
   return rc;
 }
 
@@ -479,25 +588,25 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, std::size_t* pitch, std::size_t w
 CUresult cuMemAllocAsync(CUdeviceptr* dptr, std::size_t bytes, void* stream) {
   static auto f = real<CUresult (*)(CUdeviceptr*, std::size_t, void*)>("cuMemAllocAsync");
   if (!f) return not_found;
-  return charged(bytes, dptr, [&] { return f(dptr, bytes, stream); });
+  return pool_allocation(dptr, bytes, nullptr, [&] { return f(dptr, bytes, stream); });
 }
 
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, std::size_t bytes, void* stream) {
   static auto f = real<CUresult (*)(CUdeviceptr*, std::size_t, void*)>("cuMemAllocAsync_ptsz");
   if (!f) return not_found;
-  return charged(bytes, dptr, [&] { return f(dptr, bytes, stream); });
+  return pool_allocation(dptr, bytes, nullptr, [&] { return f(dptr, bytes, stream); });
 }
 
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, std::size_t bytes, void* pool, void* stream) {
   static auto f = real<CUresult (*)(CUdeviceptr*, std::size_t, void*, void*)>("cuMemAllocFromPoolAsync");
   if (!f) return not_found;
-  return charged(bytes, dptr, [&] { return f(dptr, bytes, pool, stream); });
+  return pool_allocation(dptr, bytes, pool, [&] { return f(dptr, bytes, pool, stream); });
 }
 
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, std::size_t bytes, void* pool, void* stream) {
   static auto f = real<CUresult (*)(CUdeviceptr*, std::size_t, void*, void*)>("cuMemAllocFromPoolAsync_ptsz");
   if (!f) return not_found;
-  return charged(bytes, dptr, [&] { return f(dptr, bytes, pool, stream); });
+  return pool_allocation(dptr, bytes, pool, [&] { return f(dptr, bytes, pool, stream); });
 }
 
 CUresult cuMemFree_v2(CUdeviceptr dptr) {
@@ -516,6 +625,46 @@ CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, void* stream) {
   static auto f = real<CUresult (*)(CUdeviceptr, void*)>("cuMemFreeAsync_ptsz");
   if (!f) return not_found;
   return freed(f(dptr, stream), dptr);
+}
+
+// A pool the program trims, or destroys, gives memory back: its charge follows.
+CUresult cuMemPoolTrimTo(void* pool, std::size_t keep) {
+  static auto f = real<CUresult (*)(void*, std::size_t)>("cuMemPoolTrimTo");
+  if (!f) return not_found;
+  const CUresult rc = f(pool, keep);
+  auto& a = acct();
+  std::lock_guard lock(a.mutex);
+  if (auto it = a.pools.find(pool); it != a.pools.end()) a.reconcile(pool, it->second);
+  return rc;
+}
+
+CUresult cuMemPoolDestroy(void* pool) {
+  static auto f = real<CUresult (*)(void*)>("cuMemPoolDestroy");
+  if (!f) return not_found;
+  const CUresult rc = f(pool);
+  auto& a = acct();
+  std::lock_guard lock(a.mutex);
+  if (auto it = a.pools.find(pool); rc == success && it != a.pools.end()) {
+    a.release_locked(it->second.device, it->second.charged);
+    std::erase_if(a.pool_pointers, [&](const auto& p) { return p.second.first == pool; });
+    a.pools.erase(it);
+  }
+  return rc;
+}
+
+// A pool made for a device other than the current one: its memory is on that device
+// (CUmemPoolProps begins: allocation type, handle types, location {type, id}).
+CUresult cuMemPoolCreate(void** pool, const void* props) {
+  static auto f = real<CUresult (*)(void**, const void*)>("cuMemPoolCreate");
+  if (!f) return not_found;
+  const CUresult rc = f(pool, props);
+  if (rc == success && pool && props) {
+    const int* fields = static_cast<const int*>(props);
+    auto& a = acct();
+    std::lock_guard lock(a.mutex);
+    a.pools[*pool].device = fields[2] == 1 ? cap::ledger_of(fields[3]) : current_device();
+  }
+  return rc;
 }
 
 // The virtual-memory API (PyTorch's expandable segments): physical memory is what counts.
@@ -578,15 +727,16 @@ CUresult cuMemGetInfo_v2(std::size_t* free, std::size_t* total) {
   const CUresult rc = f(free, total);
   auto& a = acct();
   if (rc != success) return rc;
-  std::uint64_t limit = a.terms.limit, used = a.ledger ? a.ledger->devices[current_device()].used.load() : limit;
-  if (a.deferred.load()) {  // before its call: the cap it was launched with, and what it holds
+  std::uint64_t limit = 0, used = 0;
+  {
     std::lock_guard lock(a.mutex);
-    if (a.deferred && !a.bind()) {
+    a.reconcile_pools();  // what the pools hold now
+    if (a.deferred && !a.bind()) {  // before its call: the cap it was launched with, and what it holds
       limit = a.deferred;
       used = a.pending[current_device()];
-    } else if (a.ledger) {
+    } else {
       limit = a.terms.limit;
-      used = a.ledger->devices[current_device()].used.load();
+      used = a.ledger ? a.ledger->devices[current_device()].used.load() : limit;
     }
   }
   const std::uint64_t left = used >= limit ? 0 : limit - used;
@@ -645,6 +795,7 @@ bool capped_view(void* device, unsigned long long& total, unsigned long long& us
   std::uint64_t limit = 0, held = 0;
   {
     std::lock_guard lock(a.mutex);
+    a.reconcile_pools();
     if (a.deferred && !a.bind()) {
       limit = a.deferred;
       held = a.pending[d];
@@ -759,6 +910,9 @@ const interposed table[] = {
     {"cuMemAllocFromPoolAsync_ptsz", reinterpret_cast<void*>(&cuMemAllocFromPoolAsync_ptsz)},
     {"cuMemFree_v2", reinterpret_cast<void*>(&cuMemFree_v2)},
     {"cuMemFreeAsync", reinterpret_cast<void*>(&cuMemFreeAsync)},
+    {"cuMemPoolTrimTo", reinterpret_cast<void*>(&cuMemPoolTrimTo)},
+    {"cuMemPoolDestroy", reinterpret_cast<void*>(&cuMemPoolDestroy)},
+    {"cuMemPoolCreate", reinterpret_cast<void*>(&cuMemPoolCreate)},
     {"cuMemFreeAsync_ptsz", reinterpret_cast<void*>(&cuMemFreeAsync_ptsz)},
     {"cuMemCreate", reinterpret_cast<void*>(&cuMemCreate)},
     {"cuMemRelease", reinterpret_cast<void*>(&cuMemRelease)},

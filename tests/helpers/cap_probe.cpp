@@ -4,6 +4,11 @@
 //   info                 "info FREE TOTAL" (cuMemGetInfo, MiB)
 //   device N             makes device N's primary context current: "device N CODE"
 //   ctx-create N         creates a context of its own on device N (current): "ctx-create N CODE"
+//   async MIB            one cuMemAllocAsync from the device's pool, kept: "async CODE"
+//   async-free           cuMemFreeAsync of every block `async` kept (back into the pool): "async-freed"
+//   cycles N MIB         N cuMemAllocAsync/cuMemFreeAsync pairs: "cycles N CODE" (the first failure's)
+//   sync                 cuStreamSynchronize: pools give back what is above their threshold: "synced"
+//   trim MIB             cuMemPoolTrimTo(the device's pool, MIB): "trimmed CODE"
 //   create-on N MIB      one cuMemCreate with properties naming device N: "create-on CODE"
 //   fill MIB VIA         allocates MIB-sized blocks until refused: "filled N code C"
 //   create MIB           one cuMemCreate: "create CODE"
@@ -118,6 +123,7 @@ int main(int argc, char** argv) {
   via_proc<CUresult (*)(void*)>("cuCtxSetCurrent")(ctx);  // the real driver allocates only in a current context
   const auto free_fn = direct<free_t>("cuMemFree_v2");
   std::vector<int> holders;  // pipes to the processes of "holders"
+  std::vector<unsigned long long> async_held;  // blocks of "async"
   for (int i = first; i < argc; ++i) {
     const std::string step = argv[i];
     auto arg = [&] { return std::string(i + 1 < argc ? argv[++i] : "0"); };
@@ -136,6 +142,39 @@ int main(int argc, char** argv) {
       CUresult rc = via_proc<CUresult (*)(void**, int)>("cuDevicePrimaryCtxRetain")(&c, d);
       if (rc == 0) rc = via_proc<CUresult (*)(void*)>("cuCtxSetCurrent")(c);
       std::printf("device %d %d\n", d, rc);
+    } else if (step == "async" || step == "cycles") {
+      using async_t = CUresult (*)(unsigned long long*, std::size_t, void*);
+      using async_free_t = CUresult (*)(unsigned long long, void*);
+      const auto alloc = via_proc<async_t>("cuMemAllocAsync");
+      const auto release = via_proc<async_free_t>("cuMemFreeAsync");
+      if (step == "async") {
+        unsigned long long p = 0;
+        const CUresult rc = alloc(&p, std::stoul(arg()) * MiB, nullptr);
+        if (rc == 0) async_held.push_back(p);
+        std::printf("async %d\n", rc);
+      } else {
+        const long n = std::stol(arg());
+        const std::size_t bytes = std::stoul(arg()) * MiB;
+        CUresult rc = 0;
+        for (long k = 0; k < n && rc == 0; ++k) {
+          unsigned long long p = 0;
+          rc = alloc(&p, bytes, nullptr);
+          if (rc == 0) rc = release(p, nullptr);
+        }
+        std::printf("cycles %ld %d\n", n, rc);
+      }
+    } else if (step == "async-free") {
+      const auto release = via_proc<CUresult (*)(unsigned long long, void*)>("cuMemFreeAsync");
+      for (auto p : async_held) release(p, nullptr);
+      async_held.clear();
+      std::printf("async-freed\n");
+    } else if (step == "sync") {
+      via_proc<CUresult (*)(void*)>("cuStreamSynchronize")(nullptr);
+      std::printf("synced\n");
+    } else if (step == "trim") {
+      void* pool = nullptr;
+      via_proc<CUresult (*)(void**, int)>("cuDeviceGetMemPool")(&pool, 0);
+      std::printf("trimmed %d\n", via_proc<CUresult (*)(void*, std::size_t)>("cuMemPoolTrimTo")(pool, std::stoul(arg()) * MiB));
     } else if (step == "ctx-create") {
       const int d = std::stoi(arg());
       void* c = nullptr;

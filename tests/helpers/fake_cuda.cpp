@@ -5,6 +5,7 @@
 // context's device (or, for cuMemCreate, the one its properties name).
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstddef>
 #include <cstring>
@@ -30,6 +31,46 @@ constexpr CUresult invalid_device = 101;   // CUDA_ERROR_INVALID_DEVICE
 thread_local void* current_context = nullptr;  // device + 1, as a pointer
 
 int current_device() { return static_cast<int>(reinterpret_cast<std::uintptr_t>(current_context)) - 1; }
+
+// Stream-ordered pools, as the driver keeps them: memory freed into a pool stays reserved on
+// its device until the pool releases it (at a synchronization, down to its release threshold)
+// or is trimmed. A pool is its index + 1 as a pointer; pools 1..8 are the devices' defaults.
+struct pool {
+  int device;
+  std::uint64_t reserved = 0, in_use = 0, threshold = 0;
+};
+std::map<std::uintptr_t, pool> pools;
+std::map<CUdeviceptr, std::pair<std::uintptr_t, std::size_t>> pooled;  // pointer -> pool, bytes
+std::uintptr_t next_pool = devices + 1;
+CUdeviceptr next_address = 1ULL << 44;  // pool memory: addresses only, as on the device
+
+pool& pool_of(std::uintptr_t p) {  // under mutex
+  if (p >= 1 && p <= static_cast<std::uintptr_t>(devices)) pools.try_emplace(p, pool{static_cast<int>(p) - 1});
+  return pools.at(p);
+}
+CUresult pool_allocate(CUdeviceptr* p, std::size_t n, std::uintptr_t handle) {
+  std::lock_guard lock(mutex);
+  if (!pools.count(handle) && !(handle >= 1 && handle <= static_cast<std::uintptr_t>(devices))) return 1;
+  pool& pl = pool_of(handle);
+  const std::uint64_t spare = pl.reserved - pl.in_use;
+  if (n > spare) {  // the pool grows by what it lacks
+    if (used[pl.device] + (n - spare) > total) return 2;
+    used[pl.device] += n - spare;
+    pl.reserved += n - spare;
+  }
+  pl.in_use += n;
+  *p = next_address;
+  next_address += n ? n : 1;
+  pooled[*p] = {handle, n};
+  return 0;
+}
+void release_to(pool& pl, std::uint64_t keep) {  // under mutex
+  const std::uint64_t floor = std::max(keep, pl.in_use);
+  if (pl.reserved > floor) {
+    used[pl.device] -= pl.reserved - floor;
+    pl.reserved = floor;
+  }
+}
 
 CUresult allocate(CUdeviceptr* p, std::size_t n) {
   if (!current_context) return invalid_context;
@@ -75,6 +116,74 @@ CUresult cuCtxGetDevice(int* d) {
   return 0;
 }
 CUresult cuMemAlloc_v2(CUdeviceptr* p, std::size_t n) { return allocate(p, n); }
+CUresult cuDeviceGetMemPool(void** out, int d) {
+  if (d < 0 || d >= devices) return invalid_device;
+  *out = reinterpret_cast<void*>(static_cast<std::uintptr_t>(d) + 1);
+  return 0;
+}
+// CUmemPoolProps begins: allocation type, handle types, location {type, id}.
+CUresult cuMemPoolCreate(void** out, const int* props) {
+  const int d = props && props[2] == 1 ? props[3] : 0;
+  if (d < 0 || d >= devices) return invalid_device;
+  std::lock_guard lock(mutex);
+  pools[next_pool] = pool{d};
+  *out = reinterpret_cast<void*>(next_pool++);
+  return 0;
+}
+CUresult cuMemPoolDestroy(void* handle) {
+  std::lock_guard lock(mutex);
+  auto it = pools.find(reinterpret_cast<std::uintptr_t>(handle));
+  if (it == pools.end()) return 1;
+  used[it->second.device] -= it->second.reserved;
+  pools.erase(it);
+  return 0;
+}
+CUresult cuMemAllocAsync(CUdeviceptr* p, std::size_t n, void*) {
+  if (!current_context) return invalid_context;
+  return pool_allocate(p, n, static_cast<std::uintptr_t>(current_device()) + 1);
+}
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr* p, std::size_t n, void* handle, void*) {
+  return pool_allocate(p, n, reinterpret_cast<std::uintptr_t>(handle));
+}
+CUresult cuMemFreeAsync(CUdeviceptr p, void*) {
+  std::lock_guard lock(mutex);
+  auto it = pooled.find(p);
+  if (it == pooled.end()) return 1;
+  pool_of(it->second.first).in_use -= it->second.second;  // back into the pool, still reserved
+  pooled.erase(it);
+  return 0;
+}
+// A synchronization: every pool gives back what it holds beyond its release threshold.
+CUresult cuStreamSynchronize(void*) {
+  std::lock_guard lock(mutex);
+  for (auto& [handle, pl] : pools) release_to(pl, pl.threshold);
+  return 0;
+}
+CUresult cuMemPoolTrimTo(void* handle, std::size_t keep) {
+  std::lock_guard lock(mutex);
+  if (!pools.count(reinterpret_cast<std::uintptr_t>(handle))) return 1;
+  release_to(pool_of(reinterpret_cast<std::uintptr_t>(handle)), keep);
+  return 0;
+}
+// CUmemPool_attribute: 4 release threshold, 5 reserved memory now, 7 used memory now.
+CUresult cuMemPoolSetAttribute(void* handle, int attr, void* value) {
+  std::lock_guard lock(mutex);
+  if (attr != 4 || !pools.count(reinterpret_cast<std::uintptr_t>(handle))) return 1;
+  pool_of(reinterpret_cast<std::uintptr_t>(handle)).threshold = *static_cast<std::uint64_t*>(value);
+  return 0;
+}
+CUresult cuMemPoolGetAttribute(void* handle, int attr, void* value) {
+  std::lock_guard lock(mutex);
+  const auto h = reinterpret_cast<std::uintptr_t>(handle);
+  if (!pools.count(h) && !(h >= 1 && h <= static_cast<std::uintptr_t>(devices))) return 1;
+  const pool& pl = pool_of(h);
+  auto* out = static_cast<std::uint64_t*>(value);
+  if (attr == 4) *out = pl.threshold;
+  else if (attr == 5) *out = pl.reserved;
+  else if (attr == 7) *out = pl.in_use;
+  else return 1;
+  return 0;
+}
 CUresult cuMemAllocManaged(CUdeviceptr* p, std::size_t n, unsigned) { return allocate(p, n); }
 CUresult cuMemFree_v2(CUdeviceptr p) {
   std::lock_guard lock(mutex);
@@ -171,6 +280,16 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, unsigned long 
       {"cuArrayDestroy", reinterpret_cast<void*>(&cuArrayDestroy)},
       {"cuMipmappedArrayCreate", reinterpret_cast<void*>(&cuMipmappedArrayCreate)},
       {"cuMipmappedArrayDestroy", reinterpret_cast<void*>(&cuMipmappedArrayDestroy)},
+      {"cuDeviceGetMemPool", reinterpret_cast<void*>(&cuDeviceGetMemPool)},
+      {"cuMemPoolCreate", reinterpret_cast<void*>(&cuMemPoolCreate)},
+      {"cuMemPoolDestroy", reinterpret_cast<void*>(&cuMemPoolDestroy)},
+      {"cuMemAllocAsync", reinterpret_cast<void*>(&cuMemAllocAsync)},
+      {"cuMemAllocFromPoolAsync", reinterpret_cast<void*>(&cuMemAllocFromPoolAsync)},
+      {"cuMemFreeAsync", reinterpret_cast<void*>(&cuMemFreeAsync)},
+      {"cuStreamSynchronize", reinterpret_cast<void*>(&cuStreamSynchronize)},
+      {"cuMemPoolTrimTo", reinterpret_cast<void*>(&cuMemPoolTrimTo)},
+      {"cuMemPoolSetAttribute", reinterpret_cast<void*>(&cuMemPoolSetAttribute)},
+      {"cuMemPoolGetAttribute", reinterpret_cast<void*>(&cuMemPoolGetAttribute)},
       {"cuGetProcAddress", reinterpret_cast<void*>(&cuGetProcAddress_v2)},
   };
   for (const auto& e : table)
