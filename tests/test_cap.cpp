@@ -294,3 +294,13 @@ TEST_CASE("stream-ordered pools: 100,000 async allocations and frees leave the a
   REQUIRE(r.code == 0);
   CHECK(r.out == "cycles 100000 0\ninfo 255 256\nsynced\ninfo 256 256\n");
 }
+
+TEST_CASE("memory shared by export and import, or by CUDA IPC, is counted once, to the handle that made it",
+          "[cap]") {
+  // 128 MiB made, exported and imported again, and an IPC pointer opened: the cap holds 128 MiB
+  // of it, and gets it all back when the importer's handle and then the maker's are released.
+  auto r = capped({CAP_PROBE, "share", "128", "fill", "64", "direct", "free", "unshare", "fill", "64", "direct"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out == "share 0 0 0 0\nfilled 2 code 2\nfreed\nunshared\nfilled 4 code 2\n");
+}

@@ -9,6 +9,9 @@
 //   cycles N MIB         N cuMemAllocAsync/cuMemFreeAsync pairs: "cycles N CODE" (the first failure's)
 //   sync                 cuStreamSynchronize: pools give back what is above their threshold: "synced"
 //   trim MIB             cuMemPoolTrimTo(the device's pool, MIB): "trimmed CODE"
+//   share MIB            cuMemCreate of MIB, exported, imported back (as NCCL shares memory), an
+//                        IPC pointer opened; all kept: "share CODE CODE CODE CODE"
+//   unshare              releases what `share` holds, the imported handle first: "unshared"
 //   create-on N MIB      one cuMemCreate with properties naming device N: "create-on CODE"
 //   fill MIB VIA         allocates MIB-sized blocks until refused: "filled N code C"
 //   create MIB           one cuMemCreate: "create CODE"
@@ -124,6 +127,7 @@ int main(int argc, char** argv) {
   const auto free_fn = direct<free_t>("cuMemFree_v2");
   std::vector<int> holders;  // pipes to the processes of "holders"
   std::vector<unsigned long long> async_held;  // blocks of "async"
+  std::vector<unsigned long long> shared_handles;  // of "share"
   for (int i = first; i < argc; ++i) {
     const std::string step = argv[i];
     auto arg = [&] { return std::string(i + 1 < argc ? argv[++i] : "0"); };
@@ -184,6 +188,22 @@ int main(int argc, char** argv) {
       const int prop[16] = {1, 0, 1, std::stoi(arg())};  // pinned, no handle types, location {device, N}
       unsigned long long h = 0;
       std::printf("create-on %d\n", direct<create_t>("cuMemCreate")(&h, std::stoul(arg()) * MiB, prop, 0));
+    } else if (step == "share") {
+      unsigned long long h = 0, shared = 0, imported = 0, ipc = 0;
+      const CUresult c = direct<create_t>("cuMemCreate")(&h, std::stoul(arg()) * MiB, nullptr, 0);
+      const CUresult e = via_proc<CUresult (*)(void*, unsigned long long, int, unsigned long long)>(
+          "cuMemExportToShareableHandle")(&shared, h, 1, 0);
+      const CUresult i = via_proc<CUresult (*)(unsigned long long*, void*, int)>("cuMemImportFromShareableHandle")(
+          &imported, reinterpret_cast<void*>(shared), 1);
+      const char handle[64] = {};
+      const CUresult o = via_proc<CUresult (*)(unsigned long long*, const void*, unsigned)>("cuIpcOpenMemHandle")(
+          &ipc, handle, 1);
+      shared_handles = {imported, h};
+      std::printf("share %d %d %d %d\n", c, e, i, o);
+    } else if (step == "unshare") {
+      for (auto h : shared_handles) direct<CUresult (*)(unsigned long long)>("cuMemRelease")(h);
+      shared_handles.clear();
+      std::printf("unshared\n");
     } else if (step == "create") {
       unsigned long long h = 0;
       std::printf("create %d\n", direct<create_t>("cuMemCreate")(&h, std::stoul(arg()) * MiB, nullptr, 0));

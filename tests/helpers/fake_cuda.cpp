@@ -206,8 +206,33 @@ CUresult cuMemCreate(unsigned long long* h, std::size_t n, const void* prop, uns
   used[d] += n;
   return 0;
 }
+// Sharing, as NCCL and CUDA IPC do: an imported handle or an opened IPC pointer refers to memory
+// another handle (or process) already holds; it adds nothing on the device. (The "shareable
+// handle" here is the exporting handle's number, standing in for a file descriptor.)
+std::map<unsigned long long, unsigned long long> imported;  // handle -> the handle it refers to
+CUresult cuMemExportToShareableHandle(void* out, unsigned long long h, int, unsigned long long) {
+  std::lock_guard lock(mutex);
+  if (!handles.count(h)) return 1;
+  *static_cast<unsigned long long*>(out) = h;
+  return 0;
+}
+CUresult cuMemImportFromShareableHandle(unsigned long long* h, void* shared, int) {
+  std::lock_guard lock(mutex);
+  const auto of = reinterpret_cast<unsigned long long>(shared);
+  if (!handles.count(of)) return 1;
+  *h = next_handle++;
+  imported[*h] = of;
+  return 0;
+}
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* p, const void*, unsigned) {
+  *p = next_address;
+  next_address += 1 << 20;
+  return 0;
+}
+CUresult cuIpcCloseMemHandle(CUdeviceptr) { return 0; }
 CUresult cuMemRelease(unsigned long long h) {
   std::lock_guard lock(mutex);
+  if (imported.erase(h)) return 0;
   auto it = handles.find(h);
   if (it == handles.end()) return 1;
   used[it->second.device] -= it->second.bytes;
@@ -280,6 +305,10 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, unsigned long 
       {"cuArrayDestroy", reinterpret_cast<void*>(&cuArrayDestroy)},
       {"cuMipmappedArrayCreate", reinterpret_cast<void*>(&cuMipmappedArrayCreate)},
       {"cuMipmappedArrayDestroy", reinterpret_cast<void*>(&cuMipmappedArrayDestroy)},
+      {"cuMemExportToShareableHandle", reinterpret_cast<void*>(&cuMemExportToShareableHandle)},
+      {"cuMemImportFromShareableHandle", reinterpret_cast<void*>(&cuMemImportFromShareableHandle)},
+      {"cuIpcOpenMemHandle", reinterpret_cast<void*>(&cuIpcOpenMemHandle_v2)},
+      {"cuIpcCloseMemHandle", reinterpret_cast<void*>(&cuIpcCloseMemHandle)},
       {"cuDeviceGetMemPool", reinterpret_cast<void*>(&cuDeviceGetMemPool)},
       {"cuMemPoolCreate", reinterpret_cast<void*>(&cuMemPoolCreate)},
       {"cuMemPoolDestroy", reinterpret_cast<void*>(&cuMemPoolDestroy)},
