@@ -1,6 +1,8 @@
-// The cost of the `-- CMD` memory cap per allocation: cuMemAlloc_v2/cuMemFree_v2 pairs in a
-// command run under `--mem-limit` (the cap library preloaded) and under `--mem-limit-mode
-// advisory` (nothing preloaded), alternating in one run. Against the stand-in driver of the
+// The cost of the `-- CMD` memory cap per allocation: pairs of cuMemAlloc_v2/cuMemFree_v2,
+// cuMemAllocAsync/cuMemFreeAsync (a stream-ordered pool) and cuMemCreate/cuMemRelease (the
+// virtual-memory API; cuMemMap is not interposed) in a command run under `--mem-limit` (the cap
+// library preloaded) and under `--mem-limit-mode advisory` (nothing preloaded), alternating in
+// one run. Against the stand-in driver of the
 // tests by default (its own pair costs an mmap and a munmap); `--real` uses the machine's driver.
 //   bench_cap [--real] [--pairs N] [--runs R]
 #include <cstdio>
@@ -24,10 +26,10 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> env = {real ? isorun::test::real_gpus : std::string("ISORUN_SIMULATE_GPUS=1x16G")};
   if (!real) env.push_back(std::string("LD_LIBRARY_PATH=") + FAKE_CUDA_DIR);
-  auto pair_ns = [&](bool capped) {
+  auto pair_ns = [&](bool capped, const std::string& kind) {
     std::vector<std::string> args = {"--gpu", "0", "--mem-limit", "8G"};
     if (!capped) args.insert(args.end(), {"--mem-limit-mode", "advisory", "-q"});
-    args.insert(args.end(), {"--", CAP_PROBE, "time", pairs});
+    args.insert(args.end(), {"--", CAP_PROBE, "time", pairs, kind});
     auto r = isorun::test::run_captured(ISORUN_CLI, args, env);
     double ns = 0;
     if (r.code != 0 || std::sscanf(r.out.c_str(), "time %lf", &ns) != 1) {
@@ -36,18 +38,22 @@ int main(int argc, char** argv) {
     }
     return ns;
   };
-  std::vector<double> capped, plain, added;
-  for (int i = 0; i < runs; ++i) {
-    capped.push_back(pair_ns(true));
-    plain.push_back(pair_ns(false));
-    added.push_back(capped.back() - plain.back());
-  }
   using isorun::bench::show;
   using isorun::bench::summarize;
-  std::printf("cuMemAlloc_v2 + cuMemFree_v2 of 64 KiB, %s driver, %s pairs per run\n", real ? "the real" : "the stand-in",
-              pairs.c_str());
-  std::printf("  under --mem-limit (capped)   %s\n", show(summarize(capped), "ns").c_str());
-  std::printf("  advisory (nothing preloaded) %s\n", show(summarize(plain), "ns").c_str());
-  std::printf("  added by the cap, per pair   %s   goal <= 1000 ns\n", show(summarize(added), "ns").c_str());
+  const std::pair<const char*, const char*> kinds[] = {{"plain", "cuMemAlloc_v2 + cuMemFree_v2 of 64 KiB"},
+                                                       {"async", "cuMemAllocAsync + cuMemFreeAsync of 64 KiB"},
+                                                       {"create", "cuMemCreate + cuMemRelease of 2 MiB"}};
+  for (const auto& [kind, what] : kinds) {
+    std::vector<double> capped, plain, added;
+    for (int i = 0; i < runs; ++i) {
+      capped.push_back(pair_ns(true, kind));
+      plain.push_back(pair_ns(false, kind));
+      added.push_back(capped.back() - plain.back());
+    }
+    std::printf("%s, %s driver, %s pairs per run\n", what, real ? "the real" : "the stand-in", pairs.c_str());
+    std::printf("  under --mem-limit (capped)   %s\n", show(summarize(capped), "ns").c_str());
+    std::printf("  advisory (nothing preloaded) %s\n", show(summarize(plain), "ns").c_str());
+    std::printf("  added by the cap, per pair   %s   goal <= 1000 ns\n", show(summarize(added), "ns").c_str());
+  }
   return 0;
 }

@@ -19,7 +19,9 @@
 //   hold MIB             allocates MIB, says "holding", waits for stdin to close, exits
 //   pair MIB             a second process holds MIB meanwhile: "pair N" (blocks this one got)
 //   crash MIB            a second process holds MIB and is killed: "crash N" (blocks got after)
-//   time N               N cuMemAlloc_v2/cuMemFree_v2 pairs of 64 KiB: "time NS" per pair
+//   time N [KIND]        N allocation pairs: "time NS" per pair; cuMemAlloc_v2/cuMemFree_v2 of
+//                        64 KiB, or "async" cuMemAllocAsync/cuMemFreeAsync of 64 KiB, or "create"
+//                        cuMemCreate/cuMemRelease of 2 MiB
 //   exec MIB STEPS...    holds MIB, then execs itself with STEPS (same pid, a new image)
 //   arrays MIB KIND      creates MIB-sized 2D ("2d") or 3D ("3d") float arrays, or mipmapped
 //                        ones of two levels ("mip": MIB and MIB/8), until refused, destroys
@@ -311,15 +313,32 @@ int main(int argc, char** argv) {
       break;
     } else if (step == "time") {
       const long n = std::stol(arg());
+      const std::string kind = i + 1 < argc ? argv[i + 1] : "";
+      if (kind == "async" || kind == "create") ++i;
+      using async_t = CUresult (*)(unsigned long long*, std::size_t, void*);
+      using async_free_t = CUresult (*)(unsigned long long, void*);
+      using release_t = CUresult (*)(unsigned long long);
       const auto alloc = direct<alloc_t>("cuMemAlloc_v2");
+      const auto async = kind == "async" ? via_proc<async_t>("cuMemAllocAsync") : nullptr;
+      const auto async_free = kind == "async" ? via_proc<async_free_t>("cuMemFreeAsync") : nullptr;
+      const auto create = kind == "create" ? direct<create_t>("cuMemCreate") : nullptr;
+      const auto release = kind == "create" ? direct<release_t>("cuMemRelease") : nullptr;
+      // CUmemAllocationProp: pinned, on device 0; 2 MiB, the driver's granularity.
+      const int prop[16] = {1, 0, 1, 0};
       const auto t0 = std::chrono::steady_clock::now();
       for (long k = 0; k < n; ++k) {
-        CUdeviceptr p = 0;
-        if (const CUresult rc = alloc(&p, 64 << 10); rc != 0) {
-          std::printf("time: cuMemAlloc_v2 failed with %d\n", rc);
+        unsigned long long p = 0;
+        CUresult rc;
+        if (async) rc = async(&p, 64 << 10, nullptr);
+        else if (create) rc = create(&p, 2 << 20, prop, 0);
+        else rc = alloc(reinterpret_cast<CUdeviceptr*>(&p), 64 << 10);
+        if (rc != 0) {
+          std::printf("time: the allocation failed with %d\n", rc);
           return 1;
         }
-        free_fn(p);
+        if (async) async_free(p, nullptr);
+        else if (create) release(p);
+        else free_fn(p);
       }
       std::printf("time %.1f\n", std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / double(n));
     } else if (step == "pair" || step == "crash") {
