@@ -69,6 +69,21 @@ if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
   fi
 fi
 
+# 4a. The cap that counts everything: each framework allocates until its own OOM error under a
+# 16 GiB cap; NVML, nvidia-smi and the framework see the cap as the device; at least 95% of the
+# cap (less the context) is usable; what the driver counts for the process stays under the cap.
+cap=$((16 << 30))
+for fw in torch-expandable cupy-async jax; do
+  module=${fw%%-*}
+  python3 -c "import $module" 2> /dev/null || { record "$fw under --mem-limit 16G" SKIP "no $module here"; continue; }
+  if out=$("$bin/isorun" --gpu 0 --mem-limit 16G -- python3 "$root/tests/helpers/cap_frameworks.py" "$fw" 2> "$log/$fw.err") &&
+     python3 -c 'import json,sys; r=json.loads(sys.argv[1]); cap=int(sys.argv[2]); assert r["nvml_total"] == cap and r["smi_total"] == cap and r["framework_total"] <= cap and r["nvml_used"] <= cap and r["smi_mine"] <= cap and (r["framework"] == "jax" or r["got"] >= 0.95 * (cap - (600 << 20))), r' "$out" "$cap" 2>> "$log/$fw.err"; then
+    record "$fw under --mem-limit 16G" PASS "$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("got %d MiB, NVML total %d MiB, nvidia-smi %d MiB for it" % (r["got"]>>20, r["nvml_total"]>>20, r["smi_mine"]>>20))' "$out")"
+  else
+    record "$fw under --mem-limit 16G" FAIL "$(tail -3 "$log/$fw.err" | tr '\n' ' ')"
+  fi
+done
+
 # 4b. PyTorch through the Python package (isorun.isolated), where this python3 imports it (the
 # package built for this machine's Python: pip install ., or a CMake build here).
 if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2> /dev/null; then
