@@ -39,11 +39,12 @@
 #include "isorun/serialization/blob.hpp"
 #include "isorun/serialization/codec.hpp"
 #include "isorun/serialization/wire.hpp"
+#include "isorun/export.hpp"
 
 namespace isorun::worker {
 
 /// Where a task's encoded result goes (the worker's result segment).
-class result_sink {
+class ISORUN_API result_sink {
  public:
   virtual ~result_sink() = default;
   /// @brief Space for a payload of `size` bytes. @throws on failure (segment too large...).
@@ -80,7 +81,7 @@ struct task_info {
 };
 
 /// The process-wide task registry.
-class registry {
+class ISORUN_API registry {
  public:
   static registry& instance();
   /// @brief Adds a task. @throws std::logic_error if the name is taken by another function.
@@ -95,10 +96,10 @@ class registry {
 };
 
 /// @brief Readable type name: "std::vector<float>" rather than the mangled or allocator-laden form.
-std::string readable_type_name(const std::type_info& type);
+ISORUN_API std::string readable_type_name(const std::type_info& type);
 
 /// @brief The JSON key of argument `index`: "arg0", "arg1", ...
-const char* arg_key(std::size_t index);
+ISORUN_API const char* arg_key(std::size_t index);
 
 inline constexpr std::size_t max_task_args = 8;
 
@@ -116,7 +117,7 @@ void write_binary_result(result_sink& sink, const T& value) {
   sink.commit(n, sum, serialization::encoding::binary);
 }
 
-void write_text_result(result_sink& sink, const std::string& text);
+ISORUN_API void write_text_result(result_sink& sink, const std::string& text);
 
 template <class Tuple, std::size_t... I>
 std::string args_to_json(const Tuple& args, std::index_sequence<I...>) {
