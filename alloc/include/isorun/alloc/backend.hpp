@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "isorun/alloc/export.hpp"
+
 namespace isorun::alloc {
 
 /// A stream, as an opaque id (a cudaStream_t on the CUDA backend; 0 is the default stream).
@@ -28,7 +30,7 @@ enum class copy_kind {
   device_to_device,
 };
 
-class backend {
+class ISORUN_ALLOC_API backend {
  public:
   virtual ~backend() = default;
 

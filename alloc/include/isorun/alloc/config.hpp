@@ -8,10 +8,12 @@
 #include <string>
 #include <string_view>
 
+#include "isorun/alloc/export.hpp"
+
 namespace isorun::alloc {
 
 /// An invalid configuration entry; the message names the entry and what is accepted.
-class config_error : public std::invalid_argument {
+class ISORUN_ALLOC_API config_error : public std::invalid_argument {
  public:
   using std::invalid_argument::invalid_argument;
 };

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "isorun/alloc/export.hpp"
+
 namespace isorun {
 
 /// Figures at the time of an out-of-memory failure; zero where unknown.
@@ -20,7 +22,7 @@ struct oom_figures {
   std::vector<std::uint64_t> live;  ///< the live allocations' sizes, largest first (at most 64)
 };
 
-class out_of_memory : public std::runtime_error {
+class ISORUN_ALLOC_API out_of_memory : public std::runtime_error {
  public:
   explicit out_of_memory(const std::string& message) : std::runtime_error(message) {}
   out_of_memory(const std::string& message, const oom_figures& f) : std::runtime_error(message), figures_{f} {}

@@ -9,25 +9,26 @@
 #include <vector>
 
 #include "isorun/alloc/out_of_memory.hpp"
+#include "isorun/export.hpp"
 
 namespace isorun {
 
 /// Base of every isorun error except `out_of_memory` (which derives from std::runtime_error so
 /// that the allocator does not depend on the runner).
-class error : public std::runtime_error {
+class ISORUN_API error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
 /// Bad input from the caller: unknown task, bad argument, impossible resource request. Nothing
 /// was started. The CLI exits with code 2.
-class usage_error : public error {
+class ISORUN_API usage_error : public error {
  public:
   using error::error;
 };
 
 /// The task threw. Carries the original exception's (demangled) type name and message.
-class task_error : public error {
+class ISORUN_API task_error : public error {
  public:
   task_error(std::string type_name, std::string message)
       : error(type_name + ": " + message), type_name_{std::move(type_name)}, message_{std::move(message)} {}
@@ -39,7 +40,7 @@ class task_error : public error {
 };
 
 /// The worker died (signal) or exited without delivering a result.
-class worker_crashed : public error {
+class ISORUN_API worker_crashed : public error {
  public:
   worker_crashed(const std::string& what, int signal, int exit_code, std::vector<std::string> stderr_tail)
       : error(what), signal_{signal}, exit_code_{exit_code}, stderr_tail_{std::move(stderr_tail)} {}
@@ -56,7 +57,7 @@ class worker_crashed : public error {
 };
 
 /// The task ran past its timeout and was stopped (with its whole process group).
-class task_timeout : public error {
+class ISORUN_API task_timeout : public error {
  public:
   task_timeout(const std::string& what, std::chrono::milliseconds timeout) : error(what), timeout_{timeout} {}
   [[nodiscard]] std::chrono::milliseconds timeout() const noexcept { return timeout_; }
@@ -66,20 +67,20 @@ class task_timeout : public error {
 };
 
 /// The task was cancelled by the caller.
-class cancelled : public error {
+class ISORUN_API cancelled : public error {
  public:
   using error::error;
 };
 
 /// The worker delivered something that failed validation (bad handshake, corrupt, truncated or
 /// oversized result, malformed control message). It was discarded.
-class invalid_result : public error {
+class ISORUN_API invalid_result : public error {
  public:
   using error::error;
 };
 
 /// The supervisor itself failed (could not create shared memory, could not spawn).
-class internal_error : public error {
+class ISORUN_API internal_error : public error {
  public:
   using error::error;
 };

@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "isorun/export.hpp"
+
 namespace isorun::runner {
 
 struct gpu_info {
@@ -22,7 +24,7 @@ struct gpu_info {
   bool simulated = false;         ///< from ISORUN_SIMULATE_GPUS: workers get a simulated device
 };
 
-struct gpu_inventory {
+struct ISORUN_API gpu_inventory {
   enum class origin { nvml, simulated, none };
 
   std::vector<gpu_info> gpus;

@@ -30,13 +30,14 @@
 #include "isorun/serialization/blob.hpp"
 #include "isorun/serialization/codec.hpp"
 #include "isorun/worker/task.hpp"
+#include "isorun/export.hpp"
 
 namespace isorun {
 
 namespace detail {
 /// @brief Starts a worker for the task registered at `fn`.
 /// @throws usage_error (not registered, bad GPU, cap too large), internal_error.
-std::shared_ptr<runner::job> start_isolated(const void* fn, blob args, const isolated_options& opts);
+ISORUN_API std::shared_ptr<runner::job> start_isolated(const void* fn, blob args, const isolated_options& opts);
 
 template <class... A>
 blob encode_args(const A&... args) {
@@ -179,12 +180,12 @@ isolated_function<R, A...> isolated(R (*fn)(A...), isolated_options opts = {}) {
 }
 
 /// @brief The GPU inventory the API assigns from (NVML, or ISORUN_SIMULATE_GPUS), read once.
-const runner::gpu_inventory& gpus();
+ISORUN_API const runner::gpu_inventory& gpus();
 
 /// @brief Stops the workers kept on standby for calls made with isolated_options::standby (and
 ///        map_options::standby), warm ones included, and waits until they are gone; the next
 ///        such call starts its standby workers afresh. No call may be starting meanwhile.
 ///        (They also stop when the program exits, and die with it if it is killed.)
-void stop_standby();
+ISORUN_API void stop_standby();
 
 }  // namespace isorun

@@ -16,6 +16,7 @@
 #include "isorun/runner/outcome.hpp"
 #include "isorun/serialization/blob.hpp"
 #include "isorun/serialization/wire.hpp"
+#include "isorun/export.hpp"
 
 namespace isorun::runner {
 
@@ -77,18 +78,18 @@ struct job_result {
 /// @brief The job_spec for `task` with `args` (encoded as `encoding`) on `gpus` (none: the
 ///        CPU; placed by place_job) under `opts`: the one place options become a spec. The
 ///        caller adds what only it knows (task libraries, where output goes).
-job_spec job_spec_for(std::string task, serialization::encoding encoding, blob args, std::vector<gpu_info> gpus,
+ISORUN_API job_spec job_spec_for(std::string task, serialization::encoding encoding, blob args, std::vector<gpu_info> gpus,
                       const isolated_options& opts);
 
 /// @brief Checks what `spec` asks for before anything starts: the allocator configuration
 ///        parses, the cap can hold the allocator's smallest segment, the cap fits each GPU.
 /// @throws usage_error saying what is wrong and what to change.
-void check_job_spec(const job_spec& spec);
+ISORUN_API void check_job_spec(const job_spec& spec);
 
 struct launched_worker;  // launcher.hpp
 class launcher;          // launcher.hpp
 
-class job {
+class ISORUN_API job {
  public:
   /// @brief Checks `spec` (check_job_spec), then launches a fresh worker and assigns it the
   ///        task. Returns once the process exists.

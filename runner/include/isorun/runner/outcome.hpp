@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "isorun/export.hpp"
+
 namespace isorun {
 
 namespace runner {
@@ -24,10 +26,10 @@ struct exit_status {
 };
 
 /// @brief "SIGSEGV" for 11; "signal 64" for one without a name.
-std::string signal_name(int sig);
+ISORUN_API std::string signal_name(int sig);
 
 /// @brief "exited with code 3" / "killed by SIGSEGV (core dumped)".
-std::string describe(const exit_status& status);
+ISORUN_API std::string describe(const exit_status& status);
 
 }  // namespace runner
 
@@ -49,15 +51,15 @@ inline constexpr outcome_kind all_outcome_kinds[] = {
     outcome_kind::timeout,   outcome_kind::cancelled,  outcome_kind::invalid_result, outcome_kind::internal_error};
 
 /// @brief "success", "task_error", ...
-std::string_view to_string(outcome_kind kind) noexcept;
+ISORUN_API std::string_view to_string(outcome_kind kind) noexcept;
 
 /// @brief The class named `name` (as to_string writes it); nullopt for any other text.
-std::optional<outcome_kind> outcome_kind_named(std::string_view name) noexcept;
+ISORUN_API std::optional<outcome_kind> outcome_kind_named(std::string_view name) noexcept;
 
 /// @brief The CLI exit code of each class (see README): 0, 1, 3, 4, 124, 130, 5, 125.
-int exit_code(outcome_kind kind) noexcept;
+ISORUN_API int exit_code(outcome_kind kind) noexcept;
 
-struct outcome {
+struct ISORUN_API outcome {
   outcome_kind kind = outcome_kind::internal_error;
   std::string error_type;   ///< exception type for task_error / out_of_memory
   std::string message;      ///< human-readable detail

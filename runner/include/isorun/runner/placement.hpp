@@ -12,12 +12,13 @@
 
 #include "isorun/runner/gpu_inventory.hpp"
 #include "isorun/runner/options.hpp"
+#include "isorun/export.hpp"
 
 namespace isorun::runner {
 
 /// @brief Checks that a cap of `mem_limit` bytes fits `gpu` at all.
 /// @throws usage_error "mem-limit X exceeds GPU N's Y".
-void check_fits(const gpu_info& gpu, std::uint64_t mem_limit);
+ISORUN_API void check_fits(const gpu_info& gpu, std::uint64_t mem_limit);
 
 /// Which GPUs one job asks for: these (`indices`), or any `count` with room, or (neither) the
 /// caller's default.
@@ -29,7 +30,7 @@ struct gpu_request {
 /// @brief The one place a job's GPU options become a request: `gpu` (one GPU), `gpus` (these)
 ///        or `gpu_count` (any that many).
 /// @throws usage_error when more than one of them is given, or a count below 1.
-gpu_request gpu_request_for(const isolated_options& opts);
+ISORUN_API gpu_request gpu_request_for(const isolated_options& opts);
 
 /// @brief The GPUs for one job, in PCI bus order (the order of NVML indices, and of CUDA device
 ///        ordinals inside the worker): the ones listed; or `count` of those whose free memory has
@@ -37,7 +38,7 @@ gpu_request gpu_request_for(const isolated_options& opts);
 ///        and there is one; otherwise none (the CPU). The cap is per GPU and checked on each.
 /// @throws usage_error, nothing started: a GPU that does not exist (naming those that do), a GPU
 ///         listed twice, more GPUs than there are (or have room), a cap larger than a GPU.
-std::vector<gpu_info> place_job(const gpu_inventory& inventory, const gpu_request& request, bool default_to_gpu,
+ISORUN_API std::vector<gpu_info> place_job(const gpu_inventory& inventory, const gpu_request& request, bool default_to_gpu,
                                 std::uint64_t mem_limit);
 
 /// What a batch of jobs asks for.
@@ -68,7 +69,7 @@ struct slot_plan {
 /// @param cores the cores to share out; 0 (the default): those this process may run on, its CPU
 ///        affinity (in a Slurm job or a container, often fewer than the machine has)
 /// @throws usage_error when a cap exceeds a GPU, GPUs are asked for but absent, or no slot fits.
-slot_plan plan_slots(const slot_request& request, const gpu_inventory& inventory, unsigned cores = 0);
+ISORUN_API slot_plan plan_slots(const slot_request& request, const gpu_inventory& inventory, unsigned cores = 0);
 
 /// Room kept on a GPU for each warm standby worker's CUDA context, which lives outside any
 /// job's cap while the worker waits (a context measured 523 MiB on an H100, driver 580).

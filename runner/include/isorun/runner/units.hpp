@@ -8,10 +8,12 @@
 #include <string>
 #include <string_view>
 
+#include "isorun/export.hpp"
+
 namespace isorun {
 
 /// A size or duration string that could not be parsed; the message says what is accepted.
-class parse_error : public std::invalid_argument {
+class ISORUN_API parse_error : public std::invalid_argument {
  public:
   using std::invalid_argument::invalid_argument;
 };
@@ -20,18 +22,18 @@ class parse_error : public std::invalid_argument {
 ///        `KB/MB/GB/TB` and `KiB/MiB/GiB/TiB` all mean powers of 1024, as GPU memory is
 ///        counted. Fractions are allowed (`1.5G`). Case-insensitive.
 /// @throws parse_error for anything else (negative, empty, unknown unit, overflow).
-std::uint64_t parse_size(std::string_view text);
+ISORUN_API std::uint64_t parse_size(std::string_view text);
 
 /// @brief Parses a duration: a number followed by `ms`, `s`, `m`, `h` (`500ms`, `1.5s`, `5m`).
 ///        The unit is required: a bare `10` could mean seconds or milliseconds.
 /// @throws parse_error for anything else.
-std::chrono::milliseconds parse_duration(std::string_view text);
+ISORUN_API std::chrono::milliseconds parse_duration(std::string_view text);
 
 /// @brief `1610612736` → `"1.50 GiB"`.
-std::string format_size(std::uint64_t bytes);
+ISORUN_API std::string format_size(std::uint64_t bytes);
 
 /// @brief `1234ms` → `"1.23 s"`.
-std::string format_duration(std::chrono::nanoseconds d);
+ISORUN_API std::string format_duration(std::chrono::nanoseconds d);
 
 inline namespace literals {
 constexpr std::uint64_t operator""_KiB(unsigned long long v) { return v << 10; }

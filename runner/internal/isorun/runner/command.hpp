@@ -18,6 +18,7 @@
 
 #include "isorun/runner/gpu_inventory.hpp"
 #include "isorun/runner/outcome.hpp"
+#include "isorun/internal_api.hpp"
 
 namespace isorun::runner {
 
@@ -53,7 +54,7 @@ struct command_result {
 };
 
 /// One running command. Destroying it before wait() returned stops the group at once.
-class command {
+class ISORUN_INTERNAL_API command {
  public:
   /// @brief Resolves argv[0] and starts the shim with the program.
   /// @throws usage_error if argv is empty or argv[0] is not an executable file nor found in

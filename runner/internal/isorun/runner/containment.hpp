@@ -16,6 +16,8 @@
 #include <optional>
 #include <string>
 
+#include "isorun/internal_api.hpp"
+
 namespace isorun::runner {
 
 /// How children are contained here.
@@ -29,20 +31,20 @@ struct containment_info {
 /// @brief How children are contained: a cgroup v2 subtree under this process's own cgroup when
 ///        it can be made and joined (detected once per process), else the process group alone.
 ///        ISORUN_CONTAINMENT=process-group (read at each call) chooses the process group alone.
-const containment_info& containment();
+ISORUN_INTERNAL_API const containment_info& containment();
 
 /// @brief What is wrong with ISORUN_CONTAINMENT, or "" if it is unset or valid (the CLI refuses
 ///        to start with a bad value; a program using the library gets the process group).
-std::string containment_setting_error();
+ISORUN_INTERNAL_API std::string containment_setting_error();
 
 /// @brief A new, empty cgroup for one child, or "" where children are contained by their
 ///        process group alone (or this one cannot be made).
-std::string new_child_cgroup();
+ISORUN_INTERNAL_API std::string new_child_cgroup();
 
 /// @brief Kills every process in `cgroup`, waits (up to 10 s, for a process in uninterruptible
 ///        sleep such as a CUDA teardown) until it is empty, then removes it. A cgroup that does
 ///        not empty in time is left for the next isorun to remove.
 /// @return its memory.peak in bytes, read before the kill, where the cgroup reports one.
-std::optional<std::uint64_t> kill_and_remove_cgroup(const std::string& cgroup) noexcept;
+ISORUN_INTERNAL_API std::optional<std::uint64_t> kill_and_remove_cgroup(const std::string& cgroup) noexcept;
 
 }  // namespace isorun::runner

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "isorun/serialization/shm_segment.hpp"
+#include "isorun/internal_api.hpp"
 
 namespace isorun::preload {
 struct cap_ledger;
@@ -25,7 +26,7 @@ namespace isorun::runner {
 std::string beside_library(const char* name, const char* without_it);
 
 /// One run's cap on the driver API: `limit` bytes on each device, for all its processes together.
-class driver_cap {
+class ISORUN_INTERNAL_API driver_cap {
  public:
   /// @brief Creates and seals the terms, and an empty ledger.
   /// @throws internal_error if the files cannot be created or sealed (out of memory).

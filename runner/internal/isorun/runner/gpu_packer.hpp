@@ -22,10 +22,11 @@
 
 #include "isorun/runner/gpu_inventory.hpp"
 #include "isorun/runner/placement.hpp"
+#include "isorun/internal_api.hpp"
 
 namespace isorun::runner {
 
-class gpu_packer {
+class ISORUN_INTERNAL_API gpu_packer {
  public:
   /// @brief One place per slot of `slots` on its GPU (CPU slots are ignored).
   explicit gpu_packer(const std::vector<slot>& slots);

@@ -13,6 +13,7 @@
 #include "isorun/runner/process.hpp"
 #include "isorun/runner/unique_fd.hpp"
 #include "isorun/serialization/protocol.hpp"
+#include "isorun/internal_api.hpp"
 
 namespace isorun::runner {
 
@@ -63,7 +64,7 @@ inline launch_spec launch_spec_for(const job_spec& spec) {
 }
 
 /// Starts workers.
-class launcher {
+class ISORUN_INTERNAL_API launcher {
  public:
   virtual ~launcher() = default;
   /// @brief Starts a worker that waits for its assignment. No GPU is visible to it until then.
@@ -73,7 +74,7 @@ class launcher {
 
 /// Starts workers as children of this process: vfork + exec, each leading its own process
 /// group, the control socket as its descriptor 3, stdin from /dev/null.
-class local_launcher final : public launcher {
+class ISORUN_INTERNAL_API local_launcher final : public launcher {
  public:
   launched_worker launch(const launch_spec& spec) override;
 };

@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 
+#include "isorun/internal_api.hpp"
+
 namespace isorun {
 
 /// @brief `text` with every control character in a visible form, so that printing it cannot
@@ -14,6 +16,6 @@ namespace isorun {
 ///        `\u00HH`), bytes that are not UTF-8 `\xHH`. Newline and tab stay: they only move the
 ///        cursor forward, and the messages that need them (a traceback, a spec's excerpt, stderr
 ///        lines) are unreadable without. A backslash stays as it is.
-[[nodiscard]] std::string printable(std::string_view text);
+[[nodiscard]] ISORUN_INTERNAL_API std::string printable(std::string_view text);
 
 }  // namespace isorun

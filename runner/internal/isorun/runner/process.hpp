@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "isorun/runner/outcome.hpp"
+#include "isorun/internal_api.hpp"
 
 namespace isorun::runner {
 
@@ -37,7 +38,7 @@ struct spawn_options {
 };
 
 /// The process could not be started (exec failed, fork failed, bad options).
-class spawn_error : public std::runtime_error {
+class ISORUN_INTERNAL_API spawn_error : public std::runtime_error {
  public:
   spawn_error(const std::string& what, int error) : std::runtime_error(what), error_{error} {}
   /// errno of the failure.
@@ -57,7 +58,7 @@ struct stop_step {
 /// How a child is stopped, as data: its steps in order, each taken only while the child still
 /// runs. Once they are used up the child is waited for without limit, so a plan should end with
 /// SIGKILL. The escalation isorun uses everywhere is graceful(): SIGTERM, a grace period, SIGKILL.
-struct stop_plan {
+struct ISORUN_INTERNAL_API stop_plan {
   std::vector<stop_step> steps;
 
   /// @brief `first_signal` (SIGTERM, or the signal the user sent), `grace` to exit, then SIGKILL.
@@ -71,7 +72,7 @@ class child;
 /// Carries out a stop_plan from an event loop, one step per call; child::stop() is the
 /// blocking form. Calling advance() before a step's timeout is up (a second Ctrl-C, a second
 /// cancel) takes the next step at once.
-class stop_escalation {
+class ISORUN_INTERNAL_API stop_escalation {
  public:
   explicit stop_escalation(stop_plan plan) : plan_{std::move(plan)} {}
 
@@ -88,7 +89,7 @@ class stop_escalation {
 };
 
 /// A started child process, owned: destroying a still-running child kills its group and reaps it.
-class child {
+class ISORUN_INTERNAL_API child {
  public:
   child() = default;
   child(pid_t pid, int pidfd, bool group, std::string cgroup = {}) noexcept
@@ -135,7 +136,7 @@ class child {
 
 /// @brief Starts a process. Uses vfork, so the cost does not grow with the parent's memory.
 /// @throws spawn_error if it cannot be started; no zombie is left behind in that case.
-child spawn(const spawn_options& options);
+ISORUN_INTERNAL_API child spawn(const spawn_options& options);
 
 /// What a program printed, and how it ended (its exit status in the shell's convention).
 struct program_output {
@@ -145,13 +146,13 @@ struct program_output {
 
 /// @brief Reads a started program's stdout and stderr to their ends (`out`, `err`: the read
 ///        ends of its pipes, closed here), then reaps it.
-program_output collect_output(child& c, int out, int err);
+ISORUN_INTERNAL_API program_output collect_output(child& c, int out, int err);
 
 /// @brief Resolves `name` like execvp would (a name with '/' is taken as a path).
 /// @return the path, or nullopt if nothing executable is found.
-std::optional<std::string> find_executable(const std::string& name);
+ISORUN_INTERNAL_API std::optional<std::string> find_executable(const std::string& name);
 
 /// @brief The running program's own executable (/proc/self/exe resolved).
-std::string self_executable();
+ISORUN_INTERNAL_API std::string self_executable();
 
 }  // namespace isorun::runner

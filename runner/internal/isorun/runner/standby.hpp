@@ -12,13 +12,14 @@
 #include <vector>
 
 #include "isorun/runner/launcher.hpp"
+#include "isorun/internal_api.hpp"
 
 namespace isorun::runner {
 
 /// Keeps `size` workers launched and waiting for their assignment. take() hands one over and a
 /// background thread launches its replacement. Waiting workers are stopped with the pool; they
 /// also die with the supervisor (their control socket hangs up), like any worker.
-class standby_pool final : public launcher {
+class ISORUN_INTERNAL_API standby_pool final : public launcher {
  public:
   /// @brief Starts filling the pool in the background with workers launched as `spec` says.
   standby_pool(launch_spec spec, std::size_t size);
@@ -63,10 +64,10 @@ class standby_pool final : public launcher {
 
 /// @brief The process-wide pool for workers launched as `spec` says, keeping at least `size`
 ///        waiting; created on first use and kept until the program exits.
-standby_pool& standby_for(const launch_spec& spec, std::size_t size);
+ISORUN_INTERNAL_API standby_pool& standby_for(const launch_spec& spec, std::size_t size);
 
 /// @brief Stops every process-wide pool and its waiting workers; the next call that asks for
 ///        standby workers starts its pool afresh. No call may be taking from a pool meanwhile.
-void stop_standby();
+ISORUN_INTERNAL_API void stop_standby();
 
 }  // namespace isorun::runner

@@ -6,6 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include "isorun/internal_api.hpp"
+
 namespace isorun {
 
 /// @brief The candidate `word` most likely meant, if one is close: a small edit distance
@@ -14,9 +16,9 @@ namespace isorun {
 std::optional<std::string> closest_name(std::string_view word, const std::vector<std::string>& candidates);
 
 /// @brief " (did you mean 'hello'?)" for closest_name's answer, or "".
-std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates);
+ISORUN_INTERNAL_API std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates);
 
 /// @brief The names a message offers instead: "a, b, c", or "none".
-std::string name_list(const std::vector<std::string>& names);
+ISORUN_INTERNAL_API std::string name_list(const std::vector<std::string>& names);
 
 }  // namespace isorun

@@ -9,12 +9,13 @@
 #include <vector>
 
 #include "isorun/runner/gpu_inventory.hpp"
+#include "isorun/internal_api.hpp"
 
 namespace isorun::runner {
 
 /// @brief This process's environment without any of the protocol's variables: what a worker
 ///        or a command inherits before its assignment is added.
-std::vector<std::string> inherited_environment();
+ISORUN_INTERNAL_API std::vector<std::string> inherited_environment();
 
 /// @brief The variables that assign `gpus` and `mem_limit`: CUDA_VISIBLE_DEVICES (the GPUs by
 ///        UUID, in the order given; empty hides every GPU), CUDA_DEVICE_ORDER=PCI_BUS_ID,
@@ -23,6 +24,6 @@ std::vector<std::string> assignment_environment(const std::vector<gpu_info>& gpu
 
 /// @brief The CUDA_VISIBLE_DEVICES value for `gpus`: their UUIDs, comma-separated ("" hides
 ///        every GPU).
-std::string visible_devices_for(const std::vector<gpu_info>& gpus);
+ISORUN_INTERNAL_API std::string visible_devices_for(const std::vector<gpu_info>& gpus);
 
 }  // namespace isorun::runner

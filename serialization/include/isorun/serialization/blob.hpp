@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "isorun/serialization/streams.hpp"
+#include "isorun/export.hpp"
 
 namespace isorun {
 
@@ -32,10 +33,10 @@ namespace serialization::detail {
 ///        else get pages of their own, mapped, so that freeing them can give the pages back on
 ///        several threads: a worker frees the blob it returned on the result's way back.
 /// @throws std::bad_alloc
-std::byte* allocate_blob(std::size_t size);
+ISORUN_API std::byte* allocate_blob(std::size_t size);
 
 /// @brief Frees what allocate_blob(size) returned.
-void free_blob(std::byte* data, std::size_t size) noexcept;
+ISORUN_API void free_blob(std::byte* data, std::size_t size) noexcept;
 
 /// The deleter of an owned blob's storage: free_blob with the size it was allocated with.
 struct blob_deleter {

@@ -18,6 +18,7 @@
 
 #include "isorun/serialization/streams.hpp"
 #include "isorun/serialization/wire.hpp"
+#include "isorun/export.hpp"
 
 namespace isorun::serialization::detail {
 /// @brief Faults in the pages of memory about to be filled by a copy, on several threads when
@@ -25,7 +26,7 @@ namespace isorun::serialization::detail {
 ///        its page faults one by one on one core, which on a VM can cost several times the copy
 ///        itself; faulted in on all cores first, the copy runs at memory speed. The contents
 ///        are not changed: pages already there stay as they are.
-void prefault(void* data, std::size_t bytes) noexcept;
+ISORUN_API void prefault(void* data, std::size_t bytes) noexcept;
 
 // Reads T values from bytes that may not be aligned for T (a field's place in a payload
 // depends on what precedes it), so that a container can be filled in one pass.

@@ -9,6 +9,8 @@
 #include <streambuf>
 #include <vector>
 
+#include "isorun/export.hpp"
+
 namespace isorun::serialization {
 
 /// Counts the bytes written to it; used to size a segment exactly before encoding into it.
@@ -33,7 +35,7 @@ class counting_buf final : public std::streambuf {
 /// Writes into a fixed region and computes the payload checksum (serialization::checksum) on the
 /// way; large writes are hashed piece by piece while each piece is still in cache, and very
 /// large ones (a big blob, or one written in place) on several threads, chunk by chunk.
-class span_writer final : public std::streambuf {
+class ISORUN_API span_writer final : public std::streambuf {
  public:
   span_writer(std::byte* begin, std::uint64_t capacity);
   ~span_writer() override;
@@ -64,7 +66,7 @@ class span_writer final : public std::streambuf {
 
 /// Reads from a fixed region; exposes the read position so that `blob` can alias the bytes
 /// instead of copying them.
-class span_reader final : public std::streambuf {
+class ISORUN_API span_reader final : public std::streambuf {
  public:
   span_reader(const std::byte* begin, std::uint64_t size);
 
@@ -78,7 +80,7 @@ class span_reader final : public std::streambuf {
 };
 
 /// While alive, `blob`s decoded on this thread alias the reader's bytes and keep `owner` alive.
-class in_place_scope {
+class ISORUN_API in_place_scope {
  public:
   in_place_scope(span_reader& reader, std::shared_ptr<const void> owner) noexcept;
   ~in_place_scope();

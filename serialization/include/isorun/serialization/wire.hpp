@@ -12,10 +12,12 @@
 #include <stdexcept>
 #include <string>
 
+#include "isorun/export.hpp"
+
 namespace isorun::serialization {
 
 /// A malformed, truncated, oversized or corrupt segment or message.
-class wire_error : public std::runtime_error {
+class ISORUN_API wire_error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
@@ -53,16 +55,16 @@ inline constexpr std::uint64_t checksum_chunk = 4ULL << 20;
 /// @brief The payload checksum: XXH3-64 of `bytes` when they fit in one checksum_chunk, else
 ///        XXH3-64 of the chunks' XXH3-64 values (little-endian, in order). Large payloads are
 ///        hashed on several threads.
-std::uint64_t checksum(std::span<const std::byte> bytes);
+ISORUN_API std::uint64_t checksum(std::span<const std::byte> bytes);
 
 /// @brief Writes the header for a payload already in place after it.
-void write_header(std::byte* segment, std::uint64_t magic, encoding enc, std::uint64_t payload_size,
+ISORUN_API void write_header(std::byte* segment, std::uint64_t magic, encoding enc, std::uint64_t payload_size,
                   std::uint64_t payload_checksum) noexcept;
 
 /// @brief Reads and validates a segment's header (not its payload): magic, version, encoding,
 ///        and the payload size against `max_payload`.
 /// @throws wire_error for a segment smaller than its header or a header that fails a check.
-segment_header read_header(const std::byte* segment, std::uint64_t mapped_size, std::uint64_t magic,
+ISORUN_API segment_header read_header(const std::byte* segment, std::uint64_t mapped_size, std::uint64_t magic,
                            std::uint64_t max_payload);
 
 /// @brief Validates a segment and returns its payload.
@@ -73,7 +75,7 @@ segment_header read_header(const std::byte* segment, std::uint64_t mapped_size, 
 /// @param enc         receives the payload encoding
 /// @throws wire_error if the segment is too small, has a wrong magic/version/encoding, claims a
 ///         payload beyond the mapping or above `max_payload`, or fails its checksum.
-std::span<const std::byte> open_payload(const std::byte* segment, std::uint64_t mapped_size,
+ISORUN_API std::span<const std::byte> open_payload(const std::byte* segment, std::uint64_t mapped_size,
                                         std::uint64_t magic, std::uint64_t max_payload, encoding& enc);
 
 }  // namespace isorun::serialization

@@ -12,9 +12,11 @@
 
 #include <cstddef>
 
+#include "isorun/internal_api.hpp"
+
 namespace isorun::serialization {
 
-class blob_placement {
+class ISORUN_INTERNAL_API blob_placement {
  public:
   /// @brief Storage for a new blob of `size` bytes (at least detail::parallel_threshold), or
   ///        nullptr for pages of its own. Called from any of the task's threads.

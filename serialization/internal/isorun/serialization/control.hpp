@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "isorun/serialization/protocol.hpp"
+#include "isorun/internal_api.hpp"
 
 namespace isorun::serialization {
 
@@ -95,7 +96,7 @@ using control_message = std::variant<hello_message, done_message, assign_message
 /// @brief Sends one message, with `fds` attached as SCM_RIGHTS (the caller keeps its copies);
 ///        retries on EINTR.
 /// @throws std::system_error on a socket error (e.g. the peer is gone).
-void send_message(int fd, const control_message& message, std::span<const int> fds = {});
+ISORUN_INTERNAL_API void send_message(int fd, const control_message& message, std::span<const int> fds = {});
 
 /// Result of a receive.
 struct receive_result {
@@ -110,7 +111,7 @@ struct receive_result {
 /// @throws wire_error for an oversized, truncated, unknown or undecodable message, or one with
 ///         descriptors it should not carry (those are closed).
 /// @throws std::system_error on a socket error.
-receive_result receive_message(int fd, bool wait);
+ISORUN_INTERNAL_API receive_result receive_message(int fd, bool wait);
 
 /// @brief receive_message(fd, false).
 inline receive_result try_receive(int fd) { return receive_message(fd, false); }

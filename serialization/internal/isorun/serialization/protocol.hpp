@@ -25,6 +25,8 @@
 #include <string>
 #include <string_view>
 
+#include "isorun/internal_api.hpp"
+
 namespace isorun::serialization {
 
 /// Bumped whenever a message, the request or the result ring's control page changes shape.
@@ -79,7 +81,7 @@ struct warm_device {
 std::string to_env(const warm_device& d);
 
 /// @brief The warm_device in an env::warm value; nullopt if it is malformed.
-std::optional<warm_device> parse_warm_device(std::string_view value);
+ISORUN_INTERNAL_API std::optional<warm_device> parse_warm_device(std::string_view value);
 
 /// @brief Starts a thread that, when the supervisor's end of `control` hangs up (it exited, even
 ///        by SIGKILL), kills this process's whole group and exits 137: nothing a worker or the

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "isorun/serialization/wire.hpp"
+#include "isorun/internal_api.hpp"
 
 namespace isorun::serialization {
 
@@ -62,10 +63,10 @@ struct ring_control {
 static_assert(sizeof(ring_control) <= ring_control_bytes);
 
 /// @brief Makes a ring ready for a new stream (the supervisor, before handing it out).
-void reset_ring(std::byte* ring) noexcept;
+ISORUN_INTERNAL_API void reset_ring(std::byte* ring) noexcept;
 
 /// The worker's side: streams one payload through a mapped ring.
-class stream_writer {
+class ISORUN_INTERNAL_API stream_writer {
  public:
   /// `ring`: the worker's read-write mapping of the ring segment (ring_bytes); `start_event`:
   /// the eventfd that tells the supervisor a stream begins.
@@ -95,7 +96,7 @@ class stream_writer {
 };
 
 /// The supervisor's side: receives one stream into memory of its own.
-class stream_reader {
+class ISORUN_INTERNAL_API stream_reader {
  public:
   /// @brief Starts receiving the stream announced in `ring` (through the supervisor's mapping
   ///        of it, made when the ring was reset): reads its size once, takes private memory for

@@ -12,11 +12,12 @@
 #include <vector>
 
 #include "isorun/serialization/shm_segment.hpp"
+#include "isorun/internal_api.hpp"
 
 namespace isorun::serialization {
 
 /// One segment and the supervisor's own mapping of it.
-class pooled_segment {
+class ISORUN_INTERNAL_API pooled_segment {
  public:
   explicit pooled_segment(shm_file file) : file_{std::move(file)} {}
 
@@ -47,7 +48,7 @@ class pooled_segment {
   bool sealed_ = false;
 };
 
-class segment_pool {
+class ISORUN_INTERNAL_API segment_pool {
  public:
   /// The process-wide pool of request and result segments.
   static segment_pool& instance();

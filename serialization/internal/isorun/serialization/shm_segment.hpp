@@ -11,10 +11,12 @@
 #include <cstdint>
 #include <string>
 
+#include "isorun/internal_api.hpp"
+
 namespace isorun::serialization {
 
 /// Owns one descriptor of an already-unlinked shared-memory file.
-class shm_file {
+class ISORUN_INTERNAL_API shm_file {
  public:
   shm_file() = default;
   /// Adopts `fd` (which must refer to a shared-memory or regular file).
@@ -62,7 +64,7 @@ class shm_file {
 
 /// A mapping of a file range starting at offset 0; unmapped on destruction (a large one on several
 /// threads: tearing down a gigabyte's page-table entries on one core is a visible part of a call).
-class mapping {
+class ISORUN_INTERNAL_API mapping {
  public:
   enum class access { read_only, read_write };
 

@@ -40,13 +40,14 @@
 #include "isorun/serialization/blob.hpp"
 #include "isorun/serialization/codec.hpp"
 #include "isorun/serialization/wire.hpp"
+#include "isorun/export.hpp"
 
 namespace isorun::worker {
 
 /// @brief An error a task reports under a type name of its own: what an interpreter's exception
 ///        becomes in a task that runs another language's code (a Python sweep's function that
 ///        raised ValueError is the trial's `task_error` "ValueError: ...", not a C++ type's).
-class named_error : public std::runtime_error {
+class ISORUN_API named_error : public std::runtime_error {
  public:
   named_error(std::string type_name, const std::string& message)
       : std::runtime_error(message), type_name_{std::move(type_name)} {}
@@ -59,7 +60,7 @@ class named_error : public std::runtime_error {
 };
 
 /// Where a task's encoded result goes (the worker's result segment).
-class result_sink {
+class ISORUN_API result_sink {
  public:
   virtual ~result_sink() = default;
   /// @brief Space for a payload of `size` bytes. @throws on failure (segment too large...).
@@ -96,7 +97,7 @@ struct task_info {
 };
 
 /// The process-wide task registry.
-class registry {
+class ISORUN_API registry {
  public:
   static registry& instance();
   /// @brief Adds a task. @throws std::logic_error if the name is taken by another function.
@@ -111,10 +112,10 @@ class registry {
 };
 
 /// @brief Readable type name: "std::vector<float>" rather than the mangled or allocator-laden form.
-std::string readable_type_name(const std::type_info& type);
+ISORUN_API std::string readable_type_name(const std::type_info& type);
 
 /// @brief The JSON key of argument `index`: "arg0", "arg1", ...
-const char* arg_key(std::size_t index);
+ISORUN_API const char* arg_key(std::size_t index);
 
 inline constexpr std::size_t max_task_args = 8;
 
@@ -132,7 +133,7 @@ void write_binary_result(result_sink& sink, const T& value) {
   sink.commit(n, sum, serialization::encoding::binary);
 }
 
-void write_text_result(result_sink& sink, const std::string& text);
+ISORUN_API void write_text_result(result_sink& sink, const std::string& text);
 
 template <class Tuple, std::size_t... I>
 std::string args_to_json(const Tuple& args, std::index_sequence<I...>) {

@@ -16,6 +16,7 @@
 #include "isorun/alloc/cuda_module.hpp"
 #include "isorun/alloc/device_buffer.hpp"
 #include "isorun/serialization/blob.hpp"
+#include "isorun/export.hpp"
 
 namespace isorun {
 
@@ -28,7 +29,7 @@ enum class device_kind {
 };
 
 /// @brief "cpu", "cuda", "simulated".
-const char* to_string(device_kind kind) noexcept;
+ISORUN_API const char* to_string(device_kind kind) noexcept;
 
 /// One GPU a worker was assigned.
 struct gpu_device {
@@ -38,7 +39,7 @@ struct gpu_device {
   std::uint64_t memory = 0; ///< total memory, bytes
 };
 
-class worker_context {
+class ISORUN_API worker_context {
  public:
   worker_context();
 
@@ -176,6 +177,6 @@ class worker_context {
 };
 
 /// @brief The context of the worker this code runs in (in_worker() is false outside one).
-worker_context& this_worker() noexcept;
+ISORUN_API worker_context& this_worker() noexcept;
 
 }  // namespace isorun

@@ -33,16 +33,17 @@
 #include "isorun/serialization/shm_segment.hpp"
 #include "isorun/worker/task.hpp"
 #include "isorun/worker/this_worker.hpp"
+#include "isorun/internal_api.hpp"
 
 namespace isorun::worker {
 
 /// A result larger than the supervisor accepts: not the task's fault, so not a task_error.
-class result_too_large : public std::length_error {
+class ISORUN_INTERNAL_API result_too_large : public std::length_error {
  public:
   using std::length_error::length_error;
 };
 
-class segment_sink final : public result_sink,
+class ISORUN_INTERNAL_API segment_sink final : public result_sink,
                            public worker_context::result_stream,
                            public serialization::blob_placement {
  public:
