@@ -156,14 +156,41 @@ _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _BOOTSTRAP = "import sys; sys.path.append({root!r}); from isorun._worker import main; main()"
 
 
-# Calls in flight, so that the interpreter's exit stops them before it finalizes.
+# Calls in flight, and the threads that wait for them (submit's, map's slots), so that the
+# interpreter's exit stops them before it finalizes: a daemon thread still waiting inside the C++
+# runner when the interpreter ends would be ended through a destructor that may not throw.
 _live_jobs: set["_core.Job"] = set()
+_live_threads: set[threading.Event] = set()  # each thread's end
 _live_lock = threading.Lock()
+_exiting = threading.Event()  # set at the interpreter's exit: no new call is started
+
+
+def _spawn(target: Callable[[], None], name: str) -> threading.Event:
+    """Starts a daemon thread that the interpreter's exit waits for (after stopping its call);
+    returns the event its end sets. (An event, not Thread.join: a join that Ctrl-C interrupts
+    marks the thread as stopped while it runs on, and a later join returns at once.)"""
+    ended = threading.Event()
+
+    def run() -> None:
+        try:
+            target()
+        finally:
+            with _live_lock:
+                _live_threads.discard(ended)
+            ended.set()
+
+    with _live_lock:
+        _live_threads.add(ended)
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return ended
 
 
 def _track(job: "_core.Job") -> None:
     with _live_lock:
         _live_jobs.add(job)
+        late = _exiting.is_set()  # started as the interpreter's exit stopped the others
+    if late:
+        job.cancel()
 
 
 def _untrack(job: "_core.Job") -> None:
@@ -182,11 +209,16 @@ def _wait_all() -> None:
 @atexit.register
 def _stop_everything() -> None:
     with _live_lock:
+        _exiting.set()
         jobs = list(_live_jobs)
     for job in jobs:
         job.cancel()
     for job in jobs:
         job.wait(None)
+    with _live_lock:
+        threads = list(_live_threads)
+    for ended in threads:  # each is past its call now, or starts none
+        ended.wait()
     _core.stop_standby()
 
 
@@ -314,6 +346,8 @@ class IsolatedFunction(Generic[R]):
         functools.update_wrapper(self, fn)
 
     def _start(self, args: tuple, kwargs: dict) -> "_core.Job":
+        if _exiting.is_set():
+            raise Cancelled("the interpreter is exiting: no call is started", None)
         try:
             request = encode_call(self.__wrapped__, args, kwargs)
         except Exception as exc:
@@ -346,7 +380,7 @@ class IsolatedFunction(Generic[R]):
         """Starts the call and returns its future at once."""
         job = self._start(args, kwargs)
         future = IsolatedFuture(job)
-        threading.Thread(target=future._complete, name=f"isorun-call-{job.pid}", daemon=True).start()
+        _spawn(future._complete, f"isorun-call-{job.pid}")
         return future
 
     def warm_up(self) -> None:
@@ -370,6 +404,9 @@ class IsolatedFunction(Generic[R]):
                     warm_context=fields["warm_context"], early_result=fields["early_result"],
                     alloc_conf=fields["alloc_conf"], preload=fields["preload"], python=fields["python"],
                     echo_stderr=fields["echo_stderr"])
+        if changes.keys() & {"gpu", "gpus", "gpu_count", "cpu"}:
+            # Where it runs is given anew, as a whole: the old placement does not stay beside it.
+            base.update(gpu=None, gpus=None, gpu_count=0)
         base.update(changes)
         return IsolatedFunction(self.__wrapped__, _Options.resolve(**base))
 
@@ -435,6 +472,10 @@ def map(fn: Union[Callable[..., R], IsolatedFunction[R]], inputs: Iterable[Any],
     here) but for where it runs; other keyword options are those of :func:`isolated`.
     """
     # An isolated function keeps its own options, but for where it runs (and those given here).
+    placed = sorted(options.keys() & {"gpu", "gpu_count", "cpu"})
+    if placed:
+        raise UsageError(f"map places each call on its slots: {', '.join(placed)} cannot be given to it; "
+                         "use gpus=[...] or gpus='all' (with mem_limit or per_gpu), or cpu_slots")
     base = fn if isinstance(fn, IsolatedFunction) else IsolatedFunction(fn, _Options.resolve())
     items = list(inputs)
     if isinstance(gpus, str):
@@ -452,34 +493,53 @@ def map(fn: Union[Callable[..., R], IsolatedFunction[R]], inputs: Iterable[Any],
     next_item = iter(range(len(items)))
     lock = threading.Lock()
     errors: list[BaseException] = []
+    stop = threading.Event()  # no new call: one could not be made, or the caller was interrupted
+    running: set["_core.Job"] = set()
 
     def run_slot(call: IsolatedFunction[R]) -> None:
-        while True:
+        while not stop.is_set() and not _exiting.is_set():
             with lock:
-                if errors:
-                    return
                 i = next(next_item, None)
             if i is None:
                 return
             item = items[i]
+            args, kwargs = ((), dict(item)) if isinstance(item, Mapping) else \
+                (item, {}) if isinstance(item, tuple) else ((item,), {})
             try:
-                if isinstance(item, Mapping):
-                    results[i] = call.try_call(**item)
-                elif isinstance(item, tuple):
-                    results[i] = call.try_call(*item)
-                else:
-                    results[i] = call.try_call(item)
+                job = call._start(args, kwargs)
             except BaseException as exc:  # noqa: BLE001 - the call could not be made at all
                 with lock:
                     errors.append(exc)
+                stop.set()
                 return
+            with lock:
+                running.add(job)
+                late = stop.is_set()  # started as the caller stopped the others
+            if late:
+                job.cancel()
+            try:
+                job.wait(None)
+            finally:
+                with lock:
+                    running.discard(job)
+            results[i] = _finish(job)
 
-    threads = [threading.Thread(target=run_slot, args=(c,), name=f"isorun-map-slot-{n}", daemon=True)
-               for n, c in enumerate(calls[: max(1, len(items))])]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    slots_ended = [_spawn(functools.partial(run_slot, c), f"isorun-map-slot-{n}")
+                   for n, c in enumerate(calls[: max(1, len(items))])]
+    try:
+        for ended in slots_ended:
+            ended.wait()
+    except BaseException:
+        # Ctrl-C (or any exception) in the caller: no new call, the running ones stopped and
+        # waited for, then the exception goes on.
+        with lock:
+            stop.set()
+            jobs = list(running)
+        for job in jobs:
+            job.cancel()
+        for ended in slots_ended:
+            ended.wait()
+        raise
     if errors:
         raise errors[0]
     return [r for r in results if r is not None]

@@ -108,3 +108,14 @@ def test_map_of_an_isolated_function_keeps_its_options():
 
 def read_env(name):
     return os.environ.get(name)
+
+
+def test_options_move_a_function_elsewhere_as_a_whole():
+    f = isorun.isolated(lambda: os.environ.get("CUDA_VISIBLE_DEVICES"), gpu=0)
+    assert f.options(cpu=True)() == ""
+    assert f.options(gpu_count=1)() is not None
+
+
+def test_map_places_calls_itself():
+    with pytest.raises(isorun.UsageError, match="map places each call on its slots"):
+        isorun.map(lambda x: x, [1, 2], gpu=0)

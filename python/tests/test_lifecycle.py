@@ -101,3 +101,39 @@ def test_kill_9_of_the_caller_leaves_no_worker_and_no_shared_memory():
     _wait_gone(worker)  # its watchdog saw the control socket hang up and killed its group
     assert not _running(worker)
     assert _shm() == before
+
+
+MAP_CALLER = """
+    import os, sys, threading, isorun
+    def block(i):
+        os.write(1, b"%d\\n" % os.getpid())  # one write: two workers share the caller's stdout
+        threading.Event().wait()
+    isorun.map(block, range(8), cpu_slots=2, grace=0.5)
+"""
+
+
+def test_ctrl_c_during_map_stops_its_calls_and_starts_no_more():
+    p = _caller(MAP_CALLER)
+    workers = [int(p.stdout.readline()), int(p.stdout.readline())]  # both slots' calls run
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate()
+    # KeyboardInterrupt, not an abort at the interpreter's exit; no third call was started.
+    assert p.returncode == -signal.SIGINT and "KeyboardInterrupt" in err, err  # Python's way to end by it
+    assert out == ""
+    assert not any(_running(w) for w in workers)
+
+
+def test_a_script_that_ends_while_a_submitted_call_runs_stops_it_and_exits_cleanly():
+    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import os, sys, threading, isorun
+        def block():
+            print(os.getpid(), flush=True)
+            threading.Event().wait()
+        isorun.isolated(block, grace=0.5).submit()
+        sys.stdin.readline()   # until the test has seen the call start
+    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    worker = int(p.stdout.readline())
+    out, err = p.communicate("\n")
+    assert p.returncode == 0, err
+    assert "terminate called" not in err
+    _wait_gone(worker)
