@@ -1,7 +1,12 @@
 // isorun: the command-line supervisor; main() parses the command line (options.hpp) and hands
 // it to the command it names. The same executable is also its own worker (re-executed with
 // ISORUN_WORKER=1) and the -- CMD shim (ISORUN_SHIM=1): isorun::init() takes those over.
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 
@@ -56,10 +61,23 @@ int report_failure(bool as_json, const char* outcome, int code, const std::strin
   return code;
 }
 
+// A program that runs isorun as its child (isorun.sweep() from Python) names itself in
+// ISORUN_STOP_WITH_PARENT: if it dies, isorun gets SIGTERM and stops what it runs as a Ctrl-C
+// would, instead of running on orphaned.
+void stop_with_parent() {
+  const char* parent = std::getenv("ISORUN_STOP_WITH_PARENT");
+  if (!parent) return;
+  const long pid = std::strtol(parent, nullptr, 10);
+  ::unsetenv("ISORUN_STOP_WITH_PARENT");  // not for the programs isorun runs
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (pid > 0 && ::getppid() != pid) std::raise(SIGTERM);  // it died before this took effect
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   isorun::init(argc, argv);
+  stop_with_parent();
   const bool as_json = cli::wants_json(argc, argv);
   try {
     return dispatch(argc, argv);

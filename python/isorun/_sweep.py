@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -90,6 +91,27 @@ def _records(out: str) -> list[dict[str, Any]]:
     return list(latest.values())
 
 
+def _follow(proc: "subprocess.Popen[str]", lines: list[str]) -> int:
+    """Echoes the command's stderr and keeps its lines until it ends; returns its exit code. An
+    interrupt is handed to the command as SIGINT (it stops its trials: a second one stops them
+    at once) and raised once the command has ended."""
+    assert proc.stderr is not None
+    interrupted = False
+    while True:
+        try:
+            for line in proc.stderr:
+                lines.append(line)
+                sys.stderr.write(line)
+            code = proc.wait()
+            break
+        except KeyboardInterrupt:
+            interrupted = True
+            proc.send_signal(signal.SIGINT)
+    if interrupted:
+        raise KeyboardInterrupt
+    return code
+
+
 def sweep(spec: Spec, *, out: Union[str, "os.PathLike[str]", None] = None, rerun_failed: bool = False,
           args: tuple[str, ...] = ()) -> SweepResults:
     """Runs a sweep and returns its records.
@@ -111,6 +133,9 @@ def sweep(spec: Spec, *, out: Union[str, "os.PathLike[str]", None] = None, rerun
     for a spec isorun refuses (nothing is started), :class:`KeyboardInterrupt` when the sweep
     was interrupted, and :class:`Error` if the command failed otherwise.
     """
+    if os.environ.get("ISORUN_SWEEP_TRIAL"):
+        raise UsageError("isorun.sweep() was called in a sweep's trial: the script that runs the sweep was imported "
+                         "by its trials; put the sweep under if __name__ == '__main__':")
     program = _program()
     with tempfile.TemporaryDirectory(prefix="isorun-sweep-spec-") as folder:
         if isinstance(spec, Mapping):
@@ -131,17 +156,14 @@ def sweep(spec: Spec, *, out: Union[str, "os.PathLike[str]", None] = None, rerun
         env.setdefault("ISORUN_PYTHON", sys.executable)
         # The trials' interpreters find modules as this one does.
         env["PYTHONPATH"] = os.pathsep.join(p for p in [*sys.path, env.get("PYTHONPATH", "")] if p)
+        env["ISORUN_STOP_WITH_PARENT"] = str(os.getpid())  # it stops its trials if this process dies
         lines: list[str] = []
-        with subprocess.Popen(command, stderr=subprocess.PIPE, text=True, errors="replace", env=env) as proc:
-            assert proc.stderr is not None
-            try:
-                for line in proc.stderr:
-                    lines.append(line)
-                    sys.stderr.write(line)
-            except KeyboardInterrupt:
-                proc.wait()  # the command got the same Ctrl-C and stops its trials
-                raise
-            code = proc.wait()
+        # A session of its own: a Ctrl-C at the terminal reaches this process alone, and it hands
+        # the command exactly one SIGINT per interrupt, also where only this process is
+        # interrupted (Jupyter's "interrupt the kernel").
+        with subprocess.Popen(command, stderr=subprocess.PIPE, text=True, errors="replace", env=env,
+                              start_new_session=True) as proc:
+            code = _follow(proc, lines)
     said = "".join(lines[-5:]).strip()
     if code == 2:
         # The command's own words, without its prefix, and "the spec" for the file written here.

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
 import textwrap
 
@@ -131,7 +133,7 @@ def test_a_spec_isorun_refuses_is_a_usage_error_and_starts_nothing(trials, tmp_p
     out = tmp_path / "out"
     with pytest.raises(isorun.UsageError, match="unknown key 'bogus'"):
         isorun.sweep({"python": f"{trials}:train", "params": {"lr": [1]}, "bogus": 1, "out": str(out)})
-    with pytest.raises(isorun.UsageError, match="module 'no_such_module' is not found"):
+    with pytest.raises(isorun.UsageError, match="no_such_module:train is not found .*No module named 'no_such_module'"):
         isorun.sweep({"python": "no_such_module:train", "params": {"lr": [1]}, "out": str(out)})
     with pytest.raises(isorun.UsageError, match="not a lambda"):
         isorun.sweep({"python": lambda lr: {"x": lr}, "params": {"lr": [1]}, "out": str(out)})
@@ -157,3 +159,55 @@ def test_a_python_trial_on_a_gpu_is_capped_and_its_framework_s_oom_is_out_of_mem
     oom = by_block[512]
     assert oom["outcome"] == "out_of_memory"
     assert "reached its mem_limit of 1.00 GiB" in oom["error"] and "MemoryError" in oom["error"]
+
+
+def test_a_misspelled_function_is_refused_before_any_trial_runs(trials, tmp_path):
+    with pytest.raises(isorun.UsageError, match="has no attribute 'trian'"):
+        isorun.sweep({"python": f"{trials}:trian", "params": {"lr": [1]}, "out": str(tmp_path / "out")})
+    assert not (tmp_path / "out").exists()
+    assert calls(trials) == []
+
+
+def test_a_script_that_sweeps_its_own_function_without_a_main_guard_is_told_so(tmp_path):
+    script = tmp_path / "unguarded.py"
+    script.write_text(textwrap.dedent(f'''
+        import isorun
+
+        def train(lr):
+            return {{"loss": lr}}
+
+        isorun.sweep({{"python": train, "params": {{"lr": [1, 2]}}, "out": {str(tmp_path / "out")!r}}})
+    '''))
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=os.environ.copy())
+    assert p.returncode == 1
+    assert "UsageError" in p.stderr and "if __name__ == '__main__'" in p.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_interrupting_the_calling_process_alone_stops_the_sweep(tmp_path):
+    # As Jupyter interrupts a kernel: SIGINT to the Python process, not to its process group.
+    fifo = tmp_path / "started"
+    os.mkfifo(fifo)
+    started = os.open(fifo, os.O_RDWR)  # a reader from now on: the trials' opens do not block
+    (tmp_path / "blocking.py").write_text(textwrap.dedent(f'''
+        import os, threading
+
+        def wait(i):
+            fd = os.open({str(fifo)!r}, os.O_WRONLY)
+            os.write(fd, b"%d\\n" % os.getpid())
+            threading.Event().wait()
+    '''))
+    caller = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f'''
+        import isorun
+        isorun.sweep({{"python": {str(tmp_path / "blocking.py") + ":wait"!r}, "params": {{"i": [1, 2, 3, 4, 5, 6]}},
+                      "resources": {{"cpu_slots": 2, "standby": 0}}, "out": {str(tmp_path / "out")!r}}})
+    ''')], stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    with os.fdopen(started) as reader:
+        workers = [int(reader.readline()), int(reader.readline())]  # two trials run
+        caller.send_signal(signal.SIGINT)
+        _, err = caller.communicate()
+    assert caller.returncode == -signal.SIGINT and "KeyboardInterrupt" in err, err  # Python's way to end by it
+    journal = tmp_path / "out" / "results.jsonl"
+    assert not journal.exists() or journal.read_text() == ""  # stopped trials are not journaled
+    for pid in workers:
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"

@@ -28,21 +28,20 @@ bool is_file(const std::string& where) {
 // Exit codes of the check below, beyond 0.
 constexpr int no_isorun = 3, no_module = 4;
 
-// Run by the interpreter: can it serve trials, and does it find the module (without running it)?
-constexpr const char* check_script = R"(import sys
+// Run by the interpreter: can it serve trials, and does it find the function (by importing its
+// module or loading its file, as a trial does)?
+constexpr const char* check_script = R"(import os, sys
 try:
     import isorun._core, isorun._payload
+    from isorun._trial import resolve
 except Exception as e:
     print(f"{type(e).__name__}: {e}", file=sys.stderr)
     sys.exit(3)
-import importlib.util
-name = sys.argv[1]
 try:
-    found = importlib.util.find_spec(name)
-except Exception as e:
+    resolve(sys.argv[1], [os.getcwd()])
+except BaseException as e:
     print(f"{type(e).__name__}: {e}", file=sys.stderr)
     sys.exit(4)
-sys.exit(0 if found else 4)
 )";
 
 std::string last_line(std::string text) {
@@ -82,8 +81,9 @@ void check(const sweep_spec& s) {
   if (::pipe2(o, O_CLOEXEC) != 0 || ::pipe2(e, O_CLOEXEC) != 0) throw internal_error("pipe2 failed");
   runner::spawn_options opts;
   opts.executable = python;
-  opts.args = {"-c", check_script, is_file(module) ? "isorun" : module};
+  opts.args = {"-c", check_script, request(s, nlohmann::json::object())["function"].get<std::string>()};
   opts.env = runner::inherited_environment();
+  opts.env.push_back(std::string(trial_env) + "=1");
   opts.fds = {{1, o[1]}, {2, e[1]}};
   runner::child c = runner::spawn(opts);
   ::close(o[1]);
@@ -94,7 +94,7 @@ void check(const sweep_spec& s) {
                                         "); install it there (pip install . in isorun's repository), or set "
                                         "ISORUN_PYTHON to a Python that has it");
   if (r.code == no_module)
-    throw located(s, s.python_line, "python: module '" + module + "' is not found by " + python +
+    throw located(s, s.python_line, "python: " + s.python + " is not found by " + python +
                                         (r.err.empty() ? "" : " (" + last_line(r.err) + ")") +
                                         "; modules are found from the folder isorun runs in and PYTHONPATH, or name "
                                         "a file: path/to/file.py:function");
@@ -114,6 +114,7 @@ nlohmann::json request(const sweep_spec& s, const nlohmann::json& params) {
 void launch(const sweep_spec& s, runner::job_spec& spec) {
   spec.executable = interpreter();
   spec.worker_argv = {"-m", "isorun._worker"};
+  spec.extra_env.push_back(std::string(trial_env) + "=1");
   spec.task_libraries.clear();  // C++ task libraries mean nothing to this worker
   if (!s.preload.empty()) {
     std::string list;

@@ -18,12 +18,18 @@ namespace isorun::sweep::python_trials {
 /// The task the Python worker serves a call under (python/src/core.cpp).
 inline constexpr const char* task_name = "isorun.python";
 
+/// Set in a trial's interpreter (and the check's): isorun.sweep() refuses to start a sweep
+/// there, so a script that sweeps its own functions without a `__main__` guard fails plainly
+/// instead of starting a sweep per trial.
+inline constexpr const char* trial_env = "ISORUN_SWEEP_TRIAL";
+
 /// @brief The interpreter trials run in: $ISORUN_PYTHON, else `python3` from PATH.
 /// @throws usage_error if there is none.
 std::string interpreter();
 
 /// @brief Checks a Python sweep before anything starts: the interpreter runs and imports the
-///        isorun package, and the function's module is found (or its file exists).
+///        isorun package, and the function is found (its module imported or its file loaded,
+///        as a trial does).
 /// @throws spec_error naming the `python:` line.
 void check(const sweep_spec& s);
 
