@@ -296,6 +296,30 @@ bool named(const option_row& row, const std::vector<std::string>& words) {
   return false;
 }
 
+// Whether `name` is one of `row`'s names ("-q,--quiet" has two).
+bool names_row(const option_row& row, std::string_view name) {
+  for (std::string_view names = row.names; !names.empty();) {
+    const auto comma = names.find(',');
+    if (names.substr(0, comma) == name) return true;
+    names = comma == std::string_view::npos ? std::string_view{} : names.substr(comma + 1);
+  }
+  return false;
+}
+
+// Whether `word` is exactly a flag that takes its value from the next word.
+bool takes_value(const std::string& word) {
+  return std::any_of(std::begin(table), std::end(table),
+                     [&](const option_row& row) { return row.value && names_row(row, word); });
+}
+
+// Whether `word` is one of isorun's flags (with or without "=value").
+bool is_option(const std::string& word) {
+  if (word.size() < 2 || word[0] != '-') return false;
+  const std::string flag = word.substr(0, word.find('='));
+  return flag == "-h" || flag == "--help" || flag == "--version" ||
+         std::any_of(std::begin(table), std::end(table), [&](const option_row& row) { return names_row(row, flag); });
+}
+
 // Puts the command's rows of the table into its CLI11 app: those the command line names. (CLI11
 // compares each new option with all those before it: making every option of the table each
 // time would cost each run of isorun some hundred microseconds of its fixed cost. The others
@@ -501,6 +525,12 @@ struct parser {
   }
 
   void parse() {
+    // A flag that takes a value, followed by another flag: CLI11 would take that flag as the
+    // value (`--out --fail-fast`: a folder named "--fail-fast", and no fail-fast). Refused as the
+    // missing value it is; `--out=--x` still names such a folder.
+    for (std::size_t i = 0; i + 1 < given.size(); ++i)
+      if (takes_value(given[i]) && is_option(given[i + 1]))
+        throw usage_error(given[i] + " needs a value, but '" + given[i + 1] + "' follows it; see isorun --help");
     std::vector<std::string> reversed(given.rbegin(), given.rend());
     // CLI11 takes `--out=` (an empty value) as `--out` alone, which then eats the next word as
     // its value: refused here, for every flag at once.
@@ -528,6 +558,20 @@ void check_combinations(cli_options& o, int argc) {
   if (const char* env = std::getenv("ISORUN_ALLOC_CONF"); env && o.alloc_conf.empty()) check_alloc_conf("ISORUN_ALLOC_CONF", env);
   if (!o.memory_timeline.empty() && o.what != mode::run_task)
     throw usage_error("--memory-timeline goes with a TASK (a sweep keeps timelines when its alloc_conf has history:N)");
+  if (o.what == mode::sweep) {
+    // Options of a single run, which a sweep would not use: said, not ignored.
+    const char* of_a_run = o.gpu                                ? "--gpu"
+                           : !o.gpus.empty() || o.gpu_count     ? "--gpus"
+                           : o.cpu                              ? "--cpu"
+                           : o.json                             ? "--json"
+                           : o.quiet                            ? "--quiet"
+                           : o.mem_limit_advisory               ? "--mem-limit-mode"
+                           : o.max_result != cli_options{}.max_result ? "--max-result"
+                                                                : nullptr;
+    if (of_a_run)
+      throw usage_error(std::string(of_a_run) + " before 'sweep' is an option of a single run, which a sweep does not "
+                        "use; give a sweep's flags after 'sweep' (isorun sweep SPEC --gpus 0,1); see isorun sweep --help");
+  }
   if (o.what == mode::run_task && o.task.empty()) {
     if (argc <= 1) o.what = mode::nothing;
     else throw usage_error("no task given; usage: isorun [OPTIONS] TASK [key=value ...] (isorun tasks lists them)");

@@ -702,6 +702,15 @@ TEST_CASE("the rough edges of the command line: exit 2, what was wrong", "[cli][
       {{"sweep", "a.yaml", "b.yaml"}, "unexpected argument 'b.yaml'; see isorun sweep --help"},
       {{"sweep", "step", "--grid", "i=1", "--retry=out_of_memory=1"}, "OOM is never retried"},
       {{"--gpus=any:0", "hello"}, "any:N needs a count of 1 or more"},
+      // A flag that takes a value, followed by another flag: the value is missing, not "--x".
+      {{"sweep", "hello", "--grid", "name=a", "--out", "--fail-fast"}, "--out needs a value, but '--fail-fast' follows it"},
+      {{"--memory-timeline", "--quiet", "hello"}, "--memory-timeline needs a value, but '--quiet' follows it"},
+      // A single run's options before `sweep`: said, not ignored.
+      {{"--gpus", "0", "sweep", "--grid", "a=1", "--", "true"}, "--gpus before 'sweep' is an option of a single run"},
+      {{"--cpu", "sweep", "--grid", "a=1", "--", "true"}, "--cpu before 'sweep'"},
+      {{"-q", "sweep", "--grid", "a=1", "--", "true"}, "--quiet before 'sweep'"},
+      {{"--json", "sweep", "--grid", "a=1", "--", "true"}, "--json before 'sweep'"},
+      {{"--max-result", "1K", "sweep", "--grid", "a=1", "--", "true"}, "--max-result before 'sweep'"},
   };
   for (const auto& [args, said] : cases) {
     INFO(args[0]);
