@@ -315,6 +315,23 @@ TEST_CASE("scheduler: a stop request mid-sweep cancels running trials, starts no
   CHECK(r.of(s, 1));
 }
 
+TEST_CASE("scheduler: a stop requested while the sweep is set up, before its stop source exists, stands",
+          "[scheduler][signals]") {
+  // A Ctrl-C between the CLI's handler and the sweep's start: nothing starts, and the sweep
+  // ends as stopped; the next sweep in the process starts with no request.
+  const auto s = spec_of(3);
+  fake_backend backend(2, [](fake_backend& b, const sw::trial& t) { b.end(t.index, outcome_kind::success, json{{"acc", 1}}); });
+  sw::request_stop();
+  const ran r = run_sweep(s, backend);
+  CHECK(r.stop_requests == 1);
+  CHECK(backend.starts.empty());
+  CHECK(r.journal_lines == 0);
+  fake_backend next(2, [](fake_backend& b, const sw::trial& t) { b.end(t.index, outcome_kind::success, json{{"acc", 1}}); });
+  const ran again = run_sweep(s, next);
+  CHECK(again.stop_requests == 0);
+  CHECK(again.journal_lines == 3);
+}
+
 TEST_CASE("scheduler: reports reach an early-stopping rule, which stops that trial only", "[scheduler][early-stopping]") {
   const auto s = spec_of(3);
   std::vector<std::int64_t> steps;

@@ -30,13 +30,15 @@ stop_source::stop_source() {
   if (::pipe2(pipefd, O_CLOEXEC | O_NONBLOCK) != 0) throw internal_error("pipe2 failed");
   read_ = unique_fd(pipefd[0]);
   write_ = unique_fd(pipefd[1]);
-  stop_count = 0;
+  // A request that came before (a Ctrl-C while the sweep was being set up) stands: the count is
+  // reset when a stop source ends, not when one begins.
   stop_fd = write_.get();
 }
 
 stop_source::~stop_source() {
   close();
   stop_fd = -1;
+  stop_count = 0;
 }
 
 int stop_source::requests() const noexcept { return stop_count.load(); }
@@ -44,6 +46,10 @@ int stop_source::requests() const noexcept { return stop_count.load(); }
 void stop_source::watch(std::function<void(int)> on_request) {
   watcher_ = std::thread([this, on_request = std::move(on_request)] {
     int seen = 0;
+    if (const int early = stop_count.load(); early > 0) {  // before there was a pipe to write to
+      seen = early;
+      on_request(early);
+    }
     for (;;) {
       pollfd p{read_.get(), POLLIN, 0};
       if (::poll(&p, 1, -1) <= 0) continue;
