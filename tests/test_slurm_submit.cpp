@@ -190,7 +190,7 @@ TEST_CASE("a spec whose Slurm settings hold a YAML-escaped newline exits 2 namin
   CHECK(!fs::exists(dir / "out" / "slurm"));
 }
 
-TEST_CASE("a Slurm sweep whose records all arrive before Slurm says the array ended leaves no array to follow",
+TEST_CASE("a Slurm sweep takes each record once, and leaves no array to follow, however its records and Slurm's answers interleave",
           "[sweep][slurm-submit]") {
   // Stand-ins for Slurm's commands: sbatch runs every array task of the script, one after the
   // other, before it answers; squeue keeps listing task 0, as Slurm does while an array's tasks
@@ -206,6 +206,10 @@ TEST_CASE("a Slurm sweep whose records all arrive before Slurm says the array en
                                 << "  SLURM_ARRAY_TASK_ID=$k sh \"$last\" > /dev/null 2>&1 || exit 1\n"
                                 << "  k=$((k + 1))\n"
                                 << "done\n"
+                                << "journal=$(dirname \"$last\")/../results.jsonl\n"
+                                << "if [ -n \"$ANSWER_LATE\" ]; then  # as an sbatch still answering when records come\n"
+                                << "  while [ \"$(cat \"$journal\" 2> /dev/null | wc -l)\" -lt 3 ]; do sleep 0.01; done\n"
+                                << "fi\n"
                                 << "echo 77\n";
   std::ofstream(bin / "squeue") << "#!/bin/sh\necho 0\n";
   std::ofstream(bin / "scontrol") << "#!/bin/sh\nexit 0\n";
@@ -215,15 +219,22 @@ TEST_CASE("a Slurm sweep whose records all arrive before Slurm says the array en
   const fs::path out = bin / "out";
   std::ofstream(bin / "spec.yaml") << "task: plain_number\nparams:\n  arg0: [1, 2, 3]\n"
                                       "resources: {backend: slurm, cpu_slots: 1}\nout: \"" << out.string() << "\"\n";
-  auto r = isorun::test::run_captured(
-      ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "sweep", (bin / "spec.yaml").string(), "--no-progress"});
-  INFO(r.err);
-  REQUIRE(r.code == 0);
-  CHECK_THAT(r.err, Catch::Contains("3 succeeded"));
-  std::ifstream journal(out / "results.jsonl");
-  std::size_t records = 0;
-  for (std::string l; std::getline(journal, l);) records += !l.empty();
-  CHECK(records == 3);
-  CHECK(json::parse(read_all(out / "slurm" / "jobs.json")) == json::array());  // nothing left to follow
-  CHECK(fs::is_empty(out / "slurm" / "results"));
+  // Records that come after sbatch answered, and records that come while it is still answering
+  // (the submitter's poller journals them first): each trial is taken once.
+  for (const bool late : {false, true}) {
+    INFO("sbatch answers " << (late ? "after the records are journaled" : "at once"));
+    fs::remove_all(out);
+    auto r = isorun::test::run_captured(ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "sweep", (bin / "spec.yaml").string(),
+                                                     "--no-progress"},
+                                        {late ? "ANSWER_LATE=1" : "ANSWER_LATE="});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    CHECK_THAT(r.err, Catch::Contains("3 succeeded"));
+    std::ifstream journal(out / "results.jsonl");
+    std::size_t records = 0;
+    for (std::string l; std::getline(journal, l);) records += !l.empty();
+    CHECK(records == 3);
+    CHECK(json::parse(read_all(out / "slurm" / "jobs.json")) == json::array());  // nothing left to follow
+    CHECK(fs::is_empty(out / "slurm" / "results"));
+  }
 }

@@ -61,6 +61,18 @@ void slurm_backend::start(std::vector<trial> batch) {
   if (batch.empty()) return;
   std::vector<std::size_t> trials;
   for (const auto& t : batch) trials.push_back(t.index);
+  {
+    // Before the array exists: its tasks may write records while sbatch is still answering, and
+    // the poller must take each once. A retry's earlier record was delivered; its file goes.
+    std::lock_guard lock(mutex_);
+    for (const auto& t : batch) {
+      attempt_[t.index] = t.attempt;
+      if (done_trials_.erase(t.index)) {
+        std::error_code ec;
+        fs::remove(dir_ / "results" / (t.id + ".json"), ec);
+      }
+    }
+  }
   auto sub = slurm::submit(*setup_.spec->slurm, setup_.out, trials, setup_.options->node_command,
                            setup_.options->submit_dir, setup_.job_name);
   std::fprintf(stderr, "isorun: submitted %zu trial%s as Slurm job array %s (%zu array task%s)\n", trials.size(),
@@ -68,14 +80,10 @@ void slurm_backend::start(std::vector<trial> batch) {
   std::vector<finished_trial> too_late;
   {
     std::lock_guard lock(mutex_);
-    for (const auto& t : batch) {
-      attempt_[t.index] = t.attempt;
-      done_trials_.erase(t.index);  // a retry: its new record is awaited
-    }
     if (cancelled_) {  // cancel_all() came while sbatch ran: this array goes too
       slurm::cancel(sub.job);
       for (auto& t : batch) {
-        done_trials_.insert(t.index);
+        if (!done_trials_.insert(t.index).second) continue;  // its record came while sbatch ran
         trial_record rec;
         rec.id = t.id;
         rec.params = setup_.spec->trials[t.index];
@@ -87,6 +95,7 @@ void slurm_backend::start(std::vector<trial> batch) {
     }
     save_jobs();
   }
+  forget_delivered();  // every record may have come while sbatch ran
   if (!too_late.empty()) sink_->on_finished(std::move(too_late));
 }
 
