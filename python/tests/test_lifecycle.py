@@ -114,7 +114,11 @@ MAP_CALLER = """
 
 def test_ctrl_c_during_map_stops_its_calls_and_starts_no_more():
     p = _caller(MAP_CALLER)
-    workers = [int(p.stdout.readline()), int(p.stdout.readline())]  # both slots' calls run
+    try:
+        workers = [int(p.stdout.readline()), int(p.stdout.readline())]  # both slots' calls run
+    except BaseException:
+        p.kill()  # the caller would wait for its calls forever
+        raise
     p.send_signal(signal.SIGINT)
     out, err = p.communicate()
     # KeyboardInterrupt, not an abort at the interpreter's exit; no third call was started.
@@ -132,7 +136,11 @@ def test_a_script_that_ends_while_a_submitted_call_runs_stops_it_and_exits_clean
         isorun.isolated(block, grace=0.5).submit()
         sys.stdin.readline()   # until the test has seen the call start
     """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
-    worker = int(p.stdout.readline())
+    try:
+        worker = int(p.stdout.readline())
+    except BaseException:
+        p.kill()  # the caller would wait for the test's line forever
+        raise
     out, err = p.communicate("\n")
     assert p.returncode == 0, err
     assert "terminate called" not in err
