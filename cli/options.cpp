@@ -411,7 +411,8 @@ A command (spec `command: [python3, train.py, --lr, "{lr}"]`, or after --) gets 
 parameters where its arguments say {name}, runs under the trial's GPU and cap (the cap enforced
 on the CUDA driver API, as for isorun -- CMD), and reports its result as the last line of its
 stdout that is a JSON object, or as a JSON object written to the file $ISORUN_RESULT names.
-isorun's options before `sweep` (--tasks, --grace, --alloc-conf, ...) apply to every trial.
+isorun's options before `sweep` (--tasks, --grace, --alloc-conf, --timeout, --mem-limit) apply to
+every trial; those of a single run (--gpu, --gpus, --cpu, --json, -q, ...) are refused there.
 
 flags (override the spec):
 )";
