@@ -303,6 +303,22 @@ struct account {
   void reconcile_pools() {
     for (auto& [pool, pa] : pools) reconcile(pool, pa);
   }
+  // The cap on ledger device `d` and what is held there now (the pools brought up to date):
+  // before its call's region comes, the cap this process was launched with and what it holds
+  // itself. False where no cap is reached. What cuMemGetInfo and NVML report.
+  bool view(std::size_t d, std::uint64_t& limit, std::uint64_t& used) {
+    std::lock_guard lock(mutex);
+    reconcile_pools();
+    if (deferred && !bind()) {
+      limit = deferred;
+      used = pending[d];
+      return true;
+    }
+    if (!ledger) return false;
+    limit = terms.limit;
+    used = ledger->devices[d].used.load();
+    return true;
+  }
   void give_back(const holding& h) {
     std::lock_guard lock(mutex);
     release_locked(h.device, h.bytes);
@@ -728,17 +744,7 @@ CUresult cuMemGetInfo_v2(std::size_t* free, std::size_t* total) {
   auto& a = acct();
   if (rc != success) return rc;
   std::uint64_t limit = 0, used = 0;
-  {
-    std::lock_guard lock(a.mutex);
-    a.reconcile_pools();  // what the pools hold now
-    if (a.deferred && !a.bind()) {  // before its call: the cap it was launched with, and what it holds
-      limit = a.deferred;
-      used = a.pending[current_device()];
-    } else {
-      limit = a.terms.limit;
-      used = a.ledger ? a.ledger->devices[current_device()].used.load() : limit;
-    }
-  }
+  if (!a.view(current_device(), limit, used)) used = limit = a.terms.limit;  // no cap reached: nothing left
   const std::uint64_t left = used >= limit ? 0 : limit - used;
   if (total && *total > limit) *total = limit;
   if (free && *free > left) *free = left;
@@ -793,19 +799,7 @@ bool capped_view(void* device, unsigned long long& total, unsigned long long& us
   if (d < 0) return false;
   auto& a = acct();
   std::uint64_t limit = 0, held = 0;
-  {
-    std::lock_guard lock(a.mutex);
-    a.reconcile_pools();
-    if (a.deferred && !a.bind()) {
-      limit = a.deferred;
-      held = a.pending[d];
-    } else if (a.ledger) {
-      limit = a.terms.limit;
-      held = a.ledger->devices[d].used.load();
-    } else {
-      return false;
-    }
-  }
+  if (!a.view(static_cast<std::size_t>(d), limit, held)) return false;
   const unsigned long long device_free = free;
   total = std::min<unsigned long long>(total, limit);
   used = std::min<unsigned long long>(held, total);
