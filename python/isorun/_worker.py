@@ -96,23 +96,24 @@ def _entry(request: bytes) -> tuple:
         _flush()
 
 
-def _sweep_entry(request: str) -> tuple[bool, str]:
+def _sweep_entry(request: str) -> tuple[bool, str, str]:
     """A sweep's trial (``python: module:function`` in a spec): ``request`` is JSON naming the
     function, the folder modules are found from, the keyword arguments and the call's variables.
-    Returns ``(True, '{"result": {...}}')`` with what the function returned, or ``(False, text)``
-    saying what it raised (its traceback goes to stderr, the trial's log)."""
+    Returns ``(True, "", '{"result": {...}}')`` with what the function returned, or
+    ``(False, type name, message)`` for what it raised (its traceback goes to stderr, the trial's
+    log)."""
     global modules_at_entry
     modules_at_entry = frozenset(sys.modules)
     _sync_environ()
     try:
         from ._trial import run_trial
 
-        return True, run_trial(request)
+        return True, "", run_trial(request)
     except BaseException as exc:  # noqa: BLE001 - the trial ends as the function's failure
         import traceback
 
         traceback.print_exc()
-        return False, f"{type(exc).__qualname__}: {exc}"
+        return False, type(exc).__qualname__, str(exc)
     finally:
         _flush()
 

@@ -340,8 +340,8 @@ std::pair<std::vector<std::vector<int>>, std::string> plan_slots(std::vector<int
 // The worker's side.
 
 // The Python callables serve() was given: entry(request: bytes) -> (tag, pickle, buffers) for a
-// pickled call, and json_entry(request: str) -> (ok, text) for a sweep's trial (its JSON result,
-// or what the function raised). Set once, before the worker protocol starts.
+// pickled call, and json_entry(request: str) -> (ok, type name, text) for a sweep's trial (its
+// JSON result, or what the function raised). Set once, before the worker protocol starts.
 PyObject* python_entry = nullptr;
 PyObject* python_json_entry = nullptr;
 
@@ -349,21 +349,20 @@ PyObject* python_json_entry = nullptr;
 // arguments in JSON, and the result is the task's JSON result, {"result": {...}}.
 void run_python_json(const std::string& request, isorun::worker::result_sink& sink) {
   bool ok = false;
-  std::string text;
+  std::string type, text;
   {
     nb::gil_scoped_acquire locked;
     try {
       auto out = nb::cast<nb::tuple>(nb::borrow(python_json_entry)(nb::str(request.data(), request.size())));
       ok = nb::cast<bool>(out[0]);
-      text = nb::cast<std::string>(out[1]);
+      type = nb::cast<std::string>(out[1]);
+      text = nb::cast<std::string>(out[2]);
     } catch (nb::python_error& e) {
       throw std::runtime_error(std::string("isorun worker: ") + e.what());
     }
   }
-  if (!ok) {  // the function raised: the trial's task_error, under the exception's own type
-    const auto colon = text.find(": ");
-    throw isorun::worker::named_error(text.substr(0, colon), colon == std::string::npos ? "" : text.substr(colon + 2));
-  }
+  // The function raised: the trial's task_error, under the exception's own type.
+  if (!ok) throw isorun::worker::named_error(type, text);
   isorun::worker::detail::write_text_result(sink, text);
 }
 
