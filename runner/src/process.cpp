@@ -536,6 +536,32 @@ program_output collect_output(child& c, int out, int err) {
   return r;
 }
 
+program_output run_to_end(const std::string& executable, std::vector<std::string> args, std::vector<std::string> env) {
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) throw spawn_error(std::string("pipe2: ") + std::strerror(errno), errno);
+  if (::pipe2(err, O_CLOEXEC) != 0) {
+    const int e = errno;
+    ::close(out[0]);
+    ::close(out[1]);
+    throw spawn_error(std::string("pipe2: ") + std::strerror(e), e);
+  }
+  spawn_options opts;
+  opts.executable = executable;
+  opts.args = std::move(args);
+  opts.env = std::move(env);
+  opts.fds = {{1, out[1]}, {2, err[1]}};
+  child c;
+  try {
+    c = spawn(opts);
+  } catch (...) {
+    for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
+    throw;
+  }
+  ::close(out[1]);
+  ::close(err[1]);
+  return collect_output(c, out[0], err[0]);
+}
+
 std::string self_executable() {
   char buf[PATH_MAX];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);

@@ -1,8 +1,5 @@
 #include "python_trials.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cstdlib>
 #include <filesystem>
 
@@ -77,18 +74,10 @@ void check(const sweep_spec& s) {
       throw located(s, s.python_line, "python: " + module + " is not a file (a path is taken from the folder isorun "
                                       "runs in, " + fs::current_path(ec).string() + ")");
   }
-  int o[2], e[2];
-  if (::pipe2(o, O_CLOEXEC) != 0 || ::pipe2(e, O_CLOEXEC) != 0) throw internal_error("pipe2 failed");
-  runner::spawn_options opts;
-  opts.executable = python;
-  opts.args = {"-c", check_script, request(s, nlohmann::json::object())["function"].get<std::string>()};
-  opts.env = runner::inherited_environment();
-  opts.env.push_back(std::string(trial_env) + "=1");
-  opts.fds = {{1, o[1]}, {2, e[1]}};
-  runner::child c = runner::spawn(opts);
-  ::close(o[1]);
-  ::close(e[1]);
-  const runner::program_output r = runner::collect_output(c, o[0], e[0]);
+  std::vector<std::string> env = runner::inherited_environment();
+  env.push_back(std::string(trial_env) + "=1");
+  const runner::program_output r = runner::run_to_end(
+      python, {"-c", check_script, request(s, nlohmann::json::object())["function"].get<std::string>()}, std::move(env));
   if (r.code == no_isorun)
     throw located(s, s.python_line, "python: " + python + " cannot import the isorun package (" + last_line(r.err) +
                                         "); install it there (pip install . in isorun's repository), or set "

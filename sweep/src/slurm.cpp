@@ -3,8 +3,6 @@
 #include "isorun/sweep/slurm.hpp"
 
 #include <algorithm>
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <cctype>
 #include <cstdlib>
@@ -31,17 +29,7 @@ ran run(const std::string& name, const std::vector<std::string>& args) {
   const auto exe = runner::find_executable(name);
   if (!exe) throw usage_error(name + " not found in PATH: the Slurm backend needs Slurm's commands (sbatch, squeue, "
                                      "scontrol, scancel) where the sweep is submitted");
-  int o[2], e[2];
-  if (::pipe2(o, O_CLOEXEC) != 0 || ::pipe2(e, O_CLOEXEC) != 0) throw internal_error("pipe2 failed");
-  runner::spawn_options opts;
-  opts.executable = *exe;
-  opts.args = args;
-  opts.env = runner::inherited_environment();
-  opts.fds = {{1, o[1]}, {2, e[1]}};
-  runner::child c = runner::spawn(opts);
-  ::close(o[1]);
-  ::close(e[1]);
-  return runner::collect_output(c, o[0], e[0]);
+  return runner::run_to_end(*exe, args, runner::inherited_environment());
 }
 
 // A word for a shell script: single-quoted, as it is.

@@ -148,6 +148,12 @@ struct program_output {
 ///        ends of its pipes, closed here), then reaps it.
 ISORUN_INTERNAL_API program_output collect_output(child& c, int out, int err);
 
+/// @brief Runs `executable` with `args` (argv[1..]) and the whole environment `env` to its end,
+///        capturing what it printed (spawn, then collect_output).
+/// @throws spawn_error if it cannot be started.
+ISORUN_INTERNAL_API program_output run_to_end(const std::string& executable, std::vector<std::string> args,
+                                              std::vector<std::string> env);
+
 /// @brief Resolves `name` like execvp would (a name with '/' is taken as a path).
 /// @return the path, or nullopt if nothing executable is found.
 ISORUN_INTERNAL_API std::optional<std::string> find_executable(const std::string& name);
