@@ -1,0 +1,250 @@
+// Calls as users make them (issue "fast path"; figures in bench/README.md, "Calls"): a trivial
+// task through isolated() and map() only, nothing prepared or refilled outside the timed region,
+// each figure beside its floor from the same run, rounds interleaved so noise hits all alike.
+//
+//   cold       isolated(noop)                        floors: posix_spawn+waitpid of a static C
+//                                                    program; of this executable returning from
+//                                                    isorun::init at once
+//   standby    isolated(noop, {.standby = 2})        the exit waited for
+//   early      ... {.standby = 2, .early_result}     handed over sealed before the exit
+//   python     multiprocessing's reused Pool(1) round trip (python3 -c), the IPC reference
+//   init cost  a minimal C++ main with isorun::init against the same main without libisorun
+//   tasks/s    map() of trivial tasks, 4 in flight: cold, standby = 4; the static C spawn ceiling
+//   cli        isorun --cpu -q -- tiny against tiny; isorun --cpu -q hello
+//
+// Each latency is measured back to back and with calls 5 ms apart. Usage: bench_calls [--quick]
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "isorun/isorun.hpp"
+#include "stats.hpp"
+
+extern char** environ;
+using namespace isorun;
+using bench::summarize;
+using bench::summary;
+using clk = std::chrono::steady_clock;
+
+namespace {
+int noop(int x) { return x; }
+}  // namespace
+ISORUN_TASK(noop);
+
+namespace {
+
+std::string self_path;
+
+double ms_since(clk::time_point t0) { return std::chrono::duration<double, std::milli>(clk::now() - t0).count(); }
+
+// posix_spawn + waitpid of argv[0], stdout to /dev/null.
+double spawn_ms(std::vector<std::string> args) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const auto t0 = clk::now();
+  pid_t pid;
+  if (posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) std::abort();
+  int st;
+  ::waitpid(pid, &st, 0);
+  const double ms = ms_since(t0);
+  posix_spawn_file_actions_destroy(&fa);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    std::fprintf(stderr, "bench_calls: %s failed\n", argv[0]);
+    std::exit(1);
+  }
+  return ms;
+}
+
+double call_ms(const isolated_function<int, int>& f) {
+  const auto t0 = clk::now();
+  if (f(7) != 7) std::abort();
+  return ms_since(t0);
+}
+
+// multiprocessing's reused Pool(1): apply() round trips of a trivial function, pickling both
+// ways, n of them after 20 to warm up; the pause as for the other figures. Empty if no python3.
+std::vector<double> python_pool_ms(int n, int pause_ms) {
+  const std::string script =
+      "import multiprocessing as mp, time, sys\n"
+      "def f(x): return x\n"
+      "if __name__ == '__main__':\n"
+      "    n, pause = int(sys.argv[1]), int(sys.argv[2]) / 1000\n"
+      "    with mp.get_context('forkserver').Pool(1) as p:\n"
+      "        for _ in range(20): p.apply(f, (7,))\n"
+      "        for _ in range(n):\n"
+      "            if pause: time.sleep(pause)\n"
+      "            t = time.perf_counter(); p.apply(f, (7,)); print((time.perf_counter() - t) * 1e3)\n";
+  char path[] = "/tmp/bench_calls_pool_XXXXXX.py";
+  const int fd = ::mkstemps(path, 3);
+  std::vector<double> v;
+  if (fd < 0) return v;
+  const bool written = ::write(fd, script.data(), script.size()) == static_cast<ssize_t>(script.size());
+  ::close(fd);
+  FILE* p = written ? ::popen(("python3 " + std::string(path) + " " + std::to_string(n) + " " + std::to_string(pause_ms) +
+                               " 2>/dev/null").c_str(),
+                              "r")
+                    : nullptr;
+  if (p) {
+    double ms;
+    while (std::fscanf(p, "%lf", &ms) == 1) v.push_back(ms);
+    ::pclose(p);
+  }
+  ::unlink(path);
+  return v;
+}
+
+// Tasks per second: `tasks` calls with `in_flight` running, through map() on that many CPU slots.
+double map_rate(int tasks, int in_flight, std::size_t standby) {
+  std::vector<int> inputs(static_cast<std::size_t>(tasks), 7);
+  const auto t0 = clk::now();
+  auto results = map(noop, inputs, {.cpu_slots = in_flight, .standby = standby});
+  const double s = ms_since(t0) / 1e3;
+  for (auto& r : results)
+    if (!r.ok() || r.value() != 7) std::abort();
+  return tasks / s;
+}
+
+double spawn_rate(int tasks, int in_flight) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  char* argv[] = {const_cast<char*>(BENCH_TINY), nullptr};
+  std::deque<pid_t> running;
+  const auto t0 = clk::now();
+  for (int i = 0; i < tasks; ++i) {
+    if (static_cast<int>(running.size()) >= in_flight) {
+      ::waitpid(running.front(), nullptr, 0);
+      running.pop_front();
+    }
+    pid_t pid;
+    if (posix_spawn(&pid, BENCH_TINY, &fa, nullptr, argv, environ) != 0) std::abort();
+    running.push_back(pid);
+  }
+  for (pid_t p : running) ::waitpid(p, nullptr, 0);
+  posix_spawn_file_actions_destroy(&fa);
+  return tasks / (ms_since(t0) / 1e3);
+}
+
+void line(const char* what, const summary& s, const summary* floor = nullptr, const char* goal = "") {
+  std::printf("  %-44s %7.3f ms  [%6.3f, %6.3f]", what, s.median, s.p10, s.p90);
+  if (floor) std::printf("  %5.2fx", s.median / floor->median);
+  std::printf("  %s\n", goal);
+}
+
+// One latency table, calls `pause` apart: every figure's rounds interleaved.
+void latencies(int n, int pause_ms) {
+  const auto cold = isolated(noop);
+  const auto standby = isolated(noop, {.standby = 2});
+  const auto early = isolated(noop, {.standby = 2, .early_result = true});
+  std::vector<double> tiny, same, c, s, e;
+  const auto pause = [&] {
+    if (pause_ms) std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+  };
+  for (int i = 0; i < n; ++i) {
+    pause();
+    tiny.push_back(spawn_ms({BENCH_TINY}));
+    pause();
+    same.push_back(spawn_ms({self_path, "--exit-at-once"}));
+    pause();
+    c.push_back(call_ms(cold));
+    pause();
+    s.push_back(call_ms(standby));
+    pause();
+    e.push_back(call_ms(early));
+  }
+  const auto py = python_pool_ms(n, pause_ms);
+  const summary t = summarize(tiny), x = summarize(same);
+  std::printf(pause_ms ? "\ncalls %d ms apart (n=%d)\n" : "\nback to back (n=%d)\n", pause_ms ? pause_ms : n, n);
+  line("floor: static C program, spawn+waitpid", t);
+  line("floor: this executable, spawn+exit", x, &t);
+  line("cold call, isolated(noop)", summarize(c), &x, "goal <= 1.2x the same executable");
+  std::printf("  %-44s %7s     %16s  %5.2fx  (to the static C program)\n", "", "", "", summarize(c).median / t.median);
+  line("standby = 2, exit waited for", summarize(s), &t, "goal <= 0.6x the static C program");
+  line("standby = 2, early_result", summarize(e), &t, "goal <= 0.25x the static C program");
+  if (!py.empty()) {
+    const summary p = summarize(py);
+    line("python multiprocessing Pool(1) round trip", p, &t);
+    std::printf("  %-44s %5.2fx the Python pool   goal <= 1\n", "early_result", summarize(e).median / p.median);
+  } else {
+    std::printf("  python3 with multiprocessing: not found, reference skipped\n");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  isorun::init(argc, argv);
+  if (argc == 2 && std::strcmp(argv[1], "--exit-at-once") == 0) return 0;  // the cold call's floor
+  self_path = "/proc/self/exe";
+  {
+    char buf[4096];
+    const ssize_t k = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (k > 0) self_path.assign(buf, static_cast<std::size_t>(k));
+  }
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const int n = quick ? 40 : 200;
+  std::printf("isorun calls as users make them (%ld cores)\n", ::sysconf(_SC_NPROCESSORS_ONLN));
+
+  latencies(n, 0);
+  latencies(n, 5);
+
+  {
+    std::vector<double> plain, with;
+    for (int i = 0; i < n; ++i) {
+      plain.push_back(spawn_ms({BENCH_MIN_PLAIN}));
+      with.push_back(spawn_ms({BENCH_MIN_INIT}));
+    }
+    const summary p = summarize(plain), w = summarize(with);
+    std::printf("\nwhat linking libisorun adds to a program's start (n=%d)\n", n);
+    line("minimal C++ main, spawn+exit", p);
+    line("the same calling isorun::init", w, &p);
+    std::printf("  %-44s %7.3f ms   goal <= 0.3 ms\n", "difference of medians", w.median - p.median);
+  }
+
+  {
+    std::vector<double> cold, warm, ceil;
+    const int tasks = quick ? 200 : 1000;
+    for (int r = 0; r < (quick ? 3 : 5); ++r) {
+      cold.push_back(map_rate(tasks, 4, 0));
+      warm.push_back(map_rate(tasks, 4, 4));
+      ceil.push_back(spawn_rate(tasks, 4));
+    }
+    const summary c = summarize(cold), w = summarize(warm), s = summarize(ceil);
+    std::printf("\ntasks per second, map() with 4 in flight (%d tasks, %zu rounds)\n", tasks, c.n);
+    std::printf("  %-44s %7.0f /s  [%6.0f, %6.0f]\n", "cold", c.median, c.p10, c.p90);
+    std::printf("  %-44s %7.0f /s  [%6.0f, %6.0f]  %.2fx cold   goal >= 1.2x\n", "standby = 4", w.median, w.p10, w.p90,
+                w.median / c.median);
+    std::printf("  %-44s %7.0f /s  [%6.0f, %6.0f]  standby %.2fx of it\n", "static C program spawns (ceiling)", s.median,
+                s.p10, s.p90, w.median / s.median);
+  }
+
+  {
+    std::vector<double> bare, cmd, hello;
+    for (int i = 0; i < n; ++i) {
+      bare.push_back(spawn_ms({BENCH_TINY}));
+      cmd.push_back(spawn_ms({ISORUN_CLI, "--cpu", "-q", "--", BENCH_TINY}));
+      hello.push_back(spawn_ms({ISORUN_CLI, "--cpu", "-q", "hello"}));
+    }
+    const summary b = summarize(bare), c = summarize(cmd), h = summarize(hello);
+    std::printf("\nthe CLI's fixed cost (n=%d)\n", n);
+    line("static C program alone", b);
+    line("isorun --cpu -q -- it", c, &b);
+    std::printf("  %-44s %7.3f ms   goal <= 2 ms\n", "difference of medians", c.median - b.median);
+    line("isorun --cpu -q hello", h, &b);
+  }
+  return 0;
+}
