@@ -219,6 +219,15 @@ inline int sleeps_long(int) {
   for (;;) ::pause();
 }
 
+// Says its pid through the FIFO `dir`/pids, then returns once something is written to the FIFO
+// `dir`/go: a call that runs exactly as long as the test wants.
+inline int runs_until_told(const std::string& dir) {
+  std::ofstream(dir + "/pids") << ::getpid() << std::endl;
+  int go = 0;
+  std::ifstream(dir + "/go") >> go;
+  return go;
+}
+
 inline std::string visible_devices(int) {
   const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
   const char* o = std::getenv("CUDA_DEVICE_ORDER");

@@ -290,3 +290,107 @@ TEST_CASE("killing a supervisor with standby workers waiting leaves nothing behi
   CHECK(victim.reap().signal == SIGKILL);
   CHECK(isorun::test::shm_entries() == shm);
 }
+
+TEST_CASE("a standby worker's replacement is launched once the worker taken has exited, not during its call",
+          "[runner][standby]") {
+  stop_standby_at_end guard;
+  temp_fifo pids;
+  REQUIRE(::mkfifo((pids.dir + "/go").c_str(), 0600) == 0);
+  auto& pool = isorun::runner::standby_for({.label = "standby"}, 2);
+  pool.fill();
+  const auto waiting = pool.waiting_pids();
+  REQUIRE(waiting.size() == 2);
+  auto h = isorun::isolated(runs_until_told, {.standby = 2}).async(pids.dir);
+  long running = 0;
+  std::ifstream(pids.path) >> running;  // the task runs now
+  CHECK(running == waiting[0]);
+  // While the call runs, the pool keeps the worker it has left and launches nothing that would
+  // compete with the call for the cores.
+  CHECK(pool.waiting_pids() == std::vector<pid_t>{waiting[1]});
+  std::ofstream(pids.dir + "/go") << 7 << std::endl;
+  CHECK(h.get() == 7);
+  pool.fill();  // the replacement, launched after the exit
+  const auto after = pool.waiting_pids();
+  REQUIRE(after.size() == 2);
+  CHECK(after[0] == waiting[1]);
+  CHECK(after[1] != waiting[0]);
+  ::unlink((pids.dir + "/go").c_str());
+}
+
+TEST_CASE("a standby pool with no worker left waiting launches the replacement at once", "[runner][standby]") {
+  stop_standby_at_end guard;
+  temp_fifo pids;
+  REQUIRE(::mkfifo((pids.dir + "/go").c_str(), 0600) == 0);
+  auto& pool = isorun::runner::standby_for({.label = "standby"}, 1);
+  pool.fill();
+  const pid_t first = pool.waiting_pids().at(0);
+  auto h = isorun::isolated(runs_until_told, {.standby = 1}).async(pids.dir);
+  long running = 0;
+  std::ifstream(pids.path) >> running;
+  CHECK(running == first);
+  pool.fill();  // returns while the call still runs: the next call would otherwise launch cold
+  const auto waiting = pool.waiting_pids();
+  REQUIRE(waiting.size() == 1);
+  CHECK(waiting[0] != first);
+  std::ofstream(pids.dir + "/go") << 1 << std::endl;
+  CHECK(h.get() == 1);
+  ::unlink((pids.dir + "/go").c_str());
+}
+
+TEST_CASE("a call on a standby worker succeeds when its replacement cannot be launched", "[runner][standby]") {
+  stop_standby_at_end guard;
+  namespace r = isorun::runner;
+  // The workers' program under a name that goes away once the pool is full: every launch after
+  // that fails (ENOENT), the replacement of the worker the call takes included.
+  char dir[] = "/tmp/isorun-standby-XXXXXX";
+  REQUIRE(::mkdtemp(dir));
+  const std::string link = std::string(dir) + "/worker";
+  REQUIRE(::symlink(std::filesystem::read_symlink("/proc/self/exe").c_str(), link.c_str()) == 0);
+  auto spec = r::job_spec_for("pid_and_calls", isorun::serialization::encoding::binary, isorun::detail::encode_args(0),
+                              {}, {});
+  spec.executable = link;
+  auto& pool = r::standby_for(r::launch_spec_for(spec), 1);
+  pool.fill();
+  const auto waiting = pool.waiting_pids();
+  REQUIRE(waiting.size() == 1);
+  REQUIRE(::unlink(link.c_str()) == 0);
+
+  auto j = r::job::start(spec, pool);
+  const auto& result = j->wait();
+  REQUIRE(result.status.kind == isorun::outcome_kind::success);
+  CHECK(j->pid() == waiting[0]);
+  pool.fill();  // returns: launching failed, and the pool stopped trying
+  CHECK(pool.waiting_pids().empty());
+  // The next call has no worker to take and none can be launched: it says so.
+  CHECK_THROWS_AS(r::job::start(spec, pool), isorun::internal_error);
+  ::rmdir(dir);
+}
+
+TEST_CASE("a standby worker's cgroup, made when it was launched, goes with it when it is never used",
+          "[runner][standby][containment]") {
+  ::unsetenv("ISORUN_CONTAINMENT");  // the default
+  const auto& contained = isorun::runner::containment();
+  if (!contained.cgroup) {
+    WARN("skipped: children are contained by their process group alone here (" << contained.why_not << ")");
+    return;
+  }
+  std::vector<std::string> cgroups;
+  {
+    stop_standby_at_end guard;
+    auto& pool = isorun::runner::standby_for({.label = "standby"}, 2);
+    pool.fill();
+    // Each waiting worker's cgroup: the directory under `where` whose cgroup.procs lists it.
+    for (pid_t pid : pool.waiting_pids())
+      for (const auto& e : std::filesystem::directory_iterator(contained.where)) {
+        if (!e.is_directory()) continue;
+        std::ifstream procs(e.path() / "cgroup.procs");
+        for (long p = 0; procs >> p;)
+          if (p == pid) cgroups.push_back(e.path());
+      }
+  }
+  REQUIRE(cgroups.size() == 2);
+  for (const auto& dir : cgroups) {
+    INFO(dir);
+    CHECK_FALSE(std::filesystem::exists(dir));
+  }
+}

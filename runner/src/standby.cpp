@@ -1,5 +1,13 @@
 #include "isorun/runner/standby.hpp"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -19,7 +27,9 @@ launch_key key_of(const launch_spec& s) {
 }
 }  // namespace
 
-standby_pool::standby_pool(launch_spec spec, std::size_t size) : spec_{std::move(spec)}, size_{size} {
+standby_pool::standby_pool(launch_spec spec, std::size_t size)
+    : spec_{std::move(spec)}, wanted_{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)}, size_{size} {
+  if (!wanted_) throw internal_error(std::string("eventfd: ") + std::strerror(errno));
   spec_.label = "standby";  // its task is not known yet
   filler_ = std::thread([this] { refill(); });
 }
@@ -29,28 +39,59 @@ standby_pool::~standby_pool() {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
-  wanted_.notify_all();
+  wake_filler();
   filler_.join();
   std::lock_guard lock(mutex_);
   ready_.clear();  // each waiting worker's handle stops its process group and reaps it
 }
 
+void standby_pool::wake_filler() const noexcept {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] auto n = ::write(wanted_.get(), &one, sizeof one);
+}
+
+// The filler launches a worker when the pool is short of one that no running call owes it: a
+// worker taken is owed back once it has exited (its call is over, or nearly: with early_result
+// the exit follows the hand-over), and at once if no worker is left waiting, since the next call
+// would otherwise launch its own on its path. Between launches it sleeps in poll() on the wake-up
+// eventfd and the pidfds of the workers owed.
 void standby_pool::refill() {
+  std::vector<pollfd> watch;
   std::unique_lock lock(mutex_);
   for (;;) {
-    wanted_.wait(lock, [&] { return stopping_ || (!failing_ && ready_.size() < size_); });
     if (stopping_) return;
-    lock.unlock();
-    // Launched outside the lock: take() never waits for a launch that is not its own.
-    std::optional<launched_worker> w;
-    try {
-      w.emplace(launcher_.launch(spec_));
-    } catch (const std::exception&) {
+    // Owed workers that have exited are owed no longer: their replacements are due.
+    std::erase_if(owed_, [](const unique_fd& pidfd) {
+      pollfd p{pidfd.get(), POLLIN, 0};
+      return ::poll(&p, 1, 0) != 0;
+    });
+    if (ready_.empty() && !owed_.empty()) owed_.pop_front();  // nothing waits: launch now
+    if (!failing_ && ready_.size() + owed_.size() < size_) {
+      lock.unlock();
+      // Launched outside the lock: take() never waits for a launch that is not its own.
+      std::optional<launched_worker> w;
+      try {
+        w.emplace(launcher_.launch(spec_));
+      } catch (const std::exception&) {
+      }
+      lock.lock();
+      if (w) ready_.push_back(std::move(*w));
+      else failing_ = true;
+      changed_.notify_all();
+      continue;
     }
+    watch.assign(1, pollfd{wanted_.get(), POLLIN, 0});
+    for (const auto& pidfd : owed_) watch.push_back({pidfd.get(), POLLIN, 0});
+    lock.unlock();
+    if (::poll(watch.data(), watch.size(), -1) < 0 && errno != EINTR) {
+      lock.lock();
+      failing_ = true;  // cannot wait: launch no more in the background (take() still launches)
+      changed_.notify_all();
+      continue;
+    }
+    std::uint64_t drained;
+    [[maybe_unused]] auto n = ::read(wanted_.get(), &drained, sizeof drained);
     lock.lock();
-    if (w) ready_.push_back(std::move(*w));
-    else failing_ = true;
-    changed_.notify_all();
   }
 }
 
@@ -60,9 +101,15 @@ launched_worker standby_pool::take() {
     while (!ready_.empty()) {
       launched_worker w = std::move(ready_.front());
       ready_.pop_front();
-      wanted_.notify_one();
-      if (!w.process.peek()) return w;
+      if (!w.process.peek()) {
+        // Owed back once it exits; without a pidfd to watch it is owed no longer.
+        if (unique_fd pidfd{::fcntl(w.process.pidfd(), F_DUPFD_CLOEXEC, 0)}) owed_.push_back(std::move(pidfd));
+        lock.unlock();
+        wake_filler();
+        return w;
+      }
       // It died while waiting: `w` is reaped as it goes, and the next one is tried.
+      wake_filler();
     }
   }
   return launcher_.launch(spec_);  // none ready: launched now, as without standby
@@ -77,7 +124,7 @@ void standby_pool::reserve(std::size_t size) {
     std::lock_guard lock(mutex_);
     size_ = std::max(size_, size);
   }
-  wanted_.notify_one();
+  wake_filler();
 }
 
 void standby_pool::fill() {

@@ -12,13 +12,17 @@
 #include <vector>
 
 #include "isorun/runner/launcher.hpp"
+#include "isorun/runner/unique_fd.hpp"
 #include "isorun/internal_api.hpp"
 
 namespace isorun::runner {
 
 /// Keeps `size` workers launched and waiting for their assignment. take() hands one over and a
-/// background thread launches its replacement. Waiting workers are stopped with the pool; they
-/// also die with the supervisor (their control socket hangs up), like any worker.
+/// background thread launches its replacement once the worker taken has exited, so that a launch
+/// (an exec and a program's start, a millisecond of CPU) does not compete with the call it
+/// replaces for the cores; it is launched at once if no worker is left waiting. Waiting workers
+/// are stopped with the pool; they also die with the supervisor (their control socket hangs up),
+/// like any worker.
 class ISORUN_INTERNAL_API standby_pool final : public launcher {
  public:
   /// @brief Starts filling the pool in the background with workers launched as `spec` says.
@@ -41,7 +45,8 @@ class ISORUN_INTERNAL_API standby_pool final : public launcher {
   void reserve(std::size_t size);
 
   /// @brief Blocks until the pool holds all its workers (or launching them fails): a warm-up
-  ///        before timing, and a fixed point for tests.
+  ///        before timing, and a fixed point for tests. Workers taken by calls are replaced
+  ///        once they have exited, so this also waits for those calls' workers to end.
   void fill();
 
   /// @brief The pids of the workers waiting now, oldest first (the next take() gets the first).
@@ -49,13 +54,15 @@ class ISORUN_INTERNAL_API standby_pool final : public launcher {
 
  private:
   void refill();
+  void wake_filler() const noexcept;
 
   launch_spec spec_;
   local_launcher launcher_;
   mutable std::mutex mutex_;
-  std::condition_variable wanted_;  // the filler: a worker is wanted
+  unique_fd wanted_;  // an eventfd: wakes the filler (a take, a resize, the stop)
   std::condition_variable changed_;  // fill(): the pool changed
   std::deque<launched_worker> ready_;
+  std::deque<unique_fd> owed_;  // pidfds of the workers taken and not yet replaced, oldest first
   std::size_t size_;
   bool stopping_ = false;
   bool failing_ = false;  // launching failed: stop trying in the background, take() reports it
