@@ -188,7 +188,8 @@ struct job::state {
   unique_fd cancel_event;
 
   std::mutex wait_mutex;
-  std::condition_variable ready;  // early_result: the watcher thread set `result`
+  std::condition_variable ready;  // early_result: whoever watches set `result`
+  bool watched = false;           // early_result: someone watches (under wait_mutex)
   std::atomic<bool> finished{false};
   job_result result;
 };
@@ -332,23 +333,93 @@ watch_record watch(job::state& s) {
   return w;
 }
 
-// After an early hand-over: the worker has reported and let go of its result, and now exits.
-// It gets its grace period to do so (a CUDA context's teardown), and a cancel or the end of the
-// grace kills its group; then it is reaped.
-void finish_exit(job::state& s) {
-  launched_worker& worker = s.worker;
-  worker.stderr_read.reset();  // nothing more of it is reported
-  const auto deadline = clock::now() + s.spec.grace;
-  for (;;) {
-    pollfd fds[2] = {{worker.process.pidfd(), POLLIN, 0}, {s.cancel_event.get(), POLLIN, 0}};
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
-    const int rc = ::poll(fds, 2, static_cast<int>(std::clamp<long long>(left + 1, 0, INT_MAX)));
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc <= 0 || (fds[1].revents & POLLIN) || (fds[0].revents & POLLIN)) break;
-  }
-  worker.process.reap();  // kills what is left of the group first
-  worker.control.reset();
+// What a job holds of its worker once the worker is reaped goes. Only then do its segments go
+// back to the pool: a worker still exiting maps its request (read-only, yet a shared mapping of a
+// file it could write, which the kernel counts as a writer) and holds its descriptor; handed to
+// the next call as its result segment, that segment could not be sealed, and the early hand-over
+// would silently wait for the exit; a task could even write into it.
+void release_worker(job::state& s) {
+  s.segments.request.reset();
+  s.segments.ring.reset();  // a worker still exiting could have written to it
+  s.worker.control.reset();
+  s.worker.stderr_read.reset();
 }
+
+// After an early hand-over the worker has reported and let go of its result, and now exits; its
+// call has returned. One thread for the whole process sees such workers to their end: each gets
+// its grace period to exit (a CUDA context's teardown), a cancel or the end of the grace kills its
+// group, and then it is reaped. One long-lived thread rather than one per call: starting a thread
+// would sit on the call's path, before its return.
+class exit_reaper {
+ public:
+  static exit_reaper& instance() {
+    static auto* r = new exit_reaper;  // never destroyed: calls may end while the process exits
+    return *r;
+  }
+
+  void adopt(std::shared_ptr<job::state> s) {
+    s->worker.stderr_read.reset();  // nothing more of it is reported
+    {
+      std::lock_guard lock(mutex_);
+      exiting_.push_back({std::move(s), clock::now()});
+    }
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(wake_.get(), &one, sizeof one);
+  }
+
+ private:
+  struct exiting {
+    std::shared_ptr<job::state> state;
+    clock::time_point since;
+  };
+
+  exit_reaper() : wake_{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)} {
+    if (!wake_) throw internal_error(std::string("eventfd: ") + std::strerror(errno));
+    std::thread([this] { run(); }).detach();
+  }
+
+  void run() {
+    std::vector<pollfd> fds;
+    std::vector<std::shared_ptr<job::state>> done;
+    for (;;) {
+      int timeout_ms = -1;
+      {
+        std::lock_guard lock(mutex_);
+        const auto now = clock::now();
+        std::erase_if(exiting_, [&](exiting& e) {
+          job::state& s = *e.state;
+          pollfd p[2] = {{s.worker.process.pidfd(), POLLIN, 0}, {s.cancel_event.get(), POLLIN, 0}};
+          const auto deadline = e.since + s.spec.grace;
+          if (::poll(p, 2, 0) == 0 && now < deadline) {
+            const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
+            timeout_ms = static_cast<int>(timeout_ms < 0 ? left : std::min<long long>(timeout_ms, left));
+            return false;
+          }
+          done.push_back(std::move(e.state));
+          return true;
+        });
+        fds.assign(1, pollfd{wake_.get(), POLLIN, 0});
+        for (const auto& e : exiting_) {
+          fds.push_back({e.state->worker.process.pidfd(), POLLIN, 0});
+          fds.push_back({e.state->cancel_event.get(), POLLIN, 0});
+        }
+      }
+      for (auto& s : done) {  // outside the lock: a reap kills what is left of the group first
+        s->worker.process.reap();
+        release_worker(*s);
+      }
+      done.clear();
+      if (::poll(fds.data(), fds.size(), timeout_ms) > 0 && (fds[0].revents & POLLIN)) {
+        std::uint64_t n;
+        [[maybe_unused]] auto r = ::read(wake_.get(), &n, sizeof n);
+      }
+    }
+  }
+
+  std::mutex mutex_;
+  std::vector<exiting> exiting_;
+  unique_fd wake_;
+};
 
 // How the job ended, from what watching recorded: forced ends first (cancel, timeout, protocol
 // violation), then the worker's own report, validated; no report means it crashed.
@@ -435,7 +506,7 @@ job::~job() {
     cancel();
     wait();
   }
-  // After an early hand-over the watcher thread keeps the state until the worker is reaped; the
+  // After an early hand-over the exit reaper keeps the state until the worker is reaped; the
   // result's memory goes back now (values decoded from it hold their own reference).
   std::lock_guard lock(state_->wait_mutex);
   state_->result.payload = {};
@@ -510,38 +581,54 @@ std::shared_ptr<job> job::assign_checked(job_spec spec, launched_worker worker) 
   s->worker.started = clock::now();
   assign(s->worker, s->segments, spec);
   s->spec = std::move(spec);
-  if (s->spec.early_result) {
-    // Watched by a thread of its own, which hands the result over first and then sees the worker
-    // to its end. It holds the state, so dropping the job does not wait for the worker's exit; if
-    // this process exits first, the worker's group dies with it (its control socket hangs up).
-    std::thread([s] {
-      watch_record w = watch(*s);
-      const bool early = w.early;
-      {
-        std::lock_guard lock(s->wait_mutex);
-        s->result = classify(std::move(w), s->spec, s->segments.result);
-        if (!s->result.owner) s->segments.result.reset();
-        s->finished = true;
-      }
-      s->ready.notify_all();
-      if (early) finish_exit(*s);
-      // Only now, with the worker reaped, do its segments go back to the pool. A worker still
-      // exiting maps its request (read-only, yet a shared mapping of a file it could write, which
-      // the kernel counts as a writer) and holds its descriptor: handed to the next call as its
-      // result segment, that segment could not be sealed, and the early hand-over would
-      // silently wait for the exit; a task could even write into it.
-      s->segments.request.reset();
-      s->segments.ring.reset();  // a worker still exiting could have written to it
-      s->worker.control.reset();
-      s->worker.stderr_read.reset();
-    }).detach();
-  }
   return std::shared_ptr<job>(new job(std::move(s)));
 }
+
+namespace {
+
+// An early_result job is watched by the first to wait for it, on their own thread: for a call
+// that waits at once (the common case) no thread is started on its path. It watches to the
+// hand-over (or the worker's end), publishes the result, and leaves the exit to the exit reaper.
+// `tail_here`: see the exit through on this thread instead (a thread started for wait_for).
+void watch_early(const std::shared_ptr<job::state>& s, bool tail_here) {
+  watch_record w = watch(*s);
+  const bool early = w.early;
+  {
+    std::lock_guard lock(s->wait_mutex);
+    s->result = classify(std::move(w), s->spec, s->segments.result);
+    if (!s->result.owner) s->segments.result.reset();
+    s->finished = true;
+  }
+  s->ready.notify_all();
+  if (!early) {
+    release_worker(*s);
+  } else if (!tail_here) {
+    exit_reaper::instance().adopt(s);
+  } else {
+    s->worker.stderr_read.reset();
+    const auto deadline = clock::now() + s->spec.grace;
+    for (;;) {
+      pollfd fds[2] = {{s->worker.process.pidfd(), POLLIN, 0}, {s->cancel_event.get(), POLLIN, 0}};
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
+      const int rc = ::poll(fds, 2, static_cast<int>(std::clamp<long long>(left + 1, 0, INT_MAX)));
+      if (rc < 0 && errno == EINTR) continue;
+      if (rc <= 0 || (fds[1].revents & POLLIN) || (fds[0].revents & POLLIN)) break;
+    }
+    s->worker.process.reap();  // kills what is left of the group first
+    release_worker(*s);
+  }
+}
+
+}  // namespace
 
 bool job::wait_for(std::chrono::milliseconds timeout) {
   if (state_->spec.early_result) {
     std::unique_lock lock(state_->wait_mutex);
+    if (!state_->finished && !state_->watched) {
+      // Not watched yet, and this must return at its timeout: a thread watches.
+      state_->watched = true;
+      std::thread([s = state_] { watch_early(s, true); }).detach();
+    }
     return state_->ready.wait_for(lock, timeout, [&] { return state_->finished.load(); });
   }
   {
@@ -555,19 +642,22 @@ bool job::wait_for(std::chrono::milliseconds timeout) {
 
 const job_result& job::wait() {
   state& s = *state_;
-  if (s.spec.early_result) {  // the watcher thread classifies
+  if (s.spec.early_result) {
     std::unique_lock lock(s.wait_mutex);
+    if (!s.finished && !s.watched) {
+      s.watched = true;
+      lock.unlock();
+      watch_early(state_, false);
+      lock.lock();
+    }
     s.ready.wait(lock, [&] { return s.finished.load(); });
     return s.result;
   }
   std::lock_guard lock(s.wait_mutex);
   if (s.finished) return s.result;
   s.result = classify(watch(s), s.spec, s.segments.result);
-  s.segments.request.reset();
-  s.segments.ring.reset();  // the worker is reaped: the ring can serve another
   if (!s.result.owner) s.segments.result.reset();
-  s.worker.control.reset();
-  s.worker.stderr_read.reset();
+  release_worker(s);
   s.finished = true;
   return s.result;
 }

@@ -136,7 +136,7 @@ class ISORUN_API job {
   explicit job(std::shared_ptr<state> s);
   // Every start() after its check: prepares the request and assigns it to `worker`.
   static std::shared_ptr<job> assign_checked(job_spec spec, launched_worker worker);
-  std::shared_ptr<state> state_;  // shared with the watcher thread of an early_result job
+  std::shared_ptr<state> state_;  // shared with whoever sees an early_result worker to its end
 };
 
 }  // namespace isorun::runner
