@@ -2,8 +2,8 @@
 /// @file command_shim.hpp
 /// What the `-- CMD` shim and the supervisor agree on (command.hpp). The shim is a small program
 /// of its own (runner/shim/command_shim.cpp, next to libisorun.so as `isorun-command-shim`),
-/// linked against the C library alone, so that a command's start costs one small exec more than
-/// the command itself, not a second load of isorun.
+/// linked statically against the C library alone, so that a command's start costs one small exec
+/// more than the command itself (no dynamic loading), not a second load of isorun.
 ///
 /// It is started with the program's path and arguments, descriptor 3 a SOCK_SEQPACKET socket to
 /// the supervisor, and the program's environment. It runs the program in its own process group
