@@ -3,8 +3,9 @@
 //  (b) the same from a parent with 4 GiB resident
 //  (c) isolated trivial tasks per second on all cores
 //  (d) result bandwidth through shared memory vs memcpy and vs a pipe
-//  (e) the same trivial task on a standby worker (launched ahead, used once), and tasks per
-//      second with standby workers
+//  (e) the same trivial task on a standby worker (launched ahead, used once) that the pool had
+//      ready, refilled between calls outside the timed region (an internal figure: bench_calls
+//      measures standby calls as users make them), and tasks per second with standby workers
 //  (f) starting a child in a cgroup of its own (clone3) vs none, and vs moving it there
 // Usage: bench_core [--quick] [--resident-gib N]
 #include <fcntl.h>
@@ -340,8 +341,10 @@ int main(int argc, char** argv) {
 
   {
     auto sb = standby_round_trips(quick ? 30 : 200);
-    std::printf("(e) trivial task on a ready standby worker %s   goal <= 0.5 ms (the worker's exit waited for)\n",
-                show(sb.waited, "ms").c_str());
+    // Not what a user gets: the pool is refilled between calls outside the timed region (the
+    // refill is an internal call). bench_calls measures standby calls as users make them.
+    std::printf("(e) ready standby worker, pool refilled untimed (internal; users: bench_calls)\n");
+    std::printf("    trivial task, exit waited for           %s\n", show(sb.waited, "ms").c_str());
     std::printf("    the same with early_result              %s   (handed over sealed; the exit finishes behind)\n",
                 show(sb.early, "ms").c_str());
     std::printf("    posix_spawn+waitpid of a C++ hello      %s\n", show(sb.hello, "ms").c_str());
@@ -352,7 +355,7 @@ int main(int argc, char** argv) {
     for (int rep = 0; rep < (quick ? 2 : 5); ++rep) srates.push_back(throughput(quick ? 300 : 1000, 4, 8));
     const auto st = summarize(srates);
     std::printf("    tasks per second, 8 standby, 4 in flight %s\n", show(st, "tasks/s").c_str());
-    std::printf("    ratio to the bare hellos of (c)         %.2f   goal >= 0.9\n\n", st.median / hr.median);
+    std::printf("    ratio to the bare hellos of (c)         %.2f\n\n", st.median / hr.median);
     runner::stop_standby();
   }
 
