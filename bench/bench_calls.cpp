@@ -14,6 +14,8 @@
 //   cli        isorun --cpu -q -- tiny against tiny; isorun --cpu -q hello
 //
 // Each latency is measured back to back and with calls 5 ms apart. Usage: bench_calls [--quick]
+// bench_calls --breakdown: where a standby call's time goes, step by step (the internal job API,
+// for the timestamps the protocol carries).
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -30,6 +32,10 @@
 #include <vector>
 
 #include "isorun/isorun.hpp"
+#include "isorun/runner/job.hpp"
+#include "isorun/serialization/control.hpp"
+#include "isorun/runner/launcher.hpp"
+#include "isorun/runner/standby.hpp"
 #include "stats.hpp"
 
 extern char** environ;
@@ -191,8 +197,55 @@ void latencies(int n, int pause_ms) {
 
 }  // namespace
 
+// Where a standby call's time goes, by the timestamps the protocol carries (CLOCK_MONOTONIC in
+// both processes): the caller's part until the assignment is sent; the worker's wake-up, request
+// and handshake until the task starts; the task; encoding its result; the result's way back
+// (`done`, the caller's wake-up, sealing and validating; with the exit waited for, the exit and
+// the reap first); the return to the caller. Calls 5 ms apart, as users space calls.
+void breakdown(int n) {
+  namespace r = isorun::runner;
+  std::printf("where a standby call's time goes (standby = 2, calls 5 ms apart, n=%d), median us\n", n);
+  std::printf("  %-16s %9s %9s %9s %9s %9s %9s %9s %9s\n", "", "assign", "to task", "task", "encode", "exit", "back",
+              "return", "total");
+  for (const bool early : {false, true}) {
+    auto spec = r::job_spec_for("noop", serialization::encoding::binary, detail::encode_args(7), {},
+                                {.standby = 2, .early_result = early});
+    auto& pool = r::standby_for(r::launch_spec_for(spec), 2);
+    std::vector<double> assign, to_task, task, encode, exit, back, ret, total;
+    for (int i = 0; i < n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      const std::int64_t t0 = serialization::monotonic_ns();
+      auto j = r::job::start(spec, pool);
+      const std::int64_t t1 = serialization::monotonic_ns();
+      const auto& res = j->wait();
+      const std::int64_t t2 = serialization::monotonic_ns();
+      if (!res.status.ok()) std::abort();
+      const std::int64_t run_start = res.encode_begin_ns - res.status.run.count();
+      const std::int64_t encoded = res.encode_begin_ns + static_cast<std::int64_t>(res.encode_ns);
+      const std::int64_t exited = res.reaped_ns ? res.reaped_ns : encoded;
+      const auto us = [](std::int64_t a, std::int64_t b) { return static_cast<double>(b - a) / 1e3; };
+      assign.push_back(us(t0, t1));
+      to_task.push_back(us(t1, run_start));
+      task.push_back(us(run_start, res.encode_begin_ns));
+      encode.push_back(us(res.encode_begin_ns, encoded));
+      exit.push_back(us(encoded, exited));
+      back.push_back(us(exited, res.received_ns));
+      ret.push_back(us(res.received_ns, t2));
+      total.push_back(us(t0, t2));
+    }
+    std::printf("  %-16s", early ? "early_result" : "exit waited for");
+    for (auto* v : {&assign, &to_task, &task, &encode, &exit, &back, &ret, &total}) std::printf(" %9.1f", summarize(*v).median);
+    std::printf("\n");
+  }
+  isorun::stop_standby();
+}
+
 int main(int argc, char** argv) {
   isorun::init(argc, argv);
+  if (argc == 2 && std::strcmp(argv[1], "--breakdown") == 0) {
+    breakdown(200);
+    return 0;
+  }
   if (argc == 2 && std::strcmp(argv[1], "--exit-at-once") == 0) return 0;  // the cold call's floor
   self_path = "/proc/self/exe";
   {
