@@ -274,6 +274,17 @@ TEST_CASE("a context made with cuCtxCreate is counted as a primary context is", 
   CHECK(files.ledger().devices[1].used.load() == 256ULL << 20);
 }
 
+TEST_CASE("a child forked without exec neither takes its parent's share with it nor counts it twice", "[cap]") {
+  // Under 256 MiB, the parent holds 192 MiB; a child forked after CUDA was initialised (a
+  // DataLoader worker) frees what it inherited (its parent's memory, not its own) and ends with
+  // exit(). Throughout, 64 MiB stay free, and after the child is gone the parent's 192 MiB are
+  // still counted: 64 MiB more fit, not 256.
+  auto r = capped({CAP_PROBE, "fill", "64", "direct", "free", "async", "192", "fork", "fill", "64", "direct"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out == "filled 4 code 2\nfreed\nasync 0\nfork 64 64\nfilled 1 code 2\n");
+}
+
 TEST_CASE("stream-ordered pools: what a pool keeps counts, the pool still serves from it, and trimming gives it back",
           "[cap][pools]") {
   // Under 256 MiB: 192 MiB allocated and freed into the device's pool stay on the device, so a

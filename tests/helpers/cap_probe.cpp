@@ -35,6 +35,11 @@
 //   set NAME=VALUE       sets a variable, as a standby worker's call sets the cap's (no output)
 //   nvml                 NVML's memory figures of device 0 (MiB), as pynvml finds them (dlsym on
 //                        libnvidia-ml.so.1): "nvml TOTAL USED FREE v2 TOTAL USED FREE"
+//   fork                 forks a child, as a DataLoader worker is forked after CUDA was
+//                        initialised: it frees what it inherited of `async` (a careless cleanup;
+//                        the memory is its parent's) and ends with exit(), so that what a library
+//                        does at exit runs: "fork FREE FREE", cuMemGetInfo's free MiB in this
+//                        process while the child lives and after it has ended
 //   spawn-clean STEPS... runs itself with STEPS in a child whose environment has only
 //                        LD_LIBRARY_PATH (no LD_PRELOAD, no isorun variables) and waits for it
 // Before libcuda is loaded, a leading "unset NAME" removes variable NAME from the environment.
@@ -226,6 +231,31 @@ int main(int argc, char** argv) {
       if (!ok) std::printf("nvml failed\n");
       else std::printf("nvml %llu %llu %llu v2 %llu %llu %llu\n", m.total >> 20, m.used >> 20, m.free >> 20,
                        m2.total >> 20, m2.used >> 20, m2.free >> 20);
+    } else if (step == "fork") {
+      const auto free_mib = [&] {
+        std::size_t f = 0, t = 0;
+        via_proc<info_t>("cuMemGetInfo")(&f, &t);
+        return f / MiB;
+      };
+      int go[2];
+      if (::pipe(go) != 0) return 1;
+      std::fflush(stdout);
+      const pid_t child = ::fork();
+      if (child == 0) {
+        ::close(go[1]);
+        char c;
+        while (::read(go[0], &c, 1) > 0) {
+        }
+        const auto release = via_proc<CUresult (*)(unsigned long long, void*)>("cuMemFreeAsync");
+        for (auto p : async_held) release(p, nullptr);
+        via_proc<CUresult (*)(void*)>("cuStreamSynchronize")(nullptr);
+        std::exit(0);
+      }
+      ::close(go[0]);
+      const std::size_t during = free_mib();
+      ::close(go[1]);  // the child ends
+      ::waitpid(child, nullptr, 0);
+      std::printf("fork %zu %zu\n", during, free_mib());
     } else if (step == "free") {
       for (auto p : held) free_fn(p);
       held.clear();
