@@ -14,8 +14,8 @@
 //   cli        isorun --cpu -q -- tiny against tiny; isorun --cpu -q hello
 //
 // Each latency is measured back to back and with calls 5 ms apart. Usage: bench_calls [--quick]
-// bench_calls --breakdown: where a standby call's time goes, step by step (the internal job API,
-// for the timestamps the protocol carries).
+// bench_calls --breakdown: where a call's time goes, step by step (the internal job API, for the
+// timestamps the protocol carries).
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -197,25 +197,28 @@ void latencies(int n, int pause_ms) {
 
 }  // namespace
 
-// Where a standby call's time goes, by the timestamps the protocol carries (CLOCK_MONOTONIC in
-// both processes): the caller's part until the assignment is sent; the worker's wake-up, request
-// and handshake until the task starts; the task; encoding its result; the result's way back
+// Where a call's time goes, cold and on a standby worker, by the timestamps the protocol carries
+// (CLOCK_MONOTONIC in both processes): the caller's part until the assignment is sent (for a cold
+// call, the worker's launch until its exec); the worker's start (cold) or wake-up, request and
+// handshake until the task starts; the task; encoding its result; the result's way back
 // (`done`, the caller's wake-up, sealing and validating; with the exit waited for, the exit and
 // the reap first); the return to the caller. Calls 5 ms apart, as users space calls.
 void breakdown(int n) {
   namespace r = isorun::runner;
-  std::printf("where a standby call's time goes (standby = 2, calls 5 ms apart, n=%d), median us\n", n);
+  std::printf("where a call's time goes (cold; standby = 2), calls 5 ms apart, n=%d, median us\n", n);
   std::printf("  %-16s %9s %9s %9s %9s %9s %9s %9s %9s\n", "", "assign", "to task", "task", "encode", "exit", "back",
               "return", "total");
-  for (const bool early : {false, true}) {
+  for (const int kind : {0, 1, 2}) {  // cold; standby, exit waited for; standby, early_result
+    const bool early = kind == 2;
     auto spec = r::job_spec_for("noop", serialization::encoding::binary, detail::encode_args(7), {},
-                                {.standby = 2, .early_result = early});
-    auto& pool = r::standby_for(r::launch_spec_for(spec), 2);
+                                {.standby = kind ? 2u : 0u, .early_result = early});
+    r::local_launcher cold;
+    r::launcher& from = kind ? static_cast<r::launcher&>(r::standby_for(r::launch_spec_for(spec), 2)) : cold;
     std::vector<double> assign, to_task, task, encode, exit, back, ret, total;
     for (int i = 0; i < n; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       const std::int64_t t0 = serialization::monotonic_ns();
-      auto j = r::job::start(spec, pool);
+      auto j = r::job::start(spec, from);
       const std::int64_t t1 = serialization::monotonic_ns();
       const auto& res = j->wait();
       const std::int64_t t2 = serialization::monotonic_ns();
@@ -233,7 +236,7 @@ void breakdown(int n) {
       ret.push_back(us(res.received_ns, t2));
       total.push_back(us(t0, t2));
     }
-    std::printf("  %-16s", early ? "early_result" : "exit waited for");
+    std::printf("  %-16s", kind == 0 ? "cold" : early ? "early_result" : "exit waited for");
     for (auto* v : {&assign, &to_task, &task, &encode, &exit, &back, &ret, &total}) std::printf(" %9.1f", summarize(*v).median);
     std::printf("\n");
   }

@@ -560,20 +560,29 @@ std::shared_ptr<job> job::start(job_spec spec) { return start(std::move(spec), l
 
 std::shared_ptr<job> job::start(job_spec spec, launcher& from) {
   check_job_spec(spec);  // before a worker is launched (or taken from standby) for it
+  // The request is ready before the worker is launched: a worker just started finds its
+  // assignment waiting, rather than waiting while the caller prepares it (after a launch the
+  // caller often runs again only once the new process has started up or blocked).
+  auto s = prepare_state(spec);
   launched_worker w = from.launch(launch_spec_for(spec));
-  return assign_checked(std::move(spec), std::move(w));
+  return assign_prepared(std::move(s), std::move(spec), std::move(w));
 }
 
 std::shared_ptr<job> job::start(job_spec spec, launched_worker worker) {
   check_job_spec(spec);  // a launched worker that is not used is stopped when `worker` goes
-  return assign_checked(std::move(spec), std::move(worker));
+  auto s = prepare_state(spec);
+  return assign_prepared(std::move(s), std::move(spec), std::move(worker));
 }
 
-std::shared_ptr<job> job::assign_checked(job_spec spec, launched_worker worker) {
+std::shared_ptr<job::state> job::prepare_state(job_spec& spec) {
   auto s = std::make_shared<state>();
   s->cancel_event.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!s->cancel_event) throw internal_error(std::string("eventfd: ") + std::strerror(errno));
   s->segments = prepare_request(spec);
+  return s;
+}
+
+std::shared_ptr<job> job::assign_prepared(std::shared_ptr<state> s, job_spec spec, launched_worker worker) {
   s->worker = std::move(worker);
   s->pid = s->worker.process.pid();
   // The job starts now, not when its worker was launched (a standby one may have waited long):

@@ -134,8 +134,10 @@ class ISORUN_API job {
 
  private:
   explicit job(std::shared_ptr<state> s);
-  // Every start() after its check: prepares the request and assigns it to `worker`.
-  static std::shared_ptr<job> assign_checked(job_spec spec, launched_worker worker);
+  // Every start() after its check: the job's state with its request prepared (spec.args are
+  // moved into it), then that request assigned to `worker`.
+  static std::shared_ptr<state> prepare_state(job_spec& spec);
+  static std::shared_ptr<job> assign_prepared(std::shared_ptr<state> s, job_spec spec, launched_worker worker);
   std::shared_ptr<state> state_;  // shared with whoever sees an early_result worker to its end
 };
 
