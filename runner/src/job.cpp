@@ -120,7 +120,7 @@ prepared_request prepare_request(job_spec& spec) {
 // Gives a launched worker its work: the device assignment, the two segments and, for
 // stdout_mode::file, its stdout. A worker that is already gone is not an error here; watching it
 // finds out how it ended.
-void assign(const launched_worker& w, const prepared_request& p, const job_spec& spec) {
+void assign(int control, const prepared_request& p, const job_spec& spec) {
   ser::assign_message a;
   a.env = assignment_environment(spec.gpus, spec.mem_limit);
   if (!spec.memory_timeline.empty())
@@ -144,7 +144,7 @@ void assign(const launched_worker& w, const prepared_request& p, const job_spec&
     a.stream_attached = true;
   }
   try {
-    ser::send_message(w.control.get(), a, fds);
+    ser::send_message(control, a, fds);
   } catch (const std::system_error&) {
   }
 }
@@ -560,18 +560,24 @@ std::shared_ptr<job> job::start(job_spec spec) { return start(std::move(spec), l
 
 std::shared_ptr<job> job::start(job_spec spec, launcher& from) {
   check_job_spec(spec);  // before a worker is launched (or taken from standby) for it
-  // The request is ready before the worker is launched: a worker just started finds its
-  // assignment waiting, rather than waiting while the caller prepares it (after a launch the
-  // caller often runs again only once the new process has started up or blocked).
+  // The request is ready, and for a worker launched now already in its socket, before the
+  // worker starts: it finds its assignment waiting instead of waiting for it (after a launch the
+  // caller often runs again only once the new process has started up and blocked).
   auto s = prepare_state(spec);
-  launched_worker w = from.launch(launch_spec_for(spec));
-  return assign_prepared(std::move(s), std::move(spec), std::move(w));
+  bool assigned = false;
+  launch_spec how = launch_spec_for(spec);
+  how.before_start = [&](int control) {
+    assign(control, s->segments, spec);
+    assigned = true;
+  };
+  launched_worker w = from.launch(how);
+  return assign_prepared(std::move(s), std::move(spec), std::move(w), assigned);
 }
 
 std::shared_ptr<job> job::start(job_spec spec, launched_worker worker) {
   check_job_spec(spec);  // a launched worker that is not used is stopped when `worker` goes
   auto s = prepare_state(spec);
-  return assign_prepared(std::move(s), std::move(spec), std::move(worker));
+  return assign_prepared(std::move(s), std::move(spec), std::move(worker), false);
 }
 
 std::shared_ptr<job::state> job::prepare_state(job_spec& spec) {
@@ -582,13 +588,13 @@ std::shared_ptr<job::state> job::prepare_state(job_spec& spec) {
   return s;
 }
 
-std::shared_ptr<job> job::assign_prepared(std::shared_ptr<state> s, job_spec spec, launched_worker worker) {
+std::shared_ptr<job> job::assign_prepared(std::shared_ptr<state> s, job_spec spec, launched_worker worker, bool assigned) {
   s->worker = std::move(worker);
   s->pid = s->worker.process.pid();
   // The job starts now, not when its worker was launched (a standby one may have waited long):
   // the timeout and the wall time count from here.
   s->worker.started = clock::now();
-  assign(s->worker, s->segments, spec);
+  if (!assigned) assign(s->worker.control.get(), s->segments, spec);
   s->spec = std::move(spec);
   return std::shared_ptr<job>(new job(std::move(s)));
 }

@@ -25,6 +25,7 @@ launched_worker local_launcher::launch(const launch_spec& spec) {
     throw internal_error(std::string("socketpair: ") + std::strerror(errno));
   w.control.reset(sv[0]);
   unique_fd worker_control(sv[1]);
+  if (spec.before_start) spec.before_start(w.control.get());
   if (::pipe2(err_pipe, O_CLOEXEC) != 0) throw internal_error(std::string("pipe2: ") + std::strerror(errno));
   w.stderr_read.reset(err_pipe[0]);
   unique_fd stderr_write(err_pipe[1]);

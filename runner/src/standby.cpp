@@ -31,6 +31,7 @@ standby_pool::standby_pool(launch_spec spec, std::size_t size)
     : spec_{std::move(spec)}, wanted_{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)}, size_{size} {
   if (!wanted_) throw internal_error(std::string("eventfd: ") + std::strerror(errno));
   spec_.label = "standby";  // its task is not known yet
+  spec_.before_start = nullptr;  // a call's, not the pool's
   filler_ = std::thread([this] { refill(); });
 }
 

@@ -135,9 +135,11 @@ class ISORUN_API job {
  private:
   explicit job(std::shared_ptr<state> s);
   // Every start() after its check: the job's state with its request prepared (spec.args are
-  // moved into it), then that request assigned to `worker`.
+  // moved into it), then that request assigned to `worker` (unless `assigned` already, through
+  // the launch).
   static std::shared_ptr<state> prepare_state(job_spec& spec);
-  static std::shared_ptr<job> assign_prepared(std::shared_ptr<state> s, job_spec spec, launched_worker worker);
+  static std::shared_ptr<job> assign_prepared(std::shared_ptr<state> s, job_spec spec, launched_worker worker,
+                                              bool assigned);
   std::shared_ptr<state> state_;  // shared with whoever sees an early_result worker to its end
 };
 

@@ -5,6 +5,7 @@
 /// known (standby) or by something other than a local spawn (another host); `job` assigns it.
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +31,11 @@ struct launch_spec {
   /// Set: the worker sees this GPU from exec on and creates its CUDA context and capped
   /// allocator while it waits; it can then only be assigned a job on exactly this device and cap.
   std::optional<serialization::warm_device> warm;
+  /// Set: called with the supervisor's end of the control socket before the process starts, by a
+  /// launcher that starts one now (not by one that hands over a worker started earlier): what it
+  /// sends is waiting when the worker first reads, so the worker does not wait for it. Not part
+  /// of what makes two launches interchangeable.
+  std::function<void(int control)> before_start;
 };
 
 /// @brief The warm_device for a job on `gpu` under `mem_limit` and `alloc_conf`.
