@@ -182,9 +182,10 @@ const option_row table[] = {
     {"--json", nullptr, in_tasks | in_gpus, "print JSON instead of text",
      [](cli_options& o, const std::string&, const std::string&) { o.json = true; }},
     {"--memory-timeline", "FILE.html", in_main,
-     "draw the task's device memory over time (allocated, reserved, the cap) and, after an "
-     "out-of-memory failure, what was live then, into FILE.html (turns on the allocator's "
-     "history: history:100000 unless --alloc-conf sets history:N)",
+     "draw the device memory over time (allocated, reserved, the cap) and, after an "
+     "out-of-memory failure, what was live then, into FILE.html: a TASK's (turns on the "
+     "allocator's history: history:100000 unless --alloc-conf sets history:N), or with "
+     "--mem-limit what every process of a -- CMD held (the cap's view, by process)",
      [](cli_options& o, const std::string& f, const std::string& v) {
        if (v.empty()) throw usage_error(f + " needs a file name, e.g. memory.html");
        o.memory_timeline = v;
@@ -557,8 +558,12 @@ void check_combinations(cli_options& o, int argc) {
   if (o.gpu && gpus_given) throw usage_error("--gpu and --gpus exclude each other: --gpu N is --gpus N");
   if ((o.gpu || gpus_given) && o.cpu) throw usage_error(std::string(o.gpu ? "--gpu" : "--gpus") + " and --cpu exclude each other");
   if (const char* env = std::getenv("ISORUN_ALLOC_CONF"); env && o.alloc_conf.empty()) check_alloc_conf("ISORUN_ALLOC_CONF", env);
-  if (!o.memory_timeline.empty() && o.what != mode::run_task)
-    throw usage_error("--memory-timeline goes with a TASK (a sweep keeps timelines when its alloc_conf has history:N)");
+  if (!o.memory_timeline.empty() && o.what != mode::run_task && o.what != mode::run_command)
+    throw usage_error("--memory-timeline goes with a TASK or a -- CMD (a sweep keeps timelines when its alloc_conf "
+                      "has history:N)");
+  if (!o.memory_timeline.empty() && o.what == mode::run_command && (!o.mem_limit || o.mem_limit_advisory))
+    throw usage_error("--memory-timeline with -- CMD draws what the cap sees: give the command an enforced "
+                      "--mem-limit (and a GPU)");
   if (o.what == mode::sweep) {
     // Options of a single run, which a sweep would not use: said, not ignored.
     const char* of_a_run = o.gpu                                ? "--gpu"

@@ -6,7 +6,11 @@
 
 #include "gpu_choice.hpp"
 #include "interrupt.hpp"
+#include "memory_timeline.hpp"
+#include <nlohmann/json.hpp>
+
 #include "isorun/runner/command.hpp"
+#include "isorun/runner/errors.hpp"
 #include "isorun/runner/printable.hpp"
 #include "isorun/runner/units.hpp"
 
@@ -15,10 +19,18 @@ namespace {
 
 std::atomic<runner::command*> running{nullptr};  // what interrupt_scope stops
 
+// The changes of what the command holds that its memory timeline keeps: the last quarter of a
+// million (8 MiB of the ledger's file at most, touched only as far as used).
+constexpr std::size_t memory_events = 1 << 18;
+
 }  // namespace
 
 int run_command(const cli_options& o) {
   auto gpus = pick_gpus(o);
+  if (!o.memory_timeline.empty()) {
+    if (gpus.empty()) throw usage_error("--memory-timeline with -- CMD draws what the cap sees on the command's GPUs: give it --gpu N");
+    check_timeline_page(o.memory_timeline);
+  }
   if (o.mem_limit && o.mem_limit_advisory && !o.quiet)
     std::fprintf(stderr, "isorun: note: --mem-limit %s is advisory: exported as ISORUN_MEM_LIMIT, not enforced\n",
                  format_size(o.mem_limit).c_str());
@@ -31,10 +43,17 @@ int run_command(const cli_options& o) {
                                      .mem_limit = o.mem_limit,
                                      .enforce_cap = !o.mem_limit_advisory,
                                      .timeout = o.timeout,
-                                     .grace = o.grace});
+                                     .grace = o.grace,
+                                     .memory_events = o.memory_timeline.empty() ? 0u : memory_events});
   running = cmd.get();
   stop.hand_to([](int sig) noexcept { running.load()->cancel(sig); });
   const runner::command_result& r = cmd->wait();
+  if (!r.memory_timeline.empty()) {
+    std::string program = o.command.front();
+    if (const auto slash = program.rfind('/'); slash != std::string::npos) program = program.substr(slash + 1);
+    write_timeline_page(o.memory_timeline, nlohmann::json::parse(r.memory_timeline),
+                        program + " on " + r.status.device + ": " + std::string(to_string(r.status.kind)), o.quiet);
+  }
 
   if (!o.quiet && !r.cap_report.empty()) std::fprintf(stderr, "isorun: %s\n", printable(r.cap_report).c_str());
   if (r.status.kind == outcome_kind::timeout) {

@@ -15,6 +15,7 @@
 
 #include "gpu_choice.hpp"
 #include "interrupt.hpp"
+#include "memory_timeline.hpp"
 #include "isorun/alloc/config.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/job.hpp"
@@ -51,25 +52,20 @@ const worker::task_info& find_task(const std::string& name) {
 // once the task has ended (the allocator keeps a history only when asked to). The timeline's
 // name is random, so nothing planted beside the page can stand in for it. Returns its name.
 std::string ask_for_timeline(const cli_options& o, runner::job_spec& spec) {
+  check_timeline_page(o.memory_timeline);  // said before the task runs
   const std::string timeline_json = serialization::temporary_name(o.memory_timeline + ".json");
   spec.memory_timeline = fs::absolute(timeline_json).string();
   std::string conf = spec.alloc_conf.empty() && std::getenv("ISORUN_ALLOC_CONF") ? std::getenv("ISORUN_ALLOC_CONF") : spec.alloc_conf;
   if (alloc::alloc_config::parse(conf).history == 0) conf += std::string(conf.empty() ? "" : ",") + "history:100000";
   spec.alloc_conf = conf;
-  // Can it be written? Said before the task runs. (The page replaces whatever is at its name.)
-  const fs::path folder = fs::path(o.memory_timeline).has_parent_path() ? fs::path(o.memory_timeline).parent_path() : ".";
-  if (::access(folder.c_str(), W_OK | X_OK) != 0)
-    throw usage_error("--memory-timeline " + o.memory_timeline + ": cannot write there (" + folder.string() + ": " +
-                      std::strerror(errno) + ")");
   return timeline_json;
 }
 
 void draw_timeline(const cli_options& o, const std::string& timeline_json, const outcome& out) {
+  json timeline;
   std::string problem;
   try {
-    const json timeline = sweep::read_memory_timeline(timeline_json);
-    sweep::write_file_durably(o.memory_timeline, sweep::render_memory_timeline(
-                                                     timeline, o.task + " on " + out.device + ": " + std::string(to_string(out.kind))));
+    timeline = sweep::read_memory_timeline(timeline_json);
   } catch (const std::exception& e) {
     std::error_code ec;
     problem = fs::exists(fs::symlink_status(timeline_json, ec)) ? std::string(e.what())
@@ -78,7 +74,7 @@ void draw_timeline(const cli_options& o, const std::string& timeline_json, const
   std::error_code ec;
   fs::remove(timeline_json, ec);
   if (!problem.empty()) std::fprintf(stderr, "isorun: no memory timeline: %s\n", printable(problem).c_str());
-  else if (!o.quiet) std::fprintf(stderr, "isorun: memory timeline in %s\n", o.memory_timeline.c_str());
+  else write_timeline_page(o.memory_timeline, timeline, o.task + " on " + out.device + ": " + std::string(to_string(out.kind)), o.quiet);
 }
 
 // The result on stdout (or the whole record, with --json) and the summary on stderr.

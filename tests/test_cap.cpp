@@ -239,6 +239,37 @@ TEST_CASE("the ledger: slots are handed out from the front, reclaimed from the d
   ::munmap(p, bytes);
 }
 
+TEST_CASE("the ledger's ring keeps the last changes, each whole, when a memory timeline is asked for", "[cap]") {
+  constexpr std::size_t slots = 4, events = 4;
+  std::vector<std::uint64_t> storage(cap::cap_ledger::bytes_for(slots, events) / sizeof(std::uint64_t) + 1);
+  auto* ledger = new (storage.data()) cap::cap_ledger{};
+  const cap::event_ring ring = ledger->ring(slots, events);
+  const std::int32_t self = ::getpid();  // alive: its slot is not taken back
+  cap::process_slot* a = ledger->claim(self, slots, ring);
+  REQUIRE(a);
+  for (int i = 1; i <= 3; ++i) CHECK(ledger->reserve(*a, 0, i << 20, 8 << 20, ring));  // 1, 2, 3 MiB held
+  CHECK_FALSE(ledger->reserve(*a, 0, 4 << 20, 8 << 20, ring));                          // 4 more: refused
+  ledger->release(*a, 0, 2 << 20, ring);
+  ledger->charge(*a, 0, 1 << 20);  // no ring: not kept
+  REQUIRE(ledger->events_next.load() == 5);
+  // Five written into four: the first was overwritten, the other four are there in order.
+  const std::pair<cap::memory_event::kind_t, std::uint64_t> expected[] = {
+      {cap::memory_event::held, 2 << 20}, {cap::memory_event::held, 3 << 20},
+      {cap::memory_event::refused, 4 << 20}, {cap::memory_event::released, 2 << 20}};
+  std::int64_t last = 0;
+  for (std::uint64_t n = 1; n < 5; ++n) {
+    const cap::memory_event& e = ring.at[n % events];
+    INFO(n);
+    CHECK(e.seq.load() == n + 1);
+    CHECK(e.kind == expected[n - 1].first);
+    CHECK(e.bytes == expected[n - 1].second);
+    CHECK(e.pid == self);
+    CHECK(e.t_ns >= last);
+    last = e.t_ns;
+  }
+  ledger->~cap_ledger();
+}
+
 TEST_CASE("NVML says what the driver says: the cap as the total, the command's use, never negative", "[cap][nvml]") {
   // The stand-in NVML reports an 80 GiB device with 1 GiB used; under a 256 MiB cap on it (the
   // command's device 0, NVML index 0) a program looking it up with dlsym, as pynvml does, sees

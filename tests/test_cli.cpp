@@ -590,6 +590,46 @@ TEST_CASE("-- CMD under --mem-limit: processes share one cap, and a killed one's
   CHECK(probe({"--mem-limit", "256M", "--mem-limit-mode", "loose"}, {"info"}).code == 2);
 }
 
+TEST_CASE("a command's memory timeline draws what the command's processes held, and who held what at a refusal",
+          "[cli][cap]") {
+  const fs::path dir = fs::temp_directory_path() / ("isorun-cli-timeline-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string page = (dir / "memory.html").string();
+  // Another process of the command takes 96 MiB blocks until refused (two) and keeps one; this
+  // one fills 64 MiB blocks: two fit, the third is refused (the last refusal) with 128 MiB held
+  // here and 96 MiB there.
+  auto r = probe({"-q", "--mem-limit", "256M", "--memory-timeline", page}, {"holders", "1", "96", "fill", "64", "direct"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out == "holders 1\nfilled 2 code 2\n");
+  std::ifstream in(page);
+  const std::string html((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK_THAT(html, Catch::Contains("<polyline class=\"reserved\"") && Catch::Contains("cap 256.00 MiB"));
+  CHECK_THAT(html, !Catch::Contains("<polyline class=\"allocated\""));  // no allocator's count: what was held
+  // there: held, held, refused, one given back; here: held, held, refused; what each still held
+  // when it ended, given back with it: two
+  CHECK_THAT(html, Catch::Contains(" 9 events"));
+  const auto table = html.substr(html.find("by process, largest first"));
+  CHECK_THAT(table, Catch::Contains("<td>128.00 MiB</td>") && Catch::Contains("<td>96.00 MiB</td>"));
+  CHECK(table.find("128.00 MiB") < table.find("96.00 MiB"));
+  CHECK(fs::directory_iterator(dir) != fs::directory_iterator());  // the page, and nothing else
+  CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 1);
+
+  // What it needs, said before anything starts (exit 2): an enforced cap on a GPU, and a folder
+  // it can write to.
+  auto no_cap = run({"--gpu", "0", "--memory-timeline", page, "--", "/bin/true"});
+  CHECK(no_cap.code == 2);
+  CHECK_THAT(no_cap.err, Catch::Contains("--memory-timeline with -- CMD draws what the cap sees"));
+  auto no_gpu = run({"--cpu", "--mem-limit", "1G", "--memory-timeline", page, "--", "/bin/true"});
+  CHECK(no_gpu.code == 2);
+  CHECK_THAT(no_gpu.err, Catch::Contains("give it --gpu N"));
+  auto nowhere = probe({"--mem-limit", "256M", "--memory-timeline", "/proc/isorun-no-such/memory.html"}, {"info"});
+  CHECK(nowhere.code == 2);
+  CHECK(nowhere.out.empty());  // the command never ran
+  CHECK_THAT(nowhere.err, Catch::Contains("cannot write there"));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("a task's message with terminal control sequences is printed with them made visible", "[cli][hostile]") {
   // OSC (set the window title), CSI (clear the screen), a carriage return that would overwrite
   // the line and a C1 CSI (U+009B); a newline and a tab stay.

@@ -170,6 +170,7 @@ struct account {
   cap::cap_terms terms{};
   cap::cap_ledger* ledger = nullptr;
   cap::process_slot* slot = nullptr;
+  cap::event_ring ring;  // where this process's changes are kept for a memory timeline, if anywhere
   std::string refusal;  // why every allocation is refused (the cap cannot be reached), or ""
   std::atomic<bool> refusal_said{false};
   std::mutex mutex;
@@ -218,7 +219,7 @@ struct account {
     open_region();
     if (slot) {
       for (std::size_t d = 0; d < cap::max_devices; ++d)
-        if (pending[d]) ledger->charge(*slot, d, pending[d]);  // it exists: counted even past the cap
+        if (pending[d]) ledger->charge(*slot, d, pending[d], ring);  // it exists: counted even past the cap
       ledger->contexts += pending_contexts;
     }
     return true;
@@ -234,7 +235,7 @@ struct account {
       refusal = std::string("the cap's terms (") + terms_path + ") cannot be read, or are not isorun's sealed terms";
       return;
     }
-    const std::size_t bytes = cap::cap_ledger::bytes_for(terms.slot_capacity);
+    const std::size_t bytes = cap::cap_ledger::bytes_for(terms.slot_capacity, terms.event_capacity);
     const int lfd = ::open(ledger_path, O_RDWR | O_CLOEXEC);
     // Sealed against resizing, as the supervisor made it: a ledger that could be cut short
     // under the mapping would fault in whichever process touched the lost pages.
@@ -249,10 +250,11 @@ struct account {
       return;
     }
     ledger = static_cast<cap::cap_ledger*>(p);
+    ring = ledger->ring(terms.slot_capacity, terms.event_capacity);
     take_slot();
   }
   void take_slot() {
-    slot = ledger->claim(static_cast<std::int32_t>(::getpid()), terms.slot_capacity);
+    slot = ledger->claim(static_cast<std::int32_t>(::getpid()), terms.slot_capacity, ring);
     if (!slot)
       refusal = "all " + std::to_string(terms.slot_capacity) + " process slots of the cap are taken by live processes";
   }
@@ -285,17 +287,17 @@ struct account {
       return false;
     }
     reconcile_pools();  // a pool may have given memory back since it was last asked
-    return ledger->reserve(*slot, h.device, h.bytes, terms.limit);
+    return ledger->reserve(*slot, h.device, h.bytes, terms.limit, ring);
   }
   // Under `mutex`: bytes that exist on the device, counted even past the cap.
   void charge_locked(std::size_t device, std::uint64_t bytes) {
     if (deferred) pending[device] += bytes;
-    else if (slot) ledger->charge(*slot, device, bytes);
+    else if (slot) ledger->charge(*slot, device, bytes, ring);
   }
   // Under `mutex`: bytes given back to the device.
   void release_locked(std::size_t device, std::uint64_t bytes) {
     if (deferred) pending[device] -= std::min(pending[device], bytes);
-    else if (slot) ledger->release(*slot, device, bytes);
+    else if (slot) ledger->release(*slot, device, bytes, ring);
   }
   // Under `mutex`: pool `pool`'s charge brought to what the driver says it holds (and what
   // allocations being made now reserved ahead of it). False if the driver cannot say.
@@ -333,7 +335,7 @@ struct account {
     } else if (slot) {
       context_counted[d] = true;
       ++ledger->contexts;
-      if (const std::uint64_t bytes = context_bytes(device)) ledger->charge(*slot, d, bytes);
+      if (const std::uint64_t bytes = context_bytes(device)) ledger->charge(*slot, d, bytes, ring);
     }
   }
   // Once per process: allocations are refused because the cap cannot be reached, and why.
@@ -594,7 +596,7 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, std::size_t* pitch, std::size_t w
     auto& a = acct();
     const std::uint64_t actual = *pitch * height;
     const std::size_t device = current_device();
-    if (actual > guess) a.ledger->charge(*a.slot, device, actual - guess);
+    if (actual > guess) a.ledger->charge(*a.slot, device, actual - guess, a.ring);
     else a.give_back({device, guess - actual});
     remember(a.pointers, *dptr, holding{device, actual});
   }

@@ -22,6 +22,7 @@
 #include "isorun/runner/unique_fd.hpp"
 #include "isorun/runner/units.hpp"
 #include "isorun/runner/worker_env.hpp"
+#include "isorun/serialization/control.hpp"
 #include "isorun/serialization/protocol.hpp"
 #include "isorun/serialization/shm_segment.hpp"
 #include "stream_tail.hpp"
@@ -43,6 +44,7 @@ struct command::state {
   unique_fd stderr_read;  // with stderr_tail_lines
   child shim;
   clock::time_point started;
+  std::int64_t started_ns = 0;  // the same, on the clock the cap's events carry
   std::optional<command_result> result;
 };
 
@@ -65,7 +67,7 @@ std::unique_ptr<command> command::start(command_spec spec) {
   if (!exe) throw usage_error("command not found: '" + spec.argv[0] + "' (not an executable file, nor found in PATH)");
 
   auto s = std::make_unique<state>();
-  if (spec.mem_limit && spec.enforce_cap) s->cap.emplace(spec.mem_limit);
+  if (spec.mem_limit && spec.enforce_cap) s->cap.emplace(spec.mem_limit, spec.memory_events);
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
     throw internal_error(std::string("socketpair: ") + std::strerror(errno));
@@ -109,6 +111,7 @@ std::unique_ptr<command> command::start(command_spec spec) {
     throw internal_error(std::string("cannot start the command: ") + e.what());
   }
   s->started = clock::now();
+  s->started_ns = serialization::monotonic_ns();
   s->spec = std::move(spec);
   return std::unique_ptr<command>(new command(std::move(s)));
 }
@@ -181,6 +184,11 @@ const command_result& command::wait() {
   if (s.cap) {
     r.cap_report = s.cap->report("the command", "--mem-limit", s.spec.gpus.size());
     o.peak_reserved = s.cap->peak();
+    if (s.spec.memory_events) {
+      std::vector<int> indices;
+      for (const auto& g : s.spec.gpus) indices.push_back(g.index);
+      r.memory_timeline = s.cap->memory_timeline(s.started_ns, serialization::monotonic_ns(), indices);
+    }
   }
   if (timed_out) {
     o.kind = outcome_kind::timeout;

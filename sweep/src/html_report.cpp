@@ -520,8 +520,11 @@ std::string timeline_svg(const json& t) {
     o << "<text x=\"" << px((L + R) / 2) << "\" y=\"" << px(B + 30) << "\" text-anchor=\"middle\" class=\"label\">ms into the task"
       << (dev.value("index", -1) >= 0 ? " · GPU " + std::to_string(dev.value("index", -1)) : std::string(" · CPU")) << " · "
       << events.size() << " events</text></g>";
-    // Step lines: a value holds until the next event.
+    // Step lines: a value holds until the next event. A command's timeline (the cap's view)
+    // has what its processes held alone, drawn as reserved: no allocator's count of its own.
+    const bool has_allocated = dev.contains("allocated");
     for (const char* which : {"reserved", "allocated"}) {
+      if (!has_allocated && std::string(which) == "allocated") continue;
       o << "<polyline class=\"" << which << "\" points=\"";
       const std::size_t stride = pts.size() > 4 * max_points ? pts.size() / (4 * max_points) + 1 : 1;
       double prev_y = -1;
@@ -543,9 +546,31 @@ std::string timeline_svg(const json& t) {
         << "\"><title>out of memory at " << num(ms, 4) << " ms</title></line>";
     o << "</svg>";
   }
-  o << "<p class=\"legend\"><span class=\"swatch reserved\"></span>reserved <span class=\"swatch allocated\"></span>allocated "
-       "<span class=\"swatch cap\"></span>cap</p>";
-  if (t.contains("oom") && t["oom"].is_object()) {
+  bool allocator = false;
+  for (const auto& dev : t.value("devices", json::array())) allocator = allocator || dev.contains("allocated");
+  if (allocator)
+    o << "<p class=\"legend\"><span class=\"swatch reserved\"></span>reserved <span class=\"swatch allocated\"></span>allocated "
+         "<span class=\"swatch cap\"></span>cap</p>";
+  else
+    o << "<p class=\"legend\"><span class=\"swatch reserved\"></span>held by the command's processes "
+         "<span class=\"swatch cap\"></span>cap</p>";
+  if (t.contains("oom") && t["oom"].is_object() && t["oom"].contains("processes")) {
+    // A command's: what each of its processes held on that device when the cap refused.
+    const json& f = t["oom"];
+    o << "<div class=\"oom\"><p><b>Out of memory:</b> a process asked for " << bytes(f.value("requested", std::uint64_t{0}))
+      << " with " << bytes(f.value("reserved", std::uint64_t{0})) << " held of a cap of "
+      << bytes(f.value("limit", std::uint64_t{0})) << ". Held at the refusal, by process, largest first"
+      << (f.value("complete", true) ? "" : " (from the changes still kept: the oldest were dropped)") << ":</p>"
+      << "<table class=\"live\"><tr><th>process</th><th>held</th><th>share of the cap</th></tr>";
+    const double limit = static_cast<double>(std::max<std::uint64_t>(1, f.value("limit", std::uint64_t{1})));
+    for (const auto& p : f["processes"]) {
+      const std::uint64_t held = p.value("bytes", std::uint64_t{0});
+      const double share = 100.0 * static_cast<double>(held) / limit;
+      o << "<tr><td>" << p.value("pid", 0) << "</td><td>" << bytes(held) << "</td><td><span class=\"bar\" style=\"width:"
+        << px(std::min(100.0, share)) << "px\"></span> " << num(share, 3) << "%</td></tr>";
+    }
+    o << "</table></div>";
+  } else if (t.contains("oom") && t["oom"].is_object()) {
     const json& f = t["oom"];
     o << "<div class=\"oom\"><p><b>Out of memory:</b> asked for " << bytes(f.value("requested", std::uint64_t{0})) << " with "
       << bytes(f.value("allocated", std::uint64_t{0})) << " allocated and " << bytes(f.value("reserved", std::uint64_t{0}))

@@ -11,6 +11,11 @@
 ///   reserves an allocation's bytes here *before* the driver is asked, so together the
 ///   processes never exceed the cap.
 ///
+/// When the supervisor asks for a memory timeline, the ledger also keeps the last
+/// `event_capacity` changes (`memory_event`: what a process came to hold, gave back, or was
+/// refused, with the time), in a ring after the slots, for the supervisor to draw once the
+/// command has ended.
+///
 /// Each process owns a slot with its own bytes, so the share of a process that died without
 /// freeing (a crash, SIGKILL) can be taken back by the others: a refused reservation first
 /// reclaims the slots of processes that no longer exist. Slots are handed out from the front and
@@ -25,6 +30,7 @@
 
 #include <signal.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -48,8 +54,8 @@ inline constexpr const char* deferred_env = serialization::env::cap_deferred.dat
 /// The preloaded library's file name; it sits next to libisorun.so.
 inline constexpr const char* library_name = "libisorun_cuda_cap.so";
 
-inline constexpr std::uint64_t terms_magic = 0x3354'4143'4e55'5249ULL;   // "IRUNCAT3"
-inline constexpr std::uint64_t ledger_magic = 0x334c'4143'4e55'5249ULL;  // "IRUNCAL3"
+inline constexpr std::uint64_t terms_magic = 0x3454'4143'4e55'5249ULL;   // "IRUNCAT4"
+inline constexpr std::uint64_t ledger_magic = 0x344c'4143'4e55'5249ULL;  // "IRUNCAL4"
 /// Slots the supervisor provides: far more processes with CUDA than any real command runs at
 /// once (each holds a CUDA context), and only the slots in use cost memory.
 inline constexpr std::size_t default_slot_capacity = 65536;
@@ -65,8 +71,29 @@ constexpr std::size_t ledger_of(int ordinal) noexcept {
 /// The sealed part: read-only to every process of the command.
 struct cap_terms {
   std::uint64_t magic;
-  std::uint64_t limit;          ///< the cap on each device, bytes
-  std::uint64_t slot_capacity;  ///< slots in the ledger
+  std::uint64_t limit;           ///< the cap on each device, bytes
+  std::uint64_t slot_capacity;   ///< slots in the ledger
+  std::uint64_t event_capacity;  ///< events the ledger's ring keeps; 0: no memory timeline
+};
+
+/// One change of what the command holds on a device, as the ring keeps it.
+struct memory_event {
+  enum kind_t : std::uint16_t { held = 1, released = 2, refused = 3 };
+  /// The event's number + 1 once it is written whole; 0 (or another number) while it is being
+  /// written, or after the ring has moved past it.
+  std::atomic<std::uint64_t> seq;
+  std::int64_t t_ns;  ///< CLOCK_MONOTONIC
+  std::uint64_t bytes;
+  std::int32_t pid;
+  std::uint16_t device;  ///< the ledger's device index
+  std::uint16_t kind;
+};
+
+/// Where a process writes its events: the ring after the ledger's slots (nowhere if the terms
+/// keep none). Its size comes from the sealed terms, never from the writable ledger.
+struct event_ring {
+  memory_event* at = nullptr;
+  std::uint64_t capacity = 0;
 };
 
 struct process_slot {
@@ -91,15 +118,22 @@ struct cap_ledger {
   std::atomic<std::uint64_t> processes;   ///< processes that attached
   std::atomic<std::uint64_t> slots_used;  ///< slots ever handed out: scans stop here
   std::atomic<std::uint64_t> slotless;    ///< processes refused for want of a free slot
+  std::atomic<std::uint64_t> events_next; ///< events written to the ring, ever
   device_ledger devices[max_devices];
 
-  /// @brief The size of a ledger file with `capacity` slots.
-  static constexpr std::size_t bytes_for(std::size_t capacity) noexcept {
-    return sizeof(cap_ledger) + capacity * sizeof(process_slot);
+  /// @brief The size of a ledger file with `capacity` slots and a ring of `events` events.
+  static constexpr std::size_t bytes_for(std::size_t capacity, std::size_t events = 0) noexcept {
+    return sizeof(cap_ledger) + capacity * sizeof(process_slot) + events * sizeof(memory_event);
+  }
+
+  /// @brief The ring of a ledger with `capacity` slots that keeps `events` events.
+  event_ring ring(std::size_t capacity, std::size_t events) noexcept {
+    return {events ? reinterpret_cast<memory_event*>(slots() + capacity) : nullptr, events};
   }
 
   /// @brief Charges `n` bytes on `device` to `slot` if the cap `limit` allows.
-  bool reserve(process_slot& slot, std::size_t device, std::uint64_t n, std::uint64_t limit) noexcept {
+  bool reserve(process_slot& slot, std::size_t device, std::uint64_t n, std::uint64_t limit,
+               const event_ring& ring = {}) noexcept {
     device_ledger& d = devices[device];
     for (int attempt = 0; attempt < 2; ++attempt) {
       std::uint64_t cur = d.used.load();
@@ -107,12 +141,14 @@ struct cap_ledger {
         if (d.used.compare_exchange_weak(cur, cur + n)) {
           slot.bytes[device] += n;
           raise_peak(d, cur + n);
+          record(ring, memory_event::held, slot.pid.load(), device, n);
           return true;
         }
       }
-      if (attempt == 0 && reclaim_dead() == 0) break;
+      if (attempt == 0 && reclaim_dead(ring) == 0) break;
     }
     refused(device, n);
+    record(ring, memory_event::refused, slot.pid.load(), device, n);
     return false;
   }
 
@@ -126,38 +162,63 @@ struct cap_ledger {
 
   /// @brief Charges `n` bytes on `device` to `slot` whatever the cap: memory that exists
   ///        already (a CUDA context, a pitched allocation's padding). Later reservations see it.
-  void charge(process_slot& slot, std::size_t device, std::uint64_t n) noexcept {
+  void charge(process_slot& slot, std::size_t device, std::uint64_t n, const event_ring& ring = {}) noexcept {
     slot.bytes[device] += n;
     raise_peak(devices[device], devices[device].used += n);
+    record(ring, memory_event::held, slot.pid.load(), device, n);
   }
 
   /// @brief Gives back `n` bytes on `device` charged to `slot`.
-  void release(process_slot& slot, std::size_t device, std::uint64_t n) noexcept {
+  void release(process_slot& slot, std::size_t device, std::uint64_t n, const event_ring& ring = {}) noexcept {
     slot.bytes[device] -= n;
     devices[device].used -= n;
+    record(ring, memory_event::released, slot.pid.load(), device, n);
   }
 
   /// @brief Takes back the bytes of processes that are gone. @return the bytes taken back.
-  std::uint64_t reclaim_dead() noexcept {
+  std::uint64_t reclaim_dead(const event_ring& ring = {}) noexcept {
     std::uint64_t back = 0;
     for (process_slot* s = slots(), *end = s + in_use(); s != end; ++s) {
       std::int32_t pid = s->pid.load();
       if (pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
       if (!s->pid.compare_exchange_strong(pid, -1)) continue;  // -1: being reclaimed
-      back += empty(*s);
+      back += empty(*s, ring, pid);
       s->pid.store(0);
     }
     return back;
   }
 
+  /// @brief Writes one event to `ring` (nothing if it keeps none): its number is taken, the
+  ///        fields written, and `seq` set last, so a reader skips an event caught half written.
+  void record(const event_ring& ring, memory_event::kind_t kind, std::int32_t pid, std::size_t device,
+              std::uint64_t bytes) noexcept {
+    if (!ring.at || !bytes) return;
+    const std::uint64_t n = events_next.fetch_add(1);
+    memory_event& e = ring.at[n % ring.capacity];
+    e.seq.store(0, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    e.t_ns = static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+    e.bytes = bytes;
+    e.pid = pid;
+    e.device = static_cast<std::uint16_t>(device);
+    e.kind = kind;
+    e.seq.store(n + 1, std::memory_order_release);
+  }
+
+  /// @brief The slots handed out so far, for a reader (the supervisor's timeline).
+  [[nodiscard]] const process_slot* slots_begin() const noexcept { return reinterpret_cast<const process_slot*>(this + 1); }
+  [[nodiscard]] std::size_t slots_in_use() const noexcept { return in_use(); }
+
   /// @brief A slot for process `pid`, or nullptr when all `capacity` are taken by live
   ///        processes (the library then refuses the process's allocations: it fails closed).
   ///        A slot that already names `pid` belonged to the program this process ran before an
   ///        exec, whose device memory went with its image: it is emptied and taken over.
-  process_slot* claim(std::int32_t pid, std::size_t capacity) noexcept {
+  process_slot* claim(std::int32_t pid, std::size_t capacity, const event_ring& ring = {}) noexcept {
     for (process_slot* s = slots(), *end = s + in_use(); s != end; ++s)
       if (s->pid.load() == pid) {
-        empty(*s);
+        empty(*s, ring, pid);
         return s;
       }
     for (int pass = 0; pass < 2; ++pass) {
@@ -169,7 +230,7 @@ struct cap_ledger {
           if (take(slots()[n], pid)) return &slots()[n];
           n = slots_used.load();
         }
-      reclaim_dead();
+      reclaim_dead(ring);
     }
     ++slotless;
     return nullptr;
@@ -193,12 +254,13 @@ struct cap_ledger {
     for (std::uint64_t p = d.peak.load(); now > p && !d.peak.compare_exchange_weak(p, now);) {
     }
   }
-  // Gives every device's bytes of `s` back. @return how many.
-  std::uint64_t empty(process_slot& s) noexcept {
+  // Gives every device's bytes of `s` (process `pid`'s) back. @return how many.
+  std::uint64_t empty(process_slot& s, const event_ring& ring, std::int32_t pid) noexcept {
     std::uint64_t all = 0;
     for (std::size_t d = 0; d < max_devices; ++d) {
       const std::uint64_t b = s.bytes[d].exchange(0);
       devices[d].used -= b;
+      record(ring, memory_event::released, pid, d, b);
       all += b;
     }
     return all;
@@ -217,5 +279,6 @@ struct cap_ledger {
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "the ledger is shared between processes");
 static_assert(sizeof(cap_ledger) % alignof(process_slot) == 0, "slots follow the header, aligned");
+static_assert(sizeof(process_slot) % alignof(memory_event) == 0, "the ring follows the slots, aligned");
 
 }  // namespace isorun::preload

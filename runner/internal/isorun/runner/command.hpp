@@ -37,6 +37,9 @@ struct command_spec {
   /// supervisor (a pipe), which keeps its last lines for the outcome; else it goes straight there.
   int stderr_fd = 2;
   std::size_t stderr_tail_lines = 0;
+  /// With an enforced cap: keep the last this many changes of what the command's processes hold
+  /// (command_result::memory_timeline); 0: none.
+  std::size_t memory_events = 0;
 };
 
 /// How a command ended.
@@ -51,6 +54,9 @@ struct command_result {
   std::string cap_report;
   /// The signal of the first cancel(), 0 if none.
   int stopped_by = 0;
+  /// With `memory_events`: what the command held on each device over time, as JSON
+  /// (driver_cap::memory_timeline); "" otherwise.
+  std::string memory_timeline;
 };
 
 /// One running command. Destroying it before wait() returned stops the group at once.

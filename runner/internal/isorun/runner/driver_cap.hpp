@@ -29,8 +29,9 @@ std::string beside_library(const char* name, const char* without_it);
 class ISORUN_INTERNAL_API driver_cap {
  public:
   /// @brief Creates and seals the terms, and an empty ledger.
+  /// @param events how many of the last changes the ledger keeps for memory_timeline() (0: none).
   /// @throws internal_error if the files cannot be created or sealed (out of memory).
-  explicit driver_cap(std::uint64_t limit);
+  explicit driver_cap(std::uint64_t limit, std::uint64_t events = 0);
   ~driver_cap();
   driver_cap(const driver_cap&) = delete;
   driver_cap& operator=(const driver_cap&) = delete;
@@ -57,11 +58,23 @@ class ISORUN_INTERNAL_API driver_cap {
   /// @param gpus how many devices the run had (the cap is per device, and so is the peak then).
   [[nodiscard]] std::string report(const std::string& what, const std::string& option, std::size_t gpus) const;
 
+  /// @brief What the run's processes held on each device over time, from the changes the ledger
+  ///        kept, as JSON in the form a task's memory timeline has (sweep::render_memory_timeline
+  ///        draws it): per device its cap, what was held at the end and the events ("map",
+  ///        "unmap", "oom", each with its process), and at the last refusal, what each process
+  ///        held on that device then, largest first. Memory a process still held when it ended went back with
+  ///        it: that is an "unmap" at `end_ns`. Read once the run's processes are gone.
+  /// @param gpu_indices the physical index of each of the run's devices, in CUDA order.
+  [[nodiscard]] std::string memory_timeline(std::int64_t start_ns, std::int64_t end_ns,
+                                            const std::vector<int>& gpu_indices) const;
+
  private:
   serialization::shm_file terms_;
   serialization::shm_file ledger_file_;
   preload::cap_ledger* ledger_ = nullptr;
   std::uint64_t limit_ = 0;
+  std::uint64_t events_ = 0;
+  std::size_t ledger_bytes_ = 0;
 };
 
 }  // namespace isorun::runner
