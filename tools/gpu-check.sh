@@ -59,6 +59,15 @@ if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
   else
     record "PyTorch under --mem-limit 2G -- python3" FAIL "$(tail -3 "$log/torch.err" | tr '\n' ' ')"
   fi
+  # 3b. A memory timeline for any program: the same PyTorch script's page shows what it held
+  #     against the cap and, at the 3 GiB the cap refused, who held what.
+  if "$bin/isorun" -q --gpu 0 --mem-limit 2G --memory-timeline "$log/torch.html" -- python3 "$root/tests/helpers/torch_cap.py" \
+       > /dev/null 2> "$log/torch-timeline.err" &&
+     grep -q 'class="reserved"' "$log/torch.html" && grep -q 'by process, largest first' "$log/torch.html"; then
+    record "--memory-timeline with PyTorch under --mem-limit 2G" PASS "$(grep -o '[0-9]* events' "$log/torch.html" | head -1)"
+  else
+    record "--memory-timeline with PyTorch under --mem-limit 2G" FAIL "$(tail -3 "$log/torch-timeline.err" | tr '\n' ' ')"
+  fi
   # 4. A sweep over a command: the Python example, every trial with PyTorch on GPU 0 under the cap.
   if (cd "$root" && "$bin/isorun" sweep examples/python/sweep.yaml --gpus 0 --mem-limit 2G --out "$log/pysweep" \
         --no-progress > "$log/pysweep.out" 2> "$log/pysweep.err") &&
