@@ -3,9 +3,14 @@
 #include "local_backend.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <functional>
 #include <utility>
 
 #include "folder.hpp"
@@ -63,6 +68,69 @@ json read_command_result(int logs, const std::string& id, const fs::path& shown)
   const off_t from = std::max<off_t>(0, size - (1 << 20));
   if (size < 0 || ::lseek(log.get(), from, SEEK_SET) != from) return nullptr;
   return last_json_line(detail::read_all(log.get(), 1 << 20, shown / (id + ".out")));
+}
+
+// A line of a command's stdout as a report: a JSON object with a whole-number "step" (the
+// metrics are the rest of it); nullopt for any other line.
+std::optional<std::pair<std::int64_t, json>> report_line(std::string_view line) {
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
+  while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+  if (line.empty() || line.front() != '{' || line.find("\"step\"") == std::string_view::npos) return std::nullopt;
+  json j = json::parse(line, nullptr, false);
+  if (!j.is_object()) return std::nullopt;
+  const auto step = j.find("step");
+  if (step == j.end() || !step->is_number_integer() || step->get<std::int64_t>() < 0) return std::nullopt;
+  const std::int64_t at = step->get<std::int64_t>();
+  j.erase("step");
+  return std::make_pair(at, std::move(j));
+}
+
+// Copies a command's stdout from the pipe `in` to its log `out`, and hands each report line to
+// `on_report` as it arrives (while the trial runs, not after). Ends at the pipe's end or, once
+// `ended` (an eventfd: the command has exited) is readable, when the pipe holds nothing more:
+// a descendant that escaped with the pipe open cannot keep the lane waiting.
+void pump_stdout(int in, int out, int ended, const std::function<void(std::int64_t, json)>& on_report) {
+  constexpr std::size_t max_line = 1 << 20;  // a longer line is copied, never taken for a report
+  std::string line;
+  bool too_long = false, draining = false;
+  char buf[1 << 16];
+  for (;;) {
+    if (!draining) {
+      pollfd fds[2] = {{in, POLLIN, 0}, {ended, POLLIN, 0}};
+      if (::poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        return;
+      }
+      if (fds[1].revents & POLLIN) {
+        draining = true;
+        ::fcntl(in, F_SETFL, ::fcntl(in, F_GETFL) | O_NONBLOCK);
+      }
+    }
+    const ssize_t n = ::read(in, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN && !draining) continue;
+    if (n <= 0) return;
+    for (ssize_t done = 0; done < n;) {  // the log gets every byte; a failing write loses only the log
+      const ssize_t w = ::write(out, buf + done, static_cast<std::size_t>(n - done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) break;
+      done += w;
+    }
+    for (ssize_t i = 0; i < n; ++i) {
+      if (buf[i] != '\n') {
+        if (!too_long) line += buf[i];
+        if (line.size() > max_line) {
+          too_long = true;
+          line.clear();
+        }
+        continue;
+      }
+      if (!too_long)
+        if (auto r = report_line(line)) on_report(r->first, std::move(r->second));
+      line.clear();
+      too_long = false;
+    }
+  }
 }
 
 // A trial's log file, created (or emptied) in OUT/logs by name; an empty descriptor, and
@@ -369,9 +437,16 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
   fs::remove(result_file, ec);
   std::string log_problem;
   unique_fd stdout_file = log_file(setup_.logs, setup_.out, rec.id + ".out", log_problem);
+  // Its stdout goes through a pipe to the log, read as it comes: each report line reaches the
+  // scheduler while the trial runs.
+  int ends[2] = {-1, -1};
+  if (stdout_file && ::pipe2(ends, O_CLOEXEC) != 0) log_problem = std::string("cannot make a pipe: ") + std::strerror(errno);
+  unique_fd out_read(ends[0]), out_write(ends[1]);
+  unique_fd ended(stdout_file && out_read ? ::eventfd(0, EFD_CLOEXEC) : -1);
+  if (stdout_file && out_read && !ended) log_problem = std::string("cannot make an eventfd: ") + std::strerror(errno);
   std::unique_ptr<runner::command> cmd;
   try {
-    if (!stdout_file) throw internal_error(log_problem);
+    if (!stdout_file || !ended) throw internal_error(log_problem);
     cmd = runner::command::start({.argv = command_for(s.command, rec.params),
                                   .gpus = sl.gpus,
                                   .mem_limit = s.mem_limit,
@@ -379,7 +454,7 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
                                   .grace = setup_.options->grace,
                                   .extra_env = {"ISORUN_RESULT=" + result_file.string(), "ISORUN_TRIAL=" + rec.id},
                                   .stdin_fd = -1,
-                                  .stdout_fd = stdout_file.get(),
+                                  .stdout_fd = out_write.get(),
                                   .stderr_fd = err,
                                   .stderr_tail_lines = 20});
   } catch (const std::exception& e) {
@@ -387,7 +462,26 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
     rec.error = e.what();
     return;
   }
+  out_write.reset();  // the command holds the pipe's only write end now: its exit is our EOF
+  std::thread pump([&] {
+    pump_stdout(out_read.get(), stdout_file.get(), ended.get(),
+                [&](std::int64_t step, json metrics) { sink_->on_report(t, step, metrics); });
+  });
+  struct joiner {  // the pump ends before its descriptors and the log it writes are used again
+    std::thread& pump;
+    int ended;
+    joiner(std::thread& p, int e) : pump{p}, ended{e} {}
+    joiner(const joiner&) = delete;
+    joiner& operator=(const joiner&) = delete;
+    ~joiner() {
+      const std::uint64_t one = 1;
+      [[maybe_unused]] auto n = ::write(ended, &one, sizeof one);
+      pump.join();
+    }
+  };
+  std::optional<joiner> join_pump(std::in_place, pump, ended.get());
   const runner::command_result& r = await(sl, t, {.command = cmd.get()}, *cmd, rec);
+  join_pump.reset();  // all it printed is in the log before the result is read from it
   if (!r.status.ok()) return;
   try {
     rec.result = read_command_result(setup_.logs, rec.id, setup_.out / "logs");

@@ -28,6 +28,8 @@
 #include "isorun/sweep/slurm.hpp"
 #include "isorun/worker/task.hpp"
 #include "isorun/sweep/journal_writer.hpp"
+#include "isorun/sweep/report_log.hpp"
+#include "early_stop.hpp"
 #include "local_backend.hpp"
 #include "progress.hpp"
 #include "python_trials.hpp"
@@ -138,6 +140,7 @@ struct sweep_run::state {
   unique_fd logs;  // OUT/logs, where each trial's files are created by name
   std::optional<folder_lock> lock;
   std::optional<sweep::journal> journal;
+  std::optional<report_log> reports;  // OUT/reports.jsonl (not on a Slurm node)
   std::vector<std::size_t> queue;  // indices into s.trials
   std::vector<std::size_t> gpu_counts;  // spans_gpus(s): each trial's GPUs (by s.trials index)
   bool timelines = false;  // the allocator keeps a history: each trial's memory timeline is kept
@@ -191,6 +194,20 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
     } catch (const usage_error& e) {
       throw located(s, 0, e.what());
     }
+  }
+  if (!s.scheduler.type.empty()) {
+    // Early stopping: what it judges by, and trials that can report steps, known before anything starts.
+    const int line = s.scheduler.line;
+    if (const std::string why = scheduler_problem(s.scheduler); !why.empty()) throw located(s, line, "scheduler: " + why);
+    if (s.metric.name.empty())
+      throw located(s, line, "scheduler: " + s.scheduler.type + " judges trials by a metric, and the sweep has none; add "
+                             "metric: {name: loss, goal: minimize} (or --metric loss:min)");
+    if (s.command.empty())
+      throw located(s, line, "scheduler: trials report their steps from a command: sweep only (JSON lines with a "
+                             "\"step\" key on stdout); tasks and Python functions cannot report yet");
+    if (s.slurm)
+      throw located(s, line, "scheduler: early stopping runs with the local backend only; the Slurm backend does not "
+                             "carry reports yet");
   }
   if (!s.metric.name.empty() && task && task->default_result_json) {
     const json shape = json::parse(task->default_result_json())["result"];
@@ -246,11 +263,13 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
   }
 
   st.journal.emplace(st.out);
+  st.reports.emplace(st.out);
   std::set<std::string> queued;
   for (std::size_t i = 0; i < s.trials.size(); ++i) {
     const std::string id = trial_id(st.subject, s.trials[i]);
     auto it = st.journal->latest().find(id);
-    const bool done = it != st.journal->latest().end() && (it->second.kind == outcome_kind::success || !st.opt.rerun_failed);
+    // A pruned trial is done: early stopping decided, and a rerun would be decided again.
+    const bool done = it != st.journal->latest().end() && (done_well(it->second) || !st.opt.rerun_failed);
     if (done || !queued.insert(id).second) ++st.skipped;
     else st.queue.push_back(i);
   }
@@ -295,14 +314,19 @@ sweep_summary sweep_run::run() {
   journal_writer writer(
       *store,
       [&](const trial_record& r) {
-        ++(r.kind == outcome_kind::success ? summary.succeeded : summary.failed);
+        ++(r.kind == outcome_kind::success ? summary.succeeded : r.pruned ? summary.pruned : summary.failed);
         live.durable(r);
       },
       [&](std::exception_ptr e) { sched_ptr->fail(std::move(e)); });
+  // Every report is made durable; with a scheduler, also judged (a node has no folder of its own).
+  std::optional<early_stopper> stopper;
+  if (st.reports) stopper.emplace(s, *st.reports);
   scheduler sched(s, st.subject, st.queue, *backend, writer, stop,
                   {.metric_checked = st.metric_known,
                    .stop_fails_as_cancelled = node,
-                   .should_stop = {},
+                   .should_stop = stopper ? std::function([&](const trial& t, std::int64_t step, const json& metrics) {
+                     return stopper->judge(t.id, step, metrics);
+                   }) : nullptr,
                    .running_changed = [&](std::size_t n) { live.running(n); }});
   sched_ptr = &sched;
   struct closer {  // nothing calls into the scheduler once it is gone
@@ -354,6 +378,11 @@ json record_run(const sweep_run::state& st, bool node) {
     slot_list.push_back({{"index", sl.index}, {"device", sl.gpus.empty() ? "cpu" : runner::visible_devices_for(sl.gpus)}});
   identity["subject"] = st.subject;
   identity["metric"] = s.metric.name.empty() ? json() : json{{"name", s.metric.name}, {"maximize", s.metric.maximize}};
+  const early_stop_spec& e = s.scheduler;  // for the report: the rungs and the budget
+  identity["scheduler"] = e.type.empty() ? json() : json{{"type", e.type}, {"max_t", e.max_t},
+                                                         {"grace_period", e.grace_period},
+                                                         {"reduction_factor", e.reduction_factor},
+                                                         {"min_samples", e.min_samples}};
   identity["runs"].push_back({{"run", run_number}, {"slots", slot_list}, {"mem_limit", s.mem_limit},
                               {"gpus_per_trial", gpus_per_trial_text(s)}, {"trials", st.queue.size()}});
   if (!node) write_file_durably(st.out / "sweep.json", identity.dump(2) + "\n");
@@ -397,6 +426,7 @@ void tabulate(const sweep_run::state& st, json& identity, clock::time_point run_
     auto it = latest.find(trial_id(st.subject, t));
     if (it != latest.end() && listed.insert(it->first).second) summary.records.push_back(it->second);
   }
+  for (const auto& r : summary.records) summary.steps += r.step > 0 ? static_cast<std::uint64_t>(r.step) : 0;
   write_file_durably(out / "results.csv", results_csv(summary.records));
   identity["runs"].back()["wall_s"] = std::chrono::duration<double>(clock::now() - run_start).count();
   write_file_durably(out / "sweep.json", identity.dump(2) + "\n");

@@ -46,7 +46,9 @@ metric_spec parse_metric_flag(const std::string& text);
 /// the steps they report (stop_rule.hpp). `step` is the resource: a trial's reported step.
 struct early_stop_spec {
   std::string type;                ///< "" (none), "asha" or "median"
-  std::int64_t max_t = 100;        ///< asha: the step a trial is complete at (no rung at or above it)
+  /// The step a trial is complete at: asha has no rung at or above it (default 100); the
+  /// budget a sweep used is counted against it (0 for median: not given, not counted).
+  std::int64_t max_t = 0;
   std::int64_t grace_period = 1;   ///< no trial is stopped before this step (asha: the first rung)
   int reduction_factor = 3;        ///< asha: η; a trial goes on from a rung in the top 1/η there
   int min_samples = 3;             ///< median: other trials that must have reached a step first
