@@ -41,6 +41,8 @@ class fake_backend final : public sw::trial_backend {
   std::size_t peak = 0;                             // most attempts running at once
   int cancel_calls = 0;
   bool finished = false;
+  outcome_kind stop_ends_as = outcome_kind::cancelled;  // a task asking should_stop() returns: success
+  json stop_result = nullptr;
 
   [[nodiscard]] std::size_t lanes() const override { return lanes_; }
   std::vector<sw::trial> begin(sw::trial_sink& sink) override {
@@ -67,7 +69,7 @@ class fake_backend final : public sw::trial_backend {
       std::lock_guard lock(mutex_);
       stopped.push_back(t.index);
     }
-    end(t.index, outcome_kind::cancelled);
+    end(t.index, stop_ends_as, stop_result);
   }
   void cancel_all() override {
     std::vector<std::size_t> all;
@@ -365,7 +367,22 @@ TEST_CASE("scheduler: reports reach an early-stopping rule, which prunes that tr
   CHECK(r.of(s, 0)->step == 11);  // the step each trial reached
 }
 
-TEST_CASE("scheduler: a trial that succeeds before its prune lands stays a success", "[scheduler][early-stopping]") {
+TEST_CASE("scheduler: a pruned trial that ends cleanly (it asked should_stop()) is pruned, keeping what it returned",
+          "[scheduler][early-stopping]") {
+  const auto s = spec_of(1);
+  sw::scheduler_options o;
+  o.should_stop = [&](const sw::trial&, std::int64_t, const json&) { return true; };
+  fake_backend backend(1, [](fake_backend& b, const sw::trial& t) { b.report(t, 3, {{"loss", 2}}); });
+  backend.stop_ends_as = outcome_kind::success;  // it returned when told to stop
+  backend.stop_result = {{"loss", 1.5}};
+  const ran r = run_sweep(s, backend, o);
+  REQUIRE(r.of(s, 0));
+  CHECK(r.of(s, 0)->pruned);
+  CHECK(r.of(s, 0)->step == 3);
+  CHECK(r.of(s, 0)->result == json{{"loss", 1.5}});
+}
+
+TEST_CASE("scheduler: a trial that succeeds before the stop decision lands stays a success", "[scheduler][early-stopping]") {
   const auto s = spec_of(1);
   sw::scheduler_options o;
   fake_backend* b_ptr = nullptr;
@@ -379,6 +396,7 @@ TEST_CASE("scheduler: a trial that succeeds before its prune lands stays a succe
   REQUIRE(r.of(s, 0));
   CHECK(r.of(s, 0)->kind == outcome_kind::success);
   CHECK_FALSE(r.of(s, 0)->pruned);
+  CHECK(backend.stopped.empty());  // nothing left to stop
 }
 
 TEST_CASE("scheduler: a report the rule cannot use stops the sweep, naming the trial", "[scheduler][early-stopping]") {

@@ -222,15 +222,50 @@ TEST_CASE("bad early-stopping input: exit 2 before anything starts, naming the l
     CHECK_THAT(r.err, Catch::Contains("--scheduler " + flag) && Catch::Contains(expect));
     CHECK_FALSE(fs::exists(dir + "/out"));
   }
-  // A task sweep cannot report steps yet: refused up front rather than never stopping anything.
-  load_test_tasks();
-  std::ofstream(dir + "/task.yaml") << "task: step\nmetric: score\nscheduler: {type: asha}\nparams: {i: [1]}\nout: \""
-                                    << dir << "/out\"\n";
-  auto t = sweep_cli({"sweep", dir + "/task.yaml", "--no-progress"});
-  CHECK(t.code == 2);
-  CHECK_THAT(t.err, Catch::Contains("task.yaml: line 3") && Catch::Contains("from a command: sweep only"));
-  CHECK_FALSE(fs::exists(dir + "/out"));
   fs::remove_all(dir);
+}
+
+TEST_CASE("C++ tasks report with this_worker().report(); ASHA prunes them, a task asking should_stop() stops "
+          "cleanly, and a resume reruns nothing",
+          "[sweep][early-stopping][task]") {
+  for (const bool clean : {false, true}) {
+    INFO((clean ? "the task asks should_stop()" : "the task is killed by the stop"));
+    const std::string dir = temp_dir();
+    std::ofstream(dir + "/spec.yaml") << "task: curve\nmetric: {name: loss, goal: minimize}\n"
+                                         "scheduler: {type: asha, max_t: 27, grace_period: 1, reduction_factor: 3}\n"
+                                         "params:\n  x: [0, 0.3, 0.6, 0.8]\n  y: [0.2, 0.6, 1.0]\n  max_t: 27\n"
+                                         "  clean: "
+                                      << (clean ? "true" : "false") << "\n  runs: \"" << dir
+                                      << "/runs\"\nresources: {cpu_slots: 2}\nout: \"" << dir << "/out\"\n";
+    auto r = sweep_cli({"--grace", "10s", "sweep", dir + "/spec.yaml", "--no-progress"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const auto c = count(dir + "/out/results.jsonl");
+    CHECK(c.records == 12);
+    CHECK(c.pruned > 0);
+    REQUIRE(c.best.is_object());
+    CHECK(c.best["params"]["x"] == 0.3);
+    CHECK(c.best["params"]["y"] == 0.6);
+    const json records = read_journal(dir + "/out/results.jsonl");
+    for (const auto& [params, rec] : records.items()) {
+      if (rec["outcome"] != "pruned") continue;
+      CHECK(rec["step"].get<int>() < 27);
+      const auto p = json::parse(params);
+      CHECK(rec["result"]["loss"].get<double>() == Approx(curve_loss(p["x"], p["y"], rec["step"])));  // its last report
+    }
+    auto starts = [&] {
+      const auto all = lines(dir + "/runs");
+      return std::count_if(all.begin(), all.end(), [](const std::string& l) { return l.rfind("stopped", 0) != 0; });
+    };
+    // Asked, each pruned task saw should_stop() and stopped by itself within the 10 s grace;
+    // one that never asks is ended by the SIGTERM.
+    CHECK(static_cast<std::size_t>(lines(dir + "/runs").size() - starts()) == (clean ? c.pruned : 0));
+    CHECK(starts() == 12);
+    auto again = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+    CHECK(again.code == 0);
+    CHECK(starts() == 12);  // nothing reruns
+    fs::remove_all(dir);
+  }
 }
 
 TEST_CASE("a report without the metric stops the sweep at once with exit 2, naming the trial",

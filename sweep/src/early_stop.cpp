@@ -1,6 +1,8 @@
 // Early stopping in a sweep (early_stop.hpp).
 #include "early_stop.hpp"
 
+#include <limits>
+
 namespace isorun::sweep {
 
 early_stopper::early_stopper(const sweep_spec& s, report_log& log) : s_{s}, log_{log} {
@@ -14,6 +16,8 @@ early_stopper::early_stopper(const sweep_spec& s, report_log& log) : s_{s}, log_
 
 std::optional<double> early_stopper::value(const nlohmann::json& metrics) const {
   const auto it = metrics.find(s_.metric.name);
+  // null: a value JSON cannot carry (NaN, a diverged loss), which the rule takes for the worst
+  if (it != metrics.end() && it->is_null()) return std::numeric_limits<double>::quiet_NaN();
   if (it == metrics.end() || !it->is_number()) return std::nullopt;
   const double v = it->get<double>();
   return s_.metric.maximize ? -v : v;

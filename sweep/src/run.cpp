@@ -202,9 +202,6 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
     if (s.metric.name.empty())
       throw located(s, line, "scheduler: " + s.scheduler.type + " judges trials by a metric, and the sweep has none; add "
                              "metric: {name: loss, goal: minimize} (or --metric loss:min)");
-    if (s.command.empty())
-      throw located(s, line, "scheduler: trials report their steps from a command: sweep only (JSON lines with a "
-                             "\"step\" key on stdout); tasks and Python functions cannot report yet");
     if (s.slurm)
       throw located(s, line, "scheduler: early stopping runs with the local backend only; the Slurm backend does not "
                              "carry reports yet");

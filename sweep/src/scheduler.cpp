@@ -87,15 +87,16 @@ bool scheduler::settle(finished_trial& f, std::vector<trial_record>& final) {
   if (options_.stop_fails_as_cancelled && stop_.requests() > 0 && rec.kind != outcome_kind::success)
     rec.kind = outcome_kind::cancelled;
   if (stopped_.erase(f.t.index) && rec.kind != outcome_kind::success) rec.kind = outcome_kind::cancelled;
+  const bool pruned = pruned_.erase(f.t.index) > 0;
   if (const auto last = last_report_.find(f.t.index); last != last_report_.end()) {
     rec.step = last->second.first;
-    if (pruned_.count(f.t.index) && rec.kind != outcome_kind::success) {
-      rec.result = last->second.second;  // a pruned trial's result is its last report (its step: rec.step)
-    }
+    // A pruned trial's result: what it returned if it stopped cleanly, else its last report.
+    if (pruned && rec.kind != outcome_kind::success) rec.result = last->second.second;
     last_report_.erase(last);
   }
-  if (pruned_.erase(f.t.index) && rec.kind != outcome_kind::success) {
-    // Early stopping's decision: done, not failed; never retried, journaled with its last step.
+  if (pruned) {
+    // Early stopping's decision, however the trial then ended (killed, or cleanly when it asked
+    // should_stop()): done, not failed; never retried, journaled with its last step.
     rec.kind = outcome_kind::cancelled;
     rec.pruned = true;
     rec.error.clear();  // the SIGTERM that stopped it says nothing about the trial

@@ -26,13 +26,17 @@ def main():
     p.add_argument("--sleep-ms", type=float, default=1.0)
     p.add_argument("--runs", help="append a line per start to this file (to count starts)")
     p.add_argument("--metric", default="loss", help="the name the reports give the loss")
+    p.add_argument("--stamp", action="store_true", help="each report carries the wall clock it was printed at, as t")
     a = p.parse_args()
     if a.runs:
         fd = os.open(a.runs, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         os.write(fd, ("%s %s\n" % (a.x, a.y)).encode())
         os.close(fd)
     for t in range(1, a.max_t + 1):
-        print(json.dumps({"step": t, a.metric: loss(a.x, a.y, t)}), flush=True)
+        report = {"step": t, a.metric: loss(a.x, a.y, t)}
+        if a.stamp:
+            report["t"] = time.time()
+        print(json.dumps(report), flush=True)
         time.sleep(a.sleep_ms / 1000.0)
     print(json.dumps({"loss": loss(a.x, a.y, a.max_t)}), flush=True)
     return 0
