@@ -105,6 +105,15 @@ TEST_CASE("ASHA on learning curves finds the grid's best at a third of its steps
   CHECK(std::count_if(csv.begin(), csv.end(), [](const std::string& l) { return l.find(",pruned,") != std::string::npos; }) ==
         static_cast<long>(c.pruned));
 
+  // The report draws the learning curves, pruned trials faded, the rungs marked, and says how
+  // much of the budget was used.
+  const std::string html = read_file(dir + "/out/report.html");
+  CHECK_THAT(html, Catch::Contains("<section id=\"curves\">") && Catch::Contains("budget used"));
+  CHECK(occurrences(html, "<polyline class=\"pruned\"") == c.pruned);
+  CHECK(occurrences(html, "<polyline class=\"full\"") == 81 - c.pruned);
+  CHECK(occurrences(html, "<line class=\"rung\"") == 4);  // steps 1, 3, 9, 27
+  CHECK_THAT(html, Catch::Contains("<b>pruned<") || Catch::Contains(">pruned<b>" + std::to_string(c.pruned)));
+
   // The same command again: nothing reruns, pruned trials included.
   CHECK(lines(dir + "/runs").size() == 81);
   auto again = isorun::test::run_captured(ISORUN_CLI, {"sweep", dir + "/spec.yaml", "--no-progress"});
