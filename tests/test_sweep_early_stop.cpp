@@ -83,12 +83,13 @@ TEST_CASE("ASHA on learning curves finds the grid's best at a third of its steps
   CHECK_THAT(r.err, Catch::Contains(std::to_string(c.pruned) + " pruned") && Catch::Contains("of the full budget"));
 
   // Pruned trials: their last step and loss journaled. Reports were delivered while they ran:
-  // each was stopped at the rung it failed, before max_t (its log holds at least that much).
+  // each was stopped soon after the rung it failed, before max_t (its log holds as much).
+  std::size_t stopped_before_end = 0;
   const json records = read_journal(dir + "/out/results.jsonl");
   for (const auto& [params, rec] : records.items()) {
     if (rec["outcome"] != "pruned") continue;
     const auto step = rec["step"].get<int>();
-    CHECK(step < 81);
+    stopped_before_end += step < 81;  // (a stop that came late finds the trial at its end)
     const auto p = json::parse(params);
     CHECK(rec["result"]["loss"].get<double>() == Approx(curve_loss(p["x"], p["y"], step)));
     const auto log = lines(dir + "/out/logs/" + rec["id"].get<std::string>() + ".out");
@@ -96,6 +97,7 @@ TEST_CASE("ASHA on learning curves finds the grid's best at a third of its steps
     CHECK(json::parse(log.back()).value("step", 81) >= step);
     CHECK_FALSE(rec.contains("error"));
   }
+  CHECK(stopped_before_end > 0);
   // Every report is durable, in OUT/reports.jsonl: as many as the steps the trials reached.
   CHECK(lines(dir + "/out/reports.jsonl").size() >= c.steps);
   // results.csv has the step each trial reached.
@@ -256,9 +258,10 @@ TEST_CASE("C++ tasks report with this_worker().report(); ASHA prunes them, a tas
     CHECK(c.best["params"]["x"] == 0.3);
     CHECK(c.best["params"]["y"] == 0.6);
     const json records = read_journal(dir + "/out/results.jsonl");
+    std::size_t stopped_early = 0;  // pruned trials the stop reached before their last step
     for (const auto& [params, rec] : records.items()) {
       if (rec["outcome"] != "pruned") continue;
-      CHECK(rec["step"].get<int>() < 27);
+      stopped_early += rec["step"].get<int>() < 27;
       const auto p = json::parse(params);
       CHECK(rec["result"]["loss"].get<double>() == Approx(curve_loss(p["x"], p["y"], rec["step"])));  // its last report
     }
@@ -266,9 +269,11 @@ TEST_CASE("C++ tasks report with this_worker().report(); ASHA prunes them, a tas
       const auto all = lines(dir + "/runs");
       return std::count_if(all.begin(), all.end(), [](const std::string& l) { return l.rfind("stopped", 0) != 0; });
     };
-    // Asked, each pruned task saw should_stop() and stopped by itself within the 10 s grace;
-    // one that never asks is ended by the SIGTERM.
-    CHECK(static_cast<std::size_t>(lines(dir + "/runs").size() - starts()) == (clean ? c.pruned : 0));
+    // Asked, each pruned task saw should_stop() and stopped by itself within the 10 s grace (one
+    // that reached its last step before the stop came did not need to); one that never asks is
+    // ended by the SIGTERM.
+    CHECK(stopped_early > 0);
+    CHECK(static_cast<std::size_t>(lines(dir + "/runs").size() - starts()) == (clean ? stopped_early : 0));
     CHECK(starts() == 12);
     auto again = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
     CHECK(again.code == 0);

@@ -95,8 +95,9 @@ bool scheduler::settle(finished_trial& f, std::vector<trial_record>& final) {
     last_report_.erase(last);
   }
   if (pruned) {
-    // Early stopping's decision, however the trial then ended (killed, or cleanly when it asked
-    // should_stop()): done, not failed; never retried, journaled with its last step.
+    // Early stopping's decision, however the trial then ended (killed, cleanly when it asked
+    // should_stop(), or at its end when the decision came late): done, not failed; never
+    // retried, journaled with the last step it reported.
     rec.kind = outcome_kind::cancelled;
     rec.pruned = true;
     rec.error.clear();  // the SIGTERM that stopped it says nothing about the trial
@@ -132,10 +133,14 @@ bool scheduler::settle(finished_trial& f, std::vector<trial_record>& final) {
 void scheduler::on_report(const trial& t, std::int64_t step, const nlohmann::json& metrics) {
   // One report at a time, from every lane: the hook sees them in one order, the one it records.
   std::lock_guard judging(judging_);
+  // A pruned trial's reports until it ends still reach the hook (every report is kept, and a
+  // resumed sweep replays them all); its verdicts on them change nothing.
+  bool pruned_already = false;
   {
     std::lock_guard lk(mutex_);
-    if (!running_.count(t.index) || stopped_.count(t.index) || pruned_.count(t.index) || stopping()) return;
-    last_report_[t.index] = {step, metrics};
+    if (!running_.count(t.index) || stopped_.count(t.index) || stopping()) return;
+    last_report_[t.index] = {step, metrics};  // a pruned trial's too, until it ends: the step it reached
+    pruned_already = pruned_.count(t.index) > 0;
   }
   if (!options_.should_stop) return;
   bool stop_it = false;
@@ -151,7 +156,7 @@ void scheduler::on_report(const trial& t, std::int64_t step, const nlohmann::jso
     fail(std::current_exception());
     return;
   }
-  if (stop_it) prune(t);
+  if (stop_it && !pruned_already) prune(t);
 }
 
 void scheduler::prune(const trial& t) {
