@@ -315,3 +315,34 @@ TEST_CASE("a scheduler with random search draws its trials without a grid", "[sw
   const auto f = sw::parse_scheduler_flag("asha:max_t=81,grace_period=3,reduction_factor=4");
   CHECK((f.type == "asha" && f.max_t == 81 && f.grace_period == 3 && f.reduction_factor == 4));
 }
+
+TEST_CASE("early stopping on packed GPUs with standby workers, and on trials spanning two GPUs",
+          "[sweep][early-stopping][multi-gpu]") {
+  for (const std::string resources : {"{gpus: all, mem_limit: 1G, per_gpu: 2, standby: 1}",
+                                      "{gpus: all, mem_limit: 1G, per_gpu: 2, gpus_per_trial: 2}"}) {
+    INFO(resources);
+    const std::string dir = temp_dir();
+    std::ofstream(dir + "/spec.yaml") << "task: curve\nmetric: {name: loss, goal: minimize}\n"
+                                         "scheduler: {type: asha, max_t: 27, grace_period: 1, reduction_factor: 3}\n"
+                                         "params:\n  x: [0, 0.3, 0.6, 0.8]\n  y: [0.2, 0.6, 1.0]\n  max_t: 27\n"
+                                         "resources: "
+                                      << resources << "\nout: \"" << dir << "/out\"\n";
+    auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"}, {"ISORUN_SIMULATE_GPUS=2x16G"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const auto c = count(dir + "/out/results.jsonl");
+    CHECK(c.records == 12);
+    CHECK(lines(dir + "/out/results.jsonl").size() == 12);
+    CHECK(c.pruned > 0);
+    REQUIRE(c.best.is_object());
+    CHECK(c.best["params"]["x"] == 0.3);
+    CHECK(c.best["params"]["y"] == 0.6);
+    const json records = read_journal(dir + "/out/results.jsonl");
+    for (const auto& [params, rec] : records.items()) {
+      const std::string device = rec["device"];
+      const bool spans = resources.find("gpus_per_trial") != std::string::npos;
+      CHECK(std::count(device.begin(), device.end(), ',') == (spans ? 1 : 0));  // on its GPU(s)
+    }
+    fs::remove_all(dir);
+  }
+}
