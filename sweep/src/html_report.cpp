@@ -405,6 +405,9 @@ std::string curves_chart(const report_data& d) {
     for (const auto& [step, v] : *c) o << px(x(static_cast<double>(step))) << "," << px(y(v)) << " ";
     o << "\"><title>" << esc(*id) << (pruned ? " (pruned)" : "") << ": " << num(c->back().second) << " at step "
       << c->back().first << "</title></polyline>";
+    if (pruned)  // where it was stopped (a trial stopped at its first report has no line)
+      o << "<circle class=\"stop\" r=\"2.5\" cx=\"" << px(x(static_cast<double>(c->back().first))) << "\" cy=\""
+        << px(y(c->back().second)) << "\"><title>" << esc(*id) << " pruned at step " << c->back().first << "</title></circle>";
   }
   o << "</svg><figcaption>" << all.size() << " trials" << (all.size() > order.size() ? ", " + std::to_string(order.size()) + " drawn" : "")
     << "</figcaption></figure>";
@@ -648,7 +651,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}td.err{white-space:nor
 .pager{margin:6px 0}.pager button{margin-right:6px}.oom{background:#fff5f5;border:1px solid #f1c0c0;padding:6px 10px;margin:6px 0}
 .bar{display:inline-block;height:8px;background:#9b2226;vertical-align:middle}
 .curves polyline{fill:none;stroke-width:1.2}.curves .full{stroke:#264653;stroke-opacity:.8}
-.curves .pruned{stroke:#adb5bd;stroke-opacity:.35}.curves polyline:hover{stroke-width:3;stroke-opacity:1}
+.curves .pruned{stroke:#adb5bd;stroke-opacity:.35}.curves circle.stop{fill:#9d8189;fill-opacity:.5}.curves polyline:hover{stroke-width:3;stroke-opacity:1}
 line.rung{stroke:#e76f51;stroke-dasharray:4 3}
 )";
 
@@ -727,6 +730,7 @@ json table_data(const report_data& d) {
   }
   json colours = json::object();
   for (auto k : all_outcome_kinds) colours[std::string(to_string(k))] = outcome_colour(k);
+  colours["pruned"] = pruned_colour;
   int sort_col = -1;
   if (!d.metric.empty())
     for (std::size_t i = 0; i < cols.size(); ++i)
