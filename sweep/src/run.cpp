@@ -3,8 +3,16 @@
 // scheduler that decides what runs, one journal writer, the progress line and one stop source.
 #include "isorun/sweep/run.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <condition_variable>
 #include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -202,9 +210,6 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
     if (s.metric.name.empty())
       throw located(s, line, "scheduler: " + s.scheduler.type + " judges trials by a metric, and the sweep has none; add "
                              "metric: {name: loss, goal: minimize} (or --metric loss:min)");
-    if (s.slurm)
-      throw located(s, line, "scheduler: early stopping runs with the local backend only; the Slurm backend does not "
-                             "carry reports yet");
   }
   if (!s.metric.name.empty() && task && task->default_result_json) {
     const json shape = json::parse(task->default_result_json())["result"];
@@ -288,6 +293,61 @@ void tabulate(const sweep_run::state& st, json& identity, clock::time_point run_
 
 }  // namespace
 
+namespace {
+
+// A report of a trial on a Slurm node, appended for the submitter as one line (one write, the
+// file opened and closed each time, so a shared file system shows it to the submitter's node).
+void forward_report(const fs::path& file, std::int64_t step, const json& metrics) {
+  const std::string line = json{{"step", step}, {"metrics", metrics}}.dump() + "\n";
+  const unique_fd fd(::open(file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (!fd) throw internal_error("cannot write " + file.string() + ": " + std::strerror(errno));
+  if (::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()))
+    throw internal_error("cannot write " + file.string() + ": " + std::strerror(errno));
+}
+
+// On a Slurm node: the submitter's verdicts, OUT/slurm/stop/ID, each stopping that trial alone
+// as pruned. Looked for every 100 ms (a shared file system need not tell another node of a new
+// file), until destroyed.
+class verdict_watch {
+ public:
+  verdict_watch(const sweep_run::state& st, scheduler& sched) : thread_{[this, &st, &sched] { watch(st, sched); }} {}
+  verdict_watch(const verdict_watch&) = delete;
+  verdict_watch& operator=(const verdict_watch&) = delete;
+  ~verdict_watch() {
+    {
+      std::lock_guard lock(mutex_);
+      done_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  void watch(const sweep_run::state& st, scheduler& sched) {
+    std::set<std::size_t> stopped;
+    for (;;) {
+      {
+        std::unique_lock lock(mutex_);
+        if (wake_.wait_for(lock, std::chrono::milliseconds(100), [&] { return done_; })) return;
+      }
+      for (std::size_t i : st.queue) {
+        const std::string id = trial_id(st.subject, st.s.trials[i]);
+        std::error_code ec;
+        if (!stopped.count(i) && fs::exists(st.out / "slurm" / "stop" / id, ec)) {
+          stopped.insert(i);
+          sched.prune({i, id, 1});
+        }
+      }
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
 sweep_summary sweep_run::run() {
   state& st = *state_;
   if (st.ran) throw std::logic_error("sweep_run::run() called twice");
@@ -318,12 +378,21 @@ sweep_summary sweep_run::run() {
   // Every report is made durable; with a scheduler, also judged (a node has no folder of its own).
   std::optional<early_stopper> stopper;
   if (st.reports) stopper.emplace(s, *st.reports);
+  // On a Slurm node with early stopping, the submitter decides: each report goes to it through
+  // OUT/slurm/reports/ID.jsonl, and its verdicts come back as OUT/slurm/stop/ID (watched below).
+  const bool forwards = node && !s.scheduler.type.empty();
+  std::function<bool(const trial&, std::int64_t, const json&)> should_stop;
+  if (stopper)
+    should_stop = [&](const trial& t, std::int64_t step, const json& metrics) { return stopper->judge(t.id, step, metrics); };
+  else if (forwards)
+    should_stop = [&](const trial& t, std::int64_t step, const json& metrics) {
+      forward_report(st.out / "slurm" / "reports" / (t.id + ".jsonl"), step, metrics);
+      return false;
+    };
   scheduler sched(s, st.subject, st.queue, *backend, writer, stop,
                   {.metric_checked = st.metric_known,
                    .stop_fails_as_cancelled = node,
-                   .should_stop = stopper ? std::function([&](const trial& t, std::int64_t step, const json& metrics) {
-                     return stopper->judge(t.id, step, metrics);
-                   }) : nullptr,
+                   .should_stop = std::move(should_stop),
                    .running_changed = [&](std::size_t n) { live.running(n); }});
   sched_ptr = &sched;
   struct closer {  // nothing calls into the scheduler once it is gone
@@ -340,7 +409,10 @@ sweep_summary sweep_run::run() {
   });
 
   const bool detach = st.opt.detach && s.slurm && !node;
+  std::optional<verdict_watch> verdicts;  // a node's trials stopped by the submitter
+  if (forwards) verdicts.emplace(st, sched);
   sched.run(detach);
+  verdicts.reset();
   if (detach) {
     summary.detached = true;
     summary.jobs = static_cast<slurm_backend&>(*backend).jobs();
