@@ -225,6 +225,11 @@ const option_row table[] = {
      [](cli_options& o, const std::string&, const std::string&) { o.sweep.fail_fast = true; }},
     {"--metric", "NAME[:min|max]", in_sweep, "rank by this numeric field of the result (max if no goal given)",
      [](cli_options& o, const std::string&, const std::string& v) { o.sweep.metric = sweep::parse_metric_flag(v); }},
+    {"--scheduler", "TYPE[:K=V,...]", in_sweep,
+     "stop bad trials early on the steps they report: asha (asynchronous successive halving; "
+     "max_t, grace_period, reduction_factor) or median (median stopping rule; grace_period, "
+     "min_samples), e.g. asha:max_t=81,reduction_factor=3; none turns the spec's off",
+     [](cli_options& o, const std::string&, const std::string& v) { o.sweep.scheduler = sweep::parse_scheduler_flag(v); }},
     {"--top", "K", in_sweep, "rows in the final table (default 5)",
      [](cli_options& o, const std::string& f, const std::string& v) { o.sweep.top = whole_number(f, v); }},
     {"--wait", nullptr, in_sweep, "if another sweep uses the output folder, wait for it instead of failing",

@@ -64,6 +64,7 @@ void apply_flags(const cli_options& o, sweep::sweep_spec& s) {
   for (const auto& [cls, n] : f.retries) s.retries[cls] = n;
   if (f.fail_fast) s.fail_fast = true;
   if (f.metric) s.metric = *f.metric;
+  if (f.scheduler) s.scheduler = *f.scheduler;
   if (f.backend == "slurm" && !s.slurm) s.slurm.emplace();
   if (f.backend == "local") s.slurm.reset();
   if (f.detach && !s.slurm) throw usage_error("--detach goes with the Slurm backend (--backend slurm)");
@@ -108,15 +109,24 @@ int summarize(const cli_options& o, const sweep::sweep_spec& s, const sweep::swe
   }
   std::cout << printable(sweep::top_table(s, summary.records, o.sweep.top));  // parameter values are the spec's
   std::fprintf(stderr,
-               "isorun: sweep %s: %zu succeeded, %zu failed, %zu already done%s; journal %s/results.jsonl, table "
+               "isorun: sweep %s: %zu succeeded, %s%zu failed, %zu already done%s; journal %s/results.jsonl, table "
                "%s/results.csv%s\n",
-               summary.interrupted ? "interrupted" : "finished", summary.succeeded, summary.failed, summary.skipped,
+               summary.interrupted ? "interrupted" : "finished", summary.succeeded,
+               s.scheduler.type.empty() ? "" : (std::to_string(summary.pruned) + " pruned, ").c_str(), summary.failed,
+               summary.skipped,
                summary.cancelled ? (", " + std::to_string(summary.cancelled) + " cancelled").c_str() : "",
                printable(where).c_str(), printable(where).c_str(),
                summary.report.empty() ? "" : printable(", report " + summary.report).c_str());
+  if (!s.scheduler.type.empty() && s.scheduler.max_t > 0 && !summary.records.empty()) {
+    // How much of the full budget (every trial to max_t) early stopping let the sweep use.
+    const double full = double(summary.records.size()) * double(s.scheduler.max_t);
+    std::fprintf(stderr, "isorun: %s used %llu steps of %.0f (%zu trials x max_t %lld): %.1f%% of the full budget\n",
+                 s.scheduler.type.c_str(), static_cast<unsigned long long>(summary.steps), full, summary.records.size(),
+                 static_cast<long long>(s.scheduler.max_t), 100.0 * double(summary.steps) / full);
+  }
   if (summary.interrupted) return 130;
-  std::size_t failed_total = 0;
-  for (const auto& r : summary.records) failed_total += r.kind != outcome_kind::success;
+  std::size_t failed_total = 0;  // pruned trials are done, not failed
+  for (const auto& r : summary.records) failed_total += !sweep::done_well(r);
   return failed_total ? 1 : 0;
 }
 

@@ -41,6 +41,8 @@ class fake_backend final : public sw::trial_backend {
   std::size_t peak = 0;                             // most attempts running at once
   int cancel_calls = 0;
   bool finished = false;
+  outcome_kind stop_ends_as = outcome_kind::cancelled;  // a task asking should_stop() returns: success
+  json stop_result = nullptr;
 
   [[nodiscard]] std::size_t lanes() const override { return lanes_; }
   std::vector<sw::trial> begin(sw::trial_sink& sink) override {
@@ -67,7 +69,7 @@ class fake_backend final : public sw::trial_backend {
       std::lock_guard lock(mutex_);
       stopped.push_back(t.index);
     }
-    end(t.index, outcome_kind::cancelled);
+    end(t.index, stop_ends_as, stop_result);
   }
   void cancel_all() override {
     std::vector<std::size_t> all;
@@ -332,8 +334,9 @@ TEST_CASE("scheduler: a stop requested while the sweep is set up, before its sto
   CHECK(again.journal_lines == 3);
 }
 
-TEST_CASE("scheduler: reports reach an early-stopping rule, which stops that trial only", "[scheduler][early-stopping]") {
-  const auto s = spec_of(3);
+TEST_CASE("scheduler: reports reach an early-stopping rule, which prunes that trial only", "[scheduler][early-stopping]") {
+  auto s = spec_of(3);
+  s.retries["task_error"] = 3;  // (the fake ends a stopped attempt as cancelled; a pruned trial is never retried)
   std::vector<std::int64_t> steps;
   sw::scheduler_options o;
   o.should_stop = [&](const sw::trial&, std::int64_t step, const json& m) {
@@ -341,15 +344,76 @@ TEST_CASE("scheduler: reports reach an early-stopping rule, which stops that tri
     return m.value("loss", 0.0) > 1.0;
   };
   fake_backend backend(1, [](fake_backend& b, const sw::trial& t) {
+    b.report(t, 4, {{"loss", 0.9}});
     b.report(t, 10, {{"loss", t.index == 1 ? 5.0 : 0.5}});
-    b.end(t.index, outcome_kind::success, json{{"acc", 1}});  // (a no-op for a stopped trial)
+    b.report(t, 11, {{"loss", 0.1}});  // (not judged for a stopped trial)
+    b.end(t.index, outcome_kind::success, json{{"loss", 0.1}});  // (a no-op for a stopped trial)
   });
   const ran r = run_sweep(s, backend, o);
-  CHECK(steps == std::vector<std::int64_t>{10, 10, 10});
+  CHECK(steps == std::vector<std::int64_t>{4, 10, 11, 4, 10, 4, 10, 11});
   CHECK(backend.stopped == std::vector<std::size_t>{1});
-  CHECK(r.cancelled == 1);
-  CHECK(r.journal.size() == 2);
-  CHECK_FALSE(r.of(s, 1));
+  CHECK(backend.starts_of(1) == 1);
+  CHECK(r.cancelled == 0);  // pruned is an outcome of its own, journaled
+  REQUIRE(r.journal.size() == 3);
+  const auto pruned = r.of(s, 1);
+  REQUIRE(pruned);
+  CHECK(pruned->pruned);
+  CHECK(pruned->step == 10);
+  CHECK(pruned->result == json{{"loss", 5.0}});  // its last report
+  CHECK(sw::outcome_name(*pruned) == "pruned");
+  CHECK(sw::done_well(*pruned));
+  CHECK(r.of(s, 0)->kind == outcome_kind::success);
+  CHECK_FALSE(r.of(s, 0)->pruned);
+  CHECK(r.of(s, 0)->step == 11);  // the step each trial reached
+}
+
+TEST_CASE("scheduler: a pruned trial that ends cleanly (it asked should_stop()) is pruned, keeping what it returned",
+          "[scheduler][early-stopping]") {
+  const auto s = spec_of(1);
+  sw::scheduler_options o;
+  o.should_stop = [&](const sw::trial&, std::int64_t, const json&) { return true; };
+  fake_backend backend(1, [](fake_backend& b, const sw::trial& t) { b.report(t, 3, {{"loss", 2}}); });
+  backend.stop_ends_as = outcome_kind::success;  // it returned when told to stop
+  backend.stop_result = {{"loss", 1.5}};
+  const ran r = run_sweep(s, backend, o);
+  REQUIRE(r.of(s, 0));
+  CHECK(r.of(s, 0)->pruned);
+  CHECK(r.of(s, 0)->step == 3);
+  CHECK(r.of(s, 0)->result == json{{"loss", 1.5}});
+}
+
+TEST_CASE("scheduler: a trial that succeeds before the stop decision lands stays a success", "[scheduler][early-stopping]") {
+  const auto s = spec_of(1);
+  sw::scheduler_options o;
+  fake_backend* b_ptr = nullptr;
+  o.should_stop = [&](const sw::trial& t, std::int64_t, const json&) {
+    b_ptr->end(t.index, outcome_kind::success, json{{"loss", 2}});  // it ended as the decision was made
+    return true;
+  };
+  fake_backend backend(1, [](fake_backend& b, const sw::trial& t) { b.report(t, 1, {{"loss", 2}}); });
+  b_ptr = &backend;
+  const ran r = run_sweep(s, backend, o);
+  REQUIRE(r.of(s, 0));
+  CHECK(r.of(s, 0)->kind == outcome_kind::success);
+  CHECK_FALSE(r.of(s, 0)->pruned);
+  CHECK(backend.stopped.empty());  // nothing left to stop
+}
+
+TEST_CASE("scheduler: a report the rule cannot use stops the sweep, naming the trial", "[scheduler][early-stopping]") {
+  const auto s = spec_of(4);
+  sw::scheduler_options o;
+  o.should_stop = [&](const sw::trial& t, std::int64_t, const json& m) -> bool {
+    if (!m.contains("loss")) throw sw::spec_error("trial " + t.id + " reported no loss", 0);
+    return false;
+  };
+  fake_backend backend(1, [](fake_backend& b, const sw::trial& t) {
+    b.report(t, 1, t.index == 1 ? json{{"acc", 1}} : json{{"loss", 1}});
+    b.end(t.index, outcome_kind::success, json{{"loss", 1}});
+  });
+  const ran r = run_sweep(s, backend, o);
+  CHECK(r.metric_error.find("trial " + sw::trial_id(s.task, s.trials[1]) + " reported no loss") != std::string::npos);
+  CHECK(backend.starts.size() == 2);  // nothing started after it
+  CHECK(r.journal.size() == 1);       // the trial before it; the one that reported is cancelled
 }
 
 TEST_CASE("scheduler: trials the backend already runs are not started again", "[scheduler]") {

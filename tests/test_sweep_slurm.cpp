@@ -249,3 +249,38 @@ TEST_CASE("on Slurm: a node failure loses the running trial; it is retried once 
   CHECK(fs::exists(dir + "/out/slurm/batch-2.json"));
   fs::remove_all(dir);
 }
+TEST_CASE("on Slurm: early stopping; nodes send their trials' reports through the output folder, the submitter "
+          "decides, and a stop ends only that trial on its node",
+          "[slurm]") {
+  const std::string dir = temp_dir();
+  // Three trials per array task: a pruned trial's neighbours on its node go on.
+  std::ofstream(dir + "/spec.yaml") << "command: [python3, " CURVE_SCRIPT ", --x, \"{x}\", --y, \"{y}\", --max-t, 27, "
+                                       "--sleep-ms, 20, --runs, \""
+                                    << dir << "/runs\"]\nmetric: {name: loss, goal: minimize}\n"
+                                       "scheduler: {type: asha, max_t: 27, grace_period: 1, reduction_factor: 3}\n"
+                                       "params:\n  x: [0, 0.3, 0.6, 0.8]\n  y: [0.2, 0.6, 1.0]\n"
+                                       "resources: {backend: slurm, cpu_slots: 1, trials_per_task: 3, partition: test}\n"
+                                       "out: \""
+                                    << dir << "/out\"\n";
+  auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const json records = read_journal(dir + "/out/results.jsonl");
+  REQUIRE(records.size() == 12);
+  std::size_t pruned = 0, succeeded = 0;
+  json best;
+  for (const auto& [params, rec] : records.items()) {
+    pruned += rec["outcome"] == "pruned";
+    if (rec["outcome"] != "success") continue;
+    ++succeeded;
+    CHECK(rec["step"] == 27);
+    if (best.is_null() || rec["result"]["loss"] < best["result"]["loss"]) best = rec;
+  }
+  CHECK(pruned > 0);
+  CHECK(pruned + succeeded == 12);  // a stop took its trial alone, not the array task's others
+  REQUIRE(best.is_object());
+  CHECK(best["params"] == json{{"x", 0.3}, {"y", 0.6}});
+  CHECK(lines(dir + "/runs").size() == 12);  // each started once: no stop was taken for a lost task
+  CHECK(lines(dir + "/out/reports.jsonl").size() > 12);  // the submitter judged and kept every report
+  fs::remove_all(dir);
+}

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._api import IsolatedFunction, IsolatedFuture, isolated, map, stop_standby
     from ._outcome import Outcome, Result
+    from ._report import report, should_stop
     from ._sweep import SweepResults, sweep
     from .errors import (
         Cancelled,
@@ -40,6 +41,7 @@ _WHERE = {
     **dict.fromkeys(["IsolatedFunction", "IsolatedFuture", "isolated", "map", "stop_standby"], "_api"),
     **dict.fromkeys(["Outcome", "Result"], "_outcome"),
     **dict.fromkeys(["sweep", "SweepResults"], "_sweep"),
+    **dict.fromkeys(["report", "should_stop"], "_report"),
     **dict.fromkeys(["Cancelled", "Error", "InternalError", "InvalidResult", "OutOfMemory", "RemoteTraceback",
                      "TaskError", "Timeout", "UsageError", "WorkerCrashed"], "errors"),
 }
@@ -68,6 +70,8 @@ __all__ = [
     "stop_standby",
     "sweep",
     "SweepResults",
+    "report",
+    "should_stop",
     "IsolatedFunction",
     "IsolatedFuture",
     "Outcome",

@@ -27,6 +27,25 @@ TRIALS = textwrap.dedent('''
             f.write(f"{lr} {hidden}\\n")
         return {"loss": (lr - 0.01) ** 2 + 1.0 / hidden, "pid": os.getpid()}
 
+    def curve(x, y, clean):
+        # tests/helpers/curve.py's learning curve, reported step by step
+        import time
+        import isorun
+        with open(CALLS, "a") as f:
+            f.write(f"{x} {y}\\n")
+        if clean:
+            isorun.should_stop()  # asked before the first report: any stop is a clean one
+        loss = 0.0
+        for t in range(1, 28):
+            loss = (x - 0.3) ** 2 + (y - 0.6) ** 2 + (1 + abs(x - 0.3) + abs(y - 0.6)) * 2.0 / (t + 1)
+            isorun.report(step=t, loss=loss)
+            time.sleep(0.001)
+            if clean and isorun.should_stop():
+                with open(CALLS, "a") as f:
+                    f.write(f"stopped {x} {y}\\n")
+                return {"loss": loss}
+        return {"loss": loss}
+
     def preloaded():
         import isorun._worker
         return {"numpy_at_entry": "numpy" in isorun._worker.modules_at_entry}
@@ -211,3 +230,34 @@ def test_interrupting_the_calling_process_alone_stops_the_sweep(tmp_path):
     assert not journal.exists() or journal.read_text() == ""  # stopped trials are not journaled
     for pid in workers:
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+@pytest.mark.parametrize("clean", [False, True])
+def test_a_python_trial_reports_and_asha_prunes_it(trials, tmp_path, clean):
+    spec = {"python": f"{trials}:curve", "metric": {"name": "loss", "goal": "minimize"},
+            "scheduler": {"type": "asha", "max_t": 27, "grace_period": 1, "reduction_factor": 3},
+            "params": {"x": [0, 0.3, 0.6, 0.8], "y": [0.2, 0.6, 1.0], "clean": [clean]},
+            "resources": {"cpu_slots": 2}, "out": str(tmp_path / "out")}
+    records = isorun.sweep(spec)  # (a stop's grace: 5 s, for a clean stop)
+    assert len(records) == 12
+    pruned = [r for r in records if r["outcome"] == "pruned"]
+    # (a decision that reached a trial late, on a busy machine, finds it at its last step)
+    assert pruned and any(r["step"] < 27 for r in pruned)
+    best = min((r for r in records if r["outcome"] == "success"), key=lambda r: r["result"]["loss"])
+    assert (best["params"]["x"], best["params"]["y"]) == (0.3, 0.6)
+    started = [c for c in calls(trials) if not c.startswith("stopped")]
+    # Asked, each pruned function saw should_stop() and returned within the grace (one that
+    # reached its last step before the stop came did not need to).
+    stopped_early = [r for r in pruned if r["step"] < 27]
+    assert len(calls(trials)) - len(started) == (len(stopped_early) if clean else 0)
+    assert len(started) == 12
+    isorun.sweep(spec)
+    assert len([c for c in calls(trials) if not c.startswith("stopped")]) == 12  # nothing reruns
+
+
+def test_report_and_should_stop_outside_a_sweep(capfd):
+    isorun.report(step=2, loss=float("nan"), acc=0.5)
+    assert json.loads(capfd.readouterr().out) == {"step": 2, "loss": None, "acc": 0.5}
+    assert isorun.should_stop() is False
+    with pytest.raises(TypeError):
+        isorun.report(step="3", loss=1.0)

@@ -1,5 +1,6 @@
 // The sweep report page: SVG drawn here, data for the table embedded as JSON, no dependencies.
 #include "isorun/sweep/html_report.hpp"
+#include "isorun/sweep/report_log.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -59,6 +60,8 @@ std::string px(double v) {
 }
 
 std::string bytes(std::uint64_t b) { return format_size(b); }
+
+constexpr const char* pruned_colour = "#cdb4db";  // stopped early: done, not a failure
 
 const char* outcome_colour(outcome_kind k) {
   switch (k) {
@@ -356,6 +359,61 @@ std::string parallel_chart(const report_data& d) {
 
 // Trials on slots over time, per run: packing and idle gaps. Past max_bars bars, each slot's
 // busy time is merged into spans and only failures are drawn one by one.
+// Every trial's reported metric against its step: pruned trials faded, the best drawn last
+// (on top), ASHA's rungs marked. At most max_curves trials (the best always among them).
+std::string curves_chart(const report_data& d) {
+  constexpr std::size_t max_curves = 400;
+  const double W = 860, H = 340, L = 60, R = W - 14, T = 14, B = H - 44;
+  std::map<std::string, const trial_record*> by_id;
+  for (const auto& r : d.records) by_id[r.id] = &r;
+  std::vector<std::pair<const std::string*, const std::vector<std::pair<std::int64_t, double>>*>> all;
+  std::int64_t xhi = std::max<std::int64_t>(1, d.max_t);
+  double ylo = INFINITY, yhi = -INFINITY;
+  for (const auto& [id, c] : d.curves) {
+    if (c.empty()) continue;
+    all.emplace_back(&id, &c);
+    for (const auto& [step, v] : c) {
+      xhi = std::max(xhi, step);
+      ylo = std::min(ylo, v), yhi = std::max(yhi, v);
+    }
+  }
+  std::ostringstream o;
+  o << "<figure class=\"chart curves\"><svg viewBox=\"0 0 " << W << " " << H << "\" width=\"" << W << "\" height=\"" << H << "\">";
+  if (all.empty() || !(yhi >= ylo)) return o.str() + "<text x=\"20\" y=\"40\">no reports</text></svg></figure>";
+  // The final value of each curve decides its order: worst first, best drawn last.
+  auto final_of = [&](std::size_t i) { return goodness(d, all[i].second->back().second); };
+  std::vector<std::size_t> order(all.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return final_of(a) < final_of(b); });
+  if (order.size() > max_curves) {  // the best always kept, the rest sampled evenly
+    std::vector<std::size_t> kept;
+    for (std::size_t i : sample(order.size(), max_curves, [&](std::size_t k) { return k + 20 >= order.size(); }))
+      kept.push_back(order[i]);
+    order = std::move(kept);
+  }
+  const scale x = padded(0, static_cast<double>(xhi), L, R, false, true);
+  const scale y = padded(ylo, yhi, B, T, false);
+  axes(o, x, y, T, B, L, R, "step", metric_label(d));
+  for (std::int64_t rung : d.rungs)
+    o << "<line class=\"rung\" x1=\"" << px(x(static_cast<double>(rung))) << "\" x2=\"" << px(x(static_cast<double>(rung)))
+      << "\" y1=\"" << px(T) << "\" y2=\"" << px(B) << "\"><title>rung at step " << rung << "</title></line>";
+  for (std::size_t i : order) {
+    const auto& [id, c] = all[i];
+    const auto rec = by_id.find(*id);
+    const bool pruned = rec != by_id.end() && rec->second->pruned;
+    o << "<polyline class=\"" << (pruned ? "pruned" : "full") << "\" points=\"";
+    for (const auto& [step, v] : *c) o << px(x(static_cast<double>(step))) << "," << px(y(v)) << " ";
+    o << "\"><title>" << esc(*id) << (pruned ? " (pruned)" : "") << ": " << num(c->back().second) << " at step "
+      << c->back().first << "</title></polyline>";
+    if (pruned)  // where it was stopped (a trial stopped at its first report has no line)
+      o << "<circle class=\"stop\" r=\"2.5\" cx=\"" << px(x(static_cast<double>(c->back().first))) << "\" cy=\""
+        << px(y(c->back().second)) << "\"><title>" << esc(*id) << " pruned at step " << c->back().first << "</title></circle>";
+  }
+  o << "</svg><figcaption>" << all.size() << " trials" << (all.size() > order.size() ? ", " + std::to_string(order.size()) + " drawn" : "")
+    << "</figcaption></figure>";
+  return o.str();
+}
+
 std::string slots_chart(const report_data& d) {
   const auto bars = slot_intervals(d);
   if (bars.empty()) return "<p>No trial of this sweep recorded when it ran (journaled by an older isorun).</p>";
@@ -617,6 +675,9 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}td.err{white-space:nor
 .tablewrap{overflow-x:auto;max-height:620px;overflow-y:auto;border:1px solid #ddd}
 .pager{margin:6px 0}.pager button{margin-right:6px}.oom{background:#fff5f5;border:1px solid #f1c0c0;padding:6px 10px;margin:6px 0}
 .bar{display:inline-block;height:8px;background:#9b2226;vertical-align:middle}
+.curves polyline{fill:none;stroke-width:1.2}.curves .full{stroke:#264653;stroke-opacity:.8}
+.curves .pruned{stroke:#adb5bd;stroke-opacity:.35}.curves circle.stop{fill:#9d8189;fill-opacity:.5}.curves polyline:hover{stroke-width:3;stroke-opacity:1}
+line.rung{stroke:#e76f51;stroke-dasharray:4 3}
 )";
 
 // Sorting and paging of the table, whose rows are the JSON in #trials-data. Marks the page
@@ -686,7 +747,7 @@ json table_data(const report_data& d) {
   cols.push_back({{"name", "error"}, {"kind", "error"}});
   json rows = json::array();
   for (const auto& r : d.records) {
-    json row = {r.id, std::string(to_string(r.kind)), r.attempts, r.wall_s, r.device, r.peak_reserved,
+    json row = {r.id, std::string(outcome_name(r)), r.attempts, r.wall_s, r.device, r.peak_reserved,
                 r.mem_limit ? json(static_cast<double>(r.peak_reserved) / static_cast<double>(r.mem_limit)) : json()};
     for (auto& v : columns.values(r)) row.push_back(std::move(v));
     row.push_back(r.error);
@@ -694,6 +755,7 @@ json table_data(const report_data& d) {
   }
   json colours = json::object();
   for (auto k : all_outcome_kinds) colours[std::string(to_string(k))] = outcome_colour(k);
+  colours["pruned"] = pruned_colour;
   int sort_col = -1;
   if (!d.metric.empty())
     for (std::size_t i = 0; i < cols.size(); ++i)
@@ -846,6 +908,33 @@ std::vector<slot_interval> slot_intervals(const report_data& d) {
   return out;
 }
 
+// The learning curves from OUT/reports.jsonl: the metric (else the first numeric field) by
+// step, a trial's last report of a step counting, each curve thinned to max_curve_points.
+void load_curves(report_data& d, const fs::path& out) {
+  constexpr std::size_t max_curve_points = 300;
+  std::map<std::string, std::map<std::int64_t, double>> by_step;
+  for (const auto& r : report_log::read(out)) {
+    std::optional<double> v;
+    if (!d.metric.empty()) {
+      if (const auto it = r.metrics.find(d.metric); it != r.metrics.end() && it->is_number()) v = it->get<double>();
+    } else {
+      for (const auto& [k, x] : r.metrics.items())
+        if (x.is_number()) {
+          v = x.get<double>();
+          break;
+        }
+    }
+    if (v && std::isfinite(*v)) by_step[r.trial][r.step] = *v;
+  }
+  for (auto& [id, steps] : by_step) {
+    auto& c = d.curves[id];
+    const std::size_t every = steps.size() / max_curve_points + 1;
+    std::size_t k = 0;
+    for (const auto& [step, v] : steps)
+      if (k++ % every == 0 || k == steps.size()) c.emplace_back(step, v);
+  }
+}
+
 report_data load_report_data(const fs::path& out) {
   const fs::path identity_file = out / "sweep.json", journal_file = out / "results.jsonl";
   const unique_fd dir = detail::open_folder(out);
@@ -908,7 +997,7 @@ report_data load_report_data(const fs::path& out) {
     } catch (const std::exception&) {
     }
   });
-  for (const auto& r : d.records) ++d.outcomes[std::string(to_string(r.kind))];
+  for (const auto& r : d.records) ++d.outcomes[std::string(outcome_name(r))];
   std::map<std::string, std::vector<json>> values;
   std::vector<std::string> names;
   for (const auto& r : d.records)
@@ -921,6 +1010,14 @@ report_data load_report_data(const fs::path& out) {
     for (const auto& v : values[n]) distinct.insert(v.dump());
     if (distinct.size() > 1) d.params.push_back(axis_for(n, values[n]));  // a constant says nothing
   }
+  if (const auto e = identity.find("scheduler"); e != identity.end() && e->is_object()) {
+    d.scheduler = text(*e, "type");
+    d.max_t = whole(*e, "max_t");
+    const std::int64_t g = whole(*e, "grace_period"), eta = whole(*e, "reduction_factor");
+    if (d.scheduler == "asha" && g >= 1 && eta >= 2)
+      for (std::int64_t r = g; r < d.max_t && d.rungs.size() < 64; r *= eta) d.rungs.push_back(r);
+  }
+  load_curves(d, out);
   load_timelines(d, dir.get());
   return d;
 }
@@ -950,7 +1047,16 @@ std::string render_report(const report_data& d) {
       << "<b>" << esc(value) << "</b></div>";
   };
   for (const auto& [k, n] : d.outcomes)
-    card(k, std::to_string(n), outcome_colour(outcome_kind_named(k).value_or(outcome_kind::internal_error)));
+    card(k, std::to_string(n),
+         k == "pruned" ? pruned_colour : outcome_colour(outcome_kind_named(k).value_or(outcome_kind::internal_error)));
+  if (d.max_t > 0 && !d.records.empty()) {
+    // The share of the full budget (every trial to max_t) that early stopping let the sweep use.
+    std::uint64_t steps = 0;
+    for (const auto& r : d.records) steps += r.step > 0 ? static_cast<std::uint64_t>(r.step) : 0;
+    const double full = static_cast<double>(d.records.size()) * static_cast<double>(d.max_t);
+    card("budget used", num(100.0 * static_cast<double>(steps) / full, 3) + "% (" + std::to_string(steps) + " of " +
+                            num(full, 12) + " steps)");
+  }
   card("wall time", num(wall, 4) + " s");
   card("slots", std::to_string(slots));
   card("GPUs", gpus.empty() ? "none (CPU)" : std::to_string(gpus.size()));
@@ -973,6 +1079,10 @@ std::string render_report(const report_data& d) {
   o << "<section id=\"parallel\"><h2>All trials, all parameters</h2><p class=\"sub\">One line per successful trial, coloured by "
     << esc(d.metric.empty() ? "wall time (short is bright)" : d.metric + " (best is bright)") << ".</p>" << parallel_chart(d)
     << "</section>";
+  if (!d.curves.empty())
+    o << "<section id=\"curves\"><h2>Learning curves</h2><p class=\"sub\">" << esc(d.metric.empty() ? "the first metric" : d.metric)
+      << " against the step each trial reported, one line per trial" << (d.scheduler.empty() ? "" : "; pruned trials faded")
+      << (d.rungs.empty() ? "" : "; dashed: the rungs where ASHA decides") << ".</p>" << curves_chart(d) << "</section>";
   o << "<section id=\"table\"><h2>Trials</h2><div class=\"pager\"><button id=\"prev\">previous</button><button id=\"next\">next"
        "</button><span id=\"page-info\"></span></div><div class=\"tablewrap\"><table id=\"trials\"><thead><tr></tr></thead><tbody>"
        "</tbody></table></div></section>";
@@ -990,7 +1100,7 @@ std::string render_report(const report_data& d) {
       const trial_record& r = d.records[i];
       std::string desc;
       for (const auto& w : param_words(r.params)) desc += (desc.empty() ? "" : " ") + w;
-      o << "<h3>" << esc(r.id) << " · " << to_string(r.kind) << " · " << esc(desc) << "</h3>" << timeline_svg(timeline);
+      o << "<h3>" << esc(r.id) << " · " << outcome_name(r) << " · " << esc(desc) << "</h3>" << timeline_svg(timeline);
     }
     o << "</section>";
   }

@@ -50,13 +50,14 @@ std::string trial_id(const std::string& task, const nlohmann::json& params) {
 }
 
 json trial_record::to_json() const {
-  json j = {{"id", id},         {"params", params}, {"outcome", std::string(to_string(kind))},
+  json j = {{"id", id},         {"params", params}, {"outcome", std::string(outcome_name(*this))},
             {"attempts", attempts}, {"wall_s", wall_s}, {"device", device},
             {"slot", slot},     {"peak_reserved", peak_reserved}, {"peak_allocated", peak_allocated},
             {"mem_limit", mem_limit}, {"run", run}, {"start_s", start_s}};
   j["result"] = result;
   if (!error.empty()) j["error"] = error;
   if (!timeline.empty()) j["timeline"] = timeline;
+  if (step >= 0) j["step"] = step;
   return j;
 }
 
@@ -90,7 +91,9 @@ trial_record trial_record::from_json(const json& j) {
   r.id = j.at("id").get<std::string>();
   r.params = j.at("params");
   if (!r.params.is_object()) throw std::invalid_argument("params is not an object");
-  r.kind = outcome_kind_named(j.at("outcome").get<std::string>()).value_or(outcome_kind::internal_error);
+  const std::string outcome = j.at("outcome").get<std::string>();
+  r.pruned = outcome == "pruned";
+  r.kind = r.pruned ? outcome_kind::cancelled : outcome_kind_named(outcome).value_or(outcome_kind::internal_error);
   r.result = j.value("result", json());
   r.error = field(j, "error", std::string());
   r.wall_s = field(j, "wall_s", 0.0);
@@ -103,6 +106,7 @@ trial_record trial_record::from_json(const json& j) {
   r.run = field(j, "run", 0);
   r.start_s = field(j, "start_s", 0.0);
   r.timeline = field(j, "timeline", std::string());
+  r.step = field(j, "step", std::int64_t{-1});
   return r;
 }
 

@@ -3,9 +3,15 @@
 #include "local_backend.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <functional>
 #include <utility>
 
 #include "folder.hpp"
@@ -64,6 +70,136 @@ json read_command_result(int logs, const std::string& id, const fs::path& shown)
   if (size < 0 || ::lseek(log.get(), from, SEEK_SET) != from) return nullptr;
   return last_json_line(detail::read_all(log.get(), 1 << 20, shown / (id + ".out")));
 }
+
+// A line of a command's stdout as a report: a JSON object with a whole-number "step" (the
+// metrics are the rest of it); nullopt for any other line.
+std::optional<std::pair<std::int64_t, json>> report_line(std::string_view line) {
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
+  while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+  if (line.empty() || line.front() != '{' || line.find("\"step\"") == std::string_view::npos) return std::nullopt;
+  json j = json::parse(line, nullptr, false);
+  if (!j.is_object()) return std::nullopt;
+  const auto step = j.find("step");
+  if (step == j.end() || !step->is_number_integer() || step->get<std::int64_t>() < 0) return std::nullopt;
+  const std::int64_t at = step->get<std::int64_t>();
+  j.erase("step");
+  return std::make_pair(at, std::move(j));
+}
+
+// Splits a trial's output into lines as it comes, handing each report line on.
+struct report_lines {
+  static constexpr std::size_t max_line = 1 << 20;  // a longer line is never taken for a report
+  std::function<void(std::int64_t, json)> on_report;
+  std::string line;
+  bool too_long = false;
+  void feed(const char* p, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (p[i] != '\n') {
+        if (!too_long) line += p[i];
+        if (line.size() > max_line) {
+          too_long = true;
+          line.clear();
+        }
+        continue;
+      }
+      if (!too_long)
+        if (auto r = report_line(line)) on_report(r->first, std::move(r->second));
+      line.clear();
+      too_long = false;
+    }
+  }
+};
+
+// Waits for `in` to be readable or `ended` (an eventfd) to be set; false once `ended` is.
+bool wait_readable(int in, short events, int ended) {
+  for (;;) {
+    pollfd fds[2] = {{in, events, 0}, {ended, POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    return !(fds[1].revents & POLLIN);
+  }
+}
+
+// Copies a command's stdout from the pipe `in` to its log `out`, and hands each report line to
+// `on_report` as it arrives (while the trial runs, not after). Ends at the pipe's end or, once
+// `ended` (an eventfd: the command has exited) is readable, when the pipe holds nothing more:
+// a descendant that escaped with the pipe open cannot keep the lane waiting.
+void pump_stdout(int in, int out, int ended, const std::function<void(std::int64_t, json)>& on_report) {
+  report_lines lines{on_report, {}, false};
+  bool draining = false;
+  char buf[1 << 16];
+  for (;;) {
+    if (!draining && !wait_readable(in, POLLIN, ended)) {
+      draining = true;
+      ::fcntl(in, F_SETFL, ::fcntl(in, F_GETFL) | O_NONBLOCK);
+    }
+    const ssize_t n = ::read(in, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN && !draining) continue;
+    if (n <= 0) return;
+    for (ssize_t done = 0; done < n;) {  // the log gets every byte; a failing write loses only the log
+      const ssize_t w = ::write(out, buf + done, static_cast<std::size_t>(n - done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) break;
+      done += w;
+    }
+    lines.feed(buf, static_cast<std::size_t>(n));
+  }
+}
+
+// Follows a worker's stdout log `log` (the worker writes it directly) as it grows, by inotify,
+// handing each report line to `on_report`, until `ended` (an eventfd: the worker is gone) is
+// set and what it wrote has been read.
+void follow_log(int log, int ended, const std::function<void(std::int64_t, json)>& on_report) {
+  report_lines lines{on_report, {}, false};
+  const unique_fd watch(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
+  // The file this process opened, not whatever the name means now (/proc/self/fd is its inode).
+  const std::string self = "/proc/self/fd/" + std::to_string(log);
+  const bool watching = watch && ::inotify_add_watch(watch.get(), self.c_str(), IN_MODIFY) >= 0;
+  off_t at = 0;
+  char buf[1 << 16];
+  for (bool last = false;;) {
+    for (;;) {  // what is there now
+      const ssize_t n = ::pread(log, buf, sizeof buf, at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      at += n;
+      lines.feed(buf, static_cast<std::size_t>(n));
+    }
+    if (last) return;
+    // Without a watch (no inotify left) reports come only at the end, as the log is read then.
+    last = !wait_readable(watching ? watch.get() : ended, POLLIN, ended);
+    char events[4096];
+    while (watching && ::read(watch.get(), events, sizeof events) > 0) {
+    }
+  }
+}
+
+// A thread reading a trial's output while it runs (pump_stdout, follow_log), told by an
+// eventfd that the trial has ended, and joined before its descriptors go: end() at the trial's
+// end, or the destructor on any way out.
+class output_reader {
+ public:
+  // `ended` is an eventfd; `body(ended)` runs on the thread.
+  output_reader(unique_fd ended, std::function<void(int)> body) : ended_{std::move(ended)} {
+    thread_ = std::thread([this, body = std::move(body)] { body(ended_.get()); });
+  }
+  output_reader(const output_reader&) = delete;
+  output_reader& operator=(const output_reader&) = delete;
+  ~output_reader() { end(); }
+  void end() noexcept {
+    if (!thread_.joinable()) return;
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(ended_.get(), &one, sizeof one);
+    thread_.join();
+  }
+
+ private:
+  unique_fd ended_;
+  std::thread thread_;
+};
 
 // A trial's log file, created (or emptied) in OUT/logs by name; an empty descriptor, and
 // `problem` saying why, if something there is not a file isorun may write (a link, a FIFO).
@@ -343,7 +479,20 @@ void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec
     rec.error = e.what();
     return;
   }
+  // Its reports (this_worker().report(), isorun.report()) are lines of its stdout log, read as
+  // the worker writes them.
+  std::optional<output_reader> follow;
+  try {
+    unique_fd log_in = detail::open_file(setup_.logs, rec.id + ".out", O_RDONLY, log.string() + ".out");
+    unique_fd ended(::eventfd(0, EFD_CLOEXEC));
+    if (log_in && ended)
+      follow.emplace(std::move(ended), [&, in = std::make_shared<unique_fd>(std::move(log_in))](int end) {
+        follow_log(in->get(), end, [&](std::int64_t step, json metrics) { sink_->on_report(t, step, metrics); });
+      });
+  } catch (const std::exception&) {
+  }  // (no reports then; the log itself was checked above)
   const runner::job_result& r = await(sl, t, {.job = job}, *job, rec);
+  follow.reset();
   if (cap && cap->refused() && rec.kind == outcome_kind::task_error) {
     // The framework's own out-of-memory error, after the cap refused it an allocation.
     rec.kind = outcome_kind::out_of_memory;
@@ -369,9 +518,16 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
   fs::remove(result_file, ec);
   std::string log_problem;
   unique_fd stdout_file = log_file(setup_.logs, setup_.out, rec.id + ".out", log_problem);
+  // Its stdout goes through a pipe to the log, read as it comes: each report line reaches the
+  // scheduler while the trial runs.
+  int ends[2] = {-1, -1};
+  if (stdout_file && ::pipe2(ends, O_CLOEXEC) != 0) log_problem = std::string("cannot make a pipe: ") + std::strerror(errno);
+  unique_fd out_read(ends[0]), out_write(ends[1]);
+  unique_fd ended(stdout_file && out_read ? ::eventfd(0, EFD_CLOEXEC) : -1);
+  if (stdout_file && out_read && !ended) log_problem = std::string("cannot make an eventfd: ") + std::strerror(errno);
   std::unique_ptr<runner::command> cmd;
   try {
-    if (!stdout_file) throw internal_error(log_problem);
+    if (!stdout_file || !ended) throw internal_error(log_problem);
     cmd = runner::command::start({.argv = command_for(s.command, rec.params),
                                   .gpus = sl.gpus,
                                   .mem_limit = s.mem_limit,
@@ -379,7 +535,7 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
                                   .grace = setup_.options->grace,
                                   .extra_env = {"ISORUN_RESULT=" + result_file.string(), "ISORUN_TRIAL=" + rec.id},
                                   .stdin_fd = -1,
-                                  .stdout_fd = stdout_file.get(),
+                                  .stdout_fd = out_write.get(),
                                   .stderr_fd = err,
                                   .stderr_tail_lines = 20});
   } catch (const std::exception& e) {
@@ -387,7 +543,13 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
     rec.error = e.what();
     return;
   }
+  out_write.reset();  // the command holds the pipe's only write end now: its exit is our EOF
+  output_reader pump(std::move(ended), [&](int end) {
+    pump_stdout(out_read.get(), stdout_file.get(), end,
+                [&](std::int64_t step, json metrics) { sink_->on_report(t, step, metrics); });
+  });
   const runner::command_result& r = await(sl, t, {.command = cmd.get()}, *cmd, rec);
+  pump.end();  // all it printed is in the log before the result is read from it
   if (!r.status.ok()) return;
   try {
     rec.result = read_command_result(setup_.logs, rec.id, setup_.out / "logs");

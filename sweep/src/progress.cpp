@@ -36,6 +36,8 @@ void progress::durable(const trial_record& r) {
   busy_seconds_ += r.wall_s;
   if (r.kind == outcome_kind::success) {
     if (auto m = metric_of(s_, r); m && (!best_ || (s_.metric.maximize ? *m > *best_ : *m < *best_))) best_ = m;
+  } else if (r.pruned) {
+    ++pruned_;
   } else {
     ++failed_;
   }
@@ -48,13 +50,15 @@ void progress::draw(const trial_record* r) {
   const double eta = avg * double(todo_ - std::min(todo_, finished_)) / double(lanes_);
   char best_text[64] = "";
   if (best_) std::snprintf(best_text, sizeof best_text, " | best %s %.4g", printable(s_.metric.name).c_str(), *best_);
+  // Pruned trials are done (not failed); the count shows where early stopping is on.
+  const std::string pruned = s_.scheduler.type.empty() && !pruned_ ? "" : " | " + std::to_string(pruned_) + " pruned";
   if (tty_) {
-    std::fprintf(stderr, "\r\033[K[%zu/%zu done | %zu running | %zu failed | ETA %s%s]", finished_, todo_, running_,
-                 failed_, finished_ ? duration(eta).c_str() : "?", best_text);
+    std::fprintf(stderr, "\r\033[K[%zu/%zu done | %zu running%s | %zu failed | ETA %s%s]", finished_, todo_, running_,
+                 pruned.c_str(), failed_, finished_ ? duration(eta).c_str() : "?", best_text);
   } else if (r) {
     auto m = metric_of(s_, *r);
     std::fprintf(stderr, "[%zu/%zu] %s %s%s (%.2f s on %s, attempt %d)\n", finished_, todo_, r->id.c_str(),
-                 std::string(to_string(r->kind)).c_str(),
+                 std::string(outcome_name(*r)).c_str(),
                  m ? printable(" " + s_.metric.name + "=" + std::to_string(*m)).c_str() : "", r->wall_s,
                  printable(r->device).c_str(), r->attempts);
   }

@@ -35,7 +35,7 @@ class progress {
   const bool enabled_, tty_;
   const std::size_t todo_, lanes_;
   std::mutex mutex_;
-  std::size_t finished_ = 0, running_ = 0, failed_ = 0;
+  std::size_t finished_ = 0, running_ = 0, failed_ = 0, pruned_ = 0;
   double busy_seconds_ = 0;
   std::optional<double> best_;
 };

@@ -111,7 +111,8 @@ result_columns columns_of(const std::vector<trial_record>& records) {
     if (r.result.is_object())
       for (auto it = r.result.begin(); it != r.result.end(); ++it) result_names.insert(it.key());
   }
-  static const std::set<std::string> fixed = {"id", "outcome", "attempts", "wall_s", "device", "peak_reserved", "error"};
+  static const std::set<std::string> fixed = {"id",           "outcome", "attempts", "wall_s",
+                                              "device",       "peak_reserved", "step", "error"};
   result_columns c;
   c.params.assign(param_names.begin(), param_names.end());
   c.fields.assign(result_names.begin(), result_names.end());
@@ -133,12 +134,15 @@ std::vector<json> result_columns::values(const trial_record& r) const {
 std::string results_csv(const std::vector<trial_record>& records) {
   const result_columns columns = columns_of(records);
   std::ostringstream csv;
-  csv << "id,outcome,attempts,wall_s,device,peak_reserved";
+  // The step each trial reached, where trials reported steps (early stopping's resource).
+  const bool steps = std::any_of(records.begin(), records.end(), [](const trial_record& r) { return r.step >= 0; });
+  csv << "id,outcome,attempts,wall_s,device,peak_reserved" << (steps ? ",step" : "");
   for (const auto& h : columns.headers) csv << "," << h;
   csv << ",error\n";
   for (const auto& r : records) {
-    csv << r.id << "," << to_string(r.kind) << "," << r.attempts << "," << r.wall_s << "," << r.device << ","
+    csv << r.id << "," << outcome_name(r) << "," << r.attempts << "," << r.wall_s << "," << r.device << ","
         << r.peak_reserved;
+    if (steps) csv << "," << (r.step >= 0 ? std::to_string(r.step) : std::string());
     for (const auto& v : columns.values(r)) csv << "," << csv_field(v);
     csv << "," << csv_field(json(r.error)) << "\n";
   }

@@ -3,8 +3,16 @@
 // scheduler that decides what runs, one journal writer, the progress line and one stop source.
 #include "isorun/sweep/run.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <condition_variable>
 #include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -28,6 +36,8 @@
 #include "isorun/sweep/slurm.hpp"
 #include "isorun/worker/task.hpp"
 #include "isorun/sweep/journal_writer.hpp"
+#include "isorun/sweep/report_log.hpp"
+#include "early_stop.hpp"
 #include "local_backend.hpp"
 #include "progress.hpp"
 #include "python_trials.hpp"
@@ -138,6 +148,7 @@ struct sweep_run::state {
   unique_fd logs;  // OUT/logs, where each trial's files are created by name
   std::optional<folder_lock> lock;
   std::optional<sweep::journal> journal;
+  std::optional<report_log> reports;  // OUT/reports.jsonl (not on a Slurm node)
   std::vector<std::size_t> queue;  // indices into s.trials
   std::vector<std::size_t> gpu_counts;  // spans_gpus(s): each trial's GPUs (by s.trials index)
   bool timelines = false;  // the allocator keeps a history: each trial's memory timeline is kept
@@ -191,6 +202,14 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
     } catch (const usage_error& e) {
       throw located(s, 0, e.what());
     }
+  }
+  if (!s.scheduler.type.empty()) {
+    // Early stopping: what it judges by, and trials that can report steps, known before anything starts.
+    const int line = s.scheduler.line;
+    if (const std::string why = scheduler_problem(s.scheduler); !why.empty()) throw located(s, line, "scheduler: " + why);
+    if (s.metric.name.empty())
+      throw located(s, line, "scheduler: " + s.scheduler.type + " judges trials by a metric, and the sweep has none; add "
+                             "metric: {name: loss, goal: minimize} (or --metric loss:min)");
   }
   if (!s.metric.name.empty() && task && task->default_result_json) {
     const json shape = json::parse(task->default_result_json())["result"];
@@ -246,11 +265,13 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
   }
 
   st.journal.emplace(st.out);
+  st.reports.emplace(st.out);
   std::set<std::string> queued;
   for (std::size_t i = 0; i < s.trials.size(); ++i) {
     const std::string id = trial_id(st.subject, s.trials[i]);
     auto it = st.journal->latest().find(id);
-    const bool done = it != st.journal->latest().end() && (it->second.kind == outcome_kind::success || !st.opt.rerun_failed);
+    // A pruned trial is done: early stopping decided, and a rerun would be decided again.
+    const bool done = it != st.journal->latest().end() && (done_well(it->second) || !st.opt.rerun_failed);
     if (done || !queued.insert(id).second) ++st.skipped;
     else st.queue.push_back(i);
   }
@@ -269,6 +290,61 @@ std::unique_ptr<trial_backend> make_backend(const sweep_run::state& st, int run,
 // After a run that was neither a node's nor detached: the records in spec order, results.csv,
 // this run's wall time in sweep.json, and the report.
 void tabulate(const sweep_run::state& st, json& identity, clock::time_point run_start, sweep_summary& summary);
+
+}  // namespace
+
+namespace {
+
+// A report of a trial on a Slurm node, appended for the submitter as one line (one write, the
+// file opened and closed each time, so a shared file system shows it to the submitter's node).
+void forward_report(const fs::path& file, std::int64_t step, const json& metrics) {
+  const std::string line = json{{"step", step}, {"metrics", metrics}}.dump() + "\n";
+  const unique_fd fd(::open(file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (!fd) throw internal_error("cannot write " + file.string() + ": " + std::strerror(errno));
+  if (::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()))
+    throw internal_error("cannot write " + file.string() + ": " + std::strerror(errno));
+}
+
+// On a Slurm node: the submitter's verdicts, OUT/slurm/stop/ID, each stopping that trial alone
+// as pruned. Looked for every 100 ms (a shared file system need not tell another node of a new
+// file), until destroyed.
+class verdict_watch {
+ public:
+  verdict_watch(const sweep_run::state& st, scheduler& sched) : thread_{[this, &st, &sched] { watch(st, sched); }} {}
+  verdict_watch(const verdict_watch&) = delete;
+  verdict_watch& operator=(const verdict_watch&) = delete;
+  ~verdict_watch() {
+    {
+      std::lock_guard lock(mutex_);
+      done_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  void watch(const sweep_run::state& st, scheduler& sched) {
+    std::set<std::size_t> stopped;
+    for (;;) {
+      {
+        std::unique_lock lock(mutex_);
+        if (wake_.wait_for(lock, std::chrono::milliseconds(100), [&] { return done_; })) return;
+      }
+      for (std::size_t i : st.queue) {
+        const std::string id = trial_id(st.subject, st.s.trials[i]);
+        std::error_code ec;
+        if (!stopped.count(i) && fs::exists(st.out / "slurm" / "stop" / id, ec)) {
+          stopped.insert(i);
+          sched.prune({i, id, 1});
+        }
+      }
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool done_ = false;
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -295,14 +371,28 @@ sweep_summary sweep_run::run() {
   journal_writer writer(
       *store,
       [&](const trial_record& r) {
-        ++(r.kind == outcome_kind::success ? summary.succeeded : summary.failed);
+        ++(r.kind == outcome_kind::success ? summary.succeeded : r.pruned ? summary.pruned : summary.failed);
         live.durable(r);
       },
       [&](std::exception_ptr e) { sched_ptr->fail(std::move(e)); });
+  // Every report is made durable; with a scheduler, also judged (a node has no folder of its own).
+  std::optional<early_stopper> stopper;
+  if (st.reports) stopper.emplace(s, *st.reports);
+  // On a Slurm node with early stopping, the submitter decides: each report goes to it through
+  // OUT/slurm/reports/ID.jsonl, and its verdicts come back as OUT/slurm/stop/ID (watched below).
+  const bool forwards = node && !s.scheduler.type.empty();
+  std::function<bool(const trial&, std::int64_t, const json&)> should_stop;
+  if (stopper)
+    should_stop = [&](const trial& t, std::int64_t step, const json& metrics) { return stopper->judge(t.id, step, metrics); };
+  else if (forwards)
+    should_stop = [&](const trial& t, std::int64_t step, const json& metrics) {
+      forward_report(st.out / "slurm" / "reports" / (t.id + ".jsonl"), step, metrics);
+      return false;
+    };
   scheduler sched(s, st.subject, st.queue, *backend, writer, stop,
                   {.metric_checked = st.metric_known,
                    .stop_fails_as_cancelled = node,
-                   .should_stop = {},
+                   .should_stop = std::move(should_stop),
                    .running_changed = [&](std::size_t n) { live.running(n); }});
   sched_ptr = &sched;
   struct closer {  // nothing calls into the scheduler once it is gone
@@ -319,7 +409,10 @@ sweep_summary sweep_run::run() {
   });
 
   const bool detach = st.opt.detach && s.slurm && !node;
+  std::optional<verdict_watch> verdicts;  // a node's trials stopped by the submitter
+  if (forwards) verdicts.emplace(st, sched);
   sched.run(detach);
+  verdicts.reset();
   if (detach) {
     summary.detached = true;
     summary.jobs = static_cast<slurm_backend&>(*backend).jobs();
@@ -354,6 +447,11 @@ json record_run(const sweep_run::state& st, bool node) {
     slot_list.push_back({{"index", sl.index}, {"device", sl.gpus.empty() ? "cpu" : runner::visible_devices_for(sl.gpus)}});
   identity["subject"] = st.subject;
   identity["metric"] = s.metric.name.empty() ? json() : json{{"name", s.metric.name}, {"maximize", s.metric.maximize}};
+  const early_stop_spec& e = s.scheduler;  // for the report: the rungs and the budget
+  identity["scheduler"] = e.type.empty() ? json() : json{{"type", e.type}, {"max_t", e.max_t},
+                                                         {"grace_period", e.grace_period},
+                                                         {"reduction_factor", e.reduction_factor},
+                                                         {"min_samples", e.min_samples}};
   identity["runs"].push_back({{"run", run_number}, {"slots", slot_list}, {"mem_limit", s.mem_limit},
                               {"gpus_per_trial", gpus_per_trial_text(s)}, {"trials", st.queue.size()}});
   if (!node) write_file_durably(st.out / "sweep.json", identity.dump(2) + "\n");
@@ -397,6 +495,7 @@ void tabulate(const sweep_run::state& st, json& identity, clock::time_point run_
     auto it = latest.find(trial_id(st.subject, t));
     if (it != latest.end() && listed.insert(it->first).second) summary.records.push_back(it->second);
   }
+  for (const auto& r : summary.records) summary.steps += r.step > 0 ? static_cast<std::uint64_t>(r.step) : 0;
   write_file_durably(out / "results.csv", results_csv(summary.records));
   identity["runs"].back()["wall_s"] = std::chrono::duration<double>(clock::now() - run_start).count();
   write_file_durably(out / "sweep.json", identity.dump(2) + "\n");

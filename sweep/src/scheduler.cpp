@@ -87,15 +87,30 @@ bool scheduler::settle(finished_trial& f, std::vector<trial_record>& final) {
   if (options_.stop_fails_as_cancelled && stop_.requests() > 0 && rec.kind != outcome_kind::success)
     rec.kind = outcome_kind::cancelled;
   if (stopped_.erase(f.t.index) && rec.kind != outcome_kind::success) rec.kind = outcome_kind::cancelled;
+  const bool pruned = pruned_.erase(f.t.index) > 0;
+  if (const auto last = last_report_.find(f.t.index); last != last_report_.end()) {
+    rec.step = last->second.first;
+    // A pruned trial's result: what it returned if it stopped cleanly, else its last report.
+    if (pruned && rec.kind != outcome_kind::success) rec.result = last->second.second;
+    last_report_.erase(last);
+  }
+  if (pruned) {
+    // Early stopping's decision, however the trial then ended (killed, cleanly when it asked
+    // should_stop(), or at its end when the decision came late): done, not failed; never
+    // retried, journaled with the last step it reported.
+    rec.kind = outcome_kind::cancelled;
+    rec.pruned = true;
+    rec.error.clear();  // the SIGTERM that stopped it says nothing about the trial
+  }
   totals& sum = totals_[f.t.index];
   if (f.t.attempt == 1 || sum.wall_s == 0) sum.start_s = rec.start_s;
   sum.wall_s += rec.wall_s;
-  if (rec.kind == outcome_kind::cancelled) {
+  if (rec.kind == outcome_kind::cancelled && !rec.pruned) {
     ++cancelled_;
     return false;
   }
   const auto allowed = s_.retries.find(std::string(to_string(rec.kind)));
-  if (rec.kind != outcome_kind::success && allowed != s_.retries.end() && rec.attempts <= allowed->second &&
+  if (rec.kind != outcome_kind::success && !rec.pruned && allowed != s_.retries.end() && rec.attempts <= allowed->second &&
       !stopping()) {
     queue_.push_front({f.t.index, f.t.id, rec.attempts + 1});  // on the lane that just came free
     return false;
@@ -116,12 +131,41 @@ bool scheduler::settle(finished_trial& f, std::vector<trial_record>& final) {
 }
 
 void scheduler::on_report(const trial& t, std::int64_t step, const nlohmann::json& metrics) {
-  if (!options_.should_stop) return;
+  // One report at a time, from every lane: the hook sees them in one order, the one it records.
+  std::lock_guard judging(judging_);
+  // A pruned trial's reports until it ends still reach the hook (every report is kept, and a
+  // resumed sweep replays them all); its verdicts on them change nothing.
+  bool pruned_already = false;
   {
     std::lock_guard lk(mutex_);
     if (!running_.count(t.index) || stopped_.count(t.index) || stopping()) return;
+    last_report_[t.index] = {step, metrics};  // a pruned trial's too, until it ends: the step it reached
+    pruned_already = pruned_.count(t.index) > 0;
   }
-  if (options_.should_stop(t, step, metrics)) stop(t);
+  if (!options_.should_stop) return;
+  bool stop_it = false;
+  try {
+    stop_it = options_.should_stop(t, step, metrics);
+  } catch (const spec_error& e) {
+    std::unique_lock lk(mutex_);
+    if (metric_error_.empty()) metric_error_ = e.what();
+    halt_and_cancel(lk);
+    changed_.notify_all();
+    return;
+  } catch (...) {
+    fail(std::current_exception());
+    return;
+  }
+  if (stop_it && !pruned_already) prune(t);
+}
+
+void scheduler::prune(const trial& t) {
+  {
+    std::lock_guard lk(mutex_);
+    if (!running_.count(t.index)) return;
+    pruned_.insert(t.index);
+  }
+  backend_.stop(t);
 }
 
 void scheduler::stop(const trial& t) {

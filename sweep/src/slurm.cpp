@@ -130,6 +130,8 @@ submission submit(const slurm_spec& s, const fs::path& out, const std::vector<st
   std::vector<std::string> args = sbatch_arguments(s, sub.tasks.size(), dir / "logs", job_name);
   fs::create_directories(dir / "results");
   fs::create_directories(dir / "logs");
+  fs::create_directories(dir / "reports");  // early stopping: each trial's reports, from its node
+  fs::create_directories(dir / "stop");     // and the submitter's verdicts, one file per trial stopped
   for (sub.batch = 1; fs::exists(dir / ("batch-" + std::to_string(sub.batch) + ".json")); ++sub.batch) {
   }
   const std::string name = "batch-" + std::to_string(sub.batch);

@@ -71,6 +71,10 @@ void slurm_backend::start(std::vector<trial> batch) {
         std::error_code ec;
         fs::remove(dir_ / "results" / (t.id + ".json"), ec);
       }
+      std::error_code ec;  // an attempt starts with no verdict and no reports
+      fs::remove(dir_ / "stop" / t.id, ec);
+      fs::remove(dir_ / "reports" / (t.id + ".jsonl"), ec);
+      report_offset_.erase(t.index);
     }
   }
   auto sub = slurm::submit(*setup_.spec->slurm, setup_.out, trials, setup_.options->node_command,
@@ -100,11 +104,39 @@ void slurm_backend::start(std::vector<trial> batch) {
 }
 
 void slurm_backend::stop(const trial& t) {
-  std::lock_guard lock(mutex_);
-  for (const auto& [job, sub] : inflight_)
-    for (std::size_t k = 0; k < sub.tasks.size(); ++k)
-      if (std::find(sub.tasks[k].begin(), sub.tasks[k].end(), t.index) != sub.tasks[k].end())
-        slurm::cancel(job + "_" + std::to_string(k));
+  // Only that trial: its array task's other trials go on. (An empty file; the node looks for it.)
+  std::ofstream(dir_ / "stop" / t.id).flush();
+}
+
+// Reports the nodes appended since the last look, to the scheduler, in each file's order; a
+// line still being written waits for the next look. Read before the records, so that a trial's
+// last reports arrive before its end.
+void slurm_backend::deliver_reports() {
+  std::vector<std::pair<trial, std::uint64_t>> running;  // and how much of its reports was read
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [i, attempt] : attempt_)
+      if (!done_trials_.count(i) && i < setup_.spec->trials.size()) {
+        trial t = make_trial(i);
+        t.attempt = attempt;
+        running.emplace_back(std::move(t), report_offset_[i]);
+      }
+  }
+  for (auto& [t, at] : running) {
+    std::ifstream in(dir_ / "reports" / (t.id + ".jsonl"), std::ios::binary);
+    if (!in) continue;
+    in.seekg(static_cast<std::streamoff>(at));
+    for (std::string line; std::getline(in, line);) {
+      if (in.eof()) break;  // no newline yet: being written
+      at += line.size() + 1;
+      const json j = json::parse(line, nullptr, false);
+      if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j.contains("metrics") &&
+          j["metrics"].is_object())
+        sink_->on_report(t, j["step"].get<std::int64_t>(), j["metrics"]);
+    }
+    std::lock_guard lock(mutex_);
+    report_offset_[t.index] = at;
+  }
 }
 
 void slurm_backend::cancel_all() {
@@ -141,6 +173,7 @@ void slurm_backend::poll() {
       if (done_) return;
       cancelled = cancelled_;
     }
+    if (!cancelled) deliver_reports();
     std::vector<finished_trial> ended = merge();
     if (cancelled) {
       // The arrays are being cancelled: what ends now is not lost, and is not classified; the

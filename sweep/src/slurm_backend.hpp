@@ -41,8 +41,8 @@ class slurm_backend final : public trial_backend {
   [[nodiscard]] std::size_t lanes() const override { return std::numeric_limits<std::size_t>::max(); }
   std::vector<trial> begin(trial_sink& sink) override;
   void start(std::vector<trial> batch) override;
-  /// Cancels the array task that runs `t` (scancel JOB_K); its other trials end lost, and are
-  /// retried by the sweep's policy.
+  /// Stops `t` alone (early stopping's verdict): leaves OUT/slurm/stop/ID, which the node
+  /// running it watches; it stops that trial and leaves its record, as for any trial.
   void stop(const trial& t) override;
   void cancel_all() override;
   void finish() override;
@@ -52,6 +52,7 @@ class slurm_backend final : public trial_backend {
 
  private:
   void poll();
+  void deliver_reports();  // poller: the lines nodes appended to OUT/slurm/reports/ID.jsonl
   std::vector<finished_trial> merge();          // poller (or begin): records array tasks left
   std::vector<finished_trial> check_ended();    // poller: arrays that ended, their lost trials
   std::vector<finished_trial> lost(const slurm::submission& sub);
@@ -70,6 +71,7 @@ class slurm_backend final : public trial_backend {
   std::map<std::size_t, int> attempt_;                 // under mutex_: each trial's attempt in flight
   std::set<std::size_t> done_trials_;                  // under mutex_: delivered, and not started again
   bool cancelled_ = false, done_ = false;
+  std::map<std::size_t, std::uint64_t> report_offset_;  // under mutex_: how much of each trial's reports was read
   std::thread poller_;
 };
 

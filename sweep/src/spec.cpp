@@ -19,6 +19,62 @@ metric_spec parse_metric_flag(const std::string& text) {
   return m;
 }
 
+std::string scheduler_problem(const early_stop_spec& s) {
+  if (s.type.empty()) return "";
+  if (s.type != "asha" && s.type != "median")
+    return "unknown scheduler '" + s.type + "'; known: asha (asynchronous successive halving), median (median stopping rule)";
+  if (s.grace_period < (s.type == "asha" ? 1 : 0))
+    return "grace_period must be a whole number of steps" + std::string(s.type == "asha" ? ", at least 1" : ", 0 or more");
+  if ((s.type == "asha" || s.max_t) && s.max_t < s.grace_period)
+    return "max_t (" + std::to_string(s.max_t) + ") is below grace_period (" + std::to_string(s.grace_period) +
+           "): no trial could reach a rung; raise max_t or lower grace_period";
+  if (s.type == "asha" && s.reduction_factor < 2)
+    return "reduction_factor must be a whole number, at least 2 (a trial goes on from a rung if it is in the top "
+           "1/reduction_factor there)";
+  if (s.min_samples < 1) return "min_samples must be a whole number, at least 1";
+  return "";
+}
+
+early_stop_spec parse_scheduler_flag(const std::string& text) {
+  early_stop_spec e;
+  const auto colon = text.find(':');
+  e.type = text.substr(0, colon);
+  if (e.type == "none") return {};
+  auto bad = [&](const std::string& why) {
+    return spec_error("--scheduler " + text + ": " + why +
+                          " (e.g. --scheduler asha:max_t=81,grace_period=1,reduction_factor=3 or --scheduler "
+                          "median:grace_period=5,min_samples=3)",
+                      0);
+  };
+  if (e.type != "asha" && e.type != "median") throw bad("unknown scheduler '" + e.type + "'; known: asha, median, none");
+  for (std::size_t at = colon; at != std::string::npos && at < text.size();) {
+    const auto end = text.find(',', at + 1);
+    const std::string item = text.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1);
+    at = end;
+    const auto eq = item.find('=');
+    const std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    long long n = 0;
+    std::size_t used = 0;
+    try {
+      n = std::stoll(value, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (value.empty() || used != value.size() || n < 0 || n > (1LL << 40))
+      throw bad("'" + item + "' is not KEY=WHOLE_NUMBER");
+    if (key == "max_t") e.max_t = n;
+    else if (key == "grace_period") e.grace_period = n;
+    else if (key == "reduction_factor" && e.type == "asha") e.reduction_factor = static_cast<int>(n);
+    else if (key == "min_samples" && e.type == "median") e.min_samples = static_cast<int>(n);
+    else
+      throw bad("unknown setting '" + key + "' for " + e.type + "; known: " +
+                (e.type == "asha" ? "max_t, grace_period, reduction_factor" : "grace_period, min_samples, max_t"));
+  }
+  if (e.type == "asha" && text.find("max_t=") == std::string::npos) e.max_t = 100;  // as Ray Tune's
+  if (const std::string why = scheduler_problem(e); !why.empty()) throw bad(why);
+  return e;
+}
+
 spec_error located(const sweep_spec& s, int line, const std::string& what) {
   std::string where = s.source.empty() ? "" : s.source + ": ";
   if (line > 0) where += "line " + std::to_string(line) + ": ";

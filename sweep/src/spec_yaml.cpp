@@ -232,6 +232,43 @@ void parse_metric(const YAML::Node& m, sweep_spec& s) {
   }
 }
 
+// scheduler: {type: asha|median, max_t:, grace_period:, reduction_factor:, min_samples:}
+void parse_scheduler(const YAML::Node& n, sweep_spec& s) {
+  early_stop_spec& e = s.scheduler;
+  e.line = line_of(n);
+  if (n.IsScalar()) {
+    e.type = n.Scalar();
+  } else {
+    if (!n.IsMap() || !n["type"])
+      fail(n, "scheduler: is {type: asha, max_t: 81, grace_period: 1, reduction_factor: 3} or {type: median, "
+              "grace_period: 5, min_samples: 3}");
+    for (const auto& kv : n) {
+      const std::string k = kv.first.Scalar();
+      const auto& v = kv.second;
+      if (k == "type") {
+        e.type = v.Scalar();
+        continue;
+      }
+      static const std::vector<std::string> known = {"type", "max_t", "grace_period", "reduction_factor", "min_samples"};
+      if (std::find(known.begin(), known.end(), k) == known.end())
+        fail(kv.first, "unknown scheduler setting '" + k + "'" + did_you_mean(k, known) +
+                           "; known: type, max_t, grace_period, reduction_factor (asha), min_samples (median)");
+      const double x = number(v, k);
+      if (x != std::floor(x) || x < 0 || x > 1e12) fail(v, k + " must be a whole number of steps, 0 or more");
+      if (k == "max_t") e.max_t = static_cast<std::int64_t>(x);
+      else if (k == "grace_period") e.grace_period = static_cast<std::int64_t>(x);
+      else if (k == "reduction_factor") e.reduction_factor = static_cast<int>(x);
+      else e.min_samples = static_cast<int>(x);
+    }
+  }
+  if (e.type == "none") {
+    e = {};
+    return;
+  }
+  if (e.type == "asha" && !(n.IsMap() && n["max_t"])) e.max_t = 100;  // as Ray Tune's
+  if (const std::string why = scheduler_problem(e); !why.empty()) fail(n, "scheduler: " + why);
+}
+
 // Parameter names, each given once, and the line where each is.
 struct param_names {
   sweep_spec& s;
@@ -467,14 +504,16 @@ sweep_spec parse_yaml(const std::string& text) {
   if (!root.IsMap()) throw spec_error("a sweep spec is a YAML mapping (task:, params:, ...)", 1);
   sweep_spec s;
   static const std::set<std::string> known = {"task",   "command",   "python", "metric", "params", "zip",
-                                              "random", "resources", "policy", "out"};
+                                              "random", "resources", "policy", "out", "scheduler"};
   for (const auto& kv : root)
     if (!known.count(kv.first.Scalar()))
       fail(kv.first, "unknown key '" + kv.first.Scalar() + "'" +
                          did_you_mean(kv.first.Scalar(), {known.begin(), known.end()}) +
-                         "; known: task, command, python, metric, params, zip, random, resources, policy, out");
+                         "; known: task, command, python, metric, scheduler, params, zip, random, resources, policy, "
+                         "out");
   parse_subject(root, s);
   if (auto m = root["metric"]) parse_metric(m, s);
+  if (auto sch = root["scheduler"]) parse_scheduler(sch, s);
 
   param_names names{s, {}};
   std::vector<std::pair<std::string, std::vector<json>>> dims;

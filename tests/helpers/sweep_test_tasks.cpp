@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <algorithm>
 #include <cstdlib>
@@ -203,3 +204,70 @@ int wait_once(int i, const std::string& dir) {
 ISORUN_TASK(die_once);
 ISORUN_TASK(wait_once);
 ISORUN_TASK(wait_marked);
+
+// The learning curve of tests/helpers/curve.py as a task that reports: loss at step t of
+// configuration (x, y), reported each step with this_worker().report(); with `clean`, it asks
+// should_stop() each step and returns early when told. Each start appends "x y" to `runs`, each
+// clean stop "stopped x y".
+namespace {
+struct curve_metrics {
+  double loss = 0;
+  template <class A>
+  void serialize(A& ar) {
+    ar(CEREAL_NVP(loss));
+  }
+};
+struct curve_args {
+  double x = 0, y = 0;
+  int max_t = 27;
+  bool clean = false;
+  std::string runs;
+  template <class A>
+  void serialize(A& ar) {
+    ar(CEREAL_NVP(x), CEREAL_NVP(y), CEREAL_NVP(max_t), CEREAL_NVP(clean), CEREAL_NVP(runs));
+  }
+};
+struct curve_result {
+  double loss = 0;
+  int steps = 0;
+  bool stopped = false;
+  template <class A>
+  void serialize(A& ar) {
+    ar(CEREAL_NVP(loss), CEREAL_NVP(steps), CEREAL_NVP(stopped));
+  }
+};
+double curve_loss(double x, double y, int t) {
+  return (x - 0.3) * (x - 0.3) + (y - 0.6) * (y - 0.6) + (1 + std::abs(x - 0.3) + std::abs(y - 0.6)) * 2.0 / (t + 1);
+}
+}  // namespace
+
+curve_result curve(const curve_args& a) {
+  const double x = a.x, y = a.y;
+  const int max_t = a.max_t;
+  const bool clean = a.clean;
+  const std::string& runs = a.runs;
+  auto note = [&](const std::string& what) {
+    if (runs.empty()) return;
+    const int fd = ::open(runs.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    const std::string line = what + std::to_string(x) + " " + std::to_string(y) + "\n";
+    [[maybe_unused]] auto n = ::write(fd, line.data(), line.size());
+    ::close(fd);
+  };
+  note("");
+  // Asking once before the first report: a stop that comes at once is a clean one too.
+  if (clean) (void)isorun::this_worker().should_stop();
+  curve_result r;
+  for (int t = 1; t <= max_t; ++t) {
+    r.loss = curve_loss(x, y, t);
+    r.steps = t;
+    isorun::this_worker().report(t, curve_metrics{r.loss});
+    ::usleep(1000);  // the step's work
+    if (clean && isorun::this_worker().should_stop()) {
+      r.stopped = true;  // told to stop: clean up (here: say so) and return
+      note("stopped ");
+      return r;
+    }
+  }
+  return r;
+}
+ISORUN_TASK(curve);

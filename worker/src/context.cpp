@@ -1,6 +1,11 @@
 #include "isorun/worker/this_worker.hpp"
 
+#include <signal.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <mutex>
+#include <cerrno>
 
 #include <cstdio>
 #include <cstdlib>
@@ -221,6 +226,49 @@ void worker_context::release_task_memory() noexcept {
       if (d.allocator) d.allocator->empty_cache();
     } catch (...) {
     }
+}
+
+namespace {
+volatile sig_atomic_t stop_asked = 0;  // set by SIGTERM once a task has asked should_stop()
+extern "C" void on_stop_signal(int) { stop_asked = 1; }
+}  // namespace
+
+void worker_context::report_object(std::int64_t step, const std::string& object) {
+  std::size_t open = object.find('{');
+  const std::size_t close = object.rfind('}');
+  if (open == std::string::npos || close == std::string::npos || close < open)
+    throw std::invalid_argument("report: the metrics are not a JSON object: " + object.substr(0, 80));
+  std::string body = object.substr(open + 1, close - open - 1);
+  const bool empty = body.find_first_not_of(" \t\r\n") == std::string::npos;
+  for (char& c : body)
+    if (c == '\n' || c == '\r') c = ' ';  // one line, whatever the archive's layout
+  const std::string line = "{\"step\": " + std::to_string(step) + (empty ? "" : ", " + body) + "}\n";
+  std::fflush(stdout);  // what the task printed before comes first
+  // One write: a report is never interleaved with other output, nor seen in part.
+  for (std::size_t done = 0; done < line.size();) {
+    const ssize_t n = ::write(STDOUT_FILENO, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw std::runtime_error(std::string("report: cannot write to stdout: ") + std::strerror(errno));
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+std::string worker_context::unwrap_metrics(const std::string& wrapped) {
+  const std::size_t colon = wrapped.find(':'), close = wrapped.rfind('}');
+  if (colon == std::string::npos || close == std::string::npos || close <= colon) return "{}";
+  return wrapped.substr(colon + 1, close - colon - 1);
+}
+
+bool worker_context::should_stop() noexcept {
+  static std::once_flag installed;
+  std::call_once(installed, [] {
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    ::sigaction(SIGTERM, &sa, nullptr);
+  });
+  return stop_asked != 0;
 }
 
 worker_context& this_worker() noexcept {

@@ -60,6 +60,14 @@ struct report_data {
   std::vector<std::pair<std::size_t, nlohmann::json>> timelines;
   std::size_t timelines_kept = 0;  ///< trials whose timeline file is there (more than are shown)
   std::vector<std::string> warnings;  ///< what was left out, and why (a damaged timeline, say)
+  /// Early stopping (sweep.json's scheduler): its rule ("" none), max_t (0: not given), and
+  /// the steps of ASHA's rungs, marked on the learning curves.
+  std::string scheduler;
+  std::int64_t max_t = 0;
+  std::vector<std::int64_t> rungs;
+  /// The learning curves (OUT/reports.jsonl): the metric by step, per trial id, each curve
+  /// thinned to at most a few hundred points.
+  std::map<std::string, std::vector<std::pair<std::int64_t, double>>> curves;
 };
 
 /// @brief The axis for parameter `name` taking `values`: numeric or categorical. A numeric one

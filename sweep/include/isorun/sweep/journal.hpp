@@ -37,11 +37,23 @@ struct trial_record {
   int run = 0;                  ///< which run of the sweep (1, 2, ... as it is resumed; 0: unknown)
   double start_s = 0;           ///< when it started, seconds after its run started
   std::string timeline;         ///< its memory timeline, relative to the output folder ("" none)
+  /// Stopped early by the sweep's scheduler (ASHA, median): journaled as outcome "pruned", with
+  /// `kind` cancelled and `result` its last report. Done, not failed; never retried or rerun.
+  bool pruned = false;
+  std::int64_t step = -1;       ///< the last step the trial reported (-1: it reported none)
   [[nodiscard]] nlohmann::json to_json() const;
   /// @brief The record `j` holds. @throws std::exception (a json or std::invalid_argument one)
   ///        if it holds none: a required field missing, a field of the wrong type or range.
   static trial_record from_json(const nlohmann::json& j);
 };
+
+/// @brief A record's outcome as journaled and shown: "pruned" for a pruned trial, else its kind.
+[[nodiscard]] inline std::string_view outcome_name(const trial_record& r) noexcept {
+  return r.pruned ? std::string_view("pruned") : to_string(r.kind);
+}
+
+/// @brief Whether a record counts as done without failing: a success, or a pruned trial.
+[[nodiscard]] inline bool done_well(const trial_record& r) noexcept { return r.kind == outcome_kind::success || r.pruned; }
 
 /// OUT/results.jsonl, open for appending. Reading it keeps complete lines only: a line cut short
 /// by a crash is truncated away before anything is appended; a line that is not a record (or is

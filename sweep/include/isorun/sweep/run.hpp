@@ -58,6 +58,8 @@ standby_plan plan_standby(const sweep_spec& s, const std::vector<slot>& slots);
 /// What a finished (or interrupted) sweep did.
 struct sweep_summary {
   std::size_t total = 0, skipped = 0, succeeded = 0, failed = 0, cancelled = 0;
+  std::size_t pruned = 0;   ///< stopped early by the scheduler (done, not failed)
+  std::uint64_t steps = 0;  ///< steps the trials reached, summed over every trial's latest record
   bool interrupted = false;
   std::vector<trial_record> records;  ///< every trial's latest record
   std::string report;                 ///< OUT/report.html ("" if it could not be written)

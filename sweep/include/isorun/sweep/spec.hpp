@@ -42,6 +42,28 @@ struct metric_spec {
 /// @throws spec_error for an empty name or another goal.
 metric_spec parse_metric_flag(const std::string& text);
 
+/// Early stopping (`scheduler:` in the spec, `--scheduler`): a rule that stops bad trials on
+/// the steps they report (stop_rule.hpp). `step` is the resource: a trial's reported step.
+struct early_stop_spec {
+  std::string type;                ///< "" (none), "asha" or "median"
+  /// The step a trial is complete at: asha has no rung at or above it (default 100); the
+  /// budget a sweep used is counted against it (0 for median: not given, not counted).
+  std::int64_t max_t = 0;
+  std::int64_t grace_period = 1;   ///< no trial is stopped before this step (asha: the first rung)
+  int reduction_factor = 3;        ///< asha: η; a trial goes on from a rung in the top 1/η there
+  int min_samples = 3;             ///< median: other trials that must have reached a step first
+  int line = 0;                    ///< YAML line of `scheduler:` (0 for the flag)
+};
+
+/// @brief Parses `--scheduler TYPE[:key=value,...]` (asha, median or none), e.g.
+///        `asha:max_t=81,reduction_factor=3`.
+/// @throws spec_error naming what is wrong.
+early_stop_spec parse_scheduler_flag(const std::string& text);
+
+/// @brief What is wrong with `s.scheduler` on its own ("" if nothing): max_t below the grace
+///        period, a reduction factor below 2, a count out of range.
+std::string scheduler_problem(const early_stop_spec& s);
+
 /// Running a sweep's trials on a Slurm cluster (resources: {backend: slurm, ...}): job arrays
 /// through sbatch, each array task an `isorun` on its node running its trials isolated and capped
 /// on the GPUs Slurm gave it.
@@ -72,6 +94,7 @@ struct sweep_spec {
   /// Modules a Python sweep's standby interpreters import while they wait (`resources: preload:`).
   std::vector<std::string> preload;
   metric_spec metric;
+  early_stop_spec scheduler;            ///< early stopping (type "" for none)
   std::vector<nlohmann::json> trials;   ///< expanded parameter sets, in order
   std::map<std::string, int> param_lines;  ///< YAML line where each parameter is given
   std::vector<int> gpus;                ///< GPU indices; empty = CPU slots

@@ -34,8 +34,12 @@ struct scheduler_options {
   /// A Slurm array task: a stop there is Slurm's scancel, which signals every process of the
   /// task, so an attempt that did not succeed after a stop request ended with the stop.
   bool stop_fails_as_cancelled = false;
-  /// Early stopping's hook: whether a running trial should be stopped, given a report it made.
-  /// None by default (no policy stops trials early yet); a policy such as ASHA plugs in here.
+  /// Early stopping's hook: whether a running trial should be stopped, given a report it made
+  /// (called for every report of a running trial, one at a time, in the order it judges them).
+  /// A trial it stops is *pruned*: journaled as such with its last report, never retried. It
+  /// may throw spec_error for a report the sweep cannot use (one without the metric): the sweep
+  /// stops as for a metric the results lack (metric_error()); any other exception stops it as
+  /// a failure (error()).
   std::function<bool(const trial&, std::int64_t step, const nlohmann::json& metrics)> should_stop;
   /// Called (under no lock of the backend's) whenever the number of running trials changes.
   std::function<void(std::size_t running)> running_changed;
@@ -58,8 +62,11 @@ class scheduler final : private trial_sink {
   /// @brief A stop request: no new trials; every running one is cancelled (again: killed).
   void interrupt();
 
-  /// @brief Stops one running trial (early stopping); it ends as cancelled, not journaled.
+  /// @brief Stops one running trial; it ends as cancelled, not journaled.
   void stop(const trial& t);
+  /// @brief Stops one running trial as early stopping does: it ends pruned (unless it succeeded
+  ///        first), journaled with its last report, and is not retried.
+  void prune(const trial& t);
 
   /// Trials running now.
   [[nodiscard]] std::size_t running() const;
@@ -94,6 +101,9 @@ class scheduler final : private trial_sink {
   std::deque<trial> queue_;
   std::set<std::size_t> running_, ended_;  // by trial index
   std::set<std::size_t> stopped_;          // stopped one by one (stop())
+  std::set<std::size_t> pruned_;           // stopped by early stopping (prune())
+  std::map<std::size_t, std::pair<std::int64_t, nlohmann::json>> last_report_;  // running trials' last reports
+  std::mutex judging_;                     // should_stop sees one report at a time
   std::map<std::size_t, totals> totals_;
   std::size_t cancelled_ = 0;
   bool halted_ = false, metric_checked_ = false;

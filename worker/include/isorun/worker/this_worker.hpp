@@ -7,10 +7,13 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include <cereal/archives/json.hpp>
 
 #include "isorun/alloc/caching_allocator.hpp"
 #include "isorun/alloc/cuda_module.hpp"
@@ -111,6 +114,35 @@ class ISORUN_API worker_context {
   /// @brief device_result(buffer, buffer.size()).
   blob device_result(const alloc::device_buffer& buffer) { return device_result(buffer, buffer.size()); }
 
+  /// @brief An intermediate report of the running task: its `step` and the metrics it has
+  ///        then, which a sweep's early stopping (ASHA, median) judges while the task runs.
+  ///        `metrics` is a JSON object (anything with `dump()`, such as nlohmann::json) or a
+  ///        cereal-serializable struct, whose fields become the report's. It is written at once
+  ///        as one line `{"step": N, ...}` on the task's stdout (the sweep reads its log as it
+  ///        grows; elsewhere it is a line of output), so `metrics` has no field "step".
+  template <class T>
+  void report(std::int64_t step, const T& metrics) {
+    if constexpr (requires { metrics.dump(); }) {
+      report_object(step, metrics.dump());
+    } else {
+      std::ostringstream os;
+      {
+        cereal::JSONOutputArchive ar(os, cereal::JSONOutputArchive::Options::NoIndent());
+        ar(cereal::make_nvp("metrics", metrics));
+      }
+      report_object(step, unwrap_metrics(os.str()));
+    }
+  }
+  /// @brief report() with the metrics as the text of a JSON object.
+  void report_object(std::int64_t step, const std::string& object);
+  /// @brief Whether the task has been asked to stop (early stopping pruned its trial, or the
+  ///        sweep is stopping), for a task that stops cleanly (a checkpoint, say): from the first
+  ///        call on (make it before the first report), a SIGTERM no longer ends the worker at
+  ///        once but makes this true, and the task has the stop's grace period to return. The
+  ///        stop stands: a pruned trial is journaled with its last report, whatever it returns.
+  ///        A task that never asks is ended by the SIGTERM.
+  bool should_stop() noexcept;
+
   /// Set by the worker: claims the result segment for a payload of the given size (nullptr if
   /// the running task's result is not a blob).
   void set_output_area(std::function<std::byte*(std::uint64_t)> area) { output_area_ = std::move(area); }
@@ -172,6 +204,7 @@ class ISORUN_API worker_context {
     alloc::cuda_context_info context;
     std::unique_ptr<alloc::caching_allocator> allocator;
   };
+  static std::string unwrap_metrics(const std::string& wrapped);  // {"metrics": {...}} -> {...}
   std::unique_ptr<device_state[]> device_states_;
   std::span<device_state> devices_;
 };

@@ -1,0 +1,42 @@
+// Early stopping in a sweep (early_stop.hpp).
+#include "early_stop.hpp"
+
+#include <limits>
+
+namespace isorun::sweep {
+
+early_stopper::early_stopper(const sweep_spec& s, report_log& log) : s_{s}, log_{log} {
+  if (s.scheduler.type.empty()) return;
+  rule_ = make_stop_rule(s.scheduler);
+  // The rule's state as the last run left it: the same reports in the same order. Verdicts are
+  // not acted on here (those trials were pruned, finished, or run again and report again).
+  for (const auto& r : log.earlier())
+    if (const auto v = value(r.metrics)) rule_->report(r.trial, r.step, *v);
+}
+
+std::optional<double> early_stopper::value(const nlohmann::json& metrics) const {
+  const auto it = metrics.find(s_.metric.name);
+  // null: a value JSON cannot carry (NaN, a diverged loss), which the rule takes for the worst
+  if (it != metrics.end() && it->is_null()) return std::numeric_limits<double>::quiet_NaN();
+  if (it == metrics.end() || !it->is_number()) return std::nullopt;
+  const double v = it->get<double>();
+  return s_.metric.maximize ? -v : v;
+}
+
+bool early_stopper::judge(const std::string& id, std::int64_t step, const nlohmann::json& metrics) {
+  log_.append({id, step, metrics});
+  if (!rule_) return false;
+  const auto v = value(metrics);
+  if (!v) {
+    std::string shown = metrics.dump();
+    if (shown.size() > 200) shown = shown.substr(0, 200) + "...";
+    throw spec_error("trial " + id + " reported step " + std::to_string(step) + " without the metric '" +
+                         s_.metric.name + "' as a number (" + shown + "); the " + s_.scheduler.type +
+                         " scheduler judges every report by it: print it in each report line, e.g. {\"step\": " +
+                         std::to_string(step) + ", \"" + s_.metric.name + "\": 0.41}",
+                     0);
+  }
+  return rule_->report(id, step, *v);
+}
+
+}  // namespace isorun::sweep

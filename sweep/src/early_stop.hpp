@@ -1,0 +1,40 @@
+#pragma once
+// Early stopping in a sweep: every report a trial makes is made durable (report_log), then
+// judged by the spec's rule (ASHA, median) on the spec's metric. A resumed sweep replays the
+// reports its folder holds, in their order, so its rule starts where the last run's left off.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "isorun/sweep/report_log.hpp"
+#include "isorun/sweep/spec.hpp"
+#include "isorun/sweep/stop_rule.hpp"
+
+namespace isorun::sweep {
+
+class early_stopper {
+ public:
+  /// @param log the folder's reports: those it holds already are replayed into the rule
+  early_stopper(const sweep_spec& s, report_log& log);
+
+  /// @brief Records trial `id`'s report durably, then judges it (with no scheduler: records).
+  ///        Not thread-safe: the scheduler calls it one report at a time.
+  /// @return true: stop the trial.
+  /// @throws spec_error if the report lacks the metric the rule judges by, naming the trial;
+  ///         internal_error if the report cannot be made durable.
+  bool judge(const std::string& id, std::int64_t step, const nlohmann::json& metrics);
+
+  /// The value the rule judges `metrics` by (lower is better), if it has the metric.
+  [[nodiscard]] std::optional<double> value(const nlohmann::json& metrics) const;
+
+ private:
+  const sweep_spec& s_;
+  report_log& log_;
+  std::unique_ptr<stop_rule> rule_;  // none without a scheduler
+};
+
+}  // namespace isorun::sweep

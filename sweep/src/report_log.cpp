@@ -1,0 +1,86 @@
+// OUT/reports.jsonl: every trial's intermediate reports, appended and fsync'ed (report_log.hpp).
+#include "isorun/sweep/report_log.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "folder.hpp"
+#include "isorun/runner/errors.hpp"
+#include "isorun/runner/unique_fd.hpp"
+#include "isorun/sweep/journal.hpp"
+
+namespace isorun::sweep {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+constexpr const char* file_name = "reports.jsonl";
+
+// Reads every complete report line of `fd`; returns the bytes up to the last complete line.
+std::size_t read_reports(int fd, const fs::path& shown, std::vector<trial_report>& out) {
+  return detail::for_each_line(fd, journal::max_line, shown, [&](std::string_view line, int, bool too_long) {
+    if (too_long) return;
+    const json j = json::parse(line, nullptr, false);
+    if (!j.is_object() || !j.contains("trial") || !j["trial"].is_string() || !j.contains("step") ||
+        !j["step"].is_number_integer() || !j.contains("metrics") || !j["metrics"].is_object())
+      return;  // not a report (a hand-edited line): the curves and the replay go without it
+    out.push_back({j["trial"].get<std::string>(), j["step"].get<std::int64_t>(), j["metrics"]});
+  });
+}
+}  // namespace
+
+report_log::report_log(const fs::path& folder) : path_{folder / file_name} {
+  const unique_fd dir = detail::open_folder(folder);
+  if (!dir) throw internal_error("cannot open " + folder.string() + ": no such folder");
+  unique_fd fd = detail::open_file(dir.get(), file_name, O_RDWR | O_CREAT | O_APPEND, path_);
+  const std::size_t complete = read_reports(fd.get(), path_, earlier_);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) == 0 && static_cast<std::size_t>(st.st_size) != complete) {
+    // A line cut short by a crash: away, so that the next report starts a line of its own.
+    if (::ftruncate(fd.get(), static_cast<off_t>(complete)) != 0) throw internal_error("cannot repair " + path_.string());
+    ::fsync(fd.get());
+  }
+  fd_ = fd.release();
+}
+
+report_log::~report_log() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void report_log::append(const trial_report& r) {
+  const std::string line = json{{"trial", r.trial}, {"step", r.step}, {"metrics", r.metrics}}.dump() + "\n";
+  const off_t before = ::lseek(fd_, 0, SEEK_END);
+  const char* p = line.data();
+  std::size_t n = line.size();
+  int failed = 0;
+  while (n && !failed) {
+    const ssize_t w = ::write(fd_, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) failed = w < 0 ? errno : EIO;
+    else {
+      p += w;
+      n -= static_cast<std::size_t>(w);
+    }
+  }
+  if (!failed && ::fdatasync(fd_) != 0) failed = errno;
+  if (failed) {
+    if (before >= 0) [[maybe_unused]] int rc = ::ftruncate(fd_, before);
+    throw internal_error("cannot write the sweep's reports to " + path_.string() + ": " + std::strerror(failed) +
+                         " (run the same command again to resume)");
+  }
+}
+
+std::vector<trial_report> report_log::read(const fs::path& folder) {
+  std::vector<trial_report> out;
+  const unique_fd dir = detail::open_folder(folder);
+  if (!dir) return out;
+  const unique_fd fd = detail::open_file(dir.get(), file_name, O_RDONLY, folder / file_name);
+  if (fd) read_reports(fd.get(), folder / file_name, out);
+  return out;
+}
+
+}  // namespace isorun::sweep
