@@ -115,4 +115,25 @@ std::size_t for_each_line(int fd, std::size_t max_line, const fs::path& shown,
   }
 }
 
+void drop_cut_line(int fd, std::size_t complete, const fs::path& shown) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) == complete) return;
+  if (::ftruncate(fd, static_cast<off_t>(complete)) != 0) throw internal_error("cannot repair " + shown.string());
+  ::fsync(fd);
+}
+
+int write_all(int fd, std::string_view s) {
+  const char* p = s.data();
+  std::size_t n = s.size();
+  while (n) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return errno;
+    if (w == 0) return EIO;
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return 0;
+}
+
 }  // namespace isorun::sweep::detail

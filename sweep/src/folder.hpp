@@ -50,4 +50,14 @@ std::string read_all(int fd, std::size_t limit, const std::filesystem::path& sho
 std::size_t for_each_line(int fd, std::size_t max_line, const std::filesystem::path& shown,
                           const std::function<void(std::string_view line, int number, bool too_long)>& line);
 
+/// @brief Cuts the file `fd` back to its first `complete` bytes (what for_each_line returned) if
+///        it is longer: a line a crash left half written goes, so that the next append starts a
+///        line of its own.
+/// @throws internal_error naming `shown` if it cannot be cut.
+void drop_cut_line(int fd, std::size_t complete, const std::filesystem::path& shown);
+
+/// @brief Writes all of `s` to `fd` (retrying short writes and EINTR). @return 0, or the errno
+///        of the write that failed (EIO for a write of nothing).
+int write_all(int fd, std::string_view s);
+
 }  // namespace isorun::sweep::detail

@@ -3,7 +3,6 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <xxhash.h>
@@ -24,23 +23,6 @@
 namespace isorun::sweep {
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-namespace {
-// 0, or the errno of the write that failed.
-int write_all(int fd, const std::string& s) {
-  const char* p = s.data();
-  std::size_t n = s.size();
-  while (n) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return errno;
-    if (w == 0) return EIO;
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
-  return 0;
-}
-}  // namespace
 
 std::string trial_id(const std::string& task, const nlohmann::json& params) {
   const std::string canonical = task + "\n" + params.dump();  // object keys are sorted
@@ -128,11 +110,7 @@ journal::journal(const fs::path& folder) : path_{folder / "results.jsonl"} {
                           (line.size() > 60 ? "..." : "") + ")");
     }
   });
-  struct stat st {};
-  if (::fstat(fd.get(), &st) == 0 && static_cast<std::size_t>(st.st_size) != complete) {
-    if (::ftruncate(fd.get(), static_cast<off_t>(complete)) != 0) throw internal_error("cannot repair " + path_.string());
-    ::fsync(fd.get());
-  }
+  detail::drop_cut_line(fd.get(), complete, path_);
   fd_ = fd.release();
 }
 
@@ -162,7 +140,7 @@ void journal::append(const std::vector<trial_record>& records) {
   for (const auto& r : records) text += r.to_json().dump() + "\n";
   const off_t before = ::lseek(fd_, 0, SEEK_END);
   const char* step = "cannot write the sweep journal";
-  int failed = write_all(fd_, text);
+  int failed = detail::write_all(fd_, text);
   if (!failed && ::fsync(fd_) != 0) {
     failed = errno;
     step = "cannot make the sweep journal durable (fsync)";

@@ -2,7 +2,6 @@
 #include "isorun/sweep/report_log.hpp"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -37,13 +36,7 @@ report_log::report_log(const fs::path& folder) : path_{folder / file_name} {
   const unique_fd dir = detail::open_folder(folder);
   if (!dir) throw internal_error("cannot open " + folder.string() + ": no such folder");
   unique_fd fd = detail::open_file(dir.get(), file_name, O_RDWR | O_CREAT | O_APPEND, path_);
-  const std::size_t complete = read_reports(fd.get(), path_, earlier_);
-  struct stat st {};
-  if (::fstat(fd.get(), &st) == 0 && static_cast<std::size_t>(st.st_size) != complete) {
-    // A line cut short by a crash: away, so that the next report starts a line of its own.
-    if (::ftruncate(fd.get(), static_cast<off_t>(complete)) != 0) throw internal_error("cannot repair " + path_.string());
-    ::fsync(fd.get());
-  }
+  detail::drop_cut_line(fd.get(), read_reports(fd.get(), path_, earlier_), path_);
   fd_ = fd.release();
 }
 
@@ -54,18 +47,7 @@ report_log::~report_log() {
 void report_log::append(const trial_report& r) {
   const std::string line = json{{"trial", r.trial}, {"step", r.step}, {"metrics", r.metrics}}.dump() + "\n";
   const off_t before = ::lseek(fd_, 0, SEEK_END);
-  const char* p = line.data();
-  std::size_t n = line.size();
-  int failed = 0;
-  while (n && !failed) {
-    const ssize_t w = ::write(fd_, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) failed = w < 0 ? errno : EIO;
-    else {
-      p += w;
-      n -= static_cast<std::size_t>(w);
-    }
-  }
+  int failed = detail::write_all(fd_, line);
   if (!failed && ::fdatasync(fd_) != 0) failed = errno;
   if (failed) {
     if (before >= 0) [[maybe_unused]] int rc = ::ftruncate(fd_, before);
