@@ -36,10 +36,12 @@
 #include "isorun/serialization/control.hpp"
 #include "isorun/runner/launcher.hpp"
 #include "isorun/runner/standby.hpp"
+#include "spawn.hpp"
 #include "stats.hpp"
 
 extern char** environ;
 using namespace isorun;
+using bench::spawn_ms;
 using bench::summarize;
 using bench::summary;
 using clk = std::chrono::steady_clock;
@@ -54,28 +56,6 @@ namespace {
 std::string self_path;
 
 double ms_since(clk::time_point t0) { return std::chrono::duration<double, std::milli>(clk::now() - t0).count(); }
-
-// posix_spawn + waitpid of argv[0], stdout to /dev/null.
-double spawn_ms(std::vector<std::string> args) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const auto t0 = clk::now();
-  pid_t pid;
-  if (posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) std::abort();
-  int st;
-  ::waitpid(pid, &st, 0);
-  const double ms = ms_since(t0);
-  posix_spawn_file_actions_destroy(&fa);
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-    std::fprintf(stderr, "bench_calls: %s failed\n", argv[0]);
-    std::exit(1);
-  }
-  return ms;
-}
 
 double call_ms(const isolated_function<int, int>& f) {
   const auto t0 = clk::now();
@@ -124,26 +104,6 @@ double map_rate(int tasks, int in_flight, std::size_t standby) {
   for (auto& r : results)
     if (!r.ok() || r.value() != 7) std::abort();
   return tasks / s;
-}
-
-double spawn_rate(int tasks, int in_flight) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  char* argv[] = {const_cast<char*>(BENCH_TINY), nullptr};
-  std::deque<pid_t> running;
-  const auto t0 = clk::now();
-  for (int i = 0; i < tasks; ++i) {
-    if (static_cast<int>(running.size()) >= in_flight) {
-      ::waitpid(running.front(), nullptr, 0);
-      running.pop_front();
-    }
-    pid_t pid;
-    if (posix_spawn(&pid, BENCH_TINY, &fa, nullptr, argv, environ) != 0) std::abort();
-    running.push_back(pid);
-  }
-  for (pid_t p : running) ::waitpid(p, nullptr, 0);
-  posix_spawn_file_actions_destroy(&fa);
-  return tasks / (ms_since(t0) / 1e3);
 }
 
 void line(const char* what, const summary& s, const summary* floor = nullptr, const char* goal = "") {
@@ -285,7 +245,7 @@ int main(int argc, char** argv) {
     for (int r = 0; r < (quick ? 3 : 5); ++r) {
       cold.push_back(map_rate(tasks, 4, 0));
       warm.push_back(map_rate(tasks, 4, 4));
-      ceil.push_back(spawn_rate(tasks, 4));
+      ceil.push_back(bench::spawn_rate(BENCH_TINY, tasks, 4));
     }
     const summary c = summarize(cold), w = summarize(warm), s = summarize(ceil);
     std::printf("\ntasks per second, map() with 4 in flight (%d tasks, %zu rounds)\n", tasks, c.n);

@@ -28,11 +28,13 @@
 #include "isorun/runner/job.hpp"
 #include "isorun/runner/process.hpp"
 #include "isorun/runner/standby.hpp"
+#include "spawn.hpp"
 #include "stats.hpp"
 
 extern char** environ;
 using namespace isorun;
 using bench::show;
+using bench::spawn_ms;
 using bench::summarize;
 using clk = std::chrono::steady_clock;
 
@@ -68,21 +70,6 @@ std::int64_t now_ns() {
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-double spawn_hello_ms() {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  char* argv[] = {const_cast<char*>(BENCH_HELLO), nullptr};
-  auto t0 = clk::now();
-  pid_t pid;
-  if (posix_spawn(&pid, BENCH_HELLO, &fa, nullptr, argv, environ) != 0) std::abort();
-  int st;
-  ::waitpid(pid, &st, 0);
-  auto t1 = clk::now();
-  posix_spawn_file_actions_destroy(&fa);
-  return std::chrono::duration<double, std::milli>(t1 - t0).count();
 }
 
 double isolated_ms(const isolated_function<int, int>& f) {
@@ -123,28 +110,6 @@ double spawn_moved_ms(int devnull) {
   return std::chrono::duration<double, std::milli>(clk::now() - t0).count();
 }
 
-// The ceiling for (c): bare posix_spawn of the hello, with the same number in flight.
-double hello_throughput(int tasks, int in_flight) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  char* argv[] = {const_cast<char*>(BENCH_HELLO), nullptr};
-  std::deque<pid_t> running;
-  auto t0 = clk::now();
-  for (int i = 0; i < tasks; ++i) {
-    if (static_cast<int>(running.size()) >= in_flight) {
-      ::waitpid(running.front(), nullptr, 0);
-      running.pop_front();
-    }
-    pid_t pid;
-    if (posix_spawn(&pid, BENCH_HELLO, &fa, nullptr, argv, environ) != 0) std::abort();
-    running.push_back(pid);
-  }
-  for (pid_t p : running) ::waitpid(p, nullptr, 0);
-  posix_spawn_file_actions_destroy(&fa);
-  return tasks / std::chrono::duration<double>(clk::now() - t0).count();
-}
-
 struct pair_result {
   bench::summary isolated, hello;
 };
@@ -152,11 +117,11 @@ struct pair_result {
 pair_result round_trips(int n) {
   auto f = isolated(noop);
   f(0);  // warm the segment pool and page cache
-  spawn_hello_ms();
+  spawn_ms({BENCH_HELLO});
   std::vector<double> a, b;
   for (int i = 0; i < n; ++i) {  // interleaved, so noise hits both alike
     a.push_back(isolated_ms(f));
-    b.push_back(spawn_hello_ms());
+    b.push_back(spawn_ms({BENCH_HELLO}));
   }
   return {summarize(a), summarize(b)};
 }
@@ -183,7 +148,7 @@ standby_result standby_round_trips(int n, std::chrono::milliseconds pause = {}) 
     a.push_back(isolated_ms(waited));
     settle();
     e.push_back(isolated_ms(early));
-    b.push_back(spawn_hello_ms());
+    b.push_back(spawn_ms({BENCH_HELLO}));
   }
   return {summarize(a), summarize(e), summarize(b)};
 }
@@ -331,7 +296,7 @@ int main(int argc, char** argv) {
   std::vector<double> rates, hello_rates;
   for (int rep = 0; rep < (quick ? 2 : 5); ++rep) {
     rates.push_back(throughput(quick ? 300 : 1000, 4));
-    hello_rates.push_back(hello_throughput(quick ? 300 : 1000, 4));
+    hello_rates.push_back(bench::spawn_rate(BENCH_HELLO, quick ? 300 : 1000, 4));
   }
   auto tr = summarize(rates), hr = summarize(hello_rates);
   std::printf("(c) isolated trivial tasks per second       %s   goal >= 800\n", show(tr, "tasks/s").c_str());

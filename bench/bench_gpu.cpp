@@ -36,6 +36,7 @@
 #include "isorun/runner/process.hpp"
 #include "isorun/runner/standby.hpp"
 #include "isorun/serialization/control.hpp"
+#include "spawn.hpp"
 #include "stats.hpp"
 
 extern char** environ;
@@ -43,6 +44,7 @@ extern char** environ;
 namespace {
 using namespace isorun;
 using bench::show;
+using bench::spawn_ms;
 using bench::summarize;
 constexpr std::uint64_t MiB = 1ULL << 20;
 
@@ -122,32 +124,6 @@ double result_gbps(const char* task, std::uint64_t size, bool early) {
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// Runs `args` (argv[0] first) with `env` added, waits; milliseconds.
-double spawn_ms(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::vector<std::string> all(env);
-  for (char** e = environ; *e; ++e) all.emplace_back(*e);
-  for (auto& e : all) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  const auto t0 = std::chrono::steady_clock::now();
-  pid_t pid;
-  if (::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data()) != 0) std::exit(1);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  const double ms = ms_since(t0);
-  posix_spawn_file_actions_destroy(&fa);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::fprintf(stderr, "%s failed\n", args[0].c_str());
-    std::exit(1);
-  }
-  return ms;
 }
 
 }  // namespace
