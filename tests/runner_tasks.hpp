@@ -425,6 +425,16 @@ struct stop_standby_at_end {
   ~stop_standby_at_end() { isorun::runner::stop_standby(); }
 };
 
+// The default containment, for a test about cgroups: nullptr, with the reason said, where
+// children are contained by their process group alone (the test is then skipped).
+inline const isorun::runner::containment_info* cgroup_containment() {
+  ::unsetenv("ISORUN_CONTAINMENT");  // the default
+  const auto& contained = isorun::runner::containment();
+  if (contained.cgroup) return &contained;
+  WARN("skipped: children are contained by their process group alone here (" << contained.why_not << ")");
+  return nullptr;
+}
+
 // Chooses process-group containment for the workers started while it lives (cgroup
 // containment would kill an escaped process before it could try anything).
 struct process_group_containment {

@@ -22,6 +22,7 @@
 #include "isorun/runner/containment.hpp"
 #include "isorun/runner/process.hpp"
 #include "isorun/serialization/control.hpp"
+#include "runner_tasks.hpp"
 #include "test_support.hpp"
 
 using namespace std::chrono_literals;
@@ -183,12 +184,9 @@ TEST_CASE("a forged success without a result is not given the result of the call
 }
 
 TEST_CASE("a worker's processes cannot move into the supervisor's cgroup", "[runner][hostile][containment]") {
-  ::unsetenv("ISORUN_CONTAINMENT");  // the default
-  const auto& contained = isorun::runner::containment();
-  if (!contained.cgroup) {
-    WARN("skipped: children are contained by their process group alone here (" << contained.why_not << ")");
-    return;
-  }
+  const auto* found = runner_tests::cgroup_containment();
+  if (!found) return;
+  const auto& contained = *found;
   auto r = isorun::isolated(leaves_cgroup).try_call(contained.where);
   REQUIRE(r.ok());
   std::istringstream in(r.value());
@@ -214,12 +212,7 @@ TEST_CASE("a worker's processes cannot move into the supervisor's cgroup", "[run
 }
 
 TEST_CASE("a supervisor that ends removes its cgroup, killing what moved into it", "[runner][hostile][containment]") {
-  ::unsetenv("ISORUN_CONTAINMENT");  // the default
-  const auto& contained = isorun::runner::containment();
-  if (!contained.cgroup) {
-    WARN("skipped: children are contained by their process group alone here (" << contained.why_not << ")");
-    return;
-  }
+  if (!runner_tests::cgroup_containment()) return;
   int out[2];
   REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
   isorun::runner::spawn_options o;

@@ -155,12 +155,9 @@ TEST_CASE("an early result is handed over sealed: no process can change it after
 
 TEST_CASE("a descendant that left the worker's group is killed with its cgroup before the result is validated",
           "[runner][containment]") {
-  ::unsetenv("ISORUN_CONTAINMENT");  // the default
-  const auto& contained = isorun::runner::containment();
-  if (!contained.cgroup) {
-    WARN("skipped: children are contained by their process group alone here (" << contained.why_not << ")");
-    return;
-  }
+  const auto* found = cgroup_containment();
+  if (!found) return;
+  const auto& contained = *found;
   char dir[] = "/tmp/isorun-contain-XXXXXX";
   REQUIRE(::mkdtemp(dir));
   const std::string d = dir;
@@ -368,12 +365,9 @@ TEST_CASE("a call on a standby worker succeeds when its replacement cannot be la
 
 TEST_CASE("a standby worker's cgroup, made when it was launched, goes with it when it is never used",
           "[runner][standby][containment]") {
-  ::unsetenv("ISORUN_CONTAINMENT");  // the default
-  const auto& contained = isorun::runner::containment();
-  if (!contained.cgroup) {
-    WARN("skipped: children are contained by their process group alone here (" << contained.why_not << ")");
-    return;
-  }
+  const auto* found = cgroup_containment();
+  if (!found) return;
+  const auto& contained = *found;
   std::vector<std::string> cgroups;
   {
     stop_standby_at_end guard;
