@@ -601,11 +601,11 @@ std::shared_ptr<job> job::assign_prepared(std::shared_ptr<state> s, job_spec spe
 
 namespace {
 
-// An early_result job is watched by the first to wait for it, on their own thread: for a call
-// that waits at once (the common case) no thread is started on its path. It watches to the
-// hand-over (or the worker's end), publishes the result, and leaves the exit to the exit reaper.
-// `tail_here`: see the exit through on this thread instead (a thread started for wait_for).
-void watch_early(const std::shared_ptr<job::state>& s, bool tail_here) {
+// An early_result job is watched by the first to wait for it, on their own thread (wait_for,
+// which must return at its timeout, starts one): for a call that waits at once, the common case,
+// no thread is started on its path. It watches to the hand-over (or the worker's end), publishes
+// the result, and leaves the exit to the exit reaper.
+void watch_early(const std::shared_ptr<job::state>& s) {
   watch_record w = watch(*s);
   const bool early = w.early;
   {
@@ -615,23 +615,8 @@ void watch_early(const std::shared_ptr<job::state>& s, bool tail_here) {
     s->finished = true;
   }
   s->ready.notify_all();
-  if (!early) {
-    release_worker(*s);
-  } else if (!tail_here) {
-    exit_reaper::instance().adopt(s);
-  } else {
-    s->worker.stderr_read.reset();
-    const auto deadline = clock::now() + s->spec.grace;
-    for (;;) {
-      pollfd fds[2] = {{s->worker.process.pidfd(), POLLIN, 0}, {s->cancel_event.get(), POLLIN, 0}};
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
-      const int rc = ::poll(fds, 2, static_cast<int>(std::clamp<long long>(left + 1, 0, INT_MAX)));
-      if (rc < 0 && errno == EINTR) continue;
-      if (rc <= 0 || (fds[1].revents & POLLIN) || (fds[0].revents & POLLIN)) break;
-    }
-    s->worker.process.reap();  // kills what is left of the group first
-    release_worker(*s);
-  }
+  if (early) exit_reaper::instance().adopt(s);
+  else release_worker(*s);
 }
 
 }  // namespace
@@ -642,7 +627,7 @@ bool job::wait_for(std::chrono::milliseconds timeout) {
     if (!state_->finished && !state_->watched) {
       // Not watched yet, and this must return at its timeout: a thread watches.
       state_->watched = true;
-      std::thread([s = state_] { watch_early(s, true); }).detach();
+      std::thread([s = state_] { watch_early(s); }).detach();
     }
     return state_->ready.wait_for(lock, timeout, [&] { return state_->finished.load(); });
   }
@@ -662,7 +647,7 @@ const job_result& job::wait() {
     if (!s.finished && !s.watched) {
       s.watched = true;
       lock.unlock();
-      watch_early(state_, false);
+      watch_early(state_);
       lock.lock();
     }
     s.ready.wait(lock, [&] { return s.finished.load(); });
