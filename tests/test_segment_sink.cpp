@@ -117,3 +117,40 @@ TEST_CASE("segment_sink moves a placed blob that is still alive out of the way, 
     CHECK(isorun::test::mapping_of(kept) == "unmapped");
   }
 }
+
+TEST_CASE("segment_sink places a blob at the task's offset, with the rest of its payload after it",
+          "[runner][segment_sink]") {
+  // A Python call's payload: a head page, the placed array, then the pickle.
+  constexpr std::uint64_t offset = 4096, tail = 1000;
+  for (const bool room_for_the_tail : {true, false}) {
+    INFO((room_for_the_tail ? "the segment holds the whole payload" : "the segment holds the blob alone"));
+    ser::shm_file file =
+        ser::shm_file::create(ser::header_size + offset + 32 * MiB + (room_for_the_tail ? tail : 0));
+    const ser::shm_file same{::dup(file.fd())};
+    segment_sink sink(std::move(file), 1ULL << 40);
+    sink.set_placed_offset(offset);
+    std::byte* p = sink.place(32 * MiB);
+    REQUIRE(p != nullptr);
+    fill(p, 32 * MiB, 4);
+
+    const std::uint64_t size = offset + 32 * MiB + tail;
+    std::byte* area = sink.reserve(size, p);
+    // In place only if the payload fits the mapping the blob lies in: mapping the segment anew
+    // would move the blob, so it is moved out first, keeping its address and bytes.
+    CHECK((area + offset == p) == room_for_the_tail);
+    CHECK(isorun::test::mapping_of(p).empty() == !room_for_the_tail);
+    CHECK(wrong(p, 32 * MiB, 4) == 0);
+    if (area + offset != p) std::memcpy(area + offset, p, 32 * MiB);
+    std::memset(area, 0, offset);
+    std::memset(area + offset + 32 * MiB, 5, tail);
+    sink.commit(size, ser::checksum({area, size}), ser::encoding::binary);
+
+    const auto view = ser::mapping::map(same.fd(), same.size(), ser::mapping::access::read_only, false);
+    ser::encoding enc{};
+    const auto payload = ser::open_payload(view.data(), view.size(), ser::result_magic, 1ULL << 40, enc);
+    REQUIRE(payload.size() == size);
+    CHECK(wrong(payload.data() + offset, 32 * MiB, 4) == 0);
+    CHECK(payload[offset + 32 * MiB + tail - 1] == std::byte{5});
+    CHECK(sink.take_back(p));
+  }
+}

@@ -1,7 +1,7 @@
 """What travels: the call (function and arguments, by value with cloudpickle) and the result
 (pickle protocol 5, its out-of-band buffers placed in the result segment by the worker).
 
-The result payload's layout is written down in ``python/src/core.cpp``; the runner has checked
+The result payload's layout is written down in ``python/src/payload.hpp``; the runner has checked
 its checksum and bounds before :func:`decode_result` sees it, and the parse here checks every
 offset again against the payload's size.
 """
@@ -22,7 +22,7 @@ VALUE = 0  #: the payload holds the function's return value
 RAISED = 1  #: the payload holds the exception it raised, with its traceback
 
 _MAGIC = 0x59505349  # "ISPY"
-_HEAD = struct.Struct("<IIQQ")
+_HEAD = struct.Struct("<IIQQQQ")  # magic, tag, buffers, table offset, pickle offset, its size
 _ENTRY = struct.Struct("<QQ")
 
 
@@ -62,13 +62,16 @@ def _raised(exc: BaseException) -> tuple[int, bytes, list]:
     return RAISED, body, []
 
 
-def run_call(request: bytes) -> tuple[int, bytes, list]:
+def run_call(request: bytes, before_call: Optional[Callable[[], object]] = None) -> tuple[int, bytes, list]:
     """The worker's side: runs the call in ``request`` and returns (tag, pickle, buffers) for the
-    result segment. Whatever the function raises is returned, never raised."""
+    result segment. ``before_call`` runs once the call is unpickled (and what it needs imported),
+    just before the function. Whatever the function raises is returned, never raised."""
     try:
         path, call = pickle.loads(request)
         sys.path[:] = path
         fn, args, kwargs = cloudpickle.loads(call)
+        if before_call is not None:
+            before_call()
         value = fn(*args, **kwargs)
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt travel too
         return _raised(exc)
@@ -96,19 +99,21 @@ def decode_result(payload: Any) -> tuple[int, Any]:
     size = view.nbytes
     if size < _HEAD.size:
         raise ValueError(f"payload of {size} bytes is shorter than its header")
-    magic, tag, body_size, nbuf = _HEAD.unpack_from(view, 0)
+    magic, tag, nbuf, table_at, body_at, body_size = _HEAD.unpack_from(view, 0)
     if magic != _MAGIC or tag not in (VALUE, RAISED):
         raise ValueError("payload has a wrong magic number or tag")
-    table_end = _HEAD.size + _ENTRY.size * nbuf
-    if nbuf > size or table_end > size:
+
+    def inside(offset: int, length: int) -> bool:
+        return _HEAD.size <= offset <= size and length <= size - offset
+
+    if nbuf > size or not inside(table_at, _ENTRY.size * nbuf):
         raise ValueError(f"payload's buffer table ({nbuf} entries) runs past its end")
-    body_at = table_end
-    if body_size > size - body_at:
+    if not inside(body_at, body_size):
         raise ValueError("payload's pickle runs past its end")
     buffers = []
     for i in range(nbuf):
-        offset, length = _ENTRY.unpack_from(view, _HEAD.size + _ENTRY.size * i)
-        if offset < body_at + body_size or offset > size or length > size - offset:
+        offset, length = _ENTRY.unpack_from(view, table_at + _ENTRY.size * i)
+        if not inside(offset, length):
             raise ValueError(f"payload's buffer {i} lies outside it")
         buffers.append(view[offset:offset + length])
     body = view[body_at:body_at + body_size]

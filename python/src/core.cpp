@@ -11,12 +11,8 @@
 // call runs (framed_request: the cap region of a capped call, which a standby interpreter cannot
 // get at exec).
 //
-// The payload is this module's own format (the runner validates its checksum and bounds before
-// the caller sees it; the Python side then parses it bounds-checked). Little endian:
-//   u32 magic "ISPY", u32 tag (0: value, 1: the function raised), u64 pickle bytes, u64 buffers,
-//   then per buffer {u64 offset, u64 size}; the pickle at its offset; each buffer at an offset
-//   aligned to 64 bytes from the payload's start (the payload itself starts 64 bytes into a
-//   page-aligned mapping, so any dtype is aligned).
+// The payload is this module's own format (payload.hpp): the runner validates its checksum and
+// bounds before the caller sees it; the Python side then parses it bounds-checked.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -56,6 +52,8 @@
 #include "isorun/serialization/wire.hpp"
 #include "isorun/worker/init.hpp"
 #include "isorun/worker/task.hpp"
+#include "numpy_results.hpp"
+#include "payload.hpp"
 
 extern char** environ;
 
@@ -65,8 +63,6 @@ using namespace nb::literals;
 namespace {
 
 constexpr const char* python_task = "isorun.python";
-constexpr std::uint32_t payload_magic = 0x59505349;  // "ISPY"
-constexpr std::uint64_t buffer_alignment = 64;
 
 // Raises the isorun.errors class `name` with `message` (the Python module owns the hierarchy).
 void raise_python(const char* name, const char* message) {
@@ -416,34 +412,10 @@ std::shared_ptr<void> run_python_task(std::span<const std::byte> args, std::shar
     hold(parts[0], t[1]);
     for (std::size_t i = 0; i < buffers.size(); ++i) hold(parts[1 + i], buffers[i]);
   }
-  // The layout, then one copy of each piece into the segment, without the GIL.
-  const std::uint64_t nbuf = parts.size() - 1;
-  std::uint64_t offset = 24 + 16 * nbuf;
-  std::vector<std::uint64_t> offsets(parts.size());
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    if (i > 0) offset = (offset + buffer_alignment - 1) / buffer_alignment * buffer_alignment;
-    offsets[i] = offset;
-    offset += static_cast<std::uint64_t>(parts[i].view.len);
-  }
-  const std::uint64_t total = offset;
-  std::byte* dst = sink.reserve(total, nullptr);
-  std::memset(dst, 0, offsets[0]);
-  auto put = [&](std::uint64_t at, auto value) { std::memcpy(dst + at, &value, sizeof value); };
-  put(0, payload_magic);
-  put(4, tag);
-  put(8, static_cast<std::uint64_t>(parts[0].view.len));
-  put(16, nbuf);
-  for (std::uint64_t i = 0; i < nbuf; ++i) {
-    put(24 + 16 * i, offsets[1 + i]);
-    put(32 + 16 * i, static_cast<std::uint64_t>(parts[1 + i].view.len));
-  }
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    if (i > 0) std::memset(dst + offsets[i - 1] + parts[i - 1].view.len, 0,
-                           offsets[i] - offsets[i - 1] - static_cast<std::uint64_t>(parts[i - 1].view.len));
-    std::memcpy(dst + offsets[i], parts[i].view.buf, static_cast<std::size_t>(parts[i].view.len));
-  }
-  const std::uint64_t sum = isorun::serialization::checksum({dst, total});
-  sink.commit(total, sum, isorun::serialization::encoding::binary);
+  // Into the segment without the GIL: the buffers stay held until it is written.
+  std::vector<Py_buffer> buffers;
+  for (std::size_t i = 1; i < parts.size(); ++i) buffers.push_back(parts[i].view);
+  isorun_python::write_payload(sink, tag, parts[0].view, buffers);
   {
     nb::gil_scoped_acquire locked;
     parts.clear();
@@ -458,6 +430,7 @@ void register_python_task() {
   info.name = python_task;
   info.arg_types = {"pickled call, or a sweep trial's JSON request"};
   info.result_type = "pickled value, or a sweep trial's JSON result";
+  info.placed_blob_offset = isorun_python::placed_offset;
   info.run_binary = run_python_task;
   info.run_json = run_python_json;
   registry.add(std::move(info));
@@ -536,6 +509,9 @@ NB_MODULE(_core, m) {
     nb::gil_scoped_release unlocked;
     isorun::stop_standby();
   }, "Stops every standby worker and waits until they are gone.");
+  m.def("place_numpy_arrays", &isorun_python::place_numpy_arrays,
+        "In a worker: NumPy's large arrays are made from now on where the result goes (False where NumPy is "
+        "not imported or older than 1.22).");
   m.def("c_environment", &c_environment, "The environment as the C library has it now, as bytes.");
   m.def("serve", &serve, "entry"_a, "json_entry"_a,
         "The worker's main: serves its one call through `entry` (a pickled call) or `json_entry` (a sweep's "

@@ -94,3 +94,117 @@ def test_several_buffers_and_layouts_arrive_intact():
 def test_arrays_travel_as_arguments():
     x = np.linspace(0, 1, 1000)
     assert isorun.isolated(lambda v: float(v.sum()))(x) == pytest.approx(float(x.sum()))
+
+
+# Where the worker made an array: the /proc/self/maps line of its data, in the worker.
+def _made_in(a) -> str:
+    return _mapping_of(a.__array_interface__["data"][0])
+
+
+def filled(n, value, zeros=False):
+    import numpy
+
+    a = numpy.zeros(n, dtype=numpy.int64) if zeros else numpy.full(n, value, dtype=numpy.int64)
+    return a, _made_in(a)
+
+
+N = 8 << 20  # 64 MiB of int64: large enough to be placed
+
+
+def _segment_for(n):
+    """A first call, so that a segment large enough for such a result is in the pool; its
+    result is dropped at once, giving the segment back."""
+    first, _ = isorun.isolated(filled)(n, 1)
+    del first
+    gc.collect()
+
+
+def test_a_large_array_is_made_where_the_result_goes():
+    _segment_for(N)
+    a, made_in = isorun.isolated(filled)(N, 2)
+    assert "memfd:isorun-segment" in made_in and made_in.split()[1].endswith("s"), made_in
+    assert "memfd:isorun-segment" in _mapping_of(a.__array_interface__["data"][0])
+    assert a.shape == (N,) and int(a.min()) == 2 and int(a.max()) == 2
+
+
+def test_zeros_made_in_a_used_segment_are_zeros():
+    _segment_for(N)  # its bytes are all 1s
+    a, made_in = isorun.isolated(filled)(N, 0, zeros=True)
+    assert "memfd:isorun-segment" in made_in
+    assert not a.any()
+
+
+def views_and_others(n):
+    import numpy
+
+    a = numpy.arange(n, dtype=numpy.int64)
+    b = numpy.arange(n, dtype=numpy.int64) * 2  # a second large array: copied
+    return a[3:-3], a[:10], b, _made_in(a), _made_in(b)
+
+
+def test_views_of_the_placed_array_and_other_arrays_arrive_intact():
+    _segment_for(N)
+    inner, head, b, a_in, b_in = isorun.isolated(views_and_others)(N)
+    assert "memfd:isorun-segment" in a_in and "memfd:isorun-segment" not in b_in
+    assert np.array_equal(inner, np.arange(3, N - 3, dtype=np.int64))
+    assert head.tolist() == list(range(10))
+    assert np.array_equal(b, np.arange(N, dtype=np.int64) * 2)
+
+
+def after_a_temporary(n):
+    import numpy
+
+    t = numpy.ones(n, dtype=numpy.int64)
+    total = int(t.sum())
+    del t  # the placed storage is free again
+    r = numpy.full(n, total, dtype=numpy.int64)
+    return r, _made_in(r)
+
+
+def test_storage_freed_by_the_function_is_placed_again():
+    _segment_for(N)
+    r, made_in = isorun.isolated(after_a_temporary)(N)
+    assert "memfd:isorun-segment" in made_in
+    assert int(r.min()) == N and int(r.max()) == N
+
+
+def written_by_a_forked_child(n):
+    import os
+
+    import numpy
+
+    a = numpy.full(n, 1, dtype=numpy.int64)
+    pid = os.fork()
+    if pid == 0:  # the child's writes go to its own copy, never to the worker's result
+        a[:] = 9
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return a, _made_in(a)
+
+
+def test_a_forked_child_cannot_change_a_placed_array():
+    _segment_for(N)
+    a, made_in = isorun.isolated(written_by_a_forked_child)(N)
+    assert "memfd:isorun-segment" in made_in
+    assert int(a.min()) == 1 and int(a.max()) == 1
+
+
+def grown(n):
+    import numpy
+
+    a = numpy.arange(n, dtype=numpy.int64)
+    a.resize(2 * n, refcheck=False)  # NumPy reallocates: the bytes move with it
+    return a
+
+
+def test_a_reallocated_array_keeps_its_bytes():
+    r = isorun.isolated(grown)(N // 2)
+    assert np.array_equal(r[: N // 2], np.arange(N // 2, dtype=np.int64)) and not r[N // 2:].any()
+
+
+def test_an_early_result_is_copied_and_intact():
+    _segment_for(N)
+    a, made_in = isorun.isolated(filled, early_result=True)(N, 5)
+    # Placing is off where the segment is sealed early: the array was the worker's own memory.
+    assert "memfd:isorun-segment" not in made_in
+    assert int(a.min()) == 5 and int(a.max()) == 5

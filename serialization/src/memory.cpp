@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <new>
 
 #include "isorun/serialization/blob.hpp"
@@ -26,13 +27,26 @@ void set_blob_placement(blob_placement* placement) noexcept { installed_placemen
 
 namespace isorun::serialization::detail {
 
+namespace {
+std::byte* map_blob(std::size_t size) {
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  return static_cast<std::byte*>(p);
+}
+}  // namespace
+
 std::byte* allocate_blob(std::size_t size) {
   if (size < parallel_threshold) return new std::byte[size];
   if (blob_placement* placement = installed_placement.load())
     if (std::byte* placed = placement->place(size)) return placed;
-  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
-  return static_cast<std::byte*>(p);
+  return map_blob(size);
+}
+
+std::byte* allocate_zeroed_blob(std::size_t size) {
+  if (size < parallel_threshold) return new std::byte[size]();
+  if (blob_placement* placement = installed_placement.load())
+    if (std::byte* placed = placement->place(size)) return static_cast<std::byte*>(std::memset(placed, 0, size));
+  return map_blob(size);
 }
 
 void free_blob(std::byte* data, std::size_t size) noexcept {

@@ -136,9 +136,11 @@ std::byte* segment_sink::place(std::size_t size) noexcept {
   // segment the worker's result goes to, which it shares.
   if (claimed_ || placed_ || ::getpid() != owner_pid_) return nullptr;
   try {
-    const std::uint64_t payload = sizeof(std::uint64_t) + size;  // a blob result: its length, then its bytes
+    const std::uint64_t payload = placed_offset_ + size;
     if (payload > max_result_ || ser::header_size + payload > file_.size()) return nullptr;
-    placed_ = area_locked(payload) + sizeof(std::uint64_t);
+    // All of the segment is mapped, not just the blob's part: what the payload holds besides the
+    // blob (a pickle after it, say) then fits the mapping the blob lies in, as the last result did.
+    placed_ = area_locked(std::min(file_.size() - ser::header_size, max_result_)) + placed_offset_;
     placed_size_ = size;
     return placed_;
   } catch (...) {  // cannot map it: pages of its own
@@ -171,10 +173,12 @@ void segment_sink::close() {
 }
 
 // The area goes to a result, or to output_blob, for good. A placed blob stays where it is only if
-// it is that result (`blob_bytes`, its 8-byte length before it): the encoder then finds its bytes
-// in place and only checksums them. Otherwise it is moved out of the way first.
+// it is that result's (`blob_bytes`) and the payload fits the mapping it lies in: the encoder then
+// finds its bytes in place and only checksums them. Otherwise it is moved out of the way first
+// (mapping the segment anew for a larger payload would move it).
 std::byte* segment_sink::claim_locked(std::uint64_t size, const std::byte* blob_bytes) {
-  if (placed_ && (blob_bytes != placed_ || size != sizeof(std::uint64_t) + placed_size_)) evict_locked();
+  if (placed_ && (blob_bytes != placed_ || size < placed_offset_ + placed_size_ || ser::header_size + size > map_.size()))
+    evict_locked();
   claimed_ = true;
   return area_locked(size);
 }

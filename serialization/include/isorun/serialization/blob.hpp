@@ -35,7 +35,12 @@ namespace serialization::detail {
 /// @throws std::bad_alloc
 ISORUN_API std::byte* allocate_blob(std::size_t size);
 
-/// @brief Frees what allocate_blob(size) returned.
+/// @brief As allocate_blob, its bytes zero: placed storage is cleared, pages of its own are
+///        zero already (and stay unfaulted until written).
+/// @throws std::bad_alloc
+ISORUN_API std::byte* allocate_zeroed_blob(std::size_t size);
+
+/// @brief Frees what allocate_blob(size) or allocate_zeroed_blob(size) returned.
 ISORUN_API void free_blob(std::byte* data, std::size_t size) noexcept;
 
 /// The deleter of an owned blob's storage: free_blob with the size it was allocated with.

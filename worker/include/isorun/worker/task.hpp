@@ -79,6 +79,12 @@ struct task_info {
   std::string name;
   std::vector<std::string> arg_types;
   std::string result_type;
+  /// Where, in the task's binary payload, a large blob it returns begins: 8 for an
+  /// `isorun::blob` (its length comes first), 0 when its results hold no such blob. With it, the
+  /// worker maps the result segment ahead while the task runs and places the first large blob
+  /// the task makes at that offset (blob_placement.hpp): returning it then costs a checksum, not
+  /// a copy.
+  std::uint64_t placed_blob_offset = 0;
   const void* function = nullptr;  ///< the function's address, to find it from isolated(fn)
   /// JSON of default-constructed arguments, `{"arg0": ...}`; empty if not default-constructible.
   std::function<std::string()> default_args_json;
@@ -176,6 +182,7 @@ bool register_task(const char* name, R (*fn)(A...)) {
   t.arg_types = {readable_type_name(typeid(std::decay_t<A>))...};
   if constexpr (std::is_void_v<R>) t.result_type = "void";
   else t.result_type = readable_type_name(typeid(R));
+  if constexpr (std::is_same_v<R, isorun::blob>) t.placed_blob_offset = sizeof(std::uint64_t);
   if constexpr (std::is_default_constructible_v<args_t>) {
     t.default_args_json = [] { return detail::args_to_json(args_t{}, seq{}); };
     t.check_json_args = [](const std::string& json) {

@@ -12,7 +12,8 @@
 /// - a placed blob that is still alive when the area is wanted for something else (the task
 ///   returned another blob, or called output_blob) is moved out first, to private pages at the
 ///   same address, so it and every view into it keep their bytes;
-/// - a placed blob the task returns is encoded where it lies: only checksummed;
+/// - a placed blob the task returns is encoded where it lies, if the payload it is part of fits
+///   the mapping it lies in: only checksummed;
 /// - a process the task forks gets a private copy of a placed blob, as it would of any memory
 ///   (copy on write), not the segment's shared pages; and it places nothing itself.
 
@@ -84,6 +85,10 @@ class ISORUN_INTERNAL_API segment_sink final : public result_sink,
   ///        installed in this process or the fork handlers cannot be registered.
   bool install_blob_placement() noexcept;
 
+  /// @brief Where in the payload a placed blob begins (task_info::placed_blob_offset): after a
+  ///        blob result's 8-byte length unless set otherwise. Set before anything is placed.
+  void set_placed_offset(std::uint64_t offset) noexcept { placed_offset_ = offset; }
+
   // serialization::blob_placement: only where the segment already has room (a placed blob never
   // grows the pooled segment), and only into a free area.
   std::byte* place(std::size_t size) noexcept override;
@@ -126,6 +131,7 @@ class ISORUN_INTERNAL_API segment_sink final : public result_sink,
   bool claimed_ = false;             // by output_blob or the encoder: nothing is placed any more
   std::byte* placed_ = nullptr;      // the blob placed in the payload area, while it lives
   std::uint64_t placed_size_ = 0;
+  std::uint64_t placed_offset_ = sizeof(std::uint64_t);  // where in the payload a blob is placed
   struct evicted {
     std::byte* data;                 // the placed blob's bytes, now in private pages
     serialization::mapping pages;    // the range those pages occupy, unmapped when it is freed

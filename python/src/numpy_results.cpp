@@ -1,0 +1,166 @@
+#include "numpy_results.hpp"
+
+#include <Python.h>
+#include <malloc.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <vector>
+
+#include "isorun/serialization/blob.hpp"
+
+namespace isorun_python {
+namespace {
+
+namespace blob = isorun::serialization::detail;
+
+// The first size allocate_blob places (blob.hpp); smaller arrays get the C library's memory.
+constexpr std::size_t large = 32ULL << 20;
+
+// NumPy's memory handler, version 1 (numpy/ndarraytypes.h, NEP 49). Its layout is NumPy's ABI,
+// declared here so that building the package does not need NumPy's headers.
+struct numpy_allocator {
+  void* ctx;
+  void* (*malloc)(void* ctx, std::size_t size);
+  void* (*calloc)(void* ctx, std::size_t nelem, std::size_t elsize);
+  void* (*realloc)(void* ctx, void* ptr, std::size_t new_size);
+  void (*free)(void* ctx, void* ptr, std::size_t size);
+};
+struct numpy_handler {
+  char name[127];
+  std::uint8_t version;
+  numpy_allocator allocator;
+};
+
+// Indices in NumPy's C-API table (numpy/__multiarray_api.h), fixed for good once published.
+constexpr int api_feature_version = 211;  // PyArray_GetNDArrayCFeatureVersion
+constexpr int api_set_handler = 304;      // PyDataMem_SetHandler, NumPy 1.22
+constexpr unsigned feature_1_22 = 0x0000000f;
+
+// The large allocations made through the handler, by start: the record, not the size NumPy
+// passes free(), says which memory a pointer is (realloc() is passed no size at all).
+struct storage {
+  std::byte* data;
+  std::size_t size;
+};
+std::mutex storages_mutex;
+std::vector<storage> storages;
+
+void* allocate(std::size_t size, bool zeroed) noexcept {
+  try {
+    std::byte* p = zeroed ? blob::allocate_zeroed_blob(size) : blob::allocate_blob(size);
+    try {
+      std::lock_guard lock(storages_mutex);
+      storages.push_back({p, size});
+    } catch (...) {
+      blob::free_blob(p, size);
+      return nullptr;
+    }
+    return p;
+  } catch (...) {  // NumPy raises MemoryError for nullptr
+    return nullptr;
+  }
+}
+
+// The size of a large allocation, taken out of the record; 0 if `p` is not one.
+std::size_t forget(void* p) noexcept {
+  std::lock_guard lock(storages_mutex);
+  const auto it = std::find_if(storages.begin(), storages.end(), [&](const storage& s) { return s.data == p; });
+  if (it == storages.end()) return 0;
+  const std::size_t size = it->size;
+  storages.erase(it);
+  return size;
+}
+
+void* numpy_malloc(void*, std::size_t size) noexcept {
+  return size < large ? std::malloc(size) : allocate(size, false);
+}
+
+void* numpy_calloc(void*, std::size_t nelem, std::size_t elsize) noexcept {
+  if (elsize != 0 && nelem > SIZE_MAX / elsize) return nullptr;
+  const std::size_t size = nelem * elsize;
+  return size < large ? std::calloc(nelem, elsize) : allocate(size, true);
+}
+
+void numpy_free(void*, void* p, std::size_t) noexcept {
+  if (const std::size_t size = forget(p)) blob::free_blob(static_cast<std::byte*>(p), size);
+  else std::free(p);
+}
+
+void* numpy_realloc(void*, void* p, std::size_t new_size) noexcept {
+  std::size_t old_size = 0;
+  {
+    std::lock_guard lock(storages_mutex);
+    for (const storage& s : storages)
+      if (s.data == p) old_size = s.size;
+  }
+  if (old_size == 0 && new_size < large) return std::realloc(p, new_size);
+  // Between the two kinds of memory, or within the large one: a move.
+  void* fresh = numpy_malloc(nullptr, new_size);
+  if (!fresh) return nullptr;
+  if (p) std::memcpy(fresh, p, std::min(new_size, old_size ? old_size : ::malloc_usable_size(p)));
+  numpy_free(nullptr, p, old_size);
+  return fresh;
+}
+
+numpy_handler handler = {"isorun_result_segment", 1,
+                         {nullptr, numpy_malloc, numpy_calloc, numpy_realloc, numpy_free}};
+
+// NumPy's C-API table, from its core module: numpy._core in NumPy 2, numpy.core before.
+void** numpy_api() {
+  PyObject* numpy = PyDict_GetItemString(PyImport_GetModuleDict(), "numpy");  // borrowed
+  if (!numpy) return nullptr;
+  for (const char* name : {"numpy._core._multiarray_umath", "numpy.core._multiarray_umath"}) {
+    PyObject* core = PyImport_ImportModule(name);
+    if (!core) {
+      PyErr_Clear();
+      continue;
+    }
+    PyObject* table = PyObject_GetAttrString(core, "_ARRAY_API");
+    Py_DECREF(core);
+    if (!table) {
+      PyErr_Clear();
+      continue;
+    }
+    void** api = PyCapsule_CheckExact(table) ? static_cast<void**>(PyCapsule_GetPointer(table, nullptr)) : nullptr;
+    Py_DECREF(table);  // the module keeps the capsule, and so the table, alive
+    if (api) return api;
+    PyErr_Clear();
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+bool place_numpy_arrays() {
+  void** api = numpy_api();
+  if (!api) return false;
+  if (reinterpret_cast<unsigned (*)()>(api[api_feature_version])() < feature_1_22) return false;
+  // One capsule for the process, never freed: every array made through it holds a reference.
+  static PyObject* capsule = PyCapsule_New(&handler, "mem_handler", nullptr);
+  if (!capsule) {
+    PyErr_Clear();
+    return false;
+  }
+  PyObject* previous = reinterpret_cast<PyObject* (*)(PyObject*)>(api[api_set_handler])(capsule);
+  if (!previous) {
+    PyErr_Clear();
+    return false;
+  }
+  Py_DECREF(previous);
+  return true;
+}
+
+std::span<std::byte> numpy_storage_holding(const void* data, std::size_t size) {
+  const auto* p = static_cast<const std::byte*>(data);
+  std::lock_guard lock(storages_mutex);
+  for (const storage& s : storages)
+    if (p >= s.data && size <= s.size && static_cast<std::size_t>(p - s.data) <= s.size - size) return {s.data, s.size};
+  return {};
+}
+
+}  // namespace isorun_python
