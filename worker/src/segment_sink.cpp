@@ -138,9 +138,11 @@ std::byte* segment_sink::place(std::size_t size) noexcept {
   try {
     const std::uint64_t payload = placed_offset_ + size;
     if (payload > max_result_ || ser::header_size + payload > file_.size()) return nullptr;
-    // All of the segment is mapped, not just the blob's part: what the payload holds besides the
-    // blob (a pickle after it, say) then fits the mapping the blob lies in, as the last result did.
-    placed_ = area_locked(std::min(file_.size() - ser::header_size, max_result_)) + placed_offset_;
+    // What the payload holds besides the blob (a pickle after it, say) must fit the mapping the
+    // blob lies in: the mapping made ahead is as large as the last result (and faulted in), else
+    // all of the segment is mapped.
+    const std::uint64_t mapped = premapper_.joinable() ? payload : std::min(file_.size() - ser::header_size, max_result_);
+    placed_ = area_locked(mapped) + placed_offset_;
     placed_size_ = size;
     return placed_;
   } catch (...) {  // cannot map it: pages of its own
