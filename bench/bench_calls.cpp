@@ -34,6 +34,7 @@
 #include "isorun/isorun.hpp"
 #include "isorun/runner/job.hpp"
 #include "isorun/serialization/control.hpp"
+#include "isorun/runner/containment.hpp"
 #include "isorun/runner/launcher.hpp"
 #include "isorun/runner/standby.hpp"
 #include "spawn.hpp"
@@ -120,7 +121,10 @@ void latencies(int n, int pause_ms) {
   const auto cold = isolated(noop);
   const auto standby = isolated(noop, {.standby = 2});
   const auto early = isolated(noop, {.standby = 2, .early_result = true});
-  std::vector<double> tiny, same, c, s, e;
+  // The cold call once more under process-group containment: what its cgroup (made, joined at
+  // birth, killed and removed) costs on the path. Only where children get cgroups at all.
+  const bool cgroups = isorun::runner::containment().cgroup;
+  std::vector<double> tiny, same, c, cpg, s, e;
   constexpr int block = 10, skipped = 2;
   const auto run_block = [&](std::vector<double>& into, const std::function<double()>& call) {
     for (int i = 0; i < block + skipped; ++i) {
@@ -133,6 +137,11 @@ void latencies(int n, int pause_ms) {
     run_block(tiny, [] { return spawn_ms({BENCH_TINY}); });
     run_block(same, [] { return spawn_ms({self_path, "--exit-at-once"}); });
     run_block(c, [&] { return call_ms(cold); });
+    if (cgroups) {
+      ::setenv("ISORUN_CONTAINMENT", "process-group", 1);  // read at each call
+      run_block(cpg, [&] { return call_ms(cold); });
+      ::unsetenv("ISORUN_CONTAINMENT");
+    }
     run_block(s, [&] { return call_ms(standby); });
     run_block(e, [&] { return call_ms(early); });
   }
@@ -144,6 +153,7 @@ void latencies(int n, int pause_ms) {
   line("floor: this executable, spawn+exit", x, &t);
   line("cold call, isolated(noop)", summarize(c), &x, "goal <= 1.2x the same executable");
   std::printf("  %-44s %7s     %16s  %5.2fx  (to the static C program)\n", "", "", "", summarize(c).median / t.median);
+  if (cgroups) line("cold call, process-group containment only", summarize(cpg), &x, "(what the cgroup costs)");
   line("standby = 2, exit waited for", summarize(s), &t, "goal <= 0.6x the static C program");
   line("standby = 2, early_result", summarize(e), &t, "goal <= 0.25x the static C program");
   if (!py.empty()) {
