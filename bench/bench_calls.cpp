@@ -4,7 +4,9 @@
 //
 //   cold       isolated(noop)                        floors: posix_spawn+waitpid of a static C
 //                                                    program; of this executable returning from
-//                                                    isorun::init at once
+//                                                    isorun::init at once; and the same call
+//                                                    under process-group containment (the
+//                                                    cgroup's cost), where cgroups are used
 //   standby    isolated(noop, {.standby = 2})        the exit waited for
 //   early      ... {.standby = 2, .early_result}     handed over sealed before the exit
 //   python     multiprocessing's reused Pool(1) round trip (python3 -c), the IPC reference
