@@ -252,6 +252,18 @@ standby_plan plan_standby(const sweep_spec& s, const std::vector<slot>& slots) {
   return plan;
 }
 
+std::map<int, std::uint64_t> trial_memory(const sweep_spec& s, const std::vector<slot>& slots) {
+  std::map<int, std::uint64_t> memory;
+  for (const auto& sl : slots)
+    if (sl.gpus.size() == 1) memory[sl.gpus.front().index] = sl.gpus.front().free_memory;
+  for (const auto& g : plan_standby(s, slots).groups)
+    if (g.gpu && g.warm) {
+      std::uint64_t& bytes = memory[g.gpu->index];
+      bytes -= std::min<std::uint64_t>(bytes, g.waiting * runner::warm_context_room);
+    }
+  return memory;
+}
+
 void local_backend::running_trial::cancel() const noexcept {
   if (job) job->cancel();
   if (command) command->cancel();
@@ -259,18 +271,25 @@ void local_backend::running_trial::cancel() const noexcept {
 
 local_backend::local_backend(local_setup setup)
     : setup_{std::move(setup)}, slot_started_(setup_.slots.size(), 0), running_(setup_.slots.size()) {
-  if (spans_gpus(*setup_.spec)) packer_.emplace(setup_.slots);
+  const sweep_spec& s = *setup_.spec;
+  // Trials whose caps differ (out-of-memory retries) are packed by memory, on any GPU where the
+  // cap fits; trials spanning GPUs take places on several. Otherwise each lane keeps its slot.
+  const bool on_gpus = std::any_of(setup_.slots.begin(), setup_.slots.end(), [](const slot& sl) { return !sl.gpus.empty(); });
+  if (spans_gpus(s) || (s.oom_retry && on_gpus))
+    packer_.emplace(setup_.slots, s.oom_retry ? trial_memory(s, setup_.slots) : std::map<int, std::uint64_t>{});
 }
+
+std::uint64_t local_backend::cap_of(const trial& t) const { return t.mem_limit ? t.mem_limit : setup_.spec->mem_limit; }
 
 local_backend::~local_backend() { finish(); }
 
-runner::job_spec local_backend::trial_spec(const slot& sl, std::size_t index) const {
+runner::job_spec local_backend::trial_spec(const slot& sl, std::size_t index, std::uint64_t mem_limit) const {
   const sweep_spec& s = *setup_.spec;
   const std::string& args = setup_.args[index];
   runner::job_spec spec = runner::job_spec_for(
       s.python.empty() ? s.task : python_trials::task_name, serialization::encoding::json,
       blob(args.data(), args.size()), sl.gpus,
-      {.mem_limit = s.mem_limit, .timeout = s.timeout, .grace = setup_.options->grace, .alloc_conf = s.alloc_conf});
+      {.mem_limit = mem_limit, .timeout = s.timeout, .grace = setup_.options->grace, .alloc_conf = s.alloc_conf});
   spec.task_libraries = setup_.options->task_libraries;
   spec.executable = setup_.options->executable;
   if (!s.python.empty()) python_trials::launch(s, spec);
@@ -290,8 +309,9 @@ void local_backend::make_standby_pools() {
     const std::vector<gpu_info> on = g.gpu ? std::vector<gpu_info>{*g.gpu} : std::vector<gpu_info>{};
     auto& state = groups_[group_of(on)];
     state.warm = g.warm;
+    state.planned = g.waiting;
     if (g.waiting)
-      state.pool = std::make_unique<runner::standby_pool>(runner::launch_spec_for(trial_spec({.gpus = on}, *setup_.first)), 0);
+      state.pool = std::make_unique<runner::standby_pool>(runner::launch_spec_for(trial_spec({.gpus = on}, *setup_.first, setup_.spec->mem_limit)), 0);
   }
 }
 
@@ -348,8 +368,9 @@ void local_backend::lane(std::size_t k) {
     }
     slot sl = setup_.slots[k];
     std::optional<std::vector<gpu_info>> taken;
+    const std::uint64_t cap = cap_of(t);
     if (packer_ && !skip) {
-      taken = packer_->acquire(setup_.gpu_counts[t.index]);
+      taken = packer_->acquire(setup_.gpu_counts.empty() ? 1 : setup_.gpu_counts[t.index], cap);
       if (taken) sl = slot{*taken, static_cast<int>(k)};
     }
     trial_record rec;
@@ -361,7 +382,7 @@ void local_backend::lane(std::size_t k) {
     } else {
       rec = attempt(sl, t);
     }
-    if (taken) packer_->release(*taken);
+    if (taken) packer_->release(*taken, cap);
     {
       std::lock_guard lock(mutex_);
       stop_wanted_.erase(t.index);
@@ -404,7 +425,7 @@ trial_record local_backend::attempt(const slot& sl, const trial& t) {
   rec.params = s.trials[t.index];
   rec.slot = sl.index;
   rec.device = sl.gpus.empty() ? "cpu" : runner::visible_devices_for(sl.gpus);
-  rec.mem_limit = s.mem_limit;
+  rec.mem_limit = cap_of(t);
   rec.run = setup_.run;
   rec.attempts = t.attempt;
   const auto t0 = std::chrono::steady_clock::now();
@@ -433,7 +454,7 @@ void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec
     rec.error = log_problem;
     return;
   }
-  runner::job_spec spec = trial_spec(sl, t.index);
+  runner::job_spec spec = trial_spec(sl, t.index, cap_of(t));
   std::unique_ptr<runner::driver_cap> cap;
   if (!setup_.spec->python.empty() && spec.mem_limit && !spec.gpus.empty()) {
     // A Python trial's framework allocates through the driver: the call's region rides with its
@@ -461,18 +482,23 @@ void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec
   std::shared_ptr<runner::job> job;
   try {
     const auto g = groups_.find(group_of(sl.gpus));
-    if (g == groups_.end() || !g->second.pool) {
+    // Standby workers are prepared for the spec's cap: an attempt at a larger one starts afresh.
+    if (g == groups_.end() || !g->second.pool || spec.mem_limit != setup_.spec->mem_limit) {
       job = runner::job::start(std::move(spec));
     } else {
       job = runner::job::start(std::move(spec), *g->second.pool);
-      if (!std::exchange(slot_started_[static_cast<std::size_t>(sl.index)], 1)) {
-        std::size_t wanted;
-        {
-          std::lock_guard lock(mutex_);
+      std::size_t wanted = 0;
+      {
+        std::lock_guard lock(mutex_);
+        if (packer_) {
+          // Lanes move between GPUs: a GPU's pool grows to its planned size at its first trial,
+          // so the room trial_memory() keeps for warm contexts is never exceeded.
+          if (!std::exchange(g->second.started, true)) wanted = g->second.wanted = g->second.planned;
+        } else if (!std::exchange(slot_started_[static_cast<std::size_t>(sl.index)], 1)) {
           wanted = g->second.wanted += static_cast<std::size_t>(setup_.spec->standby);
         }
-        g->second.pool->reserve(wanted);
       }
+      if (wanted) g->second.pool->reserve(wanted);
     }
   } catch (const std::exception& e) {
     rec.kind = outcome_kind::internal_error;
@@ -530,7 +556,7 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
     if (!stdout_file || !ended) throw internal_error(log_problem);
     cmd = runner::command::start({.argv = command_for(s.command, rec.params),
                                   .gpus = sl.gpus,
-                                  .mem_limit = s.mem_limit,
+                                  .mem_limit = cap_of(t),
                                   .timeout = s.timeout,
                                   .grace = setup_.options->grace,
                                   .extra_env = {"ISORUN_RESULT=" + result_file.string(), "ISORUN_TRIAL=" + rec.id},

@@ -22,6 +22,9 @@ struct trial {
   std::size_t index = 0;  ///< into the spec's trials
   std::string id;         ///< trial_id(subject, params)
   int attempt = 1;        ///< 1 for the first, 2 for the first retry, ...
+  /// This attempt's cap per GPU: larger than the spec's after an out-of-memory retry; 0: the spec's.
+  std::uint64_t mem_limit = 0;
+  int oom_retries = 0;    ///< attempts before this one that were retried at a larger cap
 };
 
 /// How an attempt ended: the trial, and its record as the backend made it (`record.attempts`
