@@ -737,17 +737,18 @@ const char* script = R"(
 })();
 )";
 
-// The table's data: the columns of results.csv, plus the peak against the cap.
+// The table's data: the columns of results.csv (mem_limit: the cap the trial finally needed), plus
+// the peak against the cap.
 json table_data(const report_data& d) {
   const result_columns columns = columns_of(d.records);
   json cols = json::array({{{"name", "id"}}, {{"name", "outcome"}, {"kind", "outcome"}}, {{"name", "attempts"}},
                            {{"name", "wall_s"}}, {{"name", "device"}}, {{"name", "peak_reserved"}, {"kind", "bytes"}},
-                           {{"name", "peak/cap"}}});
+                           {{"name", "mem_limit"}, {"kind", "bytes"}}, {{"name", "peak/cap"}}});
   for (const auto& h : columns.headers) cols.push_back({{"name", h}});
   cols.push_back({{"name", "error"}, {"kind", "error"}});
   json rows = json::array();
   for (const auto& r : d.records) {
-    json row = {r.id, std::string(outcome_name(r)), r.attempts, r.wall_s, r.device, r.peak_reserved,
+    json row = {r.id, std::string(outcome_name(r)), r.attempts, r.wall_s, r.device, r.peak_reserved, r.mem_limit,
                 r.mem_limit ? json(static_cast<double>(r.peak_reserved) / static_cast<double>(r.mem_limit)) : json()};
     for (auto& v : columns.values(r)) row.push_back(std::move(v));
     row.push_back(r.error);
