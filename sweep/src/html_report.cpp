@@ -1095,7 +1095,8 @@ std::string render_report(const report_data& d) {
   // Memory timelines: the trials that ran out of memory first, then the best.
   if (!d.timelines.empty()) {
     o << "<section id=\"timelines\"><h2>Memory timelines</h2><p class=\"sub\">" << d.timelines_kept
-      << " trials kept their allocator's history (history:N in alloc_conf); " << d.timelines.size()
+      << " trials kept a memory timeline (a task's allocator with history:N in alloc_conf; a command, what its cap "
+         "saw); " << d.timelines.size()
       << " shown, failures first.</p>";
     for (const auto& [i, timeline] : d.timelines) {
       const trial_record& r = d.records[i];

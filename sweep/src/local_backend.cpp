@@ -28,6 +28,11 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+// The changes of what a command trial holds that its memory timeline keeps (the cap's ledger
+// keeps them in a ring): a quarter of what `isorun --memory-timeline` keeps for one command, as
+// a sweep keeps a timeline per trial.
+constexpr std::size_t command_memory_events = 1 << 16;
+
 // Slots sharing a GPU (or all the CPU slots) share standby workers: the GPU's index, -1 for none.
 int group_of(const std::vector<gpu_info>& gpus) { return gpus.empty() ? -1 : gpus.front().index; }
 
@@ -552,6 +557,9 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
   unique_fd ended(stdout_file && out_read ? ::eventfd(0, EFD_CLOEXEC) : -1);
   if (stdout_file && out_read && !ended) log_problem = std::string("cannot make an eventfd: ") + std::strerror(errno);
   std::unique_ptr<runner::command> cmd;
+  // Under a cap on GPUs the cap sees every allocation of the command's processes: it keeps them
+  // for the trial's memory timeline, as it does for `isorun --memory-timeline ... -- CMD`.
+  const bool timeline = cap_of(t) && !sl.gpus.empty();
   try {
     if (!stdout_file || !ended) throw internal_error(log_problem);
     cmd = runner::command::start({.argv = command_for(s.command, rec.params),
@@ -563,7 +571,8 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
                                   .stdin_fd = -1,
                                   .stdout_fd = out_write.get(),
                                   .stderr_fd = err,
-                                  .stderr_tail_lines = 20});
+                                  .stderr_tail_lines = 20,
+                                  .memory_events = timeline ? command_memory_events : 0});
   } catch (const std::exception& e) {
     rec.kind = outcome_kind::internal_error;
     rec.error = e.what();
@@ -576,6 +585,16 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
   });
   const runner::command_result& r = await(sl, t, {.command = cmd.get()}, *cmd, rec);
   pump.end();  // all it printed is in the log before the result is read from it
+  if (!r.memory_timeline.empty()) {
+    // Where a task's worker writes its own (run_worker), by name in OUT/logs; a timeline that
+    // cannot be written is left out, as a task's is when its worker dies first.
+    const std::string name = rec.id + ".memory.json";
+    std::string problem;
+    if (const unique_fd file = log_file(setup_.logs, setup_.out, name, problem)) {
+      if (detail::write_all(file.get(), r.memory_timeline) == 0) rec.timeline = "logs/" + name;
+      else ::unlinkat(setup_.logs, name.c_str(), 0);  // not half a timeline
+    }
+  }
   if (!r.status.ok()) return;
   try {
     rec.result = read_command_result(setup_.logs, rec.id, setup_.out / "logs");
