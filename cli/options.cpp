@@ -222,7 +222,9 @@ const option_row table[] = {
     {"--oom-retry", "FACTOR:MAX", in_sweep,
      "run a trial that ran out of memory again with its cap times FACTOR, up to MAX (the last "
      "attempt at MAX), where the larger cap fits: 2:16G",
-     [](cli_options& o, const std::string&, const std::string& v) { o.sweep.oom_retry = sweep::parse_oom_retry_flag(v); }},
+     [](cli_options& o, const std::string&, const std::string& v) {
+       o.sweep.oom_retry = sweep::parse_oom_retry_flag(v);
+     }},
     {"--rerun-failed", nullptr, in_sweep, "rerun trials whose journaled outcome is a failure",
      [](cli_options& o, const std::string&, const std::string&) { o.sweep.rerun_failed = true; }},
     {"--fail-fast", nullptr, in_sweep, "stop at the first failed trial",

@@ -66,9 +66,10 @@ std::optional<std::vector<gpu_info>> gpu_packer::acquire(std::size_t k, std::uin
   std::size_t could = 0;
   for (std::size_t g = 0; g < gpus_.size(); ++g) could += could_hold(g, bytes);
   if (k == 0 || k > could)
-    throw std::invalid_argument("a job asks for " + std::to_string(k) + " GPUs" +
-                                (could < gpus_.size() ? " with " + std::to_string(bytes) + " bytes each" : std::string()) +
-                                "; there are " + std::to_string(could));
+    throw std::invalid_argument(
+        "a job asks for " + std::to_string(k) + " GPUs" +
+        (could < gpus_.size() ? " with " + std::to_string(bytes) + " bytes each" : std::string()) + "; there are " +
+        std::to_string(could));
   std::unique_lock lock(mutex_);
   if (closed_) return std::nullopt;
   ticket t{.k = k, .bytes = bytes, .granted = {}};

@@ -279,12 +279,11 @@ local_backend::local_backend(local_setup setup)
   const sweep_spec& s = *setup_.spec;
   // Trials whose caps differ (out-of-memory retries) are packed by memory, on any GPU where the
   // cap fits; trials spanning GPUs take places on several. Otherwise each lane keeps its slot.
-  const bool on_gpus = std::any_of(setup_.slots.begin(), setup_.slots.end(), [](const slot& sl) { return !sl.gpus.empty(); });
+  const bool on_gpus =
+      std::any_of(setup_.slots.begin(), setup_.slots.end(), [](const slot& sl) { return !sl.gpus.empty(); });
   if (spans_gpus(s) || (s.oom_retry && on_gpus))
     packer_.emplace(setup_.slots, s.oom_retry ? trial_memory(s, setup_.slots) : std::map<int, std::uint64_t>{});
 }
-
-std::uint64_t local_backend::cap_of(const trial& t) const { return t.mem_limit ? t.mem_limit : setup_.spec->mem_limit; }
 
 local_backend::~local_backend() { finish(); }
 
@@ -316,7 +315,8 @@ void local_backend::make_standby_pools() {
     state.warm = g.warm;
     state.planned = g.waiting;
     if (g.waiting)
-      state.pool = std::make_unique<runner::standby_pool>(runner::launch_spec_for(trial_spec({.gpus = on}, *setup_.first, setup_.spec->mem_limit)), 0);
+      state.pool = std::make_unique<runner::standby_pool>(
+          runner::launch_spec_for(trial_spec({.gpus = on}, *setup_.first, setup_.spec->mem_limit)), 0);
   }
 }
 
@@ -373,7 +373,7 @@ void local_backend::lane(std::size_t k) {
     }
     slot sl = setup_.slots[k];
     std::optional<std::vector<gpu_info>> taken;
-    const std::uint64_t cap = cap_of(t);
+    const std::uint64_t cap = cap_of(t, *setup_.spec);
     if (packer_ && !skip) {
       taken = packer_->acquire(setup_.gpu_counts.empty() ? 1 : setup_.gpu_counts[t.index], cap);
       if (taken) sl = slot{*taken, static_cast<int>(k)};
@@ -430,7 +430,7 @@ trial_record local_backend::attempt(const slot& sl, const trial& t) {
   rec.params = s.trials[t.index];
   rec.slot = sl.index;
   rec.device = sl.gpus.empty() ? "cpu" : runner::visible_devices_for(sl.gpus);
-  rec.mem_limit = cap_of(t);
+  rec.mem_limit = cap_of(t, *setup_.spec);
   rec.run = setup_.run;
   rec.attempts = t.attempt;
   const auto t0 = std::chrono::steady_clock::now();
@@ -459,7 +459,7 @@ void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec
     rec.error = log_problem;
     return;
   }
-  runner::job_spec spec = trial_spec(sl, t.index, cap_of(t));
+  runner::job_spec spec = trial_spec(sl, t.index, cap_of(t, *setup_.spec));
   std::unique_ptr<runner::driver_cap> cap;
   if (!setup_.spec->python.empty() && spec.mem_limit && !spec.gpus.empty()) {
     // A Python trial's framework allocates through the driver: the call's region rides with its
@@ -559,12 +559,12 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
   std::unique_ptr<runner::command> cmd;
   // Under a cap on GPUs the cap sees every allocation of the command's processes: it keeps them
   // for the trial's memory timeline, as it does for `isorun --memory-timeline ... -- CMD`.
-  const bool timeline = cap_of(t) && !sl.gpus.empty();
+  const bool timeline = cap_of(t, *setup_.spec) && !sl.gpus.empty();
   try {
     if (!stdout_file || !ended) throw internal_error(log_problem);
     cmd = runner::command::start({.argv = command_for(s.command, rec.params),
                                   .gpus = sl.gpus,
-                                  .mem_limit = cap_of(t),
+                                  .mem_limit = cap_of(t, *setup_.spec),
                                   .timeout = s.timeout,
                                   .grace = setup_.options->grace,
                                   .extra_env = {"ISORUN_RESULT=" + result_file.string(), "ISORUN_TRIAL=" + rec.id},

@@ -88,7 +88,6 @@ class local_backend final : public trial_backend {
   template <class Runs>
   auto await(const slot& sl, const trial& t, running_trial what, Runs& runs, trial_record& rec) -> decltype(runs.wait());
   runner::job_spec trial_spec(const slot& sl, std::size_t index, std::uint64_t mem_limit) const;
-  std::uint64_t cap_of(const trial& t) const;  // the attempt's cap
   void make_standby_pools();
 
   local_setup setup_;

@@ -143,15 +143,17 @@ std::vector<std::size_t> gpus_per_trial(const sweep_spec& s, const std::vector<s
 void check_oom_retry(const sweep_spec& s, const std::vector<slot>& slots, const std::vector<std::size_t>& gpu_counts) {
   const oom_retry_spec& r = s.oom_retry;
   const std::string what = (r.line ? "oom_retry" : "--oom-retry") + std::string(" (max ") + format_size(r.max) + ")";
+  // At its spec line; the flag's errors name the flag, not the spec file.
+  auto refused = [&](const std::string& why) { return r.line ? located(s, r.line, why) : spec_error(why, 0); };
   if (s.slurm)
-    throw located(s, r.line, what + " runs on this machine only, not with backend: slurm; remove it, or run the sweep "
-                                    "here (backend: local)");
+    throw refused(what + " runs on this machine only, not with backend: slurm; remove it, or run the sweep here "
+                         "(backend: local)");
   if (!s.mem_limit)
-    throw located(s, r.line, what + " retries a trial at a larger cap, and the sweep has no cap; set one (resources: "
-                                    "mem_limit: 4G, or --mem-limit 4G)");
+    throw refused(what + " retries a trial at a larger cap, and the sweep has no cap; set one (resources: mem_limit: 4G, "
+                         "or --mem-limit 4G)");
   if (r.max <= s.mem_limit)
-    throw located(s, r.line, what + ": max is not above mem_limit " + format_size(s.mem_limit) +
-                                 ", so no retry could have a larger cap; raise max");
+    throw refused(what + ": max is not above mem_limit " + format_size(s.mem_limit) +
+                  ", so no retry could have a larger cap; raise max");
   const auto memory = trial_memory(s, slots);
   if (memory.empty()) return;  // CPU slots: nothing to pack against
   std::size_t widest = 1, fit = 0;
@@ -162,9 +164,9 @@ void check_oom_retry(const sweep_spec& s, const std::vector<slot>& slots, const 
     room += (room.empty() ? "" : ", ") + ("GPU " + std::to_string(gpu) + ": " + format_size(bytes));
   }
   if (fit < widest)
-    throw located(s, r.line, what + ": a trial at the max needs " + format_size(r.max) + " on " +
-                                 std::to_string(widest) + " GPU" + (widest == 1 ? "" : "s") + ", more than the sweep's GPUs have for "
-                                 "trials (" + room + "; free memory less room for warm standby contexts); lower max");
+    throw refused(what + ": a trial at the max needs " + format_size(r.max) + " on " + std::to_string(widest) + " GPU" +
+                  (widest == 1 ? "" : "s") + ", more than the sweep's GPUs have for trials (" + room +
+                  "; free memory less room for warm standby contexts); lower max");
 }
 
 }  // namespace

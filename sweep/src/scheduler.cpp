@@ -116,7 +116,7 @@ bool scheduler::settle(finished_trial& f, std::vector<trial_record>& final) {
     return false;
   }
   if (rec.kind == outcome_kind::out_of_memory && !rec.pruned) {
-    if (const std::uint64_t larger = next_cap(s_.oom_retry, f.t.mem_limit ? f.t.mem_limit : s_.mem_limit)) {
+    if (const std::uint64_t larger = next_cap(s_.oom_retry, cap_of(f.t, s_))) {
       // Run again at a larger cap. The attempt is journaled with the cap it had and the one that
       // comes next, so the journal shows every cap tried and a resumed sweep (after a stop now,
       // or a crash during the retry) starts the trial at the larger cap, not the spec's.
@@ -132,7 +132,8 @@ bool scheduler::settle(finished_trial& f, std::vector<trial_record>& final) {
   const auto allowed = s_.retries.find(std::string(to_string(rec.kind)));
   if (rec.kind != outcome_kind::success && !rec.pruned && allowed != s_.retries.end() &&
       rec.attempts - f.t.oom_retries <= allowed->second && !stopping()) {
-    queue_.push_front({f.t.index, f.t.id, rec.attempts + 1, f.t.mem_limit, f.t.oom_retries});  // on the lane that just came free
+    // On the lane that just came free.
+    queue_.push_front({f.t.index, f.t.id, rec.attempts + 1, f.t.mem_limit, f.t.oom_retries});
     return false;
   }
   ended_.insert(f.t.index);

@@ -36,7 +36,8 @@ oom_retry_spec parse_oom_retry_flag(const std::string& text) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (factor.empty() || used != factor.size() || !std::isfinite(r.factor)) throw bad("the factor '" + factor + "' is not a number");
+  if (factor.empty() || used != factor.size() || !std::isfinite(r.factor))
+    throw bad("the factor '" + factor + "' is not a number");
   if (r.factor <= 1) throw bad("the factor " + factor + " must be above 1 (each retry gets a larger cap)");
   if (max.empty()) throw bad("no max after ':'");
   try {

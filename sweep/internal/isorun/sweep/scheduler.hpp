@@ -2,8 +2,9 @@
 /// @file scheduler.hpp
 /// The sweep's scheduler: it owns the queue of trials, starts them on a backend as lanes come
 /// free, and decides what an attempt's end means: a retry (the spec's retries per outcome class,
-/// or out-of-memory retries at a larger cap, whose attempts are journaled), a final record for the journal writer, or a stop of the whole sweep (fail-fast, a metric the
-/// results lack, a backend or journal failure, a stop request). Backends only run attempts.
+/// or out-of-memory retries at a larger cap, whose attempts are journaled), a final record for
+/// the journal writer, or a stop of the whole sweep (fail-fast, a metric the results lack, a
+/// backend or journal failure, a stop request). Backends only run attempts.
 
 #include <cstddef>
 #include <cstdint>
