@@ -80,6 +80,7 @@ TEST_CASE("oom_retry: a command that needs 1.5 GiB under a 1 GiB cap succeeds at
   const std::string html((std::istreambuf_iterator<char>(page)), {});
   const std::string ok_id = by_mib[1536][1]["id"];
   CHECK_THAT(html, Catch::Contains(ok_id + ": reserved 1.50 GiB, allocated 0 B, cap 2.00 GiB"));
+  CHECK_THAT(html, Catch::Contains("1.00 GiB (2 trials retried at larger caps, up to 2.00 GiB)"));  // the summary
   CHECK_THAT(html, Catch::Contains("\"mem_limit\""));  // the table's column
   CHECK(occurrences(html, "2147483648") >= 2);          // each trial's row holds its final cap
   fs::remove_all(dir);

@@ -1061,7 +1061,20 @@ std::string render_report(const report_data& d) {
   card("wall time", num(wall, 4) + " s");
   card("slots", std::to_string(slots));
   card("GPUs", gpus.empty() ? "none (CPU)" : std::to_string(gpus.size()));
-  if (!d.runs.empty() && d.runs.back().mem_limit) card("cap per trial", bytes(d.runs.back().mem_limit));
+  if (!d.runs.empty() && d.runs.back().mem_limit) {
+    // Trials retried at larger caps after running out of memory: how many, and the largest cap.
+    const std::uint64_t cap = d.runs.back().mem_limit;
+    std::size_t larger = 0;
+    std::uint64_t largest = cap;
+    for (const auto& r : d.records)
+      if (r.mem_limit > cap) {
+        ++larger;
+        largest = std::max(largest, r.mem_limit);
+      }
+    card("cap per trial", bytes(cap) + (larger ? " (" + std::to_string(larger) + " trial" + (larger == 1 ? "" : "s") +
+                                                     " retried at larger caps, up to " + bytes(largest) + ")"
+                                               : std::string()));
+  }
   std::optional<double> best;
   const trial_record* best_trial = nullptr;
   for (const auto& r : d.records)
