@@ -217,8 +217,14 @@ const option_row table[] = {
      [](cli_options& o, const std::string& f, const std::string& v) { o.sweep.standby = whole_number(f, v); }},
     {"--no-warm-context", nullptr, in_sweep, "standby workers on GPUs do not create their CUDA context ahead",
      [](cli_options& o, const std::string&, const std::string&) { o.sweep.cold_standby = true; }},
-    {"--retry", "CLASS=N", in_sweep, "retries for crashed, timeout, invalid_result or task_error (OOM never)",
+    {"--retry", "CLASS=N", in_sweep, "retries for crashed, timeout, invalid_result or task_error (OOM: --oom-retry)",
      set_retry},
+    {"--oom-retry", "FACTOR:MAX", in_sweep,
+     "run a trial that ran out of memory again with its cap times FACTOR, up to MAX (the last "
+     "attempt at MAX), where the larger cap fits: 2:16G",
+     [](cli_options& o, const std::string&, const std::string& v) {
+       o.sweep.oom_retry = sweep::parse_oom_retry_flag(v);
+     }},
     {"--rerun-failed", nullptr, in_sweep, "rerun trials whose journaled outcome is a failure",
      [](cli_options& o, const std::string&, const std::string&) { o.sweep.rerun_failed = true; }},
     {"--fail-fast", nullptr, in_sweep, "stop at the first failed trial",

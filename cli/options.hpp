@@ -44,6 +44,7 @@ struct sweep_flags {
   int standby = -1;                                                    ///< --standby N
   bool cold_standby = false;                                           ///< --no-warm-context
   std::map<std::string, int> retries;                                  ///< --retry CLASS=N
+  std::optional<sweep::oom_retry_spec> oom_retry;                      ///< --oom-retry FACTOR:MAX
   bool rerun_failed = false;                                           ///< --rerun-failed
   bool fail_fast = false;                                              ///< --fail-fast
   std::optional<sweep::metric_spec> metric;                            ///< --metric NAME[:min|max]

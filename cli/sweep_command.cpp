@@ -62,6 +62,7 @@ void apply_flags(const cli_options& o, sweep::sweep_spec& s) {
   if (f.cold_standby) s.warm_context = false;
   if (!o.alloc_conf.empty()) s.alloc_conf = o.alloc_conf;
   for (const auto& [cls, n] : f.retries) s.retries[cls] = n;
+  if (f.oom_retry) s.oom_retry = *f.oom_retry;
   if (f.fail_fast) s.fail_fast = true;
   if (f.metric) s.metric = *f.metric;
   if (f.scheduler) s.scheduler = *f.scheduler;

@@ -159,3 +159,34 @@ TEST_CASE("gpu_packer: a 4-GPU job is served while 1-GPU jobs keep coming", "[pl
   packer.release(*wide);
   for (auto& th : narrow) th.join();
 }
+
+TEST_CASE("gpu_packer with memory: caps that differ never add up to more than a GPU has", "[placement]") {
+  // GPU 0 has 3 GiB for caps, GPU 1 only 1 GiB; two places each.
+  r::gpu_packer packer(slots_on({2, 2}), {{0, 3 * GiB}, {1, 1 * GiB}});
+  auto big = packer.acquire(1, 2 * GiB);  // only GPU 0 could ever hold it
+  REQUIRE(big);
+  CHECK(indices(*big) == std::vector<int>{0});
+  // A second 2 GiB job waits though GPU 0 has a free place: 2 + 2 GiB is more than its 3 GiB.
+  std::optional<std::vector<r::gpu_info>> second;
+  std::thread w([&] { second = packer.acquire(1, 2 * GiB); });
+  until([&] { return packer.waiting() == 1; });
+  // GPU 1 is not held for it (it could never hold 2 GiB): a 1 GiB job takes it meanwhile.
+  auto small = packer.acquire(1, 1 * GiB);
+  REQUIRE(small);
+  CHECK(indices(*small) == std::vector<int>{1});
+  CHECK(packer.waiting() == 1);
+  packer.release(*big, 2 * GiB);
+  w.join();
+  REQUIRE(second);
+  CHECK(indices(*second) == std::vector<int>{0});
+  // 1 GiB still fits beside it on GPU 0 (2 + 1 = 3 GiB), in its second place.
+  auto beside = packer.acquire(1, 1 * GiB);
+  REQUIRE(beside);
+  CHECK(indices(*beside) == std::vector<int>{0});
+  packer.release(*second, 2 * GiB);
+  packer.release(*beside, 1 * GiB);
+  packer.release(*small, 1 * GiB);
+  // More than any GPU has is refused at once, not waited for.
+  CHECK_THROWS_AS(packer.acquire(1, 4 * GiB), std::invalid_argument);
+  CHECK_THROWS_AS(packer.acquire(2, 2 * GiB), std::invalid_argument);  // only one GPU could hold 2 GiB
+}

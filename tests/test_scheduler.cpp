@@ -14,6 +14,8 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
+#include <tuple>
+#include <utility>
 
 #include "isorun/sweep/journal.hpp"
 #include "isorun/sweep/run.hpp"
@@ -99,6 +101,7 @@ class fake_backend final : public sw::trial_backend {
     rec.kind = kind;
     rec.result = std::move(result);
     rec.attempts = t.attempt;
+    rec.mem_limit = t.mem_limit;
     rec.error = kind == outcome_kind::success ? "" : "scripted";
     sink_->on_finished({{t, std::move(rec)}});
   }
@@ -261,6 +264,69 @@ TEST_CASE("scheduler: retries follow the outcome class and count attempts", "[sc
   CHECK(r.of(s, 1)->attempts == 3);
   CHECK(r.of(s, 2)->attempts == 1);
   CHECK(r.of(s, 3)->attempts == 2);
+}
+
+TEST_CASE("scheduler: out of memory is retried at factor x the cap up to max, every attempt journaled, other retries "
+          "kept", "[scheduler][retries][oom-retry]") {
+  constexpr std::uint64_t GiB = 1ULL << 30;
+  auto s = spec_of(3);
+  s.mem_limit = 1 * GiB;
+  s.oom_retry = {.factor = 2, .max = 3 * GiB};
+  s.retries = {{"crashed", 1}};
+  s.fail_fast = true;  // an attempt retried at a larger cap is no failure
+  // 0 needs 1.5 GiB; 1 needs 1.5 GiB and crashes once at 2 GiB; 2 needs 10 GiB.
+  std::vector<std::tuple<std::size_t, int, std::uint64_t>> starts;  // (trial, attempt, cap)
+  bool crashed = false;
+  fake_backend backend(1, [&](fake_backend& b, const sw::trial& t) {
+    starts.emplace_back(t.index, t.attempt, t.mem_limit);
+    const std::uint64_t cap = t.mem_limit ? t.mem_limit : s.mem_limit;
+    const std::uint64_t needs = t.index == 2 ? 10 * GiB : 3 * GiB / 2;
+    if (cap < needs) b.end(t.index, outcome_kind::out_of_memory);
+    else if (t.index == 1 && !std::exchange(crashed, true)) b.end(t.index, outcome_kind::crashed);
+    else b.end(t.index, outcome_kind::success, json{{"acc", 1}});
+  });
+  const ran r = run_sweep(s, backend);
+  using start = std::tuple<std::size_t, int, std::uint64_t>;
+  CHECK(starts == std::vector<start>{{0, 1, 0}, {0, 2, 2 * GiB},                      // 1 GiB, then 2
+                                     {1, 1, 0}, {1, 2, 2 * GiB}, {1, 3, 2 * GiB},     // the crash: same cap
+                                     {2, 1, 0}, {2, 2, 2 * GiB}, {2, 3, 3 * GiB}});   // the last at max
+  CHECK_FALSE(r.error);
+  // Journaled: each out-of-memory attempt that was retried (with its cap and the next), and each end.
+  CHECK(r.journal_lines == 7);
+  CHECK(r.of(s, 0)->kind == outcome_kind::success);
+  CHECK(r.of(s, 0)->attempts == 2);
+  CHECK(r.of(s, 0)->mem_limit == 2 * GiB);
+  CHECK(r.of(s, 1)->kind == outcome_kind::success);
+  CHECK(r.of(s, 1)->attempts == 3);
+  CHECK(r.of(s, 2)->kind == outcome_kind::out_of_memory);  // failed at max: out of memory, as without retries
+  CHECK(r.of(s, 2)->attempts == 3);
+  CHECK(r.of(s, 2)->mem_limit == 3 * GiB);
+  CHECK(sw::final_record(*r.of(s, 2)));
+}
+
+TEST_CASE("scheduler: out-of-memory retries journal the attempt, and a trial resumed there starts at its larger cap",
+          "[scheduler][retries][oom-retry]") {
+  constexpr std::uint64_t GiB = 1ULL << 30;
+  auto s = spec_of(2);
+  s.mem_limit = 1 * GiB;
+  s.oom_retry = {.factor = 4, .max = 16 * GiB};
+  fake_backend backend(1, [&](fake_backend& b, const sw::trial& t) { b.end(t.index, outcome_kind::out_of_memory); });
+  const ran r = run_sweep(s, backend);
+  // 1 -> 4 -> 16 GiB, each attempt journaled.
+  CHECK(r.journal_lines == 6);
+  CHECK(r.of(s, 0)->mem_limit == 16 * GiB);
+  // A resumed trial starts at the attempt and cap its last journaled attempt named.
+  std::vector<std::pair<int, std::uint64_t>> starts;
+  fake_backend resumed(1, [&](fake_backend& b, const sw::trial& t) {
+    if (t.index == 0) starts.emplace_back(t.attempt, t.mem_limit);
+    b.end(t.index, outcome_kind::success, json{{"acc", 1}});
+  });
+  sw::scheduler_options options;
+  options.resumed[0] = {.index = 0, .id = "", .attempt = 2, .mem_limit = 4 * GiB, .oom_retries = 1};
+  const ran again = run_sweep(s, resumed, std::move(options));
+  CHECK(starts == std::vector<std::pair<int, std::uint64_t>>{{2, 4 * GiB}});
+  CHECK(again.of(s, 0)->attempts == 2);
+  CHECK(again.of(s, 0)->mem_limit == 4 * GiB);
 }
 
 TEST_CASE("scheduler: with fail-fast, an attempt that will be retried does not stop the sweep", "[scheduler][retries]") {

@@ -66,6 +66,44 @@ TEST_CASE("a command's end is classified: exit code, signal, timeout, and its ca
   CHECK(of(4)["device"] != "cpu");
   fs::remove_all(dir);
 }
+TEST_CASE("a command trial under a cap on a GPU gets a memory timeline in the report", "[sweep][command][cap][timeline]") {
+  const std::string dir = temp_dir();
+  // mode 0 holds 64 MiB and succeeds; 1 fills the 256 MiB cap in 64 MiB steps and fails.
+  std::ofstream(dir + "/spec.yaml")
+      << "command: [sh, -c, 'if [ {mode} = 0 ]; then \"$0\" device 0 create 64; echo \"{\\\"ok\\\": 1}\"; "
+         "else \"$0\" device 0 fill 64 direct; exit 1; fi', '"
+      << CAP_PROBE << "']\nparams:\n  mode: [0, 1]\nresources: {gpus: [0], mem_limit: 256M, per_gpu: 2}\nout: \"" << dir
+      << "/out\"\n";
+  auto r = isorun::test::run_captured(ISORUN_CLI, {"sweep", dir + "/spec.yaml", "--no-progress"},
+                                      {"ISORUN_SIMULATE_GPUS=1x16G", std::string("LD_LIBRARY_PATH=") + FAKE_CUDA_DIR});
+  INFO(r.err);
+  CHECK(r.code == 1);
+  const auto journal = read_journal(dir + "/out/results.jsonl");
+  REQUIRE(journal.size() == 2);
+  for (const auto& [params, rec] : journal.items()) {
+    INFO(params);
+    const std::string id = rec["id"];
+    CHECK(rec["timeline"] == "logs/" + id + ".memory.json");
+    // What the cap saw: the cap, and each allocation the command's processes made.
+    std::ifstream in(dir + "/out/logs/" + id + ".memory.json");
+    const json timeline = json::parse(in);
+    REQUIRE(timeline["devices"].size() == 1);
+    CHECK(timeline["devices"][0]["cap"] == 256 << 20);
+    CHECK_FALSE(timeline["devices"][0]["events"].empty());
+    CHECK(timeline.contains("oom") == (rec["outcome"] == "out_of_memory"));
+  }
+  std::ifstream page(dir + "/out/report.html");
+  const std::string html((std::istreambuf_iterator<char>(page)), {});
+  CHECK_THAT(html, Catch::Contains("<section id=\"timelines\"><h2>Memory timelines</h2>"));
+  CHECK(occurrences(html, "class=\"timeline\"") == 2);  // one per trial
+  CHECK_THAT(html, Catch::Contains(" · out_of_memory · mode=1</h3>"));
+  // On CPU slots there is no cap on the driver to keep one: no timeline.
+  auto cpu = isorun::test::run_captured(ISORUN_CLI, {"sweep", "--grid", "i=1", "--cpu-slots", "1", "--out", dir + "/cpu",
+                                                     "--no-progress", "--", "echo", "{i}"});
+  CHECK(cpu.code == 0);
+  CHECK_FALSE(read_journal(dir + "/cpu/results.jsonl").begin()->contains("timeline"));
+  fs::remove_all(dir);
+}
 TEST_CASE("Ctrl-C of a command sweep stops the running command and its children", "[sweep][command][signals]") {
   const std::string dir = temp_dir(), fifo = dir + "/fifo";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);

@@ -104,7 +104,7 @@ TEST_CASE("ASHA on learning curves finds the grid's best at a third of its steps
   // results.csv has the step each trial reached.
   const auto csv = lines(dir + "/out/results.csv");
   REQUIRE(csv.size() == 82);
-  CHECK_THAT(csv.front(), Catch::StartsWith("id,outcome,attempts,wall_s,device,peak_reserved,step,"));
+  CHECK_THAT(csv.front(), Catch::StartsWith("id,outcome,attempts,wall_s,device,peak_reserved,mem_limit,step,"));
   CHECK(std::count_if(csv.begin(), csv.end(), [](const std::string& l) { return l.find(",pruned,") != std::string::npos; }) ==
         static_cast<long>(c.pruned));
 

@@ -113,7 +113,7 @@ TEST_CASE("results.csv and the report's table share their columns", "[sweep][rep
   const auto plain = sw::columns_of({n});
   CHECK(plain.headers == std::vector<std::string>{"result"});
   CHECK(plain.values(n) == std::vector<json>{42});
-  CHECK(sw::results_csv({n}).find("peak_reserved,result,error\n") != std::string::npos);
+  CHECK(sw::results_csv({n}).find("peak_reserved,mem_limit,result,error\n") != std::string::npos);
 }
 TEST_CASE("a report of 10,000 trials stays small: charts sample or merge, the table is paged", "[sweep][report]") {
   const std::string dir = temp_dir();

@@ -77,6 +77,11 @@ TEST_CASE("spec errors name the YAML line", "[sweep][spec]") {
   CHECK(spec_line("task: t\nzip:\n  - {a: [1, 2], b: [1]}\n") == 3);               // uneven zip
   CHECK(spec_line("task: t\npolicy:\n  retries: {out_of_memory: 1}\n") == 3);      // OOM retry
   CHECK(spec_line("task: t\nresources:\n  mem_limit: lots\n") == 3);
+  CHECK(spec_line("task: t\npolicy:\n  oom_retry: {factor: 1, max: 16G}\n") == 3);     // factor not above 1
+  CHECK(spec_line("task: t\npolicy:\n  oom_retry: {factor: x, max: 16G}\n") == 3);     // not a number
+  CHECK(spec_line("task: t\npolicy:\n  oom_retry: {factor: 2, max: lots}\n") == 3);    // not a size
+  CHECK(spec_line("task: t\npolicy:\n  oom_retry: {factor: 2}\n") == 3);               // no max
+  CHECK(spec_line("task: t\npolicy:\n  oom_retry:\n    factr: 2\n") == 4);            // unknown key
   CHECK_THROWS_WITH(sw::parse_spec("task: t\nparams:\n  lr: []\n", "t.yaml"), Catch::Contains("empty list"));
   CHECK_THROWS_WITH(sw::parse_spec("task: t\nparams:\n  lr: {range: [1, 0], num: 3}\n", "t.yaml"),
                     Catch::Contains("low must be below high"));
@@ -202,6 +207,10 @@ TEST_CASE("bad sweep input: exit 2, nothing started, an existing journal untouch
   CHECK(run_cli({"sweep", "step", "--grid", "i="}) == 2);
   CHECK(run_cli({"sweep", dir + "/spec.yaml", "--standby", "-1"}) == 2);
   CHECK(run_cli({"sweep", dir + "/spec.yaml", "--standby", "two"}) == 2);
+  for (const char* bad : {"2", "x:16G", "2:", "1:16G", "2:lots"})
+    CHECK(run_cli({"sweep", dir + "/spec.yaml", "--mem-limit", "1G", "--oom-retry", bad}) == 2);
+  CHECK(run_cli({"sweep", dir + "/spec.yaml", "--oom-retry", "2:16G"}) == 2);                      // no cap
+  CHECK(run_cli({"sweep", dir + "/spec.yaml", "--mem-limit", "4G", "--oom-retry", "2:2G"}) == 2);  // max below it
   CHECK(lines(dir + "/out/results.jsonl") == before);
   CHECK(lines(log).size() == 2);  // nothing more ran
   CHECK_FALSE(fs::exists(dir + "/o2"));

@@ -737,17 +737,18 @@ const char* script = R"(
 })();
 )";
 
-// The table's data: the columns of results.csv, plus the peak against the cap.
+// The table's data: the columns of results.csv (mem_limit: the cap the trial finally needed), plus
+// the peak against the cap.
 json table_data(const report_data& d) {
   const result_columns columns = columns_of(d.records);
   json cols = json::array({{{"name", "id"}}, {{"name", "outcome"}, {"kind", "outcome"}}, {{"name", "attempts"}},
                            {{"name", "wall_s"}}, {{"name", "device"}}, {{"name", "peak_reserved"}, {"kind", "bytes"}},
-                           {{"name", "peak/cap"}}});
+                           {{"name", "mem_limit"}, {"kind", "bytes"}}, {{"name", "peak/cap"}}});
   for (const auto& h : columns.headers) cols.push_back({{"name", h}});
   cols.push_back({{"name", "error"}, {"kind", "error"}});
   json rows = json::array();
   for (const auto& r : d.records) {
-    json row = {r.id, std::string(outcome_name(r)), r.attempts, r.wall_s, r.device, r.peak_reserved,
+    json row = {r.id, std::string(outcome_name(r)), r.attempts, r.wall_s, r.device, r.peak_reserved, r.mem_limit,
                 r.mem_limit ? json(static_cast<double>(r.peak_reserved) / static_cast<double>(r.mem_limit)) : json()};
     for (auto& v : columns.values(r)) row.push_back(std::move(v));
     row.push_back(r.error);
@@ -1060,7 +1061,20 @@ std::string render_report(const report_data& d) {
   card("wall time", num(wall, 4) + " s");
   card("slots", std::to_string(slots));
   card("GPUs", gpus.empty() ? "none (CPU)" : std::to_string(gpus.size()));
-  if (!d.runs.empty() && d.runs.back().mem_limit) card("cap per trial", bytes(d.runs.back().mem_limit));
+  if (!d.runs.empty() && d.runs.back().mem_limit) {
+    // Trials retried at larger caps after running out of memory: how many, and the largest cap.
+    const std::uint64_t cap = d.runs.back().mem_limit;
+    std::size_t larger = 0;
+    std::uint64_t largest = cap;
+    for (const auto& r : d.records)
+      if (r.mem_limit > cap) {
+        ++larger;
+        largest = std::max(largest, r.mem_limit);
+      }
+    card("cap per trial", bytes(cap) + (larger ? " (" + std::to_string(larger) + " trial" + (larger == 1 ? "" : "s") +
+                                                     " retried at larger caps, up to " + bytes(largest) + ")"
+                                               : std::string()));
+  }
   std::optional<double> best;
   const trial_record* best_trial = nullptr;
   for (const auto& r : d.records)
@@ -1094,7 +1108,8 @@ std::string render_report(const report_data& d) {
   // Memory timelines: the trials that ran out of memory first, then the best.
   if (!d.timelines.empty()) {
     o << "<section id=\"timelines\"><h2>Memory timelines</h2><p class=\"sub\">" << d.timelines_kept
-      << " trials kept their allocator's history (history:N in alloc_conf); " << d.timelines.size()
+      << " trials kept a memory timeline (a task's allocator with history:N in alloc_conf; a command, what its cap "
+         "saw); " << d.timelines.size()
       << " shown, failures first.</p>";
     for (const auto& [i, timeline] : d.timelines) {
       const trial_record& r = d.records[i];

@@ -40,6 +40,7 @@ json trial_record::to_json() const {
   if (!error.empty()) j["error"] = error;
   if (!timeline.empty()) j["timeline"] = timeline;
   if (step >= 0) j["step"] = step;
+  if (retry_mem_limit) j["retry_mem_limit"] = retry_mem_limit;
   return j;
 }
 
@@ -89,6 +90,7 @@ trial_record trial_record::from_json(const json& j) {
   r.start_s = field(j, "start_s", 0.0);
   r.timeline = field(j, "timeline", std::string());
   r.step = field(j, "step", std::int64_t{-1});
+  r.retry_mem_limit = field(j, "retry_mem_limit", std::uint64_t{0});
   return r;
 }
 

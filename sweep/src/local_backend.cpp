@@ -28,6 +28,11 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+// The changes of what a command trial holds that its memory timeline keeps (the cap's ledger
+// keeps them in a ring): a quarter of what `isorun --memory-timeline` keeps for one command, as
+// a sweep keeps a timeline per trial.
+constexpr std::size_t command_memory_events = 1 << 16;
+
 // Slots sharing a GPU (or all the CPU slots) share standby workers: the GPU's index, -1 for none.
 int group_of(const std::vector<gpu_info>& gpus) { return gpus.empty() ? -1 : gpus.front().index; }
 
@@ -252,6 +257,18 @@ standby_plan plan_standby(const sweep_spec& s, const std::vector<slot>& slots) {
   return plan;
 }
 
+std::map<int, std::uint64_t> trial_memory(const sweep_spec& s, const std::vector<slot>& slots) {
+  std::map<int, std::uint64_t> memory;
+  for (const auto& sl : slots)
+    if (sl.gpus.size() == 1) memory[sl.gpus.front().index] = sl.gpus.front().free_memory;
+  for (const auto& g : plan_standby(s, slots).groups)
+    if (g.gpu && g.warm) {
+      std::uint64_t& bytes = memory[g.gpu->index];
+      bytes -= std::min<std::uint64_t>(bytes, g.waiting * runner::warm_context_room);
+    }
+  return memory;
+}
+
 void local_backend::running_trial::cancel() const noexcept {
   if (job) job->cancel();
   if (command) command->cancel();
@@ -259,18 +276,24 @@ void local_backend::running_trial::cancel() const noexcept {
 
 local_backend::local_backend(local_setup setup)
     : setup_{std::move(setup)}, slot_started_(setup_.slots.size(), 0), running_(setup_.slots.size()) {
-  if (spans_gpus(*setup_.spec)) packer_.emplace(setup_.slots);
+  const sweep_spec& s = *setup_.spec;
+  // Trials whose caps differ (out-of-memory retries) are packed by memory, on any GPU where the
+  // cap fits; trials spanning GPUs take places on several. Otherwise each lane keeps its slot.
+  const bool on_gpus =
+      std::any_of(setup_.slots.begin(), setup_.slots.end(), [](const slot& sl) { return !sl.gpus.empty(); });
+  if (spans_gpus(s) || (s.oom_retry && on_gpus))
+    packer_.emplace(setup_.slots, s.oom_retry ? trial_memory(s, setup_.slots) : std::map<int, std::uint64_t>{});
 }
 
 local_backend::~local_backend() { finish(); }
 
-runner::job_spec local_backend::trial_spec(const slot& sl, std::size_t index) const {
+runner::job_spec local_backend::trial_spec(const slot& sl, std::size_t index, std::uint64_t mem_limit) const {
   const sweep_spec& s = *setup_.spec;
   const std::string& args = setup_.args[index];
   runner::job_spec spec = runner::job_spec_for(
       s.python.empty() ? s.task : python_trials::task_name, serialization::encoding::json,
       blob(args.data(), args.size()), sl.gpus,
-      {.mem_limit = s.mem_limit, .timeout = s.timeout, .grace = setup_.options->grace, .alloc_conf = s.alloc_conf});
+      {.mem_limit = mem_limit, .timeout = s.timeout, .grace = setup_.options->grace, .alloc_conf = s.alloc_conf});
   spec.task_libraries = setup_.options->task_libraries;
   spec.executable = setup_.options->executable;
   if (!s.python.empty()) python_trials::launch(s, spec);
@@ -290,8 +313,10 @@ void local_backend::make_standby_pools() {
     const std::vector<gpu_info> on = g.gpu ? std::vector<gpu_info>{*g.gpu} : std::vector<gpu_info>{};
     auto& state = groups_[group_of(on)];
     state.warm = g.warm;
+    state.planned = g.waiting;
     if (g.waiting)
-      state.pool = std::make_unique<runner::standby_pool>(runner::launch_spec_for(trial_spec({.gpus = on}, *setup_.first)), 0);
+      state.pool = std::make_unique<runner::standby_pool>(
+          runner::launch_spec_for(trial_spec({.gpus = on}, *setup_.first, setup_.spec->mem_limit)), 0);
   }
 }
 
@@ -348,8 +373,9 @@ void local_backend::lane(std::size_t k) {
     }
     slot sl = setup_.slots[k];
     std::optional<std::vector<gpu_info>> taken;
+    const std::uint64_t cap = cap_of(t, *setup_.spec);
     if (packer_ && !skip) {
-      taken = packer_->acquire(setup_.gpu_counts[t.index]);
+      taken = packer_->acquire(setup_.gpu_counts.empty() ? 1 : setup_.gpu_counts[t.index], cap);
       if (taken) sl = slot{*taken, static_cast<int>(k)};
     }
     trial_record rec;
@@ -361,7 +387,7 @@ void local_backend::lane(std::size_t k) {
     } else {
       rec = attempt(sl, t);
     }
-    if (taken) packer_->release(*taken);
+    if (taken) packer_->release(*taken, cap);
     {
       std::lock_guard lock(mutex_);
       stop_wanted_.erase(t.index);
@@ -404,7 +430,7 @@ trial_record local_backend::attempt(const slot& sl, const trial& t) {
   rec.params = s.trials[t.index];
   rec.slot = sl.index;
   rec.device = sl.gpus.empty() ? "cpu" : runner::visible_devices_for(sl.gpus);
-  rec.mem_limit = s.mem_limit;
+  rec.mem_limit = cap_of(t, *setup_.spec);
   rec.run = setup_.run;
   rec.attempts = t.attempt;
   const auto t0 = std::chrono::steady_clock::now();
@@ -433,7 +459,7 @@ void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec
     rec.error = log_problem;
     return;
   }
-  runner::job_spec spec = trial_spec(sl, t.index);
+  runner::job_spec spec = trial_spec(sl, t.index, cap_of(t, *setup_.spec));
   std::unique_ptr<runner::driver_cap> cap;
   if (!setup_.spec->python.empty() && spec.mem_limit && !spec.gpus.empty()) {
     // A Python trial's framework allocates through the driver: the call's region rides with its
@@ -461,18 +487,23 @@ void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec
   std::shared_ptr<runner::job> job;
   try {
     const auto g = groups_.find(group_of(sl.gpus));
-    if (g == groups_.end() || !g->second.pool) {
+    // Standby workers are prepared for the spec's cap: an attempt at a larger one starts afresh.
+    if (g == groups_.end() || !g->second.pool || spec.mem_limit != setup_.spec->mem_limit) {
       job = runner::job::start(std::move(spec));
     } else {
       job = runner::job::start(std::move(spec), *g->second.pool);
-      if (!std::exchange(slot_started_[static_cast<std::size_t>(sl.index)], 1)) {
-        std::size_t wanted;
-        {
-          std::lock_guard lock(mutex_);
+      std::size_t wanted = 0;
+      {
+        std::lock_guard lock(mutex_);
+        if (packer_) {
+          // Lanes move between GPUs: a GPU's pool grows to its planned size at its first trial,
+          // so the room trial_memory() keeps for warm contexts is never exceeded.
+          if (!std::exchange(g->second.started, true)) wanted = g->second.wanted = g->second.planned;
+        } else if (!std::exchange(slot_started_[static_cast<std::size_t>(sl.index)], 1)) {
           wanted = g->second.wanted += static_cast<std::size_t>(setup_.spec->standby);
         }
-        g->second.pool->reserve(wanted);
       }
+      if (wanted) g->second.pool->reserve(wanted);
     }
   } catch (const std::exception& e) {
     rec.kind = outcome_kind::internal_error;
@@ -526,18 +557,22 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
   unique_fd ended(stdout_file && out_read ? ::eventfd(0, EFD_CLOEXEC) : -1);
   if (stdout_file && out_read && !ended) log_problem = std::string("cannot make an eventfd: ") + std::strerror(errno);
   std::unique_ptr<runner::command> cmd;
+  // Under a cap on GPUs the cap sees every allocation of the command's processes: it keeps them
+  // for the trial's memory timeline, as it does for `isorun --memory-timeline ... -- CMD`.
+  const bool timeline = cap_of(t, *setup_.spec) && !sl.gpus.empty();
   try {
     if (!stdout_file || !ended) throw internal_error(log_problem);
     cmd = runner::command::start({.argv = command_for(s.command, rec.params),
                                   .gpus = sl.gpus,
-                                  .mem_limit = s.mem_limit,
+                                  .mem_limit = cap_of(t, *setup_.spec),
                                   .timeout = s.timeout,
                                   .grace = setup_.options->grace,
                                   .extra_env = {"ISORUN_RESULT=" + result_file.string(), "ISORUN_TRIAL=" + rec.id},
                                   .stdin_fd = -1,
                                   .stdout_fd = out_write.get(),
                                   .stderr_fd = err,
-                                  .stderr_tail_lines = 20});
+                                  .stderr_tail_lines = 20,
+                                  .memory_events = timeline ? command_memory_events : 0});
   } catch (const std::exception& e) {
     rec.kind = outcome_kind::internal_error;
     rec.error = e.what();
@@ -550,6 +585,16 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
   });
   const runner::command_result& r = await(sl, t, {.command = cmd.get()}, *cmd, rec);
   pump.end();  // all it printed is in the log before the result is read from it
+  if (!r.memory_timeline.empty()) {
+    // Where a task's worker writes its own (run_worker), by name in OUT/logs; a timeline that
+    // cannot be written is left out, as a task's is when its worker dies first.
+    const std::string name = rec.id + ".memory.json";
+    std::string problem;
+    if (const unique_fd file = log_file(setup_.logs, setup_.out, name, problem)) {
+      if (detail::write_all(file.get(), r.memory_timeline) == 0) rec.timeline = "logs/" + name;
+      else ::unlinkat(setup_.logs, name.c_str(), 0);  // not half a timeline
+    }
+  }
   if (!r.status.ok()) return;
   try {
     rec.result = read_command_result(setup_.logs, rec.id, setup_.out / "logs");

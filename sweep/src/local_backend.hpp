@@ -48,6 +48,12 @@ struct local_setup {
   std::optional<std::size_t> first;      ///< the first trial to run (standby workers are made for it)
 };
 
+/// @brief The memory each GPU of `slots` has for its trials' caps together, by GPU index: its
+///        free memory when the sweep started, less the room kept for warm standby workers'
+///        contexts (plan_standby). What trials whose caps differ (out-of-memory retries at
+///        larger caps) are packed against.
+std::map<int, std::uint64_t> trial_memory(const sweep_spec& s, const std::vector<slot>& slots);
+
 class local_backend final : public trial_backend {
  public:
   explicit local_backend(local_setup setup);
@@ -71,7 +77,9 @@ class local_backend final : public trial_backend {
   struct standby_group_state {
     bool warm = false;
     std::unique_ptr<runner::standby_pool> pool;  // none without standby
+    std::size_t planned = 0;                     // its workers in plan_standby
     std::size_t wanted = 0;                      // under mutex_
+    bool started = false;                        // under mutex_: a trial has started on its GPU
   };
   void lane(std::size_t k);
   trial_record attempt(const slot& sl, const trial& t);
@@ -79,14 +87,14 @@ class local_backend final : public trial_backend {
   void run_command(const slot& sl, const trial& t, trial_record& rec, int err);
   template <class Runs>
   auto await(const slot& sl, const trial& t, running_trial what, Runs& runs, trial_record& rec) -> decltype(runs.wait());
-  runner::job_spec trial_spec(const slot& sl, std::size_t index) const;
+  runner::job_spec trial_spec(const slot& sl, std::size_t index, std::uint64_t mem_limit) const;
   void make_standby_pools();
 
   local_setup setup_;
   trial_sink* sink_ = nullptr;
   std::optional<runner::gpu_packer> packer_;
   std::map<int, standby_group_state> groups_;  // by the slot's GPU (-1: CPU slots)
-  std::vector<char> slot_started_;             // each written by its own lane only
+  std::vector<char> slot_started_;             // under mutex_
   std::mutex mutex_;
   std::condition_variable work_;
   std::deque<trial> pending_;

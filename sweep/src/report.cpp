@@ -136,12 +136,14 @@ std::string results_csv(const std::vector<trial_record>& records) {
   std::ostringstream csv;
   // The step each trial reached, where trials reported steps (early stopping's resource).
   const bool steps = std::any_of(records.begin(), records.end(), [](const trial_record& r) { return r.step >= 0; });
-  csv << "id,outcome,attempts,wall_s,device,peak_reserved" << (steps ? ",step" : "");
+  // mem_limit: the cap of the trial's last attempt, the one it finally needed where it was
+  // retried at larger caps after running out of memory.
+  csv << "id,outcome,attempts,wall_s,device,peak_reserved,mem_limit" << (steps ? ",step" : "");
   for (const auto& h : columns.headers) csv << "," << h;
   csv << ",error\n";
   for (const auto& r : records) {
     csv << r.id << "," << outcome_name(r) << "," << r.attempts << "," << r.wall_s << "," << r.device << ","
-        << r.peak_reserved;
+        << r.peak_reserved << "," << r.mem_limit;
     if (steps) csv << "," << (r.step >= 0 ? std::to_string(r.step) : std::string());
     for (const auto& v : columns.values(r)) csv << "," << csv_field(v);
     csv << "," << csv_field(json(r.error)) << "\n";

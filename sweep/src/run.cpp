@@ -30,6 +30,7 @@
 #include "isorun/runner/suggest.hpp"
 #include "isorun/runner/task_arguments.hpp"
 #include "isorun/runner/unique_fd.hpp"
+#include "isorun/runner/units.hpp"
 #include "isorun/runner/worker_env.hpp"
 #include "isorun/sweep/html_report.hpp"
 #include "isorun/sweep/report.hpp"
@@ -135,6 +136,39 @@ std::vector<std::size_t> gpus_per_trial(const sweep_spec& s, const std::vector<s
   return counts;
 }
 
+// What out-of-memory retries need: a cap to grow, a max above it, and GPUs where a trial at the
+// max fits (else a trial would wait for room that never comes). Not on Slurm: a node's records
+// reach the journal only as each trial's end, so neither the attempts' caps nor a resume at the
+// larger cap would hold there.
+void check_oom_retry(const sweep_spec& s, const std::vector<slot>& slots, const std::vector<std::size_t>& gpu_counts) {
+  const oom_retry_spec& r = s.oom_retry;
+  const std::string what = (r.line ? "oom_retry" : "--oom-retry") + std::string(" (max ") + format_size(r.max) + ")";
+  // At its spec line; the flag's errors name the flag, not the spec file.
+  auto refused = [&](const std::string& why) { return r.line ? located(s, r.line, why) : spec_error(why, 0); };
+  if (s.slurm)
+    throw refused(what + " runs on this machine only, not with backend: slurm; remove it, or run the sweep here "
+                         "(backend: local)");
+  if (!s.mem_limit)
+    throw refused(what + " retries a trial at a larger cap, and the sweep has no cap; set one (resources: mem_limit: 4G, "
+                         "or --mem-limit 4G)");
+  if (r.max <= s.mem_limit)
+    throw refused(what + ": max is not above mem_limit " + format_size(s.mem_limit) +
+                  ", so no retry could have a larger cap; raise max");
+  const auto memory = trial_memory(s, slots);
+  if (memory.empty()) return;  // CPU slots: nothing to pack against
+  std::size_t widest = 1, fit = 0;
+  for (std::size_t k : gpu_counts) widest = std::max(widest, k);
+  std::string room;
+  for (const auto& [gpu, bytes] : memory) {
+    fit += bytes >= r.max;
+    room += (room.empty() ? "" : ", ") + ("GPU " + std::to_string(gpu) + ": " + format_size(bytes));
+  }
+  if (fit < widest)
+    throw refused(what + ": a trial at the max needs " + format_size(r.max) + " on " + std::to_string(widest) + " GPU" +
+                  (widest == 1 ? "" : "s") + ", more than the sweep's GPUs have for trials (" + room +
+                  "; free memory less room for warm standby contexts); lower max");
+}
+
 }  // namespace
 
 struct sweep_run::state {
@@ -150,6 +184,7 @@ struct sweep_run::state {
   std::optional<sweep::journal> journal;
   std::optional<report_log> reports;  // OUT/reports.jsonl (not on a Slurm node)
   std::vector<std::size_t> queue;  // indices into s.trials
+  std::map<std::size_t, trial> resumed;  // trials to start again at a larger cap (scheduler_options::resumed)
   std::vector<std::size_t> gpu_counts;  // spans_gpus(s): each trial's GPUs (by s.trials index)
   bool timelines = false;  // the allocator keeps a history: each trial's memory timeline is kept
   std::size_t skipped = 0;
@@ -219,6 +254,7 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
   }
   const bool submitter = s.slurm && st.opt.node.empty();  // its slots are on the nodes
   if (spans_gpus(s) && !submitter) st.gpu_counts = gpus_per_trial(s, st.slots);
+  if (s.oom_retry) check_oom_retry(s, st.slots, st.gpu_counts);
   try {
     st.timelines = by_task && alloc::alloc_config::parse(s.alloc_conf).history > 0;
   } catch (const alloc::config_error&) {
@@ -270,10 +306,20 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
   for (std::size_t i = 0; i < s.trials.size(); ++i) {
     const std::string id = trial_id(st.subject, s.trials[i]);
     auto it = st.journal->latest().find(id);
-    // A pruned trial is done: early stopping decided, and a rerun would be decided again.
-    const bool done = it != st.journal->latest().end() && (done_well(it->second) || !st.opt.rerun_failed);
-    if (done || !queued.insert(id).second) ++st.skipped;
-    else st.queue.push_back(i);
+    const bool known = it != st.journal->latest().end();
+    // A pruned trial is done: early stopping decided, and a rerun would be decided again. An
+    // attempt retried at a larger cap is not an end: the trial goes on at that cap.
+    const bool done = known && final_record(it->second) && (done_well(it->second) || !st.opt.rerun_failed);
+    if (done || !queued.insert(id).second) {
+      ++st.skipped;
+      continue;
+    }
+    st.queue.push_back(i);
+    // (A spec changed since, with a lower max or a higher mem_limit, bounds the cap it resumes at.)
+    if (const std::uint64_t cap = known && s.oom_retry ? std::min(it->second.retry_mem_limit, s.oom_retry.max) : 0;
+        cap > s.mem_limit)
+      st.resumed[i] = {.index = i, .id = id, .attempt = it->second.attempts + 1, .mem_limit = cap,
+                       .oom_retries = it->second.attempts};
   }
 }
 
@@ -371,6 +417,7 @@ sweep_summary sweep_run::run() {
   journal_writer writer(
       *store,
       [&](const trial_record& r) {
+        if (!final_record(r)) return;  // an attempt retried at a larger cap: the trial goes on
         ++(r.kind == outcome_kind::success ? summary.succeeded : r.pruned ? summary.pruned : summary.failed);
         live.durable(r);
       },
@@ -393,6 +440,7 @@ sweep_summary sweep_run::run() {
                   {.metric_checked = st.metric_known,
                    .stop_fails_as_cancelled = node,
                    .should_stop = std::move(should_stop),
+                   .resumed = st.resumed,
                    .running_changed = [&](std::size_t n) { live.running(n); }});
   sched_ptr = &sched;
   struct closer {  // nothing calls into the scheduler once it is gone

@@ -13,7 +13,13 @@ scheduler::scheduler(const sweep_spec& s, const std::string& subject, const std:
                      trial_backend& backend, journal_writer& writer, const stop_source& stop, scheduler_options options)
     : s_{s}, backend_{backend}, writer_{writer}, stop_{stop}, options_{std::move(options)} {
   metric_checked_ = options_.metric_checked;
-  for (std::size_t i : queue) queue_.push_back({i, trial_id(subject, s.trials[i]), 1});
+  for (std::size_t i : queue) {
+    const auto resumed = options_.resumed.find(i);
+    trial t = resumed == options_.resumed.end() ? trial{} : resumed->second;
+    t.index = i;
+    t.id = trial_id(subject, s.trials[i]);
+    queue_.push_back(std::move(t));
+  }
 }
 
 bool scheduler::stopping() const { return halted_ || stop_.requests() > 0; }
@@ -109,10 +115,25 @@ bool scheduler::settle(finished_trial& f, std::vector<trial_record>& final) {
     ++cancelled_;
     return false;
   }
+  if (rec.kind == outcome_kind::out_of_memory && !rec.pruned) {
+    if (const std::uint64_t larger = next_cap(s_.oom_retry, cap_of(f.t, s_))) {
+      // Run again at a larger cap. The attempt is journaled with the cap it had and the one that
+      // comes next, so the journal shows every cap tried and a resumed sweep (after a stop now,
+      // or a crash during the retry) starts the trial at the larger cap, not the spec's.
+      trial_record tried = rec;
+      tried.retry_mem_limit = larger;
+      final.push_back(std::move(tried));
+      if (!stopping()) queue_.push_front({f.t.index, f.t.id, rec.attempts + 1, larger, f.t.oom_retries + 1});
+      return false;
+    }
+  }
+  // The retries per outcome class count the attempts that were not out-of-memory retries: a
+  // trial that needed a larger cap still has all of them (each at the cap it reached).
   const auto allowed = s_.retries.find(std::string(to_string(rec.kind)));
-  if (rec.kind != outcome_kind::success && !rec.pruned && allowed != s_.retries.end() && rec.attempts <= allowed->second &&
-      !stopping()) {
-    queue_.push_front({f.t.index, f.t.id, rec.attempts + 1});  // on the lane that just came free
+  if (rec.kind != outcome_kind::success && !rec.pruned && allowed != s_.retries.end() &&
+      rec.attempts - f.t.oom_retries <= allowed->second && !stopping()) {
+    // On the lane that just came free.
+    queue_.push_front({f.t.index, f.t.id, rec.attempts + 1, f.t.mem_limit, f.t.oom_retries});
     return false;
   }
   ended_.insert(f.t.index);

@@ -2,6 +2,9 @@
 #include "isorun/sweep/spec.hpp"
 
 #include <algorithm>
+#include <cmath>
+
+#include "isorun/runner/units.hpp"
 
 namespace isorun::sweep {
 
@@ -17,6 +20,40 @@ metric_spec parse_metric_flag(const std::string& text) {
   }
   if (m.name.empty()) throw spec_error("--metric " + text + ": expected NAME[:min|max], e.g. accuracy:max", 0);
   return m;
+}
+
+oom_retry_spec parse_oom_retry_flag(const std::string& text) {
+  auto bad = [&](const std::string& why) {
+    return spec_error("--oom-retry " + text + ": " + why + " (expected FACTOR:MAX, e.g. --oom-retry 2:16G)", 0);
+  };
+  const auto colon = text.find(':');
+  if (colon == std::string::npos) throw bad("no ':' between the factor and the max");
+  const std::string factor = text.substr(0, colon), max = text.substr(colon + 1);
+  oom_retry_spec r;
+  std::size_t used = 0;
+  try {
+    r.factor = std::stod(factor, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (factor.empty() || used != factor.size() || !std::isfinite(r.factor))
+    throw bad("the factor '" + factor + "' is not a number");
+  if (r.factor <= 1) throw bad("the factor " + factor + " must be above 1 (each retry gets a larger cap)");
+  if (max.empty()) throw bad("no max after ':'");
+  try {
+    r.max = parse_size(max);
+  } catch (const parse_error& e) {
+    throw bad("the max '" + max + "' is not a size: " + e.what());
+  }
+  if (r.max == 0) throw bad("the max must be above 0");
+  return r;
+}
+
+std::uint64_t next_cap(const oom_retry_spec& r, std::uint64_t cap) {
+  if (!r || cap == 0 || cap >= r.max) return 0;
+  const double grown = std::ceil(static_cast<double>(cap) * r.factor);
+  // (a double that reaches max is compared before it is converted: no conversion overflows)
+  return grown >= static_cast<double>(r.max) ? r.max : std::max(cap + 1, static_cast<std::uint64_t>(grown));
 }
 
 std::string scheduler_problem(const early_stop_spec& s) {

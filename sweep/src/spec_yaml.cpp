@@ -461,9 +461,37 @@ void parse_resources(const YAML::Node& root, sweep_spec& s) {
   }
 }
 
+// policy: oom_retry: {factor: 2, max: 16G}. What it needs of the rest of the spec (a cap, a max
+// above it) is checked by sweep_run, once flags may have changed the cap.
+void parse_oom_retry(const YAML::Node& v, sweep_spec& s) {
+  if (!v.IsMap()) fail(v, "oom_retry is a mapping, e.g. {factor: 2, max: 16G}");
+  oom_retry_spec r;
+  r.line = line_of(v);
+  for (const auto& kv : v) {
+    const std::string k = kv.first.Scalar();
+    if (k == "factor") {
+      r.factor = number(kv.second, "oom_retry factor");
+      if (!(r.factor > 1) || !std::isfinite(r.factor))
+        fail(kv.second, "oom_retry factor must be a number above 1 (each retry gets a larger cap), e.g. 2");
+    } else if (k == "max") {
+      try {
+        r.max = parse_size(kv.second.Scalar());
+      } catch (const parse_error& e) {
+        fail(kv.second, "oom_retry max is not a size: " + std::string(e.what()) + " (e.g. 16G)");
+      }
+      if (r.max == 0) fail(kv.second, "oom_retry max must be above 0, e.g. 16G");
+    } else {
+      fail(kv.first, "oom_retry: unknown key '" + k + "'" + did_you_mean(k, {"factor", "max"}) + "; known: factor, max");
+    }
+  }
+  if (!r.factor) fail(v, "oom_retry needs factor: (a number above 1), e.g. {factor: 2, max: 16G}");
+  if (!r.max) fail(v, "oom_retry needs max: (the largest cap), e.g. {factor: 2, max: 16G}");
+  s.oom_retry = r;
+}
+
 // policy:
 void parse_policy(const YAML::Node& pol, sweep_spec& s) {
-  if (!pol.IsMap()) fail(pol, "policy: is a mapping (timeout:, retries:, fail_fast:)");
+  if (!pol.IsMap()) fail(pol, "policy: is a mapping (timeout:, retries:, fail_fast:, oom_retry:)");
   for (const auto& kv : pol) {
     const std::string k = kv.first.Scalar();
     const auto& v = kv.second;
@@ -480,16 +508,19 @@ void parse_policy(const YAML::Node& pol, sweep_spec& s) {
       for (const auto& r : v) {
         const std::string cls = r.first.Scalar();
         if (cls == "out_of_memory")
-          fail(r.first, "out_of_memory is never retried at the same cap (it would fail again); raise mem_limit instead");
+          fail(r.first, "out_of_memory is never retried at the same cap (it would fail again); oom_retry: {factor: 2, max: 16G} "
+                        "retries it at larger caps");
         if (cls != "crashed" && cls != "timeout" && cls != "invalid_result" && cls != "task_error")
           fail(r.first, "retries: unknown outcome class '" + cls + "' (crashed, timeout, invalid_result, task_error)");
         const double n = number(r.second, "retries");
         if (n < 0 || n > 100 || n != std::floor(n)) fail(r.second, "retries must be a whole number 0..100");
         s.retries[cls] = static_cast<int>(n);
       }
+    } else if (k == "oom_retry") {
+      parse_oom_retry(v, s);
     } else {
-      fail(kv.first, "unknown policy '" + k + "'" + did_you_mean(k, {"timeout", "retries", "fail_fast"}) +
-                         "; known: timeout, retries, fail_fast");
+      fail(kv.first, "unknown policy '" + k + "'" + did_you_mean(k, {"timeout", "retries", "fail_fast", "oom_retry"}) +
+                         "; known: timeout, retries, fail_fast, oom_retry");
     }
   }
 }

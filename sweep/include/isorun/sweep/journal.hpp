@@ -41,6 +41,10 @@ struct trial_record {
   /// `kind` cancelled and `result` its last report. Done, not failed; never retried or rerun.
   bool pruned = false;
   std::int64_t step = -1;       ///< the last step the trial reported (-1: it reported none)
+  /// An attempt that ran out of memory and is run again at this larger cap (0: none). Such a
+  /// record is not the trial's end: it keeps the attempt's cap in the journal, and a resumed
+  /// sweep starts the trial again at this cap.
+  std::uint64_t retry_mem_limit = 0;
   [[nodiscard]] nlohmann::json to_json() const;
   /// @brief The record `j` holds. @throws std::exception (a json or std::invalid_argument one)
   ///        if it holds none: a required field missing, a field of the wrong type or range.
@@ -51,6 +55,9 @@ struct trial_record {
 [[nodiscard]] inline std::string_view outcome_name(const trial_record& r) noexcept {
   return r.pruned ? std::string_view("pruned") : to_string(r.kind);
 }
+
+/// @brief Whether a record is a trial's end: not an attempt retried at a larger cap.
+[[nodiscard]] inline bool final_record(const trial_record& r) noexcept { return r.retry_mem_limit == 0; }
 
 /// @brief Whether a record counts as done without failing: a success, or a pruned trial.
 [[nodiscard]] inline bool done_well(const trial_record& r) noexcept { return r.kind == outcome_kind::success || r.pruned; }

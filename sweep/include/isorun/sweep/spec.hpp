@@ -64,6 +64,25 @@ early_stop_spec parse_scheduler_flag(const std::string& text);
 ///        period, a reduction factor below 2, a count out of range.
 std::string scheduler_problem(const early_stop_spec& s);
 
+/// Out-of-memory retries (`policy: oom_retry:`, `--oom-retry`): a trial that ran out of memory is
+/// run again with its cap multiplied by `factor`, up to `max` (the last attempt at exactly `max`).
+struct oom_retry_spec {
+  double factor = 0;      ///< above 1; 0: no out-of-memory retries
+  std::uint64_t max = 0;  ///< the largest cap an attempt gets, per GPU
+  int line = 0;           ///< YAML line of `oom_retry:` (0 for the flag)
+  [[nodiscard]] explicit operator bool() const noexcept { return factor > 0; }
+};
+
+/// @brief Parses `--oom-retry FACTOR:MAX` (`2:16G`).
+/// @throws spec_error naming what is wrong: a factor that is not a number above 1, a max that
+///         is not a size.
+oom_retry_spec parse_oom_retry_flag(const std::string& text);
+
+/// @brief The cap of the attempt after one that ran out of memory at `cap`: `cap` times the
+///        factor, or `max` where that would pass it; 0 when `cap` is already `max` (or above) or
+///        `r` retries nothing. The one place a retried cap is computed.
+[[nodiscard]] std::uint64_t next_cap(const oom_retry_spec& r, std::uint64_t cap);
+
 /// Running a sweep's trials on a Slurm cluster (resources: {backend: slurm, ...}): job arrays
 /// through sbatch, each array task an `isorun` on its node running its trials isolated and capped
 /// on the GPUs Slurm gave it.
@@ -109,6 +128,7 @@ struct sweep_spec {
   int cpu_slots = 0;                    ///< 0 = number of cores
   std::chrono::milliseconds timeout{0};
   std::map<std::string, int> retries;   ///< outcome class -> extra attempts
+  oom_retry_spec oom_retry;             ///< out-of-memory retries at larger caps (off by default)
   bool fail_fast = false;
   std::string out;                      ///< output folder
   std::string alloc_conf;

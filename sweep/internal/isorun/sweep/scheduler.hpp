@@ -1,9 +1,10 @@
 #pragma once
 /// @file scheduler.hpp
 /// The sweep's scheduler: it owns the queue of trials, starts them on a backend as lanes come
-/// free, and decides what an attempt's end means: a retry (the spec's retries per outcome class),
-/// a final record for the journal writer, or a stop of the whole sweep (fail-fast, a metric the
-/// results lack, a backend or journal failure, a stop request). Backends only run attempts.
+/// free, and decides what an attempt's end means: a retry (the spec's retries per outcome class,
+/// or out-of-memory retries at a larger cap, whose attempts are journaled), a final record for
+/// the journal writer, or a stop of the whole sweep (fail-fast, a metric the results lack, a
+/// backend or journal failure, a stop request). Backends only run attempts.
 
 #include <cstddef>
 #include <cstdint>
@@ -41,6 +42,10 @@ struct scheduler_options {
   /// stops as for a metric the results lack (metric_error()); any other exception stops it as
   /// a failure (error()).
   std::function<bool(const trial&, std::int64_t step, const nlohmann::json& metrics)> should_stop;
+  /// Trials an earlier run left to be retried at a larger cap after running out of memory (their
+  /// last journaled record has retry_mem_limit): their next attempt, by trial index. Each starts
+  /// at that attempt and cap instead of the spec's first.
+  std::map<std::size_t, trial> resumed;
   /// Called (under no lock of the backend's) whenever the number of running trials changes.
   std::function<void(std::size_t running)> running_changed;
 };

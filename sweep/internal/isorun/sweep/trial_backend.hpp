@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "isorun/sweep/journal.hpp"
+#include "isorun/sweep/spec.hpp"
 
 namespace isorun::sweep {
 
@@ -22,7 +23,15 @@ struct trial {
   std::size_t index = 0;  ///< into the spec's trials
   std::string id;         ///< trial_id(subject, params)
   int attempt = 1;        ///< 1 for the first, 2 for the first retry, ...
+  /// This attempt's cap per GPU: larger than the spec's after an out-of-memory retry; 0: the spec's.
+  std::uint64_t mem_limit = 0;
+  int oom_retries = 0;    ///< attempts before this one that were retried at a larger cap
 };
+
+/// @brief An attempt's cap per GPU: its own after an out-of-memory retry, else the spec's.
+[[nodiscard]] inline std::uint64_t cap_of(const trial& t, const sweep_spec& s) noexcept {
+  return t.mem_limit ? t.mem_limit : s.mem_limit;
+}
 
 /// How an attempt ended: the trial, and its record as the backend made it (`record.attempts`
 /// may say more than `t.attempt` where the backend retried by itself, as a Slurm node does).
