@@ -2,6 +2,7 @@
 
 #include <Python.h>
 #include <malloc.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -49,6 +50,11 @@ struct storage {
 };
 std::mutex storages_mutex;
 std::vector<storage> storages;
+
+// A fork (os.fork, multiprocessing) while another thread holds the record's lock would leave the
+// child's copy locked for good: fork takes it first.
+void lock_storages() noexcept { storages_mutex.lock(); }
+void unlock_storages() noexcept { storages_mutex.unlock(); }
 
 void* allocate(std::size_t size, bool zeroed) noexcept {
   try {
@@ -142,7 +148,8 @@ bool place_numpy_arrays() {
   if (reinterpret_cast<unsigned (*)()>(api[api_feature_version])() < feature_1_22) return false;
   // One capsule for the process, never freed: every array made through it holds a reference.
   static PyObject* capsule = PyCapsule_New(&handler, "mem_handler", nullptr);
-  if (!capsule) {
+  static const bool fork_safe = ::pthread_atfork(lock_storages, unlock_storages, unlock_storages) == 0;
+  if (!capsule || !fork_safe) {
     PyErr_Clear();
     return false;
   }

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "isorun/serialization/blob.hpp"
 #include "isorun/serialization/codec.hpp"
 #include "numpy_results.hpp"
 
@@ -103,9 +104,9 @@ void write(std::byte* dst, const layout& l, std::uint32_t tag, const Py_buffer& 
 
 void write_payload(isorun::worker::result_sink& sink, std::uint32_t tag, const Py_buffer& pickle,
                    std::span<const Py_buffer> buffers) {
-  // The largest buffer, if large, leads: in the storage the worker placed, where it lies, if it
-  // is there; else copied to where that storage would have been, so the segment has room for it
-  // the next time.
+  // The largest buffer, if large, leads: where it lies, if the worker placed its storage where
+  // the result goes; else copied to where that storage would have been, so that the segment has
+  // room for it the next time.
   const Py_buffer* largest = nullptr;
   for (const Py_buffer& b : buffers)
     if (size_of(b) >= large && (!largest || b.len > largest->len)) largest = &b;
@@ -113,11 +114,18 @@ void write_payload(isorun::worker::result_sink& sink, std::uint32_t tag, const P
   std::byte* dst = nullptr;
   if (largest) {
     const std::span<std::byte> storage = numpy_storage_holding(largest->buf, size_of(*largest));
-    if (!storage.empty()) {
-      l = lay_out(pickle, buffers, storage, true);
+    if (!storage.empty() && isorun::serialization::detail::blob_in_place(storage.data())) {
+      // The storage up to the end of the last buffer in it: a slice near its start does not
+      // carry the rest of the array into the payload, whose next pieces go over that rest (the
+      // function has returned; nothing of the array past its last returned byte is read again).
+      std::uint64_t end = 0;
+      for (const Py_buffer& b : buffers)
+        if (bytes_of(b) >= storage.data() && bytes_of(b) + size_of(b) <= storage.data() + storage.size())
+          end = std::max<std::uint64_t>(end, static_cast<std::uint64_t>(bytes_of(b) - storage.data()) + size_of(b));
+      l = lay_out(pickle, buffers, storage.first(end), true);
       dst = sink.reserve(l.total, storage.data());
-      // The sink keeps the storage in place only if it placed it and the payload fits the mapping
-      // it lies in; otherwise the storage is private memory now (moved out if it had been placed).
+      // Kept in place only if the payload fits the mapping the storage lies in; otherwise the
+      // sink moved it out of the way (to private pages at the same address), and it is copied.
       if (dst + placed_offset != storage.data()) dst = nullptr;
     }
     if (!dst) l = lay_out(pickle, buffers, {bytes_of(*largest), size_of(*largest)}, false);

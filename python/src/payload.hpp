@@ -7,14 +7,15 @@
 //   u64 table offset, u64 pickle offset, u64 pickle bytes;
 //   at the table offset, per buffer {u64 offset, u64 size}.
 //
-// Every offset is from the payload's start, every piece lies inside the payload, and each
-// buffer starts 64-byte aligned (the payload itself starts 64 bytes into a page-aligned
-// mapping, so any dtype is aligned).
+// Every offset is from the payload's start and every piece lies inside the payload. A buffer laid
+// out on its own starts 64-byte aligned (the payload itself starts 64 bytes into a page-aligned
+// mapping, so any dtype is aligned); buffers inside the placed storage keep their place in it.
 //
-// A payload with a large buffer (32 MiB and more) holds the storage of its largest one at
-// `placed_offset`, the other pieces after it: where the worker places the first large array a
-// function makes (numpy_results.hpp), so that such an array is written in place, not copied.
-// The storage's other buffers (views of the same array) lie inside it at their own offsets.
+// A payload with a large buffer (32 MiB and more) holds its largest one at `placed_offset`, the
+// other pieces after it: where the worker places the first large array a function makes
+// (numpy_results.hpp), so that such an array is written in place, not copied. In place, the
+// storage is held up to the end of the last buffer in it (views of the same array lie inside
+// it at their own offsets); copied, the buffer alone.
 
 #include <Python.h>
 

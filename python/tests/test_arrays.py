@@ -208,3 +208,31 @@ def test_an_early_result_is_copied_and_intact():
     # Placing is off where the segment is sealed early: the array was the worker's own memory.
     assert "memfd:isorun-segment" not in made_in
     assert int(a.min()) == 5 and int(a.max()) == 5
+
+
+def slice_of_a_large_array(n):
+    import numpy
+
+    a = numpy.arange(4 * n, dtype=numpy.int64)  # placed; only its start is returned
+    return a[: n // 2], _made_in(a)
+
+
+def test_a_slice_of_a_placed_array_carries_only_itself():
+    _segment_for(4 * N)
+    s, made_in = isorun.isolated(slice_of_a_large_array)(N)
+    assert "memfd:isorun-segment" in made_in
+    assert np.array_equal(s, np.arange(N // 2, dtype=np.int64))
+
+
+def second_large_array(n):
+    import numpy
+
+    kept = numpy.ones(n, dtype=numpy.int64)  # placed, and still alive when the result is written
+    r = numpy.full(n, 3, dtype=numpy.int64)
+    return r, int(kept.sum())
+
+
+def test_a_large_array_that_was_not_placed_is_copied():
+    _segment_for(N)
+    r, total = isorun.isolated(second_large_array)(N)
+    assert total == N and int(r.min()) == 3 and int(r.max()) == 3

@@ -49,6 +49,11 @@ std::byte* allocate_zeroed_blob(std::size_t size) {
   return map_blob(size);
 }
 
+bool blob_in_place(const std::byte* data) noexcept {
+  blob_placement* placement = installed_placement.load();
+  return placement && placement->holds(data);
+}
+
 void free_blob(std::byte* data, std::size_t size) noexcept {
   if (size < parallel_threshold) {
     delete[] data;

@@ -139,10 +139,13 @@ std::byte* segment_sink::place(std::size_t size) noexcept {
     const std::uint64_t payload = placed_offset_ + size;
     if (payload > max_result_ || ser::header_size + payload > file_.size()) return nullptr;
     // What the payload holds besides the blob (a pickle after it, say) must fit the mapping the
-    // blob lies in: the mapping made ahead is as large as the last result (and faulted in), else
-    // all of the segment is mapped.
-    const std::uint64_t mapped = premapper_.joinable() ? payload : std::min(file_.size() - ser::header_size, max_result_);
-    placed_ = area_locked(mapped) + placed_offset_;
+    // blob lies in, which cannot grow once the blob is there. The mapping made ahead (as large
+    // as the last result, faulted in) serves if it leaves a page after the blob; else all of the
+    // segment is mapped.
+    if (ser::mapping ahead = take_premapped(false); ahead.size() > map_.size()) map_ = std::move(ahead);
+    const std::uint64_t whole = std::min(file_.size() - ser::header_size, max_result_);
+    const std::uint64_t with_a_page = std::min(whole, payload + 4096);
+    placed_ = area_locked(map_.size() >= ser::header_size + with_a_page ? with_a_page : whole) + placed_offset_;
     placed_size_ = size;
     return placed_;
   } catch (...) {  // cannot map it: pages of its own
@@ -162,6 +165,11 @@ bool segment_sink::take_back(std::byte* data) noexcept {
   return true;
 }
 
+bool segment_sink::holds(const std::byte* data) noexcept {
+  std::lock_guard lock(mutex_);
+  return data && data == placed_;
+}
+
 void segment_sink::unmap_result() {
   std::lock_guard lock(mutex_);
   map_ = {};
@@ -179,7 +187,7 @@ void segment_sink::close() {
 // finds its bytes in place and only checksums them. Otherwise it is moved out of the way first
 // (mapping the segment anew for a larger payload would move it).
 std::byte* segment_sink::claim_locked(std::uint64_t size, const std::byte* blob_bytes) {
-  if (placed_ && (blob_bytes != placed_ || size < placed_offset_ + placed_size_ || ser::header_size + size > map_.size()))
+  if (placed_ && (blob_bytes != placed_ || ser::header_size + size > map_.size()))
     evict_locked();
   claimed_ = true;
   return area_locked(size);

@@ -40,6 +40,10 @@ ISORUN_API std::byte* allocate_blob(std::size_t size);
 /// @throws std::bad_alloc
 ISORUN_API std::byte* allocate_zeroed_blob(std::size_t size);
 
+/// @brief Whether allocate_blob put `data` where the worker's result goes, and it is still
+///        there: a payload that holds it at the placement's offset is then written in place.
+ISORUN_API bool blob_in_place(const std::byte* data) noexcept;
+
 /// @brief Frees what allocate_blob(size) or allocate_zeroed_blob(size) returned.
 ISORUN_API void free_blob(std::byte* data, std::size_t size) noexcept;
 

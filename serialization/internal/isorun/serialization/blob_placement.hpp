@@ -23,6 +23,9 @@ class ISORUN_INTERNAL_API blob_placement {
   virtual std::byte* place(std::size_t size) noexcept = 0;
   /// @brief Takes back the storage of a blob being freed; false if place() did not give it.
   virtual bool take_back(std::byte* data) noexcept = 0;
+  /// @brief Whether `data` is a blob place() gave that still lies where the result goes (not
+  ///        taken back, nor moved out of the way).
+  virtual bool holds(const std::byte* data) noexcept = 0;
 
  protected:
   ~blob_placement() = default;

@@ -93,6 +93,7 @@ class ISORUN_INTERNAL_API segment_sink final : public result_sink,
   // grows the pooled segment), and only into a free area.
   std::byte* place(std::size_t size) noexcept override;
   bool take_back(std::byte* data) noexcept override;
+  bool holds(const std::byte* data) noexcept override;
 
   [[nodiscard]] bool has_ring() const noexcept { return ring_.valid(); }
 
