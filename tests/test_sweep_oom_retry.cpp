@@ -64,6 +64,11 @@ TEST_CASE("oom_retry: a command that needs 1.5 GiB under a 1 GiB cap succeeds at
     CHECK(attempts[1]["attempts"] == 2);
     CHECK(attempts[1]["mem_limit"] == 2 * GiB);
     CHECK_FALSE(attempts[1].contains("retry_mem_limit"));
+    // Each attempt keeps its own memory timeline: the one that ran out shows why.
+    REQUIRE(attempts[0].contains("timeline"));
+    REQUIRE(attempts[1].contains("timeline"));
+    CHECK(attempts[0]["timeline"] != attempts[1]["timeline"]);
+    for (const auto& a : attempts) CHECK(fs::exists(out + "/" + a["timeline"].get<std::string>()));
   }
   CHECK(by_mib[1536][1]["outcome"] == "success");
   CHECK(by_mib[1536][1]["result"]["cap"] == 2048);  // the command saw the larger cap

@@ -216,6 +216,12 @@ unique_fd log_file(int logs, const fs::path& out, const std::string& name, std::
     return unique_fd();
   }
 }
+
+// The file of an attempt's memory timeline in OUT/logs: one per attempt, so that an attempt
+// retried at a larger cap keeps the timeline that shows why (its journal record names it).
+std::string timeline_name(const trial& t) {
+  return t.id + (t.attempt > 1 ? ".attempt" + std::to_string(t.attempt) : "") + ".memory.json";
+}
 }  // namespace
 
 standby_plan plan_standby(const sweep_spec& s, const std::vector<slot>& slots) {
@@ -480,8 +486,8 @@ void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec
   spec.stdout_to = runner::stdout_mode::file;
   spec.stdout_path = log.string() + ".out";
   if (setup_.timelines) {
-    spec.memory_timeline = log.string() + ".memory.json";
-    rec.timeline = "logs/" + rec.id + ".memory.json";
+    spec.memory_timeline = (setup_.out / "logs" / timeline_name(t)).string();
+    rec.timeline = "logs/" + timeline_name(t);
   }
   spec.stderr_echo_fd = err;
   std::shared_ptr<runner::job> job;
@@ -588,7 +594,7 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
   if (!r.memory_timeline.empty()) {
     // Where a task's worker writes its own (run_worker), by name in OUT/logs; a timeline that
     // cannot be written is left out, as a task's is when its worker dies first.
-    const std::string name = rec.id + ".memory.json";
+    const std::string name = timeline_name(t);
     std::string problem;
     if (const unique_fd file = log_file(setup_.logs, setup_.out, name, problem)) {
       if (detail::write_all(file.get(), r.memory_timeline) == 0) rec.timeline = "logs/" + name;
