@@ -44,6 +44,7 @@ class fake_backend final : public sw::trial_backend {
   int cancel_calls = 0;
   bool finished = false;
   outcome_kind stop_ends_as = outcome_kind::cancelled;  // a task asking should_stop() returns: success
+  outcome_kind cancel_ends_as = outcome_kind::cancelled;  // an attempt can end otherwise as it is stopped
   json stop_result = nullptr;
 
   [[nodiscard]] std::size_t lanes() const override { return lanes_; }
@@ -81,7 +82,7 @@ class fake_backend final : public sw::trial_backend {
       cancelled_ = true;
       for (const auto& [i, t] : running_) all.push_back(i);
     }
-    for (std::size_t i : all) end(i, outcome_kind::cancelled);
+    for (std::size_t i : all) end(i, cancel_ends_as);
   }
   void finish() override { finished = true; }
 
@@ -327,6 +328,26 @@ TEST_CASE("scheduler: out-of-memory retries journal the attempt, and a trial res
   CHECK(starts == std::vector<std::pair<int, std::uint64_t>>{{2, 4 * GiB}});
   CHECK(again.of(s, 0)->attempts == 2);
   CHECK(again.of(s, 0)->mem_limit == 4 * GiB);
+}
+
+TEST_CASE("scheduler: an attempt out of memory as the sweep stops is journaled for its retry and counted cancelled",
+          "[scheduler][retries][oom-retry]") {
+  constexpr std::uint64_t GiB = 1ULL << 30;
+  auto s = spec_of(2);
+  s.mem_limit = 1 * GiB;
+  s.oom_retry = {.factor = 2, .max = 4 * GiB};
+  s.fail_fast = true;
+  // 0 runs; 1 fails, which stops the sweep; 0 runs out of memory as it is being stopped.
+  fake_backend backend(2, [](fake_backend& b, const sw::trial& t) {
+    if (t.index == 1) b.end(1, outcome_kind::task_error);
+  });
+  backend.cancel_ends_as = outcome_kind::out_of_memory;
+  const ran r = run_sweep(s, backend);
+  CHECK(backend.starts == std::vector<std::pair<std::size_t, int>>{{0, 1}, {1, 1}});  // no retry started
+  CHECK(r.cancelled == 1);  // trial 0: neither done nor failed in this run
+  REQUIRE(r.of(s, 0));
+  CHECK(r.of(s, 0)->retry_mem_limit == 2 * GiB);  // a resume goes on at the larger cap
+  CHECK_FALSE(sw::final_record(*r.of(s, 0)));
 }
 
 TEST_CASE("scheduler: with fail-fast, an attempt that will be retried does not stop the sweep", "[scheduler][retries]") {

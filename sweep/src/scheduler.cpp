@@ -124,6 +124,7 @@ bool scheduler::settle(finished_trial& f, std::vector<trial_record>& final) {
       tried.retry_mem_limit = larger;
       final.push_back(std::move(tried));
       if (!stopping()) queue_.push_front({f.t.index, f.t.id, rec.attempts + 1, larger, f.t.oom_retries + 1});
+      else ++cancelled_;  // stopped before its retry: not run to its end here; a resume goes on
       return false;
     }
   }
