@@ -88,6 +88,9 @@ TEST_CASE("oom_retry: a command that needs 1.5 GiB under a 1 GiB cap succeeds at
   CHECK_THAT(html, Catch::Contains("1.00 GiB (2 trials retried at larger caps, up to 2.00 GiB)"));  // the summary
   CHECK_THAT(html, Catch::Contains("\"mem_limit\""));  // the table's column
   CHECK(occurrences(html, "2147483648") >= 2);          // each trial's row holds its final cap
+  // The timelines drawn are the final attempts': the one that failed at max, none at 1 GiB.
+  CHECK_THAT(html, Catch::Contains("of a cap of 2.00 GiB"));
+  CHECK_THAT(html, !Catch::Contains("of a cap of 1.00 GiB"));
   fs::remove_all(dir);
 }
 

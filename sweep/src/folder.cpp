@@ -136,4 +136,8 @@ int write_all(int fd, std::string_view s) {
   return 0;
 }
 
+std::string timeline_file(const std::string& id, int attempt) {
+  return id + (attempt > 1 ? ".attempt" + std::to_string(attempt) : "") + ".memory.json";
+}
+
 }  // namespace isorun::sweep::detail

@@ -60,4 +60,10 @@ void drop_cut_line(int fd, std::size_t complete, const std::filesystem::path& sh
 ///        of the write that failed (EIO for a write of nothing).
 int write_all(int fd, std::string_view s);
 
+/// @brief The name in OUT/logs of the memory timeline of trial `id`'s attempt `attempt`: one per
+///        attempt (ID.memory.json, then ID.attemptN.memory.json), so that an attempt retried at a
+///        larger cap keeps the timeline that shows why. Made from the record's id and attempt
+///        only: the report finds a timeline by them, never by a path a folder's files name.
+std::string timeline_file(const std::string& id, int attempt);
+
 }  // namespace isorun::sweep::detail

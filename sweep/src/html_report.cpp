@@ -823,7 +823,7 @@ void load_timelines(report_data& d, int out) {
     const trial_record& r = d.records[i];
     struct stat st {};
     if (!r.timeline.empty() && is_trial_id(r.id) &&
-        ::fstatat(logs.get(), (r.id + ".memory.json").c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
+        ::fstatat(logs.get(), detail::timeline_file(r.id, r.attempts).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
       with.push_back(i);
   }
   d.timelines_kept = with.size();
@@ -837,7 +837,7 @@ void load_timelines(report_data& d, int out) {
   });
   for (std::size_t i : with) {
     if (d.timelines.size() == max_timelines) break;
-    const std::string name = d.records[i].id + ".memory.json";
+    const std::string name = detail::timeline_file(d.records[i].id, d.records[i].attempts);
     try {
       if (json t = read_timeline(logs.get(), name, logs_shown / name); !t.is_null()) d.timelines.emplace_back(i, std::move(t));
     } catch (const std::exception& e) {

@@ -217,11 +217,6 @@ unique_fd log_file(int logs, const fs::path& out, const std::string& name, std::
   }
 }
 
-// The file of an attempt's memory timeline in OUT/logs: one per attempt, so that an attempt
-// retried at a larger cap keeps the timeline that shows why (its journal record names it).
-std::string timeline_name(const trial& t) {
-  return t.id + (t.attempt > 1 ? ".attempt" + std::to_string(t.attempt) : "") + ".memory.json";
-}
 }  // namespace
 
 standby_plan plan_standby(const sweep_spec& s, const std::vector<slot>& slots) {
@@ -486,8 +481,8 @@ void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec
   spec.stdout_to = runner::stdout_mode::file;
   spec.stdout_path = log.string() + ".out";
   if (setup_.timelines) {
-    spec.memory_timeline = (setup_.out / "logs" / timeline_name(t)).string();
-    rec.timeline = "logs/" + timeline_name(t);
+    spec.memory_timeline = (setup_.out / "logs" / detail::timeline_file(t.id, t.attempt)).string();
+    rec.timeline = "logs/" + detail::timeline_file(t.id, t.attempt);
   }
   spec.stderr_echo_fd = err;
   std::shared_ptr<runner::job> job;
@@ -594,7 +589,7 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
   if (!r.memory_timeline.empty()) {
     // Where a task's worker writes its own (run_worker), by name in OUT/logs; a timeline that
     // cannot be written is left out, as a task's is when its worker dies first.
-    const std::string name = timeline_name(t);
+    const std::string name = detail::timeline_file(t.id, t.attempt);
     std::string problem;
     if (const unique_fd file = log_file(setup_.logs, setup_.out, name, problem)) {
       if (detail::write_all(file.get(), r.memory_timeline) == 0) rec.timeline = "logs/" + name;

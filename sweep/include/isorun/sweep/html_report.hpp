@@ -56,7 +56,8 @@ struct report_data {
   std::map<std::string, std::size_t> outcomes;  ///< trials per outcome class
   std::vector<param_axis> params;
   /// The memory timelines shown, in order (out-of-memory trials first, then the best): each
-  /// trial's index in `records` and its timeline, read from OUT/logs/ID.memory.json and checked.
+  /// trial's index in `records` and its timeline, read from OUT/logs (the file of its record's
+  /// id and attempt) and checked.
   std::vector<std::pair<std::size_t, nlohmann::json>> timelines;
   std::size_t timelines_kept = 0;  ///< trials whose timeline file is there (more than are shown)
   std::vector<std::string> warnings;  ///< what was left out, and why (a damaged timeline, say)
@@ -88,7 +89,7 @@ std::vector<slot_interval> slot_intervals(const report_data& data);
 
 /// @brief Reads OUT/sweep.json, OUT/results.jsonl and the memory timelines shown, as a damaged
 ///        or crafted folder may hold them: files only inside OUT (a timeline is found by its
-///        trial's id, never by a path a record names), never through a link, nothing but
+///        trial's id and attempt, never by a path a record names), never through a link, nothing but
 ///        regular files, journal lines up to journal::max_line. A timeline that cannot be read
 ///        or is not one is left out with a warning.
 /// @throws usage_error if OUT is not a sweep's output folder, or one of its files is a link or
