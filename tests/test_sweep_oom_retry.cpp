@@ -210,7 +210,8 @@ TEST_CASE("oom_retry: bad input is refused with the line or flag, exit 2, nothin
   const std::string base = "task: step\nparams:\n  i: [1]\n  log: [\"" + dir + "/log\"]\nout: \"" + out + "\"\n";
   const std::vector<std::tuple<std::string, std::vector<std::string>, std::string>> bad = {
       {"resources: {cpu_slots: 1}\npolicy:\n  oom_retry: {factor: 2, max: 4G}\n", {},
-       "spec.yaml: line 8: oom_retry (max 4.00 GiB) retries a trial at a larger cap, and the sweep has no cap"},
+       "spec.yaml: line 8: oom_retry (max 4.00 GiB) retries a trial at a larger cap, and the sweep has no cap to start "
+       "from; set one below max (resources: mem_limit: 2.00GiB"},
       {"resources: {cpu_slots: 1, mem_limit: 4G}\npolicy:\n  oom_retry: {factor: 2, max: 2G}\n", {},
        "line 8: oom_retry (max 2.00 GiB): max is not above mem_limit 4.00 GiB"},
       {"resources: {gpus: [0], mem_limit: 1G}\npolicy:\n  oom_retry: {factor: 2, max: 12G}\n", {},
@@ -218,9 +219,9 @@ TEST_CASE("oom_retry: bad input is refused with the line or flag, exit 2, nothin
        "have for trials (GPU 0: 6.00 GiB; free memory less room for warm standby contexts)"},
       {"resources: {backend: slurm, mem_limit: 1G}\npolicy:\n  oom_retry: {factor: 2, max: 4G}\n", {},
        "line 8: oom_retry (max 4.00 GiB) runs on this machine only, not with backend: slurm"},
-      {"resources: {cpu_slots: 1, mem_limit: 1G}\n", {"--oom-retry", "2"}, "--oom-retry 2: no ':' between the factor and the max"},
-      {"resources: {cpu_slots: 1, mem_limit: 1G}\n", {"--oom-retry", "x:16G"}, "--oom-retry x:16G: the factor 'x' is not a number"},
-      {"resources: {cpu_slots: 1, mem_limit: 1G}\n", {"--oom-retry", "2:"}, "--oom-retry 2:: no max after ':'"},
+      {"resources: {cpu_slots: 1, mem_limit: 1G}\n", {"--oom-retry", "2"}, "--oom-retry '2': no ':' between the factor and the max"},
+      {"resources: {cpu_slots: 1, mem_limit: 1G}\n", {"--oom-retry", "x:16G"}, "--oom-retry 'x:16G': the factor 'x' is not a number"},
+      {"resources: {cpu_slots: 1, mem_limit: 1G}\n", {"--oom-retry", "2:"}, "--oom-retry '2:': no max after ':'"},
       {"resources: {cpu_slots: 1, mem_limit: 1G}\n", {"--oom-retry", "1:16G"}, "the factor 1 must be above 1"},
       {"resources: {cpu_slots: 1, mem_limit: 1G}\n", {"--oom-retry", "2:16X"}, "the max '16X' is not a size"},
       {"resources: {cpu_slots: 1}\n", {"--oom-retry", "2:16G"}, "--oom-retry (max 16.00 GiB) retries a trial at a larger cap"},

@@ -149,8 +149,13 @@ void check_oom_retry(const sweep_spec& s, const std::vector<slot>& slots, const 
     throw refused(what + " runs on this machine only, not with backend: slurm; remove it, or run the sweep here "
                          "(backend: local)");
   if (!s.mem_limit)
-    throw refused(what + " retries a trial at a larger cap, and the sweep has no cap; set one (resources: mem_limit: 4G, "
-                         "or --mem-limit 4G)");
+  {
+    // A cap the first retry can grow from: max / factor, as the spec would write it.
+    std::string first = format_size(std::max<std::uint64_t>(1, static_cast<std::uint64_t>(r.max / r.factor)));
+    first.erase(std::remove(first.begin(), first.end(), ' '), first.end());  // one word on a command line
+    throw refused(what + " retries a trial at a larger cap, and the sweep has no cap to start from; set one below max "
+                         "(resources: mem_limit: " + first + ", or --mem-limit " + first + ")");
+  }
   if (r.max <= s.mem_limit)
     throw refused(what + ": max is not above mem_limit " + format_size(s.mem_limit) +
                   ", so no retry could have a larger cap; raise max");

@@ -477,7 +477,7 @@ void parse_oom_retry(const YAML::Node& v, sweep_spec& s) {
       try {
         r.max = parse_size(kv.second.Scalar());
       } catch (const parse_error& e) {
-        fail(kv.second, "oom_retry max is not a size: " + std::string(e.what()) + " (e.g. 16G)");
+        fail(kv.second, "oom_retry max is not a size: " + std::string(e.what()));
       }
       if (r.max == 0) fail(kv.second, "oom_retry max must be above 0, e.g. 16G");
     } else {
