@@ -19,8 +19,6 @@ namespace {
 
 namespace blob = isorun::serialization::detail;
 
-// The first size allocate_blob places (blob.hpp); smaller arrays get the C library's memory.
-constexpr std::size_t large = 32ULL << 20;
 
 // NumPy's memory handler, version 1 (numpy/ndarraytypes.h, NEP 49). Its layout is NumPy's ABI,
 // declared here so that building the package does not need NumPy's headers.
@@ -83,13 +81,13 @@ std::size_t forget(void* p) noexcept {
 }
 
 void* numpy_malloc(void*, std::size_t size) noexcept {
-  return size < large ? std::malloc(size) : allocate(size, false);
+  return size < placed_from ? std::malloc(size) : allocate(size, false);
 }
 
 void* numpy_calloc(void*, std::size_t nelem, std::size_t elsize) noexcept {
   if (elsize != 0 && nelem > SIZE_MAX / elsize) return nullptr;
   const std::size_t size = nelem * elsize;
-  return size < large ? std::calloc(nelem, elsize) : allocate(size, true);
+  return size < placed_from ? std::calloc(nelem, elsize) : allocate(size, true);
 }
 
 void numpy_free(void*, void* p, std::size_t) noexcept {
@@ -104,7 +102,7 @@ void* numpy_realloc(void*, void* p, std::size_t new_size) noexcept {
     for (const storage& s : storages)
       if (s.data == p) old_size = s.size;
   }
-  if (old_size == 0 && new_size < large) return std::realloc(p, new_size);
+  if (old_size == 0 && new_size < placed_from) return std::realloc(p, new_size);
   // Between the two kinds of memory, or within the large one: a move.
   void* fresh = numpy_malloc(nullptr, new_size);
   if (!fresh) return nullptr;

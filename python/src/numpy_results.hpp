@@ -17,6 +17,9 @@
 
 namespace isorun_python {
 
+/// The smallest array placed: where allocate_blob starts placing (blob.hpp).
+inline constexpr std::size_t placed_from = 32ULL << 20;
+
 /// @brief Makes NumPy allocate arrays of 32 MiB and more (where the C++ worker places blobs) with
 ///        serialization::detail::allocate_blob, from now on in this thread's context. NumPy
 ///        must be imported already (importing it here would cost a call that does not use it its

@@ -16,12 +16,17 @@ constexpr std::uint32_t magic = 0x59505349;  // "ISPY"
 constexpr std::uint64_t head_size = 40;
 constexpr std::uint64_t entry_size = 16;
 constexpr std::uint64_t alignment = 64;
-constexpr std::uint64_t large = 32ULL << 20;  // as numpy_results places
 
 std::uint64_t aligned(std::uint64_t at, std::uint64_t to) { return (at + to - 1) / to * to; }
 
 const std::byte* bytes_of(const Py_buffer& b) { return static_cast<const std::byte*>(b.buf); }
 std::uint64_t size_of(const Py_buffer& b) { return static_cast<std::uint64_t>(b.len); }
+
+// Whether all of buffer `b` lies in `storage`.
+bool inside(std::span<const std::byte> storage, const Py_buffer& b) {
+  return bytes_of(b) >= storage.data() && size_of(b) <= storage.size() &&
+         static_cast<std::uint64_t>(bytes_of(b) - storage.data()) <= storage.size() - size_of(b);
+}
 
 // Where each piece goes. `lead` is the storage laid at placed_offset (empty: none); buffers inside
 // it go with it.
@@ -43,11 +48,9 @@ layout lay_out(const Py_buffer& pickle, std::span<const Py_buffer> buffers, std:
   std::uint64_t at = head_size;
   if (!lead.empty()) {
     for (std::size_t i = 0; i < buffers.size(); ++i) {
-      const std::byte* b = bytes_of(buffers[i]);
-      if (b >= lead.data() && size_of(buffers[i]) <= lead.size() &&
-          static_cast<std::uint64_t>(b - lead.data()) <= lead.size() - size_of(buffers[i])) {
+      if (inside(lead, buffers[i])) {
         l.in_lead[i] = true;
-        l.buffer_at[i] = placed_offset + static_cast<std::uint64_t>(b - lead.data());
+        l.buffer_at[i] = placed_offset + static_cast<std::uint64_t>(bytes_of(buffers[i]) - lead.data());
       }
     }
     at = placed_offset + lead.size();
@@ -109,7 +112,7 @@ void write_payload(isorun::worker::result_sink& sink, std::uint32_t tag, const P
   // room for it the next time.
   const Py_buffer* largest = nullptr;
   for (const Py_buffer& b : buffers)
-    if (size_of(b) >= large && (!largest || b.len > largest->len)) largest = &b;
+    if (size_of(b) >= placed_from && (!largest || b.len > largest->len)) largest = &b;
   layout l = lay_out(pickle, buffers, {}, false);
   std::byte* dst = nullptr;
   if (largest) {
@@ -120,7 +123,7 @@ void write_payload(isorun::worker::result_sink& sink, std::uint32_t tag, const P
       // function has returned; nothing of the array past its last returned byte is read again).
       std::uint64_t end = 0;
       for (const Py_buffer& b : buffers)
-        if (bytes_of(b) >= storage.data() && bytes_of(b) + size_of(b) <= storage.data() + storage.size())
+        if (inside(storage, b))
           end = std::max<std::uint64_t>(end, static_cast<std::uint64_t>(bytes_of(b) - storage.data()) + size_of(b));
       l = lay_out(pickle, buffers, storage.first(end), true);
       dst = sink.reserve(l.total, storage.data());
