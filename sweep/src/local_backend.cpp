@@ -216,7 +216,6 @@ unique_fd log_file(int logs, const fs::path& out, const std::string& name, std::
     return unique_fd();
   }
 }
-
 }  // namespace
 
 standby_plan plan_standby(const sweep_spec& s, const std::vector<slot>& slots) {
@@ -481,8 +480,9 @@ void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec
   spec.stdout_to = runner::stdout_mode::file;
   spec.stdout_path = log.string() + ".out";
   if (setup_.timelines) {
-    spec.memory_timeline = (setup_.out / "logs" / detail::timeline_file(t.id, t.attempt)).string();
-    rec.timeline = "logs/" + detail::timeline_file(t.id, t.attempt);
+    const std::string name = detail::timeline_file(t.id, t.attempt);
+    spec.memory_timeline = (setup_.out / "logs" / name).string();
+    rec.timeline = "logs/" + name;
   }
   spec.stderr_echo_fd = err;
   std::shared_ptr<runner::job> job;
@@ -560,12 +560,13 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
   std::unique_ptr<runner::command> cmd;
   // Under a cap on GPUs the cap sees every allocation of the command's processes: it keeps them
   // for the trial's memory timeline, as it does for `isorun --memory-timeline ... -- CMD`.
-  const bool timeline = cap_of(t, *setup_.spec) && !sl.gpus.empty();
+  const std::uint64_t cap = cap_of(t, *setup_.spec);
+  const bool timeline = cap && !sl.gpus.empty();
   try {
     if (!stdout_file || !ended) throw internal_error(log_problem);
     cmd = runner::command::start({.argv = command_for(s.command, rec.params),
                                   .gpus = sl.gpus,
-                                  .mem_limit = cap_of(t, *setup_.spec),
+                                  .mem_limit = cap,
                                   .timeout = s.timeout,
                                   .grace = setup_.options->grace,
                                   .extra_env = {"ISORUN_RESULT=" + result_file.string(), "ISORUN_TRIAL=" + rec.id},
