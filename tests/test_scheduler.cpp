@@ -129,6 +129,16 @@ sw::sweep_spec spec_of(std::size_t trials) {
   return s;
 }
 
+constexpr std::uint64_t GiB = 1ULL << 30;
+
+// `trials` trials under a 1 GiB cap, retried out of memory at `factor` times the cap up to `max`.
+sw::sweep_spec oom_retry_spec_of(std::size_t trials, double factor, std::uint64_t max) {
+  auto s = spec_of(trials);
+  s.mem_limit = 1 * GiB;
+  s.oom_retry = {.factor = factor, .max = max};
+  return s;
+}
+
 // What a scheduled sweep left: the journal as a resume would read it, and the scheduler's verdict.
 struct ran {
   std::map<std::string, sw::trial_record> journal;
@@ -269,10 +279,7 @@ TEST_CASE("scheduler: retries follow the outcome class and count attempts", "[sc
 
 TEST_CASE("scheduler: out of memory is retried at factor x the cap up to max, every attempt journaled, other retries "
           "kept", "[scheduler][retries][oom-retry]") {
-  constexpr std::uint64_t GiB = 1ULL << 30;
-  auto s = spec_of(3);
-  s.mem_limit = 1 * GiB;
-  s.oom_retry = {.factor = 2, .max = 3 * GiB};
+  auto s = oom_retry_spec_of(3, 2, 3 * GiB);
   s.retries = {{"crashed", 1}};
   s.fail_fast = true;  // an attempt retried at a larger cap is no failure
   // 0 needs 1.5 GiB; 1 needs 1.5 GiB and crashes once at 2 GiB; 2 needs 10 GiB.
@@ -307,10 +314,7 @@ TEST_CASE("scheduler: out of memory is retried at factor x the cap up to max, ev
 
 TEST_CASE("scheduler: out-of-memory retries journal the attempt, and a trial resumed there starts at its larger cap",
           "[scheduler][retries][oom-retry]") {
-  constexpr std::uint64_t GiB = 1ULL << 30;
-  auto s = spec_of(2);
-  s.mem_limit = 1 * GiB;
-  s.oom_retry = {.factor = 4, .max = 16 * GiB};
+  auto s = oom_retry_spec_of(2, 4, 16 * GiB);
   fake_backend backend(1, [&](fake_backend& b, const sw::trial& t) { b.end(t.index, outcome_kind::out_of_memory); });
   const ran r = run_sweep(s, backend);
   // 1 -> 4 -> 16 GiB, each attempt journaled.
@@ -332,10 +336,7 @@ TEST_CASE("scheduler: out-of-memory retries journal the attempt, and a trial res
 
 TEST_CASE("scheduler: an attempt out of memory as the sweep stops is journaled for its retry and counted cancelled",
           "[scheduler][retries][oom-retry]") {
-  constexpr std::uint64_t GiB = 1ULL << 30;
-  auto s = spec_of(2);
-  s.mem_limit = 1 * GiB;
-  s.oom_retry = {.factor = 2, .max = 4 * GiB};
+  auto s = oom_retry_spec_of(2, 2, 4 * GiB);
   s.fail_fast = true;
   // 0 runs; 1 fails, which stops the sweep; 0 runs out of memory as it is being stopped.
   fake_backend backend(2, [](fake_backend& b, const sw::trial& t) {
