@@ -211,6 +211,25 @@ TEST_CASE("a worker's processes cannot move into the supervisor's cgroup", "[run
   CHECK_FALSE(escaped);  // so it stayed in the worker's cgroup, and went with it
 }
 
+TEST_CASE("a forked copy of a supervisor leaves its workers' cgroups alone when it exits", "[runner][containment]") {
+  if (!runner_tests::cgroup_containment()) return;
+  int out[2];
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  isorun::runner::spawn_options o;
+  o.executable = ISORUN_VICTIM;
+  o.args = {"forks"};
+  for (char** e = environ; *e; ++e) o.env.emplace_back(*e);
+  o.fds = {{1, out[1]}};
+  auto victim = isorun::runner::spawn(o);
+  ::close(out[1]);
+  char kept = 0;
+  const bool told = ::read(out[0], &kept, 1) == 1;
+  ::close(out[0]);
+  CHECK(victim.reap().success());
+  REQUIRE(told);
+  CHECK(kept == '1');
+}
+
 TEST_CASE("a supervisor that ends removes its cgroup, killing what moved into it", "[runner][hostile][containment]") {
   if (!runner_tests::cgroup_containment()) return;
   int out[2];

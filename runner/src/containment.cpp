@@ -95,8 +95,11 @@ void remove_stale(const std::string& parent) {
 }
 
 std::string base_dir;  // the directory of this process's children's cgroups, removed at exit
+pid_t base_owner = 0;  // the process that made it: a forked child's exit must not kill its workers
 
-void remove_base() { remove_tree(base_dir); }
+void remove_base() {
+  if (::getpid() == base_owner) remove_tree(base_dir);
+}
 
 // ISORUN_CONTAINMENT: "cgroup" (the default) or "process-group", read at each call so that a
 // program (or a test) can choose for some children only.
@@ -124,6 +127,7 @@ containment_info detect() {
     return info;
   }
   base_dir = base;
+  base_owner = ::getpid();
   std::atexit(remove_base);
   if (::access((base + "/cgroup.kill").c_str(), F_OK) != 0) {  // (the root cgroup has none of its own)
     info.why_not = base + " has no cgroup.kill (Linux 5.14 or newer is needed)";

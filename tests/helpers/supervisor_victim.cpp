@@ -3,9 +3,13 @@
 // argument "standby" it instead keeps three standby workers waiting, prints their pids and
 // waits forever. With the argument "escape" it is to end normally: it moves a process that left
 // its group into its own cgroup (where its workers' cgroups are made), prints
-// "CGROUP_DIRECTORY PID" and returns 0.
+// "CGROUP_DIRECTORY PID" and returns 0. With "forks" it makes a call, forks a child that returns
+// from main (running the exit handlers a copy of the library registered), then prints 1 if the
+// directory of its workers' cgroups is still there (0 if the child's exit removed it) and
+// returns 0 if a call still succeeds.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -28,6 +32,9 @@ int hang_forever(int) {
 }
 ISORUN_TASK(hang_forever);
 
+int echo(int x) { return x; }
+ISORUN_TASK(echo);
+
 int main(int argc, char** argv) {
   isorun::init(argc, argv);
   if (argc == 2 && std::string(argv[1]) == "standby") {
@@ -37,6 +44,17 @@ int main(int argc, char** argv) {
     std::printf("\n");
     std::fflush(stdout);
     for (;;) ::pause();
+  }
+  if (argc == 2 && std::string(argv[1]) == "forks") {
+    isorun::isolated(echo)(0);
+    const std::string where = isorun::runner::containment().where;
+    const pid_t child = ::fork();
+    if (child == 0) return 0;
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    std::printf("%d\n", ::access(where.c_str(), F_OK) == 0 ? 1 : 0);
+    std::fflush(stdout);
+    return isorun::isolated(echo)(7) == 7 ? 0 : 5;
   }
   if (argc == 2 && std::string(argv[1]) == "escape") {
     // What a task's child can do where workers share this process's cgroup namespace.
