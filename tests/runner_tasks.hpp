@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <set>
 #include <string>
@@ -433,6 +434,28 @@ inline const isorun::runner::containment_info* cgroup_containment() {
   if (contained.cgroup) return &contained;
   WARN("skipped: children are contained by their process group alone here (" << contained.why_not << ")");
   return nullptr;
+}
+
+// The helper supervisor (tests/helpers/supervisor_victim.cpp) started with `args` in this
+// process's environment; what it prints on its stdout is read from `out`.
+struct supervisor_victim {
+  isorun::runner::child process;
+  std::unique_ptr<FILE, int (*)(FILE*)> out{nullptr, &std::fclose};
+};
+
+inline supervisor_victim start_victim(std::vector<std::string> args) {
+  int out[2];
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  isorun::runner::spawn_options o;
+  o.executable = ISORUN_VICTIM;
+  o.args = std::move(args);
+  for (char** e = environ; *e; ++e) o.env.emplace_back(*e);
+  o.fds = {{1, out[1]}};
+  supervisor_victim v;
+  v.process = isorun::runner::spawn(o);
+  ::close(out[1]);
+  v.out.reset(::fdopen(out[0], "r"));
+  return v;
 }
 
 // Chooses process-group containment for the workers started while it lives (cgroup

@@ -213,40 +213,20 @@ TEST_CASE("a worker's processes cannot move into the supervisor's cgroup", "[run
 
 TEST_CASE("a forked copy of a supervisor leaves its workers' cgroups alone when it exits", "[runner][containment]") {
   if (!runner_tests::cgroup_containment()) return;
-  int out[2];
-  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
-  isorun::runner::spawn_options o;
-  o.executable = ISORUN_VICTIM;
-  o.args = {"forks"};
-  for (char** e = environ; *e; ++e) o.env.emplace_back(*e);
-  o.fds = {{1, out[1]}};
-  auto victim = isorun::runner::spawn(o);
-  ::close(out[1]);
-  char kept = 0;
-  const bool told = ::read(out[0], &kept, 1) == 1;
-  ::close(out[0]);
-  CHECK(victim.reap().success());
-  REQUIRE(told);
+  auto victim = runner_tests::start_victim({"forks"});
+  const int kept = std::fgetc(victim.out.get());
+  CHECK(victim.process.reap().success());
   CHECK(kept == '1');
 }
 
 TEST_CASE("a supervisor that ends removes its cgroup, killing what moved into it", "[runner][hostile][containment]") {
   if (!runner_tests::cgroup_containment()) return;
-  int out[2];
-  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
-  isorun::runner::spawn_options o;
-  o.executable = ISORUN_VICTIM;
-  o.args = {"escape"};
-  for (char** e = environ; *e; ++e) o.env.emplace_back(*e);
-  o.fds = {{1, out[1]}};
-  auto victim = isorun::runner::spawn(o);
-  ::close(out[1]);
-  FILE* in = ::fdopen(out[0], "r");
+  auto victim = runner_tests::start_victim({"escape"});
   char where[4096] = {};
   int stray = 0;
-  const bool told = std::fscanf(in, "%4095s %d", where, &stray) == 2;
-  std::fclose(in);
-  const auto exited = victim.reap();
+  const bool told = std::fscanf(victim.out.get(), "%4095s %d", where, &stray) == 2;
+  victim.out.reset();
+  const auto exited = victim.process.reap();
   REQUIRE(told);
   REQUIRE(stray > 0);
   CHECK(exited.success());

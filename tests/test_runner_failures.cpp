@@ -107,22 +107,14 @@ TEST_CASE("dropping an unfinished async handle cancels the worker", "[runner]") 
 }
 
 TEST_CASE("killing the supervisor with SIGKILL takes its workers and their children down", "[runner]") {
-  int out[2];
-  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
-  isorun::runner::spawn_options o;
-  o.executable = ISORUN_VICTIM;
-  for (char** e = environ; *e; ++e) o.env.emplace_back(*e);
-  o.fds = {{1, out[1]}};
-  auto victim = isorun::runner::spawn(o);
-  ::close(out[1]);
-  FILE* in = ::fdopen(out[0], "r");
+  auto victim = start_victim({});
   int worker = 0, grandchild = 0;
-  REQUIRE(std::fscanf(in, "%d %d", &worker, &grandchild) == 2);
-  std::fclose(in);
-  ::kill(victim.pid(), SIGKILL);
+  REQUIRE(std::fscanf(victim.out.get(), "%d %d", &worker, &grandchild) == 2);
+  victim.out.reset();
+  ::kill(victim.process.pid(), SIGKILL);
   CHECK(process_gone(worker));
   CHECK(process_gone(grandchild));
-  CHECK(victim.reap().signal == SIGKILL);
+  CHECK(victim.process.reap().signal == SIGKILL);
 }
 
 namespace {

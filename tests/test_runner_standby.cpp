@@ -269,22 +269,13 @@ TEST_CASE("early results on standby workers: each call's worker is gone afterwar
 
 TEST_CASE("killing a supervisor with standby workers waiting leaves nothing behind", "[runner][standby]") {
   const int shm = isorun::test::shm_entries();
-  int out[2];
-  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
-  isorun::runner::spawn_options o;
-  o.executable = ISORUN_VICTIM;
-  o.args = {"standby"};
-  for (char** e = environ; *e; ++e) o.env.emplace_back(*e);
-  o.fds = {{1, out[1]}};
-  auto victim = isorun::runner::spawn(o);
-  ::close(out[1]);
-  FILE* in = ::fdopen(out[0], "r");
+  auto victim = start_victim({"standby"});
   std::vector<int> waiting(3);
-  REQUIRE(std::fscanf(in, "%d %d %d", &waiting[0], &waiting[1], &waiting[2]) == 3);
-  std::fclose(in);
-  ::kill(victim.pid(), SIGKILL);
+  REQUIRE(std::fscanf(victim.out.get(), "%d %d %d", &waiting[0], &waiting[1], &waiting[2]) == 3);
+  victim.out.reset();
+  ::kill(victim.process.pid(), SIGKILL);
   for (int pid : waiting) CHECK(process_gone(pid));
-  CHECK(victim.reap().signal == SIGKILL);
+  CHECK(victim.process.reap().signal == SIGKILL);
   CHECK(isorun::test::shm_entries() == shm);
 }
 
