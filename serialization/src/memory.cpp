@@ -27,26 +27,20 @@ void set_blob_placement(blob_placement* placement) noexcept { installed_placemen
 
 namespace isorun::serialization::detail {
 
-namespace {
-std::byte* map_blob(std::size_t size) {
-  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
-  return static_cast<std::byte*>(p);
-}
-}  // namespace
-
 std::byte* allocate_blob(std::size_t size) {
   if (size < parallel_threshold) return new std::byte[size];
   if (blob_placement* placement = installed_placement.load())
     if (std::byte* placed = placement->place(size)) return placed;
-  return map_blob(size);
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  return static_cast<std::byte*>(p);
 }
 
 std::byte* allocate_zeroed_blob(std::size_t size) {
   if (size < parallel_threshold) return new std::byte[size]();
-  if (blob_placement* placement = installed_placement.load())
-    if (std::byte* placed = placement->place(size)) return static_cast<std::byte*>(std::memset(placed, 0, size));
-  return map_blob(size);
+  std::byte* p = allocate_blob(size);
+  // Placed storage holds what the segment held before; pages of its own are zero already.
+  return blob_in_place(p) ? static_cast<std::byte*>(std::memset(p, 0, size)) : p;
 }
 
 bool blob_in_place(const std::byte* data) noexcept {
