@@ -19,7 +19,6 @@ namespace {
 
 namespace blob = isorun::serialization::detail;
 
-
 // NumPy's memory handler, version 1 (numpy/ndarraytypes.h, NEP 49). Its layout is NumPy's ABI,
 // declared here so that building the package does not need NumPy's headers.
 struct numpy_allocator {
@@ -70,10 +69,15 @@ void* allocate(std::size_t size, bool zeroed) noexcept {
   }
 }
 
+// The record of the large allocation at `p` (storages.end() if `p` is not one). Lock held.
+std::vector<storage>::iterator recorded(void* p) {
+  return std::find_if(storages.begin(), storages.end(), [&](const storage& s) { return s.data == p; });
+}
+
 // The size of a large allocation, taken out of the record; 0 if `p` is not one.
 std::size_t forget(void* p) noexcept {
   std::lock_guard lock(storages_mutex);
-  const auto it = std::find_if(storages.begin(), storages.end(), [&](const storage& s) { return s.data == p; });
+  const auto it = recorded(p);
   if (it == storages.end()) return 0;
   const std::size_t size = it->size;
   storages.erase(it);
@@ -99,8 +103,7 @@ void* numpy_realloc(void*, void* p, std::size_t new_size) noexcept {
   std::size_t old_size = 0;
   {
     std::lock_guard lock(storages_mutex);
-    for (const storage& s : storages)
-      if (s.data == p) old_size = s.size;
+    if (const auto it = recorded(p); it != storages.end()) old_size = it->size;
   }
   if (old_size == 0 && new_size < placed_from) return std::realloc(p, new_size);
   // Between the two kinds of memory, or within the large one: a move.
@@ -161,10 +164,9 @@ bool place_numpy_arrays() {
 }
 
 std::span<std::byte> numpy_storage_holding(const void* data, std::size_t size) {
-  const auto* p = static_cast<const std::byte*>(data);
   std::lock_guard lock(storages_mutex);
   for (const storage& s : storages)
-    if (p >= s.data && size <= s.size && static_cast<std::size_t>(p - s.data) <= s.size - size) return {s.data, s.size};
+    if (lies_in({s.data, s.size}, data, size)) return {s.data, s.size};
   return {};
 }
 

@@ -27,6 +27,13 @@ inline constexpr std::size_t placed_from = 32ULL << 20;
 ///        the GIL held.
 bool place_numpy_arrays();
 
+/// @brief Whether all of [data, data + size) lies in `storage`.
+inline bool lies_in(std::span<const std::byte> storage, const void* data, std::size_t size) {
+  const auto* p = static_cast<const std::byte*>(data);
+  return p >= storage.data() && size <= storage.size() &&
+         static_cast<std::size_t>(p - storage.data()) <= storage.size() - size;
+}
+
 /// @brief The storage of a large array allocated through place_numpy_arrays() that holds all of
 ///        [data, data + size), or an empty span if none does.
 std::span<std::byte> numpy_storage_holding(const void* data, std::size_t size);

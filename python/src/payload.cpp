@@ -24,8 +24,7 @@ std::uint64_t size_of(const Py_buffer& b) { return static_cast<std::uint64_t>(b.
 
 // Whether all of buffer `b` lies in `storage`.
 bool inside(std::span<const std::byte> storage, const Py_buffer& b) {
-  return bytes_of(b) >= storage.data() && size_of(b) <= storage.size() &&
-         static_cast<std::uint64_t>(bytes_of(b) - storage.data()) <= storage.size() - size_of(b);
+  return lies_in(storage, b.buf, static_cast<std::size_t>(b.len));
 }
 
 // Where each piece goes. `lead` is the storage laid at placed_offset (empty: none); buffers inside
