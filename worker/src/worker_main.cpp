@@ -241,16 +241,17 @@ namespace detail {
     const worker::task_info* task = worker::registry::instance().find(req.task);
     if (!task) throw std::invalid_argument("no task named '" + req.task + "' in this worker");
     const bool binary = req.encoding == static_cast<std::uint32_t>(ser::encoding::binary);
-    if (binary && task->result_type == "isorun::blob")
+    const bool blob_result = task->result_type == "isorun::blob";
+    if (binary && blob_result)
       this_worker().set_output_area([&sink](std::uint64_t n) { return sink.claim_area(n); });
     // A task whose result may hold a large blob gets the segment mapped ahead and its first large
     // blob placed in it (blob_placement.hpp). Not a blob task on a GPU: its large results are made
     // in device memory and stream through the ring (device_result), which needs no mapping of the
-    // segment. Not for an early result: it is sealed on `done`, and a process the task forks would inherit
-    // the writable mapping made ahead, which refuses the seal (a mapping made by output_blob after
-    // the fork is not inherited); without the seal, the result waits for the exit.
-    // ISORUN_PLACE_BLOBS=0 turns placing off, to compare.
-    if (binary && task->placed_blob_offset > 0 && !(this_worker().has_gpu() && task->result_type == "isorun::blob") && !req.early_result) {
+    // segment. Not for an early result: it is sealed on `done`, and a process the task forks
+    // would inherit the writable mapping made ahead, which refuses the seal (a mapping made by
+    // output_blob after the fork is not inherited); without the seal, the result waits for the
+    // exit. ISORUN_PLACE_BLOBS=0 turns placing off, to compare.
+    if (binary && task->placed_blob_offset > 0 && !(blob_result && this_worker().has_gpu()) && !req.early_result) {
       sink.premap_in_background(req.expected_result);
       sink.set_placed_offset(task->placed_blob_offset);
       if (const char* e = std::getenv("ISORUN_PLACE_BLOBS"); !e || std::strcmp(e, "0") != 0)
