@@ -148,8 +148,7 @@ void check_oom_retry(const sweep_spec& s, const std::vector<slot>& slots, const 
   if (s.slurm)
     throw refused(what + " runs on this machine only, not with backend: slurm; remove it, or run the sweep here "
                          "(backend: local)");
-  if (!s.mem_limit)
-  {
+  if (!s.mem_limit) {
     // A cap the first retry can grow from: max / factor, as the spec would write it.
     std::string first = format_size(std::max<std::uint64_t>(1, static_cast<std::uint64_t>(r.max / r.factor)));
     first.erase(std::remove(first.begin(), first.end(), ' '), first.end());  // one word on a command line
