@@ -18,4 +18,13 @@ out=$("$work/consumer/consumer")
 "$work/prefix/bin/isorun" --cpu -q hello name=prefix | grep -q '"hello, prefix"'
 # ...and runs a command under the installed shim, with the installed cap library.
 "$work/prefix/bin/isorun" --cpu -q --mem-limit 64M -- /bin/sh -c 'echo "under $LD_PRELOAD"' | grep -q 'libisorun_cuda_cap.so'
+# Neither tree looks for its libraries in the current folder: from a folder holding a libstdc++.so.6
+# and a libisorun.so.0 that are not libraries, the CLI, the library and a task library still load
+# (an empty RUNPATH entry, as CMake pads a build RUNPATH with, would load them and fail).
+mkdir "$work/planted"
+for lib in libstdc++.so.6 libisorun.so.0 libxxhash.so.0 libm.so.6 libc.so.6; do echo "not a library" > "$work/planted/$lib"; done
+for cli in "$build/bin/isorun" "$work/prefix/bin/isorun"; do
+  (cd "$work/planted" && "$cli" --cpu -q hello name=planted) | grep -q '"hello, planted"' ||
+    { echo "$cli loads libraries from the current folder"; exit 1; }
+done
 echo "install test passed"
