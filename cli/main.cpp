@@ -1,22 +1,15 @@
-// isorun: the command-line supervisor; main() parses the command line (options.hpp) and hands
-// it to the command it names. The same executable is also its own worker (re-executed with
-// ISORUN_WORKER=1) and the -- CMD shim (ISORUN_SHIM=1): isorun::init() takes those over.
-#include <sys/prctl.h>
-#include <unistd.h>
-
-#include <csignal>
+// isorun-cli: the whole command line (`isorun`, the front end, execs it for all but `-- CMD`).
+// main() parses the command line (options.hpp) and hands it to the command it names. The same
+// executable is also its own worker (re-executed with ISORUN_WORKER=1): isorun::init() takes that
+// over.
 #include <cstdio>
-#include <cstdlib>
 #include <iostream>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
+#include "entry.hpp"
 #include "gpus_command.hpp"
 #include "isorun/runner/containment.hpp"
 #include "isorun/runner/errors.hpp"
-#include "isorun/runner/printable.hpp"
-#include "isorun/runner/units.hpp"
 #include "isorun/worker/init.hpp"
 #include "options.hpp"
 #include "report_command.hpp"
@@ -53,39 +46,10 @@ int dispatch(int argc, char** argv) {
   return cli::run_task(o, libs);
 }
 
-// A failure before or outside the task: on stderr, and as a record on stdout under --json.
-int report_failure(bool as_json, const char* outcome, int code, const std::string& what) {
-  // The message may quote what others wrote: a spec, a folder's files, a task's words.
-  std::fprintf(stderr, "isorun: %s: %s\n", code == 2 ? "error" : "internal error", printable(what).c_str());
-  if (as_json) std::cout << nlohmann::json{{"outcome", outcome}, {"exit_code", code}, {"message", what}}.dump() << std::endl;
-  return code;
-}
-
-// A program that runs isorun as its child (isorun.sweep() from Python) names itself in
-// ISORUN_STOP_WITH_PARENT: if it dies, isorun gets SIGTERM and stops what it runs as a Ctrl-C
-// would, instead of running on orphaned.
-void stop_with_parent() {
-  const char* parent = std::getenv("ISORUN_STOP_WITH_PARENT");
-  if (!parent) return;
-  const long pid = std::strtol(parent, nullptr, 10);
-  ::unsetenv("ISORUN_STOP_WITH_PARENT");  // not for the programs isorun runs
-  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-  if (pid > 0 && ::getppid() != pid) std::raise(SIGTERM);  // it died before this took effect
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   isorun::init(argc, argv);
-  stop_with_parent();
-  const bool as_json = cli::wants_json(argc, argv);
-  try {
-    return dispatch(argc, argv);
-  } catch (const usage_error& e) {
-    return report_failure(as_json, "usage", 2, e.what());
-  } catch (const parse_error& e) {
-    return report_failure(as_json, "usage", 2, e.what());
-  } catch (const std::exception& e) {
-    return report_failure(as_json, "internal_error", 125, e.what());
-  }
+  cli::stop_with_parent();
+  return cli::guarded(argc, argv, [&] { return dispatch(argc, argv); });
 }

@@ -10,8 +10,8 @@
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/process.hpp"
 
-#ifndef ISORUN_TASK_DIR
-#define ISORUN_TASK_DIR "lib/isorun/tasks"
+#ifndef ISORUN_TASK_SUBDIR
+#define ISORUN_TASK_SUBDIR "isorun/tasks"
 #endif
 
 namespace isorun::cli {
@@ -38,7 +38,8 @@ std::vector<std::string> task_libraries(const cli_options& o) {
       start = end + 1;
     }
   }
-  const fs::path dir = fs::path(runner::self_executable()).parent_path().parent_path() / ISORUN_TASK_DIR;
+  // This program (isorun-cli) lives in the library folder, build tree and install tree alike.
+  const fs::path dir = fs::path(runner::self_executable()).parent_path() / ISORUN_TASK_SUBDIR;
   std::error_code ec;
   std::vector<std::string> found;
   for (const auto& entry : fs::directory_iterator(dir, ec))

@@ -21,11 +21,14 @@ PIP_ROOT_USER_ACTION=ignore "$py" -m pip install --quiet --no-build-isolation --
 cd "$work"
 pkg=$("$py" -c 'import isorun, os; print(os.path.dirname(isorun.__file__))')
 case $pkg in "$work"/venv/*) ;; *) echo "isorun was imported from $pkg, not the venv"; exit 1 ;; esac
-for f in lib/libisorun.so.0 lib/libisorun_cuda_cap.so bin/isorun; do
+for f in lib/libisorun.so.0 lib/libisorun_cuda_cap.so lib/isorun-command-shim lib/isorun-cli bin/isorun; do
   [ -e "$pkg/$f" ] || { echo "the installed package lacks $f"; ls -R "$pkg"; exit 1; }
 done
 ls "$pkg"/_core*.so > /dev/null
 "$work/venv/bin/isorun" --help > /dev/null
+# The front end runs a command itself, and hands a task to isorun-cli.
+[ "$("$work/venv/bin/isorun" --cpu -q -- echo front)" = front ]
+"$work/venv/bin/isorun" --cpu tasks > /dev/null
 "$py" -c 'import isorun; assert isorun.isolated(lambda a, b: a + b)(2, 3) == 5'
 ISORUN_TEST_FAKE_CUDA_DIR=${ISORUN_TEST_FAKE_CUDA_DIR:-} "$py" -m pytest -q -p no:cacheprovider \
   "$src/python/tests/test_call.py" "$src/python/tests/test_arrays.py" "$src/python/tests/test_cap.py"

@@ -263,6 +263,28 @@ TEST_CASE("-- CMD mirrors the command's status and exports the assignment", "[cl
   CHECK(env.err.empty());  // the cap is enforced (see [cap]): nothing to warn about
 }
 
+TEST_CASE("isorun runs -- CMD itself, without libisorun.so, and hands the rest to isorun-cli", "[cli][front-end]") {
+  // The command's parent is the shim; the shim's parent is the isorun that supervises the command.
+  const auto r = run({"-q", "--cpu", "--", "sh", "-c", "p=$(cut -d' ' -f4 /proc/$PPID/stat); readlink /proc/$p/exe; cat /proc/$p/maps"});
+  REQUIRE(r.code == 0);
+  CHECK(r.out.substr(0, r.out.find('\n')) == fs::canonical(ISORUN_CLI).string());
+  CHECK(r.out.find("libisorun.so") == std::string::npos);
+  CHECK(r.out.find("isorun-cli") == std::string::npos);
+
+  // Copied without its library folder, it says what is missing, for a task and a command alike.
+  const fs::path alone = fs::temp_directory_path() / ("isorun-front-end-" + std::to_string(::getpid()));
+  fs::create_directories(alone / "bin");
+  fs::copy_file(ISORUN_CLI, alone / "bin" / "isorun");
+  const std::string copy = (alone / "bin" / "isorun").string();
+  const auto task = isorun::test::run_captured(copy, {"--cpu", "hello"});
+  CHECK(task.code == 125);
+  CHECK(task.err.find("isorun-cli is missing") != std::string::npos);
+  const auto command = isorun::test::run_captured(copy, {"--cpu", "--", "true"});
+  CHECK(command.code == 125);
+  CHECK(command.err.find("isorun-command-shim is missing") != std::string::npos);
+  fs::remove_all(alone);
+}
+
 TEST_CASE("-- CMD timeout stops the command and its children", "[cli]") {
   auto r = run({"--cpu", "--timeout", "2s", "--grace", "100ms", "--", "sh", "-c",
                 "trap '' TERM; sleep 1000 & echo $!; wait"});

@@ -1,6 +1,7 @@
 #include "isorun/runner/driver_cap.hpp"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -23,9 +24,16 @@ using json = nlohmann::json;
 
 std::string beside_library(const char* name, const char* without_it) {
   Dl_info info{};
-  if (!::dladdr(reinterpret_cast<void*>(&self_executable), &info) || !info.dli_fname)
+  link_map* object = nullptr;
+  if (!::dladdr1(reinterpret_cast<void*>(&self_executable), &info, reinterpret_cast<void**>(&object), RTLD_DL_LINKMAP) ||
+      !info.dli_fname || !object)
     throw internal_error(std::string("cannot locate libisorun.so, next to which ") + name + " is");
-  const auto path = std::filesystem::path(info.dli_fname).parent_path() / name;
+  // The main program's link map has no name: the library is linked into the program itself, which
+  // is `isorun`, the command's front end (cli/CMakeLists.txt), installed in the folder of programs.
+  const auto folder = object->l_name[0] == '\0'
+                          ? std::filesystem::path(self_executable()).parent_path() / ISORUN_LIBDIR_FROM_BINDIR
+                          : std::filesystem::path(info.dli_fname).parent_path();
+  const auto path = (folder / name).lexically_normal();
   if (!std::filesystem::exists(path))
     throw internal_error(path.string() + " is missing, so " + without_it + "; reinstall isorun");
   return path.string();

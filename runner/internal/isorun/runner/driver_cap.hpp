@@ -20,7 +20,8 @@ struct cap_ledger;
 
 namespace isorun::runner {
 
-/// @brief A file installed next to libisorun.so (the cap library, the command shim).
+/// @brief A file installed next to libisorun.so (the cap library, the command shim, isorun-cli),
+///        also from a program that has the library linked in.
 /// @param without_it what cannot work without the file, for the message.
 /// @throws internal_error if it is missing (a broken installation).
 std::string beside_library(const char* name, const char* without_it);
