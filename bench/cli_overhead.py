@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """The command line's fixed cost: `isorun --cpu -q -- PROGRAM` against PROGRAM alone.
 
+Also a task run, `isorun --cpu -q hello` (the example task), which `isorun` hands to isorun-cli:
+it has no floor of its own, so it is a figure to compare between builds (`--before`).
+
 Runs are interleaved, so each figure has its floor from the same moments of the same run. Wall
 time is what a user waits; CPU time (user + system, of isorun and everything it starts) is what
 the start costs, and stays steady on a loaded machine where wall time does not.
@@ -18,6 +21,8 @@ import statistics
 import subprocess
 import time
 from pathlib import Path
+
+FLOOR = "program alone (floor)"
 
 
 def children_cpu() -> float:
@@ -39,27 +44,31 @@ def main() -> None:
     p.add_argument("program", nargs="?", default="/bin/true")
     a = p.parse_args()
 
-    commands = {"program alone (floor)": [a.program]}
-    if a.before:
-        commands["isorun before"] = [a.before, "--cpu", "-q", "--", a.program]
-    commands["isorun" if not a.before else "isorun after"] = [a.isorun, "--cpu", "-q", "--", a.program]
+    builds = {"before": a.before, "after": a.isorun} if a.before else {"": a.isorun}
+    commands = {FLOOR: [a.program]}
+    for name, isorun in builds.items():
+        commands[f"isorun {name} -- PROGRAM".replace("  ", " ")] = [isorun, "--cpu", "-q", "--", a.program]
+    for name, isorun in builds.items():
+        commands[f"isorun {name} hello".replace("  ", " ")] = [isorun, "--cpu", "-q", "hello"]
     wall: dict[str, list[float]] = {k: [] for k in commands}
     cpu: dict[str, list[float]] = {k: [] for k in commands}
     for _ in range(a.runs):
         for name, cmd in commands.items():
             c0, t0 = children_cpu(), time.perf_counter()
-            subprocess.run(cmd, check=True)
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
             wall[name].append((time.perf_counter() - t0) * 1e3)
             cpu[name].append((children_cpu() - c0) * 1e3)
 
-    print(f"`isorun --cpu -q -- {a.program}`, {a.runs} interleaved runs; median (p10, p90), ms")
-    floor_wall, floor_cpu = statistics.median(wall["program alone (floor)"]), statistics.median(cpu["program alone (floor)"])
+    print(f"`isorun --cpu -q -- {a.program}` and `isorun --cpu -q hello`, {a.runs} interleaved runs; "
+          "median (p10, p90), ms")
+    floor_wall, floor_cpu = statistics.median(wall[FLOOR]), statistics.median(cpu[FLOOR])
     for name in commands:
         w, c = wall[name], cpu[name]
         extra = ""
-        if name != "program alone (floor)":
-            extra = f"  +{statistics.median(w) - floor_wall:.2f} wall, +{statistics.median(c) - floor_cpu:.2f} CPU over the floor"
-        print(f"  {name:22s} wall {statistics.median(w):6.2f} ({quantile(w, .1):.2f}, {quantile(w, .9):.2f})"
+        if name.endswith("-- PROGRAM"):
+            extra = (f"  +{statistics.median(w) - floor_wall:.2f} wall, "
+                     f"+{statistics.median(c) - floor_cpu:.2f} CPU over the floor")
+        print(f"  {name:26s} wall {statistics.median(w):6.2f} ({quantile(w, .1):.2f}, {quantile(w, .9):.2f})"
               f"  CPU {statistics.median(c):6.2f} ({quantile(c, .1):.2f}, {quantile(c, .9):.2f}){extra}")
 
 
