@@ -168,7 +168,7 @@ const option_row table[] = {
      [](cli_options& o, const std::string&, const std::string& v) { o.grace = parse_duration(v); }},
     {"--tasks", "LIB.so", in_main | in_tasks,
      "load tasks from this library (repeatable; also ISORUN_TASKS=a.so:b.so; libraries in "
-     "<prefix>/lib/isorun/tasks are always loaded)",
+     "<libdir>/isorun/tasks are always loaded)",
      [](cli_options& o, const std::string&, const std::string& v) { o.task_libraries.push_back(v); }},
     {"--alloc-conf", "STR", in_main, "allocator configuration, as ISORUN_ALLOC_CONF",
      [](cli_options& o, const std::string& f, const std::string& v) {

@@ -9,7 +9,7 @@
 namespace isorun::cli {
 
 /// @brief The task libraries, absolute: --tasks, then ISORUN_TASKS, then every .so in
-///        <exe>/../lib/isorun/tasks. @throws usage_error naming one that does not exist.
+///        <libdir>/isorun/tasks (beside isorun-cli). @throws usage_error naming one that does not exist.
 std::vector<std::string> task_libraries(const cli_options& o);
 
 /// @brief dlopens them, registering their tasks. @throws usage_error if one cannot be loaded,

@@ -1,4 +1,4 @@
-// Example task library, loaded by `isorun` from <prefix>/lib/isorun/tasks.
+// Example task library, loaded by `isorun` from <libdir>/isorun/tasks.
 //   isorun --cpu hello name=world
 //   isorun --cpu sum_squares arg0=1000000
 // and three that misbehave, to show containment (tools/demo.sh):

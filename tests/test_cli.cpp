@@ -271,6 +271,21 @@ TEST_CASE("isorun runs -- CMD itself, without libisorun.so, and hands the rest t
   CHECK(r.out.find("libisorun.so") == std::string::npos);
   CHECK(r.out.find("isorun-cli") == std::string::npos);
 
+  // Started by the dynamic loader run by hand, where /proc/self/exe is the loader: the same.
+  std::string loader;
+  {
+    std::ifstream maps("/proc/self/maps");
+    for (std::string line; std::getline(maps, line) && loader.empty();)
+      if (const auto at = line.find("/ld-linux"); at != std::string::npos) loader = line.substr(line.find('/'));
+  }
+  REQUIRE_FALSE(loader.empty());
+  const auto by_loader = isorun::test::run_captured(loader, {ISORUN_CLI, "-q", "--cpu", "--", "echo", "by hand"});
+  CHECK(by_loader.code == 0);
+  CHECK(by_loader.out == "by hand\n");
+  const auto task_by_loader = isorun::test::run_captured(loader, {ISORUN_CLI, "-q", "--cpu", "hello", "name=loader"});
+  CHECK(task_by_loader.code == 0);
+  CHECK(task_by_loader.out.find("hello, loader") != std::string::npos);
+
   // Copied without its library folder, it says what is missing, for a task and a command alike.
   const fs::path alone = fs::temp_directory_path() / ("isorun-front-end-" + std::to_string(::getpid()));
   fs::create_directories(alone / "bin");

@@ -73,8 +73,8 @@ std::string default_data_path() {
   if (const char* env = std::getenv("ISORUN_DIGITS_CSV")) return env;
   Dl_info info{};
   if (::dladdr(reinterpret_cast<void*>(&default_data_path), &info) && info.dli_fname) {
-    // <prefix>/lib/isorun/tasks/digits.so -> <prefix>/share/isorun/digits.csv.gz
-    auto p = std::filesystem::path(info.dli_fname).parent_path() / "../../../share/isorun/digits.csv.gz";
+    // <libdir>/isorun/tasks/digits.so -> <datadir>/isorun/digits.csv.gz, as installed
+    auto p = std::filesystem::path(info.dli_fname).parent_path() / ISORUN_DIGITS_DATA_FROM_TASKS / "digits.csv.gz";
     if (std::filesystem::exists(p)) return p.lexically_normal().string();
   }
   return ISORUN_DIGITS_SOURCE;  // the source tree's copy

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <sstream>
 
 #include <map>
 #include <nlohmann/json.hpp>
@@ -18,9 +19,32 @@
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/process.hpp"
 #include "isorun/runner/units.hpp"
+#include "read_text.hpp"
 
 namespace isorun::runner {
 using json = nlohmann::json;
+
+namespace {
+
+// The file the program's own code was mapped from, by /proc/self/maps: the program even where
+// /proc/self/exe is the dynamic loader, run by hand (`ld.so isorun ...`).
+std::filesystem::path file_of_this_code() {
+  const auto here = reinterpret_cast<std::uintptr_t>(&file_of_this_code);
+  std::istringstream maps(detail::read_text("/proc/self/maps"));
+  for (std::string line; std::getline(maps, line);) {
+    // START-END PERMS OFFSET DEV INODE PATH
+    std::istringstream fields(line);
+    std::string range, perms, offset, dev, inode, path;
+    fields >> range >> perms >> offset >> dev >> inode >> path;
+    const auto dash = range.find('-');
+    if (dash == std::string::npos || path.empty()) continue;
+    if (std::stoull(range.substr(0, dash), nullptr, 16) <= here && here < std::stoull(range.substr(dash + 1), nullptr, 16))
+      return path;
+  }
+  return self_executable();
+}
+
+}  // namespace
 
 std::string beside_library(const char* name, const char* without_it) {
   Dl_info info{};
@@ -28,13 +52,16 @@ std::string beside_library(const char* name, const char* without_it) {
   if (!::dladdr1(reinterpret_cast<void*>(&self_executable), &info, reinterpret_cast<void**>(&object), RTLD_DL_LINKMAP) ||
       !info.dli_fname || !object)
     throw internal_error(std::string("cannot locate libisorun.so, next to which ") + name + " is");
-  // The main program's link map has no name: the library is linked into the program itself, which
-  // is `isorun`, the command's front end (cli/CMakeLists.txt), installed in the folder of programs.
-  const auto folder = object->l_name[0] == '\0'
-                          ? std::filesystem::path(self_executable()).parent_path() / ISORUN_LIBDIR_FROM_BINDIR
-                          : std::filesystem::path(info.dli_fname).parent_path();
-  const auto path = (folder / name).lexically_normal();
-  if (!std::filesystem::exists(path))
+  namespace fs = std::filesystem;
+  fs::path path = fs::path(info.dli_fname).parent_path() / name;
+  // The loader's list starts with the main program. Found there, the library is linked into the
+  // program itself: `isorun`, the command's front end (cli/CMakeLists.txt), installed in the
+  // folder of programs. /proc/self/exe names it, unless the loader was run by hand.
+  if (object == _r_debug.r_map) {
+    path = (fs::path(self_executable()).parent_path() / ISORUN_LIBDIR_FROM_BINDIR / name).lexically_normal();
+    if (!fs::exists(path)) path = (file_of_this_code().parent_path() / ISORUN_LIBDIR_FROM_BINDIR / name).lexically_normal();
+  }
+  if (!fs::exists(path))
     throw internal_error(path.string() + " is missing, so " + without_it + "; reinstall isorun");
   return path.string();
 }
