@@ -10,12 +10,13 @@ namespace isorun::alloc {
 
 const cuda_module_api& load_cuda_module() {
   // The module is built beside libisorun.so, and a program linking this library statically sits
-  // in bin/ next to lib/: look there first, so the module of this very build is the one loaded.
+  // in the folder of programs, ISORUN_LIBDIR_FROM_BINDIR from it (as runner::beside_library finds
+  // it): look there first, so the module of this very build is the one loaded.
   void* handle = nullptr;
   Dl_info info{};
   if (::dladdr(reinterpret_cast<void*>(&load_cuda_module), &info) && info.dli_fname) {
     const auto here = std::filesystem::path(info.dli_fname).parent_path();
-    for (const auto& dir : {here, here.parent_path() / "lib"}) {
+    for (const auto& dir : {here, (here / ISORUN_LIBDIR_FROM_BINDIR).lexically_normal()}) {
       handle = ::dlopen((dir / cuda_module_name).c_str(), RTLD_NOW | RTLD_LOCAL);
       if (handle) break;
     }
