@@ -388,6 +388,26 @@ inline int prints(const std::string& text) {
   return 0;
 }
 
+// Takes `mib` MiB of host memory and touches every page; returns how many it got.
+inline int eats_host(int mib) {
+  std::vector<char> block(static_cast<std::size_t>(mib) << 20);
+  for (std::size_t i = 0; i < block.size(); i += 4096) block[i] = 1;
+  return static_cast<int>(block.size() >> 20) + block[0] - 1;
+}
+
+inline std::string twice(const std::string& s) { return s + s; }
+
+// The thread-count variables the worker got: "OMP OPENBLAS MKL VECLIB NUMEXPR" ("-" if unset).
+inline std::string thread_vars(int) {
+  std::string out;
+  for (const char* name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
+                           "NUMEXPR_NUM_THREADS"}) {
+    const char* v = std::getenv(name);
+    out += (out.empty() ? "" : " ") + std::string(v ? v : "-");
+  }
+  return out;
+}
+
 // Holds `mib` MiB from the worker's capped allocator.
 inline std::uint64_t hold(int mib) {
   auto& a = isorun::this_worker().allocator();
@@ -419,6 +439,12 @@ struct temp_fifo {
     ::rmdir(dir.c_str());
   }
 };
+
+// The launch of a standby worker for a CPU call of isolated() without options: its own thread
+// limits (one core, its share of the process's admission) are part of how it is launched.
+inline isorun::runner::launch_spec plain_standby() {
+  return {.label = "standby", .extra_env = isorun::runner::thread_limits(1, {})};
+}
 
 // Standby pools are process-wide; other tests check that no child is left, so each standby test
 // stops them when it ends.

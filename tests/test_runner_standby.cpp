@@ -2,13 +2,14 @@
 // over sealed before the worker has exited.
 #include <catch2/catch.hpp>
 
+#include "isorun/runner/admission.hpp"
 #include "runner_tasks.hpp"
 
 using namespace runner_tests;
 
 TEST_CASE("a standby worker serves exactly one call, and calls take standby workers", "[runner][standby]") {
   stop_standby_at_end guard;
-  auto& pool = isorun::runner::standby_for({.label = "standby"}, 2);  // the pool isolated() uses below
+  auto& pool = isorun::runner::standby_for(plain_standby(), 2);  // the pool isolated() uses below
   std::set<std::string> pids;
   for (int i = 0; i < 6; ++i) {
     pool.fill();
@@ -26,7 +27,7 @@ TEST_CASE("a standby worker serves exactly one call, and calls take standby work
 TEST_CASE("a standby pool launches like any launcher: waiting workers for its spec, fresh ones otherwise",
           "[runner][standby]") {
   stop_standby_at_end guard;
-  auto& pool = isorun::runner::standby_for({.label = "standby"}, 2);
+  auto& pool = isorun::runner::standby_for(plain_standby(), 2);
   pool.fill();
   const auto waiting = pool.waiting_pids();
   // Another spec (an extra variable): launched now, the waiting workers untouched.
@@ -34,13 +35,15 @@ TEST_CASE("a standby pool launches like any launcher: waiting workers for its sp
   CHECK(std::find(waiting.begin(), waiting.end(), other.process.pid()) == waiting.end());
   CHECK(pool.waiting_pids() == waiting);
   // The pool's own spec, whatever the label: the oldest waiting worker.
-  auto same = pool.launch({.label = "some_task"});
+  auto same_spec = plain_standby();
+  same_spec.label = "some_task";
+  auto same = pool.launch(same_spec);
   CHECK(same.process.pid() == waiting.front());
 }
 
 TEST_CASE("a standby worker that died while waiting is skipped, and the call still runs", "[runner][standby]") {
   stop_standby_at_end guard;
-  auto& pool = isorun::runner::standby_for({.label = "standby"}, 2);
+  auto& pool = isorun::runner::standby_for(plain_standby(), 2);
   pool.fill();
   const pid_t victim = pool.waiting_pids().front();
   ::kill(victim, SIGKILL);
@@ -52,7 +55,7 @@ TEST_CASE("a standby worker that died while waiting is skipped, and the call sti
 
 TEST_CASE("a call on a standby worker can be cancelled as it is handed over", "[runner][standby]") {
   stop_standby_at_end guard;
-  auto& pool = isorun::runner::standby_for({.label = "standby"}, 1);
+  auto& pool = isorun::runner::standby_for(plain_standby(), 1);
   pool.fill();
   auto h = isorun::isolated(sleeps_long, {.standby = 1}).async(0);
   const pid_t pid = h.pid();
@@ -66,7 +69,10 @@ TEST_CASE("a warm standby worker has its GPU and capped allocator ready before i
   stop_standby_at_end guard;
   namespace r = isorun::runner;
   const isorun::isolated_options warm{.gpu = 1, .mem_limit = 6_GiB, .standby = 1, .warm_context = true};
-  auto probe = r::job_spec_for("warm_state", isorun::serialization::encoding::binary, {}, {isorun::gpus().gpus.at(1)}, warm);
+  auto launched = warm;  // as isolated() launches it: with its share of the cores as thread limits
+  launched.cpus_per_call = r::admission::process().share(r::admission_request_for(warm));
+  auto probe =
+      r::job_spec_for("warm_state", isorun::serialization::encoding::binary, {}, {isorun::gpus().gpus.at(1)}, launched);
   auto& pool = r::standby_for(r::launch_spec_for(probe), 1);  // the pool isolated() uses below
   pool.fill();
   const pid_t waiting = pool.waiting_pids().front();
@@ -99,7 +105,7 @@ TEST_CASE("a job on a standby worker: its time counts from its assignment, its s
           "[runner][standby]") {
   stop_standby_at_end guard;
   namespace r = isorun::runner;
-  auto& pool = r::standby_for({.label = "standby"}, 2);
+  auto& pool = r::standby_for(plain_standby(), 2);
   pool.fill();
   const auto filled = std::chrono::steady_clock::now();
   char dir[] = "/tmp/isorun-standby-XXXXXX";
@@ -284,7 +290,7 @@ TEST_CASE("a standby worker's replacement is launched once the worker taken has 
   stop_standby_at_end guard;
   temp_fifo pids;
   REQUIRE(::mkfifo((pids.dir + "/go").c_str(), 0600) == 0);
-  auto& pool = isorun::runner::standby_for({.label = "standby"}, 2);
+  auto& pool = isorun::runner::standby_for(plain_standby(), 2);
   pool.fill();
   const auto waiting = pool.waiting_pids();
   REQUIRE(waiting.size() == 2);
@@ -309,7 +315,7 @@ TEST_CASE("a standby pool with no worker left waiting launches the replacement a
   stop_standby_at_end guard;
   temp_fifo pids;
   REQUIRE(::mkfifo((pids.dir + "/go").c_str(), 0600) == 0);
-  auto& pool = isorun::runner::standby_for({.label = "standby"}, 1);
+  auto& pool = isorun::runner::standby_for(plain_standby(), 1);
   pool.fill();
   const pid_t first = pool.waiting_pids().at(0);
   auto h = isorun::isolated(runs_until_told, {.standby = 1}).async(pids.dir);
@@ -362,7 +368,7 @@ TEST_CASE("a standby worker's cgroup, made when it was launched, goes with it wh
   std::vector<std::string> cgroups;
   {
     stop_standby_at_end guard;
-    auto& pool = isorun::runner::standby_for({.label = "standby"}, 2);
+    auto& pool = isorun::runner::standby_for(plain_standby(), 2);
     pool.fill();
     // Each waiting worker's cgroup: the directory under `where` whose cgroup.procs lists it.
     for (pid_t pid : pool.waiting_pids())

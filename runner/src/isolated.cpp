@@ -6,6 +6,7 @@
 
 #include "isorun/alloc/config.hpp"
 #include "isorun/worker/init.hpp"
+#include "isorun/runner/admission.hpp"
 #include "isorun/runner/placement.hpp"
 #include "isorun/runner/standby.hpp"
 #include "isorun/runner/units.hpp"
@@ -19,7 +20,8 @@ const runner::gpu_inventory& gpus() {
 
 namespace detail {
 
-std::shared_ptr<runner::job> start_isolated(const void* fn, blob args, const isolated_options& opts) {
+std::shared_ptr<runner::queued_job> submit_isolated(const void* fn, blob args, const isolated_options& opts,
+                                                    runner::admission* executor) {
   if (is_worker_process()) {
     std::fprintf(stderr,
                  "isorun: this worker process never called isorun::init(argc, argv); call it first thing in "
@@ -29,13 +31,30 @@ std::shared_ptr<runner::job> start_isolated(const void* fn, blob args, const iso
   const worker::task_info* task = worker::registry::instance().find_function(fn);
   if (!task) throw usage_error("isolated(): this function is not a registered task; add ISORUN_TASK(fn) at namespace scope");
 
-  // isolated() defaults to the CPU
-  auto placed = runner::place_job(gpus(), runner::gpu_request_for(opts), false, opts.mem_limit);
-  auto spec = runner::job_spec_for(task->name, serialization::encoding::binary, std::move(args), std::move(placed), opts);
-  spec.result_stream = task->result_type == "isorun::blob";
-  if (!opts.standby) return runner::job::start(std::move(spec));
-  auto& pool = runner::standby_for(runner::launch_spec_for(spec), opts.standby);
-  return runner::job::start(std::move(spec), pool);
+  runner::admission& process = runner::admission::process();
+  runner::admission& first = executor ? *executor : process;
+  // Behind an executor a call without GPUs of its own runs on one of the executor's, if it has any.
+  runner::admission_request request = runner::admission_request_for(opts);
+  if (executor && !request.on_gpu() && !executor->shares().gpus.empty()) request.gpu_count = 1;
+  if (opts.cpus_per_call) request.cpus = opts.cpus_per_call;
+  isolated_options o = opts;
+  if (!o.cpus_per_call) o.cpus_per_call = first.share(request);
+  // Checked now, on the GPUs it asks for (isolated() defaults to the CPU): a call that cannot work
+  // is refused before it waits; admission then says which GPUs it gets.
+  auto spec = std::make_shared<runner::job_spec>(runner::job_spec_for(
+      task->name, serialization::encoding::binary, std::move(args),
+      runner::place_job(gpus(), runner::gpu_request_for(o), false, o.mem_limit), o));
+  spec->result_stream = task->result_type == "isorun::blob";
+  runner::check_job_spec(*spec);
+  auto place = first.enqueue(std::move(request), executor ? &process : nullptr);
+  return std::make_shared<runner::queued_job>(
+      std::move(place), [spec, standby = o.standby](std::shared_ptr<runner::admission::ticket> ticket) {
+        spec->gpus = ticket->gpus();
+        spec->admitted = std::move(ticket);
+        if (!standby) return runner::job::start(std::move(*spec));
+        auto& pool = runner::standby_for(runner::launch_spec_for(*spec), standby);
+        return runner::job::start(std::move(*spec), pool);
+      });
 }
 
 }  // namespace detail

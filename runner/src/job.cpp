@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <atomic>
 #include <condition_variable>
@@ -35,6 +36,7 @@
 #include "isorun/runner/placement.hpp"
 #include "isorun/runner/launcher.hpp"
 #include "isorun/runner/worker_env.hpp"
+#include "isorun/runner/host_memory.hpp"
 #include "stream_tail.hpp"
 
 namespace isorun::runner {
@@ -167,7 +169,8 @@ struct watch_record {
   bool hello = false;  // the worker's hello arrived
   std::vector<std::string> stderr_tail;
   clock::duration wall{};
-  std::uint64_t memory_peak = 0;  // the worker's cgroup's memory.peak, where known
+  std::uint64_t memory_peak = 0;  // the worker's cgroup's memory.peak, else its largest resident set
+  host_memory_cap::reading host;  // its host memory cap's cgroup, where it has one
   std::int64_t reaped_ns = 0;     // CLOCK_MONOTONIC when the worker was reaped (not for an early hand-over)
   bool early = false;  // the result was handed over (sealed, or streamed); the worker has not exited yet
   std::unique_ptr<ser::stream_reader> stream;  // receiving a result the worker streams
@@ -186,6 +189,7 @@ struct job::state {
   launched_worker worker;
   pid_t pid = -1;  // the worker's, kept once it is reaped (the watcher may reap it at any time)
   unique_fd cancel_event;
+  std::unique_ptr<host_memory_cap> host_cap;  // until the worker is reaped
 
   std::mutex wait_mutex;
   std::condition_variable ready;  // early_result: whoever watches set `result`
@@ -323,9 +327,10 @@ watch_record watch(job::state& s) {
   if (w.stream) w.stream->stop_waiting();
   if (!w.early) {
     read_control(s, w);
+    if (s.host_cap) w.host = s.host_cap->read();  // before the reap removes the cgroup
     w.exited = worker.process.reap();  // also kills what is left of the group and the cgroup
     w.reaped_ns = monotonic_ns();
-    w.memory_peak = worker.process.memory_peak().value_or(0);
+    w.memory_peak = worker.process.memory_peak().value_or(w.host.peak.value_or(worker.process.max_rss()));
   }
   if (stderr_open) read_stderr();
   w.wall = clock::now() - worker.started;
@@ -343,6 +348,8 @@ void release_worker(job::state& s) {
   s.segments.ring.reset();  // a worker still exiting could have written to it
   s.worker.control.reset();
   s.worker.stderr_read.reset();
+  s.host_cap.reset();
+  s.spec.admitted.reset();  // its GPU memory and its core are free: the next call may start
 }
 
 // After an early hand-over the worker has reported and let go of its result, and now exits; its
@@ -488,6 +495,14 @@ job_result classify(watch_record w, const job_spec& spec, const std::shared_ptr<
     o.message = w.exited.signal ? "worker " + describe(w.exited)
                                 : "worker " + describe(w.exited) + " without delivering a result";
   }
+  if (w.host.oom_kills && !o.ok() && o.kind != outcome_kind::cancelled && o.kind != outcome_kind::timeout) {
+    // The cgroup's OOM killer ended it (or a process it waited for): its cap, not a crash.
+    o.kind = outcome_kind::out_of_memory;
+    o.error_type = "host_memory";
+    o.message = "host memory: the worker reached its host_mem_limit of " + format_size(spec.host_mem_limit) +
+                " (peak " + format_size(o.host_memory_peak) + "); the kernel's OOM killer killed " +
+                std::to_string(w.host.oom_kills) + " of its processes (worker " + describe(w.exited) + ")";
+  }
   return r;
 }
 
@@ -528,15 +543,33 @@ job_spec job_spec_for(std::string task, serialization::encoding encoding, blob a
   spec.args = std::move(args);
   spec.gpus = std::move(gpus);
   spec.mem_limit = opts.mem_limit;
+  spec.host_mem_limit = opts.host_mem_limit;
   spec.timeout = opts.timeout;
   spec.grace = opts.grace;
   spec.alloc_conf = opts.alloc_conf;
   spec.extra_env = opts.env;
+  if (opts.cpus_per_call) {
+    auto limits = thread_limits(opts.cpus_per_call, opts.env);
+    spec.extra_env.insert(spec.extra_env.end(), limits.begin(), limits.end());
+  }
   spec.stderr_echo_fd = opts.echo_stderr ? 2 : -1;
   spec.max_result = opts.max_result;
   spec.warm_context = opts.warm_context;
   spec.early_result = opts.early_result;
   return spec;
+}
+
+std::vector<std::string> thread_limits(unsigned threads, const std::vector<std::string>& env) {
+  static constexpr const char* names[] = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                                          "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS"};
+  std::vector<std::string> out;
+  for (const char* name : names) {
+    const std::string key = std::string(name) + "=";
+    const bool given = std::getenv(name) ||
+                       std::any_of(env.begin(), env.end(), [&](const std::string& e) { return e.rfind(key, 0) == 0; });
+    if (!given) out.push_back(key + std::to_string(std::max(1u, threads)));
+  }
+  return out;
 }
 
 void check_job_spec(const job_spec& spec) {
@@ -554,6 +587,14 @@ void check_job_spec(const job_spec& spec) {
     }
   }
   for (const auto& g : spec.gpus) check_fits(g, spec.mem_limit);
+  if (spec.host_mem_limit) {
+    constexpr std::uint64_t smallest = 16ULL << 20;  // below it an interpreter cannot even start
+    if (spec.host_mem_limit < smallest)
+      throw usage_error("host-mem-limit " + format_size(spec.host_mem_limit) + " is below the smallest, " +
+                        format_size(smallest) + "; give a larger cap (e.g. 1G)");
+    if (const std::string why = host_memory_cap::unavailable(); !why.empty())
+      throw usage_error("host-mem-limit cannot be enforced here: " + why);
+  }
 }
 
 std::shared_ptr<job> job::start(job_spec spec) { return start(std::move(spec), local()); }
@@ -566,10 +607,12 @@ std::shared_ptr<job> job::start(job_spec spec, launcher& from) {
   auto s = prepare_state(spec);
   bool assigned = false;
   launch_spec how = launch_spec_for(spec);
-  how.before_start = [&](int control) {
-    assign(control, s->segments, spec);
-    assigned = true;
-  };
+  // (Not under a host memory cap: the cap is put on the worker before its task is assigned.)
+  if (!spec.host_mem_limit)
+    how.before_start = [&](int control) {
+      assign(control, s->segments, spec);
+      assigned = true;
+    };
   launched_worker w = from.launch(how);
   return assign_prepared(std::move(s), std::move(spec), std::move(w), assigned);
 }
@@ -594,6 +637,7 @@ std::shared_ptr<job> job::assign_prepared(std::shared_ptr<state> s, job_spec spe
   // The job starts now, not when its worker was launched (a standby one may have waited long):
   // the timeout and the wall time count from here.
   s->worker.started = clock::now();
+  if (spec.host_mem_limit) s->host_cap = std::make_unique<host_memory_cap>(s->worker.process, spec.host_mem_limit);
   if (!assigned) assign(s->worker.control.get(), s->segments, spec);
   s->spec = std::move(spec);
   return std::shared_ptr<job>(new job(std::move(s)));

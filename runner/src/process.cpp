@@ -398,7 +398,8 @@ child::child(child&& other) noexcept
       pidfd_{std::exchange(other.pidfd_, -1)},
       group_{other.group_},
       cgroup_{std::move(other.cgroup_)},
-      memory_peak_{other.memory_peak_} {
+      memory_peak_{other.memory_peak_},
+      max_rss_{other.max_rss_} {
   other.cgroup_.clear();
 }
 
@@ -411,6 +412,7 @@ child& child::operator=(child&& other) noexcept {
     cgroup_ = std::move(other.cgroup_);
     other.cgroup_.clear();
     memory_peak_ = other.memory_peak_;
+    max_rss_ = other.max_rss_;
   }
   return *this;
 }
@@ -455,9 +457,13 @@ exit_status child::reap() noexcept {
   }
   if (group_) ::kill(-pid_, SIGKILL);  // stragglers: grandchildren left in the group
   siginfo_t info{};
-  while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd_), &info, WEXITED) != 0 && errno == EINTR) {
+  rusage usage{};
+  // The system call, not glibc's waitid: only it hands back the child's resource usage, whose
+  // largest resident set is the peak where no cgroup measures one.
+  while (::syscall(SYS_waitid, P_PIDFD, pidfd_, &info, WEXITED, &usage) != 0 && errno == EINTR) {
   }
   status = from_siginfo(info);
+  max_rss_ = static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;
   ::close(pidfd_);
   pidfd_ = -1;
   pid_ = -1;

@@ -5,6 +5,7 @@
 #include "isorun/runner/errors.hpp"
 #include "isorun/worker/init.hpp"
 #include "isorun/runner/isolated.hpp"
+#include "isorun/runner/executor.hpp"
 #include "isorun/runner/map.hpp"
 #include "isorun/runner/outcome.hpp"
 #include "isorun/serialization/blob.hpp"

@@ -27,6 +27,7 @@
 #include "isorun/runner/job.hpp"
 #include "isorun/runner/options.hpp"
 #include "isorun/runner/outcome.hpp"
+#include "isorun/runner/queued_job.hpp"
 #include "isorun/serialization/blob.hpp"
 #include "isorun/serialization/codec.hpp"
 #include "isorun/worker/task.hpp"
@@ -35,9 +36,12 @@
 namespace isorun {
 
 namespace detail {
-/// @brief Starts a worker for the task registered at `fn`.
-/// @throws usage_error (not registered, bad GPU, cap too large), internal_error.
-ISORUN_API std::shared_ptr<runner::job> start_isolated(const void* fn, blob args, const isolated_options& opts);
+/// @brief Queues a call of the task registered at `fn` for admission (at `executor`, then the
+///        process's; or the process's alone); whoever waits for it first starts its worker.
+/// @throws usage_error (not registered, bad GPU, cap too large, can never be admitted), before
+///         anything waits or starts.
+ISORUN_API std::shared_ptr<runner::queued_job> submit_isolated(const void* fn, blob args, const isolated_options& opts,
+                                                               runner::admission* executor = nullptr);
 
 template <class... A>
 blob encode_args(const A&... args) {
@@ -109,36 +113,45 @@ result<R> to_result(const runner::job_result& r) {
 }
 }  // namespace detail
 
-/// A call in flight. Dropping it before it finished cancels it: nothing is left running.
+/// A call in flight: waiting for admission, then running. Dropping it before it finished
+/// cancels it: nothing is left waiting or running.
 template <class R>
 class call_handle {
  public:
-  call_handle(std::shared_ptr<runner::job> job)
-      : job_{std::move(job)}, done_{std::async(std::launch::async, [j = job_] { j->wait(); }).share()} {}
+  /// Started here when admitted at once (its pid is then known), else on the waiting thread.
+  explicit call_handle(std::shared_ptr<runner::queued_job> call) : call_{std::move(call)} {
+    call_->start_if_admitted();
+    done_ = std::async(std::launch::async, [c = call_] { c->wait(); }).share();
+  }
   call_handle(call_handle&&) noexcept = default;
   call_handle& operator=(call_handle&&) noexcept = default;
   ~call_handle() {
-    if (job_ && done_.valid() && done_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) job_->cancel();
+    if (call_ && done_.valid() && done_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) call_->cancel();
   }
 
   /// @brief Waits for the result. @throws the outcome's exception on failure.
   R get() { return try_get().value(); }  // rvalue: moves the result out
-  /// @brief Waits for the result or outcome, without throwing for task failures.
+  /// @brief Waits for the result or outcome, without throwing for task failures (a failure to
+  ///        start the worker, internal_error, still throws).
   result<R> try_get() {
-    done_.wait();
-    return detail::to_result<R>(job_->wait());
+    done_.get();
+    return detail::to_result<R>(call_->wait());
   }
   /// @return true once finished.
   bool wait_for(std::chrono::milliseconds timeout) const {
     return done_.wait_for(timeout) == std::future_status::ready;
   }
-  /// Stops the worker (SIGTERM, then SIGKILL after the grace period); get() then throws `cancelled`.
-  void cancel() noexcept { job_->cancel(); }
-  /// The worker's pid, also after it exited (see runner::job::pid()).
-  [[nodiscard]] pid_t pid() const noexcept { return job_->pid(); }
+  /// Leaves the admission queue, or stops the worker (SIGTERM, then SIGKILL after the grace
+  /// period); get() then throws `cancelled`.
+  void cancel() noexcept { call_->cancel(); }
+  /// The worker's pid, also after it exited (see runner::job::pid()); 0 while the call waits
+  /// for admission.
+  [[nodiscard]] pid_t pid() const noexcept { return call_->pid(); }
+  /// Whether the call has been admitted and its worker started.
+  [[nodiscard]] bool started() const noexcept { return call_->started(); }
 
  private:
-  std::shared_ptr<runner::job> job_;
+  std::shared_ptr<runner::queued_job> call_;
   std::shared_future<void> done_;
 };
 
@@ -156,8 +169,8 @@ class isolated_function {
   /// @brief Like operator() but returns the outcome as a value instead of throwing for failures
   ///        of the task or worker (usage and internal errors still throw).
   result<R> try_call(const std::decay_t<A>&... args) const {
-    auto job = start(args...);
-    return detail::to_result<R>(job->wait());
+    auto call = start(args...);
+    return detail::to_result<R>(call->wait());
   }
 
   /// @brief Starts the task and returns at once.
@@ -166,8 +179,8 @@ class isolated_function {
   [[nodiscard]] const isolated_options& opts() const noexcept { return options_; }
 
  private:
-  std::shared_ptr<runner::job> start(const std::decay_t<A>&... args) const {
-    return detail::start_isolated(reinterpret_cast<const void*>(fn_), detail::encode_args(args...), options_);
+  std::shared_ptr<runner::queued_job> start(const std::decay_t<A>&... args) const {
+    return detail::submit_isolated(reinterpret_cast<const void*>(fn_), detail::encode_args(args...), options_);
   }
   R (*fn_)(A...);
   isolated_options options_;

@@ -34,6 +34,7 @@ struct job_spec {
   blob args;                                ///< arguments, already encoded
   std::vector<gpu_info> gpus;               ///< visible as CUDA devices 0, 1, ...; empty: CPU only
   std::uint64_t mem_limit = 0;              ///< bytes per device, 0 = none
+  std::uint64_t host_mem_limit = 0;         ///< bytes of host memory (isolated_options::host_mem_limit)
   std::chrono::milliseconds timeout{0};     ///< 0 = none
   std::chrono::milliseconds grace{5000};    ///< SIGTERM → SIGKILL delay
   std::vector<std::string> task_libraries;  ///< shared objects the worker loads
@@ -61,6 +62,9 @@ struct job_spec {
   /// allocators' history, which `alloc_conf` must turn on with history:N, and after an OOM the
   /// allocations live at the failure): what `isorun report` and --memory-timeline draw.
   std::string memory_timeline;
+  /// What the call holds while its worker lives (an admission ticket, admission.hpp): let go
+  /// once the worker is gone, for the next calls to be admitted.
+  std::shared_ptr<const void> admitted;
 };
 
 /// A finished job: its outcome and, on success, the validated result payload.
@@ -80,6 +84,11 @@ struct job_result {
 ///        caller adds what only it knows (task libraries, where output goes).
 ISORUN_API job_spec job_spec_for(std::string task, serialization::encoding encoding, blob args, std::vector<gpu_info> gpus,
                       const isolated_options& opts);
+
+/// @brief The thread-count variables (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, MKL_NUM_THREADS,
+///        VECLIB_MAXIMUM_THREADS, NUMEXPR_NUM_THREADS) set to `threads`, but for those `env` or
+///        this process's environment already sets: a user's own value is kept, as loky and Ray do.
+ISORUN_API std::vector<std::string> thread_limits(unsigned threads, const std::vector<std::string>& env);
 
 /// @brief Checks what `spec` asks for before anything starts: the allocator configuration
 ///        parses, the cap can hold the allocator's smallest segment, the cap fits each GPU.

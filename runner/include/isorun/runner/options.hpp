@@ -22,6 +22,15 @@ struct isolated_options {
   /// first). Excludes `gpu` and `gpus`.
   int gpu_count = 0;
   std::uint64_t mem_limit = 0;            ///< hard cap on each of the worker's devices; 0 = none
+  /// Hard cap on the host memory of the worker and everything it starts (its cgroup's
+  /// memory.max, with no swap past it); 0 = none. Past it the call ends out_of_memory. Needs
+  /// cgroup containment with the memory controller: refused (usage_error) where there is none.
+  std::uint64_t host_mem_limit = 0;
+  /// The cores one call may use: its OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, MKL_NUM_THREADS,
+  /// VECLIB_MAXIMUM_THREADS and NUMEXPR_NUM_THREADS (where neither `env` nor this process sets
+  /// them), and the CPU slots a CPU call takes at admission. 0: its share, the cores divided
+  /// by the calls that may run beside it (one, for a call of the process's admission).
+  unsigned cpus_per_call = 0;
   std::chrono::milliseconds timeout{0};   ///< 0 = none
   std::chrono::milliseconds grace{5000};  ///< between SIGTERM and SIGKILL when stopping
   std::string alloc_conf;                 ///< allocator configuration (ISORUN_ALLOC_CONF syntax)

@@ -122,6 +122,11 @@ class ISORUN_INTERNAL_API child {
 
   /// The peak memory of the child's cgroup (memory.peak), once reaped, where it reports one.
   [[nodiscard]] std::optional<std::uint64_t> memory_peak() const noexcept { return memory_peak_; }
+  /// The child's largest resident set (its own, and its waited-for descendants'), bytes, once
+  /// reaped: the peak where no cgroup reports one.
+  [[nodiscard]] std::uint64_t max_rss() const noexcept { return max_rss_; }
+  /// The child's cgroup directory until it is reaped; "" without one.
+  [[nodiscard]] const std::string& cgroup() const noexcept { return cgroup_; }
 
   /// @brief Stops the child by `plan` (blocking), then reaps it.
   exit_status stop(const stop_plan& plan) noexcept;
@@ -132,6 +137,7 @@ class ISORUN_INTERNAL_API child {
   bool group_ = false;
   std::string cgroup_;
   std::optional<std::uint64_t> memory_peak_;
+  std::uint64_t max_rss_ = 0;
 };
 
 /// @brief Starts a process. Uses vfork, so the cost does not grow with the parent's memory.

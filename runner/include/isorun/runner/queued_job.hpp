@@ -1,0 +1,67 @@
+#pragma once
+/// @file queued_job.hpp
+/// A call from the moment it is made: a place in an admission queue, then the job it starts once
+/// admitted. What every API's call is (C++ `isolated` and executors, Python), so that waiting,
+/// cancelling while waiting and the hand-over to the job are written once.
+
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+
+#include "isorun/runner/admission.hpp"
+#include "isorun/runner/job.hpp"
+#include "isorun/export.hpp"
+
+namespace isorun::runner {
+
+class ISORUN_API queued_job {
+ public:
+  /// Starts the job on what the ticket holds (its GPUs); the job keeps the ticket
+  /// (job_spec::admitted) until its worker is gone.
+  using starter = std::function<std::shared_ptr<job>(std::shared_ptr<admission::ticket>)>;
+
+  /// @brief A call waiting at `place`, started by `start` once admitted (by whoever waits first).
+  queued_job(std::shared_ptr<admission::waiter> place, starter start);
+  ~queued_job();  // a call dropped while it waits leaves the queue; one that runs is cancelled
+  queued_job(const queued_job&) = delete;
+  queued_job& operator=(const queued_job&) = delete;
+
+  /// @brief Waits for admission, starts the job and waits for its end (job::wait). A call
+  ///        cancelled before it started ends `cancelled` without a worker.
+  /// @throws usage_error or internal_error from the start (nothing is left running).
+  const job_result& wait();
+
+  /// @brief Starts the job on this thread if the call is admitted already (there was room when
+  ///        it was queued), without waiting: its pid is then known at once. True if started.
+  /// @throws usage_error or internal_error from the start.
+  bool start_if_admitted();
+
+  /// @brief Waits up to `timeout` for the end; true once wait() returns at once.
+  bool wait_for(std::chrono::milliseconds timeout);
+
+  /// @brief Cancels: leaves the queue, or stops the job (job::cancel). Thread-safe.
+  void cancel() noexcept;
+
+  /// @brief The worker's pid once started, else 0.
+  [[nodiscard]] pid_t pid() const noexcept;
+
+  /// @brief Whether the call has been admitted and its job started.
+  [[nodiscard]] bool started() const noexcept;
+
+ private:
+  // Admission, then the start, on the waiting thread; true once there is a job or an end.
+  bool admit_and_start(std::chrono::steady_clock::time_point deadline);
+
+  std::shared_ptr<admission::waiter> place_;
+  starter start_;
+  mutable std::mutex mutex_;
+  std::shared_ptr<job> job_;
+  std::exception_ptr failed_;  // the start threw
+  bool cancelled_ = false;
+  bool ended_ = false;         // cancelled before the start, or the start failed
+  job_result unstarted_;       // the result of a call that never started
+};
+
+}  // namespace isorun::runner

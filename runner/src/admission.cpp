@@ -1,0 +1,288 @@
+// Admission: which calls run now, and on which GPUs; the rest wait, first come, first served.
+#include "isorun/runner/admission.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+
+#include "isorun/runner/errors.hpp"
+#include "isorun/runner/isolated.hpp"
+#include "isorun/runner/placement.hpp"
+#include "isorun/runner/units.hpp"
+#include "isorun/serialization/cores.hpp"
+
+namespace isorun::runner {
+
+struct admission::entry {
+  admission_request request;
+  std::vector<std::size_t> positions;  // explicit GPUs, resolved at enqueue
+  std::condition_variable changed;     // granted or cancelled
+  bool granted = false;
+  bool cancelled = false;
+  std::shared_ptr<ticket> ready;  // made at the grant, until the waiter takes it
+};
+
+admission_request admission_request_for(const isolated_options& opts) {
+  const gpu_request g = gpu_request_for(opts);
+  return {.gpus = g.indices, .gpu_count = g.count, .mem_limit = opts.mem_limit};
+}
+
+admission::admission(limits l)
+    : limits_{std::move(l)}, used_bytes_(limits_.gpus.size(), 0), used_calls_(limits_.gpus.size(), 0) {}
+
+admission::~admission() = default;
+
+admission& admission::process() {
+  // Never destroyed: workers may be reaped (and their tickets dropped) while the program exits.
+  static auto* a = new std::shared_ptr<admission>(std::make_shared<admission>(
+      limits{.gpus = isorun::gpus().gpus, .cpu_slots = serialization::usable_cores(), .name = "this process"}));
+  return **a;
+}
+
+namespace {
+std::string plural(std::size_t n, const std::string& what) {
+  return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
+}
+}  // namespace
+
+std::shared_ptr<admission::waiter> admission::enqueue(admission_request request, admission* then) {
+  auto e = std::make_shared<entry>();
+  const std::size_t n = limits_.gpus.size();
+  auto position_of = [&](int index) {
+    for (std::size_t i = 0; i < n; ++i)
+      if (limits_.gpus[i].index == index) return i;
+    std::string have;
+    for (const auto& g : limits_.gpus) have += (have.empty() ? "" : ", ") + std::to_string(g.index);
+    throw usage_error("GPU " + std::to_string(index) + " is not one of " + limits_.name + "'s GPUs (" +
+                      (have.empty() ? "it has none" : have) + ")");
+  };
+  auto need_on = [&](std::size_t i) { return request.mem_limit ? request.mem_limit : limits_.gpus[i].free_memory; };
+  if (!request.gpus.empty() && request.gpu_count)
+    throw usage_error("give either GPUs by index or a number of GPUs, not both");
+  for (int index : request.gpus) {
+    const std::size_t i = position_of(index);
+    if (std::find(e->positions.begin(), e->positions.end(), i) != e->positions.end())
+      throw usage_error("GPU " + std::to_string(index) + " is listed twice; list each GPU once");
+    if (need_on(i) > limits_.gpus[i].free_memory)
+      throw usage_error("mem-limit " + format_size(request.mem_limit) + " exceeds GPU " + std::to_string(index) +
+                        "'s " + format_size(limits_.gpus[i].free_memory) + " free; lower mem_limit");
+    e->positions.push_back(i);
+  }
+  if (request.gpu_count < 0) throw usage_error("gpu_count " + std::to_string(request.gpu_count) + " is negative");
+  if (request.gpu_count > 0) {
+    const auto want = static_cast<std::size_t>(request.gpu_count);
+    std::size_t room = 0;
+    for (std::size_t i = 0; i < n; ++i) room += need_on(i) <= limits_.gpus[i].free_memory;
+    if (room < want)
+      throw usage_error(plural(want, "GPU") + " asked for, but " + limits_.name + " has " + plural(n, "GPU") +
+                        (room < n ? " (" + std::to_string(room) + " with " + format_size(request.mem_limit) +
+                                        " free for the cap)"
+                                  : std::string()) +
+                        "; ask for fewer, or lower mem_limit");
+  }
+  if (!request.on_gpu()) {
+    if (request.cpus == 0) throw usage_error("a CPU call takes at least 1 CPU slot (cpus_per_call 0)");
+    if (request.cpus > limits_.cpu_slots)
+      throw usage_error("a call asks for " + plural(request.cpus, "CPU slot") + ", but " + limits_.name + " has " +
+                        plural(limits_.cpu_slots, "CPU slot") + "; lower cpus_per_call or raise cpu_slots");
+  }
+  e->request = std::move(request);
+  std::unique_lock lock(mutex_);
+  queue_.push_back(e);
+  pump();
+  return std::shared_ptr<waiter>(new waiter(this, std::move(e), then));
+}
+
+std::shared_ptr<admission::ticket> admission::admit(admission_request request, admission* then) {
+  return enqueue(std::move(request), then)->get();
+}
+
+unsigned admission::share(const admission_request& request) const noexcept {
+  const std::size_t cores = serialization::usable_cores();
+  const std::size_t beside = request.on_gpu() ? (limits_.gpu_slots ? limits_.gpu_slots : limits_.gpus.size())
+                                              : limits_.cpu_slots;
+  const std::size_t each = cores / std::max<std::size_t>(1, beside);
+  return static_cast<unsigned>(std::max<std::size_t>(1, request.on_gpu() ? each : each * request.cpus));
+}
+
+std::size_t admission::waiting() const {
+  std::lock_guard lock(mutex_);
+  return queue_.size();
+}
+
+std::size_t admission::running() const {
+  std::lock_guard lock(mutex_);
+  return running_;
+}
+
+bool admission::try_grant(entry& e, const std::vector<bool>& gpu_blocked) {
+  const admission_request& r = e.request;
+  grant g;
+  if (!r.on_gpu()) {
+    if (used_cpus_ + r.cpus > limits_.cpu_slots) return false;
+    g.cpus = r.cpus;
+  } else {
+    auto need = [&](std::size_t i) { return r.mem_limit ? r.mem_limit : limits_.gpus[i].free_memory; };
+    auto fits = [&](std::size_t i) {
+      return (limits_.per_gpu == 0 || used_calls_[i] < limits_.per_gpu) &&
+             used_bytes_[i] + need(i) <= limits_.gpus[i].free_memory;
+    };
+    if (r.gpu_count > 0) {  // among the GPUs no earlier request waits for, the freest first
+      std::vector<std::size_t> fit;
+      for (std::size_t i = 0; i < limits_.gpus.size(); ++i)
+        if (!gpu_blocked[i] && fits(i)) fit.push_back(i);
+      if (fit.size() < static_cast<std::size_t>(r.gpu_count)) return false;
+      auto room = [&](std::size_t i) { return limits_.gpus[i].free_memory - used_bytes_[i]; };
+      std::stable_sort(fit.begin(), fit.end(), [&](std::size_t x, std::size_t y) { return room(x) > room(y); });
+      fit.resize(static_cast<std::size_t>(r.gpu_count));
+      g.positions = std::move(fit);
+    } else {
+      if (!std::all_of(e.positions.begin(), e.positions.end(), fits)) return false;
+      g.positions = e.positions;
+    }
+    std::sort(g.positions.begin(), g.positions.end());  // PCI bus order, as CUDA numbers them
+    g.bytes_each = r.mem_limit;
+  }
+  used_cpus_ += g.cpus;
+  std::vector<gpu_info> gpus;
+  for (std::size_t i : g.positions) {
+    used_bytes_[i] += g.bytes_each ? g.bytes_each : limits_.gpus[i].free_memory;
+    ++used_calls_[i];
+    gpus.push_back(limits_.gpus[i]);
+  }
+  ++running_;
+  e.granted = true;
+  e.ready = std::shared_ptr<ticket>(new ticket(shared_from_this(), std::move(g), std::move(gpus)));
+  e.changed.notify_all();
+  return true;
+}
+
+// In arrival order, each request that fits is granted; one that does not blocks its resources
+// for the requests behind it (a CPU call waits behind the CPU call before it, never behind a GPU
+// call), so no request is overtaken on what it waits for, and none starves.
+void admission::pump() {
+  std::vector<bool> gpu_blocked(limits_.gpus.size(), false);
+  bool cpu_blocked = false;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    entry& e = **it;
+    bool granted = false;
+    if (!e.request.on_gpu()) {
+      granted = !cpu_blocked && try_grant(e, gpu_blocked);
+      cpu_blocked = cpu_blocked || !granted;
+    } else if (e.request.gpu_count > 0) {
+      granted = try_grant(e, gpu_blocked);
+      // Any GPU will do: whichever comes free next is its, ahead of later requests.
+      if (!granted) std::fill(gpu_blocked.begin(), gpu_blocked.end(), true);
+    } else {
+      granted = std::none_of(e.positions.begin(), e.positions.end(), [&](std::size_t i) { return gpu_blocked[i]; }) &&
+                try_grant(e, gpu_blocked);
+      if (!granted)
+        for (std::size_t i : e.positions) gpu_blocked[i] = true;
+    }
+    it = granted ? queue_.erase(it) : std::next(it);
+  }
+}
+
+void admission::release(const grant& g) noexcept {
+  std::lock_guard lock(mutex_);
+  used_cpus_ -= g.cpus;
+  for (std::size_t i : g.positions) {
+    used_bytes_[i] -= g.bytes_each ? g.bytes_each : limits_.gpus[i].free_memory;
+    --used_calls_[i];
+  }
+  --running_;
+  try {
+    pump();
+  } catch (...) {  // (allocation in a grant: the next release tries again)
+  }
+}
+
+admission::ticket::ticket(std::shared_ptr<admission> from, grant taken, std::vector<gpu_info> gpus)
+    : from_{from}, taken_{std::move(taken)}, gpus_{std::move(gpus)} {}
+
+admission::ticket::~ticket() {
+  inner_.reset();  // the process's first: what an executor admits next then finds it free
+  from_->release(taken_);
+}
+
+admission::waiter::waiter(admission* at, std::shared_ptr<entry> e, admission* then)
+    : at_{at}, entry_{std::move(e)}, then_{then} {}
+
+admission::waiter::~waiter() {
+  std::shared_ptr<ticket> unused;  // dropped after the lock: its release takes the lock
+  {
+    std::lock_guard lock(at_->mutex_);
+    if (!entry_->granted) {
+      at_->queue_.remove(entry_);
+      at_->pump();  // what waited behind it may fit now
+    }
+    unused = std::move(entry_->ready);
+  }
+}
+
+void admission::waiter::cancel() noexcept {
+  std::shared_ptr<waiter> there;
+  {
+    std::lock_guard lock(at_->mutex_);
+    cancel_asked_ = true;
+    if (!entry_->granted && !entry_->cancelled) {
+      entry_->cancelled = true;
+      at_->queue_.remove(entry_);
+      try {
+        at_->pump();
+      } catch (...) {
+      }
+      entry_->changed.notify_all();
+      return;
+    }
+    there = inner_;  // granted here: the place behind it is left (once queued there)
+  }
+  if (there) there->cancel();
+}
+
+// Waits for the grant here, then (behind an executor) queues in `then_` for the same GPUs and
+// waits there; true once admitted everywhere or cancelled.
+bool admission::waiter::advance(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point deadline) {
+  if (!entry_->changed.wait_until(lock, deadline, [&] { return entry_->granted || entry_->cancelled; })) return false;
+  if (entry_->cancelled || !then_) return true;
+  if (!inner_) {
+    outer_ = std::move(entry_->ready);
+    admission_request same{.mem_limit = entry_->request.mem_limit, .cpus = entry_->request.cpus};
+    for (const auto& g : outer_->gpus()) same.gpus.push_back(g.index);
+    lock.unlock();
+    auto there = then_->enqueue(std::move(same));
+    lock.lock();
+    inner_ = std::move(there);
+    if (cancel_asked_) inner_->cancel();
+  }
+  auto there = inner_;
+  lock.unlock();
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  const bool done = there->wait_for(std::max(left, std::chrono::milliseconds(0)));
+  lock.lock();
+  return done;
+}
+
+bool admission::waiter::wait_for(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(at_->mutex_);
+  const auto deadline = timeout == std::chrono::milliseconds::max()
+                            ? std::chrono::steady_clock::time_point::max()
+                            : std::chrono::steady_clock::now() + timeout;
+  return advance(lock, deadline);
+}
+
+std::shared_ptr<admission::ticket> admission::waiter::get() {
+  std::unique_lock lock(at_->mutex_);
+  advance(lock, std::chrono::steady_clock::time_point::max());
+  if (taken_) return nullptr;
+  if (entry_->cancelled) throw cancelled("cancelled while waiting for admission");
+  taken_ = true;
+  if (!inner_) return std::move(entry_->ready);
+  auto there = inner_;
+  lock.unlock();
+  // One ticket for both: the executor's, holding the process's (which goes first).
+  outer_->inner_ = there->get();  // throws `cancelled` if cancelled there
+  return std::move(outer_);
+}
+
+}  // namespace isorun::runner

@@ -1,0 +1,94 @@
+#include "isorun/runner/queued_job.hpp"
+
+#include <algorithm>
+
+#include "isorun/runner/errors.hpp"
+
+namespace isorun::runner {
+
+queued_job::queued_job(std::shared_ptr<admission::waiter> place, starter start)
+    : place_{std::move(place)}, start_{std::move(start)} {}
+
+queued_job::~queued_job() {
+  std::lock_guard lock(mutex_);
+  if (!job_) place_->cancel();
+}
+
+bool queued_job::admit_and_start(std::chrono::steady_clock::time_point deadline) {
+  {
+    std::lock_guard lock(mutex_);
+    if (job_ || ended_) return true;
+  }
+  const bool forever = deadline == std::chrono::steady_clock::time_point::max();
+  for (;;) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (place_->wait_for(forever ? std::chrono::milliseconds::max() : std::max(left, std::chrono::milliseconds(0))))
+      break;
+    if (!forever && std::chrono::steady_clock::now() >= deadline) return false;
+  }
+  std::lock_guard lock(mutex_);  // one waiter starts the job; others find it started
+  if (job_ || ended_) return true;
+  try {
+    std::shared_ptr<admission::ticket> ticket = place_->get();
+    if (cancelled_) throw cancelled("cancelled while waiting for admission");
+    job_ = start_(std::move(ticket));
+  } catch (const cancelled& e) {
+    ended_ = true;
+    unstarted_.status.kind = outcome_kind::cancelled;
+    unstarted_.status.message = e.what();
+  } catch (...) {
+    ended_ = true;
+    failed_ = std::current_exception();
+  }
+  return true;
+}
+
+const job_result& queued_job::wait() {
+  admit_and_start(std::chrono::steady_clock::time_point::max());
+  std::shared_ptr<job> j;
+  {
+    std::lock_guard lock(mutex_);
+    if (failed_) std::rethrow_exception(failed_);
+    if (!job_) return unstarted_;
+    j = job_;
+  }
+  return j->wait();
+}
+
+bool queued_job::start_if_admitted() { return admit_and_start(std::chrono::steady_clock::now()) && started(); }
+
+bool queued_job::wait_for(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  if (!admit_and_start(deadline)) return false;
+  std::shared_ptr<job> j;
+  {
+    std::lock_guard lock(mutex_);
+    if (!job_) return true;
+    j = job_;
+  }
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  return j->wait_for(std::max(left, std::chrono::milliseconds(0)));
+}
+
+void queued_job::cancel() noexcept {
+  std::shared_ptr<job> j;
+  {
+    std::lock_guard lock(mutex_);
+    cancelled_ = true;
+    j = job_;
+  }
+  if (j) j->cancel();
+  else place_->cancel();
+}
+
+pid_t queued_job::pid() const noexcept {
+  std::lock_guard lock(mutex_);
+  return job_ ? job_->pid() : 0;
+}
+
+bool queued_job::started() const noexcept {
+  std::lock_guard lock(mutex_);
+  return job_ != nullptr;
+}
+
+}  // namespace isorun::runner
