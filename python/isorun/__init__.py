@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._api import IsolatedFunction, IsolatedFuture, isolated, map, stop_standby
+    from ._executor import Executor
     from ._outcome import Outcome, Result
     from ._report import report, should_stop
     from ._sweep import SweepResults, sweep
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 # package, on every call's critical path; it needs none of the caller's machinery.
 _WHERE = {
     **dict.fromkeys(["IsolatedFunction", "IsolatedFuture", "isolated", "map", "stop_standby"], "_api"),
+    **dict.fromkeys(["Executor"], "_executor"),
     **dict.fromkeys(["Outcome", "Result"], "_outcome"),
     **dict.fromkeys(["sweep", "SweepResults"], "_sweep"),
     **dict.fromkeys(["report", "should_stop"], "_report"),
@@ -67,6 +69,7 @@ __version__ = "0.1.0"
 __all__ = [
     "isolated",
     "map",
+    "Executor",
     "stop_standby",
     "sweep",
     "SweepResults",

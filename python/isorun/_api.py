@@ -75,13 +75,21 @@ class _Options:
     preload: tuple[str, ...] = ()
     python: str = ""
     echo_stderr: bool = True
+    host_mem_limit: int = 0
+    cpus_per_call: int = 0
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether the call names its GPUs (else it runs where an executor puts it, or on the CPU)."""
+        return self.gpu is not None or bool(self.gpus) or self.gpu_count > 0
 
     @classmethod
     def resolve(cls, *, gpu: Optional[int] = None, gpus: Optional[Sequence[int]] = None, gpu_count: int = 0,
                 cpu: bool = False, mem_limit: Optional[Size] = None, timeout: Optional[Duration] = None,
                 grace: Optional[Duration] = None, env: Union[Mapping[str, str], Sequence[str], None] = None,
                 standby: int = 0, warm_context: bool = False, early_result: bool = False, alloc_conf: str = "",
-                preload: Sequence[str] = (), python: Optional[str] = None, echo_stderr: bool = True) -> "_Options":
+                preload: Sequence[str] = (), python: Optional[str] = None, echo_stderr: bool = True,
+                host_mem_limit: Optional[Size] = None, cpus_per_call: Optional[int] = None) -> "_Options":
         if cpu and (gpu is not None or gpus or gpu_count):
             raise UsageError("cpu=True excludes gpu, gpus and gpu_count")
         if gpu is not None and (isinstance(gpu, bool) or not isinstance(gpu, int)):
@@ -101,6 +109,13 @@ class _Options:
         for entry in env_list:
             if not isinstance(entry, str) or "=" not in entry or entry.startswith("="):
                 raise UsageError(f"env entries are KEY=VALUE, not {entry!r}")
+        if cpus_per_call is not None and (isinstance(cpus_per_call, bool) or not isinstance(cpus_per_call, int)
+                                          or cpus_per_call < 1):
+            raise UsageError(f"cpus_per_call takes a number of cores (1 or more), not {cpus_per_call!r}")
+        host_cap = _size(host_mem_limit, "host_mem_limit")
+        if host_mem_limit is not None and host_cap < (16 << 20):
+            raise UsageError(f"host_mem_limit {host_mem_limit!r} is below the smallest, 16M; give a larger cap "
+                             "(e.g. '1G')")
         interpreter = python or sys.executable
         if not interpreter or not os.access(interpreter, os.X_OK):
             raise UsageError(f"python: {interpreter!r} is not an executable interpreter")
@@ -119,6 +134,8 @@ class _Options:
             preload=tuple(preload),
             python=interpreter,
             echo_stderr=echo_stderr,
+            host_mem_limit=host_cap,
+            cpus_per_call=cpus_per_call or 0,
         )
 
     def core(self) -> "_core.CallOptions":
@@ -135,6 +152,8 @@ class _Options:
         o.standby = self.standby
         o.warm_context = self.warm_context
         o.early_result = self.early_result
+        o.host_mem_limit = self.host_mem_limit
+        o.cpus_per_call = self.cpus_per_call
         return o
 
     def argv(self) -> list[str]:
@@ -302,6 +321,7 @@ class IsolatedFuture(concurrent.futures.Future):
         super().__init__()
         self._job = job
         self._outcome: Optional[Outcome] = None
+        self._call_result: Optional[Result[Any]] = None
 
     @property
     def pid(self) -> int:
@@ -321,11 +341,19 @@ class IsolatedFuture(concurrent.futures.Future):
         return True
 
     def running(self) -> bool:
-        return not self.done()
+        """True once the call has been admitted and its worker started, until it ends."""
+        return not self.done() and self._job.started
 
     def _complete(self) -> None:
         self._job.wait(None)
-        result = _finish(self._job)
+        try:
+            result = _finish(self._job)
+        except BaseException as exc:  # noqa: BLE001 - the worker could not be started at all
+            self._call_result = Result(None, error=exc)  # type: ignore[arg-type]
+            if self.set_running_or_notify_cancel():
+                self.set_exception(exc)
+            return
+        self._call_result = result
         self._outcome = result.outcome
         if not self.set_running_or_notify_cancel():
             return  # cancelled: result() raises CancelledError
@@ -345,15 +373,20 @@ class IsolatedFunction(Generic[R]):
         self._options = options
         functools.update_wrapper(self, fn)
 
-    def _start(self, args: tuple, kwargs: dict) -> "_core.Job":
+    def _start(self, args: tuple, kwargs: dict, executor: Optional["_core.Admission"] = None) -> "_core.Job":
+        """Queues the call for admission (at ``executor``, then the process's) and returns its
+        job; it has started where it fit at once."""
         if _exiting.is_set():
             raise Cancelled("the interpreter is exiting: no call is started", None)
+        o = self._options
+        if o.mem_limit and not o.on_gpu and executor is None:
+            raise UsageError("mem_limit caps GPU memory, and this call has no GPU (give gpu=, gpus= or gpu_count=); "
+                             "to cap the host memory of a CPU call use host_mem_limit")
         try:
             request = encode_call(self.__wrapped__, args, kwargs)
         except Exception as exc:
             raise UsageError(f"the call cannot be pickled: {type(exc).__name__}: {exc}") from exc
-        o = self._options
-        job = _core.start(request, o.argv(), o.launch_env(), o.core())
+        job = _core.start(request, o.argv(), o.launch_env(), o.core(), executor)
         _track(job)
         return job
 
@@ -377,25 +410,37 @@ class IsolatedFunction(Generic[R]):
         return self.try_call(*args, **kwargs).value
 
     def submit(self, *args: Any, **kwargs: Any) -> IsolatedFuture:
-        """Starts the call and returns its future at once."""
-        job = self._start(args, kwargs)
+        """Queues the call and returns its future at once; the call starts as soon as this
+        process's admission has room for it (a GPU's memory for its cap, a CPU slot)."""
+        return self._submit(args, kwargs, None)
+
+    def _submit(self, args: tuple, kwargs: dict, executor: Optional["_core.Admission"]) -> IsolatedFuture:
+        job = self._start(args, kwargs, executor)
         future = IsolatedFuture(job)
-        _spawn(future._complete, f"isorun-call-{job.pid}")
+        _spawn(future._complete, "isorun-call")
         return future
+
+    async def acall(self, *args: Any, **kwargs: Any) -> R:
+        """Awaitable call: ``await f.acall(x)`` runs the function in a fresh interpreter, as a call
+        would, without blocking the event loop. Cancelling the awaiting task stops the worker (or
+        takes the call out of the admission queue)."""
+        import asyncio
+
+        return await asyncio.wrap_future(self.submit(*args, **kwargs))
 
     def warm_up(self) -> None:
         """Launches this function's ``standby`` interpreters now (each imports its ``preload``
         modules and waits for a call) and returns once they are launched: before timing calls,
         or before the first call should find them waiting. Does nothing without ``standby``."""
         o = self._options
-        _core.fill_standby(o.argv(), o.launch_env(), o.core())
+        _core.fill_standby(o.argv(), o.launch_env(), o.core(), None)
 
     def options(self, **changes: Any) -> "IsolatedFunction[R]":
         """The same function with some options changed."""
         fields = dataclasses.asdict(self._options)
         unknown = set(changes) - {"gpu", "gpus", "gpu_count", "cpu", "mem_limit", "timeout", "grace", "env",
                                    "standby", "warm_context", "early_result", "alloc_conf", "preload", "python",
-                                   "echo_stderr"}
+                                   "echo_stderr", "host_mem_limit", "cpus_per_call"}
         if unknown:
             raise UsageError(f"unknown option(s): {', '.join(sorted(unknown))}")
         base = dict(gpu=fields["gpu"], gpus=fields["gpus"], gpu_count=fields["gpu_count"],
@@ -403,7 +448,8 @@ class IsolatedFunction(Generic[R]):
                     grace=fields["grace_ms"] / 1000, env=fields["env"], standby=fields["standby"],
                     warm_context=fields["warm_context"], early_result=fields["early_result"],
                     alloc_conf=fields["alloc_conf"], preload=fields["preload"], python=fields["python"],
-                    echo_stderr=fields["echo_stderr"])
+                    echo_stderr=fields["echo_stderr"], host_mem_limit=fields["host_mem_limit"] or None,
+                    cpus_per_call=fields["cpus_per_call"] or None)
         if changes.keys() & {"gpu", "gpus", "gpu_count", "cpu"}:
             # Where it runs is given anew, as a whole: the old placement does not stay beside it.
             base.update(gpu=None, gpus=None, gpu_count=0)
@@ -425,7 +471,8 @@ def isolated(fn: Optional[Callable[..., R]] = None, /, *, gpu: Optional[int] = N
              mem_limit: Optional[Size] = None, timeout: Optional[Duration] = None, grace: Optional[Duration] = None,
              env: Union[Mapping[str, str], Sequence[str], None] = None, standby: int = 0,
              warm_context: bool = False, early_result: bool = False, alloc_conf: str = "",
-             preload: Sequence[str] = (), python: Optional[str] = None, echo_stderr: bool = True) -> Any:
+             preload: Sequence[str] = (), python: Optional[str] = None, echo_stderr: bool = True,
+             host_mem_limit: Optional[Size] = None, cpus_per_call: Optional[int] = None) -> Any:
     """Wraps ``fn`` so that each call runs in a fresh Python interpreter, exec'd (never forked),
     supervised by isorun's C++ runner in this process. As a decorator, with or without options::
 
@@ -447,102 +494,30 @@ def isolated(fn: Optional[Callable[..., R]] = None, /, *, gpu: Optional[int] = N
       warm_context: with one GPU, waiting interpreters also create the CUDA context;
       early_result: hand the result over, sealed, before the worker has exited;
       alloc_conf: the allocator's configuration; python: the interpreter (default
-      ``sys.executable``); echo_stderr: copy the worker's stderr to ours, live.
+      ``sys.executable``); echo_stderr: copy the worker's stderr to ours, live;
+      host_mem_limit: a hard cap on the worker's host memory, its children's included (the
+      worker's cgroup; refused where no cgroup can enforce it); cpus_per_call: the cores a call
+      may use (its OMP/BLAS thread limits, and the CPU slots it takes; default its share).
+
+    Every call waits for this process's admission: no more caps on a GPU than its memory, no
+    more CPU calls at once than cores (see :class:`Executor` for limits of your own).
 
     Raises :class:`UsageError` for options that cannot work (nothing is started).
     """
     opts = _Options.resolve(gpu=gpu, gpus=gpus, gpu_count=gpu_count, cpu=cpu, mem_limit=mem_limit, timeout=timeout,
                             grace=grace, env=env, standby=standby, warm_context=warm_context,
                             early_result=early_result, alloc_conf=alloc_conf, preload=preload, python=python,
-                            echo_stderr=echo_stderr)
+                            echo_stderr=echo_stderr, host_mem_limit=host_mem_limit, cpus_per_call=cpus_per_call)
     if fn is None:
         return lambda f: IsolatedFunction(f, opts)
     return IsolatedFunction(fn, opts)
 
 
-def map(fn: Union[Callable[..., R], IsolatedFunction[R]], inputs: Iterable[Any], *,
-        gpus: Union[str, Sequence[int], None] = None, mem_limit: Optional[Size] = None, per_gpu: int = 0,
-        cpu_slots: int = 0, **options: Any) -> list[Result[R]]:
-    """Runs ``fn`` on every input, each call in a fresh interpreter, in parallel on slots: per GPU
-    (``gpus="all"`` or a list of indices; ``per_gpu`` calls each, default as many caps of
-    ``mem_limit`` as fit), else on CPU slots (``cpu_slots``, default one per core). An input
-    that is a dict is passed as keyword arguments, a tuple as positional ones, anything else as
-    the one argument. Returns a :class:`Result` per input, in input order. An
-    :class:`IsolatedFunction` keeps its options (its ``mem_limit`` too, unless one is given
-    here) but for where it runs; other keyword options are those of :func:`isolated`.
-    """
-    # An isolated function keeps its own options, but for where it runs (and those given here).
-    placed = sorted(options.keys() & {"gpu", "gpu_count", "cpu"})
-    if placed:
-        raise UsageError(f"map places each call on its slots: {', '.join(placed)} cannot be given to it; "
-                         "use gpus=[...] or gpus='all' (with mem_limit or per_gpu), or cpu_slots")
-    base = fn if isinstance(fn, IsolatedFunction) else IsolatedFunction(fn, _Options.resolve())
-    items = list(inputs)
-    if isinstance(gpus, str):
-        if gpus != "all":
-            raise UsageError(f"gpus takes 'all' or a list of GPU indices, not {gpus!r}")
-        gpu_list: list[int] = []
-        all_gpus = True
-    else:
-        gpu_list = list(gpus or ())
-        all_gpus = False
-    cap = base._options.mem_limit if mem_limit is None else _size(mem_limit, "mem_limit")
-    slots, _how = _core.plan_slots(gpu_list, all_gpus, cap, per_gpu, cpu_slots)
-    calls = [base.options(gpu=None, gpus=slot or None, gpu_count=0, mem_limit=cap, **options) for slot in slots]
-    results: list[Optional[Result[R]]] = [None] * len(items)
-    next_item = iter(range(len(items)))
-    lock = threading.Lock()
-    errors: list[BaseException] = []
-    stop = threading.Event()  # no new call: one could not be made, or the caller was interrupted
-    running: set["_core.Job"] = set()
+def map(fn: Union[Callable[..., R], IsolatedFunction[R]], inputs: Iterable[Any], **options: Any) -> list[Result[R]]:
+    """See :func:`isorun._executor.map` (``isorun.map``)."""
+    from ._executor import map as run
 
-    def run_slot(call: IsolatedFunction[R]) -> None:
-        while not stop.is_set() and not _exiting.is_set():
-            with lock:
-                i = next(next_item, None)
-            if i is None:
-                return
-            item = items[i]
-            args, kwargs = ((), dict(item)) if isinstance(item, Mapping) else \
-                (item, {}) if isinstance(item, tuple) else ((item,), {})
-            try:
-                job = call._start(args, kwargs)
-            except BaseException as exc:  # noqa: BLE001 - the call could not be made at all
-                with lock:
-                    errors.append(exc)
-                stop.set()
-                return
-            with lock:
-                running.add(job)
-                late = stop.is_set()  # started as the caller stopped the others
-            if late:
-                job.cancel()
-            try:
-                job.wait(None)
-            finally:
-                with lock:
-                    running.discard(job)
-            results[i] = _finish(job)
-
-    slots_ended = [_spawn(functools.partial(run_slot, c), f"isorun-map-slot-{n}")
-                   for n, c in enumerate(calls[: max(1, len(items))])]
-    try:
-        for ended in slots_ended:
-            ended.wait()
-    except BaseException:
-        # Ctrl-C (or any exception) in the caller: no new call, the running ones stopped and
-        # waited for, then the exception goes on.
-        with lock:
-            stop.set()
-            jobs = list(running)
-        for job in jobs:
-            job.cancel()
-        for ended in slots_ended:
-            ended.wait()
-        raise
-    if errors:
-        raise errors[0]
-    return [r for r in results if r is not None]
+    return run(fn, inputs, **options)
 
 
 def stop_standby() -> None:

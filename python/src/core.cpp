@@ -39,11 +39,14 @@
 #include <utility>
 #include <vector>
 
+#include "isorun/runner/admission.hpp"
 #include "isorun/runner/errors.hpp"
+#include "isorun/runner/executor.hpp"
 #include "isorun/runner/isolated.hpp"
 #include "isorun/runner/job.hpp"
 #include "isorun/runner/launcher.hpp"
 #include "isorun/runner/placement.hpp"
+#include "isorun/runner/queued_job.hpp"
 #include "isorun/runner/standby.hpp"
 #include "isorun/runner/units.hpp"
 #include "isorun/runner/driver_cap.hpp"
@@ -105,6 +108,14 @@ struct call_options {
   std::size_t standby = 0;
   bool warm_context = false;
   bool early_result = false;
+  std::uint64_t host_mem_limit = 0;
+  unsigned cpus_per_call = 0;
+};
+
+/// An executor's admission (isorun.Executor), in front of the process's.
+struct py_admission {
+  std::shared_ptr<isorun::runner::admission> admission;
+  std::string plan;
 };
 
 /// The cap of one call's worker on the CUDA driver API is runner::driver_cap, as for
@@ -122,15 +133,21 @@ std::string cap_preload_variable() {
   return "LD_PRELOAD=" + preload;
 }
 
-/// One isolated call in flight: a runner::job watched by a thread of its own (job::wait is what
-/// pumps the worker's stderr, reads its reports and enforces the timeout), waited on from
-/// Python with the GIL released and Ctrl-C answered.
+/// One isolated call in flight: a runner::queued_job (waiting for admission, then its job) watched
+/// by a thread of its own (job::wait is what pumps the worker's stderr, reads its reports and
+/// enforces the timeout), waited on from Python with the GIL released and Ctrl-C answered.
 class py_job {
  public:
-  explicit py_job(std::shared_ptr<isorun::runner::job> job, std::shared_ptr<driver_cap> cap = nullptr)
-      : job_{std::move(job)},
-        cap_{std::move(cap)},
-        done_{std::async(std::launch::async, [j = job_] { j->wait(); }).share()} {}
+  explicit py_job(std::shared_ptr<isorun::runner::queued_job> call, std::shared_ptr<driver_cap> cap = nullptr)
+      : job_{std::move(call)}, cap_{std::move(cap)} {
+    job_->start_if_admitted();  // admitted at once: started here, its pid known on return
+    done_ = std::async(std::launch::async, [j = job_] {
+              try {
+                j->wait();
+              } catch (...) {  // a start that failed: result() raises it
+              }
+            }).share();
+  }
   py_job(py_job&&) noexcept = default;
   py_job& operator=(py_job&&) noexcept = default;
   py_job(const py_job&) = delete;
@@ -184,7 +201,7 @@ class py_job {
     {
       nb::gil_scoped_release unlocked;
       done_.wait();
-      r = &job_->wait();
+      r = &job_->wait();  // rethrows a start that failed: UsageError, InternalError
     }
     const isorun::outcome& o = r->status;
     nb::list tail;
@@ -226,26 +243,31 @@ class py_job {
     return nb::make_tuple(d, nb::cast(view, nb::rv_policy::reference));
   }
 
-  /// Asks for the worker to stop (SIGTERM, SIGKILL after the grace period); a second call kills.
+  /// Leaves the admission queue, or asks for the worker to stop (SIGTERM, SIGKILL after the grace
+  /// period); a second call kills.
   void cancel() noexcept { job_->cancel(); }
   [[nodiscard]] pid_t pid() const noexcept { return job_->pid(); }
+  [[nodiscard]] bool started() const noexcept { return job_->started(); }
 
  private:
-  std::shared_ptr<isorun::runner::job> job_;
+  std::shared_ptr<isorun::runner::queued_job> job_;
   std::shared_ptr<driver_cap> cap_;  // lives until the worker is gone
   std::shared_future<void> done_;  // the watcher thread's end
 };
 
-/// The job_spec of one call of `request` (placed on its GPU) in a fresh `argv` (a Python
-/// interpreter running isorun._worker). `launch_env` is part of how the worker is launched (a
-/// standby interpreter gets it at exec: what it preloads); `o.env` joins it. Without the GIL.
+/// The job_spec of one call of `request` in a fresh `argv` (a Python interpreter running
+/// isorun._worker), its GPUs left to admission (`on_gpu`: it will have some). `launch_env` is
+/// part of how the worker is launched (a standby interpreter gets it at exec: what it preloads,
+/// its thread limits); `o.env` joins it. Without the GIL.
 isorun::runner::job_spec python_job_spec(isorun::blob request, std::vector<std::string> argv,
                                          const std::vector<std::string>& launch_env, const call_options& o,
-                                         isorun::isolated_options& opts) {
+                                         bool on_gpu, isorun::isolated_options& opts) {
   opts.gpu = o.gpu;
   opts.gpus = o.gpus;
   opts.gpu_count = o.gpu_count;
   opts.mem_limit = o.mem_limit;
+  opts.host_mem_limit = o.host_mem_limit;
+  opts.cpus_per_call = o.cpus_per_call;
   opts.timeout = std::chrono::milliseconds(o.timeout_ms);
   opts.grace = std::chrono::milliseconds(o.grace_ms);
   opts.alloc_conf = o.alloc_conf;
@@ -255,11 +277,12 @@ isorun::runner::job_spec python_job_spec(isorun::blob request, std::vector<std::
   opts.standby = o.standby;
   opts.warm_context = o.warm_context;
   opts.early_result = o.early_result;
+  // Checked now (a GPU that does not exist, a cap larger than it); admission says which GPUs.
   auto placed = isorun::runner::place_job(isorun::gpus(), isorun::runner::gpu_request_for(opts), false, opts.mem_limit);
   // Under a cap on a GPU the worker runs with the driver-API cap library preloaded; its region
   // comes with the call (start()); what a preload allocates before it stays within the cap, and is
   // charged to the call's region when that comes.
-  if (opts.mem_limit && !placed.empty()) {
+  if (opts.mem_limit && on_gpu) {
     opts.env.push_back(cap_preload_variable());
     opts.env.push_back(std::string(isorun::serialization::env::cap_deferred) + "=" + std::to_string(opts.mem_limit));
   }
@@ -269,6 +292,21 @@ isorun::runner::job_spec python_job_spec(isorun::blob request, std::vector<std::
   spec.executable = argv.at(0);
   spec.worker_argv.assign(argv.begin() + 1, argv.end());
   return spec;
+}
+
+/// The admission request of a call with options `o` (behind an executor with GPUs, one of its
+/// GPUs), and the cores it gets: its thread limits, in `o`.
+isorun::runner::admission_request python_request(call_options& o, isorun::runner::admission& first, bool executor) {
+  isorun::isolated_options placement;
+  placement.gpu = o.gpu;
+  placement.gpus = o.gpus;
+  placement.gpu_count = o.gpu_count;
+  placement.mem_limit = o.mem_limit;
+  auto request = isorun::runner::admission_request_for(placement);
+  if (executor && !request.on_gpu() && !first.shares().gpus.empty()) request.gpu_count = 1;
+  if (o.cpus_per_call) request.cpus = o.cpus_per_call;
+  else o.cpus_per_call = first.share(request);
+  return request;
 }
 
 /// The request as the worker gets it: u32 size and the variables the call sets before it runs
@@ -282,37 +320,65 @@ isorun::blob framed_request(const std::string& variables, const nb::bytes& reque
   return args;
 }
 
-/// Starts one isolated call of the pickled `request` (see python_job_spec).
-py_job start(nb::bytes request, std::vector<std::string> argv, std::vector<std::string> launch_env,
-             const call_options& o) {
+/// Queues one isolated call of the pickled `request` (see python_job_spec) for admission, at
+/// `executor` then the process's, or the process's alone; it starts at once where it fits.
+py_job start(nb::bytes request, std::vector<std::string> argv, std::vector<std::string> launch_env, call_options o,
+             const py_admission* executor) {
   nb::gil_scoped_release unlocked;  // placement may read NVML; launching waits for the exec
+  auto& process = isorun::runner::admission::process();
+  auto& first = executor ? *executor->admission : process;
+  auto admission_request = python_request(o, first, executor != nullptr);
   isorun::isolated_options opts;
-  auto spec = python_job_spec(isorun::blob(), std::move(argv), launch_env, o, opts);
+  auto spec = std::make_shared<isorun::runner::job_spec>(
+      python_job_spec(isorun::blob(), std::move(argv), launch_env, o, admission_request.on_gpu(), opts));
+  isorun::runner::check_job_spec(*spec);
   std::shared_ptr<driver_cap> cap;
   std::string variables;
-  if (spec.mem_limit && !spec.gpus.empty()) {
+  if (spec->mem_limit && admission_request.on_gpu()) {
     // The cap on the driver API, for whatever the function allocates on the device.
-    cap = std::make_shared<driver_cap>(spec.mem_limit);
+    cap = std::make_shared<driver_cap>(spec->mem_limit);
     for (const auto& v : cap->variables()) variables += v + '\0';
   }
   {
     nb::gil_scoped_acquire locked;  // the request is a Python object
-    spec.args = framed_request(variables, request);
+    spec->args = framed_request(variables, request);
   }
-  if (!opts.standby) return py_job(isorun::runner::job::start(std::move(spec)), std::move(cap));
-  auto& pool = isorun::runner::standby_for(isorun::runner::launch_spec_for(spec), opts.standby);
-  return py_job(isorun::runner::job::start(std::move(spec), pool), std::move(cap));
+  auto place = first.enqueue(std::move(admission_request), executor ? &process : nullptr);
+  auto call = std::make_shared<isorun::runner::queued_job>(
+      std::move(place), [spec, standby = opts.standby](std::shared_ptr<isorun::runner::admission::ticket> ticket) {
+        spec->gpus = ticket->gpus();
+        spec->admitted = std::move(ticket);
+        if (!standby) return isorun::runner::job::start(std::move(*spec));
+        auto& pool = isorun::runner::standby_for(isorun::runner::launch_spec_for(*spec), standby);
+        return isorun::runner::job::start(std::move(*spec), pool);
+      });
+  return py_job(std::move(call), std::move(cap));
 }
 
 /// Launches the standby interpreters of calls like these now and waits until they are all
 /// launched (each then imports its preloads and waits for its call).
-void fill_standby(std::vector<std::string> argv, std::vector<std::string> launch_env, const call_options& o) {
+void fill_standby(std::vector<std::string> argv, std::vector<std::string> launch_env, call_options o,
+                  const py_admission* executor) {
   if (!o.standby) return;
   nb::gil_scoped_release unlocked;
+  auto& first = executor ? *executor->admission : isorun::runner::admission::process();
+  auto request = python_request(o, first, executor != nullptr);
   isorun::isolated_options opts;
-  auto spec = python_job_spec(isorun::blob(), std::move(argv), launch_env, o, opts);
+  auto spec = python_job_spec(isorun::blob(), std::move(argv), launch_env, o, request.on_gpu(), opts);
   isorun::runner::check_job_spec(spec);
+  if (request.on_gpu() && spec.gpus.empty() && opts.warm_context) return;  // its GPU is known only when admitted
   isorun::runner::standby_for(isorun::runner::launch_spec_for(spec), opts.standby).fill();
+}
+
+/// An executor's admission for these slots (isorun.Executor), and how they were decided.
+py_admission executor_admission(std::vector<int> gpus, bool all_gpus, std::uint64_t mem_limit, int per_gpu,
+                                int cpu_slots) {
+  nb::gil_scoped_release unlocked;
+  py_admission a;
+  a.admission = isorun::detail::executor_admission(
+      {.gpus = std::move(gpus), .all_gpus = all_gpus, .mem_limit = mem_limit, .per_gpu = per_gpu, .cpu_slots = cpu_slots},
+      a.plan);
+  return a;
 }
 
 /// The slots of a batch (map): per slot, the GPU indices it runs on (empty: a CPU slot); and
@@ -488,19 +554,33 @@ NB_MODULE(_core, m) {
       .def_rw("echo_stderr", &call_options::echo_stderr)
       .def_rw("standby", &call_options::standby)
       .def_rw("warm_context", &call_options::warm_context)
-      .def_rw("early_result", &call_options::early_result);
+      .def_rw("early_result", &call_options::early_result)
+      .def_rw("host_mem_limit", &call_options::host_mem_limit)
+      .def_rw("cpus_per_call", &call_options::cpus_per_call);
+
+  nb::class_<py_admission>(m, "Admission")
+      .def_prop_ro("waiting", [](const py_admission& a) { return a.admission->waiting(); })
+      .def_prop_ro("running", [](const py_admission& a) { return a.admission->running(); })
+      .def_ro("plan", &py_admission::plan);
 
   nb::class_<py_job>(m, "Job")
       .def("wait", &py_job::wait, "timeout"_a = nb::none(),
            "Waits for the worker's end (None: no limit); True once done. Ctrl-C stops the worker.")
       .def("result", &py_job::result, "(outcome dict, payload array or None) of the finished call.")
       .def("cancel", &py_job::cancel, "Stops the worker: SIGTERM, then SIGKILL after the grace period.")
-      .def_prop_ro("pid", &py_job::pid);
+      .def_prop_ro("pid", &py_job::pid)
+      .def_prop_ro("started", &py_job::started);
 
-  m.def("start", &start, "request"_a, "argv"_a, "launch_env"_a, "options"_a,
-        "Starts one isolated call of a pickled request in a fresh interpreter.");
-  m.def("fill_standby", &fill_standby, "argv"_a, "launch_env"_a, "options"_a,
+  m.def("start", &start, "request"_a, "argv"_a, "launch_env"_a, "options"_a, "executor"_a = nb::none(),
+        "Queues one isolated call of a pickled request for admission; it starts in a fresh interpreter.");
+  m.def("fill_standby", &fill_standby, "argv"_a, "launch_env"_a, "options"_a, "executor"_a = nb::none(),
         "Launches the standby interpreters of such calls now; returns once they are launched.");
+  m.def("executor_admission", &executor_admission, "gpus"_a, "all_gpus"_a, "mem_limit"_a, "per_gpu"_a, "cpu_slots"_a,
+        "An executor's admission for these slots.");
+  m.def("admission_counts", [] {
+    auto& a = isorun::runner::admission::process();
+    return std::make_pair(a.waiting(), a.running());
+  }, "(waiting, running) calls of this process's admission.");
   m.def("plan_slots", &plan_slots, "gpus"_a, "all_gpus"_a, "mem_limit"_a, "per_gpu"_a, "cpu_slots"_a,
         "The slots of a batch: per slot its GPU indices (empty: CPU), and how they were decided.");
   m.def("parse_size", &parse_size, "text"_a, "Bytes in '2G', '512M', '1.5GiB' or a plain count.");

@@ -1,0 +1,226 @@
+"""Executors: :class:`Executor` and :func:`map`, on the same admission as every other call."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import itertools
+import sys
+import threading
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, TypeVar, Union
+
+from . import _core
+from ._api import IsolatedFunction, IsolatedFuture, Size, _Options, _size
+from ._outcome import Result
+from .errors import UsageError
+
+__all__ = ["Executor", "map"]
+
+R = TypeVar("R")
+
+
+def _gpu_list(gpus: Union[str, Sequence[int], None]) -> tuple[list[int], bool]:
+    """(indices, all) from ``gpus``: ``"all"``, a list or tuple of indices, or None."""
+    if gpus is None:
+        return [], False
+    if isinstance(gpus, str):
+        if gpus != "all":
+            raise UsageError(f"gpus takes 'all' or a list of GPU indices, not {gpus!r}")
+        return [], True
+    if not isinstance(gpus, (list, tuple)) or any(isinstance(g, bool) or not isinstance(g, int) for g in gpus):
+        raise UsageError(f"gpus takes 'all' or a list of GPU indices, not {gpus!r}")
+    return list(gpus), False
+
+
+def _count(value: Optional[int], what: str) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{what} takes a number of calls (1 or more), not {value!r}; leave it out for the default")
+    return value
+
+
+class Executor(concurrent.futures.Executor):
+    """Runs calls in fresh, isolated interpreters as its slots allow, like
+    ``concurrent.futures.ProcessPoolExecutor`` with a new process for every call::
+
+        with isorun.Executor(gpus="all", mem_limit="6G", timeout="10m") as ex:
+            futures = [ex.submit(train, lr) for lr in lrs]          # each an IsolatedFuture
+            for fut in concurrent.futures.as_completed(futures): ...
+            accuracies = list(ex.map(evaluate, checkpoints))        # lazily, in order
+
+    Slots: per GPU (``gpus="all"`` or indices), as many calls as caps of ``mem_limit`` fit in its
+    free memory (at most ``per_gpu``, and at most its share of the cores); without GPUs,
+    ``cpu_slots`` CPU calls at once (default one per core). A call waits, first come, first
+    served, until a slot is free, and then also for this process's admission, which every
+    isolated call goes through: two executors (or an executor and plain calls) never put more
+    caps on a GPU than it holds. Each worker's OpenMP/BLAS threads are limited to its share of
+    the cores (``cpus_per_call``), unless you set those variables yourself.
+
+    The other keyword options are :func:`isorun.isolated`'s (``timeout``, ``standby``,
+    ``preload``, ``host_mem_limit``, ``env``, ...), for the plain functions given to it; an
+    :func:`isolated` function keeps its own options, but for where it runs.
+
+    Raises :class:`UsageError` for options that cannot work (nothing is started).
+    """
+
+    def __init__(self, gpus: Union[str, Sequence[int], None] = None, *, mem_limit: Optional[Size] = None,
+                 per_gpu: Optional[int] = None, cpu_slots: Optional[int] = None, **options: Any) -> None:
+        placed = sorted(options.keys() & {"gpu", "gpu_count", "cpu"})
+        if placed:
+            raise UsageError(f"an Executor places its calls itself: {', '.join(placed)} cannot be given to it; "
+                             "use gpus=[...] or gpus='all' (with mem_limit or per_gpu), or cpu_slots")
+        gpu_list, all_gpus = _gpu_list(gpus)
+        self._mem_limit = _size(mem_limit, "mem_limit")
+        self._admission = _core.executor_admission(gpu_list, all_gpus, self._mem_limit,
+                                                   _count(per_gpu, "per_gpu"), _count(cpu_slots, "cpu_slots"))
+        self._on_gpu = bool(gpu_list) or all_gpus
+        if self._mem_limit and not self._on_gpu:
+            raise UsageError("mem_limit caps GPU memory, and this executor has no GPUs (give gpus=); to cap the "
+                             "host memory of CPU calls use host_mem_limit")
+        self._options = _Options.resolve(mem_limit=self._mem_limit or None, **options)
+        self._lock = threading.Lock()
+        self._shutdown = False
+        self._futures: set[IsolatedFuture] = set()
+
+    @property
+    def plan(self) -> str:
+        """How the slots were decided, e.g. ``"2 CPU slots (one per core)"``."""
+        return self._admission.plan
+
+    @property
+    def waiting(self) -> int:
+        """Calls waiting for a slot now."""
+        return self._admission.waiting
+
+    @property
+    def running(self) -> int:
+        """Calls running now (from their admission until their worker is gone)."""
+        return self._admission.running
+
+    def _call_of(self, fn: Callable[..., Any]) -> IsolatedFunction[Any]:
+        """``fn`` with this executor's options; an isolated function keeps its own but for where it
+        runs, which must not conflict with the executor's."""
+        if not isinstance(fn, IsolatedFunction):
+            call = IsolatedFunction(fn, self._options)
+        else:
+            call = fn
+            if call._options.on_gpu:
+                raise UsageError(f"{fn!r} names its own GPUs (gpu, gpus or gpu_count), and the executor places its "
+                                 "calls itself: drop them from isolated(), or call the function directly")
+            own = call._options.mem_limit
+            if own and self._mem_limit and own != self._mem_limit:
+                raise UsageError(f"{fn!r} has mem_limit={own}, and the executor packs calls of mem_limit="
+                                 f"{self._mem_limit}: give one of them")
+            if own and not self._on_gpu:
+                raise UsageError(f"{fn!r} has a mem_limit, which caps GPU memory, and this executor has no GPUs")
+            if self._mem_limit and not own:
+                call = call.options(mem_limit=self._mem_limit)
+        return call
+
+    def submit(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> IsolatedFuture:  # type: ignore[override]
+        """Queues ``fn(*args, **kwargs)`` and returns its future at once (an
+        :class:`IsolatedFuture`: ``cancel()`` also stops a running call)."""
+        call = self._call_of(fn)
+        with self._lock:
+            if self._shutdown:
+                raise RuntimeError("cannot schedule new calls after shutdown")
+            future = call._submit(args, kwargs, self._admission)
+            self._futures.add(future)
+        future.add_done_callback(self._forget)
+        return future
+
+    def _forget(self, future: concurrent.futures.Future) -> None:
+        with self._lock:
+            self._futures.discard(future)  # type: ignore[arg-type]
+
+    def map(self, fn: Callable[..., R], *iterables: Iterable[Any], timeout: Optional[float] = None,
+            chunksize: int = 1) -> Iterator[R]:
+        """Like ``concurrent.futures.Executor.map``: ``fn`` over the items of ``iterables`` (one
+        call each, queued at once), results yielded lazily in input order, the first failure
+        raised where its result would be; leaving the iterator early cancels the calls left."""
+        return super().map(fn, *iterables, timeout=timeout, chunksize=chunksize)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """No more calls are taken; ``cancel_futures`` cancels the calls still waiting for a slot
+        (running ones go on); ``wait`` waits for every call to end."""
+        with self._lock:
+            self._shutdown = True
+            futures = list(self._futures)
+        if cancel_futures:
+            for f in futures:
+                if not f._job.started:
+                    f.cancel()
+        if wait:
+            concurrent.futures.wait(futures)
+
+    def __repr__(self) -> str:
+        return f"<isorun.Executor {self.plan}: {self.running} running, {self.waiting} waiting>"
+
+
+def _args_of(item: Any) -> tuple[tuple, dict]:
+    """A dict input is passed as keyword arguments, a tuple as positional ones, anything else as
+    the one argument."""
+    if isinstance(item, Mapping):
+        return (), dict(item)
+    if isinstance(item, tuple):
+        return item, {}
+    return (item,), {}
+
+
+def map(fn: Union[Callable[..., R], IsolatedFunction[R]], inputs: Iterable[Any], *,
+        gpus: Union[str, Sequence[int], None] = None, mem_limit: Optional[Size] = None, per_gpu: Optional[int] = None,
+        cpu_slots: Optional[int] = None, on_result: Optional[Callable[[int, Result[R]], None]] = None,
+        **options: Any) -> list[Result[R]]:
+    """Runs ``fn`` on every input, each call in a fresh interpreter, in parallel on the slots of an
+    :class:`Executor`, and returns a :class:`Result` per input, in input order (failures are
+    results too). A dict input is passed as keyword arguments, a tuple as positional ones,
+    anything else as the one argument. ``on_result(index, result)`` is called as each ends.
+
+    Where calls run: ``gpus``, ``mem_limit``, ``per_gpu``, ``cpu_slots`` as for
+    :class:`Executor`; an :func:`isolated` function's own ``gpu``/``gpus`` and ``mem_limit``
+    are kept where this call gives none, and a :class:`UsageError` says where they conflict. Other
+    keyword options are those of :func:`isolated`.
+    """
+    placed = sorted(options.keys() & {"gpu", "gpu_count", "cpu"})
+    if placed:
+        raise UsageError(f"map places each call on its slots: {', '.join(placed)} cannot be given to it; "
+                         "use gpus=[...] or gpus='all' (with mem_limit or per_gpu), or cpu_slots")
+    base = fn if isinstance(fn, IsolatedFunction) else IsolatedFunction(fn, _Options.resolve(**options))
+    if isinstance(fn, IsolatedFunction) and options:
+        base = base.options(**options)
+    own = base._options
+    if own.gpu_count:
+        raise UsageError(f"{fn!r} asks for any {own.gpu_count} GPUs (gpu_count); map runs each call on one GPU: "
+                         "give gpus=[...] or gpus='all' to map")
+    own_gpus = [own.gpu] if own.gpu is not None else list(own.gpus)
+    if gpus is None:
+        gpus = own_gpus or None
+    elif own_gpus and (gpus == "all" or sorted(_gpu_list(gpus)[0]) != sorted(own_gpus)):
+        raise UsageError(f"{fn!r} runs on GPU(s) {own_gpus}, and map was given gpus={gpus!r}: give one of them")
+    cap = _size(mem_limit, "mem_limit")
+    if cap and own.mem_limit and cap != own.mem_limit:
+        raise UsageError(f"{fn!r} has mem_limit={own.mem_limit}, and map was given mem_limit={cap}: give one of them")
+    cap = cap or own.mem_limit
+    if own_gpus or own.mem_limit:
+        base = base.options(gpu=None, gpus=None, gpu_count=0, mem_limit=None)
+    items = list(inputs)
+    executor = Executor(gpus, mem_limit=cap or None, per_gpu=per_gpu, cpu_slots=cpu_slots)
+    futures = [executor.submit(base, *_args_of(item)[0], **_args_of(item)[1]) for item in items]
+    results: list[Optional[Result[R]]] = [None] * len(items)
+    try:
+        pending = dict(zip(futures, itertools.count()))
+        for fut in concurrent.futures.as_completed(futures):
+            i = pending[fut]
+            results[i] = fut._call_result
+            if on_result is not None:
+                on_result(i, fut._call_result)  # type: ignore[arg-type]
+    except BaseException:
+        # Ctrl-C (or a callback that raised): the calls left stop, and are waited for.
+        for fut in futures:
+            fut.cancel()
+        concurrent.futures.wait(futures)
+        raise
+    finally:
+        executor.shutdown(wait=False)
+    return [r for r in results if r is not None]
