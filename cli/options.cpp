@@ -157,6 +157,14 @@ const option_row table[] = {
      "within, not a security boundary against a program that sets out to escape it (that is "
      "cgroup dmem's); see docs/any-program.md",
      set_mem_limit},
+    {"--host-mem-limit", "SIZE", in_main | in_sweep,
+     "hard cap on the host memory of the worker (or -- CMD, or each trial) and every process it "
+     "starts, enforced by its cgroup (no swap past it): past it, it ends out of memory (exit 3). "
+     "Refused where no cgroup with the memory controller can enforce it",
+     [](cli_options& o, const std::string& f, const std::string& v) {
+       o.host_mem_limit = parse_size(v);
+       if (o.host_mem_limit == 0) throw usage_error(f + " must be greater than zero");
+     }},
     {"--mem-limit-mode", "M", in_main,
      "for -- CMD: enforced (default) or advisory (only exported, as ISORUN_MEM_LIMIT)",
      [](cli_options& o, const std::string& f, const std::string& v) {

@@ -67,6 +67,7 @@ struct cli_options {
   bool cpu = false;                     ///< --cpu
   std::uint64_t mem_limit = 0;          ///< --mem-limit (also a sweep flag: the cap per trial)
   bool mem_limit_advisory = false;      ///< --mem-limit-mode advisory (-- CMD only)
+  std::uint64_t host_mem_limit = 0;     ///< --host-mem-limit (also a sweep flag: per trial)
   std::chrono::milliseconds timeout{0};  ///< --timeout (also a sweep flag: per trial)
   std::chrono::milliseconds grace{5000};
   std::vector<std::string> task_libraries;  ///< --tasks

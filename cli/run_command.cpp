@@ -41,6 +41,7 @@ int run_command(const cli_options& o) {
   cmd = runner::command::start({.argv = o.command,
                                      .gpus = std::move(gpus),
                                      .mem_limit = o.mem_limit,
+                                     .host_mem_limit = o.host_mem_limit,
                                      .enforce_cap = !o.mem_limit_advisory,
                                      .timeout = o.timeout,
                                      .grace = o.grace,
@@ -65,7 +66,9 @@ int run_command(const cli_options& o) {
     std::fprintf(stderr, "isorun: %s\n", printable(r.status.message).c_str());  // (it may quote the command's stderr)
     return r.status.exit.shell_code();
   }
-  if (!o.quiet && r.program->signal) std::fprintf(stderr, "isorun: command %s\n", runner::describe(*r.program).c_str());
+  // Killed by its cgroup's OOM killer past --host-mem-limit: said, with the program's own status.
+  if (r.status.error_type == "host_memory") std::fprintf(stderr, "isorun: %s\n", printable(r.status.message).c_str());
+  else if (!o.quiet && r.program->signal) std::fprintf(stderr, "isorun: command %s\n", runner::describe(*r.program).c_str());
   return r.program->shell_code();
 }
 

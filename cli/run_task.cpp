@@ -125,6 +125,7 @@ int run_task(const cli_options& o, const std::vector<std::string>& libs) {
   const std::string text = runner::arguments::build_task_args(task, o.params).dump();
   runner::job_spec spec = runner::job_spec_for(task.name, serialization::encoding::json, blob(text.data(), text.size()), pick_gpus(o),
                                                {.mem_limit = o.mem_limit,
+                                                .host_mem_limit = o.host_mem_limit,
                                                 .timeout = o.timeout,
                                                 .grace = o.grace,
                                                 .alloc_conf = o.alloc_conf,

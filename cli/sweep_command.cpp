@@ -50,6 +50,7 @@ void apply_flags(const cli_options& o, sweep::sweep_spec& s) {
     s.all_gpus = f.all_gpus;
   }
   if (o.mem_limit) s.mem_limit = o.mem_limit;
+  if (o.host_mem_limit) s.host_mem_limit = o.host_mem_limit;
   if (f.per_gpu >= 0) s.per_gpu = f.per_gpu;
   if (f.gpus_per_trial) {
     s.gpus_per_trial_line = 0;

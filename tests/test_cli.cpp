@@ -99,6 +99,24 @@ TEST_CASE("each outcome class has its exit code", "[cli]") {
   CHECK(slow.err.find("timed out after") != std::string::npos);
 }
 
+TEST_CASE("--host-mem-limit ends a task past it out of memory (exit 3), and a command, saying so", "[cli][host-memory]") {
+  // Where no cgroup can enforce it, the flag is refused (exit 2): the bad-input test checks that.
+  auto probe = run(with_tasks({"-q", "--cpu", "--host-mem-limit", "64M", "filled", "arg0=1"}));
+  if (probe.code == 2) {
+    WARN("skipped: " << probe.err);
+    return;
+  }
+  CHECK(probe.code == 0);
+  auto task = run(with_tasks({"--cpu", "--host-mem-limit", "64M", "filled", "arg0=512"}));
+  CHECK(task.code == 3);
+  CHECK_THAT(task.err, Catch::Contains("host_mem_limit of 64.00 MiB"));
+  // A command exits with its own status (killed: 128 + SIGKILL), and isorun says why.
+  auto cmd = run({"--cpu", "--host-mem-limit", "64M", "--", "python3", "-c", "b = bytearray(512 << 20)"});
+  CHECK(cmd.code == 128 + SIGKILL);
+  CHECK_THAT(cmd.err, Catch::Contains("host_mem_limit of 64.00 MiB"));
+  CHECK(run({"--cpu", "-q", "--host-mem-limit", "256M", "--", "python3", "-c", "b = bytearray(16 << 20)"}).code == 0);
+}
+
 TEST_CASE("--gpus: these GPUs or any N, seen by the worker and by -- CMD in PCI bus order", "[cli][multi-gpu]") {
   const std::vector<std::string> four = {"ISORUN_SIMULATE_GPUS=4x16G"};
   const std::string cap = " cap=" + std::to_string(6ULL << 30);
@@ -214,6 +232,12 @@ TEST_CASE("bad input: clear message, exit 2, no worker started", "[cli]") {
       // found by fuzz_words: bytes that are not UTF-8 cannot become JSON arguments
       {{"--cpu", "touch", "arg0=\xb3" "a"}, {}, "argument 1 of the task is not valid UTF-8 text"},
       {{"--cpu", "--mem-limit", "2G", "--mem-limit-mode", "loose", "--", "true"}, {}, "expected enforced or advisory"},
+      {{"--cpu", "--host-mem-limit", "lots", "touch", touch}, {}, "invalid size 'lots'"},
+      {{"--cpu", "--host-mem-limit", "1M", "touch", touch}, {}, "below the smallest"},
+      {{"--cpu", "--host-mem-limit", "1G", "touch", touch}, {"ISORUN_CONTAINMENT=process-group"},
+       "host-mem-limit cannot be enforced here"},
+      {{"--cpu", "--host-mem-limit", "1G", "--", "true"}, {"ISORUN_CONTAINMENT=process-group"},
+       "host-mem-limit cannot be enforced here"},
   };
   for (const auto& c : cases) {
     INFO(c.args[0] << " " << c.args[1] << " ... expects: " << c.says);

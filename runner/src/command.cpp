@@ -16,6 +16,8 @@
 #include "isorun/preload/cap_region.hpp"
 #include "isorun/runner/command_shim.hpp"
 #include "isorun/runner/errors.hpp"
+#include "isorun/runner/host_memory.hpp"
+#include "isorun/runner/job.hpp"
 #include "isorun/runner/containment.hpp"
 #include "isorun/runner/driver_cap.hpp"
 #include "isorun/runner/process.hpp"
@@ -39,6 +41,7 @@ constexpr int shim_fd = serialization::control_fd;
 struct command::state {
   command_spec spec;
   std::optional<driver_cap> cap;
+  std::unique_ptr<host_memory_cap> host_cap;  // until the shim is reaped
   unique_fd report_read;  // the shim's report
   unique_fd cancel_read, cancel_write;  // one byte per cancel: the signal asked for
   unique_fd stderr_read;  // with stderr_tail_lines
@@ -66,6 +69,7 @@ std::unique_ptr<command> command::start(command_spec spec) {
   const auto exe = find_executable(spec.argv[0]);
   if (!exe) throw usage_error("command not found: '" + spec.argv[0] + "' (not an executable file, nor found in PATH)");
 
+  if (spec.host_mem_limit) check_host_mem_limit(spec.host_mem_limit);
   auto s = std::make_unique<state>();
   if (spec.mem_limit && spec.enforce_cap) s->cap.emplace(spec.mem_limit, spec.memory_events);
   int sv[2];
@@ -105,11 +109,16 @@ std::unique_ptr<command> command::start(command_spec spec) {
               {2, stderr_write ? stderr_write.get() : spec.stderr_fd},
               {shim_fd, theirs.get()}};
   opts.cgroup = new_child_cgroup();
+  if (spec.host_mem_limit) {
+    s->host_cap = std::make_unique<host_memory_cap>(opts.cgroup, spec.host_mem_limit, host_memory_cap::before_start_t{});
+    opts.join_cgroup_procs = s->host_cap->join_fd();
+  }
   try {
     s->shim = spawn(opts);
   } catch (const spawn_error& e) {
     throw internal_error(std::string("cannot start the command: ") + e.what());
   }
+  if (s->host_cap) s->host_cap->started();
   s->started = clock::now();
   s->started_ns = serialization::monotonic_ns();
   s->spec = std::move(spec);
@@ -168,7 +177,9 @@ const command_result& command::wait() {
   }
   command_shim_report report{-1, 0};
   const bool reported = ::recv(s.report_read.get(), &report, sizeof report, MSG_DONTWAIT) == sizeof report;
+  const host_memory_cap::reading host = s.host_cap ? s.host_cap->read() : host_memory_cap::reading{};
   const exit_status shim = s.shim.reap();  // also kills what is left of the group and the cgroup
+  s.host_cap.reset();
   if (stderr_open) read_stderr();
 
   command_result r;
@@ -180,7 +191,7 @@ const command_result& command::wait() {
   o.timeout = s.spec.timeout;
   o.device = s.spec.gpus.empty() ? "cpu" : visible_devices_for(s.spec.gpus);
   o.stderr_tail = tail.lines();
-  o.host_memory_peak = s.shim.memory_peak().value_or(0);
+  o.host_memory_peak = s.shim.memory_peak().value_or(host.peak.value_or(s.shim.max_rss()));
   if (s.cap) {
     r.cap_report = s.cap->report("the command", "--mem-limit", s.spec.gpus.size());
     o.peak_reserved = s.cap->peak();
@@ -211,6 +222,7 @@ const command_result& command::wait() {
     o.kind = outcome_kind::task_error;
     o.message = "the command " + describe(*r.program);
   }
+  host_memory_cap::classify(o, host, s.spec.host_mem_limit, "command");
   if (o.kind == outcome_kind::task_error || o.kind == outcome_kind::crashed || o.kind == outcome_kind::out_of_memory)
     for (auto it = o.stderr_tail.rbegin(); it != o.stderr_tail.rend(); ++it)
       if (it->find_first_not_of(" \t\r") != std::string::npos) {

@@ -12,9 +12,11 @@
 #include <cstring>
 #include <sstream>
 #include <string_view>
+#include <utility>
 
 #include "isorun/runner/containment.hpp"
 #include "isorun/runner/errors.hpp"
+#include "isorun/runner/units.hpp"
 #include "read_text.hpp"
 
 namespace isorun::runner {
@@ -144,38 +146,71 @@ std::string host_memory_cap::unavailable() {
          "'s parent, and " + b.why_not + "); enable it with +memory in cgroup.subtree_control";
 }
 
-host_memory_cap::host_memory_cap(const child& worker, std::uint64_t limit) : limit_{limit} {
-  const std::string value = std::to_string(limit);
-  if (containment().memory_peak && !worker.cgroup().empty()) {
-    v2_ = worker.cgroup();
-    if (const int err = write_file(v2_ + "/memory.max", value))
-      throw internal_error("cannot set " + v2_ + "/memory.max: " + std::strerror(err));
-    write_file(v2_ + "/memory.swap.max", "0");  // absent without swap accounting: nothing to page out to
-    return;
-  }
+bool host_memory_cap::cap_v2(const std::string& cgroup) {
+  if (!containment().memory_peak || cgroup.empty()) return false;
+  v2_ = cgroup;
+  if (const int err = write_file(v2_ + "/memory.max", std::to_string(limit_)))
+    throw internal_error("cannot set " + v2_ + "/memory.max: " + std::strerror(err));
+  write_file(v2_ + "/memory.swap.max", "0");  // absent without swap accounting: nothing to page out to
+  return true;
+}
+
+void host_memory_cap::make_v1() {
   const auto& b = v1();
   if (b.dir.empty()) throw internal_error("host memory cap: " + b.why_not);
   static std::atomic<std::uint64_t> next{0};
-  v1_ = b.dir + "/" + std::to_string(next++);
-  if (::mkdir(v1_.c_str(), 0755) != 0) {
-    const int err = errno;
-    v1_.clear();
-    throw internal_error("cannot create the worker's memory cgroup in " + b.dir + ": " + std::strerror(err));
-  }
+  const std::string dir = b.dir + "/" + std::to_string(next++);
+  if (::mkdir(dir.c_str(), 0755) != 0)
+    throw internal_error("cannot create a memory cgroup in " + b.dir + ": " + std::strerror(errno));
+  v1_ = dir;
+  const std::string value = std::to_string(limit_);
   int err = write_file(v1_ + "/memory.limit_in_bytes", value);
   // memsw is memory and swap together: the same limit leaves no room to swap.
   if (!err && ::access((v1_ + "/memory.memsw.limit_in_bytes").c_str(), F_OK) == 0)
     err = write_file(v1_ + "/memory.memsw.limit_in_bytes", value);
-  if (!err) err = write_file(v1_ + "/cgroup.procs", std::to_string(worker.pid()));
   if (err) {
-    const std::string dir = std::exchange(v1_, {});
-    ::rmdir(dir.c_str());
-    throw internal_error("cannot cap the worker's host memory in " + dir + ": " + std::strerror(err));
+    ::rmdir(std::exchange(v1_, {}).c_str());
+    throw internal_error("cannot set the host memory cap in " + dir + ": " + std::strerror(err));
   }
 }
 
+host_memory_cap::host_memory_cap(const child& worker, std::uint64_t limit) : limit_{limit} {
+  if (cap_v2(worker.cgroup())) return;
+  make_v1();
+  if (const int err = write_file(v1_ + "/cgroup.procs", std::to_string(worker.pid()))) {
+    ::rmdir(std::exchange(v1_, {}).c_str());
+    throw internal_error(std::string("cannot move the worker into its memory cgroup: ") + std::strerror(err));
+  }
+}
+
+host_memory_cap::host_memory_cap(const std::string& cgroup, std::uint64_t limit, before_start_t) : limit_{limit} {
+  if (cap_v2(cgroup)) return;
+  make_v1();
+  join_ = ::open((v1_ + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+  if (join_ < 0) {
+    const int err = errno;
+    ::rmdir(std::exchange(v1_, {}).c_str());
+    throw internal_error("cannot open the memory cgroup's cgroup.procs: " + std::string(std::strerror(err)));
+  }
+}
+
+void host_memory_cap::started() noexcept {
+  if (join_ >= 0) ::close(std::exchange(join_, -1));
+}
+
 host_memory_cap::~host_memory_cap() {
-  if (!v1_.empty()) ::rmdir(v1_.c_str());  // empty by now: the worker's cgroup v2 was killed
+  started();
+  if (!v1_.empty()) ::rmdir(v1_.c_str());  // empty by now: the child's cgroup v2 was killed
+}
+
+void host_memory_cap::classify(outcome& o, const reading& r, std::uint64_t limit, const std::string& who) {
+  if (!r.oom_kills || o.ok() || o.kind == outcome_kind::cancelled || o.kind == outcome_kind::timeout) return;
+  // The cgroup's OOM killer ended it (or a process it waited for): its cap, not a crash.
+  o.message = "host memory: the " + who + " reached its host_mem_limit of " + format_size(limit) + " (peak " +
+              format_size(o.host_memory_peak) + "); the kernel's OOM killer killed " + std::to_string(r.oom_kills) +
+              " of its processes (" + who + " " + describe(o.exit) + ")";
+  o.kind = outcome_kind::out_of_memory;
+  o.error_type = "host_memory";
 }
 
 host_memory_cap::reading host_memory_cap::read() const {

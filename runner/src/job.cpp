@@ -495,14 +495,7 @@ job_result classify(watch_record w, const job_spec& spec, const std::shared_ptr<
     o.message = w.exited.signal ? "worker " + describe(w.exited)
                                 : "worker " + describe(w.exited) + " without delivering a result";
   }
-  if (w.host.oom_kills && !o.ok() && o.kind != outcome_kind::cancelled && o.kind != outcome_kind::timeout) {
-    // The cgroup's OOM killer ended it (or a process it waited for): its cap, not a crash.
-    o.kind = outcome_kind::out_of_memory;
-    o.error_type = "host_memory";
-    o.message = "host memory: the worker reached its host_mem_limit of " + format_size(spec.host_mem_limit) +
-                " (peak " + format_size(o.host_memory_peak) + "); the kernel's OOM killer killed " +
-                std::to_string(w.host.oom_kills) + " of its processes (worker " + describe(w.exited) + ")";
-  }
+  host_memory_cap::classify(o, w.host, spec.host_mem_limit, "worker");
   return r;
 }
 
@@ -587,14 +580,16 @@ void check_job_spec(const job_spec& spec) {
     }
   }
   for (const auto& g : spec.gpus) check_fits(g, spec.mem_limit);
-  if (spec.host_mem_limit) {
-    constexpr std::uint64_t smallest = 16ULL << 20;  // below it an interpreter cannot even start
-    if (spec.host_mem_limit < smallest)
-      throw usage_error("host-mem-limit " + format_size(spec.host_mem_limit) + " is below the smallest, " +
-                        format_size(smallest) + "; give a larger cap (e.g. 1G)");
-    if (const std::string why = host_memory_cap::unavailable(); !why.empty())
-      throw usage_error("host-mem-limit cannot be enforced here: " + why);
-  }
+  if (spec.host_mem_limit) check_host_mem_limit(spec.host_mem_limit);
+}
+
+void check_host_mem_limit(std::uint64_t bytes) {
+  constexpr std::uint64_t smallest = 16ULL << 20;  // below it an interpreter cannot even start
+  if (bytes < smallest)
+    throw usage_error("host-mem-limit " + format_size(bytes) + " is below the smallest, " + format_size(smallest) +
+                      "; give a larger cap (e.g. 1G)");
+  if (const std::string why = host_memory_cap::unavailable(); !why.empty())
+    throw usage_error("host-mem-limit cannot be enforced here: " + why);
 }
 
 std::shared_ptr<job> job::start(job_spec spec) { return start(std::move(spec), local()); }

@@ -94,6 +94,7 @@ __attribute__((no_sanitize("address", "undefined"))) int prepare_child(const spa
     // Rooted there, as clone3 roots it (see clone_into_cgroup); refused without CAP_SYS_ADMIN.
     if (cgroup_namespaces.load(std::memory_order_relaxed)) ::unshare(CLONE_NEWCGROUP);
   }
+  if (options.join_cgroup_procs >= 0 && ::write(options.join_cgroup_procs, "0", 1) != 1) return errno;
   if (options.parent_death_signal) {
     ::prctl(PR_SET_PDEATHSIG, options.parent_death_signal);
     if (::getppid() != parent) ::_exit(127);  // the parent died before prctl took effect

@@ -16,6 +16,7 @@
 
 #include "folder.hpp"
 #include "python_trials.hpp"
+#include "isorun/serialization/cores.hpp"
 #include "isorun/runner/driver_cap.hpp"
 #include "isorun/runner/command.hpp"
 #include "isorun/runner/errors.hpp"
@@ -293,7 +294,14 @@ runner::job_spec local_backend::trial_spec(const slot& sl, std::size_t index, st
   runner::job_spec spec = runner::job_spec_for(
       s.python.empty() ? s.task : python_trials::task_name, serialization::encoding::json,
       blob(args.data(), args.size()), sl.gpus,
-      {.mem_limit = mem_limit, .timeout = s.timeout, .grace = setup_.options->grace, .alloc_conf = s.alloc_conf});
+      {.mem_limit = mem_limit,
+       .host_mem_limit = s.host_mem_limit,
+       // Each trial's share of the cores, as its thread limits: they share them with the other slots.
+       .cpus_per_call = static_cast<unsigned>(
+           std::max<std::size_t>(1, serialization::usable_cores() / std::max<std::size_t>(1, setup_.slots.size()))),
+       .timeout = s.timeout,
+       .grace = setup_.options->grace,
+       .alloc_conf = s.alloc_conf});
   spec.task_libraries = setup_.options->task_libraries;
   spec.executable = setup_.options->executable;
   if (!s.python.empty()) python_trials::launch(s, spec);
@@ -567,6 +575,7 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
     cmd = runner::command::start({.argv = command_for(s.command, rec.params),
                                   .gpus = sl.gpus,
                                   .mem_limit = cap,
+                                  .host_mem_limit = s.host_mem_limit,
                                   .timeout = s.timeout,
                                   .grace = setup_.options->grace,
                                   .extra_env = {"ISORUN_RESULT=" + result_file.string(), "ISORUN_TRIAL=" + rec.id},

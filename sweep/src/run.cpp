@@ -259,6 +259,8 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
   const bool submitter = s.slurm && st.opt.node.empty();  // its slots are on the nodes
   if (spans_gpus(s) && !submitter) st.gpu_counts = gpus_per_trial(s, st.slots);
   if (s.oom_retry) check_oom_retry(s, st.slots, st.gpu_counts);
+  // Where the trials run, a cgroup must enforce the host cap (the submitter's machine is not theirs).
+  if (s.host_mem_limit && !submitter) runner::check_host_mem_limit(s.host_mem_limit);
   try {
     st.timelines = by_task && alloc::alloc_config::parse(s.alloc_conf).history > 0;
   } catch (const alloc::config_error&) {

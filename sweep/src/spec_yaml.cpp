@@ -390,6 +390,9 @@ void parse_resources(const YAML::Node& root, sweep_spec& s) {
           else fail(v, "gpus is a list of indices or all");
         } else if (k == "mem_limit") {
           s.mem_limit = parse_size(v.Scalar());
+        } else if (k == "host_mem_limit") {
+          s.host_mem_limit = parse_size(v.Scalar());
+          if (!s.host_mem_limit) fail(v, "host_mem_limit must be greater than zero");
         } else if (k == "per_gpu") {
           s.per_gpu = static_cast<int>(number(v, "per_gpu"));
           if (s.per_gpu < 1) fail(v, "per_gpu must be at least 1");
@@ -436,13 +439,13 @@ void parse_resources(const YAML::Node& root, sweep_spec& s) {
               fail(v, "gpus_per_trial must be a whole number, at least 1, or \"{name}\" to take it from parameter name");
           }
         } else {
-          const std::vector<std::string> known = {"gpus",       "mem_limit",    "per_gpu",        "cpu_slots",
+          const std::vector<std::string> known = {"gpus",       "mem_limit",    "host_mem_limit", "per_gpu", "cpu_slots",
                                                   "alloc_conf", "standby",      "warm_context",   "gpus_per_trial",
                                                   "preload",
                                                   "backend",    "partition",    "account",        "time",
                                                   "gpus_per_node", "trials_per_task", "max_running", "extra"};
           fail(kv.first, "unknown resource '" + k + "'" + did_you_mean(k, known) +
-                             "; known: gpus, mem_limit, per_gpu, cpu_slots, alloc_conf, standby, warm_context, "
+                             "; known: gpus, mem_limit, host_mem_limit, per_gpu, cpu_slots, alloc_conf, standby, warm_context, "
                              "gpus_per_trial, preload, backend, and for backend: slurm partition, account, time, gpus_per_node, "
                              "trials_per_task, max_running, extra");
         }

@@ -90,6 +90,10 @@ ISORUN_API job_spec job_spec_for(std::string task, serialization::encoding encod
 ///        this process's environment already sets: a user's own value is kept, as loky and Ray do.
 ISORUN_API std::vector<std::string> thread_limits(unsigned threads, const std::vector<std::string>& env);
 
+/// @brief Checks that a host memory cap of `bytes` can work here: at least 16 MiB, and a cgroup
+///        with the memory controller to enforce it. @throws usage_error saying why not.
+ISORUN_API void check_host_mem_limit(std::uint64_t bytes);
+
 /// @brief Checks what `spec` asks for before anything starts: the allocator configuration
 ///        parses, the cap can hold the allocator's smallest segment, the cap fits each GPU.
 /// @throws usage_error saying what is wrong and what to change.

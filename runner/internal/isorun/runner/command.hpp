@@ -27,6 +27,9 @@ struct command_spec {
   std::vector<std::string> argv;          ///< argv[0]: a path, or a name looked up in PATH
   std::vector<gpu_info> gpus;             ///< visible as CUDA devices 0, 1, ...; empty: none
   std::uint64_t mem_limit = 0;            ///< bytes, 0 = none
+  /// Hard cap on the host memory of the command and everything it starts (host_memory.hpp);
+  /// 0 = none. Past it the command ends out_of_memory.
+  std::uint64_t host_mem_limit = 0;
   bool enforce_cap = true;                ///< false: the cap is only exported (advisory)
   std::chrono::milliseconds timeout{0};   ///< 0 = none
   std::chrono::milliseconds grace{5000};  ///< first signal → SIGKILL delay

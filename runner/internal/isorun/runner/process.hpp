@@ -35,6 +35,9 @@ struct spawn_options {
   /// before Linux 5.7 it moves itself there before it execs), and which its handle then owns:
   /// reap() kills whatever is left in it and removes it. "" = none.
   std::string cgroup;
+  /// The cgroup.procs of a cgroup in another hierarchy (a v1 memory cgroup: host_memory.hpp)
+  /// the child writes itself into before it execs, so nothing of it runs outside; -1 = none.
+  int join_cgroup_procs = -1;
 };
 
 /// The process could not be started (exec failed, fork failed, bad options).

@@ -119,6 +119,7 @@ struct sweep_spec {
   std::vector<int> gpus;                ///< GPU indices; empty = CPU slots
   bool all_gpus = false;
   std::uint64_t mem_limit = 0;
+  std::uint64_t host_mem_limit = 0;     ///< host memory cap per trial (its cgroup); 0 = none
   int per_gpu = 0;                      ///< 0 = floor(free memory / mem_limit)
   /// GPUs each trial runs on at once (one place on each; `mem_limit` is per GPU), or, with
   /// `gpus_per_trial_param`, the value of that parameter in each trial.
