@@ -363,6 +363,19 @@ class IsolatedFuture(concurrent.futures.Future):
             self.set_exception(result.exception)
 
 
+def _importable_module_of(fn: Callable[..., Any]) -> Optional[str]:
+    """The module a module-level function is found in by the worker's import, else None (a
+    function of ``__main__``, a lambda, a closure, a method: those travel by value)."""
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", "")
+    if not module or module == "__main__" or "<" in qualname or "." in qualname:
+        return None
+    loaded = sys.modules.get(module)
+    if loaded is None or getattr(loaded, qualname, None) is not fn:
+        return None
+    return module
+
+
 class IsolatedFunction(Generic[R]):
     """A function wrapped to run in a fresh Python interpreter per call (see :func:`isolated`)."""
 
@@ -370,6 +383,11 @@ class IsolatedFunction(Generic[R]):
         if not callable(fn):
             raise UsageError(f"isolated() wraps a callable, not {fn!r}")
         self.__wrapped__ = fn
+        module = _importable_module_of(fn) if options.standby else None
+        if module and module not in options.preload:
+            # A standby interpreter imports the function's own module while it waits: the call
+            # then pays neither its import nor that of what the module imports.
+            options = dataclasses.replace(options, preload=options.preload + (module,))
         self._options = options
         functools.update_wrapper(self, fn)
 

@@ -231,3 +231,15 @@ def test_host_mem_limit_is_refused_under_process_group_containment(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={**os.environ, "ISORUN_CONTAINMENT": "process-group"})
     assert "refused: host-mem-limit cannot be enforced here" in out.stdout, out.stderr
+
+
+def test_standby_preloads_the_function_s_module_and_serves_back_to_back_calls(monkeypatch):
+    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers"))
+    import module_task  # a module-level function: the worker imports it by name
+
+    f = isorun.isolated(module_task.pid_of_worker, standby=2)
+    assert "module_task" in f._options.preload
+    assert isorun.isolated(lambda: 0, standby=2)._options.preload == ()
+    with isorun.Executor(cpu_slots=2, standby=2) as ex:
+        pids = [fut.result() for fut in [ex.submit(f) for _ in range(12)]]
+    assert len(set(pids)) == 12 and os.getpid() not in pids  # one fresh interpreter per call

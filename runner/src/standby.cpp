@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "isorun/runner/errors.hpp"
+#include "isorun/serialization/cores.hpp"
 
 namespace isorun::runner {
 
@@ -27,8 +28,13 @@ launch_key key_of(const launch_spec& s) {
 }
 }  // namespace
 
-standby_pool::standby_pool(launch_spec spec, std::size_t size)
-    : spec_{std::move(spec)}, wanted_{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)}, size_{size} {
+standby_pool::standby_pool(launch_spec spec, std::size_t size, std::size_t max_size, std::chrono::milliseconds idle)
+    : spec_{std::move(spec)},
+      wanted_{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)},
+      size_{size},
+      target_{size},
+      max_size_{std::max(size, max_size ? max_size : serialization::usable_cores())},
+      idle_{idle} {
   if (!wanted_) throw internal_error(std::string("eventfd: ") + std::strerror(errno));
   spec_.label = "standby";  // its task is not known yet
   spec_.before_start = nullptr;  // a call's, not the pool's
@@ -67,7 +73,7 @@ void standby_pool::refill() {
       return ::poll(&p, 1, 0) != 0;
     });
     if (ready_.empty() && !owed_.empty()) owed_.pop_front();  // nothing waits: launch now
-    if (!failing_ && ready_.size() + owed_.size() < size_) {
+    if (!failing_ && ready_.size() + owed_.size() < target_) {
       lock.unlock();
       // Launched outside the lock: take() never waits for a launch that is not its own.
       std::optional<launched_worker> w;
@@ -83,8 +89,20 @@ void standby_pool::refill() {
     }
     watch.assign(1, pollfd{wanted_.get(), POLLIN, 0});
     for (const auto& pidfd : owed_) watch.push_back({pidfd.get(), POLLIN, 0});
+    // Grown under load: back to `size` once no call has come for `idle`.
+    int timeout_ms = -1;
+    if (target_ > size_) {
+      const auto left = last_take_ + idle_ - std::chrono::steady_clock::now();
+      if (left <= std::chrono::steady_clock::duration::zero()) {
+        lock.unlock();
+        trim();
+        lock.lock();
+        continue;
+      }
+      timeout_ms = static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count());
+    }
     lock.unlock();
-    if (::poll(watch.data(), watch.size(), -1) < 0 && errno != EINTR) {
+    if (::poll(watch.data(), watch.size(), timeout_ms) < 0 && errno != EINTR) {
       lock.lock();
       failing_ = true;  // cannot wait: launch no more in the background (take() still launches)
       changed_.notify_all();
@@ -99,12 +117,22 @@ void standby_pool::refill() {
 launched_worker standby_pool::take() {
   {
     std::unique_lock lock(mutex_);
+    last_take_ = std::chrono::steady_clock::now();
+    // A call taken while an earlier one still runs: they come back to back, and the replacement
+    // is launched at once instead of after that exit.
+    std::erase_if(owed_, [](const unique_fd& pidfd) {
+      pollfd p{pidfd.get(), POLLIN, 0};
+      return ::poll(&p, 1, 0) != 0;
+    });
+    const bool back_to_back = !owed_.empty();
+    if (ready_.empty()) target_ = std::min(max_size_, target_ + 1);  // a miss: more for the calls to come
     while (!ready_.empty()) {
       launched_worker w = std::move(ready_.front());
       ready_.pop_front();
       if (!w.process.peek()) {
-        // Owed back once it exits; without a pidfd to watch it is owed no longer.
-        if (unique_fd pidfd{::fcntl(w.process.pidfd(), F_DUPFD_CLOEXEC, 0)}) owed_.push_back(std::move(pidfd));
+        // Owed back once it exits (spaced calls); without a pidfd to watch it is owed no longer.
+        unique_fd pidfd{::fcntl(w.process.pidfd(), F_DUPFD_CLOEXEC, 0)};
+        if (pidfd && !back_to_back) owed_.push_back(std::move(pidfd));
         lock.unlock();
         wake_filler();
         return w;
@@ -113,7 +141,25 @@ launched_worker standby_pool::take() {
       wake_filler();
     }
   }
+  wake_filler();
   return launcher_.launch(spec_);  // none ready: launched now, as without standby
+}
+
+std::size_t standby_pool::target() const {
+  std::lock_guard lock(mutex_);
+  return target_;
+}
+
+void standby_pool::trim() {
+  std::deque<launched_worker> surplus;  // stopped outside the lock
+  {
+    std::lock_guard lock(mutex_);
+    target_ = size_;
+    while (ready_.size() > size_) {
+      surplus.push_back(std::move(ready_.back()));
+      ready_.pop_back();
+    }
+  }
 }
 
 launched_worker standby_pool::launch(const launch_spec& spec) {
@@ -124,13 +170,15 @@ void standby_pool::reserve(std::size_t size) {
   {
     std::lock_guard lock(mutex_);
     size_ = std::max(size_, size);
+    target_ = std::max(target_, size_);
+    max_size_ = std::max(max_size_, size_);
   }
   wake_filler();
 }
 
 void standby_pool::fill() {
   std::unique_lock lock(mutex_);
-  changed_.wait(lock, [&] { return failing_ || ready_.size() >= size_; });
+  changed_.wait(lock, [&] { return failing_ || ready_.size() >= target_; });
 }
 
 std::vector<pid_t> standby_pool::waiting_pids() const {

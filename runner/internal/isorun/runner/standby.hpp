@@ -5,6 +5,7 @@
 
 #include <condition_variable>
 #include <cstddef>
+#include <chrono>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -17,16 +18,24 @@
 
 namespace isorun::runner {
 
-/// Keeps `size` workers launched and waiting for their assignment. take() hands one over and a
-/// background thread launches its replacement once the worker taken has exited, so that a launch
-/// (an exec and a program's start, a millisecond of CPU) does not compete with the call it
-/// replaces for the cores; it is launched at once if no worker is left waiting. Waiting workers
-/// are stopped with the pool; they also die with the supervisor (their control socket hangs up),
-/// like any worker.
+/// Keeps workers launched and waiting for their assignment: at least `size`, more while calls
+/// come faster than they end. take() hands one over and a background thread launches its
+/// replacement:
+///  - for spaced calls (the last worker taken has exited by the next take), once the worker taken
+///    has exited, so that a launch (an exec and a program's start) does not compete with the call
+///    it replaces for the cores;
+///  - for calls back to back or overlapping (a worker taken earlier is still running), at once:
+///    waiting for exits would leave the next call without a worker, slower than a cold one;
+///  - and when a take finds none waiting, the pool grows by one (up to `max_size`) for the calls
+///    that follow; after `idle` without a take it shrinks back to `size`, stopping the surplus.
+/// Waiting workers are stopped with the pool; they also die with the supervisor (their control
+/// socket hangs up), like any worker.
 class ISORUN_INTERNAL_API standby_pool final : public launcher {
  public:
   /// @brief Starts filling the pool in the background with workers launched as `spec` says.
-  standby_pool(launch_spec spec, std::size_t size);
+  /// @param max_size the most workers it grows to under load; 0: the cores (one CPU slot each)
+  standby_pool(launch_spec spec, std::size_t size, std::size_t max_size = 0,
+               std::chrono::milliseconds idle = std::chrono::seconds(2));
   /// @brief Stops the background thread and every waiting worker.
   ~standby_pool() override;
   standby_pool(const standby_pool&) = delete;
@@ -52,6 +61,13 @@ class ISORUN_INTERNAL_API standby_pool final : public launcher {
   /// @brief The pids of the workers waiting now, oldest first (the next take() gets the first).
   [[nodiscard]] std::vector<pid_t> waiting_pids() const;
 
+  /// @brief How many workers it keeps now (`size`, or more under load).
+  [[nodiscard]] std::size_t target() const;
+
+  /// @brief Shrinks back to `size`, stopping the newest surplus waiting workers: what an idle
+  ///        period does (the filler calls it); callable at any time.
+  void trim();
+
  private:
   void refill();
   void wake_filler() const noexcept;
@@ -64,6 +80,10 @@ class ISORUN_INTERNAL_API standby_pool final : public launcher {
   std::deque<launched_worker> ready_;
   std::deque<unique_fd> owed_;  // pidfds of the workers taken and not yet replaced, oldest first
   std::size_t size_;
+  std::size_t target_;    // size_, or more while calls come back to back
+  std::size_t max_size_;
+  std::chrono::milliseconds idle_;
+  std::chrono::steady_clock::time_point last_take_{};
   bool stopping_ = false;
   bool failing_ = false;  // launching failed: stop trying in the background, take() reports it
   std::thread filler_;
