@@ -118,7 +118,7 @@ prepared_request prepare_request(job_spec& spec) {
 }
 
 // Gives a launched worker its work: the device assignment, the two segments and, for
-// stdout_mode::file, its stdout. A worker that is already gone is not an error here; watching it
+// stdout_mode::file and stdout_mode::fd, its stdout. A worker that is already gone is not an error here; watching it
 // finds out how it ended.
 void assign(int control, const prepared_request& p, const job_spec& spec) {
   ser::assign_message a;
@@ -135,6 +135,10 @@ void assign(int control, const prepared_request& p, const job_spec& spec) {
     if (::fstat(out.get(), &st) != 0 || !S_ISREG(st.st_mode))
       throw internal_error("cannot use " + spec.stdout_path + " for the worker's stdout: it is not a regular file");
     ::fcntl(out.get(), F_SETFL, ::fcntl(out.get(), F_GETFL) & ~O_NONBLOCK);
+    a.stdout_attached = true;
+  } else if (spec.stdout_to == stdout_mode::fd) {
+    out.reset(::fcntl(spec.stdout_fd, F_DUPFD_CLOEXEC, 0));
+    if (!out) throw internal_error(std::string("cannot hand the worker its stdout: ") + std::strerror(errno));
     a.stdout_attached = true;
   }
   std::vector<int> fds = {p.request->fd(), p.result->fd()};
