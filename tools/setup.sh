@@ -5,7 +5,7 @@ packages=(build-essential cmake pkg-config libboost1.81-dev libcereal-dev catch2
           libxxhash-dev libyaml-cpp-dev zlib1g-dev libbenchmark-dev libmimalloc-dev libjemalloc-dev
           libcli11-dev                 # the command line's parser (cli/options.cpp)
           clang-14 libclang-rt-14-dev  # for tools/fuzz.sh (libFuzzer)
-          python3 python3-numpy python3-dev)  # the Python example; the package (python/)
+          python3 python3-numpy python3-sklearn python3-dev)  # the Python examples; the package (python/)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -42,6 +42,13 @@ fi
 if ! python3 -c 'import numpy' 2> /dev/null && python3 -m pip --version > /dev/null 2>&1; then
   echo "isorun setup: installing numpy for $(command -v python3)"
   PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet numpy > /dev/null
+fi
+# The scikit-learn examples (examples/python/sklearn_asha.py, the docs' Python blocks, which
+# python/tests/test_docs.py runs) likewise; without it those tests are skipped, saying so.
+if ! python3 -c 'import sklearn' 2> /dev/null && python3 -m pip --version > /dev/null 2>&1; then
+  echo "isorun setup: installing scikit-learn for $(command -v python3)"
+  PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet scikit-learn > /dev/null 2>&1 ||
+    echo "isorun setup: pip could not install scikit-learn; the docs' scikit-learn examples will be skipped"
 fi
 # The Python package (python/, `pip install .`): the python3 on PATH needs its development files,
 # nanobind and scikit-build-core to build it, cloudpickle to run it and pytest to test it. Where
