@@ -131,6 +131,11 @@ def test_a_gpu_that_does_not_exist_is_a_usage_error(monkeypatch):
         isorun.isolated(abs, gpu=57)(1)
 
 
+class DoesNotPickle:
+    def __reduce__(self):
+        raise TypeError("no pickling here")
+
+
 def test_arguments_that_do_not_pickle_are_a_usage_error():
-    with pytest.raises(isorun.UsageError, match="pickled"):
-        isorun.isolated(len)(threading.Lock())
+    with pytest.raises(isorun.UsageError, match="pickled.*no pickling here"):
+        isorun.isolated(len)(DoesNotPickle())

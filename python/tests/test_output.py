@@ -110,3 +110,13 @@ def test_capture_output_excludes_early_result():
 
 def test_without_capture_outcome_has_no_output():
     assert isorun.isolated(talk).try_call(0).outcome.stdout is None
+
+
+def test_a_standby_interpreter_s_output_is_forwarded_too():
+    # Launched before the call, with this process's stdout: its stdout is replaced at the call.
+    f = isorun.isolated(talk, standby=1)
+    f.warm_up()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        f(1)
+    assert out.getvalue() == "out 0\n"
