@@ -5,7 +5,7 @@ packages=(build-essential cmake pkg-config libboost1.81-dev libcereal-dev catch2
           libxxhash-dev libyaml-cpp-dev zlib1g-dev libbenchmark-dev libmimalloc-dev libjemalloc-dev
           libcli11-dev                 # the command line's parser (cli/options.cpp)
           clang-14 libclang-rt-14-dev  # for tools/fuzz.sh (libFuzzer)
-          python3 python3-numpy python3-sklearn python3-dev)  # the Python examples; the package (python/)
+          python3 python3-numpy python3-dev)  # the Python example; the package (python/)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -44,7 +44,9 @@ if ! python3 -c 'import numpy' 2> /dev/null && python3 -m pip --version > /dev/n
   PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet numpy > /dev/null
 fi
 # The scikit-learn examples (examples/python/sklearn_asha.py, the docs' Python blocks, which
-# python/tests/test_docs.py runs) likewise; without it those tests are skipped, saying so.
+# python/tests/test_docs.py runs) likewise, with pip. Not as a Debian package: python3-sklearn
+# needs libboost1.74-dev (through pythran), which conflicts with libboost1.81-dev above; where
+# pip cannot install it (Debian's own python3 refuses: PEP 668), those tests are skipped, saying so.
 if ! python3 -c 'import sklearn' 2> /dev/null && python3 -m pip --version > /dev/null 2>&1; then
   echo "isorun setup: installing scikit-learn for $(command -v python3)"
   PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet scikit-learn > /dev/null 2>&1 ||
