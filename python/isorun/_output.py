@@ -16,7 +16,10 @@ import codecs
 import os
 import sys
 import threading
-from typing import Callable, Optional, TextIO
+from typing import TYPE_CHECKING, Callable, Optional, TextIO
+
+if TYPE_CHECKING:
+    from . import _core
 
 __all__ = ["CallOutput", "for_call"]
 
@@ -108,12 +111,12 @@ class CallOutput:
 
         return keep
 
-    def apply(self, options: object) -> object:
-        """``options`` (a CallOptions) with this call's descriptors."""
+    def apply(self, options: "_core.CallOptions") -> "_core.CallOptions":
+        """``options`` with this call's descriptors."""
         if "stdout" in self._pumps:
-            options.stdout_fd = self._pumps["stdout"].write_fd  # type: ignore[attr-defined]
+            options.stdout_fd = self._pumps["stdout"].write_fd
         if "stderr" in self._pumps:
-            options.stderr_fd = self._pumps["stderr"].write_fd  # type: ignore[attr-defined]
+            options.stderr_fd = self._pumps["stderr"].write_fd
         return options
 
     def close(self) -> Optional[tuple[str, str]]:
