@@ -390,18 +390,18 @@ TEST_CASE("a standby pool grows while calls come back to back, and shrinks back 
   namespace r = isorun::runner;
   r::standby_pool pool(plain_standby(), 1, 3, std::chrono::hours(1));  // idle: trim() below, not a timer
   pool.fill();
-  auto first = pool.take();  // spaced so far: its replacement waits for its exit
+  std::vector<r::launched_worker> taken;
+  taken.push_back(pool.take());  // spaced so far: its replacement waits for its exit
   CHECK(pool.target() == 1);
-  auto second = pool.take();  // the first still runs: back to back, and none was waiting
+  taken.push_back(pool.take());  // the first still runs: back to back
   CHECK(pool.target() == 2);
-  pool.fill();  // replaced at once, and one more for the calls to come
-  CHECK(pool.waiting_pids().size() == 2);
-  auto third = pool.take();
-  auto fourth = pool.take();
-  auto fifth = pool.take();  // none waiting again: grows, up to its maximum
-  CHECK(pool.target() == 3);
+  taken.push_back(pool.take());
+  taken.push_back(pool.take());
+  CHECK(pool.target() == 3);  // up to its maximum
+  taken.clear();              // those calls end (each worker stopped and reaped)
+  pool.fill();
+  CHECK(pool.waiting_pids().size() == 3);
   pool.trim();  // what an idle period does
   CHECK(pool.target() == 1);
-  pool.fill();
   CHECK(pool.waiting_pids().size() == 1);
 }

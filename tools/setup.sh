@@ -43,6 +43,15 @@ if ! python3 -c 'import numpy' 2> /dev/null && python3 -m pip --version > /dev/n
   echo "isorun setup: installing numpy for $(command -v python3)"
   PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet numpy > /dev/null
 fi
+# The scikit-learn examples (examples/python/sklearn_asha.py, the docs' Python blocks, which
+# python/tests/test_docs.py runs) likewise, with pip. Not as a Debian package: python3-sklearn
+# needs libboost1.74-dev (through pythran), which conflicts with libboost1.81-dev above; where
+# pip cannot install it (Debian's own python3 refuses: PEP 668), those tests are skipped, saying so.
+if ! python3 -c 'import sklearn' 2> /dev/null && python3 -m pip --version > /dev/null 2>&1; then
+  echo "isorun setup: installing scikit-learn for $(command -v python3)"
+  PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet scikit-learn > /dev/null 2>&1 ||
+    echo "isorun setup: pip could not install scikit-learn; the docs' scikit-learn examples will be skipped"
+fi
 # The Python package (python/, `pip install .`): the python3 on PATH needs its development files,
 # nanobind and scikit-build-core to build it, cloudpickle to run it and pytest to test it. Where
 # pip cannot install for that python3 (Debian's own refuses: PEP 668), the package is not built

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ._api import IsolatedFunction, IsolatedFuture, isolated, map, stop_standby
     from ._executor import Executor
     from ._outcome import Outcome, Result
+    from ._pool import segment_pool_stats, set_segment_pool
     from ._report import report, should_stop
     from ._sweep import SweepResults, sweep
     from .errors import (
@@ -28,12 +29,14 @@ if TYPE_CHECKING:
         Error,
         InternalError,
         InvalidResult,
+        LargeCallWarning,
         OutOfMemory,
         RemoteTraceback,
         TaskError,
         Timeout,
         UsageError,
         WorkerCrashed,
+        WorkerExited,
     )
 
 # Imported on first use (PEP 562): a worker interpreter imports isorun._worker, and with it this
@@ -42,10 +45,12 @@ _WHERE = {
     **dict.fromkeys(["IsolatedFunction", "IsolatedFuture", "isolated", "map", "stop_standby"], "_api"),
     **dict.fromkeys(["Executor"], "_executor"),
     **dict.fromkeys(["Outcome", "Result"], "_outcome"),
+    **dict.fromkeys(["set_segment_pool", "segment_pool_stats"], "_pool"),
     **dict.fromkeys(["sweep", "SweepResults"], "_sweep"),
     **dict.fromkeys(["report", "should_stop"], "_report"),
     **dict.fromkeys(["Cancelled", "Error", "InternalError", "InvalidResult", "OutOfMemory", "RemoteTraceback",
-                     "TaskError", "Timeout", "UsageError", "WorkerCrashed"], "errors"),
+                     "TaskError", "Timeout", "UsageError", "WorkerCrashed", "WorkerExited",
+                         "LargeCallWarning"], "errors"),
 }
 
 
@@ -71,6 +76,8 @@ __all__ = [
     "map",
     "Executor",
     "stop_standby",
+    "set_segment_pool",
+    "segment_pool_stats",
     "sweep",
     "SweepResults",
     "report",
@@ -82,6 +89,7 @@ __all__ = [
     "Error",
     "TaskError",
     "WorkerCrashed",
+    "WorkerExited",
     "Timeout",
     "OutOfMemory",
     "InvalidResult",
@@ -89,4 +97,5 @@ __all__ = [
     "UsageError",
     "InternalError",
     "RemoteTraceback",
+    "LargeCallWarning",
 ]

@@ -6,12 +6,13 @@ import atexit
 import concurrent.futures
 import dataclasses
 import functools
+import math
 import os
 import sys
 import threading
 from typing import Any, Callable, Generic, Iterable, Mapping, Optional, Sequence, TypeVar, Union, overload
 
-from . import _core
+from . import _core, _output, _pool
 from ._outcome import Outcome, Result
 from ._payload import RAISED, decode_result, encode_call
 from .errors import (
@@ -24,6 +25,7 @@ from .errors import (
     Timeout,
     UsageError,
     WorkerCrashed,
+    WorkerExited,
 )
 
 __all__ = ["isolated", "IsolatedFunction", "IsolatedFuture", "map", "stop_standby"]
@@ -46,15 +48,32 @@ def _size(value: Optional[Size], what: str) -> int:
 
 
 def _ms(value: Optional[Duration], what: str) -> int:
+    """Milliseconds of a timeout or grace period (None: 0, not given); finite and positive."""
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise UsageError(f"{what} takes seconds or a duration such as '30s', not {value!r}")
-    if isinstance(value, str):
-        return _core.parse_duration_ms(value)
-    if value < 0:
-        raise UsageError(f"{what} cannot be negative ({value})")
-    return int(round(value * 1000))
+    ms = _core.parse_duration_ms(value) if isinstance(value, str) else None
+    if ms is None and not math.isfinite(value):
+        raise UsageError(f"{what} takes a finite number of seconds, not {value!r} (leave it out for none)")
+    if ms is None:
+        ms = math.ceil(value * 1000)  # a positive fraction of a millisecond is not 0, "none"
+    if ms <= 0:
+        raise UsageError(f"{what} must be positive, not {value!r}")
+    return ms
+
+
+def _gpu_indices(gpus: Union[str, Sequence[int], None]) -> Union[str, tuple[int, ...]]:
+    """``gpus`` as given to isolated(): "all", or a list or tuple of GPU indices."""
+    if gpus is None:
+        return ()
+    if isinstance(gpus, str):
+        if gpus != "all":
+            raise UsageError(f"gpus takes 'all' or a list of GPU indices, not {gpus!r}")
+        return "all"
+    if not isinstance(gpus, (list, tuple)) or any(isinstance(g, bool) or not isinstance(g, int) for g in gpus):
+        raise UsageError(f"gpus takes 'all' or a list of GPU indices (ints), not {gpus!r}")
+    return tuple(gpus)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +81,7 @@ class _Options:
     """The options of isolated(), checked and resolved once, when the function is wrapped."""
 
     gpu: Optional[int] = None
-    gpus: tuple[int, ...] = ()
+    gpus: Union[str, tuple[int, ...]] = ()  # or "all": every GPU, found when a call starts
     gpu_count: int = 0
     mem_limit: int = 0
     timeout_ms: int = 0
@@ -77,6 +96,7 @@ class _Options:
     echo_stderr: bool = True
     host_mem_limit: int = 0
     cpus_per_call: int = 0
+    capture_output: bool = False
 
     @property
     def on_gpu(self) -> bool:
@@ -84,16 +104,23 @@ class _Options:
         return self.gpu is not None or bool(self.gpus) or self.gpu_count > 0
 
     @classmethod
-    def resolve(cls, *, gpu: Optional[int] = None, gpus: Optional[Sequence[int]] = None, gpu_count: int = 0,
+    def resolve(cls, *, gpu: Optional[int] = None, gpus: Union[str, Sequence[int], None] = None, gpu_count: int = 0,
                 cpu: bool = False, mem_limit: Optional[Size] = None, timeout: Optional[Duration] = None,
                 grace: Optional[Duration] = None, env: Union[Mapping[str, str], Sequence[str], None] = None,
                 standby: int = 0, warm_context: bool = False, early_result: bool = False, alloc_conf: str = "",
                 preload: Sequence[str] = (), python: Optional[str] = None, echo_stderr: bool = True,
-                host_mem_limit: Optional[Size] = None, cpus_per_call: Optional[int] = None) -> "_Options":
+                host_mem_limit: Optional[Size] = None, cpus_per_call: Optional[int] = None,
+                capture_output: bool = False) -> "_Options":
         if cpu and (gpu is not None or gpus or gpu_count):
             raise UsageError("cpu=True excludes gpu, gpus and gpu_count")
         if gpu is not None and (isinstance(gpu, bool) or not isinstance(gpu, int)):
             raise UsageError(f"gpu takes a GPU index, not {gpu!r}")
+        gpu_list = _gpu_indices(gpus)
+        if isinstance(gpu_count, bool) or not isinstance(gpu_count, int) or gpu_count < 0:
+            raise UsageError(f"gpu_count takes a number of GPUs, not {gpu_count!r}")
+        if capture_output and early_result:
+            raise UsageError("capture_output=True excludes early_result=True: the output is complete only once the "
+                             "worker has exited, after an early result")
         if isinstance(standby, bool) or not isinstance(standby, int) or standby < 0:
             raise UsageError(f"standby takes a number of workers, not {standby!r}")
         if isinstance(preload, str):
@@ -121,7 +148,7 @@ class _Options:
             raise UsageError(f"python: {interpreter!r} is not an executable interpreter")
         return cls(
             gpu=gpu,
-            gpus=tuple(gpus or ()),
+            gpus=gpu_list,
             gpu_count=gpu_count,
             mem_limit=_size(mem_limit, "mem_limit"),
             timeout_ms=_ms(timeout, "timeout"),
@@ -136,12 +163,13 @@ class _Options:
             echo_stderr=echo_stderr,
             host_mem_limit=host_cap,
             cpus_per_call=cpus_per_call or 0,
+            capture_output=bool(capture_output),
         )
 
     def core(self) -> "_core.CallOptions":
         o = _core.CallOptions()
         o.gpu = self.gpu
-        o.gpus = list(self.gpus)
+        o.gpus = _all_gpus() if self.gpus == "all" else list(self.gpus)
         o.gpu_count = self.gpu_count
         o.mem_limit = self.mem_limit
         o.timeout_ms = self.timeout_ms
@@ -171,8 +199,19 @@ class _Options:
                 f"ISORUN_PY_PATH={os.pathsep.join(p for p in sys.path if p)}"]
 
 
+def _all_gpus() -> list[int]:
+    """Every GPU's index (gpus="all"), as map's plan finds them."""
+    slots, _how = _core.plan_slots([], True, 0, 1, 0)
+    found = sorted({i for slot in slots for i in slot})
+    if not found:
+        raise UsageError("gpus='all': this machine has no GPU (use cpu=True)")
+    return found
+
+
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _BOOTSTRAP = "import sys; sys.path.append({root!r}); from isorun._worker import main; main()"
+
+_pool.apply_default()  # a caller keeps at most 256 MiB of idle segments, unless set_segment_pool says
 
 
 # Calls in flight, and the threads that wait for them (submit's, map's slots), so that the
@@ -212,9 +251,17 @@ def _track(job: "_core.Job") -> None:
         job.cancel()
 
 
-def _untrack(job: "_core.Job") -> None:
+# The output pipes of calls in flight (_output), closed with their call.
+_outputs: dict["_core.Job", "_output.CallOutput"] = {}
+
+
+def _untrack(job: "_core.Job") -> Optional[tuple[str, str]]:
+    """The call has ended (or was stopped and waited for): forgotten, its output pipes closed and
+    drained. Returns (stdout, stderr) where they were captured."""
     with _live_lock:
         _live_jobs.discard(job)
+        output = _outputs.pop(job, None)
+    return output.close() if output is not None else None
 
 
 def _wait_all() -> None:
@@ -242,17 +289,37 @@ def _stop_everything() -> None:
 
 
 def _tail(outcome: Outcome) -> str:
-    lines = [line for line in outcome.stderr_tail if line.strip()][-5:]
+    lines = [line for line in outcome.stderr_tail if line.strip()]
+    # The worker's faulthandler wrote the Python stack of a fatal signal: all of it, from its
+    # first line on (the frame that crashed is not among the last few lines).
+    fatal = next((i for i, line in enumerate(lines) if line.startswith(("Fatal Python error", "Current thread ",
+                                                                         "Thread 0x"))), None)
+    lines = lines[fatal:] if fatal is not None else lines[-5:]
     return ("; stderr ends:\n  " + "\n  ".join(lines)) if lines else ""
+
+
+def _task_error(obj: Any, outcome: Outcome) -> TaskError:
+    """The function's exception, where it cannot be itself here: its type, message and
+    attributes (reprs), and why."""
+    message = f"{obj.type_name}: {obj.message}"
+    if obj.attributes:
+        message += " [" + ", ".join(f"{k}={v}" for k, v in obj.attributes.items()) + "]"
+    if obj.reason:
+        message += f" (not raised as itself: {obj.reason})"
+    return TaskError(message, outcome, type_name=obj.type_name, remote_traceback=obj.tb,
+                     attributes=obj.attributes, reason=obj.reason)
 
 
 def _finish(job: "_core.Job") -> Result[Any]:
     """The finished job as a Result: value, or the exception the call raises."""
+    captured = None
     try:
         core_outcome, payload = job.result()
     finally:
-        _untrack(job)
+        captured = _untrack(job)
     outcome = Outcome._from_core(core_outcome)
+    if captured is not None:
+        outcome = dataclasses.replace(outcome, stdout=captured[0], stderr=captured[1])
     kind = outcome.kind
     if kind == "success":
         try:
@@ -280,8 +347,7 @@ def _finish(job: "_core.Job") -> Result[Any]:
             return Result(outcome, error=err)
         exc = obj.exc
         if exc is None:
-            exc = TaskError(f"{obj.type_name}: {obj.message}", outcome, type_name=obj.type_name,
-                            remote_traceback=obj.tb)
+            exc = _task_error(obj, outcome)
         else:
             try:
                 exc.remote_traceback = obj.tb
@@ -297,7 +363,9 @@ def _finish(job: "_core.Job") -> Result[Any]:
     elif kind == "out_of_memory":
         error = OutOfMemory(message, outcome)
     elif kind == "crashed":
-        error = WorkerCrashed(message + _tail(outcome), outcome)
+        # Exited (sys.exit, os._exit) rather than killed by a signal.
+        crashed = WorkerExited if outcome.signal == 0 and outcome.exit_code >= 0 else WorkerCrashed
+        error = crashed(message + _tail(outcome), outcome)
     elif kind == "timeout":
         error = Timeout(message, outcome)
     elif kind == "cancelled":
@@ -402,9 +470,22 @@ class IsolatedFunction(Generic[R]):
                              "to cap the host memory of a CPU call use host_mem_limit")
         try:
             request = encode_call(self.__wrapped__, args, kwargs)
+        except UsageError:
+            raise  # it names the argument that cannot travel
         except Exception as exc:
             raise UsageError(f"the call cannot be pickled: {type(exc).__name__}: {exc}") from exc
-        job = _core.start(request, o.argv(), o.launch_env(), o.core(), executor)
+        o = self._options
+        output = _output.for_call(o.capture_output, o.echo_stderr, o.early_result)
+        try:
+            job = _core.start(request, o.argv(), o.launch_env(), output.apply(o.core()) if output else o.core(),
+                              executor)
+        except BaseException:
+            if output is not None:
+                output.close()
+            raise
+        if output is not None:
+            with _live_lock:
+                _outputs[job] = output
         _track(job)
         return job
 
@@ -458,16 +539,16 @@ class IsolatedFunction(Generic[R]):
         fields = dataclasses.asdict(self._options)
         unknown = set(changes) - {"gpu", "gpus", "gpu_count", "cpu", "mem_limit", "timeout", "grace", "env",
                                    "standby", "warm_context", "early_result", "alloc_conf", "preload", "python",
-                                   "echo_stderr", "host_mem_limit", "cpus_per_call"}
+                                   "echo_stderr", "host_mem_limit", "cpus_per_call", "capture_output"}
         if unknown:
             raise UsageError(f"unknown option(s): {', '.join(sorted(unknown))}")
         base = dict(gpu=fields["gpu"], gpus=fields["gpus"], gpu_count=fields["gpu_count"],
-                    mem_limit=fields["mem_limit"], timeout=fields["timeout_ms"] / 1000,
+                    mem_limit=fields["mem_limit"], timeout=(fields["timeout_ms"] / 1000) or None,
                     grace=fields["grace_ms"] / 1000, env=fields["env"], standby=fields["standby"],
                     warm_context=fields["warm_context"], early_result=fields["early_result"],
                     alloc_conf=fields["alloc_conf"], preload=fields["preload"], python=fields["python"],
                     echo_stderr=fields["echo_stderr"], host_mem_limit=fields["host_mem_limit"] or None,
-                    cpus_per_call=fields["cpus_per_call"] or None)
+                    cpus_per_call=fields["cpus_per_call"] or None, capture_output=fields["capture_output"])
         if changes.keys() & {"gpu", "gpus", "gpu_count", "cpu"}:
             # Where it runs is given anew, as a whole: the old placement does not stay beside it.
             base.update(gpu=None, gpus=None, gpu_count=0)
@@ -490,7 +571,8 @@ def isolated(fn: Optional[Callable[..., R]] = None, /, *, gpu: Optional[int] = N
              env: Union[Mapping[str, str], Sequence[str], None] = None, standby: int = 0,
              warm_context: bool = False, early_result: bool = False, alloc_conf: str = "",
              preload: Sequence[str] = (), python: Optional[str] = None, echo_stderr: bool = True,
-             host_mem_limit: Optional[Size] = None, cpus_per_call: Optional[int] = None) -> Any:
+             host_mem_limit: Optional[Size] = None, cpus_per_call: Optional[int] = None,
+             capture_output: bool = False) -> Any:
     """Wraps ``fn`` so that each call runs in a fresh Python interpreter, exec'd (never forked),
     supervised by isorun's C++ runner in this process. As a decorator, with or without options::
 
@@ -515,7 +597,13 @@ def isolated(fn: Optional[Callable[..., R]] = None, /, *, gpu: Optional[int] = N
       ``sys.executable``); echo_stderr: copy the worker's stderr to ours, live;
       host_mem_limit: a hard cap on the worker's host memory, its children's included (the
       worker's cgroup; refused where no cgroup can enforce it); cpus_per_call: the cores a call
-      may use (its OMP/BLAS thread limits, and the CPU slots it takes; default its share).
+      may use (its OMP/BLAS thread limits, and the CPU slots it takes; default its share);
+      capture_output: keep the worker's stdout and stderr in the outcome (``outcome.stdout``,
+      ``outcome.stderr``) instead of writing them out.
+
+    What the worker prints goes to this process's stdout and stderr; where ``sys.stdout`` or
+    ``sys.stderr`` is not fd 1 or 2 (Jupyter, ``contextlib.redirect_stdout``), into those
+    objects, line by line as it comes.
 
     Every call waits for this process's admission: no more caps on a GPU than its memory, no
     more CPU calls at once than cores (see :class:`Executor` for limits of your own).
@@ -525,7 +613,8 @@ def isolated(fn: Optional[Callable[..., R]] = None, /, *, gpu: Optional[int] = N
     opts = _Options.resolve(gpu=gpu, gpus=gpus, gpu_count=gpu_count, cpu=cpu, mem_limit=mem_limit, timeout=timeout,
                             grace=grace, env=env, standby=standby, warm_context=warm_context,
                             early_result=early_result, alloc_conf=alloc_conf, preload=preload, python=python,
-                            echo_stderr=echo_stderr, host_mem_limit=host_mem_limit, cpus_per_call=cpus_per_call)
+                            echo_stderr=echo_stderr, host_mem_limit=host_mem_limit, cpus_per_call=cpus_per_call,
+                            capture_output=capture_output)
     if fn is None:
         return lambda f: IsolatedFunction(f, opts)
     return IsolatedFunction(fn, opts)

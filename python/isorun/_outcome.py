@@ -38,6 +38,9 @@ class Outcome:
     #: With mem_limit on a GPU: the cap on the driver API, {"limit", "refusals",
     #: "largest_refused", "peak"} in bytes and counts; None without it.
     driver_cap: Optional[dict[str, int]] = None
+    #: With capture_output=True: what the worker wrote to stdout and stderr (else None).
+    stdout: Optional[str] = None
+    stderr: Optional[str] = None
 
     @property
     def ok(self) -> bool:

@@ -8,15 +8,24 @@ offset again against the payload's size.
 
 from __future__ import annotations
 
+import atexit
+import io
+import linecache
+import os
 import pickle
+import reprlib
 import struct
 import sys
 import traceback
-from typing import Any, Callable, Optional
+import types
+import warnings
+from typing import Any, Callable, Iterator, NoReturn, Optional
 
 import cloudpickle
 
-__all__ = ["encode_call", "run_call", "decode_result", "VALUE", "RAISED"]
+from .errors import LargeCallWarning, UsageError
+
+__all__ = ["encode_call", "run_call", "decode_result", "VALUE", "RAISED", "LARGE_CALL_BYTES"]
 
 VALUE = 0  #: the payload holds the function's return value
 RAISED = 1  #: the payload holds the exception it raised, with its traceback
@@ -25,23 +34,304 @@ _MAGIC = 0x59505349  # "ISPY"
 _HEAD = struct.Struct("<IIQQQQ")  # magic, tag, buffers, table offset, pickle offset, its size
 _ENTRY = struct.Struct("<QQ")
 
+#: A pickled call larger than this warns (LargeCallWarning): it is copied to every worker.
+LARGE_CALL_BYTES = 64 << 20
+
+
+def _refused_types() -> dict[type, str]:
+    """What cannot travel to another process, though pickle (or cloudpickle, which reads an open
+    file into a StringIO) would make something of it: the worker would get a copy that is no
+    longer the thing (a file at another position, a lock no one else holds). Built on first use:
+    the worker imports this module on every call's path and needs none of it."""
+    global _REFUSED
+    if _REFUSED is None:
+        import socket
+        import threading
+
+        _REFUSED = {
+            **dict.fromkeys([io.FileIO, io.BufferedReader, io.BufferedWriter, io.BufferedRandom,
+                             io.BufferedRWPair, io.TextIOWrapper], "an open file"),
+            socket.socket: "a socket",
+            type(threading.Lock()): "a lock",
+            type(threading.RLock()): "a lock",
+            types.GeneratorType: "a generator",
+            types.AsyncGeneratorType: "an async generator",
+            types.CoroutineType: "a coroutine",
+        }
+    return _REFUSED
+
+
+_REFUSED: Optional[dict[type, str]] = None
+
+
+class _Refused(Exception):
+    def __init__(self, what: str, obj: object) -> None:
+        super().__init__(what)
+        self.what = what
+        self.type_name = type(obj).__qualname__
+
+
+class _CallPickler(cloudpickle.Pickler):
+    """cloudpickle, refusing what cannot travel (_REFUSED) wherever it lies in the call."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        kind = type(obj)
+        what = _verdicts.get(kind, _UNSEEN)
+        if what is _UNSEEN:  # once per type: this runs for every object of the call
+            what = next((text for base, text in _refused_types().items() if issubclass(kind, base)), None)
+            _verdicts[kind] = what
+        if what is not None:
+            raise _Refused(what, obj)
+        return super().reducer_override(obj)
+
+
+_UNSEEN = object()
+_verdicts: dict[type, Any] = {}  # type -> what _REFUSED calls it, or None
+
+
+def _dumps_call(obj: Any) -> bytes:
+    out = io.BytesIO()
+    _CallPickler(out, protocol=5).dump(obj)
+    return out.getvalue()
+
+
+def _refused_where(fn: Callable[..., Any], args: tuple, kwargs: dict) -> str:
+    """Which part of the call holds what _CallPickler refused (pickled again, part by part: only
+    on this failure's path)."""
+    parts = [(f"argument {i}", a) for i, a in enumerate(args)]
+    parts += [(f"keyword argument {k!r}", v) for k, v in kwargs.items()]
+    for where, value in parts:
+        try:
+            _dumps_call(value)
+        except _Refused:
+            return where
+        except Exception:  # noqa: BLE001 - another failure: not this part's refusal
+            pass
+    return "the function (what it captures)"
+
+
+def _by_value(fn: Any) -> bool:
+    """Whether cloudpickle sends this function by value (its code, not its module and name)."""
+    check = getattr(getattr(cloudpickle, "cloudpickle", None), "_should_pickle_by_reference", None)
+    if check is not None:
+        try:
+            return not check(fn)
+        except Exception:  # noqa: BLE001 - cloudpickle's private helper changed: the fallback below
+            pass
+    return getattr(fn, "__module__", None) == "__main__" or "<locals>" in getattr(fn, "__qualname__", "")
+
+
+def _codes(code: types.CodeType) -> Iterator[types.CodeType]:
+    """A code object and those nested in it (its functions, comprehensions, classes)."""
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _codes(const)
+
+
+def _functions_sent_by_value(fn: Any) -> Iterator[types.FunctionType]:
+    """``fn`` and the functions it reaches through its globals and closure, where cloudpickle
+    sends them by value (each once)."""
+    seen: set[int] = set()
+    todo = [fn]
+    while todo:
+        f = todo.pop()
+        if not isinstance(f, types.FunctionType) or id(f) in seen or not _by_value(f):
+            continue
+        seen.add(id(f))
+        yield f
+        names = {n for c in _codes(f.__code__) for n in c.co_names}
+        todo.extend(f.__globals__[n] for n in names if n in f.__globals__)
+        for cell in f.__closure__ or ():
+            try:
+                todo.append(cell.cell_contents)
+            except ValueError:  # an empty cell
+                pass
+
+
+#: A function's code, as cloudpickle (3.0 and later) sends it by value, names no file.
+_NO_FILE = "<dynamic-code>"
+
+
+def _origins(fn: Any) -> tuple[dict[tuple[str, int], str], dict[str, list[str]]]:
+    """Where the code sent by value comes from, for the worker's tracebacks: the file of each
+    code object (by name and first line; cloudpickle sends none), and the lines of those files
+    that are in no file on disk (a notebook cell, ``python -c``) as linecache has them here."""
+    files: dict[tuple[str, int], str] = {}
+    sources: dict[str, list[str]] = {}
+    for f in _functions_sent_by_value(fn):
+        for code in _codes(f.__code__):
+            files[(code.co_name, code.co_firstlineno)] = code.co_filename
+        filename = f.__code__.co_filename
+        if filename not in sources and not os.path.isfile(filename):  # a file the worker reads itself
+            lines = linecache.getlines(filename, f.__globals__)
+            if lines:
+                sources[filename] = lines
+    return files, sources
+
+
+def _restore_origins(fn: Any, files: dict[tuple[str, int], str], sources: dict[str, list[str]]) -> None:
+    """The worker's side of :func:`_origins`: each function sent by value gets its code's file
+    names back, and linecache the lines of those in no file."""
+    for filename, lines in sources.items():
+        # No modification time: checkcache keeps them, where no such file exists here.
+        linecache.cache[filename] = (sum(map(len, lines)), None, list(lines), filename)
+    if not files:
+        return
+
+    def renamed(code: types.CodeType) -> types.CodeType:
+        consts = tuple(renamed(c) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+        name = files.get((code.co_name, code.co_firstlineno), code.co_filename)
+        return code.replace(co_filename=name, co_consts=consts)
+
+    for f in list(_functions_sent_by_value(fn)):
+        if f.__code__.co_filename == _NO_FILE:
+            f.__code__ = renamed(f.__code__)
+
+
+_warned_large: set[tuple[str, str]] = set()
+
+
+def _captured(fn: Callable[..., Any]) -> list[tuple[str, Any]]:
+    """The globals and closure variables a function refers to (its nested functions' too)."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return []
+    names: set[str] = set()
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    glb = getattr(fn, "__globals__", {})
+    found = [(f"global {n!r}", glb[n]) for n in sorted(names) if n in glb]
+    cells = getattr(fn, "__closure__", None) or ()
+    for name, cell in zip(code.co_freevars, cells):
+        try:
+            found.append((f"closure variable {name!r}", cell.cell_contents))
+        except ValueError:  # an empty cell
+            pass
+    return [(n, v) for n, v in found if not isinstance(v, types.ModuleType)]
+
+
+def _warn_large(fn: Callable[..., Any], args: tuple, kwargs: dict, size: int) -> None:
+    key = (str(getattr(fn, "__module__", "")), str(getattr(fn, "__qualname__", id(fn))))
+    if key in _warned_large:
+        return
+    _warned_large.add(key)
+
+    def largest(parts: list[tuple[str, Any]]) -> Optional[tuple[int, str]]:
+        sizes = []
+        for name, value in parts:
+            try:
+                sizes.append((len(cloudpickle.dumps(value, protocol=5)), name))
+            except Exception:  # noqa: BLE001 - this one is not the question
+                pass
+        return max(sizes) if sizes else None
+
+    mib = 1 << 20
+    what = [f"the call of {key[1]} pickles to {size / mib:.0f} MiB, copied to every worker"]
+    captured = largest(_captured(fn))
+    if captured:
+        what.append(f"the largest global it captures is {captured[1]} ({captured[0] / mib:.1f} MiB)")
+    arg = largest([(f"argument {i}", a) for i, a in enumerate(args)] +
+                  [(f"keyword argument {k!r}", v) for k, v in kwargs.items()])
+    if arg:
+        what.append(f"its largest argument is {arg[1]} ({arg[0] / mib:.1f} MiB)")
+    what.append("load large data in the function (from a file) instead of sending it with each call")
+    warnings.warn("; ".join(what), LargeCallWarning, stacklevel=_caller_level())
+
+
+def _caller_level() -> int:
+    """The stacklevel of the first frame outside this package: the user's call."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == here:
+        frame, level = frame.f_back, level + 1
+    return level
+
 
 def encode_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> bytes:
     """The request of one call: the caller's ``sys.path`` (so the worker imports what the caller
-    would), then the function and its arguments by value."""
-    call = cloudpickle.dumps((fn, args, kwargs), protocol=5)
-    return pickle.dumps((list(sys.path), call), protocol=5)
+    would), the function and its arguments by value, and where the code sent by value comes from
+    (:func:`_origins`).
+
+    Raises :class:`UsageError` naming the argument for an open file, a socket, a lock or a
+    generator among them; warns (:class:`LargeCallWarning`, once per function) past
+    :data:`LARGE_CALL_BYTES`."""
+    try:
+        call = _dumps_call((fn, args, kwargs))
+    except _Refused as exc:
+        raise UsageError(f"{_refused_where(fn, args, kwargs)} is {exc.what} ({exc.type_name}), which cannot "
+                         "travel to another process: pass what the worker needs to open or make it "
+                         "(a path, the data) instead") from None
+    if len(call) > LARGE_CALL_BYTES:
+        _warn_large(fn, args, kwargs, len(call))
+    return pickle.dumps((list(sys.path), call, _origins(fn)), protocol=5)
 
 
 class _RaisedInWorker:
-    """What the payload says about an exception: the exception itself when it pickles, else its
-    type's name and text; and the traceback as text, always."""
+    """What the payload says about an exception: the exception itself when it unpickles here,
+    else its type's name, text and attributes (reprs), and why it is not itself; and the
+    traceback as text, always."""
 
-    def __init__(self, exc: Optional[BaseException], type_name: str, message: str, tb: str) -> None:
+    def __init__(self, exc: Optional[BaseException], type_name: str, message: str, tb: str,
+                 attributes: dict[str, str], reason: str) -> None:
         self.exc = exc
         self.type_name = type_name
         self.message = message
         self.tb = tb
+        self.attributes = attributes
+        self.reason = reason
+
+
+def _rebuild_exception(cls: type, args: tuple, state: dict[str, Any]) -> BaseException:
+    """An exception made again from its type, ``args`` and ``__dict__``, without its
+    ``__init__`` (which may take other arguments than ``args`` holds)."""
+    exc = cls.__new__(cls, *args)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
+
+
+class _ByState:
+    """Pickles as :func:`_rebuild_exception` of an exception (a reduce that never calls its
+    ``__init__``)."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def __reduce__(self) -> tuple:
+        return _rebuild_exception, (type(self.exc), self.exc.args, dict(getattr(self.exc, "__dict__", {})))
+
+
+def _exception_pickle(exc: BaseException) -> tuple[Optional[bytes], str]:
+    """The exception pickled so that it unpickles as itself (tried here, as the caller will):
+    as it pickles by default (cloudpickle, its ``__reduce__``), else by its type and state.
+    Returns (pickle, "") or (None, why neither works)."""
+    why = []
+    for how, obj in (("as it pickles", exc), ("by its type and attributes", _ByState(exc))):
+        try:
+            data = cloudpickle.dumps(obj, protocol=5)
+            again = pickle.loads(data)
+            if type(again) is not type(exc):
+                raise TypeError(f"it unpickled as {type(again).__qualname__}")
+            return data, ""
+        except Exception as err:  # noqa: BLE001 - whatever pickling it meets, said in the reason
+            why.append(f"{how}: {type(err).__name__}: {err}")
+    return None, "it could not be rebuilt in the worker (" + "; ".join(why) + ")"
+
+
+def _attribute_reprs(exc: BaseException) -> dict[str, str]:
+    short = reprlib.Repr()
+    short.maxstring = short.maxother = 200
+    out = {}
+    for name, value in getattr(exc, "__dict__", {}).items():
+        try:
+            out[name] = short.repr(value)
+        except Exception as err:  # noqa: BLE001 - a __repr__ that fails
+            out[name] = f"<repr failed: {type(err).__name__}>"
+    return out
 
 
 def _raised(exc: BaseException) -> tuple[int, bytes, list]:
@@ -52,28 +342,53 @@ def _raised(exc: BaseException) -> tuple[int, bytes, list]:
     except Exception:  # a __str__ that fails
         message = repr(exc)
     exc.__traceback__ = None  # tracebacks do not pickle; the text carries it
-    try:
-        exc_bytes: Optional[bytes] = cloudpickle.dumps(exc, protocol=5)
-    except Exception:
-        exc_bytes = None
+    exc_bytes, reason = _exception_pickle(exc)
     # Strings first, the exception apart: the caller reads the description even where the
     # exception itself does not unpickle.
-    body = pickle.dumps((type_name, message, tb, exc_bytes), protocol=5)
+    body = pickle.dumps((type_name, message, tb, exc_bytes, _attribute_reprs(exc), reason), protocol=5)
     return RAISED, body, []
+
+
+def _exit_as_python_would(exc: SystemExit) -> NoReturn:
+    """``SystemExit`` from the function ends the worker as it ends a script: the status from its
+    code (None: 0; an int; else the code printed to stderr and 1), ``atexit`` handlers run, the
+    streams flushed. It is not handed to the caller as an exception: re-raised there, it would
+    end the caller. The caller sees a worker that exited without a result (WorkerExited)."""
+    code = exc.code
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code & 0xFF  # what the exit status holds of it, as for a script
+    else:
+        print(code, file=sys.stderr)
+        status = 1
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - a closed or replaced stream
+                pass
+        os._exit(status)
 
 
 def run_call(request: bytes, before_call: Optional[Callable[[], object]] = None) -> tuple[int, bytes, list]:
     """The worker's side: runs the call in ``request`` and returns (tag, pickle, buffers) for the
     result segment. ``before_call`` runs once the call is unpickled (and what it needs imported),
-    just before the function. Whatever the function raises is returned, never raised."""
+    just before the function. Whatever the function raises is returned, never raised;
+    ``SystemExit`` ends the worker (:func:`_exit_as_python_would`)."""
     try:
-        path, call = pickle.loads(request)
+        path, call, (files, sources) = pickle.loads(request)
         sys.path[:] = path
         fn, args, kwargs = cloudpickle.loads(call)
+        _restore_origins(fn, files, sources)
         if before_call is not None:
             before_call()
         value = fn(*args, **kwargs)
-    except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt travel too
+    except SystemExit as exc:
+        _exit_as_python_would(exc)
+    except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt travels too
         return _raised(exc)
     buffers: list[pickle.PickleBuffer] = []
     try:
@@ -119,12 +434,19 @@ def decode_result(payload: Any) -> tuple[int, Any]:
     body = view[body_at:body_at + body_size]
     if tag == VALUE:
         return tag, pickle.loads(body, buffers=buffers)
-    type_name, message, tb, exc_bytes = pickle.loads(body)
+    type_name, message, tb, exc_bytes, attributes, reason = pickle.loads(body)
     exc: Optional[BaseException] = None
     if exc_bytes is not None:
         try:
             loaded = pickle.loads(exc_bytes)
-            exc = loaded if isinstance(loaded, BaseException) else None
-        except Exception:  # noqa: BLE001 - its type does not unpickle here: a TaskError names it
-            exc = None
-    return tag, _RaisedInWorker(exc, type_name, message, tb)
+            if not isinstance(loaded, BaseException):
+                reason = f"it unpickled as a {type(loaded).__qualname__}"
+            elif not isinstance(loaded, Exception):
+                # KeyboardInterrupt, GeneratorExit...: raised here, it would be taken for the
+                # caller's own (SystemExit never comes: it ends the worker instead).
+                reason = f"{type(loaded).__qualname__} is not raised in the caller, where it would end it"
+            else:
+                exc = loaded
+        except Exception as err:  # noqa: BLE001 - its type does not unpickle here: a TaskError names it
+            reason = f"it did not unpickle in the caller: {type(err).__name__}: {err}"
+    return tag, _RaisedInWorker(exc, type_name, message, tb, attributes, reason)

@@ -84,10 +84,24 @@ def _flush() -> None:
             pass
 
 
+def _line_buffered_stdout() -> None:
+    """A stdout that is a pipe (the caller forwards or captures it, isorun._output) is written
+    line by line, as to a terminal: Python chose block buffering at startup, for what fd 1 was
+    then, and the caller would see nothing before the function's end."""
+    import stat
+
+    try:
+        if stat.S_ISFIFO(os.fstat(1).st_mode):
+            sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    except (OSError, ValueError, AttributeError):  # no fd 1, or a stdout replaced by the preloads
+        pass
+
+
 def _entry(request: bytes) -> tuple:
     global modules_at_entry
     modules_at_entry = frozenset(sys.modules)
     _sync_environ()
+    _line_buffered_stdout()
     from . import _core
     from ._payload import run_call
 
@@ -121,8 +135,13 @@ def _sweep_entry(request: str) -> tuple[bool, str, str]:
 
 
 def main() -> None:
+    import faulthandler
+
     from . import _core, _payload  # noqa: F401 - imported before the call, as the call needs them
 
+    # A fatal signal (a segfault in an extension) writes the Python stack to stderr: it lands in
+    # the outcome's stderr tail and WorkerCrashed's message, where the caller looks.
+    faulthandler.enable()
     _preload()
     _core.serve(_entry, _sweep_entry)
 

@@ -21,6 +21,7 @@ __all__ = [
     "Error",
     "TaskError",
     "WorkerCrashed",
+    "WorkerExited",
     "Timeout",
     "OutOfMemory",
     "InvalidResult",
@@ -28,6 +29,7 @@ __all__ = [
     "UsageError",
     "InternalError",
     "RemoteTraceback",
+    "LargeCallWarning",
 ]
 
 
@@ -42,15 +44,20 @@ class Error(Exception):
 
 
 class TaskError(Error):
-    """The function raised an exception that could not be re-raised as itself in the caller
-    (its type does not unpickle here). ``type_name`` names it; ``remote_traceback`` is the
-    worker's traceback as text."""
+    """The function raised an exception that could not be re-raised as itself in the caller:
+    neither it nor its type and attributes pickled in the worker, or its type does not unpickle
+    here, or it is one that would end the caller (``KeyboardInterrupt``, ``GeneratorExit``).
+    ``type_name`` names its type, ``attributes`` holds the reprs of its attributes, ``reason``
+    says why it is not itself, and ``remote_traceback`` is the worker's traceback as text."""
 
     def __init__(self, message: str, outcome: Optional["Outcome"] = None, *, type_name: str = "",
-                 remote_traceback: str = "") -> None:
+                 remote_traceback: str = "", attributes: Optional[dict[str, str]] = None,
+                 reason: str = "") -> None:
         super().__init__(message, outcome)
         self.type_name = type_name
         self.remote_traceback = remote_traceback
+        self.attributes: dict[str, str] = dict(attributes or {})
+        self.reason = reason
 
 
 class WorkerCrashed(Error):
@@ -70,6 +77,13 @@ class WorkerCrashed(Error):
     def stderr_tail(self) -> list[str]:
         """The last lines the worker wrote to stderr."""
         return list(self.outcome.stderr_tail) if self.outcome else []
+
+
+class WorkerExited(WorkerCrashed):
+    """The worker exited without a result: the function called ``sys.exit()`` (or raised
+    ``SystemExit``) or ``os._exit()``, or something it called ended the process. In the worker,
+    ``SystemExit`` ends the interpreter as it would in a script (``atexit`` handlers run); in the
+    caller it is this exception, never a ``SystemExit`` of its own. ``exit_code`` is the status."""
 
 
 class Timeout(Error, TimeoutError):
@@ -107,3 +121,9 @@ class RemoteTraceback(Exception):
 
     def __str__(self) -> str:
         return "\n\n(in the isolated worker)\n" + self.text
+
+
+class LargeCallWarning(UserWarning):
+    """The pickled call (the function, what it captured, its arguments) is large: it is copied
+    to every worker. Pass large data as a file or load it in the function instead of capturing
+    it. Warned once per function."""

@@ -51,6 +51,7 @@
 #include "isorun/runner/units.hpp"
 #include "isorun/runner/driver_cap.hpp"
 #include "isorun/serialization/protocol.hpp"
+#include "isorun/serialization/segment_pool.hpp"
 #include "isorun/serialization/shm_segment.hpp"
 #include "isorun/serialization/wire.hpp"
 #include "isorun/worker/init.hpp"
@@ -105,6 +106,11 @@ struct call_options {
   std::string alloc_conf;
   std::vector<std::string> env;
   bool echo_stderr = true;
+  /// Where the worker's output goes when the caller reads it (capture_output, or a sys.stdout
+  /// that is not fd 1): its stdout replaced at the assignment, and the live copy of its stderr;
+  /// -1: as the runner has them (this process's stdout; stderr to fd 2 when echo_stderr).
+  int stdout_fd = -1;
+  int stderr_fd = -1;
   std::size_t standby = 0;
   bool warm_context = false;
   bool early_result = false;
@@ -288,6 +294,11 @@ isorun::runner::job_spec python_job_spec(isorun::blob request, std::vector<std::
   }
   auto spec = isorun::runner::job_spec_for(python_task, isorun::serialization::encoding::binary, std::move(request),
                                            std::move(placed), opts);
+  if (o.stdout_fd >= 0) {
+    spec.stdout_to = isorun::runner::stdout_mode::fd;
+    spec.stdout_fd = o.stdout_fd;
+  }
+  if (o.stderr_fd >= 0) spec.stderr_echo_fd = o.stderr_fd;
   // argv[0] is the interpreter's own path: Python finds its prefix (and a venv) from it.
   spec.executable = argv.at(0);
   spec.worker_argv.assign(argv.begin() + 1, argv.end());
@@ -552,6 +563,8 @@ NB_MODULE(_core, m) {
       .def_rw("alloc_conf", &call_options::alloc_conf)
       .def_rw("env", &call_options::env)
       .def_rw("echo_stderr", &call_options::echo_stderr)
+      .def_rw("stdout_fd", &call_options::stdout_fd)
+      .def_rw("stderr_fd", &call_options::stderr_fd)
       .def_rw("standby", &call_options::standby)
       .def_rw("warm_context", &call_options::warm_context)
       .def_rw("early_result", &call_options::early_result)
@@ -592,6 +605,11 @@ NB_MODULE(_core, m) {
   m.def("place_numpy_arrays", &isorun_python::place_numpy_arrays,
         "In a worker: NumPy's large arrays are made from now on where the result goes (False where NumPy is "
         "not imported or older than 1.22).");
+  m.def("set_segment_idle_limit", [](std::uint64_t bytes) {
+    isorun::serialization::segment_pool::instance().set_idle_limit(bytes);
+  }, "bytes"_a, "Most bytes of idle result and request segments kept for reuse; the rest are closed.");
+  m.def("segment_idle_bytes", [] { return isorun::serialization::segment_pool::instance().idle_bytes(); },
+        "Bytes of the idle segments the pool keeps now (memory that stays resident).");
   m.def("c_environment", &c_environment, "The environment as the C library has it now, as bytes.");
   m.def("serve", &serve, "entry"_a, "json_entry"_a,
         "The worker's main: serves its one call through `entry` (a pickled call) or `json_entry` (a sweep's "

@@ -217,7 +217,15 @@ def slice_of_a_large_array(n):
     return a[: n // 2], _made_in(a)
 
 
-def test_a_slice_of_a_placed_array_carries_only_itself():
+@pytest.fixture
+def roomy_pool():
+    """A pool that keeps a segment larger than the caller's default 256 MiB of idle ones."""
+    isorun.set_segment_pool(max_idle_bytes="1G")
+    yield
+    isorun.set_segment_pool(max_idle_bytes=isorun._pool.DEFAULT_MAX_IDLE_BYTES)
+
+
+def test_a_slice_of_a_placed_array_carries_only_itself(roomy_pool):
     _segment_for(4 * N)
     s, made_in = isorun.isolated(slice_of_a_large_array)(N)
     assert "memfd:isorun-segment" in made_in

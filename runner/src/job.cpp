@@ -120,7 +120,7 @@ prepared_request prepare_request(job_spec& spec) {
 }
 
 // Gives a launched worker its work: the device assignment, the two segments and, for
-// stdout_mode::file, its stdout. A worker that is already gone is not an error here; watching it
+// stdout_mode::file and stdout_mode::fd, its stdout. A worker that is already gone is not an error here; watching it
 // finds out how it ended.
 void assign(int control, const prepared_request& p, const job_spec& spec) {
   ser::assign_message a;
@@ -137,6 +137,10 @@ void assign(int control, const prepared_request& p, const job_spec& spec) {
     if (::fstat(out.get(), &st) != 0 || !S_ISREG(st.st_mode))
       throw internal_error("cannot use " + spec.stdout_path + " for the worker's stdout: it is not a regular file");
     ::fcntl(out.get(), F_SETFL, ::fcntl(out.get(), F_GETFL) & ~O_NONBLOCK);
+    a.stdout_attached = true;
+  } else if (spec.stdout_to == stdout_mode::fd) {
+    out.reset(::fcntl(spec.stdout_fd, F_DUPFD_CLOEXEC, 0));
+    if (!out) throw internal_error(std::string("cannot hand the worker its stdout: ") + std::strerror(errno));
     a.stdout_attached = true;
   }
   std::vector<int> fds = {p.request->fd(), p.result->fd()};
@@ -647,6 +651,10 @@ namespace {
 void watch_early(const std::shared_ptr<job::state>& s) {
   watch_record w = watch(*s);
   const bool early = w.early;
+  // A CPU call's core is free once its result is handed over (the exit takes little of it): let
+  // go of it before the caller hears of the result. A GPU call's memory is not, until its worker
+  // is gone.
+  if (early && s->spec.gpus.empty()) s->spec.admitted.reset();
   {
     std::lock_guard lock(s->wait_mutex);
     s->result = classify(std::move(w), s->spec, s->segments.result);

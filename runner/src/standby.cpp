@@ -120,19 +120,20 @@ launched_worker standby_pool::take() {
     last_take_ = std::chrono::steady_clock::now();
     // A call taken while an earlier one still runs: they come back to back, and the replacement
     // is launched at once instead of after that exit.
-    std::erase_if(owed_, [](const unique_fd& pidfd) {
+    std::erase_if(running_, [](const unique_fd& pidfd) {
       pollfd p{pidfd.get(), POLLIN, 0};
       return ::poll(&p, 1, 0) != 0;
     });
-    const bool back_to_back = !owed_.empty();
-    if (ready_.empty()) target_ = std::min(max_size_, target_ + 1);  // a miss: more for the calls to come
+    const bool back_to_back = !running_.empty();
+    if (back_to_back) target_ = std::min(max_size_, target_ + 1);  // calls overlap: keep more waiting
     while (!ready_.empty()) {
       launched_worker w = std::move(ready_.front());
       ready_.pop_front();
       if (!w.process.peek()) {
         // Owed back once it exits (spaced calls); without a pidfd to watch it is owed no longer.
-        unique_fd pidfd{::fcntl(w.process.pidfd(), F_DUPFD_CLOEXEC, 0)};
-        if (pidfd && !back_to_back) owed_.push_back(std::move(pidfd));
+        if (unique_fd pidfd{::fcntl(w.process.pidfd(), F_DUPFD_CLOEXEC, 0)}; pidfd && !back_to_back)
+          owed_.push_back(std::move(pidfd));
+        if (unique_fd pidfd{::fcntl(w.process.pidfd(), F_DUPFD_CLOEXEC, 0)}) running_.push_back(std::move(pidfd));
         lock.unlock();
         wake_filler();
         return w;

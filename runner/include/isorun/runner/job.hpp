@@ -26,6 +26,8 @@ enum class stdout_mode {
   to_stderr,  ///< merged into the worker's stderr stream (the CLI keeps stdout for the result)
   file,       ///< `job_spec::stdout_path`, opened (truncated) when the worker is assigned; never
               ///< through a symbolic link, and only a regular file
+  fd,         ///< `job_spec::stdout_fd` (a pipe the caller reads, say), duplicated for the worker
+              ///< when it is assigned; the caller keeps it open until the job has ended
 };
 
 struct job_spec {
@@ -45,6 +47,7 @@ struct job_spec {
   std::vector<std::string> worker_argv;
   stdout_mode stdout_to = stdout_mode::inherit;
   std::string stdout_path;
+  int stdout_fd = -1;                ///< stdout_mode::fd
   int stderr_echo_fd = 2;            ///< live copy of the worker's stderr; -1 = none
   std::size_t stderr_tail_lines = 20;
   std::uint64_t max_result = 1ULL << 40;  ///< larger results are rejected

@@ -26,8 +26,8 @@ namespace isorun::runner {
 ///    it replaces for the cores;
 ///  - for calls back to back or overlapping (a worker taken earlier is still running), at once:
 ///    waiting for exits would leave the next call without a worker, slower than a cold one;
-///  - and when a take finds none waiting, the pool grows by one (up to `max_size`) for the calls
-///    that follow; after `idle` without a take it shrinks back to `size`, stopping the surplus.
+///  - and such a take grows the pool by one (up to `max_size`) for the calls that follow; after
+///    `idle` without a take it shrinks back to `size`, stopping the surplus.
 /// Waiting workers are stopped with the pool; they also die with the supervisor (their control
 /// socket hangs up), like any worker.
 class ISORUN_INTERNAL_API standby_pool final : public launcher {
@@ -79,6 +79,7 @@ class ISORUN_INTERNAL_API standby_pool final : public launcher {
   std::condition_variable changed_;  // fill(): the pool changed
   std::deque<launched_worker> ready_;
   std::deque<unique_fd> owed_;  // pidfds of the workers taken and not yet replaced, oldest first
+  std::deque<unique_fd> running_;  // pidfds of the workers taken that may still run
   std::size_t size_;
   std::size_t target_;    // size_, or more while calls come back to back
   std::size_t max_size_;

@@ -1,0 +1,55 @@
+"""The caller's pool of shared-memory segments: :func:`set_segment_pool`, :func:`segment_pool_stats`.
+
+A result arrives in a segment (memfd, tmpfs pages: resident memory of this process). Once the
+result is dropped, the segment goes back to a pool for the next call, whose result then lands on
+pages already faulted in; beyond the pool's limit, segments are closed and their memory goes
+back to the OS. The C++ runner keeps up to 2 GiB idle; a Python caller (a notebook kept open for
+hours) keeps :data:`DEFAULT_MAX_IDLE_BYTES` unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Union
+
+from . import _core
+from .errors import UsageError
+
+__all__ = ["set_segment_pool", "segment_pool_stats", "DEFAULT_MAX_IDLE_BYTES"]
+
+#: The most bytes of idle segments a Python caller keeps by default.
+DEFAULT_MAX_IDLE_BYTES = 256 << 20
+
+_lock = threading.Lock()
+_max_idle: Union[int, None] = None  # None: the default not applied yet
+
+
+def set_segment_pool(*, max_idle_bytes: Union[int, str]) -> None:
+    """Keeps at most ``max_idle_bytes`` (bytes, or a size such as ``"512M"``; 0: none) of idle
+    result and request segments for reuse; idle segments beyond it are closed at once, and their
+    memory goes back to the OS. More makes repeated large results faster (no page faults);
+    less keeps this process smaller between calls. Default 256 MiB."""
+    global _max_idle
+    if isinstance(max_idle_bytes, bool) or not isinstance(max_idle_bytes, (int, str)):
+        raise UsageError(f"max_idle_bytes takes bytes (an int) or a size such as '256M', not {max_idle_bytes!r}")
+    size = _core.parse_size(max_idle_bytes) if isinstance(max_idle_bytes, str) else max_idle_bytes
+    if size < 0:
+        raise UsageError(f"max_idle_bytes cannot be negative ({size})")
+    with _lock:
+        _max_idle = size
+        _core.set_segment_idle_limit(size)
+
+
+def segment_pool_stats() -> dict[str, int]:
+    """The pool now: ``idle_bytes`` (segments kept for reuse, resident) and ``max_idle_bytes``."""
+    apply_default()
+    return {"idle_bytes": int(_core.segment_idle_bytes()), "max_idle_bytes": int(_max_idle or 0)}
+
+
+def apply_default() -> None:
+    """The caller's default limit, unless one was set (called before the first call)."""
+    global _max_idle
+    with _lock:
+        if _max_idle is None:
+            _max_idle = DEFAULT_MAX_IDLE_BYTES
+            _core.set_segment_idle_limit(DEFAULT_MAX_IDLE_BYTES)

@@ -1,0 +1,104 @@
+"""Bad input is refused with isorun.UsageError naming the option or the argument, before anything
+starts; a large call warns once, naming what made it large."""
+
+from __future__ import annotations
+
+import io
+import socket
+import threading
+import warnings
+
+import pytest
+
+import isorun
+
+
+def touch(path, *args, **kwargs):
+    open(path, "w").close()
+
+
+@pytest.mark.parametrize("option", ["timeout", "grace"])
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), -1, 0, "0s"])
+def test_timeout_and_grace_must_be_finite_and_positive(option, value):
+    with pytest.raises(isorun.UsageError, match=option) as info:
+        isorun.isolated(touch, **{option: value})
+    assert isinstance(info.value, ValueError)
+
+
+def test_a_timeout_below_a_millisecond_is_not_none():
+    f = isorun.isolated(touch, timeout=0.0001)
+    assert f._options.timeout_ms == 1
+
+
+def test_options_keeps_no_timeout_as_none():
+    f = isorun.isolated(touch, grace=1).options(env={"A": "1"})
+    assert f._options.timeout_ms == 0 and f._options.grace_ms == 1000
+
+
+@pytest.mark.parametrize("gpus", [3, "some", [0.5], [True], {0: 1}])
+def test_gpus_takes_a_list_of_indices_or_all(gpus):
+    with pytest.raises(isorun.UsageError, match="gpus"):
+        isorun.isolated(touch, gpus=gpus)
+
+
+def visible_devices():
+    import os
+
+    return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def test_gpus_all_runs_on_every_gpu():
+    # conftest: one simulated GPU.
+    assert isorun.isolated(visible_devices, gpus="all")() == "GPU-sim-0"
+
+
+def _refused(tmp_path, *args, **kwargs):
+    marker = tmp_path / "started"
+    with pytest.raises(isorun.UsageError) as info:
+        isorun.isolated(touch)(str(marker), *args, **kwargs)
+    assert not marker.exists()  # refused before anything started
+    return str(info.value)
+
+
+def test_an_open_file_among_the_arguments_is_refused_naming_it(tmp_path):
+    with open(tmp_path / "data.txt", "w+") as f:
+        assert "argument 1 is an open file" in _refused(tmp_path, f)
+        assert "cannot be pickled" not in _refused(tmp_path, f)
+        assert "keyword argument 'log' is an open file" in _refused(tmp_path, log=f)
+        assert "argument 1 is an open file" in _refused(tmp_path, [{"nested": f}])
+
+
+def test_sockets_locks_and_generators_are_refused_naming_them(tmp_path):
+    with socket.socket() as s:
+        assert "argument 1 is a socket" in _refused(tmp_path, s)
+    assert "keyword argument 'lock' is a lock" in _refused(tmp_path, lock=threading.Lock())
+    assert "argument 2 is a lock" in _refused(tmp_path, 1, threading.RLock())
+    assert "argument 1 is a generator" in _refused(tmp_path, (i for i in range(3)))
+
+
+def test_an_open_file_the_function_captures_is_refused(tmp_path):
+    with open(tmp_path / "log.txt", "w") as log:
+        def write_log():
+            log.write("x")
+
+        with pytest.raises(isorun.UsageError, match="the function .* is an open file"):
+            isorun.isolated(write_log)()
+
+
+def test_in_memory_streams_still_travel():
+    assert isorun.isolated(lambda b: b.getvalue())(io.BytesIO(b"abc")) == b"abc"
+
+
+def test_a_call_over_64_mib_warns_once_naming_the_largest_global():
+    # A function of __main__ (a script, a notebook) travels by value, with the globals it uses.
+    ns = {"__name__": "__main__", "BIG_TABLE": b"\0" * ((64 << 20) + 1), "SMALL": 1}
+    exec("def size_of_table():\n    return len(BIG_TABLE) + SMALL\n", ns)
+    f = isorun.isolated(ns["size_of_table"])
+    with pytest.warns(isorun.LargeCallWarning, match="global 'BIG_TABLE'") as record:
+        assert f() == (64 << 20) + 2
+    assert issubclass(isorun.LargeCallWarning, UserWarning)
+    assert record[0].filename == __file__  # pointed at the caller's line
+    with warnings.catch_warnings(record=True) as again:
+        warnings.simplefilter("always")
+        f()
+    assert not [w for w in again if issubclass(w.category, isorun.LargeCallWarning)]
