@@ -30,7 +30,7 @@ std::shared_ptr<runner::admission> executor_admission(const executor_options& o,
       {.gpus = o.gpus, .all_gpus = o.all_gpus, .mem_limit = o.mem_limit, .per_gpu = o.per_gpu, .cpu_slots = o.cpu_slots},
       gpus());
   plan = slots.how;
-  runner::admission::limits l{.name = "the executor"};
+  runner::admission::limits l{.cpu_slots = 0, .name = "the executor"};
   std::vector<std::size_t> per;
   for (const auto& s : slots.slots) {
     if (s.gpus.empty()) {
@@ -47,12 +47,7 @@ std::shared_ptr<runner::admission> executor_admission(const executor_options& o,
     ++per[static_cast<std::size_t>(at - l.gpus.begin())];
     ++l.gpu_slots;
   }
-  if (!l.gpus.empty()) {
-    l.cpu_slots = 0;
-    l.per_gpu = *std::max_element(per.begin(), per.end());
-  } else {
-    l.cpu_slots -= 1;  // (limits start at one CPU slot)
-  }
+  if (!l.gpus.empty()) l.per_gpu = *std::max_element(per.begin(), per.end());
   return std::make_shared<runner::admission>(std::move(l));
 }
 }  // namespace detail
