@@ -68,7 +68,8 @@ void remove_v1_dir(const std::string& dir) {
 }
 
 const v1_base& v1() {
-  static const v1_base base = [] {
+  // Never destroyed: the exit handler below reads it after static destructors would have run.
+  static const v1_base& base = *new v1_base([] {
     v1_base b;
     std::string relative;
     {
@@ -128,7 +129,7 @@ const v1_base& v1() {
       if (::getpid() == v1().owner) remove_v1_dir(v1().dir);
     });
     return b;
-  }();
+  }());
   return base;
 }
 
