@@ -17,10 +17,13 @@ def pid_and_parent(i):
     return i, os.getpid(), os.getppid()
 
 
-def test_batches_run_in_fresh_interpreters_of_other_processes():
+@pytest.mark.parametrize("config", ["parallel_backend", "parallel_config"])
+def test_batches_run_in_fresh_interpreters_of_other_processes(config):
     import isorun.joblib  # noqa: F401 - registers "isorun"
 
-    with joblib.parallel_backend("isorun", n_jobs=2, timeout="1m"):
+    context = (joblib.parallel_backend("isorun", n_jobs=2, timeout="1m") if config == "parallel_backend"
+               else joblib.parallel_config(backend="isorun", n_jobs=2, timeout="1m"))
+    with context:
         out = joblib.Parallel()(joblib.delayed(pid_and_parent)(i) for i in range(4))
     assert [i for i, _, _ in out] == [0, 1, 2, 3]
     pids = {pid for _, pid, _ in out}
@@ -40,7 +43,7 @@ def test_grid_search_gives_the_default_backend_s_results():
     X, y = load_iris(return_X_y=True)
 
     def search(n_jobs):
-        return GridSearchCV(LogisticRegression(max_iter=500), {"C": [0.01, 0.1, 1.0]}, cv=3, n_jobs=n_jobs).fit(X, y)
+        return GridSearchCV(LogisticRegression(max_iter=500), {"C": [0.01, 1.0]}, cv=2, n_jobs=n_jobs).fit(X, y)
 
     default = search(None)  # joblib's default backend, in this process
     with joblib.parallel_backend("isorun", n_jobs=2, timeout="2m"):
