@@ -81,13 +81,13 @@ class Progress:
         if self._closed:
             return
         self._closed = True
-        self._ended.set()
         if self._bar is not None:
             self._bar.close()
         elif self._terminal:
             sys.stderr.write("\n")
         elif self._written != self._done:
             self._write(self._line() + "\n")  # where it stopped
+        self._ended.set()  # (once the last line is out)
 
     def _line(self) -> str:
         elapsed = time.monotonic() - self._start
