@@ -81,3 +81,15 @@ def test_without_joblib_the_import_says_what_to_install(monkeypatch):
     monkeypatch.delitem(sys.modules, "isorun.joblib", raising=False)
     with pytest.raises(ImportError, match=r"pip install 'isorun\[joblib\]'"):
         importlib.import_module("isorun.joblib")
+
+
+def marked(_):
+    return os.environ.get("ISORUN_TEST_MARK"), os.environ.get("OMP_NUM_THREADS")
+
+
+def test_the_backend_s_options_reach_the_workers():
+    import isorun.joblib  # noqa: F401
+
+    with joblib.parallel_backend("isorun", n_jobs=2, env={"ISORUN_TEST_MARK": "batch"}, cpus_per_call=2):
+        out = joblib.Parallel()(joblib.delayed(marked)(i) for i in range(2))
+    assert out == [("batch", "2")] * 2
