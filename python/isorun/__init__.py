@@ -9,8 +9,12 @@ by isorun's C++ runner in this process, under a GPU memory cap, with results ove
     r = train(0.1, 64)                # a fresh Python process
     fut = train.submit(0.1, 64)       # a concurrent.futures.Future; fut.cancel() stops the worker
     res = train.try_call(0.1, 64)     # res.ok, res.value, res.outcome
-    rs = isorun.map(train, [dict(lr=l, hidden=64) for l in (0.1, 0.01)], gpus="all", mem_limit="6G")
+    rs = isorun.map(train, [dict(lr=l, hidden=64) for l in (0.1, 0.01)], gpus="all", mem_limit="6G",
+                    progress=True)    # a live bar: tqdm where installed
     records = isorun.sweep({"python": train, "params": {"lr": [0.1, 0.01]}, "metric": "accuracy"})
+    for record in isorun.sweep_iter(spec): ...   # each record as it is journaled
+
+    import isorun.joblib              # joblib.parallel_backend("isorun", n_jobs=2, host_mem_limit="2G")
 
 See docs/python.md.
 """
@@ -23,7 +27,7 @@ if TYPE_CHECKING:
     from ._outcome import Outcome, Result
     from ._pool import segment_pool_stats, set_segment_pool
     from ._report import report, should_stop
-    from ._sweep import SweepResults, sweep
+    from ._sweep import SweepResults, sweep, sweep_iter
     from .errors import (
         Cancelled,
         Error,
@@ -46,7 +50,7 @@ _WHERE = {
     **dict.fromkeys(["Executor"], "_executor"),
     **dict.fromkeys(["Outcome", "Result"], "_outcome"),
     **dict.fromkeys(["set_segment_pool", "segment_pool_stats"], "_pool"),
-    **dict.fromkeys(["sweep", "SweepResults"], "_sweep"),
+    **dict.fromkeys(["sweep", "sweep_iter", "SweepResults"], "_sweep"),
     **dict.fromkeys(["report", "should_stop"], "_report"),
     **dict.fromkeys(["Cancelled", "Error", "InternalError", "InvalidResult", "OutOfMemory", "RemoteTraceback",
                      "TaskError", "Timeout", "UsageError", "WorkerCrashed", "WorkerExited",
@@ -79,6 +83,7 @@ __all__ = [
     "set_segment_pool",
     "segment_pool_stats",
     "sweep",
+    "sweep_iter",
     "SweepResults",
     "report",
     "should_stop",

@@ -7,9 +7,10 @@ import functools
 import itertools
 import sys
 import threading
+import time
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, TypeVar, Union
 
-from . import _core
+from . import _core, _progress
 from ._api import IsolatedFunction, IsolatedFuture, Size, _Options, _size
 from ._outcome import Result
 from .errors import UsageError
@@ -135,11 +136,24 @@ class Executor(concurrent.futures.Executor):
             self._futures.discard(future)  # type: ignore[arg-type]
 
     def map(self, fn: Callable[..., R], *iterables: Iterable[Any], timeout: Optional[float] = None,
-            chunksize: int = 1) -> Iterator[R]:
+            chunksize: int = 1, progress: bool = False) -> Iterator[R]:
         """Like ``concurrent.futures.Executor.map``: ``fn`` over the items of ``iterables`` (one
         call each, queued at once), results yielded lazily in input order, the first failure
-        raised where its result would be; leaving the iterator early cancels the calls left."""
-        return super().map(fn, *iterables, timeout=timeout, chunksize=chunksize)
+        raised where its result would be; leaving the iterator early cancels the calls left.
+
+        ``progress=True`` (isorun's own) shows the calls ended of all, the failures and the rate
+        on stderr as they end, whether or not the results are consumed yet: a tqdm bar where tqdm
+        is installed, else a line of isorun's own."""
+        if not _progress.check(progress):
+            return super().map(fn, *iterables, timeout=timeout, chunksize=chunksize)
+        futures = [self.submit(fn, *args) for args in zip(*iterables)]
+        if not futures:
+            return iter([])
+        bar = _progress.Progress(len(futures), "calls")
+        for f in futures:
+            # (a cancelled call counts as a failure: it did not give its result)
+            f.add_done_callback(lambda f: bar.advance(f.cancelled() or f.exception() is not None))
+        return _in_order(futures, timeout, bar)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """No more calls are taken; ``cancel_futures`` cancels the calls still waiting for a slot
@@ -158,6 +172,21 @@ class Executor(concurrent.futures.Executor):
         return f"<isorun.Executor {self.plan}: {self.running} running, {self.waiting} waiting>"
 
 
+def _in_order(futures: list[IsolatedFuture], timeout: Optional[float], bar: _progress.Progress) -> Iterator[Any]:
+    """The results of ``futures`` in order, as ``concurrent.futures.Executor.map`` yields them
+    (the deadline counted from now); the calls left are cancelled when the iterator is left."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        for f in futures:
+            yield f.result(None if deadline is None else max(deadline - time.monotonic(), 0.0))
+        # A future's result is there before its callbacks have run: the bar's last line is
+        # written before the caller goes on.
+        bar.wait()
+    finally:
+        for f in futures:
+            f.cancel()
+
+
 def _args_of(item: Any) -> tuple[tuple, dict]:
     """A dict input is passed as keyword arguments, a tuple as positional ones, anything else as
     the one argument."""
@@ -171,17 +200,22 @@ def _args_of(item: Any) -> tuple[tuple, dict]:
 def map(fn: Union[Callable[..., R], IsolatedFunction[R]], inputs: Iterable[Any], *,
         gpus: Union[str, Sequence[int], None] = None, mem_limit: Optional[Size] = None, per_gpu: Optional[int] = None,
         cpu_slots: Optional[int] = None, on_result: Optional[Callable[[int, Result[R]], None]] = None,
-        **options: Any) -> list[Result[R]]:
+        progress: bool = False, **options: Any) -> list[Result[R]]:
     """Runs ``fn`` on every input, each call in a fresh interpreter, in parallel on the slots of an
     :class:`Executor`, and returns a :class:`Result` per input, in input order (failures are
     results too). A dict input is passed as keyword arguments, a tuple as positional ones,
-    anything else as the one argument. ``on_result(index, result)`` is called as each ends.
+    anything else as the one argument. ``on_result(index, result)`` is called as each ends;
+    ``progress=True`` shows the calls ended of all, the failures and the rate on stderr (a tqdm bar
+    where tqdm is installed, else a line of isorun's own).
 
     Where calls run: ``gpus``, ``mem_limit``, ``per_gpu``, ``cpu_slots`` as for
     :class:`Executor`; an :func:`isolated` function's own ``gpu``/``gpus`` and ``mem_limit``
     are kept where this call gives none, and a :class:`UsageError` says where they conflict. Other
     keyword options are those of :func:`isolated`.
     """
+    _progress.check(progress)
+    if on_result is not None and not callable(on_result):
+        raise UsageError(f"on_result takes a function of (index, result), not {on_result!r}")
     placed = sorted(options.keys() & {"gpu", "gpu_count", "cpu"})
     if placed:
         raise UsageError(f"map places each call on its slots: {', '.join(placed)} cannot be given to it; "
@@ -208,11 +242,14 @@ def map(fn: Union[Callable[..., R], IsolatedFunction[R]], inputs: Iterable[Any],
     executor = Executor(gpus, mem_limit=cap or None, per_gpu=per_gpu, cpu_slots=cpu_slots)
     futures = [executor.submit(base, *_args_of(item)[0], **_args_of(item)[1]) for item in items]
     results: list[Optional[Result[R]]] = [None] * len(items)
+    bar = _progress.Progress(len(items), "calls") if progress and items else None
     try:
         pending = dict(zip(futures, itertools.count()))
         for fut in concurrent.futures.as_completed(futures):
             i = pending[fut]
             results[i] = fut._call_result
+            if bar is not None:
+                bar.advance(not fut._call_result.ok)  # type: ignore[union-attr]
             if on_result is not None:
                 on_result(i, fut._call_result)  # type: ignore[arg-type]
     except BaseException:
@@ -222,5 +259,7 @@ def map(fn: Union[Callable[..., R], IsolatedFunction[R]], inputs: Iterable[Any],
         concurrent.futures.wait(futures)
         raise
     finally:
+        if bar is not None:
+            bar.close()
         executor.shutdown(wait=False)
     return [r for r in results if r is not None]

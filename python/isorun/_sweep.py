@@ -1,19 +1,24 @@
 """Sweeps from Python: :func:`sweep` runs ``isorun sweep`` (the C++ command the package carries)
-on a spec given as a file or a dict, and returns the journaled records."""
+on a spec given as a file or a dict, and returns the journaled records; :func:`sweep_iter` yields
+them as they are journaled."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
-from typing import Any, Callable, Mapping, Optional, Union
+import threading
+from typing import Any, Callable, Iterator, Mapping, Optional, Union
+
+from . import _progress
 
 from .errors import Error, UsageError
 
-__all__ = ["sweep", "SweepResults"]
+__all__ = ["sweep", "sweep_iter", "SweepResults"]
 
 Spec = Union[str, "os.PathLike[str]", Mapping[str, Any]]
 
@@ -73,66 +78,97 @@ def _out_of(line: str) -> Optional[str]:
     return out[:-1] if out.endswith("/") else out
 
 
+class _JournalTail:
+    """Reads ``OUT/results.jsonl`` as the sweep appends to it: each call gives the records of the
+    complete lines written since the last (a line still being written waits for its newline).
+    The journal is append-only JSON lines: a line that does not parse (cut short by a crash) is
+    skipped, as isorun skips it."""
+
+    def __init__(self, out: str) -> None:
+        self._path = os.path.join(out, "results.jsonl")
+        self._offset = 0
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with open(self._path, "rb") as journal:
+                journal.seek(self._offset)
+                data = journal.read()
+        except FileNotFoundError:
+            return []
+        complete = data[:data.rfind(b"\n") + 1]
+        self._offset += len(complete)
+        records = []
+        for line in complete.splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and "id" in record:
+                records.append(record)
+        return records
+
+
 def _records(out: str) -> list[dict[str, Any]]:
     """The latest record of each trial in ``OUT/results.jsonl``, in journal order."""
     latest: dict[str, dict[str, Any]] = {}
-    try:
-        with open(os.path.join(out, "results.jsonl"), encoding="utf-8") as journal:
-            for line in journal:
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue  # a line cut short by a crash: isorun skips it too
-                if isinstance(record, dict) and "id" in record:
-                    latest.pop(record["id"], None)
-                    latest[record["id"]] = record
-    except FileNotFoundError:
-        pass
+    for record in _JournalTail(out).read():
+        latest.pop(record["id"], None)
+        latest[record["id"]] = record
     return list(latest.values())
 
 
-def _follow(proc: "subprocess.Popen[str]", lines: list[str]) -> int:
-    """Echoes the command's stderr and keeps its lines until it ends; returns its exit code. An
-    interrupt is handed to the command as SIGINT (it stops its trials: a second one stops them
-    at once) and raised once the command has ended."""
-    assert proc.stderr is not None
-    interrupted = False
-    while True:
-        try:
-            for line in proc.stderr:
-                lines.append(line)
-                sys.stderr.write(line)
-            code = proc.wait()
-            break
-        except KeyboardInterrupt:
-            interrupted = True
-            proc.send_signal(signal.SIGINT)
-    if interrupted:
-        raise KeyboardInterrupt
-    return code
+def _counts(line: str) -> Optional[tuple[int, int]]:
+    """(trials, to run) in the command's first line ("...: 12 trials (8 to run) on ...")."""
+    found = re.search(r": (\d+) trials \((\d+) to run\)", line)
+    return (int(found.group(1)), int(found.group(2))) if found else None
 
 
-def sweep(spec: Spec, *, out: Union[str, "os.PathLike[str]", None] = None, rerun_failed: bool = False,
-          args: tuple[str, ...] = ()) -> SweepResults:
-    """Runs a sweep and returns its records.
+class _Tally:
+    """The progress of a sweep from its records: the trials with a final record (a trial
+    retried under a larger cap has a record per attempt, ``retry_mem_limit`` on all but its
+    last), and how many of them did not end well (neither a success nor pruned)."""
 
-    ``spec`` is a sweep spec: the path of a YAML file, or a dict with the same keys
-    (docs/sweeps.md). Its ``python`` may be a function object as well as ``"module:function"``
-    or ``"path/to/file.py:function"``; each trial calls it in a fresh interpreter (this one's
-    ``sys.executable``, with the package) with the trial's parameters as keyword arguments, and
-    its returned dict is the trial's result. Everything sweeps do applies: packing on GPUs under
-    ``mem_limit``, standby interpreters (``resources: {standby: 1, preload: [numpy]}``), the
-    journal and resume (running the same sweep again runs only what is not done), the report.
+    def __init__(self) -> None:
+        self._ok: dict[str, bool] = {}
 
-    ``out`` overrides the spec's output folder; ``rerun_failed`` runs failed trials again;
-    ``args`` are more ``isorun sweep`` options (``("--metric", "loss:min")``). The command's
-    lines go to stderr as it runs.
+    def add(self, record: dict[str, Any]) -> None:
+        if not record.get("retry_mem_limit"):
+            self._ok[record["id"]] = record.get("outcome") in ("success", "pruned")
 
-    Returns the records (:class:`SweepResults`, a list; ``.frame()`` makes a DataFrame), also
-    when some trials failed: each record says how its trial ended. Raises :class:`UsageError`
-    for a spec isorun refuses (nothing is started), :class:`KeyboardInterrupt` when the sweep
-    was interrupted, and :class:`Error` if the command failed otherwise.
-    """
+    @property
+    def done(self) -> int:
+        return len(self._ok)
+
+    @property
+    def failed(self) -> int:
+        return sum(not ok for ok in self._ok.values())
+
+
+# How often the journal is read while the command runs: records reach the caller this late at most.
+_POLL_S = 0.1
+
+
+def _options(out: Any, rerun_failed: Any, args: Any, progress: Any) -> list[str]:
+    """The command's options from the keyword arguments, checked (``progress`` too) before
+    anything starts."""
+    if not isinstance(rerun_failed, bool):
+        raise UsageError(f"rerun_failed takes True or False, not {rerun_failed!r}")
+    _progress.check(progress)
+    if isinstance(args, str) or not all(isinstance(a, str) for a in args):
+        raise UsageError(f"args takes a tuple of isorun sweep options, as strings, not {args!r}")
+    options = ["--no-progress", *args]
+    if out is not None:
+        options += ["--out", os.fspath(out)]
+    if rerun_failed:
+        options.append("--rerun-failed")
+    return options
+
+
+def _run(spec: Spec, options: list[str], progress: bool) -> Iterator[dict[str, Any]]:
+    """Runs ``isorun sweep`` and yields each record as it is journaled, the records of earlier
+    runs of the same sweep first; returns the output folder. Leaving the iterator early stops
+    the sweep as Ctrl-C does (and waits for it). The one loop behind :func:`sweep` and
+    :func:`sweep_iter`."""
     if os.environ.get("ISORUN_SWEEP_TRIAL"):
         raise UsageError("isorun.sweep() was called in a sweep's trial: the script that runs the sweep was imported "
                          "by its trials; put the sweep under if __name__ == '__main__':")
@@ -147,11 +183,6 @@ def sweep(spec: Spec, *, out: Union[str, "os.PathLike[str]", None] = None, rerun
                 json.dump(spec, f, indent=2)  # JSON is YAML
         else:
             path = os.fspath(spec)
-        command = [program, "sweep", path, "--no-progress", *args]
-        if out is not None:
-            command += ["--out", os.fspath(out)]
-        if rerun_failed:
-            command.append("--rerun-failed")
         env = dict(os.environ)
         env.setdefault("ISORUN_PYTHON", sys.executable)
         # The trials' interpreters find modules as this one does.
@@ -161,9 +192,50 @@ def sweep(spec: Spec, *, out: Union[str, "os.PathLike[str]", None] = None, rerun
         # A session of its own: a Ctrl-C at the terminal reaches this process alone, and it hands
         # the command exactly one SIGINT per interrupt, also where only this process is
         # interrupted (Jupyter's "interrupt the kernel").
-        with subprocess.Popen(command, stderr=subprocess.PIPE, text=True, errors="replace", env=env,
-                              start_new_session=True) as proc:
-            code = _follow(proc, lines)
+        with subprocess.Popen([program, "sweep", path, *options], stderr=subprocess.PIPE, text=True,
+                              errors="replace", env=env, start_new_session=True) as proc:
+            # The command's lines are echoed by a thread of their own, so that this one reads the
+            # journal while they come (or do not).
+            echo = threading.Thread(target=_echo, args=(proc, lines), name="isorun-sweep-stderr", daemon=True)
+            echo.start()
+            tail: Optional[_JournalTail] = None
+            tally, bar, counts = _Tally(), None, None
+            interrupted = ended = False
+            try:
+                while not ended:
+                    try:
+                        ended = _ended(proc, _POLL_S)
+                    except KeyboardInterrupt:
+                        interrupted = True
+                        proc.send_signal(signal.SIGINT)  # it stops its trials; a second one at once
+                        continue
+                    if ended:
+                        echo.join()  # its last lines, then the journal's last records
+                    if tail is None:
+                        out = next((o for o in map(_out_of, lines) if o), None)
+                        if out is None:
+                            continue
+                        tail = _JournalTail(out)
+                        counts = _counts(next(l for l in lines if _out_of(l)))
+                    records = tail.read()
+                    for record in records:
+                        tally.add(record)
+                    if bar is not None:
+                        bar.update(tally.done, tally.failed)
+                    elif progress and counts and counts[0]:
+                        # From what the journal holds at first (a resumed sweep's records): the
+                        # rate counts what ends from now on.
+                        bar = _progress.Progress(counts[0], "trials", tally.done, tally.failed)
+                    yield from records
+            finally:
+                if bar is not None:
+                    bar.close()
+                if not ended:  # the caller left the iterator, or its on_record raised
+                    _stop(proc)
+                    echo.join()  # (before the pipe it reads is closed)
+    if interrupted:
+        raise KeyboardInterrupt
+    code = proc.returncode
     said = "".join(lines[-5:]).strip()
     if code == 2:
         # The command's own words, without its prefix, and "the spec" for the file written here.
@@ -174,7 +246,95 @@ def sweep(spec: Spec, *, out: Union[str, "os.PathLike[str]", None] = None, rerun
         raise UsageError(message)
     if code == 130:
         raise KeyboardInterrupt
-    folder_out = next((o for o in map(_out_of, lines) if o), None)
-    if code not in (0, 1) or folder_out is None:
+    if code not in (0, 1) or tail is None:
         raise Error(f"isorun sweep ended with exit code {code}: {said}")
-    return SweepResults(_records(folder_out), folder_out)
+    return out
+
+
+def _echo(proc: "subprocess.Popen[str]", lines: list[str]) -> None:
+    """Echoes the command's stderr to this process's and keeps its lines, until it ends."""
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        lines.append(line)
+        sys.stderr.write(line)
+
+
+def _ended(proc: "subprocess.Popen[str]", within: float) -> bool:
+    try:
+        proc.wait(within)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+def _stop(proc: "subprocess.Popen[str]") -> None:
+    """Stops the command as Ctrl-C does, and waits for its trials to stop; an interrupt while it
+    waits stops them at once (the command's second SIGINT)."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGINT)
+    while True:
+        try:
+            proc.wait()
+            return
+        except KeyboardInterrupt:
+            proc.send_signal(signal.SIGINT)
+
+
+def sweep(spec: Spec, *, out: Union[str, "os.PathLike[str]", None] = None, rerun_failed: bool = False,
+          args: tuple[str, ...] = (), progress: bool = False,
+          on_record: Optional[Callable[[dict[str, Any]], None]] = None) -> SweepResults:
+    """Runs a sweep and returns its records.
+
+    ``spec`` is a sweep spec: the path of a YAML file, or a dict with the same keys
+    (docs/sweeps.md). Its ``python`` may be a function object as well as ``"module:function"``
+    or ``"path/to/file.py:function"``; each trial calls it in a fresh interpreter (this one's
+    ``sys.executable``, with the package) with the trial's parameters as keyword arguments, and
+    its returned dict is the trial's result. Everything sweeps do applies: packing on GPUs under
+    ``mem_limit``, standby interpreters (``resources: {standby: 1, preload: [numpy]}``), the
+    journal and resume (running the same sweep again runs only what is not done), the report.
+
+    ``out`` overrides the spec's output folder; ``rerun_failed`` runs failed trials again;
+    ``args`` are more ``isorun sweep`` options (``("--metric", "loss:min")``). The command's
+    lines go to stderr as it runs. ``progress=True`` shows the trials done of all, the failures
+    and the rate on stderr as they end (a tqdm bar where tqdm is installed, else a line of
+    isorun's own). ``on_record(record)`` is called in this thread with each record as it is
+    journaled, in journal order (those of earlier runs of the same sweep first); if it raises,
+    the sweep is stopped and the exception raised. :func:`sweep_iter` yields the records instead.
+
+    Returns the records (:class:`SweepResults`, a list; ``.frame()`` makes a DataFrame), also
+    when some trials failed: each record says how its trial ended. Raises :class:`UsageError`
+    for a spec isorun refuses (nothing is started), :class:`KeyboardInterrupt` when the sweep
+    was interrupted, and :class:`Error` if the command failed otherwise.
+    """
+    if on_record is not None and not callable(on_record):
+        raise UsageError(f"on_record takes a function of one record, not {on_record!r}")
+    stream = _run(spec, _options(out, rerun_failed, args, progress), progress)
+    while True:
+        try:
+            record = next(stream)
+        except StopIteration as end:
+            return SweepResults(_records(end.value), end.value)
+        if on_record is not None:
+            try:
+                on_record(record)
+            except BaseException:
+                stream.close()  # the sweep stops
+                raise
+
+
+def sweep_iter(spec: Spec, *, out: Union[str, "os.PathLike[str]", None] = None, rerun_failed: bool = False,
+               args: tuple[str, ...] = (), progress: bool = False) -> Iterator[dict[str, Any]]:
+    """Runs a sweep as :func:`sweep` does, and yields each trial's record as it is journaled in
+    ``OUT/results.jsonl``, while the sweep runs: those of earlier runs of the same sweep first
+    (resume), then each as its trial ends. A trial retried under a larger cap has a record per
+    attempt; its last counts.
+
+        for record in isorun.sweep_iter({"python": train, "params": {"lr": [0.1, 0.01]}}):
+            print(record["params"], record["outcome"], record["result"])
+
+    Leaving the loop early (``break``, an exception, closing the generator) stops the sweep as
+    Ctrl-C does, and waits for its trials to stop. The options are :func:`sweep`'s; bad ones are
+    a :class:`UsageError` at once, and the errors :func:`sweep` raises come from the iteration.
+    """
+    return _run(spec, _options(out, rerun_failed, args, progress), progress)

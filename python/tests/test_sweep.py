@@ -261,3 +261,87 @@ def test_report_and_should_stop_outside_a_sweep(capfd):
     assert isorun.should_stop() is False
     with pytest.raises(TypeError):
         isorun.report(step="3", loss=1.0)
+
+
+def test_on_record_sees_every_record_as_journaled_and_progress_shows_the_trials(trials, tmp_path, monkeypatch,
+                                                                               capfd):
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)  # isorun's own line
+    seen = []
+    spec = {"python": f"{trials}:train", "params": {"lr": [0.1, 0.01], "hidden": [16, 64]},
+            "resources": {"cpu_slots": 2}, "out": str(tmp_path / "out")}
+    records = isorun.sweep(spec, progress=True, on_record=seen.append)
+    journal = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert seen == journal == list(records) and len(seen) == 4  # every record, in journal order
+    err = capfd.readouterr().err
+    assert "isorun: 4/4 trials, 0 failed, " in err
+    # Resumed: the journaled records come again, and the bar starts where the sweep is.
+    again = []
+    isorun.sweep(spec, progress=True, on_record=again.append)
+    assert again == journal and len(calls(trials)) == 4
+    assert capfd.readouterr().err.count("isorun: 4/4 trials") == 1
+
+
+GATE = textwrap.dedent('''
+    import os
+
+    def gate(i, fifo):
+        # Trial 1 waits until the test writes to the FIFO: it ends only after the test has
+        # received trial 0's record.
+        if i == 1:
+            with open(fifo) as f:
+                return {"released": f.readline().strip() == "go", "pid": os.getpid()}
+        return {"released": False, "pid": os.getpid()}
+''')
+
+
+def test_sweep_iter_yields_records_while_the_sweep_runs(tmp_path):
+    fifo = tmp_path / "gate"
+    os.mkfifo(fifo)
+    (tmp_path / "gated.py").write_text(GATE)
+    spec = {"python": f"{tmp_path / 'gated.py'}:gate", "params": {"i": [0, 1], "fifo": [str(fifo)]},
+            "resources": {"cpu_slots": 2, "standby": 0}, "out": str(tmp_path / "out")}
+    stream = isorun.sweep_iter(spec)
+    first = next(stream)
+    assert first["params"]["i"] == 0 and first["outcome"] == "success"
+    # Trial 1 is still running (waiting for this write): the record came while the sweep ran.
+    with open(fifo, "w") as f:
+        f.write("go\n")
+    rest = list(stream)
+    assert [r["params"]["i"] for r in rest] == [1]
+    assert rest[0]["outcome"] == "success" and rest[0]["result"]["released"] is True
+
+
+def test_leaving_sweep_iter_early_stops_the_sweep(tmp_path):
+    fifo = tmp_path / "gate"
+    os.mkfifo(fifo)
+    (tmp_path / "gated.py").write_text(GATE)
+    spec = {"python": f"{tmp_path / 'gated.py'}:gate", "params": {"i": [0, 1], "fifo": [str(fifo)]},
+            "resources": {"cpu_slots": 2, "standby": 0}, "out": str(tmp_path / "out")}
+    for record in isorun.sweep_iter(spec):
+        assert record["params"]["i"] == 0
+        break  # trial 1 still waits: the sweep is stopped, and waited for
+    journal = (tmp_path / "out" / "results.jsonl").read_text().splitlines()
+    assert [json.loads(line)["params"]["i"] for line in journal] == [0]  # the stopped trial is not journaled
+    # Stopped, not left waiting: a writer now finds no reader (ENXIO) rather than a trial.
+    with pytest.raises(OSError):
+        os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+
+
+def test_an_on_record_that_raises_stops_the_sweep(tmp_path):
+    fifo = tmp_path / "gate"
+    os.mkfifo(fifo)
+    (tmp_path / "gated.py").write_text(GATE)
+    spec = {"python": f"{tmp_path / 'gated.py'}:gate", "params": {"i": [0, 1], "fifo": [str(fifo)]},
+            "resources": {"cpu_slots": 2, "standby": 0}, "out": str(tmp_path / "out")}
+
+    def refuse(record):
+        raise LookupError(f"no thanks: {record['params']['i']}")
+
+    with pytest.raises(LookupError, match="no thanks: 0"):
+        isorun.sweep(spec, on_record=refuse)
+    with pytest.raises(OSError):
+        os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # trial 1 is not waiting any more
+    with pytest.raises(isorun.UsageError, match="on_record"):
+        isorun.sweep(spec, on_record="print")
+    with pytest.raises(isorun.UsageError, match="progress"):
+        isorun.sweep_iter(spec, progress=None)

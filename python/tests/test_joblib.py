@@ -1,0 +1,95 @@
+"""isorun.joblib: a joblib backend that runs each batch in a fresh isolated interpreter."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import pytest
+
+joblib = pytest.importorskip("joblib")
+
+import isorun  # noqa: E402
+
+
+def pid_and_parent(i):
+    return i, os.getpid(), os.getppid()
+
+
+@pytest.mark.parametrize("config", ["parallel_backend", "parallel_config"])
+def test_batches_run_in_fresh_interpreters_of_other_processes(config):
+    import isorun.joblib  # noqa: F401 - registers "isorun"
+
+    context = (joblib.parallel_backend("isorun", n_jobs=2, timeout="1m") if config == "parallel_backend"
+               else joblib.parallel_config(backend="isorun", n_jobs=2, timeout="1m"))
+    with context:
+        out = joblib.Parallel()(joblib.delayed(pid_and_parent)(i) for i in range(4))
+    assert [i for i, _, _ in out] == [0, 1, 2, 3]
+    pids = {pid for _, pid, _ in out}
+    assert os.getpid() not in pids
+    assert len(pids) == 4  # a batch of one each at first: each in a fresh interpreter
+    # Workers are this process's children: the runner execs them, no pool of another process.
+    assert {ppid for _, _, ppid in out} == {os.getpid()}
+
+
+def test_grid_search_gives_the_default_backend_s_results():
+    pytest.importorskip("sklearn")
+    import isorun.joblib  # noqa: F401
+    from sklearn.datasets import load_iris
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import GridSearchCV
+
+    X, y = load_iris(return_X_y=True)
+
+    def search(n_jobs):
+        return GridSearchCV(LogisticRegression(max_iter=500), {"C": [0.01, 1.0]}, cv=2, n_jobs=n_jobs).fit(X, y)
+
+    default = search(None)  # joblib's default backend, in this process
+    with joblib.parallel_backend("isorun", n_jobs=2, timeout="2m"):
+        isolated = search(2)
+    assert isolated.best_params_ == default.best_params_
+    assert list(isolated.cv_results_["mean_test_score"]) == list(default.cv_results_["mean_test_score"])
+
+
+def fail_on(i):
+    if i == 1:
+        raise KeyError("batch 1")
+    return i
+
+
+def test_what_a_batch_raises_is_raised():
+    import isorun.joblib  # noqa: F401
+
+    with joblib.parallel_backend("isorun", n_jobs=2), pytest.raises(KeyError, match="batch 1"):
+        joblib.Parallel()(joblib.delayed(fail_on)(i) for i in range(3))
+
+
+def test_bad_options_are_a_usage_error():
+    import isorun.joblib  # noqa: F401
+
+    with pytest.raises(isorun.UsageError, match="cpu_slots"):
+        with joblib.parallel_backend("isorun", n_jobs=2, cpu_slots=3):
+            pass
+    with pytest.raises(isorun.UsageError, match="mem_limit"):
+        with joblib.parallel_backend("isorun", n_jobs=2, mem_limit="1G"):  # a GPU cap without GPUs
+            pass
+
+
+def test_without_joblib_the_import_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "joblib", None)
+    monkeypatch.delitem(sys.modules, "isorun.joblib", raising=False)
+    with pytest.raises(ImportError, match=r"pip install 'isorun\[joblib\]'"):
+        importlib.import_module("isorun.joblib")
+
+
+def marked(_):
+    return os.environ.get("ISORUN_TEST_MARK"), os.environ.get("OMP_NUM_THREADS")
+
+
+def test_the_backend_s_options_reach_the_workers():
+    import isorun.joblib  # noqa: F401
+
+    with joblib.parallel_backend("isorun", n_jobs=2, env={"ISORUN_TEST_MARK": "batch"}, cpus_per_call=2):
+        out = joblib.Parallel()(joblib.delayed(marked)(i) for i in range(2))
+    assert out == [("batch", "2")] * 2
