@@ -683,6 +683,18 @@ TEST_CASE("a task's message with terminal control sequences is printed with them
   CHECK(bad.err.find('\x1b') == std::string::npos);
 }
 
+TEST_CASE("a task's bytes that are not UTF-8 reach --json as U+FFFD, not an internal error", "[cli][hostile]") {
+  auto r = run(with_tasks({"--json", "--cpu", "fail_latin1", "arg0=0"}));
+  INFO(r.err);
+  CHECK(r.code == 1);  // the task's failure, not isorun's (125)
+  const json j = json::parse(r.out);
+  CHECK(j["outcome"] == "task_error");
+  CHECK(j["message"] == "caf\xef\xbf\xbd \xef\xbf\xbd");
+  auto plain = run(with_tasks({"--cpu", "fail_latin1", "arg0=0"}));
+  CHECK(plain.code == 1);
+  CHECK_THAT(plain.err, Catch::Contains("std::domain_error: caf\xef\xbf\xbd"));
+}
+
 TEST_CASE("--flag=value is --flag value, in a run, a -- CMD and a sweep", "[cli][options]") {
   const std::vector<std::string> sim = {"ISORUN_SIMULATE_GPUS=2x16G"};
   auto spaced = run(with_tasks({"-q", "--gpu", "1", "--mem-limit", "6G", "where"}), sim);

@@ -187,12 +187,17 @@ class py_job {
       r = &job_->wait();
     }
     const isorun::outcome& o = r->status;
+    // The task's own text, decoded so that no byte can fail the call (backslashreplace: a byte
+    // that is not UTF-8 shows as \xNN), whatever reached the outcome.
+    auto text = [](const std::string& s) {
+      return nb::steal(PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "backslashreplace"));
+    };
     nb::list tail;
-    for (const auto& line : o.stderr_tail) tail.append(nb::str(line.c_str(), line.size()));
+    for (const auto& line : o.stderr_tail) tail.append(text(line));
     nb::dict d;
     d["kind"] = std::string(isorun::to_string(o.kind));
-    d["error_type"] = o.error_type;
-    d["message"] = o.message;
+    d["error_type"] = text(o.error_type);
+    d["message"] = text(o.message);
     d["exit_code"] = o.exit.code;
     d["signal"] = o.exit.signal;
     d["core_dumped"] = o.exit.core_dumped;

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "folder.hpp"
+#include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/printable.hpp"
 #include "isorun/runner/unique_fd.hpp"
@@ -105,7 +106,7 @@ journal::journal(const fs::path& folder) : path_{folder / "results.jsonl"} {
       return;
     }
     try {
-      trial_record r = trial_record::from_json(json::parse(line));
+      trial_record r = trial_record::from_json(parse_bounded_json(line));
       latest_[r.id] = std::move(r);
     } catch (const std::exception&) {
       warnings_.push_back(where + " is not a trial record; ignored (" + std::string(line.substr(0, 60)) +

@@ -1,0 +1,77 @@
+// Sweeps fed hostile input by their own trials and files: deeply nested JSON, bytes that are not
+// UTF-8, planted links. Each ends as one trial's failure or an ignored line, never the sweep's.
+#include <catch2/catch.hpp>
+
+#include "sweep_test_support.hpp"
+
+namespace {
+
+// `{"x": [[...]]}`-like text nested `depth` deep in all (the object counts as one level).
+std::string nested(int depth, const std::string& head = "") {
+  return "{" + head + "\"x\": " + std::string(static_cast<std::size_t>(depth - 1), '[') +
+         std::string(static_cast<std::size_t>(depth - 1), ']') + "}";
+}
+
+}  // namespace
+
+TEST_CASE("a trial's deeply nested result or report line is its invalid_result, not the sweep's end",
+          "[sweep][command][hostile]") {
+  const std::string dir = temp_dir();
+  // Each trial prints the line in its file: mode 0 a result line 100,000 deep, 1 a report line
+  // that deep and then a plain result, 2 a result exactly at the bound, 3 writes the deep one to
+  // $ISORUN_RESULT.
+  const std::string deep = nested(100000), report = nested(100000, "\"step\": 0, "), at_bound = nested(64);
+  std::ofstream(dir + "/0") << deep << "\n";
+  std::ofstream(dir + "/1") << report << "\n{\"ok\": 1}\n";
+  std::ofstream(dir + "/2") << at_bound << "\n";
+  std::ofstream(dir + "/3") << deep << "\n";
+  std::ofstream(dir + "/spec.yaml")
+      << "command: [sh, -c, 'if [ {mode} = 3 ]; then cat \"{dir}/3\" > \"$ISORUN_RESULT\"; else cat \"{dir}/{mode}\"; fi']\n"
+      << "params:\n  mode: [0, 1, 2, 3]\n  dir: [\"" << dir << "\"]\nresources: {cpu_slots: 2}\nout: \"" << dir
+      << "/out\"\n";
+  auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+  INFO(r.err);
+  CHECK(r.code == 1);  // two trials failed; the supervisor did not
+  const auto journal = read_journal(dir + "/out/results.jsonl");
+  REQUIRE(journal.size() == 4);
+  auto of = [&](int mode) { return journal[json{{"dir", dir}, {"mode", mode}}.dump()]; };
+  CHECK(of(0)["outcome"] == "invalid_result");
+  CHECK_THAT(of(0)["error"].get<std::string>(), Catch::Contains("nested deeper than 64 levels"));
+  CHECK(of(1)["outcome"] == "success");
+  CHECK(of(1)["result"] == json{{"ok", 1}});
+  CHECK(of(2)["outcome"] == "success");
+  CHECK(of(3)["outcome"] == "invalid_result");
+  CHECK_THAT(of(3)["error"].get<std::string>(), Catch::Contains("$ISORUN_RESULT is nested deeper than 64 levels"));
+
+  // The same lines planted in the folder's files are ignored lines, on resume and in the report.
+  std::ofstream(dir + "/out/results.jsonl", std::ios::app)
+      << "{\"id\":\"0000000000000000\",\"params\":{},\"outcome\":\"success\",\"result\":"
+      << std::string(100000, '[') << std::string(100000, ']') << "}\n";
+  std::ofstream(dir + "/out/reports.jsonl", std::ios::app)
+      << "{\"trial\":\"0000000000000000\",\"step\":1,\"metrics\":" << nested(100000) << "}\n";
+  auto again = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+  INFO(again.err);
+  CHECK(again.code == 1);
+  CHECK_THAT(again.err, Catch::Contains("results.jsonl line 5 is not a trial record; ignored"));
+  auto report_run = sweep_cli({"report", dir + "/out"});
+  INFO(report_run.err);
+  CHECK(report_run.code == 0);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a failing trial's bytes that are not UTF-8 are journaled as U+FFFD, and the sweep finishes",
+          "[sweep][command][hostile]") {
+  const std::string dir = temp_dir();
+  // A Latin-1 byte, and a character cut short, on stderr.
+  std::ofstream(dir + "/spec.yaml") << "command: [sh, -c, 'printf \"boom \\377 \\303\\n\" >&2; exit {code}']\n"
+                                    << "params:\n  code: [1]\nout: \"" << dir << "/out\"\n";
+  auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+  INFO(r.err);
+  CHECK(r.code == 1);  // the trial failed; not an internal error (125)
+  const auto journal = read_journal(dir + "/out/results.jsonl");
+  REQUIRE(journal.size() == 1);
+  const json rec = journal.begin().value();
+  CHECK(rec["outcome"] == "task_error");
+  CHECK_THAT(rec["error"].get<std::string>(), Catch::Contains("boom \xef\xbf\xbd \xef\xbf\xbd"));
+  fs::remove_all(dir);
+}
