@@ -238,3 +238,60 @@ TEST_CASE("a Slurm sweep takes each record once, and leaves no array to follow, 
     CHECK(fs::is_empty(out / "slurm" / "results"));
   }
 }
+
+namespace {
+// Stand-ins for Slurm's commands in `bin`: sbatch runs every array task of the script, one after
+// the other, then runs `after` (a shell snippet, with $out the output folder) and answers;
+// squeue lists nothing (every array has ended).
+void slurm_running_tasks_then(const fs::path& bin, const std::string& after) {
+  std::ofstream(bin / "sbatch") << "#!/bin/sh\n"
+                                << "for last; do :; done\n"
+                                << "range=$(printf '%s\\n' \"$@\" | sed -n 's/^--array=\\([0-9]*\\)-\\([0-9]*\\).*/\\1 \\2/p')\n"
+                                << "set -- $range\n"
+                                << "k=$1\n"
+                                << "while [ \"$k\" -le \"$2\" ]; do\n"
+                                << "  SLURM_ARRAY_TASK_ID=$k sh \"$last\" > /dev/null 2>&1 || exit 1\n"
+                                << "  k=$((k + 1))\n"
+                                << "done\n"
+                                << "out=$(dirname \"$last\")/..\n"
+                                << after << "\n"
+                                << "echo 77\n";
+  std::ofstream(bin / "squeue") << "#!/bin/sh\nexit 0\n";
+  std::ofstream(bin / "scontrol") << "#!/bin/sh\nexit 0\n";
+  std::ofstream(bin / "scancel") << "#!/bin/sh\nexit 0\n";
+  for (const char* name : {"sbatch", "squeue", "scontrol", "scancel"}) fs::permissions(bin / name, fs::perms::owner_all);
+}
+}  // namespace
+
+TEST_CASE("Slurm files planted in the folder (a FIFO as a record, a link as a stop file) neither hang the "
+          "submitter nor are written through", "[sweep][slurm-submit][hostile]") {
+  fake_sbatch slurm;
+  const fs::path bin = slurm.dir(), out = bin / "out", victim = bin / "victim";
+  SECTION("a FIFO among the records is not a record: removed, and the sweep ends") {
+    slurm_running_tasks_then(bin, "mkfifo \"$out/slurm/results/planted.json\"");
+    std::ofstream(bin / "spec.yaml") << "task: plain_number\nparams:\n  arg0: [1, 2]\n"
+                                        "resources: {backend: slurm, cpu_slots: 1}\nout: \"" << out.string() << "\"\n";
+    auto r = isorun::test::run_captured(ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "sweep", (bin / "spec.yaml").string(),
+                                                     "--no-progress"});
+    INFO(r.err);
+    CHECK(r.code == 0);
+    CHECK_THAT(r.err, Catch::Contains("2 succeeded"));
+    CHECK_FALSE(fs::exists(out / "slurm" / "results" / "planted.json"));
+  }
+  SECTION("a link where the submitter writes a trial's stop file: refused, the file it names untouched") {
+    std::ofstream(victim) << "precious\n";
+    // Every trial's stop file is a link to the victim before the submitter judges their reports.
+    slurm_running_tasks_then(bin, "mkdir -p \"$out/slurm/stop\"; for f in \"$out\"/slurm/reports/*.jsonl; do "
+                                  "ln -s '" + victim.string() + "' \"$out/slurm/stop/$(basename \"$f\" .jsonl)\"; done");
+    std::ofstream(bin / "spec.yaml")
+        << "command: [sh, -c, 'for i in 1 2 3; do echo \"{\\\"step\\\": $i, \\\"loss\\\": {x}}\"; done']\n"
+        << "params: {x: [1, 2]}\nmetric: {name: loss, goal: minimize}\n"
+        << "scheduler: {type: asha, grace_period: 1, max_t: 100, reduction_factor: 2}\n"
+        << "resources: {backend: slurm, cpu_slots: 1}\nout: \"" << out.string() << "\"\n";
+    auto r = isorun::test::run_captured(ISORUN_CLI, {"sweep", (bin / "spec.yaml").string(), "--no-progress"});
+    INFO(r.err);
+    CHECK(read_all(victim) == "precious\n");
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains("is a symbolic link"));
+  }
+}

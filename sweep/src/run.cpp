@@ -347,12 +347,16 @@ namespace {
 
 // A report of a trial on a Slurm node, appended for the submitter as one line (one write, the
 // file opened and closed each time, so a shared file system shows it to the submitter's node).
-void forward_report(const fs::path& file, std::int64_t step, const json& metrics) {
+// Written as every file of the output folder is (by name inside it, not through a link, only a
+// regular file).
+void forward_report(const fs::path& out, const std::string& id, std::int64_t step, const json& metrics) {
   const std::string line = json{{"step", step}, {"metrics", metrics}}.dump() + "\n";
-  const unique_fd fd(::open(file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
-  if (!fd) throw internal_error("cannot write " + file.string() + ": " + std::strerror(errno));
+  const std::string name = id + ".jsonl";
+  const fs::path shown = out / "slurm" / "reports" / name;
+  const unique_fd folder = detail::open_subfolders(out, {"slurm", "reports"}, true);
+  const unique_fd fd = detail::open_file(folder.get(), name, O_WRONLY | O_APPEND | O_CREAT, shown);
   if (::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()))
-    throw internal_error("cannot write " + file.string() + ": " + std::strerror(errno));
+    throw internal_error("cannot write " + shown.string() + ": " + std::strerror(errno));
 }
 
 // On a Slurm node: the submitter's verdicts, OUT/slurm/stop/ID, each stopping that trial alone
@@ -437,7 +441,7 @@ sweep_summary sweep_run::run() {
     should_stop = [&](const trial& t, std::int64_t step, const json& metrics) { return stopper->judge(t.id, step, metrics); };
   else if (forwards)
     should_stop = [&](const trial& t, std::int64_t step, const json& metrics) {
-      forward_report(st.out / "slurm" / "reports" / (t.id + ".jsonl"), step, metrics);
+      forward_report(st.out, t.id, step, metrics);
       return false;
     };
   scheduler sched(s, st.subject, st.queue, *backend, writer, stop,
