@@ -47,6 +47,7 @@
 #include "isorun/runner/standby.hpp"
 #include "isorun/runner/units.hpp"
 #include "isorun/runner/driver_cap.hpp"
+#include "isorun/preload/cap_region.hpp"
 #include "isorun/serialization/protocol.hpp"
 #include "isorun/serialization/shm_segment.hpp"
 #include "isorun/serialization/wire.hpp"
@@ -375,6 +376,14 @@ struct held_buffer {
   }
 };
 
+// Pins the call's cap region in the preloaded cap library, where this worker has one, right after
+// the call's variables are set and before any code of the call runs (cap_region.hpp): the
+// function cannot move itself off the supervisor's ledger, and its children get the region.
+void bind_cap() {
+  using bind_t = int (*)();
+  if (auto* bind = reinterpret_cast<bind_t>(::dlsym(RTLD_DEFAULT, isorun::preload::bind_symbol))) bind();
+}
+
 // The task "isorun.python": runs the call in Python and writes its payload into the segment.
 // Everything the function does is in Python; anything that goes wrong here (the result cannot be
 // written) is a C++ exception, which the worker reports as the task's error.
@@ -396,6 +405,7 @@ std::shared_ptr<void> run_python_task(std::span<const std::byte> args, std::shar
     if (eq != std::string::npos && eq > 0) ::setenv(entry.substr(0, eq).c_str(), entry.c_str() + eq + 1, 1);
     at = end + 1;
   }
+  bind_cap();
   {
     nb::gil_scoped_acquire locked;
     nb::object out;
@@ -518,6 +528,7 @@ NB_MODULE(_core, m) {
         "In a worker: NumPy's large arrays are made from now on where the result goes (False where NumPy is "
         "not imported or older than 1.22).");
   m.def("c_environment", &c_environment, "The environment as the C library has it now, as bytes.");
+  m.def("bind_cap", &bind_cap, "Pins the call's cap region (a sweep trial's variables were just set).");
   m.def("serve", &serve, "entry"_a, "json_entry"_a,
         "The worker's main: serves its one call through `entry` (a pickled call) or `json_entry` (a sweep's "
         "trial); never returns.");
