@@ -137,6 +137,11 @@ TEST_CASE("a Slurm setting that could leave sbatch's options is refused before a
   CHECK_THAT(setting_problem("extra", "-o/tmp/x"), Catch::Contains("isorun sets itself"));
   CHECK_THAT(setting_problem("extra", "--wrap=id"), Catch::Contains("isorun sets itself"));
   CHECK(setting_problem("extra", "--qos=long").empty());
+  // sbatch takes unambiguous abbreviations of long options (getopt_long): so are they refused.
+  for (const char* abbreviated : {"--outp=elsewhere/%a.log", "--er=elsewhere/err", "--arr=0-999", "--wra=id", "--parsa"})
+    CHECK_THAT(setting_problem("extra", abbreviated), Catch::Contains("(abbreviated), which isorun sets itself"));
+  CHECK(setting_problem("extra", "--part=gpu").empty());  // --partition, not --parsable
+  CHECK(setting_problem("extra", "--exclusive").empty());
   CHECK(setting_problem("extra", "--comment=several words").empty());
   CHECK(setting_problem("extra", "--output-extra-looking=1").empty());
   CHECK(setting_problem("partition", "gpu-a100").empty());

@@ -75,3 +75,51 @@ TEST_CASE("a failing trial's bytes that are not UTF-8 are journaled as U+FFFD, a
   CHECK_THAT(rec["error"].get<std::string>(), Catch::Contains("boom \xef\xbf\xbd \xef\xbf\xbd"));
   fs::remove_all(dir);
 }
+
+TEST_CASE("results.csv: text cells a spreadsheet would run as formulas get a leading quote, numbers stay",
+          "[sweep][command][hostile][outputs]") {
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/spec.yaml")
+      << "command: [sh, -c, 'echo \"{\\\"note\\\": \\\"=HYPERLINK(1)\\\", \\\"cmd\\\": \\\"@SUM(1)\\\", "
+         "\\\"n\\\": -2, \\\"plain\\\": \\\"a-b\\\"}\"', '{tag}']\n"
+      << "params:\n  tag: [\"-2+3\", \"+1\"]\nout: \"" << dir << "/out\"\n";
+  auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const std::string csv = read_file(dir + "/out/results.csv");
+  INFO(csv);
+  for (const char* cell : {",'-2+3", ",'+1", ",'=HYPERLINK(1)", ",'@SUM(1)", ",-2,", ",a-b"}) CHECK_THAT(csv, Catch::Contains(cell));
+  for (const char* cell : {",-2+3", ",+1,", ",=HYPERLINK", ",@SUM"}) CHECK_THAT(csv, !Catch::Contains(cell));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a resume replays only the reports of its own trials that are done: crafted lines prune no one",
+          "[sweep][command][hostile][early-stopping][resume]") {
+  const std::string dir = temp_dir(), out = dir + "/out";
+  // Two trials report steps 1 to 3 with loss x: x = 1 is the best, and is never pruned.
+  std::ofstream(dir + "/spec.yaml")
+      << "command: [sh, -c, 'for i in 1 2 3; do echo \"{\\\"step\\\": $i, \\\"loss\\\": {x}}\"; done']\n"
+      << "params: {x: [1, 2]}\nmetric: {name: loss, goal: minimize}\n"
+      << "scheduler: {type: asha, grace_period: 1, max_t: 100, reduction_factor: 2}\n"
+      << "resources: {cpu_slots: 1}\nout: \"" << out << "\"\n";
+  auto first = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+  INFO(first.err);
+  REQUIRE(first.code == 0);
+  const json first_journal = read_journal(out + "/results.jsonl");
+  const std::string best = first_journal[json{{"x", 1}}.dump()]["id"];
+  REQUIRE_FALSE(best.empty());
+  // The journal lost, and reports.jsonl replaced by two lines: a trial the sweep does not have,
+  // better than any, and the best trial far worse than it is.
+  std::ofstream(out + "/results.jsonl", std::ios::trunc).flush();
+  std::ofstream(out + "/reports.jsonl", std::ios::trunc)
+      << "{\"trial\":\"0000000000000000\",\"step\":1,\"metrics\":{\"loss\":-1}}\n"
+      << "{\"trial\":\"" << best << "\",\"step\":1,\"metrics\":{\"loss\":1e9}}\n";
+  auto again = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+  INFO(again.err);
+  CHECK(again.code == 0);
+  const auto journal = read_journal(out + "/results.jsonl");
+  REQUIRE(journal.size() == 2);
+  CHECK(journal[json{{"x", 1}}.dump()]["outcome"] == "success");
+  CHECK_FALSE(journal[json{{"x", 1}}.dump()].value("pruned", false));
+  fs::remove_all(dir);
+}

@@ -432,7 +432,18 @@ sweep_summary sweep_run::run() {
       [&](std::exception_ptr e) { sched_ptr->fail(std::move(e)); });
   // Every report is made durable; with a scheduler, also judged (a node has no folder of its own).
   std::optional<early_stopper> stopper;
-  if (st.reports) stopper.emplace(s, *st.reports);
+  if (st.reports) {
+    // The replay takes the reports of this sweep's trials that are done, up to the step each
+    // record says it reached; a trial run again reports afresh.
+    std::map<std::string, std::int64_t> replayed;
+    const std::set<std::size_t> queued(st.queue.begin(), st.queue.end());
+    for (std::size_t i = 0; st.journal && i < s.trials.size(); ++i) {
+      if (queued.count(i)) continue;
+      const auto it = st.journal->latest().find(trial_id(st.subject, s.trials[i]));
+      if (it != st.journal->latest().end() && final_record(it->second)) replayed[it->first] = it->second.step;
+    }
+    stopper.emplace(s, *st.reports, replayed);
+  }
   // On a Slurm node with early stopping, the submitter decides: each report goes to it through
   // OUT/slurm/reports/ID.jsonl, and its verdicts come back as OUT/slurm/stop/ID (watched below).
   const bool forwards = node && !s.scheduler.type.empty();

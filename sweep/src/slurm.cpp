@@ -60,9 +60,16 @@ std::string setting_problem(const std::string& key, const std::string& value) {
     return "extra entry \"" + value + "\" is not an sbatch option; each entry is one option, e.g. \"--qos=long\"";
   // The option's name: up to '=' for a long option, the letter for a short one ("-a0-3").
   const std::string name = value[1] == '-' ? value.substr(0, value.find('=')) : value.substr(0, 2);
-  for (const char* own : {"--array", "-a", "--output", "-o", "--error", "-e", "--wrap", "--parsable"})
-    if (name == own)
-      return "extra entry \"" + value + "\" sets " + name + ", which isorun sets itself for its job arrays";
+  for (const char* own : {"--array", "-a", "--output", "-o", "--error", "-e", "--wrap", "--parsable"}) {
+    // sbatch reads its options with getopt_long, which takes any unambiguous abbreviation of a
+    // long one (--outp= is --output=): every prefix of one of these is refused (one that is
+    // ambiguous sbatch would refuse anyway).
+    const std::string_view mine(own);
+    const bool abbreviated = name.size() > 2 && mine.size() > 2 && mine.starts_with(name);
+    if (name == mine || abbreviated)
+      return "extra entry \"" + value + "\" sets " + std::string(mine) + (abbreviated ? " (abbreviated)" : "") +
+             ", which isorun sets itself for its job arrays";
+  }
   return "";
 }
 
