@@ -298,6 +298,21 @@ TEST_CASE("isorun runs -- CMD itself, without libisorun.so, and hands the rest t
   CHECK(command.code == 125);
   CHECK(command.err.find("isorun-command-shim is missing") != std::string::npos);
   fs::remove_all(alone);
+
+  // Installed in a folder whose name holds a space and started by the loader by hand: the path
+  // /proc/self/maps gives is read whole (cut at the space, it named another folder).
+  const fs::path spaced = fs::temp_directory_path() / ("isorun-spaced-" + std::to_string(::getpid())) / "my tools";
+  fs::create_directories(spaced / "bin");
+  fs::create_directories(spaced / "lib");
+  fs::copy_file(ISORUN_CLI, spaced / "bin" / "isorun");
+  const fs::path lib = fs::path(ISORUN_CLI).parent_path().parent_path() / "lib";
+  for (const char* program : {"isorun-cli", "isorun-command-shim"}) fs::create_symlink(lib / program, spaced / "lib" / program);
+  const auto spaced_run =
+      isorun::test::run_captured(loader, {(spaced / "bin" / "isorun").string(), "-q", "--cpu", "--", "echo", "spaced"});
+  INFO(spaced_run.err);
+  CHECK(spaced_run.code == 0);
+  CHECK(spaced_run.out == "spaced\n");
+  fs::remove_all(spaced.parent_path());
 }
 
 TEST_CASE("-- CMD timeout stops the command and its children", "[cli]") {
