@@ -66,6 +66,12 @@ TEST_CASE("a child started with a clean environment is capped too", "[cap][hosti
     REQUIRE(r.code == 0);
     CHECK(r.out == "filled 4 code 2\n");
   }
+  SECTION("execveat with an environment of its own") {
+    auto r = capped({CAP_PROBE, "execveat-clean", "fill", "64", "direct"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    CHECK(r.out == "filled 4 code 2\n");
+  }
   SECTION("env -i: execvp from a program that is not CUDA's") {
     auto r = capped({"env", "-i", fake_driver, CAP_PROBE, "fill", "64", "direct"});
     INFO(r.err);

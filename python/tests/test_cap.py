@@ -99,7 +99,7 @@ def children_with_a_clean_environment(count, fake_cuda_dir):
     import driver_alloc
 
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LD_LIBRARY_PATH": fake_cuda_dir,
-           "PYTHONPATH": os.path.dirname(driver_alloc.__file__)}
+           "PYTHONPATH": os.path.dirname(driver_alloc.__file__), "PYTHONDONTWRITEBYTECODE": "1"}
     kids = [subprocess.Popen([sys.executable, "-c", HOLDER], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              text=True) for _ in range(count)]
     blocks = [int(k.stdout.readline() or -1) for k in kids]

@@ -44,6 +44,7 @@
 //                        process while the child lives and after it has ended
 //   spawn-clean STEPS... runs itself with STEPS in a child whose environment has only
 //                        LD_LIBRARY_PATH (no LD_PRELOAD, no isorun variables) and waits for it
+//   execveat-clean STEPS... the same, started with fork and execveat
 // Before libcuda is loaded, a leading "unset NAME" removes variable NAME from the environment.
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -337,7 +338,7 @@ int main(int argc, char** argv) {
       const auto bind = reinterpret_cast<bind_t>(::dlsym(RTLD_DEFAULT, "isorun_cap_bind"));
       if (bind) std::printf("bind %d\n", bind());
       else std::printf("bind none\n");
-    } else if (step == "spawn-clean") {
+    } else if (step == "spawn-clean" || step == "execveat-clean") {
       std::vector<char*> child = {argv[0]};
       for (int k = i + 1; k < argc; ++k) child.push_back(argv[k]);
       child.push_back(nullptr);
@@ -345,7 +346,12 @@ int main(int argc, char** argv) {
       char* env[] = {path.data(), nullptr};
       std::fflush(stdout);
       pid_t pid;
-      if (::posix_spawn(&pid, argv[0], nullptr, nullptr, child.data(), env) != 0) return 1;
+      if (step == "spawn-clean") {
+        if (::posix_spawn(&pid, argv[0], nullptr, nullptr, child.data(), env) != 0) return 1;
+      } else if ((pid = ::fork()) == 0) {
+        ::execveat(AT_FDCWD, argv[0], child.data(), env, 0);
+        ::_exit(127);
+      }
       ::waitpid(pid, nullptr, 0);
       break;
     } else if (step == "time") {
