@@ -22,6 +22,7 @@
 
 #include "folder.hpp"
 #include "isorun/alloc/config.hpp"
+#include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/gpu_packer.hpp"
 #include "isorun/runner/job.hpp"
@@ -294,7 +295,7 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
   const json identity = {{"task", st.subject}, {"trials", s.trials.size()}, {"fingerprint", fingerprint(s)}};
   if (fs::exists(st.out / "sweep.json")) {
     std::ifstream in(st.out / "sweep.json");
-    json old = json::parse(in, nullptr, false);
+    json old = parse_bounded_json(in);
     if (old.is_discarded() || old.value("fingerprint", "") != identity["fingerprint"])
       throw usage_error("output folder " + st.out_text + " holds a different sweep (task " +
                         (old.is_discarded() ? std::string("?") : old.value("task", "?")) + ", " +
@@ -504,7 +505,7 @@ json record_run(const sweep_run::state& st, bool node) {
   json identity;
   {
     std::ifstream in(st.out / "sweep.json");
-    identity = json::parse(in, nullptr, false);
+    identity = parse_bounded_json(in);
     if (!identity.is_object()) identity = json::object();
   }
   if (!identity.contains("runs") || !identity["runs"].is_array()) identity["runs"] = json::array();

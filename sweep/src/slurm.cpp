@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/process.hpp"
 #include "isorun/runner/worker_env.hpp"
@@ -168,7 +169,7 @@ std::vector<std::size_t> node_trials(const std::string& file_and_task) {
     throw usage_error("--node " + file_and_task + ": the array task is not a number");
   }
   std::ifstream in(file_and_task.substr(0, colon));
-  const json j = json::parse(in, nullptr, false);
+  const json j = parse_bounded_json(in);
   if (!j.is_object() || !j.contains("tasks") || !j["tasks"].is_array() || task >= j["tasks"].size())
     throw usage_error("--node " + file_and_task + ": no such submission file or array task");
   return j["tasks"][task].get<std::vector<std::size_t>>();

@@ -6,6 +6,9 @@
 /// a hundred thousand deep would overflow the stack of whichever thread touches it next (the
 /// sweep's supervisor): such a line is refused when it is parsed, as malformed JSON is.
 
+#include <istream>
+#include <iterator>
+#include <string>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
@@ -38,6 +41,12 @@ inline nlohmann::json parse_bounded_json(std::string_view text, bool* too_deep =
     if (too_deep) *too_deep = true;
     return nlohmann::json(nlohmann::json::value_t::discarded);
   }
+}
+
+/// @brief The same for what `in` holds (a file of a sweep's folder isorun wrote, which others
+///        may have changed).
+inline nlohmann::json parse_bounded_json(std::istream& in, bool* too_deep = nullptr) {
+  return parse_bounded_json(std::string(std::istreambuf_iterator<char>(in), {}), too_deep);
 }
 
 }  // namespace isorun
