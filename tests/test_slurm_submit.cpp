@@ -300,3 +300,20 @@ TEST_CASE("Slurm files planted in the folder (a FIFO as a record, a link as a st
     CHECK_THAT(r.err, Catch::Contains("is a symbolic link"));
   }
 }
+
+TEST_CASE("a node's refusal is read from its log as the folder's files are: a link or a FIFO there holds none",
+          "[sweep][slurm-submit][hostile]") {
+  fake_sbatch slurm;
+  const fs::path dir = slurm.dir(), log = dir / "77_0.out", elsewhere = dir / "elsewhere.out";
+  sw::slurm::task_end refused{"FAILED"};
+  refused.exit_code = 2;
+  std::ofstream(log) << "starting\nisorun: error: no GPU 3 here\n";
+  CHECK(sw::slurm::node_usage_error(refused, log) == std::optional<std::string>("no GPU 3 here"));
+  fs::remove(log);
+  std::ofstream(elsewhere) << "isorun: error: planted\n";
+  fs::create_symlink(elsewhere, log);
+  CHECK_FALSE(sw::slurm::node_usage_error(refused, log));
+  fs::remove(log);
+  REQUIRE(::mkfifo(log.c_str(), 0600) == 0);  // no writer: reading it would block for ever
+  CHECK_FALSE(sw::slurm::node_usage_error(refused, log));
+}

@@ -2,6 +2,8 @@
 // scancel to stop them.
 #include "isorun/sweep/slurm.hpp"
 
+#include <fcntl.h>
+
 #include <algorithm>
 
 #include <cctype>
@@ -11,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "folder.hpp"
 #include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/process.hpp"
@@ -212,10 +215,19 @@ std::map<int, task_end> task_states(const std::string& job) {
 
 std::optional<std::string> node_usage_error(const task_end& end, const fs::path& log) {
   if (end.exit_code != 2) return std::nullopt;
-  std::ifstream in(log);
+  // Read as the folder's other files are (not through a link, only a regular file, a line at a
+  // time with a cap): a log that is none of that holds no refusal of isorun's.
   std::string said;
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("isorun: error: ", 0) == 0) said = line.substr(15);
+  try {
+    const unique_fd dir = detail::open_folder(log.parent_path());
+    const unique_fd fd = dir ? detail::open_file(dir.get(), log.filename().string(), O_RDONLY, log) : unique_fd();
+    if (fd)
+      detail::for_each_line(fd.get(), journal::max_line, log, [&](std::string_view line, int, bool too_long) {
+        if (!too_long && line.starts_with("isorun: error: ")) said = line.substr(15);
+      });
+  } catch (const error&) {
+    return std::nullopt;
+  }
   if (said.empty()) return std::nullopt;  // exit 2 from something else: not isorun's refusal
   return said;
 }
