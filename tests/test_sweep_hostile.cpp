@@ -123,3 +123,20 @@ TEST_CASE("a resume replays only the reports of its own trials that are done: cr
   CHECK_FALSE(journal[json{{"x", 1}}.dump()].value("pruned", false));
   fs::remove_all(dir);
 }
+
+TEST_CASE("a record whose text is not UTF-8 is journaled with U+FFFD, never refused", "[sweep][journal][hostile]") {
+  const std::string dir = temp_dir();
+  {
+    sw::journal j(dir);
+    sw::trial_record r;
+    r.id = "0000000000000001";
+    r.params = json{{"x", 1}};
+    r.kind = isorun::outcome_kind::task_error;
+    r.error = "boom \xff \xc3";  // by a path that did not make it valid
+    CHECK_NOTHROW(j.append({r}));
+  }
+  const sw::journal again(dir);
+  REQUIRE(again.latest().count("0000000000000001") == 1);
+  CHECK(again.latest().at("0000000000000001").error == "boom \xef\xbf\xbd \xef\xbf\xbd");
+  fs::remove_all(dir);
+}

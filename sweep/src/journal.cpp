@@ -95,6 +95,10 @@ trial_record trial_record::from_json(const json& j) {
   return r;
 }
 
+std::string trial_record::to_line() const {
+  return to_json().dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
 journal::journal(const fs::path& folder) : path_{folder / "results.jsonl"} {
   const unique_fd dir = detail::open_folder(folder);
   if (!dir) throw internal_error("cannot open " + folder.string() + ": no such folder");
@@ -140,7 +144,7 @@ journal& journal::operator=(journal&& other) noexcept {
 
 void journal::append(const std::vector<trial_record>& records) {
   std::string text;
-  for (const auto& r : records) text += r.to_json().dump() + "\n";
+  for (const auto& r : records) text += r.to_line();
   const off_t before = ::lseek(fd_, 0, SEEK_END);
   const char* step = "cannot write the sweep journal";
   int failed = detail::write_all(fd_, text);
