@@ -245,12 +245,14 @@ TEST_CASE("a Slurm sweep takes each record once, and leaves no array to follow, 
 }
 
 namespace {
-// Stand-ins for Slurm's commands in `bin`: sbatch runs every array task of the script, one after
-// the other, then runs `after` (a shell snippet, with $out the output folder) and answers;
-// squeue lists nothing (every array has ended).
-void slurm_running_tasks_then(const fs::path& bin, const std::string& after) {
+// Stand-ins for Slurm's commands in `bin`: sbatch runs `before` (a shell snippet, with $out the
+// output folder), then every array task of the script, one after the other, and answers; squeue
+// lists nothing (every array has ended).
+void slurm_running_tasks_after(const fs::path& bin, const std::string& before) {
   std::ofstream(bin / "sbatch") << "#!/bin/sh\n"
                                 << "for last; do :; done\n"
+                                << "out=$(dirname \"$last\")/..\n"
+                                << before << "\n"
                                 << "range=$(printf '%s\\n' \"$@\" | sed -n 's/^--array=\\([0-9]*\\)-\\([0-9]*\\).*/\\1 \\2/p')\n"
                                 << "set -- $range\n"
                                 << "k=$1\n"
@@ -258,8 +260,6 @@ void slurm_running_tasks_then(const fs::path& bin, const std::string& after) {
                                 << "  SLURM_ARRAY_TASK_ID=$k sh \"$last\" > /dev/null 2>&1 || exit 1\n"
                                 << "  k=$((k + 1))\n"
                                 << "done\n"
-                                << "out=$(dirname \"$last\")/..\n"
-                                << after << "\n"
                                 << "echo 77\n";
   std::ofstream(bin / "squeue") << "#!/bin/sh\nexit 0\n";
   std::ofstream(bin / "scontrol") << "#!/bin/sh\nexit 0\n";
@@ -273,7 +273,8 @@ TEST_CASE("Slurm files planted in the folder (a FIFO as a record, a link as a st
   fake_sbatch slurm;
   const fs::path bin = slurm.dir(), out = bin / "out", victim = bin / "victim";
   SECTION("a FIFO among the records is not a record: removed, and the sweep ends") {
-    slurm_running_tasks_then(bin, "mkfifo \"$out/slurm/results/planted.json\"");
+    // Planted before any record: the poller's look that takes the last record meets it too.
+    slurm_running_tasks_after(bin, "mkdir -p \"$out/slurm/results\"; mkfifo \"$out/slurm/results/planted.json\"");
     std::ofstream(bin / "spec.yaml") << "task: plain_number\nparams:\n  arg0: [1, 2]\n"
                                         "resources: {backend: slurm, cpu_slots: 1}\nout: \"" << out.string() << "\"\n";
     auto r = isorun::test::run_captured(ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "sweep", (bin / "spec.yaml").string(),
@@ -285,14 +286,19 @@ TEST_CASE("Slurm files planted in the folder (a FIFO as a record, a link as a st
   }
   SECTION("a link where the submitter writes a trial's stop file: refused, the file it names untouched") {
     std::ofstream(victim) << "precious\n";
-    // Every trial's stop file is a link to the victim before the submitter judges their reports.
-    slurm_running_tasks_then(bin, "mkdir -p \"$out/slurm/stop\"; for f in \"$out\"/slurm/reports/*.jsonl; do "
-                                  "ln -s '" + victim.string() + "' \"$out/slurm/stop/$(basename \"$f\" .jsonl)\"; done");
-    std::ofstream(bin / "spec.yaml")
-        << "command: [sh, -c, 'for i in 1 2 3; do echo \"{\\\"step\\\": $i, \\\"loss\\\": {x}}\"; done']\n"
-        << "params: {x: [1, 2]}\nmetric: {name: loss, goal: minimize}\n"
-        << "scheduler: {type: asha, grace_period: 1, max_t: 100, reduction_factor: 2}\n"
-        << "resources: {backend: slurm, cpu_slots: 1}\nout: \"" << out.string() << "\"\n";
+    const std::string sweep = "command: [sh, -c, 'for i in 1 2 3; do echo \"{\\\"step\\\": $i, \\\"loss\\\": {x}}\"; done']\n"
+                              "params: {x: [1, 2]}\nmetric: {name: loss, goal: minimize}\n"
+                              "scheduler: {type: asha, grace_period: 1, max_t: 100, reduction_factor: 2}\n";
+    // The trials' ids, from the same sweep run here (an id depends on the sweep and the trial only).
+    std::ofstream(bin / "local.yaml") << sweep << "resources: {cpu_slots: 1}\nout: \"" << (bin / "local").string() << "\"\n";
+    REQUIRE(isorun::test::run_captured(ISORUN_CLI, {"sweep", (bin / "local.yaml").string(), "--no-progress"}).code == 0);
+    std::string links = "mkdir -p \"$out/slurm/stop\"";
+    std::istringstream journal(read_all(bin / "local" / "results.jsonl"));
+    for (std::string line; std::getline(journal, line);)
+      links += "; ln -s '" + victim.string() + "' \"$out/slurm/stop/" + json::parse(line)["id"].get<std::string>() + "\"";
+    // Every trial's stop file is a link to the victim before any report exists.
+    slurm_running_tasks_after(bin, links);
+    std::ofstream(bin / "spec.yaml") << sweep << "resources: {backend: slurm, cpu_slots: 1}\nout: \"" << out.string() << "\"\n";
     auto r = isorun::test::run_captured(ISORUN_CLI, {"sweep", (bin / "spec.yaml").string(), "--no-progress"});
     INFO(r.err);
     CHECK(read_all(victim) == "precious\n");
