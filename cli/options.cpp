@@ -227,9 +227,9 @@ const option_row table[] = {
      [](cli_options& o, const std::string&, const std::string&) { o.sweep.cold_standby = true; }},
     {"--retry", "CLASS=N", in_sweep, "retries for crashed, timeout, invalid_result or task_error (OOM: --oom-retry)",
      set_retry},
-    {"--oom-retry", "FACTOR:MAX", in_sweep,
-     "run a trial that ran out of memory again with its cap times FACTOR, up to MAX (the last "
-     "attempt at MAX), where the larger cap fits: 2:16G",
+    {"--oom-retry", "FACTOR:MAX[:ATTEMPTS]", in_sweep,
+     "run a trial that ran out of memory again with its cap times FACTOR (at least 1.1), up to MAX "
+     "(the last attempt at MAX), where the larger cap fits, at most ATTEMPTS times in all (8): 2:16G",
      [](cli_options& o, const std::string&, const std::string& v) {
        o.sweep.oom_retry = sweep::parse_oom_retry_flag(v);
      }},

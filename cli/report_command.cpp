@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/printable.hpp"
 #include "isorun/sweep/html_report.hpp"
 #include "isorun/sweep/slurm.hpp"
@@ -24,7 +25,7 @@ int show_status(const cli_options& o) {
   std::size_t total = 0;
   {
     std::ifstream in(out / "sweep.json");
-    const auto identity = nlohmann::json::parse(in, nullptr, false);
+    const auto identity = parse_bounded_json(in);
     if (identity.is_object()) total = identity.value("trials", std::size_t{0});
   }
   std::string by_outcome;
@@ -35,9 +36,10 @@ int show_status(const cli_options& o) {
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(out / "slurm" / "results", ec)) waiting += e.path().extension() == ".json";
   std::ifstream in(out / "slurm" / "jobs.json");
-  const auto jobs = nlohmann::json::parse(in, nullptr, false);
+  const auto jobs = parse_bounded_json(in);
   if (jobs.is_array())
     for (const auto& j : jobs) {
+      if (!j.is_object()) continue;  // not isorun's: nothing to follow
       const std::string job = j.value("job", "");
       const auto active = sweep::slurm::active_tasks(job);
       std::printf("Slurm job array %s: %s\n", printable(job).c_str(),

@@ -17,6 +17,7 @@
 #include "interrupt.hpp"
 #include "memory_timeline.hpp"
 #include "isorun/alloc/config.hpp"
+#include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/job.hpp"
 #include "isorun/runner/outcome.hpp"
@@ -83,9 +84,13 @@ int report(const cli_options& o, const runner::job_result& r) {
   json result;
   if (out.ok()) {
     std::string_view text_result(reinterpret_cast<const char*>(r.payload.data()), r.payload.size());
-    json parsed = json::parse(text_result, nullptr, false);
+    bool too_deep = false;
+    json parsed = parse_bounded_json(text_result, &too_deep);
     if (parsed.is_discarded() || !parsed.is_object() || !parsed.contains("result")) {
-      std::fprintf(stderr, "isorun: %s: worker result is not valid JSON\n", o.task.c_str());
+      if (too_deep)
+        std::fprintf(stderr, "isorun: %s: worker result is nested deeper than %d levels\n", o.task.c_str(), max_json_depth);
+      else
+        std::fprintf(stderr, "isorun: %s: worker result is not valid JSON\n", o.task.c_str());
       return exit_code(outcome_kind::invalid_result);
     }
     result = parsed["result"];

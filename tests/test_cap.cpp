@@ -66,6 +66,12 @@ TEST_CASE("a child started with a clean environment is capped too", "[cap][hosti
     REQUIRE(r.code == 0);
     CHECK(r.out == "filled 4 code 2\n");
   }
+  SECTION("execveat with an environment of its own") {
+    auto r = capped({CAP_PROBE, "execveat-clean", "fill", "64", "direct"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    CHECK(r.out == "filled 4 code 2\n");
+  }
   SECTION("env -i: execvp from a program that is not CUDA's") {
     auto r = capped({"env", "-i", fake_driver, CAP_PROBE, "fill", "64", "direct"});
     INFO(r.err);
@@ -182,6 +188,30 @@ TEST_CASE("a process whose region comes with its call stays within its cap until
       {fake_driver, std::string("LD_PRELOAD=") + CAP_LIBRARY});
   REQUIRE(closed.code == 0);
   CHECK(closed.out == "filled 0 code 2\nfilled 0 code 2\n");
+}
+
+TEST_CASE("a process whose region comes with its call pins it when bound, before the call's code runs", "[cap][hostile]") {
+  const std::string deferred = std::string(cap::deferred_env) + "=" + std::to_string(256ULL << 20);
+  // Bound right after the call's variables are set: the call's code can no longer point them
+  // at files of its own, and a child it starts with a clean environment shares the region.
+  cap_files files(256ULL << 20, 4);
+  auto r = isorun::test::run_captured(
+      CAP_PROBE,
+      {"set", files.region(), "set", files.terms(), "bind", "set", std::string(cap::region_env) + "=/nonexistent", "set",
+       std::string(cap::terms_env) + "=/nonexistent", "create", "128", "spawn-clean", "fill", "64", "direct"},
+      {fake_driver, std::string("LD_PRELOAD=") + CAP_LIBRARY, deferred});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out == "bind 0\ncreate 0\nfilled 2 code 2\n");  // the child got what this process left of 256 MiB
+  CHECK(files.ledger().peak() == 256ULL << 20);
+
+  // Before its region comes, a child started with a clean environment gets no budget of its
+  // own (which no ledger would see): its library fails closed.
+  auto early = isorun::test::run_captured(CAP_PROBE, {"spawn-clean", "fill", "64", "direct"},
+                                          {fake_driver, std::string("LD_PRELOAD=") + CAP_LIBRARY, deferred});
+  REQUIRE(early.code == 0);
+  CHECK(early.out == "filled 0 code 2\n");
+  CHECK_THAT(early.err, Catch::Contains("isorun: CUDA allocations refused in process"));
 }
 
 TEST_CASE("the ledger: slots are handed out from the front, reclaimed from the dead, and refused when full",

@@ -322,6 +322,21 @@ TEST_CASE("isorun runs -- CMD itself, without libisorun.so, and hands the rest t
   CHECK(command.code == 125);
   CHECK(command.err.find("isorun-command-shim is missing") != std::string::npos);
   fs::remove_all(alone);
+
+  // Installed in a folder whose name holds a space and started by the loader by hand: the path
+  // /proc/self/maps gives is read whole (cut at the space, it named another folder).
+  const fs::path spaced = fs::temp_directory_path() / ("isorun-spaced-" + std::to_string(::getpid())) / "my tools";
+  fs::create_directories(spaced / "bin");
+  fs::create_directories(spaced / "lib");
+  fs::copy_file(ISORUN_CLI, spaced / "bin" / "isorun");
+  const fs::path lib = fs::path(ISORUN_CLI).parent_path().parent_path() / "lib";
+  for (const char* program : {"isorun-cli", "isorun-command-shim"}) fs::create_symlink(lib / program, spaced / "lib" / program);
+  const auto spaced_run =
+      isorun::test::run_captured(loader, {(spaced / "bin" / "isorun").string(), "-q", "--cpu", "--", "echo", "spaced"});
+  INFO(spaced_run.err);
+  CHECK(spaced_run.code == 0);
+  CHECK(spaced_run.out == "spaced\n");
+  fs::remove_all(spaced.parent_path());
 }
 
 TEST_CASE("-- CMD timeout stops the command and its children", "[cli]") {
@@ -705,6 +720,18 @@ TEST_CASE("a task's message with terminal control sequences is printed with them
   auto bad = run(with_tasks({"--cpu", "fail", "bogus\x1b[2J=1"}));
   CHECK(bad.code == 2);
   CHECK(bad.err.find('\x1b') == std::string::npos);
+}
+
+TEST_CASE("a task's bytes that are not UTF-8 reach --json as U+FFFD, not an internal error", "[cli][hostile]") {
+  auto r = run(with_tasks({"--json", "--cpu", "fail_latin1", "arg0=0"}));
+  INFO(r.err);
+  CHECK(r.code == 1);  // the task's failure, not isorun's (125)
+  const json j = json::parse(r.out);
+  CHECK(j["outcome"] == "task_error");
+  CHECK(j["message"] == "caf\xef\xbf\xbd \xef\xbf\xbd");
+  auto plain = run(with_tasks({"--cpu", "fail_latin1", "arg0=0"}));
+  CHECK(plain.code == 1);
+  CHECK_THAT(plain.err, Catch::Contains("std::domain_error: caf\xef\xbf\xbd"));
 }
 
 TEST_CASE("--flag=value is --flag value, in a run, a -- CMD and a sweep", "[cli][options]") {

@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -135,6 +136,60 @@ TEST_CASE("codec round trip, exact sizing and rejection of malformed payloads", 
   const std::uint64_t len = 1ULL << 62;
   std::memcpy(huge.data(), &len, 8);
   CHECK_THROWS_AS(ser::decode(huge, nullptr, s), ser::wire_error);
+}
+
+namespace {
+// Counts the largest single allocation of the vectors that use it.
+inline std::size_t largest_allocation = 0;
+template <class T>
+struct counting_allocator {
+  using value_type = T;
+  counting_allocator() = default;
+  template <class U>
+  counting_allocator(const counting_allocator<U>&) noexcept {}
+  T* allocate(std::size_t n) {
+    largest_allocation = std::max(largest_allocation, n * sizeof(T));
+    return std::allocator<T>().allocate(n);
+  }
+  void deallocate(T* p, std::size_t n) noexcept { std::allocator<T>().deallocate(p, n); }
+  friend bool operator==(const counting_allocator&, const counting_allocator&) noexcept { return true; }
+};
+struct wide {  // 48 bytes in memory, 8 in the payload
+  double x = 0;
+  char pad[40] = {};
+  template <class A>
+  void serialize(A& ar) {
+    ar(x);
+  }
+};
+}  // namespace
+
+TEST_CASE("a length in a payload claims no more memory than its bytes could fill", "[codec][hostile]") {
+  // 1 MiB of payload claiming about a million elements; each element takes 8 bytes of it (a
+  // number, or an empty string's or vector's length), so it holds 131,071 and then ends. Memory
+  // goes to the elements it holds (at most twice, as a vector grows), not to the claim: a
+  // decoder that sized the vector to the claim first would allocate a million elements.
+  std::vector<std::byte> payload(1 << 20);
+  const std::uint64_t claimed = payload.size() - 8;
+  std::memcpy(payload.data(), &claimed, 8);
+  auto check = [&](auto v) {
+    using T = typename decltype(v)::value_type;
+    largest_allocation = 0;
+    CHECK_THROWS_AS(ser::decode(payload, nullptr, v), ser::wire_error);
+    INFO(sizeof(T));
+    CHECK(largest_allocation <= 2 * (payload.size() / 8) * sizeof(T));
+  };
+  check(std::vector<wide, counting_allocator<wide>>());
+  check(std::vector<std::string, counting_allocator<std::string>>());
+  check(std::vector<std::vector<double>, counting_allocator<std::vector<double>>>());
+  // What does fit decodes as before.
+  std::vector<wide, counting_allocator<wide>> in(1000), out;
+  for (std::size_t i = 0; i < in.size(); ++i) in[i].x = static_cast<double>(i);
+  std::vector<std::byte> buf(ser::encoded_size(in));
+  ser::encode_into(buf.data(), buf.size(), in);
+  ser::decode(buf, nullptr, out);
+  REQUIRE(out.size() == in.size());
+  CHECK(out[999].x == 999);
 }
 
 TEST_CASE("large vectors and strings decode whole into memory faulted in ahead, replacing what was there", "[codec]") {

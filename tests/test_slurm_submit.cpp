@@ -137,6 +137,11 @@ TEST_CASE("a Slurm setting that could leave sbatch's options is refused before a
   CHECK_THAT(setting_problem("extra", "-o/tmp/x"), Catch::Contains("isorun sets itself"));
   CHECK_THAT(setting_problem("extra", "--wrap=id"), Catch::Contains("isorun sets itself"));
   CHECK(setting_problem("extra", "--qos=long").empty());
+  // sbatch takes unambiguous abbreviations of long options (getopt_long): so are they refused.
+  for (const char* abbreviated : {"--outp=elsewhere/%a.log", "--er=elsewhere/err", "--arr=0-999", "--wra=id", "--parsa"})
+    CHECK_THAT(setting_problem("extra", abbreviated), Catch::Contains("(abbreviated), which isorun sets itself"));
+  CHECK(setting_problem("extra", "--part=gpu").empty());  // --partition, not --parsable
+  CHECK(setting_problem("extra", "--exclusive").empty());
   CHECK(setting_problem("extra", "--comment=several words").empty());
   CHECK(setting_problem("extra", "--output-extra-looking=1").empty());
   CHECK(setting_problem("partition", "gpu-a100").empty());
@@ -237,4 +242,84 @@ TEST_CASE("a Slurm sweep takes each record once, and leaves no array to follow, 
     CHECK(json::parse(read_all(out / "slurm" / "jobs.json")) == json::array());  // nothing left to follow
     CHECK(fs::is_empty(out / "slurm" / "results"));
   }
+}
+
+namespace {
+// Stand-ins for Slurm's commands in `bin`: sbatch runs `before` (a shell snippet, with $out the
+// output folder), then every array task of the script, one after the other, and answers; squeue
+// lists nothing (every array has ended).
+void slurm_running_tasks_after(const fs::path& bin, const std::string& before) {
+  std::ofstream(bin / "sbatch") << "#!/bin/sh\n"
+                                << "for last; do :; done\n"
+                                << "out=$(dirname \"$last\")/..\n"
+                                << before << "\n"
+                                << "range=$(printf '%s\\n' \"$@\" | sed -n 's/^--array=\\([0-9]*\\)-\\([0-9]*\\).*/\\1 \\2/p')\n"
+                                << "set -- $range\n"
+                                << "k=$1\n"
+                                << "while [ \"$k\" -le \"$2\" ]; do\n"
+                                << "  SLURM_ARRAY_TASK_ID=$k sh \"$last\" > /dev/null 2>&1 || exit 1\n"
+                                << "  k=$((k + 1))\n"
+                                << "done\n"
+                                << "echo 77\n";
+  std::ofstream(bin / "squeue") << "#!/bin/sh\nexit 0\n";
+  std::ofstream(bin / "scontrol") << "#!/bin/sh\nexit 0\n";
+  std::ofstream(bin / "scancel") << "#!/bin/sh\nexit 0\n";
+  for (const char* name : {"sbatch", "squeue", "scontrol", "scancel"}) fs::permissions(bin / name, fs::perms::owner_all);
+}
+}  // namespace
+
+TEST_CASE("Slurm files planted in the folder (a FIFO as a record, a link as a stop file) neither hang the "
+          "submitter nor are written through", "[sweep][slurm-submit][hostile]") {
+  fake_sbatch slurm;
+  const fs::path bin = slurm.dir(), out = bin / "out", victim = bin / "victim";
+  SECTION("a FIFO among the records is not a record: removed, and the sweep ends") {
+    // Planted before any record: the poller's look that takes the last record meets it too.
+    slurm_running_tasks_after(bin, "mkdir -p \"$out/slurm/results\"; mkfifo \"$out/slurm/results/planted.json\"");
+    std::ofstream(bin / "spec.yaml") << "task: plain_number\nparams:\n  arg0: [1, 2]\n"
+                                        "resources: {backend: slurm, cpu_slots: 1}\nout: \"" << out.string() << "\"\n";
+    auto r = isorun::test::run_captured(ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "sweep", (bin / "spec.yaml").string(),
+                                                     "--no-progress"});
+    INFO(r.err);
+    CHECK(r.code == 0);
+    CHECK_THAT(r.err, Catch::Contains("2 succeeded"));
+    CHECK_FALSE(fs::exists(out / "slurm" / "results" / "planted.json"));
+  }
+  SECTION("a link where the submitter writes a trial's stop file: refused, the file it names untouched") {
+    std::ofstream(victim) << "precious\n";
+    const std::string sweep = "command: [sh, -c, 'for i in 1 2 3; do echo \"{\\\"step\\\": $i, \\\"loss\\\": {x}}\"; done']\n"
+                              "params: {x: [1, 2]}\nmetric: {name: loss, goal: minimize}\n"
+                              "scheduler: {type: asha, grace_period: 1, max_t: 100, reduction_factor: 2}\n";
+    // The trials' ids, from the same sweep run here (an id depends on the sweep and the trial only).
+    std::ofstream(bin / "local.yaml") << sweep << "resources: {cpu_slots: 1}\nout: \"" << (bin / "local").string() << "\"\n";
+    REQUIRE(isorun::test::run_captured(ISORUN_CLI, {"sweep", (bin / "local.yaml").string(), "--no-progress"}).code == 0);
+    std::string links = "mkdir -p \"$out/slurm/stop\"";
+    std::istringstream journal(read_all(bin / "local" / "results.jsonl"));
+    for (std::string line; std::getline(journal, line);)
+      links += "; ln -s '" + victim.string() + "' \"$out/slurm/stop/" + json::parse(line)["id"].get<std::string>() + "\"";
+    // Every trial's stop file is a link to the victim before any report exists.
+    slurm_running_tasks_after(bin, links);
+    std::ofstream(bin / "spec.yaml") << sweep << "resources: {backend: slurm, cpu_slots: 1}\nout: \"" << out.string() << "\"\n";
+    auto r = isorun::test::run_captured(ISORUN_CLI, {"sweep", (bin / "spec.yaml").string(), "--no-progress"});
+    INFO(r.err);
+    CHECK(read_all(victim) == "precious\n");
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains("is a symbolic link"));
+  }
+}
+
+TEST_CASE("a node's refusal is read from its log as the folder's files are: a link or a FIFO there holds none",
+          "[sweep][slurm-submit][hostile]") {
+  fake_sbatch slurm;
+  const fs::path dir = slurm.dir(), log = dir / "77_0.out", elsewhere = dir / "elsewhere.out";
+  sw::slurm::task_end refused{"FAILED"};
+  refused.exit_code = 2;
+  std::ofstream(log) << "starting\nisorun: error: no GPU 3 here\n";
+  CHECK(sw::slurm::node_usage_error(refused, log) == std::optional<std::string>("no GPU 3 here"));
+  fs::remove(log);
+  std::ofstream(elsewhere) << "isorun: error: planted\n";
+  fs::create_symlink(elsewhere, log);
+  CHECK_FALSE(sw::slurm::node_usage_error(refused, log));
+  fs::remove(log);
+  REQUIRE(::mkfifo(log.c_str(), 0600) == 0);  // no writer: reading it would block for ever
+  CHECK_FALSE(sw::slurm::node_usage_error(refused, log));
 }

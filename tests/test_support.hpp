@@ -88,13 +88,21 @@ struct captured {
 inline const std::string real_gpus = "ISORUN_SIMULATE_GPUS=";
 
 /// @brief The environment for a program a test starts: this one minus ISORUN_* variables, plus
-///        `env_extra`. The GPU inventory is pinned so a test gives the same verdict on any
-///        machine: no GPU (`ISORUN_SIMULATE_GPUS=none`) unless `env_extra` sets
-///        ISORUN_SIMULATE_GPUS itself (a simulated inventory, or `real_gpus`).
+///        `env_extra`, whose variables replace inherited ones of the same name (a test's
+///        LD_LIBRARY_PATH is the one the program sees, whatever the caller's was). The GPU
+///        inventory is pinned so a test gives the same verdict on any machine: no GPU
+///        (`ISORUN_SIMULATE_GPUS=none`) unless `env_extra` sets ISORUN_SIMULATE_GPUS itself (a
+///        simulated inventory, or `real_gpus`).
 inline std::vector<std::string> test_environment(const std::vector<std::string>& env_extra) {
+  auto name_of = [](const std::string& v) { return v.substr(0, v.find('=')); };
+  auto set_here = [&](const std::string& v) {
+    for (const auto& e : env_extra)
+      if (name_of(e) == name_of(v)) return true;
+    return false;
+  };
   std::vector<std::string> env;
   for (char** v = environ; *v; ++v)
-    if (std::string(*v).rfind("ISORUN_", 0) != 0) env.emplace_back(*v);
+    if (std::string(*v).rfind("ISORUN_", 0) != 0 && !set_here(*v)) env.emplace_back(*v);
   bool pinned = false;
   for (const auto& v : env_extra) {
     pinned = pinned || v.rfind("ISORUN_SIMULATE_GPUS=", 0) == 0;

@@ -189,7 +189,17 @@ TEST_CASE("oom_retry: bad input is refused with the line or flag, exit 2, nothin
   const std::string dir = temp_dir(), out = dir + "/out";
   // In the spec, at its line (the lines alone: "spec errors name the YAML line").
   CHECK_THROWS_WITH(sw::parse_spec("task: t\npolicy: {oom_retry: {factor: 0.5, max: 16G}}\n", "t.yaml"),
-                    Catch::Contains("line 2: oom_retry factor must be a number above 1"));
+                    Catch::Contains("line 2: oom_retry factor must be a number of at least 1.1"));
+  // A factor barely above 1 would retry a trial a byte at a time: refused, and so are attempts
+  // that are no whole number from 2.
+  CHECK_THROWS_WITH(sw::parse_spec("task: t\npolicy: {oom_retry: {factor: 1.0000000001, max: 16G}}\n", "t.yaml"),
+                    Catch::Contains("line 2: oom_retry factor must be a number of at least 1.1"));
+  CHECK_THROWS_WITH(sw::parse_spec("task: t\npolicy: {oom_retry: {factor: 2, max: 16G, max_attempts: 1}}\n", "t.yaml"),
+                    Catch::Contains("line 2: oom_retry max_attempts must be a whole number from 2 to 1000"));
+  CHECK_THROWS_WITH(sw::parse_spec("task: t\npolicy: {oom_retry: {factor: 2, max: 16G, max_attempts: 2.5}}\n", "t.yaml"),
+                    Catch::Contains("max_attempts must be a whole number"));
+  CHECK(sw::parse_spec("task: t\npolicy: {oom_retry: {factor: 1.1, max: 16G, max_attempts: 12}}\n", "t.yaml")
+            .oom_retry.max_attempts == 12);
   CHECK_THROWS_WITH(sw::parse_spec("task: t\npolicy: {oom_retry: {factor: 2, max: 16Q}}\n", "t.yaml"),
                     Catch::Contains("line 2: oom_retry max is not a size"));
   CHECK_THROWS_WITH(sw::parse_spec("task: t\npolicy: {oom_retry: {factr: 2, max: 1G}}\n", "t.yaml"),
@@ -200,6 +210,7 @@ TEST_CASE("oom_retry: bad input is refused with the line or flag, exit 2, nothin
   CHECK(spec.oom_retry.factor == 1.5);
   CHECK(spec.oom_retry.max == 16 * GiB);
   CHECK(spec.oom_retry.line == 3);
+  CHECK(spec.oom_retry.max_attempts == 8);  // the default
   // next_cap: times the factor, the last at exactly max.
   CHECK(sw::next_cap(spec.oom_retry, 4 * GiB) == 6 * GiB);
   CHECK(sw::next_cap(spec.oom_retry, 12 * GiB) == 16 * GiB);
@@ -222,7 +233,9 @@ TEST_CASE("oom_retry: bad input is refused with the line or flag, exit 2, nothin
       {"resources: {cpu_slots: 1, mem_limit: 1G}\n", {"--oom-retry", "2"}, "--oom-retry '2': no ':' between the factor and the max"},
       {"resources: {cpu_slots: 1, mem_limit: 1G}\n", {"--oom-retry", "x:16G"}, "--oom-retry 'x:16G': the factor 'x' is not a number"},
       {"resources: {cpu_slots: 1, mem_limit: 1G}\n", {"--oom-retry", "2:"}, "--oom-retry '2:': no max after ':'"},
-      {"resources: {cpu_slots: 1, mem_limit: 1G}\n", {"--oom-retry", "1:16G"}, "the factor 1 must be above 1"},
+      {"resources: {cpu_slots: 1, mem_limit: 1G}\n", {"--oom-retry", "1:16G"}, "the factor 1 must be at least 1.1"},
+      {"resources: {cpu_slots: 1, mem_limit: 1G}\n", {"--oom-retry", "1.0000000001:16G"}, "must be at least 1.1"},
+      {"resources: {cpu_slots: 1, mem_limit: 1G}\n", {"--oom-retry", "2:16G:1"}, "the attempts '1' are not a whole number of at least 2"},
       {"resources: {cpu_slots: 1, mem_limit: 1G}\n", {"--oom-retry", "2:16X"}, "the max '16X' is not a size"},
       {"resources: {cpu_slots: 1}\n", {"--oom-retry", "2:16G"}, "--oom-retry (max 16.00 GiB) retries a trial at a larger cap"},
   };
@@ -242,5 +255,24 @@ TEST_CASE("oom_retry: bad input is refused with the line or flag, exit 2, nothin
   auto ok = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress", "--oom-retry", "2:4G"});
   INFO(ok.err);
   CHECK(ok.code == 0);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("oom_retry: max_attempts ends a trial's retries, though a larger cap would have fit",
+          "[sweep][command][cap][oom-retry]") {
+  const std::string dir = temp_dir(), out = dir + "/out";
+  // It needs 3000 MiB: 1 GiB and 2 GiB run out, 4 GiB would do, but two attempts are all it gets.
+  std::ofstream(dir + "/spec.yaml") << needs_memory(
+      "  i: [1]\n  mib: [3000]\n  log: [\"" + dir + "/log\"]\n  gate: [\"" + dir + "/gate\"]\n",
+      "{gpus: [0], mem_limit: 1G, per_gpu: 1}", "{oom_retry: {factor: 2, max: 4G, max_attempts: 2}}", out);
+  auto r = isorun::test::run_captured(ISORUN_CLI, {"sweep", dir + "/spec.yaml", "--no-progress"}, simulated("1x8G"));
+  INFO(r.err);
+  CHECK(r.code == 1);
+  const auto all = records(out + "/results.jsonl");
+  REQUIRE(all.size() == 2);
+  CHECK(all[0]["retry_mem_limit"] == 2 * GiB);
+  CHECK(all[1]["outcome"] == "out_of_memory");
+  CHECK(all[1]["mem_limit"] == 2 * GiB);
+  CHECK_FALSE(all[1].contains("retry_mem_limit"));
   fs::remove_all(dir);
 }

@@ -77,7 +77,7 @@ TEST_CASE("spec errors name the YAML line", "[sweep][spec]") {
   CHECK(spec_line("task: t\nzip:\n  - {a: [1, 2], b: [1]}\n") == 3);               // uneven zip
   CHECK(spec_line("task: t\npolicy:\n  retries: {out_of_memory: 1}\n") == 3);      // OOM retry
   CHECK(spec_line("task: t\nresources:\n  mem_limit: lots\n") == 3);
-  CHECK(spec_line("task: t\npolicy:\n  oom_retry: {factor: 1, max: 16G}\n") == 3);     // factor not above 1
+  CHECK(spec_line("task: t\npolicy:\n  oom_retry: {factor: 1, max: 16G}\n") == 3);     // factor below 1.1
   CHECK(spec_line("task: t\npolicy:\n  oom_retry: {factor: x, max: 16G}\n") == 3);     // not a number
   CHECK(spec_line("task: t\npolicy:\n  oom_retry: {factor: 2, max: lots}\n") == 3);    // not a size
   CHECK(spec_line("task: t\npolicy:\n  oom_retry: {factor: 2}\n") == 3);               // no max

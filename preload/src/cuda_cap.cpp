@@ -18,8 +18,9 @@
 // were removed before it loaded, the ledger cannot be opened, every slot is taken) has its
 // device allocations refused, and says why on stderr once. And it stays loaded down the process
 // tree: the variables it needs are read when it loads, before the program runs (or, if they were
-// not set then, at the first allocation: a standby Python worker gets its call's cap with the
-// call; one that was set at load cannot be changed afterwards), and handed on to
+// not set then, when the worker that sets them calls isorun_cap_bind, before the call's code
+// runs: a standby Python worker gets its call's cap with the call; one that was pinned cannot be
+// changed afterwards), and handed on to
 // every program a process of the command starts through exec*() or posix_spawn*(), with itself
 // put back into LD_PRELOAD, so a child started with a clean environment is capped too. What it
 // does not stop (a program that sets out to escape) is said in cap_region.hpp.
@@ -34,6 +35,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdlib>
@@ -102,11 +104,14 @@ struct load_time {
   // load (a standby interpreter gets its call's variables after it started); null while unset.
   std::atomic<const char*> entry[pinned_count] = {};
   const char* self = nullptr;            // this library's path, as LD_PRELOAD names it
+  const char* no_budget = nullptr;       // deferred_env "=0": what a child of a process still deferred gets
   using execve_t = int (*)(const char*, char* const*, char* const*);
+  using execveat_t = int (*)(int, const char*, char* const*, char* const*, int);
   using fexecve_t = int (*)(int, char* const*, char* const*);
   using spawn_t = int (*)(pid_t*, const char*, const posix_spawn_file_actions_t*, const posix_spawnattr_t*,
                           char* const*, char* const*);
   execve_t execve = nullptr, execvpe = nullptr;
+  execveat_t execveat = nullptr;
   fexecve_t fexecve = nullptr;
   spawn_t posix_spawn = nullptr, posix_spawnp = nullptr;
 };
@@ -128,6 +133,8 @@ __attribute__((constructor)) void pin_at_load() {
   auto next = [](const char* name) { return real_dlsym()(RTLD_NEXT, name); };
   loaded.execve = reinterpret_cast<load_time::execve_t>(next("execve"));
   loaded.execvpe = reinterpret_cast<load_time::execve_t>(next("execvpe"));
+  loaded.execveat = reinterpret_cast<load_time::execveat_t>(next("execveat"));  // (glibc 2.34 and later)
+  loaded.no_budget = ::strdup((std::string(cap::deferred_env) + "=0").c_str());
   loaded.fexecve = reinterpret_cast<load_time::fexecve_t>(next("fexecve"));
   loaded.posix_spawn = reinterpret_cast<load_time::spawn_t>(next("posix_spawn"));
   loaded.posix_spawnp = reinterpret_cast<load_time::spawn_t>(next("posix_spawnp"));
@@ -139,6 +146,10 @@ template <class Start>
 int with_cap_env(char* const* envp, Start&& start) {
   const char* entries[pinned_count];
   for (std::size_t i = 0; i < pinned_count; ++i) entries[i] = loaded.entry[i].load();
+  // A process still waiting for its call's region hands on no budget: a child started now would
+  // keep a private cap of its own for its whole life, which no ledger sees. Its library fails
+  // closed instead (deferred_env 0 is no cap).
+  if (entries[3] && !(entries[0] && entries[1])) entries[3] = loaded.no_budget;
   const env::pins pins{pinned_names, entries, pinned_count, loaded.self};
   const env::plan plan = env::make_plan(envp, pins);
   if (!plan.slots) return start(envp);
@@ -984,6 +995,21 @@ void* dlsym(void* handle, const char* name) {
 
 }  // extern "C"
 
+// ---- A deferred process's call: its region pinned before the call's code runs ---------------------
+// A standby interpreter learns its call's region when the call comes (the worker sets the
+// variables): the worker calls this right after, before any code of the call runs, so the
+// region is pinned then, not at the first CUDA call. Until then the function's code could point
+// the variables at terms of its own, and its children would get no region to hand on.
+// @return 0 once the region is bound, -1 if this process is capped but cannot reach it (its
+//         allocations are refused, saying why).
+extern "C" __attribute__((visibility("default"))) int isorun_cap_bind() {
+  pin_unset();
+  account& a = acct();
+  std::lock_guard lock(a.mutex);
+  if (a.deferred) a.bind();
+  return a.ledger && a.slot && a.refusal.empty() ? 0 : -1;
+}
+
 // ---- Starting programs: the cap goes with them --------------------------------------------------
 // Every exec*() and posix_spawn*() of the C library, so a child started with a clean or edited
 // environment (subprocess with env=..., `env -i`) is capped too (with_cap_env). The C library's
@@ -996,6 +1022,14 @@ int execve(const char* path, char* const argv[], char* const envp[]) {
 
 int execvpe(const char* file, char* const argv[], char* const envp[]) {
   return with_cap_env(envp, [&](char* const* env) { return loaded.execvpe(file, argv, env); });
+}
+
+int execveat(int dirfd, const char* path, char* const argv[], char* const envp[], int flags) {
+  if (!loaded.execveat) {  // a C library without it: as if it were not there
+    errno = ENOSYS;
+    return -1;
+  }
+  return with_cap_env(envp, [&](char* const* env) { return loaded.execveat(dirfd, path, argv, env, flags); });
 }
 
 int fexecve(int fd, char* const argv[], char* const envp[]) {

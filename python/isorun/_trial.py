@@ -71,6 +71,9 @@ def run_trial(request: str) -> str:
     call = json.loads(request)
     for key, value in call.get("variables", {}).items():
         os.environ[key] = value  # before the function runs: the cap's region
+    from . import _core
+
+    _core.bind_cap()  # pinned now, before any of the function's code (its imports included) runs
     fn = resolve(call["function"], call.get("path", []))
     value = fn(**call["kwargs"])
     if not isinstance(value, Mapping):

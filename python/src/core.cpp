@@ -50,6 +50,7 @@
 #include "isorun/runner/standby.hpp"
 #include "isorun/runner/units.hpp"
 #include "isorun/runner/driver_cap.hpp"
+#include "isorun/preload/cap_region.hpp"
 #include "isorun/serialization/protocol.hpp"
 #include "isorun/serialization/segment_pool.hpp"
 #include "isorun/serialization/shm_segment.hpp"
@@ -210,12 +211,17 @@ class py_job {
       r = &job_->wait();  // rethrows a start that failed: UsageError, InternalError
     }
     const isorun::outcome& o = r->status;
+    // The task's own text, decoded so that no byte can fail the call (backslashreplace: a byte
+    // that is not UTF-8 shows as \xNN), whatever reached the outcome.
+    auto text = [](const std::string& s) {
+      return nb::steal(PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "backslashreplace"));
+    };
     nb::list tail;
-    for (const auto& line : o.stderr_tail) tail.append(nb::str(line.c_str(), line.size()));
+    for (const auto& line : o.stderr_tail) tail.append(text(line));
     nb::dict d;
     d["kind"] = std::string(isorun::to_string(o.kind));
-    d["error_type"] = o.error_type;
-    d["message"] = o.message;
+    d["error_type"] = text(o.error_type);
+    d["message"] = text(o.message);
     d["exit_code"] = o.exit.code;
     d["signal"] = o.exit.signal;
     d["core_dumped"] = o.exit.core_dumped;
@@ -447,6 +453,14 @@ struct held_buffer {
   }
 };
 
+// Pins the call's cap region in the preloaded cap library, where this worker has one, right after
+// the call's variables are set and before any code of the call runs (cap_region.hpp): the
+// function cannot move itself off the supervisor's ledger, and its children get the region.
+void bind_cap() {
+  using bind_t = int (*)();
+  if (auto* bind = reinterpret_cast<bind_t>(::dlsym(RTLD_DEFAULT, isorun::preload::bind_symbol))) bind();
+}
+
 // The task "isorun.python": runs the call in Python and writes its payload into the segment.
 // Everything the function does is in Python; anything that goes wrong here (the result cannot be
 // written) is a C++ exception, which the worker reports as the task's error.
@@ -468,6 +482,7 @@ std::shared_ptr<void> run_python_task(std::span<const std::byte> args, std::shar
     if (eq != std::string::npos && eq > 0) ::setenv(entry.substr(0, eq).c_str(), entry.c_str() + eq + 1, 1);
     at = end + 1;
   }
+  bind_cap();
   {
     nb::gil_scoped_acquire locked;
     nb::object out;
@@ -611,6 +626,7 @@ NB_MODULE(_core, m) {
   m.def("segment_idle_bytes", [] { return isorun::serialization::segment_pool::instance().idle_bytes(); },
         "Bytes of the idle segments the pool keeps now (memory that stays resident).");
   m.def("c_environment", &c_environment, "The environment as the C library has it now, as bytes.");
+  m.def("bind_cap", &bind_cap, "Pins the call's cap region (a sweep trial's variables were just set).");
   m.def("serve", &serve, "entry"_a, "json_entry"_a,
         "The worker's main: serves its one call through `entry` (a pickled call) or `json_entry` (a sweep's "
         "trial); never returns.");

@@ -85,3 +85,66 @@ def test_what_a_preload_allocates_before_the_call_is_charged_to_the_call_s_cap()
     assert rc == CUDA_ERROR_OUT_OF_MEMORY and blocks == 3  # 1 GiB, less the preload's 256 MiB
     cap = res.outcome.driver_cap
     assert cap["refusals"] == 1 and cap["peak"] == 1 << 30
+
+
+# A child that allocates 64 MiB blocks through the driver until one is refused, says how many, and
+# holds them until its stdin closes: children alive together show whether they share one cap.
+HOLDER = ("import sys, driver_alloc; n, rc = driver_alloc.allocate_until_refused(64); print(n, flush=True); "
+          "sys.stdin.read()")
+
+
+def children_with_a_clean_environment(count, fake_cuda_dir):
+    import subprocess
+
+    import driver_alloc
+
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LD_LIBRARY_PATH": fake_cuda_dir,
+           "PYTHONPATH": os.path.dirname(driver_alloc.__file__), "PYTHONDONTWRITEBYTECODE": "1"}
+    kids = [subprocess.Popen([sys.executable, "-c", HOLDER], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True) for _ in range(count)]
+    blocks = [int(k.stdout.readline() or -1) for k in kids]
+    for k in kids:
+        k.stdin.close()
+        k.wait()
+    return blocks
+
+
+@pytest.mark.parametrize("standby", [0, 1])
+def test_children_started_with_a_clean_environment_before_any_cuda_call_share_the_call_s_cap(standby):
+    # The region comes with the call; it is pinned before the function runs, so a child the
+    # function starts with an environment of its own (as a launcher does) gets it too.
+    f = isorun.isolated(children_with_a_clean_environment, gpu=0, mem_limit="256M",
+                        env={"LD_LIBRARY_PATH": FAKE_CUDA_DIR}, standby=standby)
+    if standby:
+        f.warm_up()
+    res = f.try_call(3, FAKE_CUDA_DIR)
+    assert res.ok, res.outcome.describe()
+    assert min(res.value) >= 0 and sum(res.value) <= 4, res.value  # 256 MiB among the three, not each
+    assert res.outcome.driver_cap["peak"] >= sum(res.value) * 64 * MiB > 0
+
+
+def forge_terms_then_allocate(block_mib):
+    # The function names sealed terms of its own (a limit of 2^62) before its first CUDA call.
+    import fcntl
+    import struct
+
+    def memfd(data, size, seals):
+        fd = os.memfd_create("forged", os.MFD_ALLOW_SEALING)
+        os.ftruncate(fd, size)
+        os.pwrite(fd, data, 0)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+        return f"/proc/{os.getpid()}/fd/{fd}"
+
+    terms = struct.pack("<QQQQ", 0x345441434E555249, 1 << 62, 16, 0)
+    os.environ["ISORUN_CAP_TERMS"] = memfd(terms, 32, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK)
+    os.environ["ISORUN_CAP_REGION"] = memfd(struct.pack("<Q", 0x344C41434E555249), 1 << 20, fcntl.F_SEAL_SHRINK)
+    return allocate_until_refused(block_mib)
+
+
+def test_the_function_cannot_swap_in_terms_of_its_own():
+    res = isorun.isolated(forge_terms_then_allocate, gpu=0, mem_limit="256M",
+                          env={"LD_LIBRARY_PATH": FAKE_CUDA_DIR}).try_call(64)
+    assert res.ok, res.outcome.describe()
+    blocks, rc = res.value
+    assert rc == CUDA_ERROR_OUT_OF_MEMORY and blocks <= 4
+    assert res.outcome.driver_cap["refusals"] == 1 and res.outcome.driver_cap["peak"] > 0

@@ -82,6 +82,22 @@ def test_a_worker_killed_by_a_signal_is_worker_crashed_with_its_signal_and_stder
     assert e.outcome.kind == "crashed"
 
 
+def latin1_on_stderr(value, fail):
+    # Bytes that are not UTF-8 (Latin-1, a cut sequence), as a C library may print them.
+    os.write(2, b"r\xe9sum\xe9 \xc3\n")
+    if fail:
+        raise ValueError("caf\xe9")
+    return value
+
+
+def test_bytes_on_stderr_that_are_not_utf8_leave_the_call_s_value_and_exception_alone():
+    f = isorun.isolated(latin1_on_stderr, echo_stderr=False)
+    assert f(42, False) == 42
+    res = f.try_call(0, True)
+    assert isinstance(res.exception, ValueError) and str(res.exception) == "caf\xe9"
+    assert any("sum" in line for line in res.outcome.stderr_tail)
+
+
 def exit_hard(code):
     os._exit(code)
 

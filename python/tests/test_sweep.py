@@ -63,6 +63,23 @@ TRIALS = textwrap.dedent('''
         if block_mib >= 512:
             raise MemoryError(f"CUDA out of memory (error {rc})")
         return {"blocks": blocks, "rc": rc}
+
+    def children(count):
+        # Children started with an environment of their own before any CUDA call of the trial's,
+        # each holding 64 MiB blocks until refused, alive together.
+        import subprocess
+        import driver_alloc
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LD_LIBRARY_PATH": os.environ["LD_LIBRARY_PATH"],
+               "PYTHONPATH": os.path.dirname(driver_alloc.__file__), "PYTHONDONTWRITEBYTECODE": "1"}
+        holder = ("import sys, driver_alloc; n, rc = driver_alloc.allocate_until_refused(64); print(n, flush=True); "
+                  "sys.stdin.read()")
+        kids = [subprocess.Popen([sys.executable, "-c", holder], env=env, stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True) for _ in range(count)]
+        blocks = [int(k.stdout.readline() or -1) for k in kids]
+        for k in kids:
+            k.stdin.close()
+            k.wait()
+        return {"blocks": sum(blocks), "least": min(blocks)}
 ''')
 
 
@@ -178,6 +195,21 @@ def test_a_python_trial_on_a_gpu_is_capped_and_its_framework_s_oom_is_out_of_mem
     oom = by_block[512]
     assert oom["outcome"] == "out_of_memory"
     assert "reached its mem_limit of 1.00 GiB" in oom["error"] and "MemoryError" in oom["error"]
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(FAKE_CUDA_DIR, "libcuda.so.1")),
+                    reason="the stand-in libcuda.so.1 (ISORUN_TEST_FAKE_CUDA_DIR) is not built")
+def test_a_python_trial_s_children_with_a_clean_environment_share_its_cap(trials, tmp_path, monkeypatch):
+    # The trial's region is pinned before its function runs, so children it starts with an
+    # environment of their own share its 256 MiB (four 64 MiB blocks among them, not each).
+    monkeypatch.setenv("LD_LIBRARY_PATH", FAKE_CUDA_DIR)
+    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers"))
+    records = isorun.sweep({"python": f"{trials}:children", "params": {"count": [3]},
+                            "resources": {"gpus": [0], "mem_limit": "256M", "per_gpu": 1},
+                            "out": str(tmp_path / "out")})
+    (record,) = records
+    assert record["outcome"] == "success", record.get("error")
+    assert record["result"]["least"] >= 0 and record["result"]["blocks"] <= 4, record["result"]
 
 
 def test_a_misspelled_function_is_refused_before_any_trial_runs(trials, tmp_path):

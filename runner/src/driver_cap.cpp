@@ -32,10 +32,18 @@ std::filesystem::path file_of_this_code() {
   const auto here = reinterpret_cast<std::uintptr_t>(&file_of_this_code);
   std::istringstream maps(detail::read_text("/proc/self/maps"));
   for (std::string line; std::getline(maps, line);) {
-    // START-END PERMS OFFSET DEV INODE PATH
+    // START-END PERMS OFFSET DEV INODE PATH: the path is the rest of the line after the fifth
+    // field and the spaces that pad it (a path may hold spaces itself), less the " (deleted)"
+    // the kernel adds to a file since removed.
     std::istringstream fields(line);
-    std::string range, perms, offset, dev, inode, path;
-    fields >> range >> perms >> offset >> dev >> inode >> path;
+    std::string range, perms, offset, dev, inode;
+    fields >> range >> perms >> offset >> dev >> inode;
+    std::string path;
+    if (fields) {
+      std::getline(fields, path);
+      path.erase(0, path.find_first_not_of(' '));
+    }
+    if (constexpr std::string_view deleted = " (deleted)"; path.ends_with(deleted)) path.resize(path.size() - deleted.size());
     const auto dash = range.find('-');
     if (dash == std::string::npos || path.empty()) continue;
     if (std::stoull(range.substr(0, dash), nullptr, 16) <= here && here < std::stoull(range.substr(dash + 1), nullptr, 16))

@@ -489,11 +489,11 @@ job_result classify(watch_record w, const job_spec& spec, const std::shared_ptr<
     }
   } else if (w.done && w.done->status == ser::task_status::result_too_large) {
     o.kind = outcome_kind::invalid_result;
-    o.message = "worker result rejected: " + w.done->message;
+    o.message = "worker result rejected: " + valid_utf8(w.done->message);
   } else if (w.done) {
     o.kind = w.done->status == ser::task_status::out_of_memory ? outcome_kind::out_of_memory : outcome_kind::task_error;
-    o.error_type = w.done->error_type;
-    o.message = w.done->message;
+    o.error_type = valid_utf8(w.done->error_type);  // the task's own text: any bytes
+    o.message = valid_utf8(w.done->message);
   } else {
     o.kind = outcome_kind::crashed;
     o.message = w.exited.signal ? "worker " + describe(w.exited)

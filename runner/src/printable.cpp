@@ -37,4 +37,15 @@ std::string printable(std::string_view text) {
   return out;
 }
 
+std::string valid_utf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (;;) {
+    const std::size_t bad = runner::arguments::utf8_error_at(text);
+    if (bad == std::string_view::npos) return out.append(text);
+    out.append(text.substr(0, bad)).append("\xef\xbf\xbd");  // U+FFFD, for that one byte
+    text.remove_prefix(bad + 1);
+  }
+}
+
 }  // namespace isorun

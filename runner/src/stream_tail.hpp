@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "isorun/runner/printable.hpp"
+
 namespace isorun::runner::detail {
 
 inline void write_all(int fd, const char* data, std::size_t n) {
@@ -37,9 +39,14 @@ class line_tail {
       }
     }
   }
+  // Valid UTF-8 (valid_utf8): a task may write any bytes, and a line cut at max_line may end
+  // inside a character.
   std::vector<std::string> lines() {
     if (!partial_.empty()) push();
-    return {lines_.begin(), lines_.end()};
+    std::vector<std::string> out;
+    out.reserve(lines_.size());
+    for (const auto& l : lines_) out.push_back(valid_utf8(l));
+    return out;
   }
 
  private:

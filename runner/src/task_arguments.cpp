@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/suggest.hpp"
 
@@ -110,7 +111,7 @@ nlohmann::json coerce_value(const std::string& key, const std::string& text, con
     if (ec != std::errc{} || p != text.data() + text.size()) throw bad("a number");
     return v;
   }
-  nlohmann::json parsed = nlohmann::json::parse(text, nullptr, false);
+  nlohmann::json parsed = parse_bounded_json(text);
   if (parsed.is_discarded()) throw bad("valid JSON (" + type_word(like) + ")");
   if (!like.is_null() && parsed.type() != like.type()) throw bad(type_word(like));
   return parsed;

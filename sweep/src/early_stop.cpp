@@ -5,13 +5,18 @@
 
 namespace isorun::sweep {
 
-early_stopper::early_stopper(const sweep_spec& s, report_log& log) : s_{s}, log_{log} {
+early_stopper::early_stopper(const sweep_spec& s, report_log& log, const std::map<std::string, std::int64_t>& replayed)
+    : s_{s}, log_{log} {
   if (s.scheduler.type.empty()) return;
   rule_ = make_stop_rule(s.scheduler);
-  // The rule's state as the last run left it: the same reports in the same order. Verdicts are
-  // not acted on here (those trials were pruned, finished, or run again and report again).
-  for (const auto& r : log.earlier())
+  // The rule's state as the last run left it: the done trials' reports, in the same order, each
+  // judged again (verdicts are recomputed, never read). Verdicts are not acted on here: those
+  // trials were pruned or finished.
+  for (const auto& r : log.earlier()) {
+    const auto done = replayed.find(r.trial);
+    if (done == replayed.end() || r.step > done->second) continue;
     if (const auto v = value(r.metrics)) rule_->report(r.trial, r.step, *v);
+  }
 }
 
 std::optional<double> early_stopper::value(const nlohmann::json& metrics) const {

@@ -4,6 +4,7 @@
 // reports its folder holds, in their order, so its rule starts where the last run's left off.
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,7 +20,12 @@ namespace isorun::sweep {
 class early_stopper {
  public:
   /// @param log the folder's reports: those it holds already are replayed into the rule
-  early_stopper(const sweep_spec& s, report_log& log);
+  /// @param replayed the trials whose earlier reports are replayed, and the step each reached:
+  ///        the sweep's own trials that are done (journaled, not run again). Other lines (a
+  ///        trial this sweep does not have, a step past the one its record says it reached, a
+  ///        trial that runs again and will report afresh) are left out, so that no line of the
+  ///        file can decide a verdict by itself.
+  early_stopper(const sweep_spec& s, report_log& log, const std::map<std::string, std::int64_t>& replayed);
 
   /// @brief Records trial `id`'s report durably, then judges it (with no scheduler: records).
   ///        Not thread-safe: the scheduler calls it one report at a time.

@@ -43,6 +43,18 @@ unique_fd open_subfolder(int dir, const std::string& name, bool create, const fs
   throw internal_error("cannot open " + shown.string() + ": " + std::strerror(errno));
 }
 
+unique_fd open_subfolders(const fs::path& out, std::initializer_list<const char*> names, bool create) {
+  unique_fd fd = open_folder(out);
+  if (!fd && create) throw internal_error("cannot open " + out.string() + ": no such folder");
+  fs::path shown = out;
+  for (const char* name : names) {
+    if (!fd) return fd;
+    shown /= name;
+    fd = open_subfolder(fd.get(), name, create, shown);
+  }
+  return fd;
+}
+
 unique_fd open_file(int dir, const std::string& name, int flags, const fs::path& shown) {
   // O_NONBLOCK: opening a FIFO must not wait for its other end; it is refused below.
   unique_fd fd(::openat(dir, name.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644));

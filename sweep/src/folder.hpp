@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 
@@ -23,6 +24,12 @@ unique_fd open_folder(const std::filesystem::path& dir);
 /// @throws usage_error naming `shown` if a link or a file is there; internal_error if it cannot
 ///         be made or opened.
 unique_fd open_subfolder(int dir, const std::string& name, bool create, const std::filesystem::path& shown);
+
+/// @brief Opens the folder `out`/`names[0]`/`names[1]`/..., each below `out` not through a link
+///        (open_folder, then open_subfolder for each name), creating them with `create`.
+/// @return an empty descriptor if `out` or one of them does not exist and !`create`.
+/// @throws as open_subfolder does.
+unique_fd open_subfolders(const std::filesystem::path& out, std::initializer_list<const char*> names, bool create);
 
 /// @brief Opens the file `name` in `dir` with `flags` (O_RDONLY, or O_WRONLY/O_RDWR with
 ///        O_CREAT, O_TRUNC, O_APPEND; created 0644), not through a link, and only if it is a

@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "folder.hpp"
+#include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/printable.hpp"
 #include "isorun/runner/unique_fd.hpp"
@@ -799,7 +800,7 @@ bool is_trial_id(const std::string& id) {
 json read_timeline(int dir, const std::string& name, const fs::path& shown) {
   const unique_fd fd = detail::open_file(dir, name, O_RDONLY, shown);
   if (!fd) return json();
-  json t = json::parse(detail::read_all(fd.get(), max_timeline, shown), nullptr, false);
+  json t = parse_bounded_json(detail::read_all(fd.get(), max_timeline, shown));
   const std::string problem = t.is_discarded() ? "it is not JSON (cut short?)" : timeline_problem(t);
   if (!problem.empty()) throw std::runtime_error(shown.string() + " is not a memory timeline: " + problem);
   return t;
@@ -942,7 +943,7 @@ report_data load_report_data(const fs::path& out) {
   const unique_fd identity_fd = dir ? detail::open_file(dir.get(), "sweep.json", O_RDONLY, identity_file) : unique_fd();
   const unique_fd journal_fd = dir ? detail::open_file(dir.get(), "results.jsonl", O_RDONLY, journal_file) : unique_fd();
   const json identity =
-      identity_fd ? json::parse(detail::read_all(identity_fd.get(), max_identity, identity_file), nullptr, false) : json();
+      identity_fd ? parse_bounded_json(detail::read_all(identity_fd.get(), max_identity, identity_file)) : json();
   if (!identity.is_object() || !journal_fd)
     throw usage_error(out.string() + " is not a sweep's output folder (it has no sweep.json and results.jsonl); "
                       "give the folder a sweep wrote (its --out)");
@@ -986,7 +987,7 @@ report_data load_report_data(const fs::path& out) {
   std::map<std::string, std::size_t> at;
   detail::for_each_line(journal_fd.get(), journal::max_line, journal_file, [&](std::string_view line, int, bool too_long) {
     if (too_long) return;
-    const json rec = json::parse(line, nullptr, false);
+    const json rec = parse_bounded_json(line);
     if (!rec.is_object()) return;
     try {
       trial_record r = trial_record::from_json(rec);

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "folder.hpp"
+#include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/printable.hpp"
 #include "isorun/runner/unique_fd.hpp"
@@ -94,6 +95,10 @@ trial_record trial_record::from_json(const json& j) {
   return r;
 }
 
+std::string trial_record::to_line() const {
+  return to_json().dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
 journal::journal(const fs::path& folder) : path_{folder / "results.jsonl"} {
   const unique_fd dir = detail::open_folder(folder);
   if (!dir) throw internal_error("cannot open " + folder.string() + ": no such folder");
@@ -105,7 +110,7 @@ journal::journal(const fs::path& folder) : path_{folder / "results.jsonl"} {
       return;
     }
     try {
-      trial_record r = trial_record::from_json(json::parse(line));
+      trial_record r = trial_record::from_json(parse_bounded_json(line));
       latest_[r.id] = std::move(r);
     } catch (const std::exception&) {
       warnings_.push_back(where + " is not a trial record; ignored (" + std::string(line.substr(0, 60)) +
@@ -139,7 +144,7 @@ journal& journal::operator=(journal&& other) noexcept {
 
 void journal::append(const std::vector<trial_record>& records) {
   std::string text;
-  for (const auto& r : records) text += r.to_json().dump() + "\n";
+  for (const auto& r : records) text += r.to_line();
   const off_t before = ::lseek(fd_, 0, SEEK_END);
   const char* step = "cannot write the sweep journal";
   int failed = detail::write_all(fd_, text);

@@ -3,7 +3,7 @@
 namespace isorun::sweep {
 
 void result_files::write(const std::vector<trial_record>& batch) {
-  for (const auto& rec : batch) write_file_durably(dir_ / (rec.id + ".json"), rec.to_json().dump() + "\n");
+  for (const auto& rec : batch) write_file_durably(dir_ / (rec.id + ".json"), rec.to_line());
 }
 
 journal_writer::journal_writer(record_store& store, std::function<void(const trial_record&)> on_durable,

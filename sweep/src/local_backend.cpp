@@ -16,6 +16,7 @@
 
 #include "folder.hpp"
 #include "python_trials.hpp"
+#include "isorun/runner/bounded_json.hpp"
 #include "isorun/serialization/cores.hpp"
 #include "isorun/runner/driver_cap.hpp"
 #include "isorun/runner/command.hpp"
@@ -38,6 +39,8 @@ constexpr std::size_t command_memory_events = 1 << 16;
 int group_of(const std::vector<gpu_info>& gpus) { return gpus.empty() ? -1 : gpus.front().index; }
 
 // The last line of `text` that is a JSON object, or null.
+// @throws std::runtime_error if that line is nested too deep (parse_bounded_json): the result the
+//         command meant, refused, not an earlier line taken for it.
 json last_json_line(const std::string& text) {
   std::size_t end = text.size();
   while (end > 0) {
@@ -47,8 +50,12 @@ json last_json_line(const std::string& text) {
     while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
     while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
     if (!line.empty() && line.front() == '{') {
-      json j = json::parse(line, nullptr, false);
+      bool too_deep = false;
+      json j = parse_bounded_json(line, &too_deep);
       if (j.is_object()) return j;
+      if (too_deep)
+        throw std::runtime_error("its last JSON line is nested deeper than " + std::to_string(max_json_depth) +
+                                 " levels");
     }
     if (begin == std::string::npos) break;
     end = begin;
@@ -64,7 +71,11 @@ json last_json_line(const std::string& text) {
 json read_command_result(int logs, const std::string& id, const fs::path& shown) {
   const std::string result_name = id + ".result.json";
   if (const unique_fd result = detail::open_file(logs, result_name, O_RDONLY, shown / result_name)) {
-    json j = json::parse(detail::read_all(result.get(), journal::max_line, shown / result_name), nullptr, false);
+    bool too_deep = false;
+    json j = parse_bounded_json(detail::read_all(result.get(), journal::max_line, shown / result_name), &too_deep);
+    if (too_deep)
+      throw std::runtime_error("the file it wrote to $ISORUN_RESULT is nested deeper than " +
+                               std::to_string(max_json_depth) + " levels");
     if (!j.is_object()) throw std::runtime_error("the file it wrote to $ISORUN_RESULT is not a JSON object");
     return j;
   }
@@ -83,7 +94,7 @@ std::optional<std::pair<std::int64_t, json>> report_line(std::string_view line) 
   while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
   while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
   if (line.empty() || line.front() != '{' || line.find("\"step\"") == std::string_view::npos) return std::nullopt;
-  json j = json::parse(line, nullptr, false);
+  json j = parse_bounded_json(line);
   if (!j.is_object()) return std::nullopt;
   const auto step = j.find("step");
   if (step == j.end() || !step->is_number_integer() || step->get<std::int64_t>() < 0) return std::nullopt;
@@ -539,13 +550,15 @@ void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec
     rec.error = cap->report("the trial", "mem_limit", gpu_count) + "; the function raised: " + rec.error;
   }
   if (!r.status.ok()) return;
-  json parsed = json::parse(std::string_view(reinterpret_cast<const char*>(r.payload.data()), r.payload.size()),
-                            nullptr, false);
+  bool too_deep = false;
+  json parsed =
+      parse_bounded_json(std::string_view(reinterpret_cast<const char*>(r.payload.data()), r.payload.size()), &too_deep);
   if (parsed.is_object() && parsed.contains("result")) {
     rec.result = parsed["result"];
   } else {
     rec.kind = outcome_kind::invalid_result;
-    rec.error = "worker result is not valid JSON";
+    rec.error = too_deep ? "worker result is nested deeper than " + std::to_string(max_json_depth) + " levels"
+                         : "worker result is not valid JSON";
   }
 }
 

@@ -13,9 +13,14 @@ namespace isorun::sweep {
 using nlohmann::json;
 
 namespace {
+// One cell. A text that begins with =, +, -, @, a tab or a carriage return gets a leading ' : a
+// spreadsheet would take it for a formula (and quoting does not stop that). Numbers are written
+// as they are; results.jsonl keeps every value exactly.
 std::string csv_field(const json& v) {
   std::string s = v.is_string() ? v.get<std::string>() : v.is_null() ? "" : v.dump();
-  if (s.find_first_of(",\"\n") != std::string::npos) {
+  if (v.is_string() && !s.empty() && std::string_view("=+-@\t\r").find(s.front()) != std::string_view::npos)
+    s.insert(0, 1, '\'');
+  if (s.find_first_of(",\"\n\r") != std::string::npos) {
     std::string q = "\"";
     for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
     return q + "\"";
@@ -139,10 +144,10 @@ std::string results_csv(const std::vector<trial_record>& records) {
   // mem_limit: the cap of the trial's last attempt, the one it finally needed where it was
   // retried at larger caps after running out of memory.
   csv << "id,outcome,attempts,wall_s,device,peak_reserved,mem_limit" << (steps ? ",step" : "");
-  for (const auto& h : columns.headers) csv << "," << h;
+  for (const auto& h : columns.headers) csv << "," << csv_field(json(h));
   csv << ",error\n";
   for (const auto& r : records) {
-    csv << r.id << "," << outcome_name(r) << "," << r.attempts << "," << r.wall_s << "," << r.device << ","
+    csv << r.id << "," << outcome_name(r) << "," << r.attempts << "," << r.wall_s << "," << csv_field(json(r.device)) << ","
         << r.peak_reserved << "," << r.mem_limit;
     if (steps) csv << "," << (r.step >= 0 ? std::to_string(r.step) : std::string());
     for (const auto& v : columns.values(r)) csv << "," << csv_field(v);

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "folder.hpp"
+#include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/unique_fd.hpp"
 #include "isorun/sweep/journal.hpp"
@@ -23,7 +24,7 @@ constexpr const char* file_name = "reports.jsonl";
 std::size_t read_reports(int fd, const fs::path& shown, std::vector<trial_report>& out) {
   return detail::for_each_line(fd, journal::max_line, shown, [&](std::string_view line, int, bool too_long) {
     if (too_long) return;
-    const json j = json::parse(line, nullptr, false);
+    const json j = parse_bounded_json(line);
     if (!j.is_object() || !j.contains("trial") || !j["trial"].is_string() || !j.contains("step") ||
         !j["step"].is_number_integer() || !j.contains("metrics") || !j["metrics"].is_object())
       return;  // not a report (a hand-edited line): the curves and the replay go without it

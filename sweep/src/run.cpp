@@ -22,6 +22,7 @@
 
 #include "folder.hpp"
 #include "isorun/alloc/config.hpp"
+#include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/gpu_packer.hpp"
 #include "isorun/runner/job.hpp"
@@ -296,7 +297,7 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
   const json identity = {{"task", st.subject}, {"trials", s.trials.size()}, {"fingerprint", fingerprint(s)}};
   if (fs::exists(st.out / "sweep.json")) {
     std::ifstream in(st.out / "sweep.json");
-    json old = json::parse(in, nullptr, false);
+    json old = parse_bounded_json(in);
     if (old.is_discarded() || old.value("fingerprint", "") != identity["fingerprint"])
       throw usage_error("output folder " + st.out_text + " holds a different sweep (task " +
                         (old.is_discarded() ? std::string("?") : old.value("task", "?")) + ", " +
@@ -349,12 +350,16 @@ namespace {
 
 // A report of a trial on a Slurm node, appended for the submitter as one line (one write, the
 // file opened and closed each time, so a shared file system shows it to the submitter's node).
-void forward_report(const fs::path& file, std::int64_t step, const json& metrics) {
+// Written as every file of the output folder is (by name inside it, not through a link, only a
+// regular file).
+void forward_report(const fs::path& out, const std::string& id, std::int64_t step, const json& metrics) {
   const std::string line = json{{"step", step}, {"metrics", metrics}}.dump() + "\n";
-  const unique_fd fd(::open(file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
-  if (!fd) throw internal_error("cannot write " + file.string() + ": " + std::strerror(errno));
+  const std::string name = id + ".jsonl";
+  const fs::path shown = out / "slurm" / "reports" / name;
+  const unique_fd folder = detail::open_subfolders(out, {"slurm", "reports"}, true);
+  const unique_fd fd = detail::open_file(folder.get(), name, O_WRONLY | O_APPEND | O_CREAT, shown);
   if (::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()))
-    throw internal_error("cannot write " + file.string() + ": " + std::strerror(errno));
+    throw internal_error("cannot write " + shown.string() + ": " + std::strerror(errno));
 }
 
 // On a Slurm node: the submitter's verdicts, OUT/slurm/stop/ID, each stopping that trial alone
@@ -430,7 +435,18 @@ sweep_summary sweep_run::run() {
       [&](std::exception_ptr e) { sched_ptr->fail(std::move(e)); });
   // Every report is made durable; with a scheduler, also judged (a node has no folder of its own).
   std::optional<early_stopper> stopper;
-  if (st.reports) stopper.emplace(s, *st.reports);
+  if (st.reports) {
+    // The replay takes the reports of this sweep's trials that are done, up to the step each
+    // record says it reached; a trial run again reports afresh.
+    std::map<std::string, std::int64_t> replayed;
+    const std::set<std::size_t> queued(st.queue.begin(), st.queue.end());
+    for (std::size_t i = 0; st.journal && i < s.trials.size(); ++i) {
+      if (queued.count(i)) continue;
+      const auto it = st.journal->latest().find(trial_id(st.subject, s.trials[i]));
+      if (it != st.journal->latest().end() && final_record(it->second)) replayed[it->first] = it->second.step;
+    }
+    stopper.emplace(s, *st.reports, replayed);
+  }
   // On a Slurm node with early stopping, the submitter decides: each report goes to it through
   // OUT/slurm/reports/ID.jsonl, and its verdicts come back as OUT/slurm/stop/ID (watched below).
   const bool forwards = node && !s.scheduler.type.empty();
@@ -439,7 +455,7 @@ sweep_summary sweep_run::run() {
     should_stop = [&](const trial& t, std::int64_t step, const json& metrics) { return stopper->judge(t.id, step, metrics); };
   else if (forwards)
     should_stop = [&](const trial& t, std::int64_t step, const json& metrics) {
-      forward_report(st.out / "slurm" / "reports" / (t.id + ".jsonl"), step, metrics);
+      forward_report(st.out, t.id, step, metrics);
       return false;
     };
   scheduler sched(s, st.subject, st.queue, *backend, writer, stop,
@@ -491,7 +507,7 @@ json record_run(const sweep_run::state& st, bool node) {
   json identity;
   {
     std::ifstream in(st.out / "sweep.json");
-    identity = json::parse(in, nullptr, false);
+    identity = parse_bounded_json(in);
     if (!identity.is_object()) identity = json::object();
   }
   if (!identity.contains("runs") || !identity["runs"].is_array()) identity["runs"] = json::array();

@@ -115,7 +115,8 @@ bool scheduler::settle(finished_trial& f, std::vector<trial_record>& final) {
     ++cancelled_;
     return false;
   }
-  if (rec.kind == outcome_kind::out_of_memory && !rec.pruned) {
+  // (At most max_attempts attempts at growing caps in a run: the first, then the retries.)
+  if (rec.kind == outcome_kind::out_of_memory && !rec.pruned && f.t.oom_retries + 1 < s_.oom_retry.max_attempts) {
     if (const std::uint64_t larger = next_cap(s_.oom_retry, cap_of(f.t, s_))) {
       // Run again at a larger cap. The attempt is journaled with the cap it had and the one that
       // comes next, so the journal shows every cap tried and a resumed sweep (after a stop now,

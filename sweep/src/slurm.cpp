@@ -2,6 +2,8 @@
 // scancel to stop them.
 #include "isorun/sweep/slurm.hpp"
 
+#include <fcntl.h>
+
 #include <algorithm>
 
 #include <cctype>
@@ -11,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "folder.hpp"
+#include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/process.hpp"
 #include "isorun/runner/worker_env.hpp"
@@ -60,9 +64,16 @@ std::string setting_problem(const std::string& key, const std::string& value) {
     return "extra entry \"" + value + "\" is not an sbatch option; each entry is one option, e.g. \"--qos=long\"";
   // The option's name: up to '=' for a long option, the letter for a short one ("-a0-3").
   const std::string name = value[1] == '-' ? value.substr(0, value.find('=')) : value.substr(0, 2);
-  for (const char* own : {"--array", "-a", "--output", "-o", "--error", "-e", "--wrap", "--parsable"})
-    if (name == own)
-      return "extra entry \"" + value + "\" sets " + name + ", which isorun sets itself for its job arrays";
+  for (const char* own : {"--array", "-a", "--output", "-o", "--error", "-e", "--wrap", "--parsable"}) {
+    // sbatch reads its options with getopt_long, which takes any unambiguous abbreviation of a
+    // long one (--outp= is --output=): every prefix of one of these is refused (one that is
+    // ambiguous sbatch would refuse anyway).
+    const std::string_view mine(own);
+    const bool abbreviated = name.size() > 2 && mine.size() > 2 && mine.starts_with(name);
+    if (name == mine || abbreviated)
+      return "extra entry \"" + value + "\" sets " + std::string(mine) + (abbreviated ? " (abbreviated)" : "") +
+             ", which isorun sets itself for its job arrays";
+  }
   return "";
 }
 
@@ -161,7 +172,7 @@ std::vector<std::size_t> node_trials(const std::string& file_and_task) {
     throw usage_error("--node " + file_and_task + ": the array task is not a number");
   }
   std::ifstream in(file_and_task.substr(0, colon));
-  const json j = json::parse(in, nullptr, false);
+  const json j = parse_bounded_json(in);
   if (!j.is_object() || !j.contains("tasks") || !j["tasks"].is_array() || task >= j["tasks"].size())
     throw usage_error("--node " + file_and_task + ": no such submission file or array task");
   return j["tasks"][task].get<std::vector<std::size_t>>();
@@ -204,10 +215,19 @@ std::map<int, task_end> task_states(const std::string& job) {
 
 std::optional<std::string> node_usage_error(const task_end& end, const fs::path& log) {
   if (end.exit_code != 2) return std::nullopt;
-  std::ifstream in(log);
+  // Read as the folder's other files are (not through a link, only a regular file, a line at a
+  // time with a cap): a log that is none of that holds no refusal of isorun's.
   std::string said;
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("isorun: error: ", 0) == 0) said = line.substr(15);
+  try {
+    const unique_fd dir = detail::open_folder(log.parent_path());
+    const unique_fd fd = dir ? detail::open_file(dir.get(), log.filename().string(), O_RDONLY, log) : unique_fd();
+    if (fd)
+      detail::for_each_line(fd.get(), journal::max_line, log, [&](std::string_view line, int, bool too_long) {
+        if (!too_long && line.starts_with("isorun: error: ")) said = line.substr(15);
+      });
+  } catch (const error&) {
+    return std::nullopt;
+  }
   if (said.empty()) return std::nullopt;  // exit 2 from something else: not isorun's refusal
   return said;
 }

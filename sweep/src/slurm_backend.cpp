@@ -1,16 +1,37 @@
 #include "slurm_backend.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 
+#include "folder.hpp"
+#include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/errors.hpp"
+#include "isorun/runner/printable.hpp"
 
 namespace isorun::sweep {
 
 namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
+
+// OUT/slurm/`name` (OUT is dir_'s parent), read and written as every file of the output folder
+// is: by name inside it, never through a link (array tasks and anyone of the same user can
+// write there).
+unique_fd slurm_folder(const fs::path& dir, const char* name, bool create) {
+  return detail::open_subfolders(dir.parent_path(), {"slurm", name}, create);
+}
+
+// The JSON in the file `name` of `folder`, bounded in size and depth; discarded if it is not
+// there or not JSON. @throws usage_error if a link, a FIFO or a file larger than a record is there.
+json read_json_file(int folder, const std::string& name, const fs::path& shown) {
+  if (folder < 0) return json(json::value_t::discarded);
+  const unique_fd fd = detail::open_file(folder, name, O_RDONLY, shown);
+  if (!fd) return json(json::value_t::discarded);
+  return parse_bounded_json(detail::read_all(fd.get(), journal::max_line, shown));
+}
 }  // namespace
 
 slurm_backend::slurm_backend(slurm_setup setup) : setup_{std::move(setup)}, dir_{setup_.out / "slurm"} {
@@ -34,14 +55,15 @@ std::vector<trial> slurm_backend::begin(trial_sink& sink) {
   std::vector<trial> adopted;
   {
     std::lock_guard lock(mutex_);
-    std::ifstream in(dir_ / "jobs.json");
-    const json jobs = json::parse(in, nullptr, false);
+    const unique_fd slurm = detail::open_subfolders(dir_.parent_path(), {"slurm"}, false);
+    const json jobs = read_json_file(slurm.get(), "jobs.json", dir_ / "jobs.json");
     if (jobs.is_array())
       for (const auto& j : jobs) {
+        if (!j.is_object()) continue;
         const std::string job = j.value("job", "");
         const int batch = j.value("batch", 0);
-        std::ifstream b(dir_ / ("batch-" + std::to_string(batch) + ".json"));
-        const json tasks = json::parse(b, nullptr, false);
+        const std::string batch_file = "batch-" + std::to_string(batch) + ".json";
+        const json tasks = read_json_file(slurm.get(), batch_file, dir_ / batch_file);
         if (job.empty() || !tasks.is_object() || slurm::active_tasks(job).empty()) continue;
         inflight_[job] = {job, batch, tasks["tasks"].get<std::vector<std::vector<std::size_t>>>()};
         for (const auto& t : inflight_[job].tasks)
@@ -104,8 +126,10 @@ void slurm_backend::start(std::vector<trial> batch) {
 }
 
 void slurm_backend::stop(const trial& t) {
-  // Only that trial: its array task's other trials go on. (An empty file; the node looks for it.)
-  std::ofstream(dir_ / "stop" / t.id).flush();
+  // Only that trial: its array task's other trials go on. (An empty file; the node looks for
+  // it.) Created, never truncated nor written through a link: a name planted there is refused.
+  const unique_fd folder = slurm_folder(dir_, "stop", true);
+  detail::open_file(folder.get(), t.id, O_WRONLY | O_CREAT, dir_ / "stop" / t.id);
 }
 
 // Reports the nodes appended since the last look, to the scheduler, in each file's order; a
@@ -122,18 +146,31 @@ void slurm_backend::deliver_reports() {
         running.emplace_back(std::move(t), report_offset_[i]);
       }
   }
+  if (running.empty()) return;
+  const unique_fd folder = slurm_folder(dir_, "reports", false);
+  if (!folder) return;
   for (auto& [t, at] : running) {
-    std::ifstream in(dir_ / "reports" / (t.id + ".jsonl"), std::ios::binary);
-    if (!in) continue;
-    in.seekg(static_cast<std::streamoff>(at));
-    for (std::string line; std::getline(in, line);) {
-      if (in.eof()) break;  // no newline yet: being written
-      at += line.size() + 1;
-      const json j = json::parse(line, nullptr, false);
-      if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j.contains("metrics") &&
-          j["metrics"].is_object())
-        sink_->on_report(t, j["step"].get<std::int64_t>(), j["metrics"]);
+    const std::string name = t.id + ".jsonl";
+    std::vector<std::pair<std::int64_t, json>> reports;
+    try {
+      const unique_fd fd = detail::open_file(folder.get(), name, O_RDONLY, dir_ / "reports" / name);
+      if (!fd || ::lseek(fd.get(), static_cast<off_t>(at), SEEK_SET) < 0) continue;
+      // A line still being written (no newline yet) waits for the next look; one longer than a
+      // report can be is skipped, not kept.
+      at += detail::for_each_line(fd.get(), journal::max_line, dir_ / "reports" / name,
+                                  [&](std::string_view line, int, bool too_long) {
+                                    if (too_long) return;
+                                    json j = parse_bounded_json(line);
+                                    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
+                                        j.contains("metrics") && j["metrics"].is_object())
+                                      reports.emplace_back(j["step"].get<std::int64_t>(), std::move(j["metrics"]));
+                                  });
+    } catch (const usage_error& e) {  // a link or a FIFO planted there: not the node's reports
+      if (warned_.insert(name).second)
+        std::fprintf(stderr, "isorun: warning: %s; its reports are ignored\n", printable(e.what()).c_str());
+      continue;
     }
+    for (auto& [step, metrics] : reports) sink_->on_report(t, step, metrics);
     std::lock_guard lock(mutex_);
     report_offset_[t.index] = at;
   }
@@ -173,8 +210,14 @@ void slurm_backend::poll() {
       if (done_) return;
       cancelled = cancelled_;
     }
-    if (!cancelled) deliver_reports();
-    std::vector<finished_trial> ended = merge();
+    std::vector<finished_trial> ended;
+    try {
+      if (!cancelled) deliver_reports();
+      ended = merge();
+    } catch (...) {  // a link planted for OUT/slurm/results or a stop file, say: the sweep stops, saying so
+      sink_->on_error(std::current_exception());
+      cancelled = true;
+    }
     if (cancelled) {
       // The arrays are being cancelled: what ends now is not lost, and is not classified; the
       // trials are not journaled, so running again runs them.
@@ -217,15 +260,15 @@ std::vector<finished_trial> slurm_backend::merge() {
     std::lock_guard lock(mutex_);
     stopping = cancelled_;
   }
+  const unique_fd folder = slurm_folder(dir_, "results", false);
+  if (!folder) return out;
   for (const auto& e : fs::directory_iterator(dir_ / "results", ec)) {
     if (e.path().extension() != ".json") continue;  // (".tmp": still being written)
-    std::ifstream in(e.path());
-    const json j = json::parse(in, nullptr, false);
     trial_record rec;
     try {
-      rec = trial_record::from_json(j);
+      rec = trial_record::from_json(read_json_file(folder.get(), e.path().filename().string(), e.path()));
     } catch (const std::exception&) {
-      fs::remove(e.path(), ec);  // not a record
+      fs::remove(e.path(), ec);  // not a record (nor a link, a FIFO or a huge file: they go too)
       continue;
     }
     // A file is removed once its record is durable in the journal: by the next run, which

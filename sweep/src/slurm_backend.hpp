@@ -71,6 +71,7 @@ class slurm_backend final : public trial_backend {
   std::map<std::size_t, int> attempt_;                 // under mutex_: each trial's attempt in flight
   std::set<std::size_t> done_trials_;                  // under mutex_: delivered, and not started again
   bool cancelled_ = false, done_ = false;
+  std::set<std::string> warned_;                       // poller: report files found unusable, said once
   std::map<std::size_t, std::uint64_t> report_offset_;  // under mutex_: how much of each trial's reports was read
   std::thread poller_;
 };

@@ -2,6 +2,7 @@
 #include "isorun/sweep/spec.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 
 #include "isorun/runner/units.hpp"
@@ -24,12 +25,23 @@ metric_spec parse_metric_flag(const std::string& text) {
 
 oom_retry_spec parse_oom_retry_flag(const std::string& text) {
   auto bad = [&](const std::string& why) {
-    return spec_error("--oom-retry '" + text + "': " + why + " (expected FACTOR:MAX, e.g. --oom-retry 2:16G)", 0);
+    return spec_error("--oom-retry '" + text + "': " + why +
+                          " (expected FACTOR:MAX[:ATTEMPTS], e.g. --oom-retry 2:16G or 1.5:16G:12)", 0);
   };
   const auto colon = text.find(':');
   if (colon == std::string::npos) throw bad("no ':' between the factor and the max");
-  const std::string factor = text.substr(0, colon), max = text.substr(colon + 1);
+  const std::string factor = text.substr(0, colon);
+  std::string max = text.substr(colon + 1);
   oom_retry_spec r;
+  if (const auto second = max.find(':'); second != std::string::npos) {
+    const std::string attempts = max.substr(second + 1);
+    max.resize(second);
+    int n = 0;
+    const auto [end, ec] = std::from_chars(attempts.data(), attempts.data() + attempts.size(), n);
+    if (attempts.empty() || ec != std::errc{} || end != attempts.data() + attempts.size() || n < 2)
+      throw bad("the attempts '" + attempts + "' are not a whole number of at least 2");
+    r.max_attempts = n;
+  }
   std::size_t used = 0;
   try {
     r.factor = std::stod(factor, &used);
@@ -38,7 +50,8 @@ oom_retry_spec parse_oom_retry_flag(const std::string& text) {
   }
   if (factor.empty() || used != factor.size() || !std::isfinite(r.factor))
     throw bad("the factor '" + factor + "' is not a number");
-  if (r.factor <= 1) throw bad("the factor " + factor + " must be above 1 (each retry gets a larger cap)");
+  if (!(r.factor >= oom_retry_spec::min_factor))
+    throw bad("the factor " + factor + " must be at least 1.1 (each retry gets a cap at least 10% larger)");
   if (max.empty()) throw bad("no max after ':'");
   try {
     r.max = parse_size(max);

@@ -474,8 +474,14 @@ void parse_oom_retry(const YAML::Node& v, sweep_spec& s) {
     const std::string k = kv.first.Scalar();
     if (k == "factor") {
       r.factor = number(kv.second, "oom_retry factor");
-      if (!(r.factor > 1) || !std::isfinite(r.factor))
-        fail(kv.second, "oom_retry factor must be a number above 1 (each retry gets a larger cap), e.g. 2");
+      if (!(r.factor >= oom_retry_spec::min_factor) || !std::isfinite(r.factor))
+        fail(kv.second, "oom_retry factor must be a number of at least 1.1 (each retry gets a cap at least 10% larger), e.g. 2");
+    } else if (k == "max_attempts") {
+      const double n = number(kv.second, "oom_retry max_attempts");
+      if (!(n >= 2 && n <= 1000) || n != std::floor(n))
+        fail(kv.second, "oom_retry max_attempts must be a whole number from 2 to 1000 (the attempts at growing caps, "
+                        "the first included), e.g. 8");
+      r.max_attempts = static_cast<int>(n);
     } else if (k == "max") {
       try {
         r.max = parse_size(kv.second.Scalar());
@@ -484,10 +490,11 @@ void parse_oom_retry(const YAML::Node& v, sweep_spec& s) {
       }
       if (r.max == 0) fail(kv.second, "oom_retry max must be above 0, e.g. 16G");
     } else {
-      fail(kv.first, "oom_retry: unknown key '" + k + "'" + did_you_mean(k, {"factor", "max"}) + "; known: factor, max");
+      fail(kv.first, "oom_retry: unknown key '" + k + "'" + did_you_mean(k, {"factor", "max", "max_attempts"}) +
+                         "; known: factor, max, max_attempts");
     }
   }
-  if (!r.factor) fail(v, "oom_retry needs factor: (a number above 1), e.g. {factor: 2, max: 16G}");
+  if (!r.factor) fail(v, "oom_retry needs factor: (a number of at least 1.1), e.g. {factor: 2, max: 16G}");
   if (!r.max) fail(v, "oom_retry needs max: (the largest cap), e.g. {factor: 2, max: 16G}");
   s.oom_retry = r;
 }

@@ -1,12 +1,19 @@
 // The supervisor's reading of a result segment a worker wrote: header validation, then the
-// decode of each kind of result the task API supports, and the CLI's JSON encoding.
+// decode of each kind of result the task API supports, and the CLI's JSON encoding (parsed with
+// the bound on nesting the supervisor uses, and dumped again, as a sweep's journal does). A
+// vector decoded from it may take memory in proportion to the elements the payload holds, not to
+// the length it claims: more traps.
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "isorun/runner/bounded_json.hpp"
 #include "isorun/serialization/blob.hpp"
 #include "isorun/serialization/codec.hpp"
 #include "isorun/serialization/wire.hpp"
@@ -22,6 +29,22 @@ struct point {
   void serialize(A& ar) {
     ar(x, y, label);
   }
+};
+
+// The largest single allocation of the vectors that use it.
+std::size_t largest_allocation = 0;
+template <class T>
+struct counting_allocator {
+  using value_type = T;
+  counting_allocator() = default;
+  template <class U>
+  counting_allocator(const counting_allocator<U>&) noexcept {}
+  T* allocate(std::size_t n) {
+    largest_allocation = std::max(largest_allocation, n * sizeof(T));
+    return std::allocator<T>().allocate(n);
+  }
+  void deallocate(T* p, std::size_t n) noexcept { std::allocator<T>().deallocate(p, n); }
+  friend bool operator==(const counting_allocator&, const counting_allocator&) noexcept { return true; }
 };
 
 template <class T>
@@ -50,7 +73,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     enc = (data[0] & 1) ? ser::encoding::json : ser::encoding::binary;
   }
   if (enc == ser::encoding::json) {
-    (void)nlohmann::json::parse(payload.begin(), payload.end(), nullptr, false);
+    const auto j = isorun::parse_bounded_json(
+        std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()));
+    if (!j.is_discarded()) (void)j.dump();
     return 0;
   }
   try_decode<std::string>(payload);
@@ -59,5 +84,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try_decode<std::map<std::string, std::vector<double>>>(payload);
   try_decode<point>(payload);
   try_decode<std::vector<point>>(payload);
+  // A point takes at least 24 bytes of payload (two numbers, a string's length).
+  largest_allocation = 0;
+  try_decode<std::vector<point, counting_allocator<point>>>(payload);
+  if (largest_allocation > 2 * (payload.size() / 24 + 1) * sizeof(point)) std::abort();
   return 0;
 }

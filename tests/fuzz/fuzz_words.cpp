@@ -1,11 +1,15 @@
 // What users type: key=value task arguments (checked against a task's C++ types), sizes,
-// durations, allocator configurations, and the warm-device variable.
+// durations, allocator configurations, and the warm-device variable; and any text a task
+// writes, made valid UTF-8 for JSON (valid_utf8: what it gives must dump without an error).
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "isorun/alloc/config.hpp"
+#include <nlohmann/json.hpp>
+
 #include "isorun/runner/errors.hpp"
+#include "isorun/runner/printable.hpp"
 #include "isorun/runner/task_arguments.hpp"
 #include "isorun/runner/units.hpp"
 #include "isorun/serialization/protocol.hpp"
@@ -55,5 +59,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } catch (const isorun::alloc::config_error&) {
   }
   (void)isorun::serialization::parse_warm_device(text);
+  (void)nlohmann::json(isorun::valid_utf8(text)).dump();  // throws type_error.316 on a byte left invalid
   return 0;
 }

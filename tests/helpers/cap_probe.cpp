@@ -33,6 +33,8 @@
 //   truncate-ledger      tries to cut the cap's ledger to nothing: "truncate-ledger refused" or
 //                        "truncate-ledger done"
 //   set NAME=VALUE       sets a variable, as a standby worker's call sets the cap's (no output)
+//   bind                 calls the cap library's isorun_cap_bind, as a worker does once it set its
+//                        call's variables: "bind RC", or "bind none" without the library
 //   nvml                 NVML's memory figures of device 0 (MiB), as pynvml finds them (dlsym on
 //                        libnvidia-ml.so.1): "nvml TOTAL USED FREE v2 TOTAL USED FREE"
 //   fork                 forks a child, as a DataLoader worker is forked after CUDA was
@@ -42,6 +44,7 @@
 //                        process while the child lives and after it has ended
 //   spawn-clean STEPS... runs itself with STEPS in a child whose environment has only
 //                        LD_LIBRARY_PATH (no LD_PRELOAD, no isorun variables) and waits for it
+//   execveat-clean STEPS... the same, started with fork and execveat
 // Before libcuda is loaded, a leading "unset NAME" removes variable NAME from the environment.
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -330,7 +333,12 @@ int main(int argc, char** argv) {
       const char* path = std::getenv("ISORUN_CAP_REGION");
       const int fd = path ? ::open(path, O_RDWR) : -1;
       std::printf("truncate-ledger %s\n", fd >= 0 && ::ftruncate(fd, 0) == 0 ? "done" : "refused");
-    } else if (step == "spawn-clean") {
+    } else if (step == "bind") {
+      using bind_t = int (*)();
+      const auto bind = reinterpret_cast<bind_t>(::dlsym(RTLD_DEFAULT, "isorun_cap_bind"));
+      if (bind) std::printf("bind %d\n", bind());
+      else std::printf("bind none\n");
+    } else if (step == "spawn-clean" || step == "execveat-clean") {
       std::vector<char*> child = {argv[0]};
       for (int k = i + 1; k < argc; ++k) child.push_back(argv[k]);
       child.push_back(nullptr);
@@ -338,7 +346,12 @@ int main(int argc, char** argv) {
       char* env[] = {path.data(), nullptr};
       std::fflush(stdout);
       pid_t pid;
-      if (::posix_spawn(&pid, argv[0], nullptr, nullptr, child.data(), env) != 0) return 1;
+      if (step == "spawn-clean") {
+        if (::posix_spawn(&pid, argv[0], nullptr, nullptr, child.data(), env) != 0) return 1;
+      } else if ((pid = ::fork()) == 0) {
+        ::execveat(AT_FDCWD, argv[0], child.data(), env, 0);
+        ::_exit(127);
+      }
       ::waitpid(pid, nullptr, 0);
       break;
     } else if (step == "time") {

@@ -34,6 +34,14 @@ bool touch(const std::string& path) {
 
 int fail(const std::string& message) { throw std::domain_error(message); }
 
+// Fails with bytes that are not UTF-8 (a Latin-1 byte, a cut sequence) in its stderr and its
+// message, as a C library's output may: arguments cannot carry them (they must be UTF-8).
+int fail_latin1(int) {
+  std::fputs("r\xe9sum\xe9 \xff\n", stderr);
+  std::fflush(stderr);
+  throw std::domain_error("caf\xe9 \xc3");
+}
+
 int crash(int) {
   ::raise(SIGSEGV);
   return 0;
@@ -68,6 +76,7 @@ std::string where(int) {
 ISORUN_TASK(typed);
 ISORUN_TASK(touch);
 ISORUN_TASK(fail);
+ISORUN_TASK(fail_latin1);
 ISORUN_TASK(crash);
 ISORUN_TASK(oom);
 ISORUN_TASK(wait_forever);

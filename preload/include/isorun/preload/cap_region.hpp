@@ -51,6 +51,9 @@ inline constexpr const char* preload_env = serialization::env::cap_preload.data(
 /// Environment variable of a process whose region comes later, with its call: the cap in bytes
 /// it stays within until then (a standby Python interpreter that imports a framework ahead).
 inline constexpr const char* deferred_env = serialization::env::cap_deferred.data();
+/// The preloaded library's `int isorun_cap_bind()`: a worker that set its call's region variables
+/// calls it (found with dlsym) before any code of the call runs, so the region is pinned then.
+inline constexpr const char* bind_symbol = "isorun_cap_bind";
 /// The preloaded library's file name; it sits next to libisorun.so.
 inline constexpr const char* library_name = "libisorun_cuda_cap.so";
 

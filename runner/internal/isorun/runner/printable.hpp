@@ -18,4 +18,11 @@ namespace isorun {
 ///        lines) are unreadable without. A backslash stays as it is.
 [[nodiscard]] ISORUN_INTERNAL_API std::string printable(std::string_view text);
 
+/// @brief `text` as valid UTF-8: each byte that is not part of a well-formed sequence becomes
+///        U+FFFD. Text a task produces (its stderr, its exception's message and type) goes
+///        through this before it is kept in an outcome: JSON (the journal, `--json`) and Python
+///        strings take UTF-8 only, and a Latin-1 message or a line cut inside a character must
+///        not stop a run.
+[[nodiscard]] ISORUN_INTERNAL_API std::string valid_utf8(std::string_view text);
+
 }  // namespace isorun

@@ -5,6 +5,7 @@
 #include <cereal/archives/binary.hpp>
 #include <cereal/cereal.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <iterator>
@@ -112,6 +113,23 @@ std::enable_if_t<std::is_arithmetic_v<T> && !std::is_same_v<T, bool>> CEREAL_LOA
   }
   v.resize(static_cast<std::size_t>(n));
   ar(binary_data(v.data(), static_cast<std::size_t>(n) * sizeof(T)));
+}
+
+/// Vectors of anything else (structs, strings, vectors): a length is only a claim, checked above
+/// against the bytes left at one byte per element; but cereal's generic load would resize to it
+/// first, value-initializing length × sizeof(T) bytes (48 for a struct of a few numbers) before
+/// the first element fails. The storage grows with the elements decoded instead: at first as much
+/// as the bytes left could fill at sizeof(T) each, then as elements (which take bytes) come.
+template <class T, class A>
+std::enable_if_t<!std::is_arithmetic_v<T>> CEREAL_LOAD_FUNCTION_NAME(BinaryInputArchive& ar, std::vector<T, A>& v) {
+  size_type n = 0;
+  ar(make_size_tag(n));
+  v.clear();
+  if (auto* scope = isorun::serialization::in_place_scope::current())
+    v.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(n, scope->reader().remaining() / sizeof(T))));
+  else
+    v.reserve(static_cast<std::size_t>(n));
+  for (size_type i = 0; i < n; ++i) ar(v.emplace_back());
 }
 
 template <class Traits, class A>

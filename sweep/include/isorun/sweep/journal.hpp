@@ -46,6 +46,12 @@ struct trial_record {
   /// sweep starts the trial again at this cap.
   std::uint64_t retry_mem_limit = 0;
   [[nodiscard]] nlohmann::json to_json() const;
+  /// @brief The record as one line of JSON, newline included: what the journal and a node's
+  ///        result file hold. A string that is not UTF-8 (text a task wrote that reached the
+  ///        record by a path that did not make it valid) is written with U+FFFD for its bad
+  ///        bytes, never refused: a record that cannot be written would stop the sweep on every
+  ///        resume.
+  [[nodiscard]] std::string to_line() const;
   /// @brief The record `j` holds. @throws std::exception (a json or std::invalid_argument one)
   ///        if it holds none: a required field missing, a field of the wrong type or range.
   static trial_record from_json(const nlohmann::json& j);

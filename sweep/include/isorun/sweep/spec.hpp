@@ -65,17 +65,22 @@ early_stop_spec parse_scheduler_flag(const std::string& text);
 std::string scheduler_problem(const early_stop_spec& s);
 
 /// Out-of-memory retries (`policy: oom_retry:`, `--oom-retry`): a trial that ran out of memory is
-/// run again with its cap multiplied by `factor`, up to `max` (the last attempt at exactly `max`).
+/// run again with its cap multiplied by `factor`, up to `max` (the last attempt at exactly `max`),
+/// at most `max_attempts` times in all. Each attempt is a process and a durable journal line: a
+/// factor barely above 1 would make a trial creep up to `max` a byte at a time.
 struct oom_retry_spec {
-  double factor = 0;      ///< above 1; 0: no out-of-memory retries
+  static constexpr double min_factor = 1.1;  ///< each retry's cap at least this much larger
+  static constexpr int default_max_attempts = 8;
+  double factor = 0;      ///< at least min_factor; 0: no out-of-memory retries
   std::uint64_t max = 0;  ///< the largest cap an attempt gets, per GPU
+  int max_attempts = default_max_attempts;  ///< attempts at growing caps, the first included
   int line = 0;           ///< YAML line of `oom_retry:` (0 for the flag)
   [[nodiscard]] explicit operator bool() const noexcept { return factor > 0; }
 };
 
-/// @brief Parses `--oom-retry FACTOR:MAX` (`2:16G`).
-/// @throws spec_error naming what is wrong: a factor that is not a number above 1, a max that
-///         is not a size.
+/// @brief Parses `--oom-retry FACTOR:MAX[:ATTEMPTS]` (`2:16G`, `1.5:16G:12`).
+/// @throws spec_error naming what is wrong: a factor that is not a number of at least
+///         min_factor, a max that is not a size, attempts that are not a whole number from 2.
 oom_retry_spec parse_oom_retry_flag(const std::string& text);
 
 /// @brief The cap of the attempt after one that ran out of memory at `cap`: `cap` times the
