@@ -205,3 +205,47 @@ TEST_CASE("a host memory cap is refused where it cannot be enforced, and below 1
                     Catch::Contains("host-mem-limit cannot be enforced here") && Catch::Contains("cgroup"));
   ::unsetenv("ISORUN_CONTAINMENT");
 }
+
+TEST_CASE("a call cancelled while it waits behind an executor gives the executor's slot back", "[runner][admission]") {
+  auto process = one_gpu_of(16_GiB, 1);
+  auto executor = one_gpu_of(16_GiB, 1);
+  auto busy = process->admit({});  // the process's one CPU slot is taken
+  auto first = executor->enqueue({}, process.get());
+  auto second = executor->enqueue({}, process.get());
+  CHECK_FALSE(first->wait_for(std::chrono::milliseconds(0)));  // admitted by the executor, queued at the process
+  CHECK(executor->running() == 1);
+  CHECK(process->waiting() == 1);
+  first->cancel();
+  CHECK_THROWS_AS(first->get(), isorun::cancelled);
+  CHECK(process->waiting() == 0);
+  CHECK(executor->running() == 1);  // the second call has the slot now
+  CHECK(executor->waiting() == 0);
+  busy.reset();
+  auto ticket = second->get();  // and then the process's
+  CHECK(ticket != nullptr);
+  CHECK(process->running() == 1);
+}
+
+TEST_CASE("calls outlive the executor that queued them", "[runner][admission][executor]") {
+  std::vector<isorun::call_handle<std::string>> calls;
+  {
+    isorun::executor pool({.cpu_slots = 1});
+    calls.push_back(pool.submit(twice, std::string("a")));
+    calls.push_back(pool.submit(twice, std::string("b")));
+  }  // cancels what still waits, waits for what runs
+  CHECK(calls[0].get() == "aa");
+  const auto second = calls[1].try_get();
+  CHECK((second.ok() || second.status().kind == isorun::outcome_kind::cancelled));
+  calls.clear();  // their places in the (gone) executor's queue go with them
+}
+
+TEST_CASE("with per_gpu, a call without a cap takes its share of the GPU, not all of it", "[runner][admission]") {
+  isorun::runner::gpu_info g{.index = 0, .uuid = "GPU-sim-0", .total_memory = 16_GiB, .free_memory = 16_GiB};
+  auto a = std::make_shared<admission>(admission::limits{.gpus = {g}, .per_gpu = 2, .cpu_slots = 1});
+  auto one = a->enqueue({.gpus = {0}});
+  auto two = a->enqueue({.gpus = {0}});
+  auto three = a->enqueue({.gpus = {0}});
+  CHECK(admitted(one));
+  CHECK(admitted(two));
+  CHECK_FALSE(admitted(three));
+}

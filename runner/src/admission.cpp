@@ -56,7 +56,7 @@ std::shared_ptr<admission::waiter> admission::enqueue(admission_request request,
     throw usage_error("GPU " + std::to_string(index) + " is not one of " + limits_.name + "'s GPUs (" +
                       (have.empty() ? "it has none" : have) + ")");
   };
-  auto need_on = [&](std::size_t i) { return request.mem_limit ? request.mem_limit : limits_.gpus[i].free_memory; };
+  auto need_on = [&](std::size_t i) { return this->need_on(request, i); };
   if (!request.gpus.empty() && request.gpu_count)
     throw usage_error("give either GPUs by index or a number of GPUs, not both");
   for (int index : request.gpus) {
@@ -90,11 +90,16 @@ std::shared_ptr<admission::waiter> admission::enqueue(admission_request request,
   std::unique_lock lock(mutex_);
   queue_.push_back(e);
   pump();
-  return std::shared_ptr<waiter>(new waiter(this, std::move(e), then));
+  return std::shared_ptr<waiter>(new waiter(shared_from_this(), std::move(e), then ? then->shared_from_this() : nullptr));
 }
 
 std::shared_ptr<admission::ticket> admission::admit(admission_request request, admission* then) {
   return enqueue(std::move(request), then)->get();
+}
+
+std::uint64_t admission::need_on(const admission_request& r, std::size_t i) const noexcept {
+  if (r.mem_limit) return r.mem_limit;
+  return limits_.per_gpu ? limits_.gpus[i].free_memory / limits_.per_gpu : limits_.gpus[i].free_memory;
 }
 
 unsigned admission::share(const admission_request& request) const noexcept {
@@ -122,10 +127,9 @@ bool admission::try_grant(entry& e, const std::vector<bool>& gpu_blocked) {
     if (used_cpus_ + r.cpus > limits_.cpu_slots) return false;
     g.cpus = r.cpus;
   } else {
-    auto need = [&](std::size_t i) { return r.mem_limit ? r.mem_limit : limits_.gpus[i].free_memory; };
     auto fits = [&](std::size_t i) {
       return (limits_.per_gpu == 0 || used_calls_[i] < limits_.per_gpu) &&
-             used_bytes_[i] + need(i) <= limits_.gpus[i].free_memory;
+             used_bytes_[i] + need_on(r, i) <= limits_.gpus[i].free_memory;
     };
     if (r.gpu_count > 0) {  // among the GPUs no earlier request waits for, the freest first
       std::vector<std::size_t> fit;
@@ -141,14 +145,14 @@ bool admission::try_grant(entry& e, const std::vector<bool>& gpu_blocked) {
       g.positions = e.positions;
     }
     std::sort(g.positions.begin(), g.positions.end());  // PCI bus order, as CUDA numbers them
-    g.bytes_each = r.mem_limit;
+    for (std::size_t i : g.positions) g.bytes.push_back(need_on(r, i));
   }
   used_cpus_ += g.cpus;
   std::vector<gpu_info> gpus;
-  for (std::size_t i : g.positions) {
-    used_bytes_[i] += g.bytes_each ? g.bytes_each : limits_.gpus[i].free_memory;
-    ++used_calls_[i];
-    gpus.push_back(limits_.gpus[i]);
+  for (std::size_t k = 0; k < g.positions.size(); ++k) {
+    used_bytes_[g.positions[k]] += g.bytes[k];
+    ++used_calls_[g.positions[k]];
+    gpus.push_back(limits_.gpus[g.positions[k]]);
   }
   ++running_;
   e.granted = true;
@@ -186,9 +190,9 @@ void admission::pump() {
 void admission::release(const grant& g) noexcept {
   std::lock_guard lock(mutex_);
   used_cpus_ -= g.cpus;
-  for (std::size_t i : g.positions) {
-    used_bytes_[i] -= g.bytes_each ? g.bytes_each : limits_.gpus[i].free_memory;
-    --used_calls_[i];
+  for (std::size_t k = 0; k < g.positions.size(); ++k) {
+    used_bytes_[g.positions[k]] -= g.bytes[k];
+    --used_calls_[g.positions[k]];
   }
   --running_;
   try {
@@ -205,8 +209,8 @@ admission::ticket::~ticket() {
   from_->release(taken_);
 }
 
-admission::waiter::waiter(admission* at, std::shared_ptr<entry> e, admission* then)
-    : at_{at}, entry_{std::move(e)}, then_{then} {}
+admission::waiter::waiter(std::shared_ptr<admission> at, std::shared_ptr<entry> e, std::shared_ptr<admission> then)
+    : at_{std::move(at)}, entry_{std::move(e)}, then_{std::move(then)} {}
 
 admission::waiter::~waiter() {
   std::shared_ptr<ticket> unused;  // dropped after the lock: its release takes the lock
@@ -244,21 +248,34 @@ void admission::waiter::cancel() noexcept {
 // waits there; true once admitted everywhere or cancelled.
 bool admission::waiter::advance(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point deadline) {
   if (!entry_->changed.wait_until(lock, deadline, [&] { return entry_->granted || entry_->cancelled; })) return false;
-  if (entry_->cancelled || !then_) return true;
+  if (entry_->cancelled || !then_ || failed_) return true;
   if (!inner_) {
-    outer_ = std::move(entry_->ready);
-    admission_request same{.mem_limit = entry_->request.mem_limit, .cpus = entry_->request.cpus};
+    if (!outer_) outer_ = std::move(entry_->ready);
+    // The same GPUs there, with what the grant here charged on them (an uncapped call's share).
+    admission_request same{.mem_limit = outer_->taken_.bytes.empty() ? 0 : outer_->taken_.bytes.front(),
+                           .cpus = entry_->request.cpus};
     for (const auto& g : outer_->gpus()) same.gpus.push_back(g.index);
     lock.unlock();
-    auto there = then_->enqueue(std::move(same));
+    std::shared_ptr<waiter> there;
+    std::exception_ptr failed;
+    try {
+      there = then_->enqueue(std::move(same));
+    } catch (...) {  // it can never fit there: the call ends, get() says why
+      failed = std::current_exception();
+    }
     lock.lock();
+    if (failed) {
+      failed_ = failed;
+      return true;
+    }
     inner_ = std::move(there);
     if (cancel_asked_) inner_->cancel();
   }
   auto there = inner_;
   lock.unlock();
+  const bool forever = deadline == std::chrono::steady_clock::time_point::max();
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-  const bool done = there->wait_for(std::max(left, std::chrono::milliseconds(0)));
+  const bool done = there->wait_for(forever ? std::chrono::milliseconds::max() : std::max(left, std::chrono::milliseconds(0)));
   lock.lock();
   return done;
 }
@@ -277,11 +294,23 @@ std::shared_ptr<admission::ticket> admission::waiter::get() {
   if (taken_) return nullptr;
   if (entry_->cancelled) throw cancelled("cancelled while waiting for admission");
   taken_ = true;
-  if (!inner_) return std::move(entry_->ready);
+  if (!then_) return std::move(entry_->ready);
   auto there = inner_;
+  auto failed = failed_;
   lock.unlock();
-  // One ticket for both: the executor's, holding the process's (which goes first).
-  outer_->inner_ = there->get();  // throws `cancelled` if cancelled there
+  try {
+    if (failed) std::rethrow_exception(failed);
+    // One ticket for both: the executor's, holding the process's (which goes first).
+    outer_->inner_ = there->get();  // throws `cancelled` if cancelled there
+  } catch (...) {
+    // Not admitted there: what it holds here goes now, for the calls behind it (not under the
+    // lock, which its release takes).
+    std::shared_ptr<ticket> drop;
+    lock.lock();
+    drop = std::move(outer_);
+    lock.unlock();
+    throw;
+  }
   return std::move(outer_);
 }
 

@@ -110,7 +110,12 @@ std::unique_ptr<command> command::start(command_spec spec) {
               {shim_fd, theirs.get()}};
   opts.cgroup = new_child_cgroup();
   if (spec.host_mem_limit) {
-    s->host_cap = std::make_unique<host_memory_cap>(opts.cgroup, spec.host_mem_limit, host_memory_cap::before_start_t{});
+    try {
+      s->host_cap = std::make_unique<host_memory_cap>(opts.cgroup, spec.host_mem_limit, host_memory_cap::before_start_t{});
+    } catch (...) {
+      if (!opts.cgroup.empty()) kill_and_remove_cgroup(opts.cgroup);  // no child owns it yet
+      throw;
+    }
     opts.join_cgroup_procs = s->host_cap->join_fd();
   }
   try {

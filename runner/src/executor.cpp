@@ -66,7 +66,12 @@ executor::~executor() {
     for (auto& w : state_->calls)
       if (auto c = w.lock()) left.push_back(std::move(c));
   }
-  for (auto& c : left) c->wait();
+  for (auto& c : left) {
+    try {
+      c->wait();
+    } catch (...) {  // a call that could not start: nothing of it runs, and a destructor must not throw
+    }
+  }
 }
 
 std::shared_ptr<runner::queued_job> executor::queue(const void* fn, blob args) {

@@ -161,6 +161,7 @@ void standby_pool::trim() {
       ready_.pop_back();
     }
   }
+  changed_.notify_all();  // fill() waits for the target, which is lower now
 }
 
 launched_worker standby_pool::launch(const launch_spec& spec) {

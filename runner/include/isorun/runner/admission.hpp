@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -98,9 +99,12 @@ class ISORUN_API admission : public std::enable_shared_from_this<admission> {
   /// What a granted request took: positions in limits_.gpus, bytes on each, CPU slots.
   struct grant {
     std::vector<std::size_t> positions;
-    std::uint64_t bytes_each = 0;
+    std::vector<std::uint64_t> bytes;  // on each of `positions`
     std::size_t cpus = 0;
   };
+  // What a request takes on limits_.gpus[i]: its cap; without one, the GPU's share per call
+  // (per_gpu), else the whole GPU.
+  [[nodiscard]] std::uint64_t need_on(const admission_request& r, std::size_t i) const noexcept;
   void release(const grant& g) noexcept;
   void pump();  // grants what fits, in order; under mutex_
   bool try_grant(entry& e, const std::vector<bool>& gpu_blocked);
@@ -148,11 +152,13 @@ class ISORUN_API admission::waiter {
 
  private:
   friend class admission;
-  waiter(admission* at, std::shared_ptr<entry> e, admission* then);
+  waiter(std::shared_ptr<admission> at, std::shared_ptr<entry> e, std::shared_ptr<admission> then);
   bool advance(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point deadline);
-  admission* at_;
+  // (Owned: a waiter, like a ticket, may outlive the executor that made it.)
+  std::shared_ptr<admission> at_;
   std::shared_ptr<entry> entry_;
-  admission* then_;
+  std::shared_ptr<admission> then_;
+  std::exception_ptr failed_;  // queuing in then_ failed: get() rethrows it
   std::shared_ptr<ticket> outer_;          // granted by at_, waiting in then_
   std::shared_ptr<waiter> inner_;          // the place in then_
   std::shared_ptr<ticket> ready_;
