@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
-#include <sys/inotify.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include <utility>
 
 #include "folder.hpp"
+#include "isorun/sweep/report_lines.hpp"
 #include "python_trials.hpp"
 #include "isorun/runner/bounded_json.hpp"
 #include "isorun/serialization/cores.hpp"
@@ -88,45 +88,6 @@ json read_command_result(int logs, const std::string& id, const fs::path& shown)
   return last_json_line(detail::read_all(log.get(), 1 << 20, shown / (id + ".out")));
 }
 
-// A line of a command's stdout as a report: a JSON object with a whole-number "step" (the
-// metrics are the rest of it); nullopt for any other line.
-std::optional<std::pair<std::int64_t, json>> report_line(std::string_view line) {
-  while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
-  while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
-  if (line.empty() || line.front() != '{' || line.find("\"step\"") == std::string_view::npos) return std::nullopt;
-  json j = parse_bounded_json(line);
-  if (!j.is_object()) return std::nullopt;
-  const auto step = j.find("step");
-  if (step == j.end() || !step->is_number_integer() || step->get<std::int64_t>() < 0) return std::nullopt;
-  const std::int64_t at = step->get<std::int64_t>();
-  j.erase("step");
-  return std::make_pair(at, std::move(j));
-}
-
-// Splits a trial's output into lines as it comes, handing each report line on.
-struct report_lines {
-  static constexpr std::size_t max_line = 1 << 20;  // a longer line is never taken for a report
-  std::function<void(std::int64_t, json)> on_report;
-  std::string line;
-  bool too_long = false;
-  void feed(const char* p, std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i) {
-      if (p[i] != '\n') {
-        if (!too_long) line += p[i];
-        if (line.size() > max_line) {
-          too_long = true;
-          line.clear();
-        }
-        continue;
-      }
-      if (!too_long)
-        if (auto r = report_line(line)) on_report(r->first, std::move(r->second));
-      line.clear();
-      too_long = false;
-    }
-  }
-};
-
 // Waits for `in` to be readable or `ended` (an eventfd) to be set; false once `ended` is.
 bool wait_readable(int in, short events, int ended) {
   for (;;) {
@@ -166,35 +127,7 @@ void pump_stdout(int in, int out, int ended, const std::function<void(std::int64
   }
 }
 
-// Follows a worker's stdout log `log` (the worker writes it directly) as it grows, by inotify,
-// handing each report line to `on_report`, until `ended` (an eventfd: the worker is gone) is
-// set and what it wrote has been read.
-void follow_log(int log, int ended, const std::function<void(std::int64_t, json)>& on_report) {
-  report_lines lines{on_report, {}, false};
-  const unique_fd watch(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
-  // The file this process opened, not whatever the name means now (/proc/self/fd is its inode).
-  const std::string self = "/proc/self/fd/" + std::to_string(log);
-  const bool watching = watch && ::inotify_add_watch(watch.get(), self.c_str(), IN_MODIFY) >= 0;
-  off_t at = 0;
-  char buf[1 << 16];
-  for (bool last = false;;) {
-    for (;;) {  // what is there now
-      const ssize_t n = ::pread(log, buf, sizeof buf, at);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      at += n;
-      lines.feed(buf, static_cast<std::size_t>(n));
-    }
-    if (last) return;
-    // Without a watch (no inotify left) reports come only at the end, as the log is read then.
-    last = !wait_readable(watching ? watch.get() : ended, POLLIN, ended);
-    char events[4096];
-    while (watching && ::read(watch.get(), events, sizeof events) > 0) {
-    }
-  }
-}
-
-// A thread reading a trial's output while it runs (pump_stdout, follow_log), told by an
+// A thread reading a command's output while it runs (pump_stdout), told by an
 // eventfd that the trial has ended, and joined before its descriptors go: end() at the trial's
 // end, or the destructor on any way out.
 class output_reader {
@@ -532,18 +465,15 @@ void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec
   }
   // Its reports (this_worker().report(), isorun.report()) are lines of its stdout log, read as
   // the worker writes them.
-  std::optional<output_reader> follow;
+  log_follower::following follow;
   try {
-    unique_fd log_in = detail::open_file(setup_.logs, rec.id + ".out", O_RDONLY, log.string() + ".out");
-    unique_fd ended(::eventfd(0, EFD_CLOEXEC));
-    if (log_in && ended)
-      follow.emplace(std::move(ended), [&, in = std::make_shared<unique_fd>(std::move(log_in))](int end) {
-        follow_log(in->get(), end, [&](std::int64_t step, json metrics) { sink_->on_report(t, step, metrics); });
-      });
+    if (unique_fd log_in = detail::open_file(setup_.logs, rec.id + ".out", O_RDONLY, log.string() + ".out"))
+      follow = follower_.follow(std::move(log_in),
+                                [&](std::int64_t step, json metrics) { sink_->on_report(t, step, metrics); });
   } catch (const std::exception&) {
   }  // (no reports then; the log itself was checked above)
   const runner::job_result& r = await(sl, t, {.job = job}, *job, rec);
-  follow.reset();
+  follow.end();
   if (cap && cap->refused() && rec.kind == outcome_kind::task_error) {
     // The framework's own out-of-memory error, after the cap refused it an allocation.
     rec.kind = outcome_kind::out_of_memory;

@@ -4,9 +4,9 @@
 // GPUs; standby workers, one pool per GPU, launched ahead so that attempts do not wait for
 // process starts. Also what a Slurm array task runs its share of trials on.
 //
-// Intermediate reports: none yet. A worker or a command has no channel for them today, so this
-// backend never calls trial_sink::on_report; stop(trial) works already (it cancels the attempt),
-// so early stopping needs only a producer of reports here, not a change of the interface.
+// Intermediate reports: a worker's are lines of its stdout log, which it writes directly and
+// the backend follows (log_follower); a command's stdout comes through a pipe the backend
+// copies to its log. Both reach trial_sink::on_report while the trial runs.
 
 #include <chrono>
 #include <condition_variable>
@@ -26,6 +26,7 @@
 #include "isorun/runner/standby.hpp"
 #include "isorun/sweep/run.hpp"
 #include "isorun/sweep/trial_backend.hpp"
+#include "isorun/sweep/log_follower.hpp"
 
 namespace isorun::runner {
 class command;
@@ -92,6 +93,7 @@ class local_backend final : public trial_backend {
 
   local_setup setup_;
   trial_sink* sink_ = nullptr;
+  log_follower follower_;  // workers' stdout logs; outlives the lanes, which end their followings
   std::optional<runner::gpu_packer> packer_;
   std::map<int, standby_group_state> groups_;  // by the slot's GPU (-1: CPU slots)
   std::vector<char> slot_started_;             // under mutex_

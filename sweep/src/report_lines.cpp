@@ -1,0 +1,37 @@
+#include "isorun/sweep/report_lines.hpp"
+
+#include "isorun/runner/bounded_json.hpp"
+
+namespace isorun::sweep {
+
+std::optional<std::pair<std::int64_t, nlohmann::json>> report_line(std::string_view line) {
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
+  while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+  if (line.empty() || line.front() != '{' || line.find("\"step\"") == std::string_view::npos) return std::nullopt;
+  nlohmann::json j = parse_bounded_json(line);
+  if (!j.is_object()) return std::nullopt;
+  const auto step = j.find("step");
+  if (step == j.end() || !step->is_number_integer() || step->get<std::int64_t>() < 0) return std::nullopt;
+  const std::int64_t at = step->get<std::int64_t>();
+  j.erase("step");
+  return std::make_pair(at, std::move(j));
+}
+
+void report_lines::feed(const char* p, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    if (p[i] != '\n') {
+      if (!too_long) line += p[i];
+      if (line.size() > max_line) {
+        too_long = true;
+        line.clear();
+      }
+      continue;
+    }
+    if (!too_long)
+      if (auto r = report_line(line)) on_report(r->first, std::move(r->second));
+    line.clear();
+    too_long = false;
+  }
+}
+
+}  // namespace isorun::sweep
