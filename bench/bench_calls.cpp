@@ -158,6 +158,12 @@ void latencies(int n, int pause_ms) {
   if (cgroups) line("cold call, process-group containment only", summarize(cpg), &x, "(what the cgroup costs)");
   line("standby = 2, exit waited for", summarize(s), &t, "goal <= 0.6x the static C program");
   line("standby = 2, early_result", summarize(e), &t, "goal <= 0.25x the static C program");
+  {
+    const std::string at = pause_ms ? "spaced" : "back_to_back";
+    bench::guard(("calls.cold_over_same_executable." + at).c_str(), summarize(c).median / x.median, "<=", 1.2);
+    bench::guard(("calls.standby_waited_over_static_c." + at).c_str(), summarize(s).median / t.median, "<=", 0.6);
+    bench::guard(("calls.standby_early_over_static_c." + at).c_str(), summarize(e).median / t.median, "<=", 0.25);
+  }
   if (!py.empty()) {
     const summary p = summarize(py);
     line("python multiprocessing Pool(1) round trip", p, &t);
@@ -264,6 +270,7 @@ int main(int argc, char** argv) {
     std::printf("  %-44s %7.0f /s  [%6.0f, %6.0f]\n", "cold", c.median, c.p10, c.p90);
     std::printf("  %-44s %7.0f /s  [%6.0f, %6.0f]  %.2fx cold   goal >= 1.2x\n", "standby = 4", w.median, w.p10, w.p90,
                 w.median / c.median);
+    bench::guard("calls.map_standby_over_cold", w.median / c.median, ">=", 1.2);
     std::printf("  %-44s %7.0f /s  [%6.0f, %6.0f]  standby %.2fx of it\n", "static C program spawns (ceiling)", s.median,
                 s.p10, s.p90, w.median / s.median);
   }
@@ -280,6 +287,7 @@ int main(int argc, char** argv) {
     line("static C program alone", b);
     line("isorun --cpu -q -- it", c, &b);
     std::printf("  %-44s %7.3f ms   goal <= 2 ms\n", "difference of medians", c.median - b.median);
+    bench::guard("calls.cli_fixed_cost_ms", c.median - b.median, "<=", 2);
     line("isorun --cpu -q hello", h, &b);
   }
   return 0;

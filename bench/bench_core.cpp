@@ -280,6 +280,7 @@ int main(int argc, char** argv) {
   std::printf("    posix_spawn+waitpid of a C++ hello      %s\n", show(small.hello, "ms").c_str());
   std::printf("    ratio isolated / hello (medians)        %.2f   goal <= 1.3\n\n",
               small.isolated.median / small.hello.median);
+  bench::guard("core.cold_round_trip_over_hello", small.isolated.median / small.hello.median, "<=", 1.3);
 
   {
     std::vector<char> ballast(resident_gib << 30);
@@ -290,6 +291,7 @@ int main(int argc, char** argv) {
     std::printf("    posix_spawn hello from that parent      %s\n", show(big.hello, "ms").c_str());
     std::printf("    ratio (b) / (a) isolated medians        %.2f   goal <= 1.3\n\n",
                 big.isolated.median / small.isolated.median);
+    bench::guard("core.resident_parent_over_small", big.isolated.median / small.isolated.median, "<=", 1.3);
     if (!ballast.empty() && ballast[ballast.size() / 2] != 1) return 1;
   }
 
@@ -374,6 +376,7 @@ int main(int argc, char** argv) {
                 "isorun/pipe: blob %.1f, copied %.1f (goal >= 10)\n",
                 placed.median / m.median, c.median / m.median, in_place.median / m.median, placed.median / p.median,
                 c.median / p.median);
+    if (size == 1ULL << 30) bench::guard("core.result_1gib_over_memcpy", placed.median / m.median, ">=", 0.5);
   }
   // The pool now hands its 1 GiB segment to every result: a small one must not pay for it.
   std::vector<double> after;

@@ -77,6 +77,11 @@ def percentiles(ms):
     return statistics.median(s), q[0], q[-1]
 
 
+def guard(name: str, value: float, op: str, goal: float) -> None:
+    """A line tools/bench-check.sh reads: a figure against its goal."""
+    print(f"guard: {name} {value:.4f} {op} {goal:g}")
+
+
 def timed(label, fn, reps, before=None):
     out = []
     for _ in range(reps):
@@ -166,6 +171,10 @@ def main() -> None:
           f"transfer ~{max(med_big - producer, 0.01):.0f} ms vs memcpy {med_memcpy:.0f} ms "
           f"= {med_memcpy / max(med_big - producer, 0.01):.2f}x memcpy (goal >= 0.5x)")
     print(f"  (standby call without numpy: {med_standby:.2f} ms)")
+    # The figures tools/bench-check.sh guards (each past twice its goal fails CI).
+    guard("python.spawn_process_over_standby_early", med_spawn / med_np_early, ">=", 20)
+    guard("python.cold_numpy_over_python_c", med_np_cold / med_c, "<=", 1.2)
+    guard("python.result_over_memcpy", med_memcpy / max(med_big - producer, 0.01), ">=", 0.5)
 
 
 def gpu_figure(args) -> None:

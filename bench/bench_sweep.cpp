@@ -127,5 +127,8 @@ int main(int argc, char** argv) {
     std::printf("%-10s   and: sweep start to a slot's first   %s   (once per slot)\n", name,
                 bench::show(bench::summarize(starts[standby]), "ms").c_str());
   }
+  // Slot time between a trial's end and the next one's start: what the engine adds per trial (its
+  // floor is 0; the list schedule is the zero-overhead one).
+  bench::guard("sweep.gap_between_trials_ms.standby", bench::summarize(gaps[1]).median, "<=", 2.5);
   return 0;
 }

@@ -25,4 +25,11 @@ inline std::string show(const summary& s, const char* unit, double scale = 1.0) 
   return buf;
 }
 
+// A figure the performance guard (tools/bench-check.sh) checks: its value, against its goal
+// (`op` "<=" or ">="), as one line the guard reads. The guard fails a figure only past twice
+// its goal, so that a machine's noise does not fail it and a regression of several times does.
+inline void guard(const char* name, double value, const char* op, double goal) {
+  std::printf("guard: %s %.4f %s %g\n", name, value, op, goal);
+}
+
 }  // namespace isorun::bench

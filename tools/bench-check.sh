@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The performance guard: the key benchmarks in their quick form, each figure against its goal
+# (benchmarks print `guard: NAME VALUE OP GOAL` lines; each value is a ratio to a floor measured
+# in the same run, or a difference from one). A figure worse than twice its goal fails: far
+# enough from the goal that a noisy machine passes, near enough that a regression of several
+# times (a per-trial cost going from 2 ms to 12 ms) cannot land unseen. A benchmark with a
+# failing figure runs once more and is judged by that run, so one unlucky run does not fail CI
+# and a real regression, which repeats, does.
+#
+# Usage: tools/bench-check.sh            (the build in build/, or $ISORUN_BUILD_DIR)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${ISORUN_BUILD_DIR:-$root/build}"
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+
+names=(core sweep calls python)
+declare -A cmds=(
+  [core]="$build/bin/bench_core --quick --resident-gib 1"
+  [sweep]="$build/bin/bench_sweep --reps 2"
+  [calls]="$build/bin/bench_calls --quick"
+  [python]="env PYTHONPATH=$build/python python3 $root/bench/bench_python.py --reps 10 --big-reps 2 --gib 0.25 --settle 0.3"
+)
+
+# Runs benchmark $1 into $out/$1.txt; exits 2 if it fails to run (a broken benchmark is not a pass).
+run() {
+  if ! ${cmds[$1]} > "$out/$1.txt" 2>&1; then
+    echo "bench-check: the $1 benchmark failed to run (${cmds[$1]}):" >&2
+    tail -20 "$out/$1.txt" >&2
+    exit 2
+  fi
+}
+
+# Prints benchmark $1's figures as table rows; returns 1 if any is worse than twice its goal.
+judge() {
+  awk -v bench="$1" '
+    $1 == "guard:" {
+      name = $2; value = $3 + 0; op = $4; goal = $5 + 0
+      limit = (op == "<=") ? 2 * goal : goal / 2
+      bad = (op == "<=") ? value > limit : value < limit
+      printf "%-48s %10.3f   goal %s %-6g limit %s %-7g %s\n", name, value, op, goal, op, limit, bad ? "FAIL" : "ok"
+      seen++; failed += bad
+    }
+    END {
+      if (!seen) { printf "%-48s no figures printed\n", bench; exit 1 }
+      exit failed ? 1 : 0
+    }' "$out/$1.txt"
+}
+
+status=0
+for b in "${names[@]}"; do
+  run "$b"
+  if ! judge "$b" > "$out/$b.table"; then
+    cat "$out/$b.table"
+    echo "bench-check: $b: a figure is past twice its goal; running it once more" >&2
+    run "$b"
+    judge "$b" > "$out/$b.table" || status=1
+  fi
+  cat "$out/$b.table"
+done
+if [ "$status" -ne 0 ]; then
+  echo "bench-check: FAILED: a figure is worse than twice its goal in two runs (the table above; bench/README.md has each benchmark's full output and figures)" >&2
+else
+  echo "bench-check: every figure within twice its goal"
+fi
+exit "$status"
