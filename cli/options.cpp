@@ -241,8 +241,9 @@ const option_row table[] = {
      [](cli_options& o, const std::string&, const std::string& v) { o.sweep.metric = sweep::parse_metric_flag(v); }},
     {"--scheduler", "TYPE[:K=V,...]", in_sweep,
      "stop bad trials early on the steps they report: asha (asynchronous successive halving; "
-     "max_t, grace_period, reduction_factor) or median (median stopping rule; grace_period, "
-     "min_samples), e.g. asha:max_t=81,reduction_factor=3; none turns the spec's off",
+     "max_t, grace_period, reduction_factor), hyperband (brackets of ASHA; the same settings) or median "
+     "(median stopping rule; grace_period, min_samples), e.g. asha:max_t=81,reduction_factor=3; none turns "
+     "the spec's off",
      [](cli_options& o, const std::string&, const std::string& v) { o.sweep.scheduler = sweep::parse_scheduler_flag(v); }},
     {"--top", "K", in_sweep, "rows in the final table (default 5)",
      [](cli_options& o, const std::string& f, const std::string& v) { o.sweep.top = whole_number(f, v); }},

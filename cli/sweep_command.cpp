@@ -66,7 +66,7 @@ void apply_flags(const cli_options& o, sweep::sweep_spec& s) {
   if (f.oom_retry) s.oom_retry = *f.oom_retry;
   if (f.fail_fast) s.fail_fast = true;
   if (f.metric) s.metric = *f.metric;
-  if (f.scheduler) s.scheduler = *f.scheduler;
+  if (f.scheduler) s.early_stopping = *f.scheduler;
   if (f.backend == "slurm" && !s.slurm) s.slurm.emplace();
   if (f.backend == "local") s.slurm.reset();
   if (f.detach && !s.slurm) throw usage_error("--detach goes with the Slurm backend (--backend slurm)");
@@ -114,17 +114,17 @@ int summarize(const cli_options& o, const sweep::sweep_spec& s, const sweep::swe
                "isorun: sweep %s: %zu succeeded, %s%zu failed, %zu already done%s; journal %s/results.jsonl, table "
                "%s/results.csv%s\n",
                summary.interrupted ? "interrupted" : "finished", summary.succeeded,
-               s.scheduler.type.empty() ? "" : (std::to_string(summary.pruned) + " pruned, ").c_str(), summary.failed,
+               !s.early_stopping ? "" : (std::to_string(summary.pruned) + " pruned, ").c_str(), summary.failed,
                summary.skipped,
                summary.cancelled ? (", " + std::to_string(summary.cancelled) + " cancelled").c_str() : "",
                printable(where).c_str(), printable(where).c_str(),
                summary.report.empty() ? "" : printable(", report " + summary.report).c_str());
-  if (!s.scheduler.type.empty() && s.scheduler.max_t > 0 && !summary.records.empty()) {
+  if (s.early_stopping && s.early_stopping.max_t() > 0 && !summary.records.empty()) {
     // How much of the full budget (every trial to max_t) early stopping let the sweep use.
-    const double full = double(summary.records.size()) * double(s.scheduler.max_t);
+    const double full = double(summary.records.size()) * double(s.early_stopping.max_t());
     std::fprintf(stderr, "isorun: %s used %llu steps of %.0f (%zu trials x max_t %lld): %.1f%% of the full budget\n",
-                 s.scheduler.type.c_str(), static_cast<unsigned long long>(summary.steps), full, summary.records.size(),
-                 static_cast<long long>(s.scheduler.max_t), 100.0 * double(summary.steps) / full);
+                 s.early_stopping.type.c_str(), static_cast<unsigned long long>(summary.steps), full, summary.records.size(),
+                 static_cast<long long>(s.early_stopping.max_t()), 100.0 * double(summary.steps) / full);
   }
   if (summary.interrupted) return 130;
   std::size_t failed_total = 0;  // pruned trials are done, not failed

@@ -10,9 +10,12 @@
 #include <map>
 #include <random>
 #include <string>
+#include <tuple>
+#include <set>
 #include <vector>
 
 #include "isorun/sweep/asha.hpp"
+#include "isorun/sweep/hyperband.hpp"
 #include "isorun/sweep/median_stopping.hpp"
 #include "isorun/sweep/spec.hpp"
 #include "isorun/sweep/stop_rule.hpp"
@@ -284,12 +287,146 @@ TEST_CASE("median: decisions match the paper's reference on recorded curves", "[
 }
 
 TEST_CASE("stop rules: the spec names the rule", "[stop-rules]") {
-  sw::early_stop_spec e;
-  e.type = "asha";
-  e.max_t = 27;
+  sw::early_stopping_spec e = sw::default_early_stopping(*sw::find_stop_rule("asha"));
+  e.settings["max_t"] = 27;
   CHECK(dynamic_cast<sw::asha_rule*>(sw::make_stop_rule(e).get()) != nullptr);
-  e.type = "median";
+  e = sw::default_early_stopping(*sw::find_stop_rule("median"));
   CHECK(dynamic_cast<sw::median_stopping_rule*>(sw::make_stop_rule(e).get()) != nullptr);
-  e.type = "hyperband";
+  e = sw::default_early_stopping(*sw::find_stop_rule("hyperband"));
+  CHECK(dynamic_cast<sw::hyperband_rule*>(sw::make_stop_rule(e).get()) != nullptr);
+  e.type = "bohb";
   CHECK_THROWS(sw::make_stop_rule(e));
+}
+
+TEST_CASE("the registry: defaults, ranges, unknown settings, sweep.json both ways", "[stop-rules][registry]") {
+  CHECK(sw::stop_rule_names() == "asha, median, hyperband");
+  CHECK(sw::find_stop_rule("bohb") == nullptr);
+  for (const auto& kind : sw::stop_rule_kinds()) {
+    INFO(kind.name);
+    const sw::early_stopping_spec d = sw::default_early_stopping(kind);
+    CHECK(sw::early_stopping_problem(d).empty());  // every rule's defaults make a valid rule
+    CHECK(sw::make_stop_rule(d) != nullptr);
+    CHECK(d.settings.size() == kind.settings.size());
+    // Through sweep.json and back: the same rule, the same settings.
+    const sw::early_stopping_spec back = sw::early_stopping_from_json(sw::early_stopping_json(d));
+    CHECK(back.type == d.type);
+    CHECK(back.settings == d.settings);
+    for (const auto& setting : kind.settings) {
+      sw::early_stopping_spec e = d;
+      CHECK_THAT(sw::set_early_stopping(e, setting.name, setting.least - 1),
+                 Catch::Contains(std::string(setting.name) + " must be a whole number, at least"));
+      CHECK(sw::set_early_stopping(e, setting.name, setting.least + 5).empty());
+      CHECK(e.get(setting.name) == setting.least + 5);
+    }
+    sw::early_stopping_spec e = d;
+    CHECK_THAT(sw::set_early_stopping(e, "max_tt", 3), Catch::Contains("unknown setting 'max_tt' for " + d.type));
+  }
+  auto h = sw::default_early_stopping(*sw::find_stop_rule("hyperband"));
+  h.settings["max_t"] = 3;
+  h.settings["grace_period"] = 5;
+  CHECK_THAT(sw::early_stopping_problem(h), Catch::Contains("max_t (3) is below grace_period (5)"));
+  CHECK(sw::early_stopping_from_json(nullptr).type.empty());
+  CHECK(sw::early_stopping_from_json({{"type", "bohb"}}).type.empty());
+  // A sweep.json from before a setting existed: the rule with that setting at its default.
+  const auto old = sw::early_stopping_from_json({{"type", "asha"}, {"max_t", 27}, {"min_samples", 3}});
+  CHECK((old.type == "asha" && old.max_t() == 27 && old.get("reduction_factor") == 3 && !old.settings.count("min_samples")));
+  CHECK(sw::stop_rule_rungs(sw::early_stopping_from_json({{"type", "asha"}, {"max_t", 27}})) ==
+        std::vector<std::int64_t>{1, 3, 9});
+  CHECK(sw::stop_rule_rungs(sw::default_early_stopping(*sw::find_stop_rule("median"))).empty());
+}
+
+namespace {
+
+// Hyperband from the paper (Li et al., JMLR 2018, Algorithm 1) with the minimum resource r as
+// its unit: s_max = ⌊log_η(R/r)⌋; the bracket with k halvings starts
+// n_k = ⌈(s_max+1)/(k+1)·η^k⌉ configurations at resource R·η^(−k). Run asynchronously (Li et al.,
+// MLSys 2020, §3.3): each bracket is ASHA whose first rung is that resource, and configurations
+// go to brackets in proportion to n_k, in turn (smooth weighted round robin: each bracket earns
+// n_k per configuration, the one with the most credit takes it and pays Σn).
+class reference_hyperband {
+ public:
+  reference_hyperband(std::int64_t r, std::int64_t eta, std::int64_t R) {
+    s_max_ = static_cast<int>(std::floor(std::log(double(R) / double(r)) / std::log(double(eta)) + 1e-9));
+    for (int k = s_max_; k >= 0; --k) {  // the most aggressive bracket first, as the rule lists them
+      const double eta_k = std::pow(double(eta), k);
+      n_.push_back(static_cast<std::int64_t>(std::ceil(double(s_max_ + 1) / double(k + 1) * eta_k)));
+      first_.push_back(static_cast<std::int64_t>(std::llround(double(R) / eta_k)));
+      brackets_.emplace_back(first_.back(), eta, R);
+    }
+    credit_.assign(n_.size(), 0);
+  }
+  bool report(const std::string& id, std::int64_t step, double v) {
+    if (!bracket_.count(id)) {
+      std::int64_t total = 0;
+      for (std::size_t b = 0; b < n_.size(); ++b) credit_[b] += n_[b], total += n_[b];
+      std::size_t richest = 0;
+      for (std::size_t b = 1; b < n_.size(); ++b)
+        if (credit_[b] > credit_[richest]) richest = b;
+      credit_[richest] -= total;
+      bracket_[id] = richest;
+    }
+    return brackets_[bracket_[id]].report(id, step, v);
+  }
+  int s_max_ = 0;
+  std::vector<std::int64_t> n_, first_;
+  std::vector<reference_asha> brackets_;
+  std::vector<std::int64_t> credit_;
+  std::map<std::string, std::size_t> bracket_;
+};
+
+}  // namespace
+
+TEST_CASE("hyperband: brackets and their budgets as in the paper", "[stop-rules][hyperband]") {
+  // R = 81, η = 3 (the paper's table): s_max = 4, n = 81, 34, 15, 8, 5 at r = 1, 3, 9, 27, 81.
+  for (const auto& [r, eta, R] : std::vector<std::tuple<std::int64_t, int, std::int64_t>>{
+           {1, 3, 81}, {1, 2, 64}, {2, 3, 54}, {1, 4, 256}, {5, 3, 5}}) {
+    INFO("r " << r << ", eta " << eta << ", R " << R);
+    const sw::hyperband_rule rule(r, eta, R);
+    const reference_hyperband ref(r, eta, R);
+    REQUIRE(rule.brackets().size() == static_cast<std::size_t>(ref.s_max_ + 1));
+    for (std::size_t s = 0; s < rule.brackets().size(); ++s) {
+      CHECK(rule.brackets()[s].share == ref.n_[s]);
+      const auto& rungs = rule.brackets()[s].rule.rungs();
+      if (ref.first_[s] < R) CHECK((!rungs.empty() && rungs.front() == ref.first_[s]));
+      else CHECK(rungs.empty());  // the bracket that runs every trial to R
+    }
+  }
+  const sw::hyperband_rule paper(1, 3, 81);
+  std::vector<std::int64_t> shares;
+  for (const auto& b : paper.brackets()) shares.push_back(b.share);
+  CHECK(shares == std::vector<std::int64_t>{81, 34, 15, 8, 5});
+  CHECK(paper.rungs() == std::vector<std::int64_t>{1, 3, 9, 27});
+  // R/r not a power of η: the first rungs are r·η^s, the last bracket's at or below R.
+  const sw::hyperband_rule odd(1, 3, 100);
+  REQUIRE(odd.brackets().size() == 5);
+  CHECK(odd.brackets().back().rule.rungs() == std::vector<std::int64_t>{81});
+}
+
+TEST_CASE("hyperband: every bracket gets exactly its share of trials, interleaved", "[stop-rules][hyperband]") {
+  sw::hyperband_rule rule(1, 3, 81);
+  std::map<int, int> count;
+  std::vector<int> first_ten;
+  for (int i = 0; i < 143; ++i) {  // Σ shares
+    const std::string id = "t" + std::to_string(i);
+    rule.report(id, 1, 0.5);
+    count[rule.bracket_of(id)]++;
+    if (i < 10) first_ten.push_back(rule.bracket_of(id));
+  }
+  CHECK(count == std::map<int, int>{{0, 81}, {1, 34}, {2, 15}, {3, 8}, {4, 5}});
+  CHECK(std::set<int>(first_ten.begin(), first_ten.end()).size() >= 3);  // not 81 of one bracket first
+  CHECK(rule.bracket_of("never reported") == -1);
+  // A trial keeps its bracket when it reports again (a resumed sweep's rerun).
+  const int b = rule.bracket_of("t7");
+  rule.report("t7", 2, 0.1);
+  CHECK(rule.bracket_of("t7") == b);
+}
+
+TEST_CASE("hyperband: decisions match the paper's reference on recorded curves", "[stop-rules][hyperband]") {
+  for (unsigned seed = 1; seed <= 20; ++seed) {
+    const int eta = 2 + static_cast<int>(seed % 2);
+    const std::int64_t R = eta == 2 ? 32 : 27;
+    sw::hyperband_rule rule(1, eta, R);
+    reference_hyperband ref(1, eta, R);
+    replay_against_reference(rule, ref, seed, 60, R, 1 + static_cast<int>(seed % 6));
+  }
 }

@@ -147,6 +147,33 @@ TEST_CASE("the median stopping rule on learning curves finds the grid's best and
   fs::remove_all(dir);
 }
 
+TEST_CASE("Hyperband (brackets of ASHA) on learning curves prunes, journals and reports like ASHA; a resume reruns "
+          "nothing",
+          "[sweep][early-stopping][hyperband]") {
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/spec.yaml") << curve_spec(dir, "{type: hyperband, max_t: 27, reduction_factor: 3}", 27,
+                                                  {0, 0.3, 0.6, 0.8}, {0.2, 0.6, 1.0});
+  auto r = isorun::test::run_captured(ISORUN_CLI, {"sweep", dir + "/spec.yaml", "--no-progress"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto c = count(dir + "/out/results.jsonl");
+  CHECK(c.records == 12);
+  CHECK(c.pruned > 0);
+  CHECK(c.pruned + c.succeeded == 12);
+  CHECK_THAT(r.err, Catch::Contains(std::to_string(c.pruned) + " pruned") && Catch::Contains("hyperband used"));
+  // sweep.json keeps the rule with every setting; the report marks every bracket's rungs.
+  const json identity = json::parse(read_file(dir + "/out/sweep.json"));
+  CHECK(identity["scheduler"] == json{{"type", "hyperband"}, {"max_t", 27}, {"grace_period", 1}, {"reduction_factor", 3}});
+  const std::string html = read_file(dir + "/out/report.html");
+  CHECK(occurrences(html, "<line class=\"rung\"") == 3);  // steps 1, 3, 9 (bracket 3's first rung is 27 = max_t)
+  CHECK(occurrences(html, "<polyline class=\"pruned\"") == c.pruned);
+  CHECK(lines(dir + "/runs").size() == 12);
+  auto again = isorun::test::run_captured(ISORUN_CLI, {"sweep", dir + "/spec.yaml", "--no-progress"});
+  CHECK(again.code == 0);
+  CHECK(lines(dir + "/runs").size() == 12);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("--scheduler asha on the command line, with a --grid command sweep", "[sweep][early-stopping][cli]") {
   const std::string dir = temp_dir();
   auto r = isorun::test::run_captured(
@@ -208,7 +235,8 @@ TEST_CASE("bad early-stopping input: exit 2 before anything starts, naming the l
   };
   const std::string cmd = "command: [python3, " CURVE_SCRIPT ", --x, \"{x}\", --y, \"0\"]\n";
   for (const auto& b : std::vector<bad>{
-           {"{type: hyperband}", "metric: {name: loss, goal: minimize}\n", "unknown scheduler 'hyperband'", 3},
+           {"{type: bohb}", "metric: {name: loss, goal: minimize}\n", "unknown scheduler 'bohb'", 3},
+           {"{type: hyperband, reduction_factor: 1}", "metric: loss\n", "reduction_factor must be", 3},
            {"{type: asha, max_t: 3, grace_period: 5}", "metric: loss\n", "max_t (3) is below grace_period (5)", 3},
            {"{type: asha, reduction_factor: 1}", "metric: loss\n", "reduction_factor must be", 3},
            {"{type: asha, reduction_factr: 2}", "metric: loss\n", "did you mean 'reduction_factor'", 3},
@@ -308,14 +336,18 @@ TEST_CASE("a scheduler with random search draws its trials without a grid", "[sw
                                 "random: {count: 300, seed: 1, params: {lr: {loguniform: [1e-4, 1e-1]}}}\n",
                                 "r.yaml");
   CHECK(s.trials.size() == 300);
-  CHECK(s.scheduler.type == "asha");
-  CHECK(s.scheduler.max_t == 81);
-  CHECK(s.scheduler.line == 3);
+  CHECK(s.early_stopping.type == "asha");
+  CHECK(s.early_stopping.max_t() == 81);
+  CHECK(s.early_stopping.line == 3);
   CHECK(spec_line("command: [echo]\nscheduler: {type: asha, grace_period: 1.5}\n") == 2);
   CHECK(spec_line("command: [echo]\nscheduler: median\n") == -1);  // a type alone takes the defaults
   CHECK(sw::parse_scheduler_flag("none").type.empty());
   const auto f = sw::parse_scheduler_flag("asha:max_t=81,grace_period=3,reduction_factor=4");
-  CHECK((f.type == "asha" && f.max_t == 81 && f.grace_period == 3 && f.reduction_factor == 4));
+  CHECK((f.type == "asha" && f.max_t() == 81 && f.get("grace_period") == 3 && f.get("reduction_factor") == 4));
+  const auto h = sw::parse_scheduler_flag("hyperband:max_t=27");
+  CHECK((h.type == "hyperband" && h.max_t() == 27 && h.get("grace_period") == 1 && h.get("reduction_factor") == 3));
+  CHECK(sw::parse_spec("command: [echo]\nscheduler: asha\n", "a.yaml").early_stopping.max_t() == 100);  // as Ray Tune's
+  CHECK(sw::parse_spec("command: [echo]\nscheduler: median\n", "m.yaml").early_stopping.max_t() == 0);
 }
 
 TEST_CASE("early stopping on packed GPUs with standby workers, and on trials spanning two GPUs",

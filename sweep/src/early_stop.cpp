@@ -7,8 +7,8 @@ namespace isorun::sweep {
 
 early_stopper::early_stopper(const sweep_spec& s, report_log& log, const std::map<std::string, std::int64_t>& replayed)
     : s_{s}, log_{log} {
-  if (s.scheduler.type.empty()) return;
-  rule_ = make_stop_rule(s.scheduler);
+  if (!s.early_stopping) return;
+  rule_ = make_stop_rule(s.early_stopping);
   // The rule's state as the last run left it: the done trials' reports, in the same order, each
   // judged again (verdicts are recomputed, never read). Verdicts are not acted on here: those
   // trials were pruned or finished.
@@ -36,7 +36,7 @@ bool early_stopper::judge(const std::string& id, std::int64_t step, const nlohma
     std::string shown = metrics.dump();
     if (shown.size() > 200) shown = shown.substr(0, 200) + "...";
     throw spec_error("trial " + id + " reported step " + std::to_string(step) + " without the metric '" +
-                         s_.metric.name + "' as a number (" + shown + "); the " + s_.scheduler.type +
+                         s_.metric.name + "' as a number (" + shown + "); the " + s_.early_stopping.type +
                          " scheduler judges every report by it: print it in each report line, e.g. {\"step\": " +
                          std::to_string(step) + ", \"" + s_.metric.name + "\": 0.41}",
                      0);

@@ -1,5 +1,6 @@
 // The sweep report page: SVG drawn here, data for the table embedded as JSON, no dependencies.
 #include "isorun/sweep/html_report.hpp"
+#include "isorun/sweep/stop_rule.hpp"
 #include "isorun/sweep/report_log.hpp"
 
 #include <fcntl.h>
@@ -361,7 +362,7 @@ std::string parallel_chart(const report_data& d) {
 // Trials on slots over time, per run: packing and idle gaps. Past max_bars bars, each slot's
 // busy time is merged into spans and only failures are drawn one by one.
 // Every trial's reported metric against its step: pruned trials faded, the best drawn last
-// (on top), ASHA's rungs marked. At most max_curves trials (the best always among them).
+// (on top), the rule's rungs marked. At most max_curves trials (the best always among them).
 std::string curves_chart(const report_data& d) {
   constexpr std::size_t max_curves = 400;
   const double W = 860, H = 340, L = 60, R = W - 14, T = 14, B = H - 44;
@@ -1015,9 +1016,8 @@ report_data load_report_data(const fs::path& out) {
   if (const auto e = identity.find("scheduler"); e != identity.end() && e->is_object()) {
     d.scheduler = text(*e, "type");
     d.max_t = whole(*e, "max_t");
-    const std::int64_t g = whole(*e, "grace_period"), eta = whole(*e, "reduction_factor");
-    if (d.scheduler == "asha" && g >= 1 && eta >= 2)
-      for (std::int64_t r = g; r < d.max_t && d.rungs.size() < 64; r *= eta) d.rungs.push_back(r);
+    d.rungs = stop_rule_rungs(early_stopping_from_json(*e));  // the rule's own (an unknown one: none)
+    if (d.rungs.size() > 64) d.rungs.resize(64);
   }
   load_curves(d, out);
   load_timelines(d, dir.get());

@@ -51,7 +51,7 @@ void progress::draw(const trial_record* r) {
   char best_text[64] = "";
   if (best_) std::snprintf(best_text, sizeof best_text, " | best %s %.4g", printable(s_.metric.name).c_str(), *best_);
   // Pruned trials are done (not failed); the count shows where early stopping is on.
-  const std::string pruned = s_.scheduler.type.empty() && !pruned_ ? "" : " | " + std::to_string(pruned_) + " pruned";
+  const std::string pruned = !s_.early_stopping && !pruned_ ? "" : " | " + std::to_string(pruned_) + " pruned";
   if (tty_) {
     std::fprintf(stderr, "\r\033[K[%zu/%zu done | %zu running%s | %zu failed | ETA %s%s]", finished_, todo_, running_,
                  pruned.c_str(), failed_, finished_ ? duration(eta).c_str() : "?", best_text);

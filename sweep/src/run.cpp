@@ -44,6 +44,7 @@
 #include "progress.hpp"
 #include "python_trials.hpp"
 #include "isorun/sweep/scheduler.hpp"
+#include "isorun/sweep/stop_rule.hpp"
 #include "slurm_backend.hpp"
 #include "isorun/sweep/stop_source.hpp"
 
@@ -243,12 +244,13 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
       throw located(s, 0, e.what());
     }
   }
-  if (!s.scheduler.type.empty()) {
+  if (s.early_stopping) {
     // Early stopping: what it judges by, and trials that can report steps, known before anything starts.
-    const int line = s.scheduler.line;
-    if (const std::string why = scheduler_problem(s.scheduler); !why.empty()) throw located(s, line, "scheduler: " + why);
+    const int line = s.early_stopping.line;
+    if (const std::string why = early_stopping_problem(s.early_stopping); !why.empty())
+      throw located(s, line, "scheduler: " + why);
     if (s.metric.name.empty())
-      throw located(s, line, "scheduler: " + s.scheduler.type + " judges trials by a metric, and the sweep has none; add "
+      throw located(s, line, "scheduler: " + s.early_stopping.type + " judges trials by a metric, and the sweep has none; add "
                              "metric: {name: loss, goal: minimize} (or --metric loss:min)");
   }
   if (!s.metric.name.empty() && task && task->default_result_json) {
@@ -449,7 +451,7 @@ sweep_summary sweep_run::run() {
   }
   // On a Slurm node with early stopping, the submitter decides: each report goes to it through
   // OUT/slurm/reports/ID.jsonl, and its verdicts come back as OUT/slurm/stop/ID (watched below).
-  const bool forwards = node && !s.scheduler.type.empty();
+  const bool forwards = node && s.early_stopping;
   std::function<bool(const trial&, std::int64_t, const json&)> should_stop;
   if (stopper)
     should_stop = [&](const trial& t, std::int64_t step, const json& metrics) { return stopper->judge(t.id, step, metrics); };
@@ -517,11 +519,7 @@ json record_run(const sweep_run::state& st, bool node) {
     slot_list.push_back({{"index", sl.index}, {"device", sl.gpus.empty() ? "cpu" : runner::visible_devices_for(sl.gpus)}});
   identity["subject"] = st.subject;
   identity["metric"] = s.metric.name.empty() ? json() : json{{"name", s.metric.name}, {"maximize", s.metric.maximize}};
-  const early_stop_spec& e = s.scheduler;  // for the report: the rungs and the budget
-  identity["scheduler"] = e.type.empty() ? json() : json{{"type", e.type}, {"max_t", e.max_t},
-                                                         {"grace_period", e.grace_period},
-                                                         {"reduction_factor", e.reduction_factor},
-                                                         {"min_samples", e.min_samples}};
+  identity["scheduler"] = early_stopping_json(s.early_stopping);  // for the report: the rungs and the budget
   identity["runs"].push_back({{"run", run_number}, {"slots", slot_list}, {"mem_limit", s.mem_limit},
                               {"gpus_per_trial", gpus_per_trial_text(s)}, {"trials", st.queue.size()}});
   if (!node) write_file_durably(st.out / "sweep.json", identity.dump(2) + "\n");

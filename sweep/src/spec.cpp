@@ -1,5 +1,6 @@
 // The parts of a spec that are not YAML: flags, locations, parameter words.
 #include "isorun/sweep/spec.hpp"
+#include "isorun/sweep/stop_rule.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -69,34 +70,19 @@ std::uint64_t next_cap(const oom_retry_spec& r, std::uint64_t cap) {
   return grown >= static_cast<double>(r.max) ? r.max : std::max(cap + 1, static_cast<std::uint64_t>(grown));
 }
 
-std::string scheduler_problem(const early_stop_spec& s) {
-  if (s.type.empty()) return "";
-  if (s.type != "asha" && s.type != "median")
-    return "unknown scheduler '" + s.type + "'; known: asha (asynchronous successive halving), median (median stopping rule)";
-  if (s.grace_period < (s.type == "asha" ? 1 : 0))
-    return "grace_period must be a whole number of steps" + std::string(s.type == "asha" ? ", at least 1" : ", 0 or more");
-  if ((s.type == "asha" || s.max_t) && s.max_t < s.grace_period)
-    return "max_t (" + std::to_string(s.max_t) + ") is below grace_period (" + std::to_string(s.grace_period) +
-           "): no trial could reach a rung; raise max_t or lower grace_period";
-  if (s.type == "asha" && s.reduction_factor < 2)
-    return "reduction_factor must be a whole number, at least 2 (a trial goes on from a rung if it is in the top "
-           "1/reduction_factor there)";
-  if (s.min_samples < 1) return "min_samples must be a whole number, at least 1";
-  return "";
-}
-
-early_stop_spec parse_scheduler_flag(const std::string& text) {
-  early_stop_spec e;
+early_stopping_spec parse_scheduler_flag(const std::string& text) {
   const auto colon = text.find(':');
-  e.type = text.substr(0, colon);
-  if (e.type == "none") return {};
+  const std::string type = text.substr(0, colon);
+  if (type == "none") return {};
   auto bad = [&](const std::string& why) {
     return spec_error("--scheduler " + text + ": " + why +
                           " (e.g. --scheduler asha:max_t=81,grace_period=1,reduction_factor=3 or --scheduler "
                           "median:grace_period=5,min_samples=3)",
                       0);
   };
-  if (e.type != "asha" && e.type != "median") throw bad("unknown scheduler '" + e.type + "'; known: asha, median, none");
+  const stop_rule_kind* kind = find_stop_rule(type);
+  if (!kind) throw bad("unknown scheduler '" + type + "'; known: " + stop_rule_names() + ", none");
+  early_stopping_spec e = default_early_stopping(*kind);
   for (std::size_t at = colon; at != std::string::npos && at < text.size();) {
     const auto end = text.find(',', at + 1);
     const std::string item = text.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1);
@@ -112,16 +98,9 @@ early_stop_spec parse_scheduler_flag(const std::string& text) {
     }
     if (value.empty() || used != value.size() || n < 0 || n > (1LL << 40))
       throw bad("'" + item + "' is not KEY=WHOLE_NUMBER");
-    if (key == "max_t") e.max_t = n;
-    else if (key == "grace_period") e.grace_period = n;
-    else if (key == "reduction_factor" && e.type == "asha") e.reduction_factor = static_cast<int>(n);
-    else if (key == "min_samples" && e.type == "median") e.min_samples = static_cast<int>(n);
-    else
-      throw bad("unknown setting '" + key + "' for " + e.type + "; known: " +
-                (e.type == "asha" ? "max_t, grace_period, reduction_factor" : "grace_period, min_samples, max_t"));
+    if (const std::string why = set_early_stopping(e, key, n); !why.empty()) throw bad(why);
   }
-  if (e.type == "asha" && text.find("max_t=") == std::string::npos) e.max_t = 100;  // as Ray Tune's
-  if (const std::string why = scheduler_problem(e); !why.empty()) throw bad(why);
+  if (const std::string why = early_stopping_problem(e); !why.empty()) throw bad(why);
   return e;
 }
 

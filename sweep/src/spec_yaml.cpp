@@ -10,6 +10,7 @@
 
 #include "isorun/sweep/slurm.hpp"
 #include "isorun/sweep/spec.hpp"
+#include "isorun/sweep/stop_rule.hpp"
 #include "isorun/runner/task_arguments.hpp"
 #include "isorun/runner/units.hpp"
 #include "isorun/runner/suggest.hpp"
@@ -232,41 +233,42 @@ void parse_metric(const YAML::Node& m, sweep_spec& s) {
   }
 }
 
-// scheduler: {type: asha|median, max_t:, grace_period:, reduction_factor:, min_samples:}
+// scheduler: NAME, or {type: NAME, SETTING: VALUE, ...} with a rule's settings (stop_rule.hpp).
 void parse_scheduler(const YAML::Node& n, sweep_spec& s) {
-  early_stop_spec& e = s.scheduler;
-  e.line = line_of(n);
-  if (n.IsScalar()) {
-    e.type = n.Scalar();
-  } else {
-    if (!n.IsMap() || !n["type"])
-      fail(n, "scheduler: is {type: asha, max_t: 81, grace_period: 1, reduction_factor: 3} or {type: median, "
-              "grace_period: 5, min_samples: 3}");
-    for (const auto& kv : n) {
-      const std::string k = kv.first.Scalar();
-      const auto& v = kv.second;
-      if (k == "type") {
-        e.type = v.Scalar();
-        continue;
-      }
-      static const std::vector<std::string> known = {"type", "max_t", "grace_period", "reduction_factor", "min_samples"};
-      if (std::find(known.begin(), known.end(), k) == known.end())
-        fail(kv.first, "unknown scheduler setting '" + k + "'" + did_you_mean(k, known) +
-                           "; known: type, max_t, grace_period, reduction_factor (asha), min_samples (median)");
-      const double x = number(v, k);
-      if (x != std::floor(x) || x < 0 || x > 1e12) fail(v, k + " must be a whole number of steps, 0 or more");
-      if (k == "max_t") e.max_t = static_cast<std::int64_t>(x);
-      else if (k == "grace_period") e.grace_period = static_cast<std::int64_t>(x);
-      else if (k == "reduction_factor") e.reduction_factor = static_cast<int>(x);
-      else e.min_samples = static_cast<int>(x);
-    }
-  }
-  if (e.type == "none") {
-    e = {};
+  const int line = line_of(n);
+  if (!n.IsScalar() && (!n.IsMap() || !n["type"] || !n["type"].IsScalar()))
+    fail(n, "scheduler: is {type: asha, max_t: 81, grace_period: 1, reduction_factor: 3} or {type: median, "
+            "grace_period: 5, min_samples: 3} (rules: " + stop_rule_names() + ")");
+  const YAML::Node type_node = n.IsScalar() ? n : n["type"];
+  const std::string type = type_node.Scalar();
+  if (type == "none") {
+    s.early_stopping = {};
     return;
   }
-  if (e.type == "asha" && !(n.IsMap() && n["max_t"])) e.max_t = 100;  // as Ray Tune's
-  if (const std::string why = scheduler_problem(e); !why.empty()) fail(n, "scheduler: " + why);
+  const stop_rule_kind* kind = find_stop_rule(type);
+  if (!kind) fail(type_node, "scheduler: " + early_stopping_problem({.type = type}));
+  early_stopping_spec e = default_early_stopping(*kind);
+  e.line = line;
+  if (n.IsMap()) {
+    std::vector<std::string> known = {"type"};
+    for (const auto& setting : kind->settings) known.emplace_back(setting.name);
+    for (const auto& kv : n) {
+      const std::string k = kv.first.Scalar();
+      if (k == "type") continue;
+      if (std::find(known.begin(), known.end(), k) == known.end()) {
+        std::string listed;
+        for (const auto& name : known) listed += (listed.empty() ? "" : ", ") + name;
+        fail(kv.first, "unknown scheduler setting '" + k + "'" + did_you_mean(k, known) + " for " + type +
+                           "; known: " + listed);
+      }
+      const double x = number(kv.second, k);
+      if (x != std::floor(x) || x < 0 || x > 1e12) fail(kv.second, k + " must be a whole number of steps, 0 or more");
+      if (const std::string why = set_early_stopping(e, k, static_cast<std::int64_t>(x)); !why.empty())
+        fail(kv.second, "scheduler: " + why);
+    }
+  }
+  if (const std::string why = early_stopping_problem(e); !why.empty()) fail(n, "scheduler: " + why);
+  s.early_stopping = std::move(e);
 }
 
 // Parameter names, each given once, and the line where each is.

@@ -42,27 +42,33 @@ struct metric_spec {
 /// @throws spec_error for an empty name or another goal.
 metric_spec parse_metric_flag(const std::string& text);
 
-/// Early stopping (`scheduler:` in the spec, `--scheduler`): a rule that stops bad trials on
-/// the steps they report (stop_rule.hpp). `step` is the resource: a trial's reported step.
-struct early_stop_spec {
-  std::string type;                ///< "" (none), "asha" or "median"
-  /// The step a trial is complete at: asha has no rung at or above it (default 100); the
-  /// budget a sweep used is counted against it (0 for median: not given, not counted).
-  std::int64_t max_t = 0;
-  std::int64_t grace_period = 1;   ///< no trial is stopped before this step (asha: the first rung)
-  int reduction_factor = 3;        ///< asha: η; a trial goes on from a rung in the top 1/η there
-  int min_samples = 3;             ///< median: other trials that must have reached a step first
-  int line = 0;                    ///< YAML line of `scheduler:` (0 for the flag)
+/// Early stopping (`scheduler:` in the spec, `--scheduler`): a rule from the registry of stop
+/// rules (asha, median, hyperband: stop_rule.hpp in the engine) that stops bad trials on the
+/// steps they report. `step` is the resource: a trial's reported step.
+struct early_stopping_spec {
+  std::string type;                                ///< "" (none) or a rule's name
+  std::map<std::string, std::int64_t> settings;    ///< each of the rule's settings, defaults filled in
+  int line = 0;                                    ///< YAML line of `scheduler:` (0 for the flag)
+
+  explicit operator bool() const noexcept { return !type.empty(); }
+  /// @brief The setting `key`; 0 if the rule has none of that name.
+  [[nodiscard]] std::int64_t get(const std::string& key) const {
+    const auto it = settings.find(key);
+    return it == settings.end() ? 0 : it->second;
+  }
+  /// @brief The step a trial is complete at; the budget a sweep's steps are counted against
+  ///        (0: the rule was given none).
+  [[nodiscard]] std::int64_t max_t() const { return get("max_t"); }
 };
 
-/// @brief Parses `--scheduler TYPE[:key=value,...]` (asha, median or none), e.g.
+/// @brief Parses `--scheduler TYPE[:key=value,...]` (a rule's name, or none), e.g.
 ///        `asha:max_t=81,reduction_factor=3`.
 /// @throws spec_error naming what is wrong.
-early_stop_spec parse_scheduler_flag(const std::string& text);
+early_stopping_spec parse_scheduler_flag(const std::string& text);
 
-/// @brief What is wrong with `s.scheduler` on its own ("" if nothing): max_t below the grace
-///        period, a reduction factor below 2, a count out of range.
-std::string scheduler_problem(const early_stop_spec& s);
+/// @brief What is wrong with an early-stopping spec on its own ("" if nothing): an unknown rule,
+///        a setting out of its range, max_t below the grace period.
+std::string early_stopping_problem(const early_stopping_spec& s);
 
 /// Out-of-memory retries (`policy: oom_retry:`, `--oom-retry`): a trial that ran out of memory is
 /// run again with its cap multiplied by `factor`, up to `max` (the last attempt at exactly `max`),
@@ -118,7 +124,7 @@ struct sweep_spec {
   /// Modules a Python sweep's standby interpreters import while they wait (`resources: preload:`).
   std::vector<std::string> preload;
   metric_spec metric;
-  early_stop_spec scheduler;            ///< early stopping (type "" for none)
+  early_stopping_spec early_stopping;   ///< `scheduler:` (type "" for none)
   std::vector<nlohmann::json> trials;   ///< expanded parameter sets, in order
   std::map<std::string, int> param_lines;  ///< YAML line where each parameter is given
   std::vector<int> gpus;                ///< GPU indices; empty = CPU slots
