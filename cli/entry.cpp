@@ -1,5 +1,6 @@
 #include "entry.hpp"
 
+#include <fcntl.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -19,11 +20,36 @@
 namespace isorun::cli {
 namespace {
 
-// A failure before or outside the task: on stderr, and as a record on stdout under --json.
-int report_failure(bool as_json, const char* outcome, int code, const std::string& what) {
+// ISORUN_ERROR_FILE as it was given, once taken out of the environment.
+std::string& error_file() {
+  static std::string path;
+  return path;
+}
+
+// ISORUN_ERROR_FILE, taken out of the environment (the programs isorun runs do not see it).
+std::string take_error_file() {
+  if (const char* path = std::getenv(error_file_env)) error_file() = path;
+  ::unsetenv(error_file_env);
+  return error_file();
+}
+
+// A failure before or outside the task: on stderr, as a record on stdout under --json, and in
+// the error file a program running isorun asked for.
+int report_failure(bool as_json, const std::string& error_file, const char* outcome, int code,
+                   const std::string& what) {
   // The message may quote what others wrote: a spec, a folder's files, a task's words.
   std::fprintf(stderr, "isorun: %s: %s\n", code == 2 ? "error" : "internal error", printable(what).c_str());
-  if (as_json) std::cout << nlohmann::json{{"outcome", outcome}, {"exit_code", code}, {"message", what}}.dump() << std::endl;
+  const std::string record =
+      nlohmann::json{{"outcome", outcome}, {"exit_code", code}, {"message", valid_utf8(what)}}.dump() + "\n";
+  if (as_json) std::cout << record << std::flush;
+  if (!error_file.empty()) {
+    // Never through a link; a file that cannot be written leaves the caller the exit code and stderr.
+    const int fd = ::open(error_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      [[maybe_unused]] const auto n = ::write(fd, record.data(), record.size());
+      ::close(fd);
+    }
+  }
   return code;
 }
 
@@ -38,16 +64,21 @@ void stop_with_parent() {
   if (pid > 0 && ::getppid() != pid) std::raise(SIGTERM);  // it died before this took effect
 }
 
+void hand_on_error_file() {
+  if (!error_file().empty()) ::setenv(error_file_env, error_file().c_str(), 1);
+}
+
 int guarded(int argc, char** argv, const std::function<int()>& work) {
   const bool as_json = wants_json(argc, argv);
+  const std::string error_file = take_error_file();
   try {
     return work();
   } catch (const usage_error& e) {
-    return report_failure(as_json, "usage", 2, e.what());
+    return report_failure(as_json, error_file, "usage", 2, e.what());
   } catch (const parse_error& e) {
-    return report_failure(as_json, "usage", 2, e.what());
+    return report_failure(as_json, error_file, "usage", 2, e.what());
   } catch (const std::exception& e) {
-    return report_failure(as_json, "internal_error", 125, e.what());
+    return report_failure(as_json, error_file, "internal_error", 125, e.what());
   }
 }
 

@@ -40,6 +40,7 @@ std::optional<cli::cli_options> command_to_run(int argc, char** argv) {
 [[noreturn]] void exec_whole_cli(int argc, char** argv) {
   std::exit(cli::guarded(argc, argv, [&]() -> int {
     const std::string cli = runner::beside_library("isorun-cli", "isorun can run no task or sweep");
+    cli::hand_on_error_file();
     ::execv(cli.c_str(), argv);
     throw internal_error("cannot start " + cli + ": " + std::strerror(errno) + "; reinstall isorun");
   }));

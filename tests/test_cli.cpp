@@ -86,6 +86,39 @@ TEST_CASE("--json prints a full record, for failures too", "[cli]") {
   CHECK(b["message"] == "nope");
 }
 
+TEST_CASE("ISORUN_ERROR_FILE gets a refusal as a record; what isorun runs does not inherit the variable",
+          "[cli][error-record]") {
+  char dir_template[] = "/tmp/isorun-error-record-XXXXXX";
+  REQUIRE(::mkdtemp(dir_template) != nullptr);
+  const fs::path dir = dir_template, file = dir / "error.json";
+  auto read_file = [](const fs::path& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string var = "ISORUN_ERROR_FILE=" + file.string();
+  // Bad input: exit 2, the record in the file as --json prints it.
+  auto bad = run({"--cpu", "--mem-limit", "lots", "hello"}, {var});
+  CHECK(bad.code == 2);
+  REQUIRE(fs::exists(file));
+  const json record = json::parse(read_file(file));
+  CHECK(record["outcome"] == "usage");
+  CHECK(record["exit_code"] == 2);
+  CHECK_THAT(record["message"].get<std::string>(), Catch::Contains("lots"));
+  CHECK_THAT(bad.err, Catch::Contains("isorun: error: " + record["message"].get<std::string>()));
+  // A command run by isorun does not see the variable; a run that succeeds writes no record.
+  fs::remove(file);
+  auto ok = run({"-q", "--cpu", "--", "/bin/sh", "-c", "echo \"${ISORUN_ERROR_FILE-unset}\""}, {var});
+  CHECK(ok.code == 0);
+  CHECK(ok.out == "unset\n");
+  CHECK_FALSE(fs::exists(file));
+  // Never written through a link.
+  fs::create_symlink(dir / "victim", file);
+  std::ofstream(dir / "victim") << "precious\n";
+  CHECK(run({"--cpu", "--mem-limit", "lots", "hello"}, {var}).code == 2);
+  CHECK(read_file(dir / "victim") == "precious\n");
+  fs::remove_all(dir);
+}
+
 TEST_CASE("each outcome class has its exit code", "[cli]") {
   CHECK(run(with_tasks({"--cpu", "fail", "arg0=x"})).code == 1);
   auto oom = run(with_tasks({"--cpu", "oom"}));

@@ -115,9 +115,11 @@ TEST_CASE("Slurm's settings reach sbatch as arguments; the batch script holds on
   std::istringstream in(text);
   for (std::string l; std::getline(in, l);)
     if (!l.empty() && l[0] != '#') commands.push_back(l);
-  REQUIRE(commands.size() == 2);
+  REQUIRE(commands.size() == 3);
   CHECK(commands[0] == "cd '" + sbatch.dir().string() + "' || exit 1");
-  CHECK(commands[1] == "exec '/opt/isorun' 'sweep' 'it'\\''s.yaml' --node '" + batch.string() +
+  CHECK(commands[1] == "ISORUN_ERROR_FILE='" + (batch.parent_path() / "errors").string() +
+                           "'/\"$SLURM_ARRAY_JOB_ID\"_\"$SLURM_ARRAY_TASK_ID\".json; export ISORUN_ERROR_FILE");
+  CHECK(commands[2] == "exec '/opt/isorun' 'sweep' 'it'\\''s.yaml' --node '" + batch.string() +
                            "':\"$SLURM_ARRAY_TASK_ID\"");
   // A sweep over a command given after `--`: --node is isorun's, so it goes before the `--`.
   const std::string over_command =
@@ -307,19 +309,30 @@ TEST_CASE("Slurm files planted in the folder (a FIFO as a record, a link as a st
   }
 }
 
-TEST_CASE("a node's refusal is read from its log as the folder's files are: a link or a FIFO there holds none",
+TEST_CASE("a node's refusal is read from its error record as the folder's files are: a link, a FIFO or words that "
+          "are not a usage record hold none",
           "[sweep][slurm-submit][hostile]") {
   fake_sbatch slurm;
-  const fs::path dir = slurm.dir(), log = dir / "77_0.out", elsewhere = dir / "elsewhere.out";
+  const fs::path dir = slurm.dir(), record = sw::slurm::error_record(dir, "77", 0), elsewhere = dir / "elsewhere.json";
+  CHECK(record == dir / "errors" / "77_0.json");
+  fs::create_directories(record.parent_path());
   sw::slurm::task_end refused{"FAILED"};
   refused.exit_code = 2;
-  std::ofstream(log) << "starting\nisorun: error: no GPU 3 here\n";
-  CHECK(sw::slurm::node_usage_error(refused, log) == std::optional<std::string>("no GPU 3 here"));
-  fs::remove(log);
-  std::ofstream(elsewhere) << "isorun: error: planted\n";
-  fs::create_symlink(elsewhere, log);
-  CHECK_FALSE(sw::slurm::node_usage_error(refused, log));
-  fs::remove(log);
-  REQUIRE(::mkfifo(log.c_str(), 0600) == 0);  // no writer: reading it would block for ever
-  CHECK_FALSE(sw::slurm::node_usage_error(refused, log));
+  std::ofstream(record) << R"({"outcome": "usage", "exit_code": 2, "message": "no GPU 3 here"})" << "\n";
+  CHECK(sw::slurm::node_usage_error(refused, record) == std::optional<std::string>("no GPU 3 here"));
+  sw::slurm::task_end failed = refused;
+  failed.exit_code = 1;
+  CHECK_FALSE(sw::slurm::node_usage_error(failed, record));  // Slurm saw another end
+  std::ofstream(record, std::ios::trunc) << R"({"outcome": "internal_error", "exit_code": 125, "message": "x"})";
+  CHECK_FALSE(sw::slurm::node_usage_error(refused, record));
+  std::ofstream(record, std::ios::trunc) << "isorun: error: words, not a record\n";
+  CHECK_FALSE(sw::slurm::node_usage_error(refused, record));
+  fs::remove(record);
+  CHECK_FALSE(sw::slurm::node_usage_error(refused, record));  // exit 2 from something else
+  std::ofstream(elsewhere) << R"({"outcome": "usage", "exit_code": 2, "message": "planted"})";
+  fs::create_symlink(elsewhere, record);
+  CHECK_FALSE(sw::slurm::node_usage_error(refused, record));
+  fs::remove(record);
+  REQUIRE(::mkfifo(record.c_str(), 0600) == 0);  // no writer: reading it would block for ever
+  CHECK_FALSE(sw::slurm::node_usage_error(refused, record));
 }

@@ -188,6 +188,8 @@ def _run(spec: Spec, options: list[str], progress: bool) -> Iterator[dict[str, A
         # The trials' interpreters find modules as this one does.
         env["PYTHONPATH"] = os.pathsep.join(p for p in [*sys.path, env.get("PYTHONPATH", "")] if p)
         env["ISORUN_STOP_WITH_PARENT"] = str(os.getpid())  # it stops its trials if this process dies
+        error_file = os.path.join(folder, "error.json")
+        env["ISORUN_ERROR_FILE"] = error_file  # its refusal as a record, not words to scrape
         lines: list[str] = []
         # A session of its own: a Ctrl-C at the terminal reaches this process alone, and it hands
         # the command exactly one SIGINT per interrupt, also where only this process is
@@ -233,14 +235,14 @@ def _run(spec: Spec, options: list[str], progress: bool) -> Iterator[dict[str, A
                 if not ended:  # the caller left the iterator, or its on_record raised
                     _stop(proc)
                     echo.join()  # (before the pipe it reads is closed)
+        refusal = _refusal(error_file)
     if interrupted:
         raise KeyboardInterrupt
     code = proc.returncode
     said = "".join(lines[-5:]).strip()
     if code == 2:
-        # The command's own words, without its prefix, and "the spec" for the file written here.
-        errors = [l.strip().removeprefix("isorun: error: ") for l in lines if l.startswith("isorun: error: ")]
-        message = errors[-1] if errors else said or "isorun sweep refused the spec"
+        # The command's own words, from its failure record, and "the spec" for the file written here.
+        message = refusal or said or "isorun sweep refused the spec"
         if isinstance(spec, dict):
             message = message.replace(path + ": ", "spec: ")
         raise UsageError(message)
@@ -249,6 +251,19 @@ def _run(spec: Spec, options: list[str], progress: bool) -> Iterator[dict[str, A
     if code not in (0, 1) or tail is None:
         raise Error(f"isorun sweep ended with exit code {code}: {said}")
     return out
+
+
+def _refusal(error_file: str) -> str:
+    """The message of the command's usage-error record (ISORUN_ERROR_FILE); "" if it wrote none."""
+    try:
+        with open(error_file, encoding="utf-8", errors="replace") as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return ""
+    if not isinstance(record, dict) or record.get("outcome") != "usage":
+        return ""
+    message = record.get("message")
+    return message if isinstance(message, str) else ""
 
 
 def _echo(proc: "subprocess.Popen[str]", lines: list[str]) -> None:

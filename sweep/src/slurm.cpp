@@ -119,7 +119,10 @@ std::string batch_script(const fs::path& batch_file, const std::vector<std::stri
   std::ostringstream script;
   script << "#!/bin/sh\n# isorun: array task K runs the trials tasks[K] of " << quoted(batch_file.filename().string())
          << ", here, isolated and capped.\n# Slurm's settings are sbatch's arguments, kept in that file's \"sbatch\".\n";
-  script << "cd " << quoted(fs::absolute(submit_dir).string()) << " || exit 1\nexec";
+  script << "cd " << quoted(fs::absolute(submit_dir).string()) << " || exit 1\n";
+  // Where isorun writes its failure as a record (error_record()), for the submitter to read.
+  script << "ISORUN_ERROR_FILE=" << quoted(fs::absolute(batch_file.parent_path() / "errors").string())
+         << "/\"$SLURM_ARRAY_JOB_ID\"_\"$SLURM_ARRAY_TASK_ID\".json; export ISORUN_ERROR_FILE\nexec";
   // --node goes with isorun's own flags: before a `--`, past which every word is the command's.
   const auto end_of_flags = std::find(node_command.begin(), node_command.end(), "--");
   for (auto w = node_command.begin(); w != end_of_flags; ++w) script << " " << quoted(*w);
@@ -143,6 +146,7 @@ submission submit(const slurm_spec& s, const fs::path& out, const std::vector<st
   fs::create_directories(dir / "logs");
   fs::create_directories(dir / "reports");  // early stopping: each trial's reports, from its node
   fs::create_directories(dir / "stop");     // and the submitter's verdicts, one file per trial stopped
+  fs::create_directories(dir / "errors");   // each array task's failure record, if isorun refused its trials
   for (sub.batch = 1; fs::exists(dir / ("batch-" + std::to_string(sub.batch) + ".json")); ++sub.batch) {
   }
   const std::string name = "batch-" + std::to_string(sub.batch);
@@ -213,23 +217,26 @@ std::map<int, task_end> task_states(const std::string& job) {
   return out;
 }
 
-std::optional<std::string> node_usage_error(const task_end& end, const fs::path& log) {
+std::optional<std::string> node_usage_error(const task_end& end, const fs::path& record) {
   if (end.exit_code != 2) return std::nullopt;
-  // Read as the folder's other files are (not through a link, only a regular file, a line at a
-  // time with a cap): a log that is none of that holds no refusal of isorun's.
-  std::string said;
+  // Read as the folder's other files are (not through a link, only a regular file, bounded): a
+  // record that is none of that, or not isorun's, holds no refusal of isorun's.
   try {
-    const unique_fd dir = detail::open_folder(log.parent_path());
-    const unique_fd fd = dir ? detail::open_file(dir.get(), log.filename().string(), O_RDONLY, log) : unique_fd();
-    if (fd)
-      detail::for_each_line(fd.get(), journal::max_line, log, [&](std::string_view line, int, bool too_long) {
-        if (!too_long && line.starts_with("isorun: error: ")) said = line.substr(15);
-      });
-  } catch (const error&) {
+    const unique_fd dir = detail::open_folder(record.parent_path());
+    const unique_fd fd = dir ? detail::open_file(dir.get(), record.filename().string(), O_RDONLY, record) : unique_fd();
+    if (!fd) return std::nullopt;  // exit 2 from something else: not isorun's refusal
+    const nlohmann::json j = parse_bounded_json(detail::read_all(fd.get(), 1 << 16, record));
+    if (!j.is_object() || j.value("outcome", "") != "usage" || j.value("exit_code", 0) != 2) return std::nullopt;
+    const auto message = j.find("message");
+    if (message == j.end() || !message->is_string() || message->get<std::string>().empty()) return std::nullopt;
+    return message->get<std::string>();
+  } catch (const std::exception&) {
     return std::nullopt;
   }
-  if (said.empty()) return std::nullopt;  // exit 2 from something else: not isorun's refusal
-  return said;
+}
+
+fs::path error_record(const fs::path& slurm_dir, const std::string& job, std::size_t task) {
+  return slurm_dir / "errors" / (job + "_" + std::to_string(task) + ".json");
 }
 
 outcome_kind outcome_of(const std::string& state) {

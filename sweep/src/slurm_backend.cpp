@@ -344,7 +344,7 @@ std::vector<finished_trial> slurm_backend::lost(const slurm::submission& sub) {
     const fs::path log = dir_ / "logs" / (task + ".out");
     const auto st = states.find(static_cast<int>(k));
     ends.push_back(st == states.end() ? slurm::task_end{"UNKNOWN"} : st->second);
-    if (const auto why = slurm::node_usage_error(ends.back(), log))
+    if (const auto why = slurm::node_usage_error(ends.back(), slurm::error_record(dir_, sub.job, k)))
       throw usage_error("on Slurm, array task " + task + " refused its trials: " + *why + " (its log: " + log.string() + ")");
   }
   for (std::size_t k = 0; k < sub.tasks.size(); ++k) {
