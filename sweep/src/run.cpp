@@ -43,6 +43,7 @@
 #include "local_backend.hpp"
 #include "progress.hpp"
 #include "python_trials.hpp"
+#include "isorun/sweep/remote_folder.hpp"
 #include "isorun/sweep/scheduler.hpp"
 #include "isorun/sweep/stop_rule.hpp"
 #include "slurm_backend.hpp"
@@ -290,7 +291,7 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
     for (std::size_t i : slurm::node_trials(st.opt.node)) {
       if (i >= s.trials.size()) throw usage_error("--node " + st.opt.node + " lists trial " + std::to_string(i) +
                                                   ", but the sweep has " + std::to_string(s.trials.size()));
-      if (!fs::exists(st.out / "slurm" / "results" / (trial_id(st.subject, s.trials[i]) + ".json"))) st.queue.push_back(i);
+      if (!remote_folder(st.out, "slurm").has_record(trial_id(st.subject, s.trials[i]))) st.queue.push_back(i);
     }
     return;
   }
@@ -350,20 +351,6 @@ void tabulate(const sweep_run::state& st, json& identity, clock::time_point run_
 
 namespace {
 
-// A report of a trial on a Slurm node, appended for the submitter as one line (one write, the
-// file opened and closed each time, so a shared file system shows it to the submitter's node).
-// Written as every file of the output folder is (by name inside it, not through a link, only a
-// regular file).
-void forward_report(const fs::path& out, const std::string& id, std::int64_t step, const json& metrics) {
-  const std::string line = json{{"step", step}, {"metrics", metrics}}.dump() + "\n";
-  const std::string name = id + ".jsonl";
-  const fs::path shown = out / "slurm" / "reports" / name;
-  const unique_fd folder = detail::open_subfolders(out, {"slurm", "reports"}, true);
-  const unique_fd fd = detail::open_file(folder.get(), name, O_WRONLY | O_APPEND | O_CREAT, shown);
-  if (::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()))
-    throw internal_error("cannot write " + shown.string() + ": " + std::strerror(errno));
-}
-
 // On a Slurm node: the submitter's verdicts, OUT/slurm/stop/ID, each stopping that trial alone
 // as pruned. Looked for every 100 ms (a shared file system need not tell another node of a new
 // file), until destroyed.
@@ -383,6 +370,7 @@ class verdict_watch {
 
  private:
   void watch(const sweep_run::state& st, scheduler& sched) {
+    const remote_folder folder(st.out, "slurm");
     std::set<std::size_t> stopped;
     for (;;) {
       {
@@ -391,8 +379,7 @@ class verdict_watch {
       }
       for (std::size_t i : st.queue) {
         const std::string id = trial_id(st.subject, st.s.trials[i]);
-        std::error_code ec;
-        if (!stopped.count(i) && fs::exists(st.out / "slurm" / "stop" / id, ec)) {
+        if (!stopped.count(i) && folder.stop_requested(id)) {
           stopped.insert(i);
           sched.prune({i, id, 1});
         }
@@ -421,7 +408,8 @@ sweep_summary sweep_run::run() {
   const auto run_start = clock::now();
 
   std::unique_ptr<record_store> store;
-  if (node) store = std::make_unique<result_files>(st.out / "slurm" / "results");
+  const remote_folder shared(st.out, "slurm");  // a node's records, reports and verdicts
+  if (node) store = shared.records_store();
   else store = std::make_unique<journal_store>(*st.journal);
   progress live(s, st.opt.progress, st.queue.size(), st.slots.size());
   std::unique_ptr<trial_backend> backend = make_backend(st, run_number, run_start);
@@ -457,7 +445,7 @@ sweep_summary sweep_run::run() {
     should_stop = [&](const trial& t, std::int64_t step, const json& metrics) { return stopper->judge(t.id, step, metrics); };
   else if (forwards)
     should_stop = [&](const trial& t, std::int64_t step, const json& metrics) {
-      forward_report(st.out, t.id, step, metrics);
+      shared.report(t.id, step, metrics);
       return false;
     };
   scheduler sched(s, st.subject, st.queue, *backend, writer, stop,
@@ -487,7 +475,7 @@ sweep_summary sweep_run::run() {
   verdicts.reset();
   if (detach) {
     summary.detached = true;
-    summary.jobs = static_cast<slurm_backend&>(*backend).jobs();
+    summary.jobs = backend->jobs();
   }
   stop.close();
   writer.close();
@@ -552,9 +540,9 @@ std::unique_ptr<trial_backend> make_backend(const sweep_run::state& st, int run,
 void tabulate(const sweep_run::state& st, json& identity, clock::time_point run_start, sweep_summary& summary) {
   const fs::path& out = st.out;
   if (st.s.slurm) {  // the array tasks' records that are now durable in the journal
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(out / "slurm" / "results", ec))
-      if (st.journal->latest().count(e.path().stem().string())) fs::remove(e.path(), ec);
+    const remote_folder shared(out, "slurm");
+    for (const auto& found : shared.records())
+      if (st.journal->latest().count(found.record.id)) shared.remove_record(found.file);
   }
   // Results in spec order, then results.csv.
   const auto& latest = st.journal->latest();

@@ -19,6 +19,7 @@
 #include "isorun/runner/process.hpp"
 #include "isorun/runner/worker_env.hpp"
 #include "isorun/sweep/journal.hpp"
+#include "isorun/sweep/remote_folder.hpp"
 
 namespace isorun::sweep::slurm {
 namespace fs = std::filesystem;
@@ -120,8 +121,10 @@ std::string batch_script(const fs::path& batch_file, const std::vector<std::stri
   script << "#!/bin/sh\n# isorun: array task K runs the trials tasks[K] of " << quoted(batch_file.filename().string())
          << ", here, isolated and capped.\n# Slurm's settings are sbatch's arguments, kept in that file's \"sbatch\".\n";
   script << "cd " << quoted(fs::absolute(submit_dir).string()) << " || exit 1\n";
-  // Where isorun writes its failure as a record (error_record()), for the submitter to read.
-  script << "ISORUN_ERROR_FILE=" << quoted(fs::absolute(batch_file.parent_path() / "errors").string())
+  // Where isorun writes its failure as a record, for the submitter to read
+  // (remote_folder::error_record() for this array task; the batch file is in that folder).
+  const remote_folder shared(fs::absolute(batch_file.parent_path().parent_path()), batch_file.parent_path().filename());
+  script << "ISORUN_ERROR_FILE=" << quoted(shared.errors().string())
          << "/\"$SLURM_ARRAY_JOB_ID\"_\"$SLURM_ARRAY_TASK_ID\".json; export ISORUN_ERROR_FILE\nexec";
   // --node goes with isorun's own flags: before a `--`, past which every word is the command's.
   const auto end_of_flags = std::find(node_command.begin(), node_command.end(), "--");
@@ -142,11 +145,8 @@ submission submit(const slurm_spec& s, const fs::path& out, const std::vector<st
                            trials.begin() + static_cast<std::ptrdiff_t>(std::min(trials.size(), i + chunk)));
   // Checked before anything is written: a refused setting leaves no batch behind.
   std::vector<std::string> args = sbatch_arguments(s, sub.tasks.size(), dir / "logs", job_name);
-  fs::create_directories(dir / "results");
-  fs::create_directories(dir / "logs");
-  fs::create_directories(dir / "reports");  // early stopping: each trial's reports, from its node
-  fs::create_directories(dir / "stop");     // and the submitter's verdicts, one file per trial stopped
-  fs::create_directories(dir / "errors");   // each array task's failure record, if isorun refused its trials
+  fs::create_directories(dir / "logs");  // sbatch's --output
+  remote_folder(fs::absolute(out), "slurm").create();  // records, reports, verdicts, failure records
   for (sub.batch = 1; fs::exists(dir / ("batch-" + std::to_string(sub.batch) + ".json")); ++sub.batch) {
   }
   const std::string name = "batch-" + std::to_string(sub.batch);
@@ -233,10 +233,6 @@ std::optional<std::string> node_usage_error(const task_end& end, const fs::path&
   } catch (const std::exception&) {
     return std::nullopt;
   }
-}
-
-fs::path error_record(const fs::path& slurm_dir, const std::string& job, std::size_t task) {
-  return slurm_dir / "errors" / (job + "_" + std::to_string(task) + ".json");
 }
 
 outcome_kind outcome_of(const std::string& state) {

@@ -17,13 +17,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// OUT/slurm/`name` (OUT is dir_'s parent), read and written as every file of the output folder
-// is: by name inside it, never through a link (array tasks and anyone of the same user can
-// write there).
-unique_fd slurm_folder(const fs::path& dir, const char* name, bool create) {
-  return detail::open_subfolders(dir.parent_path(), {"slurm", name}, create);
-}
-
 // The JSON in the file `name` of `folder`, bounded in size and depth; discarded if it is not
 // there or not JSON. @throws usage_error if a link, a FIFO or a file larger than a record is there.
 json read_json_file(int folder, const std::string& name, const fs::path& shown) {
@@ -34,7 +27,8 @@ json read_json_file(int folder, const std::string& name, const fs::path& shown) 
 }
 }  // namespace
 
-slurm_backend::slurm_backend(slurm_setup setup) : setup_{std::move(setup)}, dir_{setup_.out / "slurm"} {
+slurm_backend::slurm_backend(slurm_setup setup)
+    : setup_{std::move(setup)}, dir_{setup_.out / "slurm"}, folder_{setup_.out, "slurm"} {
   for (std::size_t i : setup_.queue) index_of_[trial_id(setup_.subject, setup_.spec->trials[i])] = i;
 }
 
@@ -89,13 +83,8 @@ void slurm_backend::start(std::vector<trial> batch) {
     std::lock_guard lock(mutex_);
     for (const auto& t : batch) {
       attempt_[t.index] = t.attempt;
-      if (done_trials_.erase(t.index)) {
-        std::error_code ec;
-        fs::remove(dir_ / "results" / (t.id + ".json"), ec);
-      }
-      std::error_code ec;  // an attempt starts with no verdict and no reports
-      fs::remove(dir_ / "stop" / t.id, ec);
-      fs::remove(dir_ / "reports" / (t.id + ".jsonl"), ec);
+      done_trials_.erase(t.index);
+      folder_.start_afresh(t.id);  // no record, verdict or reports of an earlier attempt
       report_offset_.erase(t.index);
     }
   }
@@ -126,10 +115,7 @@ void slurm_backend::start(std::vector<trial> batch) {
 }
 
 void slurm_backend::stop(const trial& t) {
-  // Only that trial: its array task's other trials go on. (An empty file; the node looks for
-  // it.) Created, never truncated nor written through a link: a name planted there is refused.
-  const unique_fd folder = slurm_folder(dir_, "stop", true);
-  detail::open_file(folder.get(), t.id, O_WRONLY | O_CREAT, dir_ / "stop" / t.id);
+  folder_.stop(t.id);  // only that trial: its array task's other trials go on
 }
 
 // Reports the nodes appended since the last look, to the scheduler, in each file's order; a
@@ -147,26 +133,12 @@ void slurm_backend::deliver_reports() {
       }
   }
   if (running.empty()) return;
-  const unique_fd folder = slurm_folder(dir_, "reports", false);
-  if (!folder) return;
   for (auto& [t, at] : running) {
-    const std::string name = t.id + ".jsonl";
     std::vector<std::pair<std::int64_t, json>> reports;
     try {
-      const unique_fd fd = detail::open_file(folder.get(), name, O_RDONLY, dir_ / "reports" / name);
-      if (!fd || ::lseek(fd.get(), static_cast<off_t>(at), SEEK_SET) < 0) continue;
-      // A line still being written (no newline yet) waits for the next look; one longer than a
-      // report can be is skipped, not kept.
-      at += detail::for_each_line(fd.get(), journal::max_line, dir_ / "reports" / name,
-                                  [&](std::string_view line, int, bool too_long) {
-                                    if (too_long) return;
-                                    json j = parse_bounded_json(line);
-                                    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
-                                        j.contains("metrics") && j["metrics"].is_object())
-                                      reports.emplace_back(j["step"].get<std::int64_t>(), std::move(j["metrics"]));
-                                  });
+      reports = folder_.reports_since(t.id, at);
     } catch (const usage_error& e) {  // a link or a FIFO planted there: not the node's reports
-      if (warned_.insert(name).second)
+      if (warned_.insert(t.id).second)
         std::fprintf(stderr, "isorun: warning: %s; its reports are ignored\n", printable(e.what()).c_str());
       continue;
     }
@@ -254,31 +226,22 @@ void slurm_backend::forget_delivered() {
 // The records array tasks left in OUT/slurm/results/, for trials not yet delivered.
 std::vector<finished_trial> slurm_backend::merge() {
   std::vector<finished_trial> out;
-  std::error_code ec;
   bool stopping;
   {
     std::lock_guard lock(mutex_);
     stopping = cancelled_;
   }
-  const unique_fd folder = slurm_folder(dir_, "results", false);
-  if (!folder) return out;
-  for (const auto& e : fs::directory_iterator(dir_ / "results", ec)) {
-    if (e.path().extension() != ".json") continue;  // (".tmp": still being written)
-    trial_record rec;
-    try {
-      rec = trial_record::from_json(read_json_file(folder.get(), e.path().filename().string(), e.path()));
-    } catch (const std::exception&) {
-      fs::remove(e.path(), ec);  // not a record (nor a link, a FIFO or a huge file: they go too)
-      continue;
-    }
+  for (auto& [file, rec] : folder_.records()) {
     // A file is removed once its record is durable in the journal: by the next run, which
     // finds its trial journaled (and so not among this run's trials), or at the run's end.
     const auto it = index_of_.find(rec.id);
     // After a stop, a failure may be the stop itself (scancel signals every process of an
     // array task, the trial's worker too): not journaled, so that running again runs it.
     const bool stopped_by_us = stopping && rec.kind != outcome_kind::success;
-    if (it == index_of_.end() || stopped_by_us) fs::remove(e.path(), ec);
-    if (it == index_of_.end() || stopped_by_us) continue;
+    if (it == index_of_.end() || stopped_by_us) {
+      folder_.remove_record(file);
+      continue;
+    }
     trial t = make_trial(it->second);
     {
       std::lock_guard lock(mutex_);
@@ -344,7 +307,7 @@ std::vector<finished_trial> slurm_backend::lost(const slurm::submission& sub) {
     const fs::path log = dir_ / "logs" / (task + ".out");
     const auto st = states.find(static_cast<int>(k));
     ends.push_back(st == states.end() ? slurm::task_end{"UNKNOWN"} : st->second);
-    if (const auto why = slurm::node_usage_error(ends.back(), slurm::error_record(dir_, sub.job, k)))
+    if (const auto why = slurm::node_usage_error(ends.back(), folder_.error_record(sub.job, k)))
       throw usage_error("on Slurm, array task " + task + " refused its trials: " + *why + " (its log: " + log.string() + ")");
   }
   for (std::size_t k = 0; k < sub.tasks.size(); ++k) {

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "isorun/sweep/remote_folder.hpp"
 #include "isorun/sweep/run.hpp"
 #include "isorun/sweep/slurm.hpp"
 #include "isorun/sweep/trial_backend.hpp"
@@ -47,8 +48,8 @@ class slurm_backend final : public trial_backend {
   void cancel_all() override;
   void finish() override;
 
-  /// @brief The arrays in flight now (what a detached sweep leaves running).
-  [[nodiscard]] std::vector<std::string> jobs();
+  /// The arrays in flight now (what a detached sweep leaves running).
+  [[nodiscard]] std::vector<std::string> jobs() override;
 
  private:
   void poll();
@@ -62,7 +63,8 @@ class slurm_backend final : public trial_backend {
   trial make_trial(std::size_t index);
 
   slurm_setup setup_;
-  std::filesystem::path dir_;                   // OUT/slurm
+  std::filesystem::path dir_;                   // OUT/slurm: jobs.json, batch files, logs/
+  remote_folder folder_;                        // OUT/slurm: records, reports, verdicts, errors
   std::map<std::string, std::size_t> index_of_; // trial id -> index
   trial_sink* sink_ = nullptr;
   std::mutex mutex_;

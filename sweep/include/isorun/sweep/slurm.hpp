@@ -84,14 +84,11 @@ std::map<int, task_end> task_states(const std::string& job);
 
 /// @brief The usage error an array task's isorun stopped with, if that is how it ended: exit
 ///        code 2 (isorun's code for input it refuses, such as a GPU the node does not have) and
-///        a usage record in its error file `record` (OUT/slurm/errors/JOB_TASK.json, where the
+///        a usage record in its error file `record` (remote_folder::error_record(), where the
 ///        batch script has isorun write its failure: ISORUN_ERROR_FILE). nullopt for any other
 ///        end: those are lost trials, retried by the sweep's policy, while a usage error would
 ///        only repeat.
 std::optional<std::string> node_usage_error(const task_end& end, const std::filesystem::path& record);
-
-/// The file an array task's isorun writes its failure record to, in OUT/slurm/errors.
-std::filesystem::path error_record(const std::filesystem::path& slurm_dir, const std::string& job, std::size_t task);
 
 /// @brief The outcome class of a trial whose array task ended in Slurm state `state` without
 ///        leaving its record: TIMEOUT (Slurm's time limit) is a timeout, OUT_OF_MEMORY (its

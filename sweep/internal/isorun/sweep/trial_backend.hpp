@@ -85,6 +85,9 @@ class trial_backend {
 
   /// @brief Waits for the backend's threads once nothing runs; no sink call comes after it.
   virtual void finish() = 0;
+  /// @brief What the backend left running elsewhere for a detached sweep (a cluster's job
+  ///        ids); none for a backend that runs trials here.
+  [[nodiscard]] virtual std::vector<std::string> jobs() { return {}; }
 };
 
 }  // namespace isorun::sweep

@@ -1,0 +1,109 @@
+// Both halves of the submitter-node folder protocol (remote_folder.hpp).
+#include "isorun/sweep/remote_folder.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "folder.hpp"
+#include "isorun/runner/bounded_json.hpp"
+#include "isorun/runner/errors.hpp"
+
+namespace isorun::sweep {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+remote_folder::remote_folder(fs::path out, std::string name)
+    : out_{std::move(out)}, dir_{out_ / name}, name_{std::move(name)} {}
+
+void remote_folder::create() const {
+  for (const char* sub : {"results", "reports", "stop", "errors"}) fs::create_directories(dir_ / sub);
+}
+
+void remote_folder::start_afresh(const std::string& id) const {
+  std::error_code ec;
+  fs::remove(dir_ / "results" / (id + ".json"), ec);
+  fs::remove(dir_ / "stop" / id, ec);
+  fs::remove(dir_ / "reports" / (id + ".jsonl"), ec);
+}
+
+void remote_folder::stop(const std::string& id) const {
+  const unique_fd folder = detail::open_subfolders(out_, {name_.c_str(), "stop"}, true);
+  detail::open_file(folder.get(), id, O_WRONLY | O_CREAT, dir_ / "stop" / id);
+}
+
+std::vector<std::pair<std::int64_t, json>> remote_folder::reports_since(const std::string& id,
+                                                                        std::uint64_t& offset) const {
+  std::vector<std::pair<std::int64_t, json>> reports;
+  const unique_fd folder = detail::open_subfolders(out_, {name_.c_str(), "reports"}, false);
+  if (!folder) return reports;
+  const std::string name = id + ".jsonl";
+  const unique_fd fd = detail::open_file(folder.get(), name, O_RDONLY, dir_ / "reports" / name);
+  if (!fd || ::lseek(fd.get(), static_cast<off_t>(offset), SEEK_SET) < 0) return reports;
+  offset += detail::for_each_line(fd.get(), journal::max_line, dir_ / "reports" / name,
+                                  [&](std::string_view line, int, bool too_long) {
+                                    if (too_long) return;
+                                    json j = parse_bounded_json(line);
+                                    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
+                                        j.contains("metrics") && j["metrics"].is_object())
+                                      reports.emplace_back(j["step"].get<std::int64_t>(), std::move(j["metrics"]));
+                                  });
+  return reports;
+}
+
+std::vector<remote_folder::found_record> remote_folder::records() const {
+  std::vector<found_record> out;
+  const unique_fd folder = detail::open_subfolders(out_, {name_.c_str(), "results"}, false);
+  if (!folder) return out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_ / "results", ec)) {
+    if (e.path().extension() != ".json") continue;  // (".tmp": still being written)
+    const std::string file = e.path().filename().string();
+    try {
+      const unique_fd fd = detail::open_file(folder.get(), file, O_RDONLY, e.path());
+      if (!fd) continue;
+      out.push_back({file, trial_record::from_json(parse_bounded_json(detail::read_all(fd.get(), journal::max_line, e.path())))});
+    } catch (const std::exception&) {
+      remove_record(file);  // not a record (nor a link, a FIFO or a huge file: they go too)
+    }
+  }
+  return out;
+}
+
+void remote_folder::remove_record(const std::string& file) const {
+  std::error_code ec;
+  fs::remove(dir_ / "results" / file, ec);
+}
+
+fs::path remote_folder::error_record(const std::string& job, std::size_t task) const {
+  return errors() / (job + "_" + std::to_string(task) + ".json");
+}
+
+void remote_folder::report(const std::string& id, std::int64_t step, const json& metrics) const {
+  const std::string line = json{{"step", step}, {"metrics", metrics}}.dump() + "\n";
+  const std::string name = id + ".jsonl";
+  const fs::path shown = dir_ / "reports" / name;
+  const unique_fd folder = detail::open_subfolders(out_, {name_.c_str(), "reports"}, true);
+  const unique_fd fd = detail::open_file(folder.get(), name, O_WRONLY | O_APPEND | O_CREAT, shown);
+  if (::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()))
+    throw internal_error("cannot write " + shown.string() + ": " + std::strerror(errno));
+}
+
+bool remote_folder::stop_requested(const std::string& id) const {
+  std::error_code ec;
+  return fs::exists(dir_ / "stop" / id, ec);
+}
+
+bool remote_folder::has_record(const std::string& id) const {
+  std::error_code ec;
+  return fs::exists(dir_ / "results" / (id + ".json"), ec);
+}
+
+std::unique_ptr<record_store> remote_folder::records_store() const {
+  return std::make_unique<result_files>(dir_ / "results");
+}
+
+}  // namespace isorun::sweep
