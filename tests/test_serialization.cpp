@@ -29,6 +29,7 @@
 #include "isorun/serialization/shm_segment.hpp"
 #include "isorun/serialization/streams.hpp"
 #include "isorun/serialization/wire.hpp"
+#include "counting_allocator.hpp"
 #include "test_support.hpp"
 
 namespace ser = isorun::serialization;
@@ -139,21 +140,8 @@ TEST_CASE("codec round trip, exact sizing and rejection of malformed payloads", 
 }
 
 namespace {
-// Counts the largest single allocation of the vectors that use it.
-inline std::size_t largest_allocation = 0;
-template <class T>
-struct counting_allocator {
-  using value_type = T;
-  counting_allocator() = default;
-  template <class U>
-  counting_allocator(const counting_allocator<U>&) noexcept {}
-  T* allocate(std::size_t n) {
-    largest_allocation = std::max(largest_allocation, n * sizeof(T));
-    return std::allocator<T>().allocate(n);
-  }
-  void deallocate(T* p, std::size_t n) noexcept { std::allocator<T>().deallocate(p, n); }
-  friend bool operator==(const counting_allocator&, const counting_allocator&) noexcept { return true; }
-};
+using isorun::test::counting_allocator;
+using isorun::test::largest_allocation;
 struct wide {  // 48 bytes in memory, 8 in the payload
   double x = 0;
   char pad[40] = {};

@@ -17,6 +17,7 @@
 #include "isorun/serialization/blob.hpp"
 #include "isorun/serialization/codec.hpp"
 #include "isorun/serialization/wire.hpp"
+#include "../counting_allocator.hpp"
 #include "isorun/worker/task.hpp"  // the types the task API can return
 
 namespace ser = isorun::serialization;
@@ -31,21 +32,8 @@ struct point {
   }
 };
 
-// The largest single allocation of the vectors that use it.
-std::size_t largest_allocation = 0;
-template <class T>
-struct counting_allocator {
-  using value_type = T;
-  counting_allocator() = default;
-  template <class U>
-  counting_allocator(const counting_allocator<U>&) noexcept {}
-  T* allocate(std::size_t n) {
-    largest_allocation = std::max(largest_allocation, n * sizeof(T));
-    return std::allocator<T>().allocate(n);
-  }
-  void deallocate(T* p, std::size_t n) noexcept { std::allocator<T>().deallocate(p, n); }
-  friend bool operator==(const counting_allocator&, const counting_allocator&) noexcept { return true; }
-};
+using isorun::test::counting_allocator;
+using isorun::test::largest_allocation;
 
 template <class T>
 void try_decode(std::span<const std::byte> payload) {
