@@ -40,6 +40,7 @@
 #include "isorun/runner/launcher.hpp"
 #include "isorun/runner/standby.hpp"
 #include "spawn.hpp"
+#include "ipc_floors.hpp"
 #include "stats.hpp"
 
 extern char** environ;
@@ -126,7 +127,9 @@ void latencies(int n, int pause_ms) {
   // The cold call once more under process-group containment: what its cgroup (made, joined at
   // birth, killed and removed) costs on the path. Only where children get cgroups at all.
   const bool cgroups = isorun::runner::containment().cgroup;
-  std::vector<double> tiny, same, c, cpg, s, e;
+  std::vector<double> tiny, same, c, cpg, s, e, pipe_rt, memfd_rt, futex_rt;
+  bench::ipc_peer pipe_peer(bench::ipc_peer::pipe_trip), memfd_peer(bench::ipc_peer::memfd_trip),
+      futex_peer(bench::ipc_peer::futex_trip);
   constexpr int block = 10, skipped = 2;
   const auto run_block = [&](std::vector<double>& into, const std::function<double()>& call) {
     for (int i = 0; i < block + skipped; ++i) {
@@ -137,6 +140,9 @@ void latencies(int n, int pause_ms) {
   };
   for (int round = 0; round < (n + block - 1) / block; ++round) {
     run_block(tiny, [] { return spawn_ms({BENCH_TINY}); });
+    run_block(pipe_rt, [&] { return pipe_peer.round_trip_ms(); });
+    run_block(memfd_rt, [&] { return memfd_peer.round_trip_ms(); });
+    run_block(futex_rt, [&] { return futex_peer.round_trip_ms(); });
     run_block(same, [] { return spawn_ms({self_path, "--exit-at-once"}); });
     run_block(c, [&] { return call_ms(cold); });
     if (cgroups) {
@@ -152,17 +158,25 @@ void latencies(int n, int pause_ms) {
   if (pause_ms) std::printf("\ncalls %d ms apart (n=%zu each)\n", pause_ms, c.size());
   else std::printf("\nback to back (n=%zu each)\n", c.size());
   line("floor: static C program, spawn+waitpid", t);
+  const summary pipe_floor = summarize(pipe_rt), memfd_floor = summarize(memfd_rt);
+  line("floor: pipe round trip", pipe_floor);
+  line("floor: memfd + SCM_RIGHTS, mapped, round trip", memfd_floor);
+  line("floor: futex wake each way, shared memory", summarize(futex_rt));
   line("floor: this executable, spawn+exit", x, &t);
   line("cold call, isolated(noop)", summarize(c), &x, "goal <= 1.2x the same executable");
   std::printf("  %-44s %7s     %16s  %5.2fx  (to the static C program)\n", "", "", "", summarize(c).median / t.median);
   if (cgroups) line("cold call, process-group containment only", summarize(cpg), &x, "(what the cgroup costs)");
   line("standby = 2, exit waited for", summarize(s), &t, "goal <= 0.6x the static C program");
   line("standby = 2, early_result", summarize(e), &t, "goal <= 0.25x the static C program");
+  std::printf("  %-44s %7s     %16s  %5.2fx  (to the memfd round trip; goal <= 3x)\n", "", "", "",
+              summarize(e).median / memfd_floor.median);
   {
     const std::string at = pause_ms ? "spaced" : "back_to_back";
     bench::guard(("calls.cold_over_same_executable." + at).c_str(), summarize(c).median / x.median, "<=", 1.2);
     bench::guard(("calls.standby_waited_over_static_c." + at).c_str(), summarize(s).median / t.median, "<=", 0.6);
     bench::guard(("calls.standby_early_over_static_c." + at).c_str(), summarize(e).median / t.median, "<=", 0.25);
+    bench::guard(("calls.standby_early_over_memfd_round_trip." + at).c_str(), summarize(e).median / memfd_floor.median,
+                 "<=", 3);
   }
   if (!py.empty()) {
     const summary p = summarize(py);

@@ -1,0 +1,138 @@
+#pragma once
+// The floors of what a standby call does between two processes, measured beside it: a round trip
+// through a pipe, one passing a fresh memfd with SCM_RIGHTS that the other side maps, writes and
+// unmaps before it answers, and a futex wake in shared memory each way. Each peer is a process of
+// its own (forked, then only system calls), asleep in its wait before each round trip.
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+namespace isorun::bench {
+
+class ipc_peer {
+ public:
+  enum kind_t { pipe_trip, memfd_trip, futex_trip };
+
+  explicit ipc_peer(kind_t kind) : kind_{kind} {
+    words_ = static_cast<std::atomic<std::uint32_t>*>(
+        ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+    if (words_ == MAP_FAILED || ::pipe2(to_, O_CLOEXEC) != 0 || ::pipe2(from_, O_CLOEXEC) != 0 ||
+        ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sock_) != 0)
+      std::abort();
+    new (&words_[0]) std::atomic<std::uint32_t>(0);
+    new (&words_[1]) std::atomic<std::uint32_t>(0);
+    pid_ = ::fork();
+    if (pid_ < 0) std::abort();
+    if (pid_ == 0) serve();
+  }
+  ipc_peer(const ipc_peer&) = delete;
+  ipc_peer& operator=(const ipc_peer&) = delete;
+  ~ipc_peer() {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    for (int fd : {to_[0], to_[1], from_[0], from_[1], sock_[0], sock_[1]}) ::close(fd);
+    ::munmap(words_, 4096);
+  }
+
+  /// One round trip, in milliseconds.
+  double round_trip_ms() {
+    const auto t0 = std::chrono::steady_clock::now();
+    char c = 1;
+    switch (kind_) {
+      case pipe_trip:
+        if (::write(to_[1], &c, 1) != 1 || ::read(from_[0], &c, 1) != 1) std::abort();
+        break;
+      case memfd_trip: {
+        const int fd = static_cast<int>(::syscall(SYS_memfd_create, "isorun-floor", MFD_CLOEXEC));
+        if (fd < 0 || ::ftruncate(fd, 4096) != 0) std::abort();
+        send_fd(fd);
+        ::close(fd);
+        if (::read(sock_[0], &c, 1) != 1) std::abort();
+        break;
+      }
+      case futex_trip: {
+        const std::uint32_t seq = ++sent_;
+        words_[0].store(seq, std::memory_order_release);
+        futex(&words_[0], FUTEX_WAKE, 1);
+        while (words_[1].load(std::memory_order_acquire) != seq) futex(&words_[1], FUTEX_WAIT, seq - 1);
+        break;
+      }
+    }
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+ private:
+  static long futex(std::atomic<std::uint32_t>* word, int op, std::uint32_t value) {
+    return ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, value, nullptr, nullptr, 0);
+  }
+  void send_fd(int fd) {
+    char byte = 1;
+    iovec iov{&byte, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    if (::sendmsg(sock_[0], &msg, 0) != 1) std::abort();
+  }
+  [[noreturn]] void serve() {
+    char c;
+    for (std::uint32_t seen = 0;;) {
+      switch (kind_) {
+        case pipe_trip:
+          if (::read(to_[0], &c, 1) != 1 || ::write(from_[1], &c, 1) != 1) ::_exit(0);
+          break;
+        case memfd_trip: {
+          iovec iov{&c, 1};
+          alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+          msghdr msg{};
+          msg.msg_iov = &iov;
+          msg.msg_iovlen = 1;
+          msg.msg_control = control;
+          msg.msg_controllen = sizeof control;
+          if (::recvmsg(sock_[1], &msg, MSG_CMSG_CLOEXEC) != 1) ::_exit(0);
+          int fd;
+          std::memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&msg)), sizeof fd);
+          void* p = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+          if (p == MAP_FAILED) ::_exit(1);
+          static_cast<char*>(p)[0] = 1;
+          ::munmap(p, 4096);
+          ::close(fd);
+          if (::write(sock_[1], &c, 1) != 1) ::_exit(0);
+          break;
+        }
+        case futex_trip:
+          while (words_[0].load(std::memory_order_acquire) == seen) futex(&words_[0], FUTEX_WAIT, seen);
+          seen = words_[0].load(std::memory_order_acquire);
+          words_[1].store(seen, std::memory_order_release);
+          futex(&words_[1], FUTEX_WAKE, 1);
+          break;
+      }
+    }
+  }
+
+  kind_t kind_;
+  pid_t pid_ = -1;
+  int to_[2] = {-1, -1}, from_[2] = {-1, -1}, sock_[2] = {-1, -1};
+  std::atomic<std::uint32_t>* words_ = nullptr;
+  std::uint32_t sent_ = 0;
+};
+
+}  // namespace isorun::bench
