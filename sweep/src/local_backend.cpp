@@ -403,6 +403,29 @@ trial_record local_backend::attempt(const slot& sl, const trial& t) {
 }
 
 // A task's attempt in a fresh worker (a standby one where the slot's group keeps them).
+// A trial's worker: a standby one of its GPU's pool where there is one for this cap (the pool
+// grows to its planned size at the first trial), else launched for it.
+std::shared_ptr<runner::job> local_backend::start_job(const slot& sl, runner::job_spec spec) {
+  const auto g = groups_.find(group_of(sl.gpus));
+  // Standby workers are prepared for the spec's cap: an attempt at a larger one starts afresh.
+  if (g == groups_.end() || !g->second.pool || spec.mem_limit != setup_.spec->mem_limit)
+    return runner::job::start(std::move(spec));
+  auto job = runner::job::start(std::move(spec), *g->second.pool);
+  std::size_t wanted = 0;
+  {
+    std::lock_guard lock(mutex_);
+    if (packer_) {
+      // Lanes move between GPUs: a GPU's pool grows to its planned size at its first trial,
+      // so the room trial_memory() keeps for warm contexts is never exceeded.
+      if (!std::exchange(g->second.started, true)) wanted = g->second.wanted = g->second.planned;
+    } else if (!std::exchange(slot_started_[static_cast<std::size_t>(sl.index)], 1)) {
+      wanted = g->second.wanted += static_cast<std::size_t>(setup_.spec->standby);
+    }
+  }
+  if (wanted) g->second.pool->reserve(wanted);
+  return job;
+}
+
 void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec, int err) {
   const fs::path log = setup_.out / "logs" / rec.id;
   std::string log_problem;
@@ -439,25 +462,7 @@ void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec
   spec.stderr_echo_fd = err;
   std::shared_ptr<runner::job> job;
   try {
-    const auto g = groups_.find(group_of(sl.gpus));
-    // Standby workers are prepared for the spec's cap: an attempt at a larger one starts afresh.
-    if (g == groups_.end() || !g->second.pool || spec.mem_limit != setup_.spec->mem_limit) {
-      job = runner::job::start(std::move(spec));
-    } else {
-      job = runner::job::start(std::move(spec), *g->second.pool);
-      std::size_t wanted = 0;
-      {
-        std::lock_guard lock(mutex_);
-        if (packer_) {
-          // Lanes move between GPUs: a GPU's pool grows to its planned size at its first trial,
-          // so the room trial_memory() keeps for warm contexts is never exceeded.
-          if (!std::exchange(g->second.started, true)) wanted = g->second.wanted = g->second.planned;
-        } else if (!std::exchange(slot_started_[static_cast<std::size_t>(sl.index)], 1)) {
-          wanted = g->second.wanted += static_cast<std::size_t>(setup_.spec->standby);
-        }
-      }
-      if (wanted) g->second.pool->reserve(wanted);
-    }
+    job = start_job(sl, std::move(spec));
   } catch (const std::exception& e) {
     rec.kind = outcome_kind::internal_error;
     rec.error = e.what();

@@ -85,6 +85,7 @@ class local_backend final : public trial_backend {
   void lane(std::size_t k);
   trial_record attempt(const slot& sl, const trial& t);
   void run_worker(const slot& sl, const trial& t, trial_record& rec, int err);
+  std::shared_ptr<runner::job> start_job(const slot& sl, runner::job_spec spec);
   void run_command(const slot& sl, const trial& t, trial_record& rec, int err);
   template <class Runs>
   auto await(const slot& sl, const trial& t, running_trial what, Runs& runs, trial_record& rec) -> decltype(runs.wait());

@@ -210,16 +210,12 @@ const std::vector<std::string>& sweep_run::warnings() const noexcept {
   return state_->journal ? state_->journal->warnings() : none;
 }
 
-sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_options options) : state_{std::make_unique<state>()} {
-  state& st = *state_;
-  st.s = sp;
-  st.slots = std::move(slots);
-  st.opt = std::move(options);
-  const sweep_spec& s = st.s;
-  st.subject = subject(s);
-  if (st.slots.empty()) throw usage_error("a sweep needs at least one slot");
+namespace {
 
-  // Everything is checked before anything is created or started.
+// What the trials run, checked, and each trial's arguments built (a task's or a Python
+// function's request); the task, for a task sweep (null otherwise).
+const worker::task_info* check_program(sweep_run::state& st) {
+  const sweep_spec& s = st.s;
   const bool by_task = s.command.empty() && s.python.empty();
   const worker::task_info* task = by_task ? worker::registry::instance().find(s.task) : nullptr;
   if (!s.command.empty()) {
@@ -245,6 +241,13 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
       throw located(s, 0, e.what());
     }
   }
+  return task;
+}
+
+// Early stopping, the metric, where the trials run and what they may take, checked.
+void check_resources(sweep_run::state& st, const worker::task_info* task) {
+  const sweep_spec& s = st.s;
+  const bool by_task = s.command.empty() && s.python.empty();
   if (s.early_stopping) {
     // Early stopping: what it judges by, and trials that can report steps, known before anything starts.
     const int line = s.early_stopping.line;
@@ -276,7 +279,11 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
     probe.alloc_conf = s.alloc_conf;
     runner::check_job_spec(probe);
   }
+}
 
+// The output folder and its logs folder, created (or found).
+void open_out(sweep_run::state& st) {
+  const sweep_spec& s = st.s;
   st.out = s.out.empty() ? fs::path("isorun-sweep-" + short_name(s)) : fs::path(s.out);
   st.out_text = st.out.string();
   std::error_code ec;
@@ -285,16 +292,23 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
   const unique_fd out_dir = detail::open_folder(st.out);
   if (!out_dir) throw internal_error("cannot open " + st.out_text + ": not a folder");
   st.logs = detail::open_subfolder(out_dir.get(), "logs", true, st.out / "logs");
-  if (!st.opt.node.empty()) {
-    // An array task of a Slurm submission: the submitter holds the folder and its journal; this
-    // runs its listed trials whose records are not already waiting to be journaled.
-    for (std::size_t i : slurm::node_trials(st.opt.node)) {
-      if (i >= s.trials.size()) throw usage_error("--node " + st.opt.node + " lists trial " + std::to_string(i) +
-                                                  ", but the sweep has " + std::to_string(s.trials.size()));
-      if (!remote_folder(st.out, "slurm").has_record(trial_id(st.subject, s.trials[i]))) st.queue.push_back(i);
-    }
-    return;
+}
+
+// The trials this run owes as an array task of a Slurm submission (the submitter holds the folder
+// and its journal): its listed trials whose records are not already waiting to be journaled.
+void queue_node_trials(sweep_run::state& st) {
+  const sweep_spec& s = st.s;
+  for (std::size_t i : slurm::node_trials(st.opt.node)) {
+    if (i >= s.trials.size()) throw usage_error("--node " + st.opt.node + " lists trial " + std::to_string(i) +
+                                                ", but the sweep has " + std::to_string(s.trials.size()));
+    if (!remote_folder(st.out, "slurm").has_record(trial_id(st.subject, s.trials[i]))) st.queue.push_back(i);
   }
+}
+
+// The trials this run owes here: those the journal has no final record of (or whose last
+// attempt failed, with --rerun-failed), once each; sweep.json written or checked first.
+void queue_trials(sweep_run::state& st) {
+  const sweep_spec& s = st.s;
   st.lock.emplace(st.out, st.opt.wait_for_lock);
 
   const json identity = {{"task", st.subject}, {"trials", s.trials.size()}, {"fingerprint", fingerprint(s)}};
@@ -333,6 +347,23 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
   }
 }
 
+}  // namespace
+
+sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_options options) : state_{std::make_unique<state>()} {
+  state& st = *state_;
+  st.s = sp;
+  st.slots = std::move(slots);
+  st.opt = std::move(options);
+  st.subject = subject(st.s);
+  if (st.slots.empty()) throw usage_error("a sweep needs at least one slot");
+  // Everything is checked before anything is created or started.
+  const worker::task_info* task = check_program(st);
+  check_resources(st, task);
+  open_out(st);
+  if (st.opt.node.empty()) queue_trials(st);
+  else queue_node_trials(st);
+}
+
 namespace {
 
 // Adds this run to sweep.json: what the report says about where and how the trials ran.
@@ -350,6 +381,19 @@ void tabulate(const sweep_run::state& st, json& identity, clock::time_point run_
 }  // namespace
 
 namespace {
+
+// What a resumed sweep's early stopping replays: the reports of this sweep's trials that are
+// done, up to the step each record says it reached (a trial run again reports afresh).
+std::map<std::string, std::int64_t> replayed_reports(const sweep_run::state& st) {
+  std::map<std::string, std::int64_t> replayed;
+  const std::set<std::size_t> queued(st.queue.begin(), st.queue.end());
+  for (std::size_t i = 0; st.journal && i < st.s.trials.size(); ++i) {
+    if (queued.count(i)) continue;
+    const auto it = st.journal->latest().find(trial_id(st.subject, st.s.trials[i]));
+    if (it != st.journal->latest().end() && final_record(it->second)) replayed[it->first] = it->second.step;
+  }
+  return replayed;
+}
 
 // On a Slurm node: the submitter's verdicts, OUT/slurm/stop/ID, each stopping that trial alone
 // as pruned. Looked for every 100 ms (a shared file system need not tell another node of a new
@@ -392,6 +436,17 @@ class verdict_watch {
   std::thread thread_;
 };
 
+// After the scheduler's run: what stopped the sweep, thrown; what it counted, in the summary.
+void conclude(const sweep_run::state& st, const scheduler& sched, const stop_source& stop, progress& live,
+              sweep_summary& summary) {
+  if (const auto error = sched.error()) std::rethrow_exception(error);
+  live.end();
+  if (const auto problem = sched.metric_error(); !problem.empty())
+    throw located(st.s, st.s.metric.line, problem + "; the sweep was stopped");
+  summary.cancelled = sched.cancelled();
+  summary.interrupted = stop.requests() > 0;
+}
+
 }  // namespace
 
 sweep_summary sweep_run::run() {
@@ -425,18 +480,7 @@ sweep_summary sweep_run::run() {
       [&](std::exception_ptr e) { sched_ptr->fail(std::move(e)); });
   // Every report is made durable; with a scheduler, also judged (a node has no folder of its own).
   std::optional<early_stopper> stopper;
-  if (st.reports) {
-    // The replay takes the reports of this sweep's trials that are done, up to the step each
-    // record says it reached; a trial run again reports afresh.
-    std::map<std::string, std::int64_t> replayed;
-    const std::set<std::size_t> queued(st.queue.begin(), st.queue.end());
-    for (std::size_t i = 0; st.journal && i < s.trials.size(); ++i) {
-      if (queued.count(i)) continue;
-      const auto it = st.journal->latest().find(trial_id(st.subject, s.trials[i]));
-      if (it != st.journal->latest().end() && final_record(it->second)) replayed[it->first] = it->second.step;
-    }
-    stopper.emplace(s, *st.reports, replayed);
-  }
+  if (st.reports) stopper.emplace(s, *st.reports, replayed_reports(st));
   // On a Slurm node with early stopping, the submitter decides: each report goes to it through
   // OUT/slurm/reports/ID.jsonl, and its verdicts come back as OUT/slurm/stop/ID (watched below).
   const bool forwards = node && s.early_stopping;
@@ -479,12 +523,7 @@ sweep_summary sweep_run::run() {
   }
   stop.close();
   writer.close();
-  if (const auto error = sched.error()) std::rethrow_exception(error);
-  live.end();
-  if (const auto problem = sched.metric_error(); !problem.empty())
-    throw located(s, s.metric.line, problem + "; the sweep was stopped");
-  summary.cancelled = sched.cancelled();
-  summary.interrupted = stop.requests() > 0;
+  conclude(st, sched, stop, live, summary);
   if (node || summary.detached) return summary;  // the submitter journals and tabulates
   tabulate(st, identity, run_start, summary);
   return summary;
