@@ -87,7 +87,7 @@ class fake_backend final : public sw::trial_backend {
   void finish() override { finished = true; }
 
   // Ends trial `index`'s running attempt (if it runs) as `kind` with `result`.
-  void end(std::size_t index, outcome_kind kind, json result = nullptr) {
+  void end(std::size_t index, outcome_kind kind, json result = nullptr, std::int64_t step = -1) {
     sw::trial t;
     {
       std::lock_guard lock(mutex_);
@@ -104,6 +104,7 @@ class fake_backend final : public sw::trial_backend {
     rec.attempts = t.attempt;
     rec.mem_limit = t.mem_limit;
     rec.error = kind == outcome_kind::success ? "" : "scripted";
+    rec.step = step;  // (a remote node's record says the step it saw last; a local backend's none)
     sink_->on_finished({{t, std::move(rec)}});
   }
   // Sends a report of running trial `t`.
@@ -468,6 +469,26 @@ TEST_CASE("scheduler: a pruned trial that ends cleanly (it asked should_stop()) 
   CHECK(r.of(s, 0)->pruned);
   CHECK(r.of(s, 0)->step == 3);
   CHECK(r.of(s, 0)->result == json{{"loss", 1.5}});
+}
+
+TEST_CASE("scheduler: a record that says a later step than the reports that reached the scheduler keeps it",
+          "[scheduler][early-stopping]") {
+  // A Slurm node's record can arrive before its trial's last reports: the node saw step 27, the
+  // submitter's scheduler step 26. The record's own step and result stand.
+  const auto s = spec_of(2);
+  sw::scheduler_options o;
+  o.should_stop = [&](const sw::trial&, std::int64_t, const json&) { return false; };
+  fake_backend backend(1, [](fake_backend& b, const sw::trial& t) {
+    b.report(t, 26, {{"loss", 0.2}});
+    if (t.index == 0) b.end(t.index, outcome_kind::success, json{{"loss", 0.1}}, 27);
+    else b.end(t.index, outcome_kind::success, json{{"loss", 0.1}});  // says no step: the last report's
+  });
+  const ran r = run_sweep(s, backend, o);
+  REQUIRE(r.of(s, 0));
+  CHECK(r.of(s, 0)->step == 27);
+  CHECK(r.of(s, 0)->result == json{{"loss", 0.1}});
+  REQUIRE(r.of(s, 1));
+  CHECK(r.of(s, 1)->step == 26);
 }
 
 TEST_CASE("scheduler: a trial that succeeds before the stop decision lands stays a success", "[scheduler][early-stopping]") {

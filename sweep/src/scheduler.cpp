@@ -95,9 +95,13 @@ bool scheduler::settle(finished_trial& f, std::vector<trial_record>& final) {
   if (stopped_.erase(f.t.index) && rec.kind != outcome_kind::success) rec.kind = outcome_kind::cancelled;
   const bool pruned = pruned_.erase(f.t.index) > 0;
   if (const auto last = last_report_.find(f.t.index); last != last_report_.end()) {
-    rec.step = last->second.first;
-    // A pruned trial's result: what it returned if it stopped cleanly, else its last report.
-    if (pruned && rec.kind != outcome_kind::success) rec.result = last->second.second;
+    // A record that already says a later step knows better: a Slurm node's record carries the
+    // step and report its node saw last, which may not have reached this side before the record.
+    if (last->second.first >= rec.step) {
+      rec.step = last->second.first;
+      // A pruned trial's result: what it returned if it stopped cleanly, else its last report.
+      if (pruned && rec.kind != outcome_kind::success) rec.result = last->second.second;
+    }
     last_report_.erase(last);
   }
   if (pruned) {
