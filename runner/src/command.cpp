@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 
 #include "isorun/preload/cap_region.hpp"
 #include "isorun/runner/command_shim.hpp"
@@ -130,65 +131,120 @@ std::unique_ptr<command> command::start(command_spec spec) {
   return std::unique_ptr<command>(new command(std::move(s)));
 }
 
-const command_result& command::wait() {
-  state& s = *state_;
-  if (s.result) return *s.result;
-  detail::line_tail tail(s.spec.stderr_tail_lines);
-  auto read_stderr = [&] { return detail::drain(s.stderr_read.get(), tail, s.spec.stderr_fd); };
+namespace {
 
-  // Stops follow one plan: the signal that asked for it (SIGTERM on a timeout), the grace
-  // period, SIGKILL. A second SIGINT or SIGTERM takes the next step at once.
+// How the wait for the shim ended, besides the shim's exit.
+struct wait_end {
+  bool timed_out = false;
+  int cancelled_by = 0;  // the first cancel's signal
+  bool stderr_open = false;
+};
+
+// Carries out the cancels that came (each a byte on cancel_read). Stops follow one plan: the
+// signal that asked for it, the grace period, SIGKILL. A second SIGINT or SIGTERM takes the
+// next step at once.
+void take_cancels(command::state& s, std::optional<stop_escalation>& stopping, clock::time_point& deadline, wait_end& end) {
+  unsigned char sigs[16];
+  for (ssize_t n; (n = ::read(s.cancel_read.get(), sigs, sizeof sigs)) > 0;)
+    for (ssize_t i = 0; i < n; ++i) {
+      const int sig = sigs[i];
+      if (!stopping) {
+        end.cancelled_by = sig;
+        stopping.emplace(stop_plan::graceful(s.spec.grace, sig));
+        deadline = stopping->advance(s.shim);
+      } else if (sig == SIGINT || sig == SIGTERM) {
+        deadline = stopping->advance(s.shim);
+      } else {
+        s.shim.signal(sig);  // passed on; the stop under way keeps its course
+      }
+    }
+}
+
+// Until the shim exits: enforces the timeout (SIGTERM, then the plan of take_cancels), carries
+// out cancels and passes stderr through `read_stderr` (false once it is closed).
+wait_end wait_for_shim(command::state& s, const std::function<bool()>& read_stderr) {
   std::optional<stop_escalation> stopping;
   constexpr auto never = clock::time_point::max();
   clock::time_point deadline = s.spec.timeout.count() > 0 ? s.started + s.spec.timeout : never;
-  bool timed_out = false;
-  int cancelled_by = 0;
-  bool stderr_open = static_cast<bool>(s.stderr_read);
+  wait_end end;
+  end.stderr_open = static_cast<bool>(s.stderr_read);
   for (;;) {
     pollfd fds[3] = {{s.shim.pidfd(), POLLIN, 0},
                      {s.cancel_read.get(), POLLIN, 0},
-                     {stderr_open ? s.stderr_read.get() : -1, POLLIN, 0}};
+                     {end.stderr_open ? s.stderr_read.get() : -1, POLLIN, 0}};
     int timeout_ms = -1;
     if (deadline != never) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
       timeout_ms = static_cast<int>(std::clamp<long long>(left + 1, 0, INT_MAX));
     }
     if (::poll(fds, 3, timeout_ms) < 0 && errno != EINTR) break;
-    if (fds[1].revents & POLLIN) {
-      unsigned char sigs[16];
-      for (ssize_t n; (n = ::read(s.cancel_read.get(), sigs, sizeof sigs)) > 0;)
-        for (ssize_t i = 0; i < n; ++i) {
-          const int sig = sigs[i];
-          if (!stopping) {
-            cancelled_by = sig;
-            stopping.emplace(stop_plan::graceful(s.spec.grace, sig));
-            deadline = stopping->advance(s.shim);
-          } else if (sig == SIGINT || sig == SIGTERM) {
-            deadline = stopping->advance(s.shim);
-          } else {
-            s.shim.signal(sig);  // passed on; the stop under way keeps its course
-          }
-        }
-    }
-    if (fds[2].revents) stderr_open = read_stderr();
+    if (fds[1].revents & POLLIN) take_cancels(s, stopping, deadline, end);
+    if (fds[2].revents) end.stderr_open = read_stderr();
     if (fds[0].revents & POLLIN) break;
     if (deadline != never && clock::now() >= deadline) {
       if (!stopping) {
-        timed_out = true;
+        end.timed_out = true;
         stopping.emplace(stop_plan::graceful(s.spec.grace));
       }
       deadline = stopping->advance(s.shim);
     }
   }
+  return end;
+}
+
+// The outcome's class and message, from how the wait ended, what the shim reported and the cap.
+void classify(command_result& r, const command::state& s, const wait_end& end, const exit_status& shim) {
+  outcome& o = r.status;
+  if (end.timed_out) {
+    o.kind = outcome_kind::timeout;
+    o.message = "timed out after " + format_duration(s.spec.timeout) + "; stopped it and its process group";
+  } else if (end.cancelled_by) {
+    o.kind = outcome_kind::cancelled;
+    o.message = "stopped by " + signal_name(end.cancelled_by);
+  } else if (!r.program) {
+    o.kind = outcome_kind::crashed;
+    o.message = "the command's shim " + describe(shim) + " before it could report";
+  } else if (r.program->success()) {
+    o.kind = outcome_kind::success;
+  } else if (s.cap && s.cap->refused()) {
+    o.kind = outcome_kind::out_of_memory;
+    o.message = r.cap_report + "; the command " + describe(*r.program);
+  } else if (r.program->signal) {
+    o.kind = outcome_kind::crashed;
+    o.message = "the command was " + describe(*r.program);
+  } else {
+    o.kind = outcome_kind::task_error;
+    o.message = "the command " + describe(*r.program);
+  }
+}
+
+// A failure's message ends with the command's last stderr line that says something.
+void add_last_stderr_line(outcome& o) {
+  if (o.kind == outcome_kind::task_error || o.kind == outcome_kind::crashed || o.kind == outcome_kind::out_of_memory)
+    for (auto it = o.stderr_tail.rbegin(); it != o.stderr_tail.rend(); ++it)
+      if (it->find_first_not_of(" \t\r") != std::string::npos) {
+        o.message += "; its last stderr line: " + *it;
+        break;
+      }
+}
+
+}  // namespace
+
+const command_result& command::wait() {
+  state& s = *state_;
+  if (s.result) return *s.result;
+  detail::line_tail tail(s.spec.stderr_tail_lines);
+  auto read_stderr = [&] { return detail::drain(s.stderr_read.get(), tail, s.spec.stderr_fd); };
+  const wait_end end = wait_for_shim(s, read_stderr);
   command_shim_report report{-1, 0};
   const bool reported = ::recv(s.report_read.get(), &report, sizeof report, MSG_DONTWAIT) == sizeof report;
   const host_memory_cap::reading host = s.host_cap ? s.host_cap->read() : host_memory_cap::reading{};
   const exit_status shim = s.shim.reap();  // also kills what is left of the group and the cgroup
   s.host_cap.reset();
-  if (stderr_open) read_stderr();
+  if (end.stderr_open) read_stderr();
 
   command_result r;
-  r.stopped_by = cancelled_by;
+  r.stopped_by = end.cancelled_by;
   if (reported) r.program = exit_status{report.code, report.signal, false};
   outcome& o = r.status;
   o.exit = r.program.value_or(shim);
@@ -206,34 +262,9 @@ const command_result& command::wait() {
       r.memory_timeline = s.cap->memory_timeline(s.started_ns, serialization::monotonic_ns(), indices);
     }
   }
-  if (timed_out) {
-    o.kind = outcome_kind::timeout;
-    o.message = "timed out after " + format_duration(s.spec.timeout) + "; stopped it and its process group";
-  } else if (cancelled_by) {
-    o.kind = outcome_kind::cancelled;
-    o.message = "stopped by " + signal_name(cancelled_by);
-  } else if (!r.program) {
-    o.kind = outcome_kind::crashed;
-    o.message = "the command's shim " + describe(shim) + " before it could report";
-  } else if (r.program->success()) {
-    o.kind = outcome_kind::success;
-  } else if (s.cap && s.cap->refused()) {
-    o.kind = outcome_kind::out_of_memory;
-    o.message = r.cap_report + "; the command " + describe(*r.program);
-  } else if (r.program->signal) {
-    o.kind = outcome_kind::crashed;
-    o.message = "the command was " + describe(*r.program);
-  } else {
-    o.kind = outcome_kind::task_error;
-    o.message = "the command " + describe(*r.program);
-  }
+  classify(r, s, end, shim);
   host_memory_cap::classify(o, host, s.spec.host_mem_limit, "command");
-  if (o.kind == outcome_kind::task_error || o.kind == outcome_kind::crashed || o.kind == outcome_kind::out_of_memory)
-    for (auto it = o.stderr_tail.rbegin(); it != o.stderr_tail.rend(); ++it)
-      if (it->find_first_not_of(" \t\r") != std::string::npos) {
-        o.message += "; its last stderr line: " + *it;
-        break;
-      }
+  add_last_stderr_line(o);
   s.result = std::move(r);
   return *s.result;
 }

@@ -134,61 +134,62 @@ class private_memory {
 
 void reset_ring(std::byte* ring) noexcept { std::memset(ring, 0, sizeof(ring_control)); }
 
-std::uint64_t stream_writer::write(std::uint64_t total, const fill_fn& fill, std::span<const std::uint64_t> chunk_hashes) {
-  ring_control& ctl = control_of(ring_);
-  const std::uint64_t slots = (total + ring_slot_bytes - 1) / ring_slot_bytes;
-  const std::uint64_t chunks = chunks_in(total);
-  const bool hashed_before = !chunk_hashes.empty();
-  if (hashed_before && chunk_hashes.size() != chunks)
-    throw std::invalid_argument("stream_writer: " + std::to_string(chunk_hashes.size()) + " chunk hashes for " +
-                                std::to_string(chunks) + " chunks");
-  // Without hashes from the device, the caller fills while these hash what it filled before. A
-  // quarter of the cores hash faster than a device copies; the rest are left to the supervisor,
-  // which copies.
-  const unsigned helpers = hashed_before ? 0u
-                                         : static_cast<unsigned>(std::min<std::uint64_t>(
-                                               chunks, threads_from_env(1, std::clamp(detail::threads_for(total) / 4, 1u, 8u))));
-  std::atomic_ref<std::uint32_t>(ctl.writer_threads).store(1 + helpers, std::memory_order_relaxed);
-  std::atomic_ref<std::uint64_t>(ctl.total).store(total, std::memory_order_release);
-  const std::uint64_t one = 1;
-  if (::write(start_event_, &one, sizeof one) != sizeof one)
-    throw std::system_error(errno, std::generic_category(), "signalling the start of a result stream");
+namespace {
 
-  std::int64_t fill_ns = 0, full_ns = 0;  // for ISORUN_STREAM_TRACE
+// One stream's slots as the writer fills them: the wait for a free slot, the fill, and the
+// time each took, for ISORUN_STREAM_TRACE.
+struct slot_filler {
+  std::byte* ring;
+  std::uint64_t total;
+  const stream_writer::fill_fn& fill;
+  std::int64_t fill_ns = 0, full_ns = 0;
+
   // Slot k % ring_slots is free once the supervisor has copied out use k - ring_slots.
-  auto wait_free = [&](std::uint64_t k) {
+  void wait_free(std::uint64_t k) {
+    ring_control& ctl = control_of(ring);
     const std::int64_t t0 = monotonic_ns();
     for (std::uint32_t freed; k >= (freed = counter(ctl.freed).load(std::memory_order_acquire)) + ring_slots;)
       futex_wait(&ctl.freed, freed, wait_ms);
     full_ns += monotonic_ns() - t0;
-  };
-  auto fill_slot = [&](std::uint64_t k) {
-    const std::int64_t t0 = monotonic_ns();
-    const std::uint64_t offset = k * ring_slot_bytes;
-    fill(slot_of(ring_, k), offset, std::min(ring_slot_bytes, total - offset));
-    fill_ns += monotonic_ns() - t0;
-  };
-  auto trace = [&] {
-    if (tracing())
-      std::fprintf(stderr, "isorun stream: worker: %llu slots, %s; filling %.2f ms, waiting for free slots %.2f ms\n",
-                   static_cast<unsigned long long>(slots),
-                   hashed_before ? "chunks hashed on the device" : (std::to_string(helpers) + " hashers").c_str(),
-                   static_cast<double>(fill_ns) / 1e6, static_cast<double>(full_ns) / 1e6);
-  };
-
-  if (hashed_before) {  // each slot is published as soon as it is filled
-    for (std::uint64_t k = 0; k < slots; ++k) {
-      wait_free(k);
-      fill_slot(k);
-      for (std::uint64_t c = k * ring_chunks_per_slot; c < std::min(chunks, (k + 1) * ring_chunks_per_slot); ++c)
-        std::atomic_ref<std::uint64_t>(ctl.chunk_hash[k % ring_slots][c % ring_chunks_per_slot])
-            .store(chunk_hashes[c], std::memory_order_relaxed);
-      publish(ctl, k);
-    }
-    trace();
-    return combine(chunk_hashes);
   }
 
+  void fill_slot(std::uint64_t k) {
+    const std::int64_t t0 = monotonic_ns();
+    const std::uint64_t offset = k * ring_slot_bytes;
+    fill(slot_of(ring, k), offset, std::min(ring_slot_bytes, total - offset));
+    fill_ns += monotonic_ns() - t0;
+  }
+
+  // `hashing`: who hashed the chunks.
+  void trace(std::uint64_t slots, const std::string& hashing) const {
+    if (tracing())
+      std::fprintf(stderr, "isorun stream: worker: %llu slots, %s; filling %.2f ms, waiting for free slots %.2f ms\n",
+                   static_cast<unsigned long long>(slots), hashing.c_str(), static_cast<double>(fill_ns) / 1e6,
+                   static_cast<double>(full_ns) / 1e6);
+  }
+};
+
+// With the hashes known beforehand: each slot is published as soon as it is filled.
+std::uint64_t write_hashed(slot_filler& filler, std::uint64_t slots, std::span<const std::uint64_t> chunk_hashes) {
+  ring_control& ctl = control_of(filler.ring);
+  const std::uint64_t chunks = chunk_hashes.size();
+  for (std::uint64_t k = 0; k < slots; ++k) {
+    filler.wait_free(k);
+    filler.fill_slot(k);
+    for (std::uint64_t c = k * ring_chunks_per_slot; c < std::min(chunks, (k + 1) * ring_chunks_per_slot); ++c)
+      std::atomic_ref<std::uint64_t>(ctl.chunk_hash[k % ring_slots][c % ring_chunks_per_slot])
+          .store(chunk_hashes[c], std::memory_order_relaxed);
+    publish(ctl, k);
+  }
+  filler.trace(slots, "chunks hashed on the device");
+  return combine(chunk_hashes);
+}
+
+// Without them: the caller fills while `helpers` threads hash what it filled before, each slot
+// published once hashed.
+std::uint64_t write_hashing(slot_filler& filler, std::uint64_t slots, std::uint64_t chunks, unsigned helpers) {
+  ring_control& ctl = control_of(filler.ring);
+  const std::uint64_t total = filler.total;
   std::vector<std::uint64_t> hashes(chunks);
   std::mutex mutex;
   std::condition_variable landed_cv;
@@ -211,7 +212,7 @@ std::uint64_t stream_writer::write(std::uint64_t total, const fill_fn& fill, std
       }
       const std::uint64_t at = (c % ring_chunks_per_slot) * checksum_chunk;
       const std::uint64_t n = std::min(checksum_chunk, total - c * checksum_chunk);
-      const std::uint64_t h = XXH3_64bits(slot_of(ring_, k) + at, n);
+      const std::uint64_t h = XXH3_64bits(slot_of(filler.ring, k) + at, n);
       hashes[c] = h;
       std::atomic_ref<std::uint64_t>(ctl.chunk_hash[k % ring_slots][c % ring_chunks_per_slot]).store(h, std::memory_order_relaxed);
       std::lock_guard lock(mutex);
@@ -234,12 +235,12 @@ std::uint64_t stream_writer::write(std::uint64_t total, const fill_fn& fill, std
   try {
     for (unsigned i = 0; i < helpers; ++i) threads.emplace_back(hasher);
     for (std::uint64_t k = 0; k < slots; ++k) {
-      wait_free(k);  // its use before is hashed, published and copied out: its count can restart
+      filler.wait_free(k);  // its use before is hashed, published and copied out: its count can restart
       {
         std::lock_guard lock(mutex);
         left[k % ring_slots] = static_cast<std::uint32_t>(chunks_in(std::min(ring_slot_bytes, total - k * ring_slot_bytes)));
       }
-      fill_slot(k);
+      filler.fill_slot(k);
       {
         std::lock_guard lock(mutex);
         landed = k + 1;
@@ -251,8 +252,34 @@ std::uint64_t stream_writer::write(std::uint64_t total, const fill_fn& fill, std
     throw;
   }
   for (auto& t : threads) t.join();
-  trace();
+  filler.trace(slots, std::to_string(helpers) + " hashers");
   return combine(hashes);
+}
+
+}  // namespace
+
+std::uint64_t stream_writer::write(std::uint64_t total, const fill_fn& fill, std::span<const std::uint64_t> chunk_hashes) {
+  ring_control& ctl = control_of(ring_);
+  const std::uint64_t slots = (total + ring_slot_bytes - 1) / ring_slot_bytes;
+  const std::uint64_t chunks = chunks_in(total);
+  const bool hashed_before = !chunk_hashes.empty();
+  if (hashed_before && chunk_hashes.size() != chunks)
+    throw std::invalid_argument("stream_writer: " + std::to_string(chunk_hashes.size()) + " chunk hashes for " +
+                                std::to_string(chunks) + " chunks");
+  // Without hashes from the device, the caller fills while these hash what it filled before. A
+  // quarter of the cores hash faster than a device copies; the rest are left to the supervisor,
+  // which copies.
+  const unsigned helpers = hashed_before ? 0u
+                                         : static_cast<unsigned>(std::min<std::uint64_t>(
+                                               chunks, threads_from_env(1, std::clamp(detail::threads_for(total) / 4, 1u, 8u))));
+  std::atomic_ref<std::uint32_t>(ctl.writer_threads).store(1 + helpers, std::memory_order_relaxed);
+  std::atomic_ref<std::uint64_t>(ctl.total).store(total, std::memory_order_release);
+  const std::uint64_t one = 1;
+  if (::write(start_event_, &one, sizeof one) != sizeof one)
+    throw std::system_error(errno, std::generic_category(), "signalling the start of a result stream");
+
+  slot_filler filler{ring_, total, fill};
+  return hashed_before ? write_hashed(filler, slots, chunk_hashes) : write_hashing(filler, slots, chunks, helpers);
 }
 
 stream_reader::stream_reader(std::shared_ptr<pooled_segment> ring, std::uint64_t max_payload)

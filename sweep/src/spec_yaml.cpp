@@ -375,6 +375,95 @@ void parse_slurm_setting(const std::string& k, const YAML::Node& v, slurm_spec& 
   }
 }
 
+// resources: preload: [numpy, torch]
+void parse_preload(const YAML::Node& v, sweep_spec& s) {
+  if (!v.IsSequence()) fail(v, "preload is a list of modules, e.g. [numpy, torch]");
+  for (const auto& m : v) {
+    if (!m.IsScalar() || m.Scalar().empty() || m.Scalar().find_first_of(", \t\n") != std::string::npos)
+      fail(m, "preload: each entry is one module's name, e.g. numpy");
+    s.preload.push_back(m.Scalar());
+  }
+}
+
+// resources: backend: local or slurm
+void parse_backend(const YAML::Node& v, sweep_spec& s) {
+  if (v.Scalar() == "slurm") {
+    if (!s.slurm) s.slurm.emplace();
+  } else if (v.Scalar() == "local") {
+    s.slurm.reset();
+  } else {
+    fail(v, "backend is local (this machine, the default) or slurm");
+  }
+}
+
+// resources: gpus_per_trial: a whole number, or "{name}" to take it from a parameter.
+void parse_gpus_per_trial(const YAML::Node& v, sweep_spec& s) {
+  s.gpus_per_trial_line = line_of(v);
+  const std::string text = v.IsScalar() ? v.Scalar() : "";
+  if (text.size() > 2 && text.front() == '{' && text.back() == '}') {
+    s.gpus_per_trial_param = text.substr(1, text.size() - 2);  // checked against the trials by sweep_run
+  } else {
+    const double n = number(v, "gpus_per_trial");
+    s.gpus_per_trial = static_cast<int>(n);
+    if (s.gpus_per_trial < 1 || s.gpus_per_trial != n)
+      fail(v, "gpus_per_trial must be a whole number, at least 1, or \"{name}\" to take it from parameter name");
+  }
+}
+
+bool is_slurm_setting(const std::string& k) {
+  return k == "partition" || k == "account" || k == "time" || k == "gpus_per_node" || k == "trials_per_task" ||
+         k == "max_running" || k == "extra";
+}
+
+[[noreturn]] void unknown_resource(const YAML::Node& key, const std::string& k) {
+  const std::vector<std::string> known = {"gpus",       "mem_limit",    "host_mem_limit", "per_gpu", "cpu_slots",
+                                          "alloc_conf", "standby",      "warm_context",   "gpus_per_trial",
+                                          "preload",
+                                          "backend",    "partition",    "account",        "time",
+                                          "gpus_per_node", "trials_per_task", "max_running", "extra"};
+  fail(key, "unknown resource '" + k + "'" + did_you_mean(k, known) +
+                "; known: gpus, mem_limit, host_mem_limit, per_gpu, cpu_slots, alloc_conf, standby, warm_context, "
+                "gpus_per_trial, preload, backend, and for backend: slurm partition, account, time, gpus_per_node, "
+                "trials_per_task, max_running, extra");
+}
+
+// One of resources: but Slurm's settings.
+void parse_resource(const YAML::Node& key, const std::string& k, const YAML::Node& v, sweep_spec& s) {
+  if (k == "gpus") {
+    if (v.IsScalar() && v.Scalar() == "all") s.all_gpus = true;
+    else if (v.IsSequence())
+      for (const auto& g : v) s.gpus.push_back(static_cast<int>(number(g, "gpus entry")));
+    else fail(v, "gpus is a list of indices or all");
+  } else if (k == "mem_limit") {
+    s.mem_limit = parse_size(v.Scalar());
+  } else if (k == "host_mem_limit") {
+    s.host_mem_limit = parse_size(v.Scalar());
+    if (!s.host_mem_limit) fail(v, "host_mem_limit must be greater than zero");
+  } else if (k == "per_gpu") {
+    s.per_gpu = static_cast<int>(number(v, "per_gpu"));
+    if (s.per_gpu < 1) fail(v, "per_gpu must be at least 1");
+  } else if (k == "cpu_slots") {
+    s.cpu_slots = static_cast<int>(number(v, "cpu_slots"));
+    if (s.cpu_slots < 1) fail(v, "cpu_slots must be at least 1");
+  } else if (k == "alloc_conf") {
+    s.alloc_conf = v.Scalar();
+  } else if (k == "standby") {
+    s.standby = static_cast<int>(number(v, "standby"));
+    if (s.standby < 0) fail(v, "standby must be 0 (none) or more workers per slot");
+  } else if (k == "preload") {
+    parse_preload(v, s);
+  } else if (k == "warm_context") {
+    if (v.Scalar() != "true" && v.Scalar() != "false") fail(v, "warm_context is true or false");
+    s.warm_context = v.Scalar() == "true";
+  } else if (k == "backend") {
+    parse_backend(v, s);
+  } else if (k == "gpus_per_trial") {
+    parse_gpus_per_trial(v, s);
+  } else {
+    unknown_resource(key, k);
+  }
+}
+
 // resources:
 void parse_resources(const YAML::Node& root, sweep_spec& s) {
   slurm_spec slurm_settings;
@@ -385,71 +474,12 @@ void parse_resources(const YAML::Node& root, sweep_spec& s) {
       const std::string k = kv.first.Scalar();
       const auto& v = kv.second;
       try {
-        if (k == "gpus") {
-          if (v.IsScalar() && v.Scalar() == "all") s.all_gpus = true;
-          else if (v.IsSequence())
-            for (const auto& g : v) s.gpus.push_back(static_cast<int>(number(g, "gpus entry")));
-          else fail(v, "gpus is a list of indices or all");
-        } else if (k == "mem_limit") {
-          s.mem_limit = parse_size(v.Scalar());
-        } else if (k == "host_mem_limit") {
-          s.host_mem_limit = parse_size(v.Scalar());
-          if (!s.host_mem_limit) fail(v, "host_mem_limit must be greater than zero");
-        } else if (k == "per_gpu") {
-          s.per_gpu = static_cast<int>(number(v, "per_gpu"));
-          if (s.per_gpu < 1) fail(v, "per_gpu must be at least 1");
-        } else if (k == "cpu_slots") {
-          s.cpu_slots = static_cast<int>(number(v, "cpu_slots"));
-          if (s.cpu_slots < 1) fail(v, "cpu_slots must be at least 1");
-        } else if (k == "alloc_conf") {
-          s.alloc_conf = v.Scalar();
-        } else if (k == "standby") {
-          s.standby = static_cast<int>(number(v, "standby"));
-          if (s.standby < 0) fail(v, "standby must be 0 (none) or more workers per slot");
-        } else if (k == "preload") {
-          if (!v.IsSequence()) fail(v, "preload is a list of modules, e.g. [numpy, torch]");
-          for (const auto& m : v) {
-            if (!m.IsScalar() || m.Scalar().empty() || m.Scalar().find_first_of(", \t\n") != std::string::npos)
-              fail(m, "preload: each entry is one module's name, e.g. numpy");
-            s.preload.push_back(m.Scalar());
-          }
-        } else if (k == "warm_context") {
-          if (v.Scalar() != "true" && v.Scalar() != "false") fail(v, "warm_context is true or false");
-          s.warm_context = v.Scalar() == "true";
-        } else if (k == "backend") {
-          if (v.Scalar() == "slurm") {
-            if (!s.slurm) s.slurm.emplace();
-          } else if (v.Scalar() == "local") {
-            s.slurm.reset();
-          } else {
-            fail(v, "backend is local (this machine, the default) or slurm");
-          }
-        } else if (k == "partition" || k == "account" || k == "time" || k == "gpus_per_node" || k == "trials_per_task" ||
-                   k == "max_running" || k == "extra") {
+        if (is_slurm_setting(k)) {
           // Slurm's settings; they mean something only with backend: slurm (checked below).
           parse_slurm_setting(k, v, slurm_settings);
           slurm_setting_line = slurm_setting_line ? slurm_setting_line : line_of(kv.first);
-        } else if (k == "gpus_per_trial") {
-          s.gpus_per_trial_line = line_of(v);
-          const std::string text = v.IsScalar() ? v.Scalar() : "";
-          if (text.size() > 2 && text.front() == '{' && text.back() == '}') {
-            s.gpus_per_trial_param = text.substr(1, text.size() - 2);  // checked against the trials by sweep_run
-          } else {
-            const double n = number(v, "gpus_per_trial");
-            s.gpus_per_trial = static_cast<int>(n);
-            if (s.gpus_per_trial < 1 || s.gpus_per_trial != n)
-              fail(v, "gpus_per_trial must be a whole number, at least 1, or \"{name}\" to take it from parameter name");
-          }
         } else {
-          const std::vector<std::string> known = {"gpus",       "mem_limit",    "host_mem_limit", "per_gpu", "cpu_slots",
-                                                  "alloc_conf", "standby",      "warm_context",   "gpus_per_trial",
-                                                  "preload",
-                                                  "backend",    "partition",    "account",        "time",
-                                                  "gpus_per_node", "trials_per_task", "max_running", "extra"};
-          fail(kv.first, "unknown resource '" + k + "'" + did_you_mean(k, known) +
-                             "; known: gpus, mem_limit, host_mem_limit, per_gpu, cpu_slots, alloc_conf, standby, warm_context, "
-                             "gpus_per_trial, preload, backend, and for backend: slurm partition, account, time, gpus_per_node, "
-                             "trials_per_task, max_running, extra");
+          parse_resource(kv.first, k, v, s);
         }
       } catch (const parse_error& e) {
         fail(v, std::string(e.what()));

@@ -168,21 +168,10 @@ void write_memory_timeline(const char* path, std::int64_t start_ns, const std::o
   ::close(dir_fd);
 }
 
-}  // namespace
-
-namespace detail {
-[[noreturn]] void run_worker() {
-  if (::fcntl(ser::control_fd, F_SETFD, FD_CLOEXEC) != 0)
-    die("descriptor " + std::to_string(ser::control_fd) + " is missing; workers are started by isorun, not by hand");
-  ser::exit_with_supervisor(ser::control_fd);
-  // A file size limit (ulimit -f) reached while the result segment grows: an error saying so
-  // (EFBIG), reported as the task's outcome, rather than death by SIGXFSZ. (CPython does the same.)
-  ::signal(SIGXFSZ, SIG_IGN);
-
-  const std::optional<ser::warm_device> warm = prepare_warm_device();
-  assignment assigned = receive_assignment();
+// The request the supervisor wrote, mapped (into `request_map`, which its decoded payload may
+// point into) and checked.
+ser::request read_request(const assignment& assigned, std::shared_ptr<ser::mapping>& request_map) {
   ser::request req;
-  std::shared_ptr<ser::mapping> request_map;
   try {
     const std::uint64_t size = assigned.request.size();
     request_map = std::make_shared<ser::mapping>(
@@ -194,6 +183,11 @@ namespace detail {
     die(std::string("bad request: ") + e.what());
   }
   if (req.protocol != ser::protocol_version) die("request has protocol " + std::to_string(req.protocol));
+  return req;
+}
+
+// A worker that prepared a device ahead runs only a request for that device, under that cap.
+void check_warm_device(const std::optional<ser::warm_device>& warm, const ser::request& req) {
   std::string assigned_gpus;
   for (const auto& g : req.gpus) assigned_gpus += (assigned_gpus.empty() ? "GPU " : ",") + g.uuid;
   if (warm && (req.gpus.size() != 1 || warm->uuid != req.gpus[0].uuid || warm->index != req.gpus[0].index ||
@@ -201,10 +195,9 @@ namespace detail {
     die("this worker prepared GPU " + warm->uuid + " under a cap of " + std::to_string(warm->mem_limit) +
         " bytes, but was assigned " + (req.gpus.empty() ? std::string("no GPU") : assigned_gpus) + " under " +
         std::to_string(req.mem_limit));
+}
 
-  for (const auto& lib : req.task_libraries)
-    if (!::dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL)) die(std::string("cannot load task library: ") + ::dlerror());
-
+void say_hello() {
   ser::hello_message hello;
   hello.pid = ::getpid();
   if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) hello.visible_devices = v;
@@ -214,7 +207,9 @@ namespace detail {
   } catch (const std::exception& e) {
     die(std::string("cannot reach the supervisor: ") + e.what());
   }
+}
 
+void assign_devices(const ser::request& req) {
   std::vector<gpu_device> devices;
   for (const auto& g : req.gpus) devices.push_back({.index = g.index, .uuid = g.uuid, .memory = g.memory});
   this_worker().assign({.devices = std::move(devices),
@@ -224,19 +219,28 @@ namespace detail {
                         .mem_limit = req.mem_limit,
                         .task = req.task,
                         .alloc_conf = req.alloc_conf});
+}
 
-  // Read now and removed, so that processes the task starts do not see it.
-  std::string timeline;
-  if (const char* t = std::getenv(ser::env::memory_timeline.data())) timeline = t;
-  ::unsetenv(ser::env::memory_timeline.data());
+// A task whose result may hold a large blob gets the segment mapped ahead and its first large
+// blob placed in it (blob_placement.hpp). Not a blob task on a GPU: its large results are made
+// in device memory and stream through the ring (device_result), which needs no mapping of the
+// segment. Not for an early result: it is sealed on `done`, and a process the task forks
+// would inherit the writable mapping made ahead, which refuses the seal (a mapping made by
+// output_blob after the fork is not inherited); without the seal, the result waits for the
+// exit. ISORUN_PLACE_BLOBS=0 turns placing off, to compare.
+void place_blobs(const worker::task_info& task, const ser::request& req, segment_sink& sink, bool blob_result) {
+  if (task.placed_blob_offset > 0 && !(blob_result && this_worker().has_gpu()) && !req.early_result) {
+    sink.premap_in_background(req.expected_result);
+    sink.set_placed_offset(task.placed_blob_offset);
+    if (const char* e = std::getenv("ISORUN_PLACE_BLOBS"); !e || std::strcmp(e, "0") != 0)
+      sink.install_blob_placement();
+  }
+}
 
-  ser::done_message done;
-  std::optional<oom_figures> oom;  // for the memory timeline
-  segment_sink sink(std::move(assigned.result), req.max_result, std::move(assigned.ring), assigned.stream_event);
-  if (sink.has_ring() && req.encoding == static_cast<std::uint32_t>(ser::encoding::binary))
-    this_worker().set_result_stream(&sink);
-  const std::int64_t start_ns = monotonic_ns();
-  std::shared_ptr<void> result;  // the task's result value, encoded: destroyed after reporting
+// Runs the task `req` names into `sink`. `done` gets how it ended, `oom` the allocator's figures
+// after running out of memory (for the memory timeline), `result` the task's result value.
+void run_task(const ser::request& req, const std::shared_ptr<ser::mapping>& request_map, segment_sink& sink,
+              ser::done_message& done, std::optional<oom_figures>& oom, std::shared_ptr<void>& result) {
   try {
     const worker::task_info* task = worker::registry::instance().find(req.task);
     if (!task) throw std::invalid_argument("no task named '" + req.task + "' in this worker");
@@ -244,19 +248,7 @@ namespace detail {
     const bool blob_result = task->result_type == "isorun::blob";
     if (binary && blob_result)
       this_worker().set_output_area([&sink](std::uint64_t n) { return sink.claim_area(n); });
-    // A task whose result may hold a large blob gets the segment mapped ahead and its first large
-    // blob placed in it (blob_placement.hpp). Not a blob task on a GPU: its large results are made
-    // in device memory and stream through the ring (device_result), which needs no mapping of the
-    // segment. Not for an early result: it is sealed on `done`, and a process the task forks
-    // would inherit the writable mapping made ahead, which refuses the seal (a mapping made by
-    // output_blob after the fork is not inherited); without the seal, the result waits for the
-    // exit. ISORUN_PLACE_BLOBS=0 turns placing off, to compare.
-    if (binary && task->placed_blob_offset > 0 && !(blob_result && this_worker().has_gpu()) && !req.early_result) {
-      sink.premap_in_background(req.expected_result);
-      sink.set_placed_offset(task->placed_blob_offset);
-      if (const char* e = std::getenv("ISORUN_PLACE_BLOBS"); !e || std::strcmp(e, "0") != 0)
-        sink.install_blob_placement();
-    }
+    if (binary) place_blobs(*task, req, sink, blob_result);
     if (req.encoding == static_cast<std::uint32_t>(ser::encoding::json)) {
       std::string json(reinterpret_cast<const char*>(req.args.data()), req.args.size());
       task->run_json(json, sink);
@@ -286,6 +278,42 @@ namespace detail {
     done.error_type = t ? demangle(t->name()) : "unknown";
     done.message = "(an exception not derived from std::exception)";
   }
+}
+
+}  // namespace
+
+namespace detail {
+[[noreturn]] void run_worker() {
+  if (::fcntl(ser::control_fd, F_SETFD, FD_CLOEXEC) != 0)
+    die("descriptor " + std::to_string(ser::control_fd) + " is missing; workers are started by isorun, not by hand");
+  ser::exit_with_supervisor(ser::control_fd);
+  // A file size limit (ulimit -f) reached while the result segment grows: an error saying so
+  // (EFBIG), reported as the task's outcome, rather than death by SIGXFSZ. (CPython does the same.)
+  ::signal(SIGXFSZ, SIG_IGN);
+
+  const std::optional<ser::warm_device> warm = prepare_warm_device();
+  assignment assigned = receive_assignment();
+  std::shared_ptr<ser::mapping> request_map;
+  const ser::request req = read_request(assigned, request_map);
+  check_warm_device(warm, req);
+  for (const auto& lib : req.task_libraries)
+    if (!::dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL)) die(std::string("cannot load task library: ") + ::dlerror());
+  say_hello();
+  assign_devices(req);
+
+  // Read now and removed, so that processes the task starts do not see it.
+  std::string timeline;
+  if (const char* t = std::getenv(ser::env::memory_timeline.data())) timeline = t;
+  ::unsetenv(ser::env::memory_timeline.data());
+
+  ser::done_message done;
+  std::optional<oom_figures> oom;  // for the memory timeline
+  segment_sink sink(std::move(assigned.result), req.max_result, std::move(assigned.ring), assigned.stream_event);
+  if (sink.has_ring() && req.encoding == static_cast<std::uint32_t>(ser::encoding::binary))
+    this_worker().set_result_stream(&sink);
+  const std::int64_t start_ns = monotonic_ns();
+  std::shared_ptr<void> result;  // the task's result value, encoded: destroyed after reporting
+  run_task(req, request_map, sink, done, oom, result);
   std::tie(done.peak_allocated, done.peak_reserved) = this_worker().peaks();
   if (!timeline.empty()) write_memory_timeline(timeline.c_str(), start_ns, oom);
   const std::int64_t end_ns = sink.run_end_ns_ ? sink.run_end_ns_ : monotonic_ns();
