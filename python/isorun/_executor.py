@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import itertools
-import sys
 import threading
 import time
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, TypeVar, Union
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Optional, TypeVar, Union, cast
 
 from . import _core, _progress
 from ._api import IsolatedFunction, IsolatedFuture, Size, _Options, _size
@@ -227,8 +226,8 @@ def map(fn: Union[Callable[..., R], IsolatedFunction[R]], inputs: Iterable[Any],
     if own.gpu_count:
         raise UsageError(f"{fn!r} asks for any {own.gpu_count} GPUs (gpu_count); map runs each call on one GPU: "
                          "give gpus=[...] or gpus='all' to map")
-    own_all = own.gpu is None and own.gpus == "all"
-    own_gpus = [own.gpu] if own.gpu is not None else [] if own_all else list(own.gpus)
+    own_all = own.gpu is None and isinstance(own.gpus, str)  # gpus="all", the only string it takes
+    own_gpus = [own.gpu] if own.gpu is not None else [] if isinstance(own.gpus, str) else list(own.gpus)
     if own_all:
         if gpus is None:
             gpus = "all"
@@ -252,7 +251,8 @@ def map(fn: Union[Callable[..., R], IsolatedFunction[R]], inputs: Iterable[Any],
     bar = _progress.Progress(len(items), "calls") if progress and items else None
     try:
         pending = dict(zip(futures, itertools.count()))
-        for fut in concurrent.futures.as_completed(futures):
+        for done in concurrent.futures.as_completed(futures):
+            fut = cast(IsolatedFuture, done)
             i = pending[fut]
             results[i] = fut._call_result
             if bar is not None:
