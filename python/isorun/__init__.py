@@ -58,7 +58,24 @@ _WHERE = {
 }
 
 
+__version__: str  # VERSION's (the top of the source tree), through _version() at first use
+
+
+def _version() -> str:
+    try:
+        # Written by the build from VERSION (python/CMakeLists.txt), in the build tree and the wheel.
+        from ._version import version
+    except ImportError:  # python/isorun itself, not a build of it: the installed distribution's
+        from importlib.metadata import version as installed
+
+        return installed("isorun")
+    return str(version)
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # (read at first use, off a worker's start)
+        value = globals()[name] = _version()
+        return value
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'isorun' has no attribute {name!r}")
@@ -70,10 +87,8 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_WHERE))
+    return sorted(set(globals()) | set(_WHERE) | {"__version__"})
 
-
-__version__ = "0.1.0"
 
 __all__ = [
     "isolated",

@@ -10,7 +10,8 @@ import math
 import os
 import sys
 import threading
-from typing import Any, Callable, Generic, Iterable, Mapping, Optional, Sequence, TypeVar, Union, overload
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Callable, Generic, Optional, TypeVar, Union, overload
 
 from . import _core, _output, _pool
 from ._outcome import Outcome, Result
@@ -53,10 +54,11 @@ def _ms(value: Optional[Duration], what: str) -> int:
         return 0
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise UsageError(f"{what} takes seconds or a duration such as '30s', not {value!r}")
-    ms = _core.parse_duration_ms(value) if isinstance(value, str) else None
-    if ms is None and not math.isfinite(value):
+    if isinstance(value, str):
+        ms = _core.parse_duration_ms(value)  # raises UsageError where it is not a duration
+    elif not math.isfinite(value):
         raise UsageError(f"{what} takes a finite number of seconds, not {value!r} (leave it out for none)")
-    if ms is None:
+    else:
         ms = math.ceil(value * 1000)  # a positive fraction of a millisecond is not 0, "none"
     if ms <= 0:
         raise UsageError(f"{what} must be positive, not {value!r}")
@@ -110,7 +112,7 @@ class _Options:
                 standby: int = 0, warm_context: bool = False, early_result: bool = False, alloc_conf: str = "",
                 preload: Sequence[str] = (), python: Optional[str] = None, echo_stderr: bool = True,
                 host_mem_limit: Optional[Size] = None, cpus_per_call: Optional[int] = None,
-                capture_output: bool = False) -> "_Options":
+                capture_output: bool = False) -> _Options:
         if cpu and (gpu is not None or gpus or gpu_count):
             raise UsageError("cpu=True excludes gpu, gpus and gpu_count")
         if gpu is not None and (isinstance(gpu, bool) or not isinstance(gpu, int)):
@@ -166,7 +168,7 @@ class _Options:
             capture_output=bool(capture_output),
         )
 
-    def core(self) -> "_core.CallOptions":
+    def core(self) -> _core.CallOptions:
         o = _core.CallOptions()
         o.gpu = self.gpu
         o.gpus = _all_gpus() if self.gpus == "all" else list(self.gpus)
@@ -217,7 +219,7 @@ _pool.apply_default()  # a caller keeps at most 256 MiB of idle segments, unless
 # Calls in flight, and the threads that wait for them (submit's, map's slots), so that the
 # interpreter's exit stops them before it finalizes: a daemon thread still waiting inside the C++
 # runner when the interpreter ends would be ended through a destructor that may not throw.
-_live_jobs: set["_core.Job"] = set()
+_live_jobs: set[_core.Job] = set()
 _live_threads: set[threading.Event] = set()  # each thread's end
 _live_lock = threading.Lock()
 _exiting = threading.Event()  # set at the interpreter's exit: no new call is started
@@ -243,7 +245,7 @@ def _spawn(target: Callable[[], None], name: str) -> threading.Event:
     return ended
 
 
-def _track(job: "_core.Job") -> None:
+def _track(job: _core.Job) -> None:
     with _live_lock:
         _live_jobs.add(job)
         late = _exiting.is_set()  # started as the interpreter's exit stopped the others
@@ -252,10 +254,10 @@ def _track(job: "_core.Job") -> None:
 
 
 # The output pipes of calls in flight (_output), closed with their call.
-_outputs: dict["_core.Job", "_output.CallOutput"] = {}
+_outputs: dict[_core.Job, _output.CallOutput] = {}
 
 
-def _untrack(job: "_core.Job") -> Optional[tuple[str, str]]:
+def _untrack(job: _core.Job) -> Optional[tuple[str, str]]:
     """The call has ended (or was stopped and waited for): forgotten, its output pipes closed and
     drained. Returns (stdout, stderr) where they were captured."""
     with _live_lock:
@@ -310,7 +312,7 @@ def _task_error(obj: Any, outcome: Outcome) -> TaskError:
                      attributes=obj.attributes, reason=obj.reason)
 
 
-def _finish(job: "_core.Job") -> Result[Any]:
+def _finish(job: _core.Job) -> Result[Any]:
     """The finished job as a Result: value, or the exception the call raises."""
     captured = None
     try:
@@ -341,21 +343,21 @@ def _finish(job: "_core.Job") -> Result[Any]:
                       f"allocation(s) refused (the largest {cap['largest_refused']} bytes), peak "
                       f"{cap['peak']} bytes; it raised {obj.type_name}: {obj.message}")
             outcome = dataclasses.replace(outcome, kind="out_of_memory", message=report)
-            err = OutOfMemory(report, outcome)
-            err.remote_traceback = obj.tb
-            err.__cause__ = obj.exc if obj.exc is not None else RemoteTraceback(obj.tb)
-            return Result(outcome, error=err)
-        exc = obj.exc
-        if exc is None:
-            exc = _task_error(obj, outcome)
+            oom = OutOfMemory(report, outcome)
+            oom.remote_traceback = obj.tb  # type: ignore[attr-defined]  # as a TaskError has it
+            oom.__cause__ = obj.exc if obj.exc is not None else RemoteTraceback(obj.tb)
+            return Result(outcome, error=oom)
+        raised = obj.exc
+        if raised is None:
+            raised = _task_error(obj, outcome)
         else:
             try:
-                exc.remote_traceback = obj.tb
-                exc.isorun_outcome = outcome
+                raised.remote_traceback = obj.tb
+                raised.isorun_outcome = outcome
             except Exception:  # noqa: BLE001 - an exception type that refuses new attributes
                 pass
-        exc.__cause__ = RemoteTraceback(obj.tb)
-        return Result(outcome, error=exc)
+        raised.__cause__ = RemoteTraceback(obj.tb)
+        return Result(outcome, error=raised)
     message = outcome.describe()
     error: BaseException
     if kind == "task_error":
@@ -385,7 +387,7 @@ class IsolatedFuture(concurrent.futures.Future):
     cancelled. ``result()`` raises the call's exception as calling the function would.
     """
 
-    def __init__(self, job: "_core.Job") -> None:
+    def __init__(self, job: _core.Job) -> None:
         super().__init__()
         self._job = job
         self._outcome: Optional[Outcome] = None
@@ -459,7 +461,7 @@ class IsolatedFunction(Generic[R]):
         self._options = options
         functools.update_wrapper(self, fn)
 
-    def _start(self, args: tuple, kwargs: dict, executor: Optional["_core.Admission"] = None) -> "_core.Job":
+    def _start(self, args: tuple, kwargs: dict, executor: Optional[_core.Admission] = None) -> _core.Job:
         """Queues the call for admission (at ``executor``, then the process's) and returns its
         job; it has started where it fit at once."""
         if _exiting.is_set():
@@ -513,7 +515,7 @@ class IsolatedFunction(Generic[R]):
         process's admission has room for it (a GPU's memory for its cap, a CPU slot)."""
         return self._submit(args, kwargs, None)
 
-    def _submit(self, args: tuple, kwargs: dict, executor: Optional["_core.Admission"]) -> IsolatedFuture:
+    def _submit(self, args: tuple, kwargs: dict, executor: Optional[_core.Admission]) -> IsolatedFuture:
         job = self._start(args, kwargs, executor)
         future = IsolatedFuture(job)
         _spawn(future._complete, "isorun-call")
@@ -534,7 +536,7 @@ class IsolatedFunction(Generic[R]):
         o = self._options
         _core.fill_standby(o.argv(), o.launch_env(), o.core(), None)
 
-    def options(self, **changes: Any) -> "IsolatedFunction[R]":
+    def options(self, **changes: Any) -> IsolatedFunction[R]:
         """The same function with some options changed."""
         fields = dataclasses.asdict(self._options)
         unknown = set(changes) - {"gpu", "gpus", "gpu_count", "cpu", "mem_limit", "timeout", "grace", "env",
@@ -565,7 +567,8 @@ def isolated(fn: Callable[..., R], /, **options: Any) -> IsolatedFunction[R]: ..
 def isolated(fn: None = None, /, **options: Any) -> Callable[[Callable[..., R]], IsolatedFunction[R]]: ...
 
 
-def isolated(fn: Optional[Callable[..., R]] = None, /, *, gpu: Optional[int] = None,
+# The overloads say what it returns; the options are the keywords below.
+def isolated(fn: Optional[Callable[..., R]] = None, /, *, gpu: Optional[int] = None,  # type: ignore[misc]
              gpus: Optional[Sequence[int]] = None, gpu_count: int = 0, cpu: bool = False,
              mem_limit: Optional[Size] = None, timeout: Optional[Duration] = None, grace: Optional[Duration] = None,
              env: Union[Mapping[str, str], Sequence[str], None] = None, standby: int = 0,

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import itertools
-import sys
 import threading
 import time
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, TypeVar, Union
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Optional, TypeVar, Union, cast
 
 from . import _core, _progress
 from ._api import IsolatedFunction, IsolatedFuture, Size, _Options, _size
@@ -227,8 +226,15 @@ def map(fn: Union[Callable[..., R], IsolatedFunction[R]], inputs: Iterable[Any],
     if own.gpu_count:
         raise UsageError(f"{fn!r} asks for any {own.gpu_count} GPUs (gpu_count); map runs each call on one GPU: "
                          "give gpus=[...] or gpus='all' to map")
-    own_gpus = [own.gpu] if own.gpu is not None else list(own.gpus)
-    if gpus is None:
+    own_all = own.gpu is None and isinstance(own.gpus, str)  # gpus="all", the only string it takes
+    own_gpus = [own.gpu] if own.gpu is not None else [] if isinstance(own.gpus, str) else list(own.gpus)
+    if own_all:
+        if gpus is None:
+            gpus = "all"
+        elif gpus != "all":
+            raise UsageError(f"{fn!r} runs on every GPU (gpus='all'), and map was given gpus={gpus!r}: "
+                             "give one of them")
+    elif gpus is None:
         gpus = own_gpus or None
     elif own_gpus and (gpus == "all" or sorted(_gpu_list(gpus)[0]) != sorted(own_gpus)):
         raise UsageError(f"{fn!r} runs on GPU(s) {own_gpus}, and map was given gpus={gpus!r}: give one of them")
@@ -236,7 +242,7 @@ def map(fn: Union[Callable[..., R], IsolatedFunction[R]], inputs: Iterable[Any],
     if cap and own.mem_limit and cap != own.mem_limit:
         raise UsageError(f"{fn!r} has mem_limit={own.mem_limit}, and map was given mem_limit={cap}: give one of them")
     cap = cap or own.mem_limit
-    if own_gpus or own.mem_limit:
+    if own_gpus or own_all or own.mem_limit:
         base = base.options(gpu=None, gpus=None, gpu_count=0, mem_limit=None)
     items = list(inputs)
     executor = Executor(gpus, mem_limit=cap or None, per_gpu=per_gpu, cpu_slots=cpu_slots)
@@ -245,7 +251,8 @@ def map(fn: Union[Callable[..., R], IsolatedFunction[R]], inputs: Iterable[Any],
     bar = _progress.Progress(len(items), "calls") if progress and items else None
     try:
         pending = dict(zip(futures, itertools.count()))
-        for fut in concurrent.futures.as_completed(futures):
+        for done in concurrent.futures.as_completed(futures):
+            fut = cast(IsolatedFuture, done)
             i = pending[fut]
             results[i] = fut._call_result
             if bar is not None:

@@ -48,7 +48,7 @@ class Outcome:
         return self.kind == "success"
 
     @classmethod
-    def _from_core(cls, d: dict[str, Any], **changes: Any) -> "Outcome":
+    def _from_core(cls, d: dict[str, Any], **changes: Any) -> Outcome:
         o = cls(
             kind=d["kind"],
             message=d["message"],

@@ -111,7 +111,7 @@ class CallOutput:
 
         return keep
 
-    def apply(self, options: "_core.CallOptions") -> "_core.CallOptions":
+    def apply(self, options: _core.CallOptions) -> _core.CallOptions:
         """``options`` with this call's descriptors."""
         if "stdout" in self._pumps:
             options.stdout_fd = self._pumps["stdout"].write_fd

@@ -19,7 +19,8 @@ import sys
 import traceback
 import types
 import warnings
-from typing import Any, Callable, Iterator, NoReturn, Optional
+from collections.abc import Iterator
+from typing import Any, Callable, NoReturn, Optional
 
 import cloudpickle
 
@@ -245,7 +246,8 @@ def _warn_large(fn: Callable[..., Any], args: tuple, kwargs: dict, size: int) ->
 def _caller_level() -> int:
     """The stacklevel of the first frame outside this package: the user's call."""
     here = os.path.dirname(os.path.abspath(__file__))
-    frame, level = sys._getframe(1), 1
+    frame: Optional[types.FrameType] = sys._getframe(1)
+    level = 1
     while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == here:
         frame, level = frame.f_back, level + 1
     return level

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import Any, Optional
+from typing import Any
 
 from .errors import UsageError
 
@@ -44,7 +44,8 @@ class Progress:
         self._tenth = -1  # for a stderr that is not a terminal: the last tenth written,
         self._written = -1  # and the count it was written at
         tqdm = _tqdm()
-        self._bar = tqdm(total=total, initial=done, unit=f" {unit}", file=sys.stderr, dynamic_ncols=True) if tqdm else None
+        self._bar = (tqdm(total=total, initial=done, unit=f" {unit}", file=sys.stderr, dynamic_ncols=True)
+                     if tqdm else None)
         self._terminal = self._bar is None and sys.stderr.isatty()
         self._show()
 

@@ -12,10 +12,10 @@ import subprocess
 import sys
 import tempfile
 import threading
-from typing import Any, Callable, Iterator, Mapping, Optional, Union
+from collections.abc import Generator, Iterator, Mapping
+from typing import Any, Callable, Optional, Union
 
 from . import _progress
-
 from .errors import Error, UsageError
 
 __all__ = ["sweep", "sweep_iter", "SweepResults"]
@@ -164,7 +164,7 @@ def _options(out: Any, rerun_failed: Any, args: Any, progress: Any) -> list[str]
     return options
 
 
-def _run(spec: Spec, options: list[str], progress: bool) -> Iterator[dict[str, Any]]:
+def _run(spec: Spec, options: list[str], progress: bool) -> Generator[dict[str, Any], None, str]:
     """Runs ``isorun sweep`` and yields each record as it is journaled, the records of earlier
     runs of the same sweep first; returns the output folder. Leaving the iterator early stops
     the sweep as Ctrl-C does (and waits for it). The one loop behind :func:`sweep` and
@@ -218,7 +218,7 @@ def _run(spec: Spec, options: list[str], progress: bool) -> Iterator[dict[str, A
                         if out is None:
                             continue
                         tail = _JournalTail(out)
-                        counts = _counts(next(l for l in lines if _out_of(l)))
+                        counts = _counts(next(line for line in lines if _out_of(line)))
                     records = tail.read()
                     for record in records:
                         tally.add(record)
@@ -248,7 +248,7 @@ def _run(spec: Spec, options: list[str], progress: bool) -> Iterator[dict[str, A
         raise UsageError(message)
     if code == 130:
         raise KeyboardInterrupt
-    if code not in (0, 1) or tail is None:
+    if code not in (0, 1) or tail is None or out is None:  # (out is known once tail is)
         raise Error(f"isorun sweep ended with exit code {code}: {said}")
     return out
 
@@ -266,7 +266,7 @@ def _refusal(error_file: str) -> str:
     return message if isinstance(message, str) else ""
 
 
-def _echo(proc: "subprocess.Popen[str]", lines: list[str]) -> None:
+def _echo(proc: subprocess.Popen[str], lines: list[str]) -> None:
     """Echoes the command's stderr to this process's and keeps its lines, until it ends."""
     assert proc.stderr is not None
     for line in proc.stderr:
@@ -274,7 +274,7 @@ def _echo(proc: "subprocess.Popen[str]", lines: list[str]) -> None:
         sys.stderr.write(line)
 
 
-def _ended(proc: "subprocess.Popen[str]", within: float) -> bool:
+def _ended(proc: subprocess.Popen[str], within: float) -> bool:
     try:
         proc.wait(within)
     except subprocess.TimeoutExpired:
@@ -282,7 +282,7 @@ def _ended(proc: "subprocess.Popen[str]", within: float) -> bool:
     return True
 
 
-def _stop(proc: "subprocess.Popen[str]") -> None:
+def _stop(proc: subprocess.Popen[str]) -> None:
     """Stops the command as Ctrl-C does, and waits for its trials to stop; an interrupt while it
     waits stops them at once (the command's second SIGINT)."""
     if proc.poll() is not None:
@@ -296,7 +296,7 @@ def _stop(proc: "subprocess.Popen[str]") -> None:
             proc.send_signal(signal.SIGINT)
 
 
-def sweep(spec: Spec, *, out: Union[str, "os.PathLike[str]", None] = None, rerun_failed: bool = False,
+def sweep(spec: Spec, *, out: Union[str, os.PathLike[str], None] = None, rerun_failed: bool = False,
           args: tuple[str, ...] = (), progress: bool = False,
           on_record: Optional[Callable[[dict[str, Any]], None]] = None) -> SweepResults:
     """Runs a sweep and returns its records.
@@ -338,7 +338,7 @@ def sweep(spec: Spec, *, out: Union[str, "os.PathLike[str]", None] = None, rerun
                 raise
 
 
-def sweep_iter(spec: Spec, *, out: Union[str, "os.PathLike[str]", None] = None, rerun_failed: bool = False,
+def sweep_iter(spec: Spec, *, out: Union[str, os.PathLike[str], None] = None, rerun_failed: bool = False,
                args: tuple[str, ...] = (), progress: bool = False) -> Iterator[dict[str, Any]]:
     """Runs a sweep as :func:`sweep` does, and yields each trial's record as it is journaled in
     ``OUT/results.jsonl``, while the sweep runs: those of earlier runs of the same sweep first

@@ -2,9 +2,11 @@
 interpreter for exactly one call.
 
 It imports what ``ISORUN_PY_PRELOAD`` names, from the caller's ``sys.path``
-(``ISORUN_PY_PATH``): a standby interpreter does so while it waits for its call. Then it serves isorun's worker protocol through the C++ worker: the assignment, the
-handshake, the call through :func:`isorun._payload.run_call` (or, for a sweep's trial,
-:func:`isorun._trial.run_trial`), the result written into the result segment, the report. It exits when the call is done, and dies with its supervisor.
+(``ISORUN_PY_PATH``): a standby interpreter does so while it waits for its call. Then it serves
+isorun's worker protocol through the C++ worker: the assignment, the handshake, the call through
+:func:`isorun._payload.run_call` (or, for a sweep's trial, :func:`isorun._trial.run_trial`), the
+result written into the result segment, the report. It exits when the call is done, and dies with
+its supervisor.
 """
 
 from __future__ import annotations

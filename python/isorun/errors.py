@@ -36,9 +36,9 @@ __all__ = [
 class Error(Exception):
     """Base of every isorun error."""
 
-    outcome: Optional["Outcome"]
+    outcome: Optional[Outcome]
 
-    def __init__(self, message: str, outcome: Optional["Outcome"] = None) -> None:
+    def __init__(self, message: str, outcome: Optional[Outcome] = None) -> None:
         super().__init__(message)
         self.outcome = outcome
 
@@ -50,7 +50,7 @@ class TaskError(Error):
     ``type_name`` names its type, ``attributes`` holds the reprs of its attributes, ``reason``
     says why it is not itself, and ``remote_traceback`` is the worker's traceback as text."""
 
-    def __init__(self, message: str, outcome: Optional["Outcome"] = None, *, type_name: str = "",
+    def __init__(self, message: str, outcome: Optional[Outcome] = None, *, type_name: str = "",
                  remote_traceback: str = "", attributes: Optional[dict[str, str]] = None,
                  reason: str = "") -> None:
         super().__init__(message, outcome)

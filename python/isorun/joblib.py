@@ -12,7 +12,8 @@ module registers it as ``"isorun"``::
 The keyword options are :class:`isorun.Executor`'s (``gpus``, ``mem_limit``, ``per_gpu``, and
 :func:`isorun.isolated`'s: ``timeout``, ``host_mem_limit``, ``standby``, ``preload``, ``env``,
 ...); ``n_jobs`` is the number of CPU slots (``cpu_slots``), or, on GPUs, how many batches joblib
-hands out at once. ``n_jobs=1`` runs in the calling process: joblib does so with every backend. joblib has no entry points for backends, so the import is what registers it.
+hands out at once. ``n_jobs=1`` runs in the calling process: joblib does so with every backend.
+joblib has no entry points for backends, so the import is what registers it.
 """
 
 from __future__ import annotations

@@ -91,6 +91,14 @@ def test_map_packs_calls_on_the_gpus_under_their_cap():
     assert {r.outcome.device for r in rs} == {"GPU-sim-0"}
 
 
+def test_map_of_a_function_isolated_on_every_gpu_maps_over_every_gpu():
+    f = isorun.isolated(where, gpus="all", mem_limit="1G")
+    assert [r.value for r in isorun.map(f, [()] * 2)] == [("GPU-sim-0", str(1 << 30))] * 2
+    assert [r.value for r in isorun.map(f, [()], gpus="all")] == [("GPU-sim-0", str(1 << 30))]
+    with pytest.raises(isorun.UsageError, match="every GPU"):
+        isorun.map(f, [()], gpus=[0])
+
+
 def test_options_gives_the_function_with_some_options_changed():
     f = isorun.isolated(where, cpu=True)
     on_gpu = f.options(gpu=0, cpu=False, mem_limit="512M")
