@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Checks that the C/C++ files that commits change are formatted as .clang-format says.
-#   tools/format-check.sh            the files changed by the last commit (HEAD~1..HEAD)
-#   tools/format-check.sh RANGE      the files changed in a git range, e.g. main..HEAD or origin/main...
-# Only files that still exist are checked, and each one whole: the code base is not reformatted
-# at once, a file is when a commit touches it. Fails listing the files that are not formatted,
-# with the command that formats them. Needs clang-format (Debian: apt-get install clang-format).
+# Checks that the C/C++ lines that commits change are formatted as .clang-format says.
+#   tools/format-check.sh            the lines changed by the last commit (HEAD~1..HEAD)
+#   tools/format-check.sh RANGE      the lines changed in a git range, e.g. main..HEAD or origin/main...
+# Only changed lines (git clang-format): the code base is not reformatted at once, and a commit
+# that touches a file is not made to reformat all of it. Fails showing how the lines should read,
+# with the command that formats them. Needs clang-format (Debian: apt-get install clang-format,
+# which brings git-clang-format).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -44,16 +45,22 @@ if [ ${#files[@]} -eq 0 ]; then
   echo "format-check: no C/C++ files changed in $range"
   exit 0
 fi
-bad=()
-for f in "${files[@]}"; do
-  clang-format --dry-run --Werror "$f" > /dev/null 2>&1 || bad+=("$f")
-done
-if [ ${#bad[@]} -eq 0 ]; then
-  echo "format-check: ${#files[@]} C/C++ file(s) changed in $range, all formatted ($(clang-format --version | grep -o 'version [0-9.]*'))"
+head=${range##*..}
+head=${head:-HEAD}
+if [ "$(git rev-parse --verify --quiet HEAD~1)" = "" ] && [ "$base" = HEAD~1 ]; then
+  # The first commit: every line is new; each file is checked whole.
+  bad=()
+  for f in "${files[@]}"; do clang-format --dry-run --Werror "$f" > /dev/null 2>&1 || bad+=("$f"); done
+  [ ${#bad[@]} -eq 0 ] && { echo "format-check: ${#files[@]} C/C++ file(s), all formatted"; exit 0; }
+  echo "format-check: not formatted: ${bad[*]}; run: clang-format -i ${bad[*]}" >&2
+  exit 1
+fi
+diff=$(git clang-format --diff --extensions c,cc,cpp,cxx,h,hpp,cu,cuh "$base" "$head" -- "${files[@]}" 2>&1) || true
+if ! grep -q '^@@' <<< "$diff"; then
+  echo "format-check: the lines $range changed in ${#files[@]} C/C++ file(s) are formatted ($(clang-format --version | grep -o 'version [0-9.]*'))"
   exit 0
 fi
-echo "format-check: ${#bad[@]} of ${#files[@]} C/C++ file(s) changed in $range are not formatted:" >&2
-printf '  %s\n' "${bad[@]}" >&2
-echo "format them with:" >&2
-echo "  clang-format -i ${bad[*]}" >&2
+printf '%s\n' "$diff" >&2
+echo "format-check: lines changed in $range are not formatted as .clang-format says (the diff above shows how they" >&2
+echo "should read); format them with:  git clang-format $base" >&2
 exit 1
