@@ -1,0 +1,199 @@
+"""start="zygote": each worker forked from one interpreter that imported the preloads and never
+initialized CUDA, then made this process's child in a cgroup of its own, with its GPU, its cap and
+its environment; each still serves exactly one call."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import sys
+
+import pytest
+
+import isorun
+
+HELPERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers")
+sys.path.insert(0, HELPERS)
+from driver_alloc import allocate_until_refused  # noqa: E402 - the helpers folder first
+
+FAKE_CUDA_DIR = os.environ.get("ISORUN_TEST_FAKE_CUDA_DIR", "")
+needs_fake_cuda = pytest.mark.skipif(not os.path.exists(os.path.join(FAKE_CUDA_DIR, "libcuda.so.1")),
+                                     reason="the stand-in libcuda.so.1 (ISORUN_TEST_FAKE_CUDA_DIR) is not built")
+CUDA_ERROR_OUT_OF_MEMORY = 2
+CUDA_ERROR_NOT_PERMITTED = 800
+
+
+@pytest.fixture(autouse=True)
+def helpers_on_path(monkeypatch):
+    """zygote_probe is importable here, from this process's sys.path."""
+    monkeypatch.syspath_prepend(HELPERS)
+
+
+def state():
+    import zygote_probe
+
+    import isorun._worker as worker
+
+    zygote_probe.counter += 1  # a module-level global, changed by every call
+    return {"pid": os.getpid(), "ppid": os.getppid(), "imported_by": zygote_probe.imported_by,
+            "counter": zygote_probe.counter, "at_entry": "zygote_probe" in worker.modules_at_entry,
+            "pgid": os.getpgid(0), "threads": os.environ.get("OPENBLAS_NUM_THREADS"),
+            "zygote_var": os.environ.get("ISORUN_CAP_ZYGOTE"), "preload": os.environ.get("LD_PRELOAD", "")}
+
+
+def test_start_takes_exec_or_zygote():
+    with pytest.raises(isorun.UsageError, match="start takes 'exec'.*'zygote'.*'fork'"):
+        isorun.isolated(state, start="fork")
+    with pytest.raises(isorun.UsageError, match="start takes"):
+        isorun.Executor(cpu_slots=1, start=None)
+    with pytest.raises(isorun.UsageError, match="warm_context"):
+        isorun.isolated(state, gpu=0, start="zygote", warm_context=True)
+
+
+def test_each_call_is_forked_from_one_zygote_and_sees_none_of_the_calls_before_it():
+    f = isorun.isolated(state, start="zygote", standby=1, preload=["zygote_probe"])
+    f.warm_up()
+    runs = [f() for _ in range(3)]
+    zygotes = {r["imported_by"] for r in runs}
+    assert len(zygotes) == 1  # one zygote imported the preload, once
+    assert all(r["at_entry"] for r in runs)
+    assert len({r["pid"] for r in runs}) == 3  # each call a process of its own...
+    for r in runs:
+        assert r["pid"] not in zygotes  # ...forked, not the zygote itself
+        assert r["ppid"] == os.getpid()  # this process's child, reaped by it
+        assert r["pgid"] == r["pid"]  # leading its own process group
+        assert r["counter"] == 1  # forked from the pristine zygote, not from a used worker
+        assert r["zygote_var"] is None
+        assert "libisorun_cuda_cap" not in r["preload"]  # no cap: the library was the zygote's alone
+
+
+def random_draws():
+    import random
+
+    import numpy as np
+
+    return np.random.randint(1 << 62), random.getrandbits(62)
+
+
+def test_siblings_do_not_share_random_state():
+    f = isorun.isolated(random_draws, start="zygote", standby=2, preload=["numpy"])
+    f.warm_up()
+    a, b = f(), f()
+    assert a[0] != b[0] and a[1] != b[1]
+
+
+def wait_for_the_test(ready_path, go_path):
+    """Says its pid through one FIFO and waits on another: the test looks at it while it runs."""
+    with open(ready_path, "w") as ready:
+        ready.write(str(os.getpid()))
+    with open(go_path) as go:
+        go.read()
+    return os.getpid()
+
+
+def _cgroup_of(pid):
+    with open(f"/proc/{pid}/cgroup") as f:
+        return [line for line in f.read().splitlines() if line.startswith("0::")][0][3:]
+
+
+def test_each_worker_is_born_in_a_cgroup_of_its_own(tmp_path):
+    mine = _cgroup_of(os.getpid())
+    with isorun.Executor(cpu_slots=2, start="zygote", preload=["zygote_probe"]) as ex:
+        fifos = []
+        for i in range(2):
+            ready, go = tmp_path / f"ready{i}", tmp_path / f"go{i}"
+            os.mkfifo(ready)
+            os.mkfifo(go)
+            fifos.append((ready, go))
+        futures = [ex.submit(wait_for_the_test, str(r), str(g)) for r, g in fifos]
+        seen = []
+        for ready, go in fifos:
+            with open(ready) as f:
+                pid = int(f.read())
+            seen.append((pid, _cgroup_of(pid)))
+            with open(go, "w"):
+                pass
+        assert sorted(f.result() for f in futures) == sorted(pid for pid, _ in seen)
+    cgroups = [c for _, c in seen]
+    if not any(c != mine for c in cgroups):
+        pytest.skip("no cgroup containment here (workers share this process's cgroup)")
+    assert len(set(cgroups)) == 2 and mine not in cgroups  # one each, neither the caller's
+    for c in cgroups:
+        assert c.startswith(os.path.dirname(mine))  # under isorun's own
+
+
+def exit_with(code):
+    os._exit(code)
+
+
+def test_a_forked_worker_s_end_is_reaped_and_reported_as_an_exec_d_one_s():
+    f = isorun.isolated(exit_with, start="zygote")
+    with pytest.raises(isorun.WorkerExited) as info:
+        f(7)
+    assert info.value.exit_code == 7
+    assert f.options(start="exec") is not None
+
+
+def cuda_after_the_zygote():
+    import ctypes
+
+    import zygote_probe
+
+    return zygote_probe.cuda_init_rc, zygote_probe.imported_by, ctypes.CDLL("libcuda.so.1").cuInit(0), os.getpid()
+
+
+@needs_fake_cuda
+@pytest.mark.parametrize("mem_limit", [None, "1G"])
+def test_the_zygote_never_initializes_cuda_and_its_child_does(mem_limit):
+    f = isorun.isolated(cuda_after_the_zygote, gpu=0, mem_limit=mem_limit, start="zygote", preload=["zygote_probe"],
+                        env={"LD_LIBRARY_PATH": FAKE_CUDA_DIR, "ISORUN_TEST_CUDA_IN_ZYGOTE": "1"},
+                        capture_output=True)
+    res = f.try_call()
+    assert res.ok, res.outcome.describe()
+    in_zygote, zygote, in_child, child = res.value
+    assert zygote != child
+    assert in_zygote == CUDA_ERROR_NOT_PERMITTED  # refused by the cap library in the zygote
+    assert in_child == 0  # the child, given its GPU, may
+
+
+def raise_memory_error_when_refused(block_mib):
+    blocks, rc = allocate_until_refused(block_mib)
+    raise MemoryError(f"CUDA out of memory after {blocks} blocks (error {rc})")
+
+
+@needs_fake_cuda
+def test_each_forked_worker_has_its_own_cap():
+    opts = dict(gpu=0, mem_limit="1G", env={"LD_LIBRARY_PATH": FAKE_CUDA_DIR}, start="zygote")
+    over = isorun.isolated(raise_memory_error_when_refused, **opts)
+    within = isorun.isolated(allocate_until_refused, **opts)
+    with pytest.raises(isorun.OutOfMemory):
+        over(128)
+    for _ in range(2):  # a sibling after it has the whole cap, each time
+        res = within.try_call(256)
+        assert res.ok, res.outcome.describe()
+        blocks, rc = res.value
+        assert rc == CUDA_ERROR_OUT_OF_MEMORY and 1 <= blocks <= 4
+        assert res.outcome.driver_cap["limit"] == 1 << 30 and res.outcome.driver_cap["refusals"] == 1
+
+
+@needs_fake_cuda
+def test_a_forked_worker_without_a_cap_has_the_whole_device():
+    f = isorun.isolated(allocate_until_refused, gpu=0, env={"LD_LIBRARY_PATH": FAKE_CUDA_DIR}, start="zygote")
+    res = f.try_call(1024)
+    assert res.ok, res.outcome.describe()
+    assert res.outcome.driver_cap is None
+    blocks, _rc = res.value
+    assert blocks > 1  # past 1 GiB: the cap library steps aside in an uncapped child
+
+
+def square(x):
+    return x * x
+
+
+def test_an_executor_of_forked_workers_runs_back_to_back_calls():
+    with isorun.Executor(cpu_slots=2, standby=2, preload=["numpy"], start="zygote") as ex:
+        futures = [ex.submit(square, i) for i in range(40)]
+        assert [f.result() for f in futures] == [i * i for i in range(40)]
+        assert sorted(ex.map(square, range(5))) == [0, 1, 4, 9, 16]
+    done, _ = concurrent.futures.wait(futures)
+    assert len(done) == 40
