@@ -297,3 +297,35 @@ def test_a_forked_worker_past_its_timeout_is_stopped_with_what_it_started(tmp_pa
     if _cgroup_of(grandchild) == _cgroup_of(os.getpid()):
         pytest.skip("no cgroup containment here: a process that left the group outlives the worker")
     pytest.fail(f"the grandchild outlived its worker's cgroup (state {state})")
+
+
+def thread_vars():
+    names = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
+             "NUMEXPR_NUM_THREADS")
+    return [os.environ.get(n) for n in names]
+
+
+def test_a_forked_worker_gets_its_share_of_the_cores_back_in_its_thread_limits():
+    # (The zygote imported its preloads with one thread; each worker has its own share again.)
+    cores = str(len(os.sched_getaffinity(0)))
+    with isorun.Executor(cpu_slots=1, start="zygote", preload=["zygote_probe"]) as ex:
+        assert ex.submit(thread_vars).result() == [cores] * 5
+    f = isorun.isolated(thread_vars, start="zygote", env={"OMP_NUM_THREADS": "3"})
+    assert f() == ["3"] + ["1"] * 4
+
+
+def eat(mib):
+    block = bytearray(mib << 20)
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    return len(block) >> 20
+
+
+def test_a_forked_worker_past_its_host_memory_cap_ends_out_of_memory_and_its_sibling_does_not():
+    f = isorun.isolated(eat, host_mem_limit="64M", start="zygote", preload=["numpy"])
+    try:
+        res = f.try_call(512)
+    except isorun.UsageError as e:
+        pytest.skip(f"no cgroup can enforce a host memory cap here: {e}")
+    assert res.outcome.kind == "out_of_memory" and "host_mem_limit" in res.outcome.message
+    assert f(16) == 16  # a sibling, under the same cap, from the same zygote
