@@ -197,7 +197,9 @@ def main() -> None:
     _preload()
     if zygote:
         # A zygote: forks a worker per request and never returns but in each child, which then
-        # serves its one call as an exec'd worker would.
+        # serves its one call as an exec'd worker would. What the preloads printed leaves the
+        # buffers first: else every child would write it again.
+        _flush()
         _core.zygote_serve()
         _zygote_child(children)
     _core.serve(_entry, _sweep_entry)

@@ -329,3 +329,15 @@ def test_a_forked_worker_past_its_host_memory_cap_ends_out_of_memory_and_its_sib
         pytest.skip(f"no cgroup can enforce a host memory cap here: {e}")
     assert res.outcome.kind == "out_of_memory" and "host_mem_limit" in res.outcome.message
     assert f(16) == 16  # a sibling, under the same cap, from the same zygote
+
+
+def nothing():
+    return None
+
+
+def test_what_a_preload_printed_in_the_zygote_is_not_printed_again_by_each_worker():
+    f = isorun.isolated(nothing, start="zygote", preload=["zygote_probe"], capture_output=True,
+                        env={"ISORUN_TEST_PRINT_IN_ZYGOTE": "1"})
+    for _ in range(2):
+        res = f.try_call()
+        assert res.ok and "printed by the zygote" not in res.outcome.stdout

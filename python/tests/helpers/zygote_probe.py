@@ -8,6 +8,8 @@ import os
 imported_by = os.getpid()
 counter = 0
 cuda_init_rc = None
+if os.environ.get("ISORUN_TEST_PRINT_IN_ZYGOTE"):
+    print("printed by the zygote's preload")  # buffered: stdout is a pipe or a file
 if os.environ.get("ISORUN_TEST_CUDA_IN_ZYGOTE"):
     import ctypes
 
