@@ -540,8 +540,9 @@ class IsolatedFunction(Generic[R]):
     def warm_up(self) -> None:
         """Launches this function's ``standby`` interpreters now (each imports its ``preload``
         modules and waits for a call) and returns once they are launched: before timing calls,
-        or before the first call should find them waiting. Does nothing without ``standby`` (with
-        ``start="zygote"``, it starts the zygote and forks the ``standby`` workers)."""
+        or before the first call should find them waiting. Does nothing without ``standby``. With
+        ``start="zygote"`` it returns once the zygote has imported the preloads (or failed) and
+        forked the ``standby`` workers: until then, calls get exec'd workers rather than wait."""
         o = self._options
         _core.fill_standby(o.argv(), o.launch_env(), o.core(), None)
 

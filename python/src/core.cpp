@@ -626,6 +626,7 @@ int zygote_child_setup(const int* fds, int nfds, pid_t supervisor) {
 void zygote_serve() {
   const pid_t supervisor = ::getppid();
   const int control = isorun::serialization::control_fd;
+  zygote_reply({.pid = 0, .error = 0, .threads = thread_count()}, -1);  // ready: the preloads are imported
   for (;;) {
     zw::request req{};
     int fds[zw::child_fds + 1];

@@ -84,11 +84,13 @@ def test_siblings_do_not_share_random_state():
 
 def wait_for_the_test(ready_path, go_path):
     """Says its pid through one FIFO and waits on another: the test looks at it while it runs."""
+    import zygote_probe
+
     with open(ready_path, "w") as ready:
         ready.write(str(os.getpid()))
     with open(go_path) as go:
         go.read()
-    return os.getpid()
+    return os.getpid(), zygote_probe.imported_by != os.getpid()
 
 
 def _cgroup_of(pid):
@@ -98,7 +100,9 @@ def _cgroup_of(pid):
 
 def test_each_worker_is_born_in_a_cgroup_of_its_own(tmp_path):
     mine = _cgroup_of(os.getpid())
-    with isorun.Executor(cpu_slots=2, start="zygote", preload=["zygote_probe"]) as ex:
+    options = dict(start="zygote", preload=["zygote_probe"], cpus_per_call=1)
+    isorun.isolated(wait_for_the_test, **options).warm_up()  # the executor's zygote, ready
+    with isorun.Executor(cpu_slots=2, **options) as ex:
         fifos = []
         for i in range(2):
             ready, go = tmp_path / f"ready{i}", tmp_path / f"go{i}"
@@ -113,7 +117,9 @@ def test_each_worker_is_born_in_a_cgroup_of_its_own(tmp_path):
             seen.append((pid, _cgroup_of(pid)))
             with open(go, "w"):
                 pass
-        assert sorted(f.result() for f in futures) == sorted(pid for pid, _ in seen)
+        results = [f.result() for f in futures]
+        assert sorted(pid for pid, _ in results) == sorted(pid for pid, _ in seen)
+        assert all(forked for _, forked in results)
     cgroups = [c for _, c in seen]
     if not any(c != mine for c in cgroups):
         pytest.skip("no cgroup containment here (workers share this process's cgroup)")
@@ -128,6 +134,7 @@ def exit_with(code):
 
 def test_a_forked_worker_s_end_is_reaped_and_reported_as_an_exec_d_one_s():
     f = isorun.isolated(exit_with, start="zygote")
+    f.warm_up()
     with pytest.raises(isorun.WorkerExited) as info:
         f(7)
     assert info.value.exit_code == 7
@@ -147,6 +154,7 @@ def test_the_zygote_never_initializes_cuda_and_its_child_does(mem_limit):
     f = isorun.isolated(cuda_after_the_zygote, gpu=0, mem_limit=mem_limit, start="zygote", preload=["zygote_probe"],
                         env={"LD_LIBRARY_PATH": FAKE_CUDA_DIR, "ISORUN_TEST_CUDA_IN_ZYGOTE": "1"},
                         capture_output=True)
+    f.warm_up()  # the zygote is ready: the call is forked (before, it would get an exec'd worker)
     res = f.try_call()
     assert res.ok, res.outcome.describe()
     in_zygote, zygote, in_child, child = res.value
@@ -165,6 +173,8 @@ def test_each_forked_worker_has_its_own_cap():
     opts = dict(gpu=0, mem_limit="1G", env={"LD_LIBRARY_PATH": FAKE_CUDA_DIR}, start="zygote")
     over = isorun.isolated(raise_memory_error_when_refused, **opts)
     within = isorun.isolated(allocate_until_refused, **opts)
+    over.warm_up()
+    within.warm_up()
     with pytest.raises(isorun.OutOfMemory):
         over(128)
     for _ in range(2):  # a sibling after it has the whole cap, each time
@@ -178,6 +188,7 @@ def test_each_forked_worker_has_its_own_cap():
 @needs_fake_cuda
 def test_a_forked_worker_without_a_cap_has_the_whole_device():
     f = isorun.isolated(allocate_until_refused, gpu=0, env={"LD_LIBRARY_PATH": FAKE_CUDA_DIR}, start="zygote")
+    f.warm_up()
     res = f.try_call(1024)
     assert res.ok, res.outcome.describe()
     assert res.outcome.driver_cap is None
@@ -206,6 +217,7 @@ def importer():
 
 def test_a_zygote_whose_preload_started_a_thread_does_not_fork_and_workers_are_exec_d(capfd):
     f = isorun.isolated(importer, start="zygote", preload=["thread_starter"])
+    f.warm_up()  # the zygote says it is ready, with 2 threads: it is not used
     for _ in range(2):
         pid, imported_by = f()
         assert imported_by == pid  # an exec'd worker, which imported the preload itself
@@ -284,6 +296,7 @@ def leave_a_grandchild_and_block(path):
 def test_a_forked_worker_past_its_timeout_is_stopped_with_what_it_started(tmp_path):
     path = tmp_path / "grandchild"
     f = isorun.isolated(leave_a_grandchild_and_block, start="zygote", timeout=0.5, grace=0.1)
+    f.warm_up()
     with pytest.raises(isorun.Timeout):
         f(str(path))
     grandchild = int(path.read_text())
@@ -309,10 +322,12 @@ def thread_vars():
 
 def test_a_forked_worker_gets_its_share_of_the_cores_back_in_its_thread_limits():
     # (The zygote imported its preloads with one thread; each worker has its own share again.)
-    cores = str(len(os.sched_getaffinity(0)))
-    with isorun.Executor(cpu_slots=1, start="zygote", preload=["zygote_probe"]) as ex:
-        assert ex.submit(thread_vars).result() == [cores] * 5
+    share = min(2, len(os.sched_getaffinity(0)))
+    f = isorun.isolated(thread_vars, start="zygote", preload=["zygote_probe"], cpus_per_call=share)
+    f.warm_up()
+    assert f() == [str(share)] * 5
     f = isorun.isolated(thread_vars, start="zygote", env={"OMP_NUM_THREADS": "3"})
+    f.warm_up()
     assert f() == ["3"] + ["1"] * 4
 
 
@@ -326,6 +341,7 @@ def eat(mib):
 def test_a_forked_worker_past_its_host_memory_cap_ends_out_of_memory_and_its_sibling_does_not():
     f = isorun.isolated(eat, host_mem_limit="64M", start="zygote", preload=["numpy"])
     try:
+        f.warm_up()
         res = f.try_call(512)
     except isorun.UsageError as e:
         pytest.skip(f"no cgroup can enforce a host memory cap here: {e}")
@@ -340,6 +356,16 @@ def nothing():
 def test_what_a_preload_printed_in_the_zygote_is_not_printed_again_by_each_worker():
     f = isorun.isolated(nothing, start="zygote", preload=["zygote_probe"], capture_output=True,
                         env={"ISORUN_TEST_PRINT_IN_ZYGOTE": "1"})
+    f.warm_up()
     for _ in range(2):
         res = f.try_call()
         assert res.ok and "printed by the zygote" not in res.outcome.stdout
+
+
+def test_a_zygote_stuck_in_an_import_holds_up_no_call_and_stops_with_its_pool():
+    # The calls get exec'd workers while the zygote is not ready: they meet the same import, and
+    # their timeout holds. The pool's filler waits for the zygote; stopping the pool ends that wait.
+    f = isorun.isolated(nothing, start="zygote", standby=1, preload=["hangs_at_import"], timeout=0.5, grace=0.1)
+    with pytest.raises(isorun.Timeout):
+        f()
+    isorun.stop_standby()

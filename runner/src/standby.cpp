@@ -41,6 +41,7 @@ standby_pool::standby_pool(launch_spec spec, std::size_t size, std::size_t max_s
       idle_{idle} {
   if (!wanted_) throw internal_error(std::string("eventfd: ") + std::strerror(errno));
   if (!spec_.zygote) launcher_ = std::make_unique<local_launcher>();
+  zygote_settled_ = !spec_.zygote;
   spec_.label = "standby";  // its task is not known yet
   spec_.before_start = nullptr;  // a call's, not the pool's
   filler_ = std::thread([this] { refill(); });
@@ -50,6 +51,8 @@ standby_pool::~standby_pool() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
+    // A filler waiting for its zygote to be ready (a preload that takes long, or never ends).
+    if (auto* z = dynamic_cast<zygote_launcher*>(launcher_.get())) z->interrupt();
   }
   wake_filler();
   filler_.join();
@@ -80,9 +83,18 @@ void standby_pool::refill() {
     // Started on this thread, which lives as long as the pool: the zygote's parent-death signal,
     // and its children's (made this process's children), follow it. (A zygote that cannot start
     // leaves exec'd workers: zygote_launcher says so.)
-    std::unique_ptr<launcher> source = std::make_unique<zygote_launcher>(spec_);
+    auto zygote = std::make_unique<zygote_launcher>(spec_);
+    zygote_launcher* z = zygote.get();
+    {
+      std::lock_guard lock(mutex_);
+      launcher_ = std::move(zygote);
+      changed_.notify_all();
+    }
+    // Its imports are waited for here, not by calls (which get exec'd workers meanwhile): the
+    // pool is then filled with forked workers. Interrupted when the pool stops.
+    z->wait_ready();
     std::lock_guard lock(mutex_);
-    launcher_ = std::move(source);
+    zygote_settled_ = true;
     changed_.notify_all();
   }
   std::unique_lock lock(mutex_);
@@ -167,7 +179,7 @@ launched_worker standby_pool::take() {
   std::unique_lock lock(mutex_);
   launcher& source = this->source(lock);
   lock.unlock();
-  return source.launch(spec_);  // none ready: launched now (forked, with a zygote), as without standby
+  return source.launch(spec_);  // none ready: launched now, as without standby (forked, or exec'd)
 }
 
 std::size_t standby_pool::target() const {
@@ -207,7 +219,7 @@ void standby_pool::reserve(std::size_t size) {
 
 void standby_pool::fill() {
   std::unique_lock lock(mutex_);
-  changed_.wait(lock, [&] { return failing_ || ready_.size() >= target_; });
+  changed_.wait(lock, [&] { return zygote_settled_ && (failing_ || ready_.size() >= target_); });
 }
 
 std::vector<pid_t> standby_pool::waiting_pids() const {

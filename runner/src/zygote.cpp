@@ -1,6 +1,8 @@
 #include "isorun/runner/zygote.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -96,14 +98,19 @@ launch_spec zygote_spec(const launch_spec& spec) {
 }
 
 namespace {
+std::string threads_started(int threads) {
+  return "it runs " + std::to_string(threads) + " threads, which a preload started: forking it would not be safe";
+}
+
 void say_exec_instead(const std::string& why) {
   const std::string line = "isorun: the zygote cannot fork workers (" + why + "): each worker is exec'd instead\n";
   [[maybe_unused]] auto n = ::write(2, line.data(), line.size());
 }
 }  // namespace
 
-zygote_launcher::zygote_launcher(const launch_spec& spec) {
+zygote_launcher::zygote_launcher(const launch_spec& spec) : interrupted_{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)} {
   try {
+    if (!interrupted_) throw internal_error(std::string("eventfd: ") + std::strerror(errno));
     zygote_.emplace(exec_.launch(zygote_spec(spec)));
   } catch (const std::exception& e) {
     broken_ = true;
@@ -139,26 +146,74 @@ void zygote_launcher::forward_stderr() noexcept {
   }
 }
 
+void zygote_launcher::interrupt() noexcept {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] auto n = ::write(interrupted_.get(), &one, sizeof one);
+}
+
+void zygote_launcher::give_up(const std::string& why) noexcept {
+  broken_ = true;
+  forward_stderr();
+  say_exec_instead(why);
+  if (zygote_) {
+    zygote_->control.reset();
+    zygote_->process.stop(stop_plan::immediate());
+    zygote_.reset();
+  }
+}
+
+bool zygote_launcher::wait_ready() {
+  int control = -1;
+  {
+    std::lock_guard lock(mutex_);
+    if (ready_ || broken_) return ready_;
+    control = zygote_->control.get();
+  }
+  // Without the lock: nothing else reads the socket before the zygote is ready (launch() execs
+  // until then), and the zygote stays open until this object goes.
+  std::string failed;
+  for (;;) {
+    pollfd fds[2] = {{control, POLLIN, 0}, {interrupted_.get(), POLLIN, 0}};
+    const int n = ::poll(fds, 2, -1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      failed = std::string("poll: ") + std::strerror(errno);
+      break;
+    }
+    if (fds[1].revents) return false;
+    wire::reply rep;
+    ssize_t got;
+    while ((got = ::recv(control, &rep, sizeof rep, 0)) < 0 && errno == EINTR) {
+    }
+    if (got == 0) failed = "it exited before it was ready";
+    else if (got != static_cast<ssize_t>(sizeof rep) || rep.pid != 0) failed = "its first message is malformed";
+    else if (rep.threads != 1) failed = threads_started(rep.threads);
+    break;
+  }
+  std::lock_guard lock(mutex_);
+  if (!failed.empty()) {
+    give_up(failed);
+    return false;
+  }
+  ready_ = true;
+  return true;
+}
+
 launched_worker zygote_launcher::launch(const launch_spec& spec) {
   {
     std::lock_guard lock(mutex_);
-    if (!broken_) {
+    if (!broken_ && ready_) {
       try {
         auto w = fork_one(spec);
         forward_stderr();
         return w;
       } catch (const std::exception& e) {
-        broken_ = true;
-        forward_stderr();
-        say_exec_instead(e.what());
-        if (zygote_) {
-          zygote_->control.reset();
-          zygote_->process.stop(stop_plan::immediate());
-          zygote_.reset();
-        }
+        give_up(e.what());
       }
     }
   }
+  // Not forking (not yet: the zygote is still importing, or may never finish; or no more):
+  // exec'd, with the same isolation, and nothing on a call's path waits for the zygote's imports.
   launch_spec exec_spec = spec;
   exec_spec.zygote = false;
   return exec_.launch(exec_spec);
@@ -204,9 +259,7 @@ launched_worker zygote_launcher::fork_one(const launch_spec& spec) {
   w.started = std::chrono::steady_clock::now();
   const wire::reply rep = exchange(zygote_->control.get(), req, fds, nfds, pidfd);
   if (rep.pid <= 0) {
-    if (rep.error == wire::error_threads)
-      throw internal_error("it runs " + std::to_string(rep.threads) +
-                           " threads, which a preload started: forking it would not be safe");
+    if (rep.error == wire::error_threads) throw internal_error(threads_started(rep.threads));
     throw internal_error(std::string("clone3: ") + std::strerror(rep.error));
   }
   if (!pidfd) throw internal_error("the zygote forked a worker but sent no pidfd for it");

@@ -55,8 +55,9 @@ class ISORUN_INTERNAL_API standby_pool final : public launcher {
   /// @brief Raises the number of workers kept waiting to at least `size`.
   void reserve(std::size_t size);
 
-  /// @brief Blocks until the pool holds all its workers (or launching them fails): a warm-up
-  ///        before timing, and a fixed point for tests. Workers taken by calls are replaced
+  /// @brief Blocks until the pool holds all its workers (or launching them fails), and a zygote
+  ///        is ready (its preloads imported) or failed: a warm-up before timing, and a fixed
+  ///        point for tests. Workers taken by calls are replaced
   ///        once they have exited, so this also waits for those calls' workers to end.
   void fill();
 
@@ -93,6 +94,7 @@ class ISORUN_INTERNAL_API standby_pool final : public launcher {
   std::chrono::milliseconds idle_;
   std::chrono::steady_clock::time_point last_take_{};
   bool stopping_ = false;
+  bool zygote_settled_ = true;  // with a zygote: it is ready (its imports done), or failed
   bool failing_ = false;  // launching failed: stop trying in the background, take() reports it
   std::thread filler_;
 };

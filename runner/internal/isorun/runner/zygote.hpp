@@ -39,7 +39,9 @@ struct request {
   std::uint32_t flags = 0;
 };
 
-/// Zygote -> supervisor: the child's pid (its pidfd with SCM_RIGHTS), or why there is none.
+/// Zygote -> supervisor: the child's pid (its pidfd with SCM_RIGHTS), or why there is none. The
+/// zygote's first message, once its preloads are imported and before any request, has pid 0:
+/// it is ready.
 struct reply {
   std::int32_t pid = -1;
   std::int32_t error = 0;    ///< errno of the fork, or one of the codes below
@@ -61,8 +63,19 @@ class ISORUN_INTERNAL_API zygote_launcher final : public launcher {
   zygote_launcher(const zygote_launcher&) = delete;
   zygote_launcher& operator=(const zygote_launcher&) = delete;
 
-  /// @brief A worker forked from the zygote, or an exec'd one where the zygote cannot fork.
+  /// @brief A worker forked from the zygote once it is ready; before that (its preloads still
+  ///        importing, or stuck in an import) and where it cannot fork, an exec'd one: nothing
+  ///        waits for the zygote's imports, so a call's timeout and cancellation hold as for any
+  ///        worker.
   launched_worker launch(const launch_spec& spec) override;
+
+  /// @brief Waits until the zygote is ready (its first message: its preloads are imported),
+  ///        however long that takes, or until interrupt(). One thread only (a pool's filler).
+  /// @return true once ready; false if interrupted, or if the zygote failed (said on stderr).
+  bool wait_ready();
+
+  /// @brief Ends a wait_ready() (the pool is stopping).
+  void interrupt() noexcept;
 
   /// @brief The zygote's pid (for tests); -1 once it is gone.
   [[nodiscard]] pid_t zygote_pid() const;
@@ -72,10 +85,13 @@ class ISORUN_INTERNAL_API zygote_launcher final : public launcher {
  private:
   launched_worker fork_one(const launch_spec& spec);
   void forward_stderr() noexcept;
+  void give_up(const std::string& why) noexcept;
 
   local_launcher exec_;
   mutable std::mutex mutex_;
   std::optional<launched_worker> zygote_;
+  unique_fd interrupted_;  // an eventfd: interrupt() was called
+  bool ready_ = false;
   bool broken_ = false;
 };
 
