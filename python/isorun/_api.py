@@ -643,6 +643,6 @@ def map(fn: Union[Callable[..., R], IsolatedFunction[R]], inputs: Iterable[Any],
 
 
 def stop_standby() -> None:
-    """Stops every standby interpreter and waits until they are gone; the next call that asks
-    for standby interpreters launches them afresh."""
+    """Stops every standby interpreter (and every zygote, ``start="zygote"``) and waits until
+    they are gone; the next call that asks for them launches them afresh."""
     _core.stop_standby()
