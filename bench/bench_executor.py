@@ -4,7 +4,8 @@
 
   back to back: N trivial calls one after another (latency) and all at once (calls/s), through
     isorun cold (a fresh interpreter launched per call), isorun.Executor(standby=2,
-    preload=["numpy"]) and concurrent.futures.ProcessPoolExecutor(max_tasks_per_child=1) (spawn:
+    preload=["numpy"]), the same with start="zygote" (each worker forked from one interpreter
+    that imported numpy) and concurrent.futures.ProcessPoolExecutor(max_tasks_per_child=1) (spawn:
     a fresh process per call, the same promise);
   spaced: a module-level function on a standby interpreter (its module preloaded), calls
     --gap-ms apart, beside the same call back to back;
@@ -75,8 +76,9 @@ def back_to_back(n: int) -> None:
     cold = isorun.isolated(executor_tasks.trivial)
     spawn = mp.get_context("spawn")
     with isorun.Executor(standby=2, preload=["numpy"]) as standby, \
+            isorun.Executor(standby=2, preload=["numpy"], start="zygote") as zygote, \
             cf.ProcessPoolExecutor(2, mp_context=spawn, max_tasks_per_child=1) as ppe:
-        for fn in (standby.submit, ppe.submit):  # launched once before timing
+        for fn in (standby.submit, zygote.submit, ppe.submit):  # launched once before timing
             fn(executor_tasks.trivial).result()
         floor = line("ProcessPoolExecutor(max_tasks_per_child=1), one at a time",
                      sequential(lambda: ppe.submit(executor_tasks.trivial).result(), n))
@@ -87,11 +89,15 @@ def back_to_back(n: int) -> None:
                  sequential(lambda: bare.submit(executor_tasks.trivial).result(), n), floor)
         line("isorun Executor(standby=2, preload=numpy), one at a time",
              sequential(lambda: standby.submit(executor_tasks.trivial).result(), n), floor)
+        line("isorun Executor(standby=2, preload=numpy, start=zygote), one at a time",
+             sequential(lambda: zygote.submit(executor_tasks.trivial).result(), n), floor)
         ppe_rate = burst(lambda: ppe.submit(executor_tasks.trivial), n)
         cold_rate = burst(lambda: cold.submit(), n)
         standby_rate = burst(lambda: standby.submit(executor_tasks.trivial), n)
+        zygote_rate = burst(lambda: zygote.submit(executor_tasks.trivial), n)
     print(f"  all {n} at once, calls/s: ProcessPoolExecutor {ppe_rate:7.1f}   isorun cold {cold_rate:7.1f} "
-          f"({cold_rate / ppe_rate:4.2f}x)   isorun standby {standby_rate:7.1f} ({standby_rate / ppe_rate:4.2f}x)")
+          f"({cold_rate / ppe_rate:4.2f}x)   isorun standby {standby_rate:7.1f} ({standby_rate / ppe_rate:4.2f}x)"
+          f"   isorun zygote {zygote_rate:7.1f} ({zygote_rate / ppe_rate:4.2f}x)")
 
 
 def spaced(n: int, gap_ms: float) -> None:

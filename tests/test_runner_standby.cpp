@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include "isorun/runner/admission.hpp"
+#include "isorun/runner/driver_cap.hpp"
+#include "isorun/runner/zygote.hpp"
 #include "runner_tasks.hpp"
 
 using namespace runner_tests;
@@ -404,4 +406,58 @@ TEST_CASE("a standby pool grows while calls come back to back, and shrinks back 
   pool.trim();  // what an idle period does
   CHECK(pool.target() == 1);
   CHECK(pool.waiting_pids().size() == 1);
+}
+
+TEST_CASE("a zygote is launched with the cap library preloaded to refuse CUDA, its children told what to restore",
+          "[runner][standby][zygote]") {
+  namespace wire = isorun::runner::zygote_wire;
+  auto has = [](const isorun::runner::launch_spec& s, const std::string& entry) {
+    return std::find(s.extra_env.begin(), s.extra_env.end(), entry) != s.extra_env.end();
+  };
+  auto value_of = [](const isorun::runner::launch_spec& s, const std::string& key) -> std::string {
+    for (const auto& e : s.extra_env)
+      if (e.rfind(key + "=", 0) == 0) return e.substr(key.size() + 1);
+    return "(unset)";
+  };
+  const std::string cap = isorun::runner::driver_cap::library();
+  ::unsetenv("LD_PRELOAD");
+  auto spec = plain_standby();
+  auto z = isorun::runner::zygote_spec(spec);
+  CHECK(z.zygote);
+  CHECK(has(z, std::string(wire::zygote_env) + "=1"));
+  CHECK(has(z, "ISORUN_CAP_ZYGOTE=1"));
+  CHECK(value_of(z, "LD_PRELOAD") == cap);
+  CHECK(value_of(z, wire::child_preload_env) == "-");  // the children have none
+  spec.extra_env.push_back("LD_PRELOAD=/some/lib.so");
+  z = isorun::runner::zygote_spec(spec);
+  CHECK(value_of(z, "LD_PRELOAD") == cap + ":/some/lib.so");
+  CHECK(value_of(z, wire::child_preload_env) == "/some/lib.so");
+  // A capped call's workers preload the library themselves: the zygote's children keep it.
+  spec.extra_env.back() = "LD_PRELOAD=" + cap + ":/some/lib.so";
+  z = isorun::runner::zygote_spec(spec);
+  CHECK(value_of(z, "LD_PRELOAD") == cap + ":/some/lib.so");
+  CHECK(value_of(z, wire::child_preload_env) == "(unset)");
+}
+
+TEST_CASE("a zygote pool whose zygote is not ready launches exec'd workers, each serving one call",
+          "[runner][standby][zygote]") {
+  // This test program as a worker is no zygote: it never says it is ready (it waits for an
+  // assignment), so calls get exec'd workers rather than wait, and stopping the pool ends the
+  // filler's wait for it. (In a sanitizer build it cannot even start with the cap library
+  // preloaded before the sanitizer's runtime: the pool then gives up on it, and execs.)
+  stop_standby_at_end guard;
+  namespace r = isorun::runner;
+  auto spec = r::job_spec_for("pid_and_calls", isorun::serialization::encoding::binary, isorun::detail::encode_args(0),
+                              {}, {});
+  auto launch = r::launch_spec_for(spec);
+  launch.zygote = true;
+  auto& pool = r::standby_for(launch, 1);
+  std::set<pid_t> pids;
+  for (int i = 0; i < 3; ++i) {
+    auto j = r::job::start(spec, pool);  // a job asks for its own spec: this pool's workers
+    const auto& result = j->wait();
+    REQUIRE(result.status.kind == isorun::outcome_kind::success);
+    pids.insert(j->pid());
+  }
+  CHECK(pids.size() == 3);  // one process per call
 }

@@ -64,6 +64,23 @@ using handle_t = unsigned long long;  // CUmemGenericAllocationHandle
 constexpr CUresult success = 0;
 constexpr CUresult out_of_memory = 2;  // CUDA_ERROR_OUT_OF_MEMORY
 constexpr CUresult not_found = 500;    // CUDA_ERROR_NOT_FOUND
+constexpr CUresult not_permitted = 800;  // CUDA_ERROR_NOT_PERMITTED
+
+// A zygote (zygote_env "1" at load) refuses every CUDA call until its forked child thaws it: the
+// driver is never initialized there, so no child inherits its state. A child thawed without a
+// cap (its call has no mem_limit) has the library step aside: nothing charged, nothing refused.
+std::atomic<bool> frozen{false};
+std::atomic<bool> uncapped{false};
+std::atomic<bool> frozen_said{false};
+
+CUresult refused_in_zygote(const char* what) {
+  if (!frozen_said.exchange(true)) {
+    const std::string line = "isorun: " + std::string(what) + " refused in zygote " + std::to_string(::getpid()) +
+                             ": a zygote never initializes CUDA (its forked workers do, once assigned their GPU)\n";
+    [[maybe_unused]] auto n = ::write(2, line.data(), line.size());
+  }
+  return not_permitted;
+}
 
 using dlsym_t = void* (*)(void*, const char*);
 
@@ -128,6 +145,7 @@ void pin_unset() {
 
 __attribute__((constructor)) void pin_at_load() {
   pin_unset();
+  if (const char* z = std::getenv(cap::zygote_env); z && std::strcmp(z, "1") == 0) frozen = true;
   Dl_info self{};
   if (::dladdr(reinterpret_cast<void*>(&pin_at_load), &self) && self.dli_fname) loaded.self = ::strdup(self.dli_fname);
   auto next = [](const char* name) { return real_dlsym()(RTLD_NEXT, name); };
@@ -144,6 +162,7 @@ __attribute__((constructor)) void pin_at_load() {
 // pinned entries are read once, so the plan and what is written agree.
 template <class Start>
 int with_cap_env(char* const* envp, Start&& start) {
+  if (uncapped.load(std::memory_order_relaxed)) return start(envp);  // no cap to hand on
   const char* entries[pinned_count];
   for (std::size_t i = 0; i < pinned_count; ++i) entries[i] = loaded.entry[i].load();
   // A process still waiting for its call's region hands on no budget: a child started now would
@@ -210,6 +229,7 @@ struct account {
 
   account() {
     pin_unset();  // what was not there at load, if it is now
+    if (uncapped) return;  // a zygote's child without a cap: nothing is charged
     if (region_given()) {
       open_region();
       return;
@@ -288,6 +308,7 @@ struct account {
   }
   // Under `mutex`.
   bool reserve_locked(const holding& h) {
+    if (uncapped) return true;
     if (deferred && !bind()) {
       if (h.bytes > deferred || pending[h.device] > deferred - h.bytes) return false;  // over the cap already
       pending[h.device] += h.bytes;
@@ -607,8 +628,10 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, std::size_t* pitch, std::size_t w
     auto& a = acct();
     const std::uint64_t actual = *pitch * height;
     const std::size_t device = current_device();
-    if (actual > guess) a.ledger->charge(*a.slot, device, actual - guess, a.ring);
-    else a.give_back({device, guess - actual});
+    if (actual > guess) {
+      std::lock_guard lock(a.mutex);
+      a.charge_locked(device, actual - guess);  // (deferred: kept until the region comes)
+    } else a.give_back({device, guess - actual});
     remember(a.pointers, *dptr, holding{device, actual});
   }
   return rc;
@@ -755,7 +778,7 @@ CUresult cuMemGetInfo_v2(std::size_t* free, std::size_t* total) {
   if (!f) return not_found;
   const CUresult rc = f(free, total);
   auto& a = acct();
-  if (rc != success) return rc;
+  if (rc != success || uncapped) return rc;
   std::uint64_t limit = 0, used = 0;
   if (!a.view(current_device(), limit, used)) used = limit = a.terms.limit;  // no cap reached: nothing left
   const std::uint64_t left = used >= limit ? 0 : limit - used;
@@ -898,6 +921,14 @@ CUresult cuDevicePrimaryCtxRetain(void** ctx, int device) {
 CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, std::uint64_t flags);
 CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, std::uint64_t flags, void* status);
 
+// Every use of the driver begins here: refused in a zygote, so the driver is never initialized
+// in a process that forks workers.
+CUresult cuInit(unsigned flags) {
+  if (frozen.load()) return refused_in_zygote("cuInit");
+  static auto f = real<CUresult (*)(unsigned)>("cuInit");
+  return f ? f(flags) : not_found;
+}
+
 }  // extern "C"
 
 namespace {
@@ -933,6 +964,7 @@ const interposed table[] = {
     {"cuCtxCreate_v2", reinterpret_cast<void*>(&cuCtxCreate_v2)},
     {"cuCtxCreate_v3", reinterpret_cast<void*>(&cuCtxCreate_v3)},
     {"cuCtxCreate_v4", reinterpret_cast<void*>(&cuCtxCreate_v4)},
+    {"cuInit", reinterpret_cast<void*>(&cuInit)},
     // The lookups themselves: the runtime finds cuGetProcAddress_v2 with dlsym, then asks it for
     // everything, "cuGetProcAddress" included.
     {"cuGetProcAddress", reinterpret_cast<void*>(&cuGetProcAddress)},
@@ -969,6 +1001,7 @@ void swap_in(void** pfn) {
 extern "C" {
 
 CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, std::uint64_t flags) {
+  if (frozen.load()) return refused_in_zygote("cuGetProcAddress");
   static auto f = real<CUresult (*)(const char*, void**, int, std::uint64_t)>("cuGetProcAddress");
   if (!f) return not_found;
   const CUresult rc = f(symbol, pfn, version, flags);
@@ -977,6 +1010,7 @@ CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, std::uint
 }
 
 CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, std::uint64_t flags, void* status) {
+  if (frozen.load()) return refused_in_zygote("cuGetProcAddress_v2");
   static auto f = real<CUresult (*)(const char*, void**, int, std::uint64_t, void*)>("cuGetProcAddress_v2");
   if (!f) return not_found;
   const CUresult rc = f(symbol, pfn, version, flags, status);
@@ -1008,6 +1042,18 @@ extern "C" __attribute__((visibility("default"))) int isorun_cap_bind() {
   std::lock_guard lock(a.mutex);
   if (a.deferred) a.bind();
   return a.ledger && a.slot && a.refusal.empty() ? 0 : -1;
+}
+
+// ---- A zygote's child: CUDA allowed once its environment is its call's -------------------------
+// A zygote (an interpreter that forks each worker) refuses every CUDA call; each forked child
+// calls this once its environment is its call's (its GPU, the deferred cap of a capped call,
+// the zygote's variable gone), before any code of the call runs. `capped`: the child stays
+// within the deferred cap the zygote was launched with and binds its call's region as a standby
+// interpreter does; 0: its call has no cap, and the library steps aside (nothing charged or
+// refused, nothing handed on to the programs it starts).
+extern "C" __attribute__((visibility("default"))) void isorun_cap_thaw(int capped) {
+  if (!capped) uncapped = true;
+  frozen = false;
 }
 
 // ---- Starting programs: the cap goes with them --------------------------------------------------

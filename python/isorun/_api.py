@@ -99,6 +99,7 @@ class _Options:
     host_mem_limit: int = 0
     cpus_per_call: int = 0
     capture_output: bool = False
+    zygote: bool = False  # start="zygote": workers forked from one zygote interpreter
 
     @property
     def on_gpu(self) -> bool:
@@ -112,7 +113,7 @@ class _Options:
                 standby: int = 0, warm_context: bool = False, early_result: bool = False, alloc_conf: str = "",
                 preload: Sequence[str] = (), python: Optional[str] = None, echo_stderr: bool = True,
                 host_mem_limit: Optional[Size] = None, cpus_per_call: Optional[int] = None,
-                capture_output: bool = False) -> _Options:
+                capture_output: bool = False, start: str = "exec") -> _Options:
         if cpu and (gpu is not None or gpus or gpu_count):
             raise UsageError("cpu=True excludes gpu, gpus and gpu_count")
         if gpu is not None and (isinstance(gpu, bool) or not isinstance(gpu, int)):
@@ -125,6 +126,12 @@ class _Options:
                              "worker has exited, after an early result")
         if isinstance(standby, bool) or not isinstance(standby, int) or standby < 0:
             raise UsageError(f"standby takes a number of workers, not {standby!r}")
+        if start not in _STARTS:
+            raise UsageError(f"start takes 'exec' (each worker an exec'd interpreter: the default) or 'zygote' "
+                             f"(each worker forked from one interpreter that imported the preloads), not {start!r}")
+        if start == "zygote" and warm_context:
+            raise UsageError("start='zygote' excludes warm_context=True: a zygote never initializes CUDA (its "
+                             "forked workers would inherit the driver's state), so no waiting worker has a context")
         if isinstance(preload, str):
             preload = [preload]
         for name in preload:
@@ -166,6 +173,7 @@ class _Options:
             host_mem_limit=host_cap,
             cpus_per_call=cpus_per_call or 0,
             capture_output=bool(capture_output),
+            zygote=start == "zygote",
         )
 
     def core(self) -> _core.CallOptions:
@@ -184,6 +192,7 @@ class _Options:
         o.early_result = self.early_result
         o.host_mem_limit = self.host_mem_limit
         o.cpus_per_call = self.cpus_per_call
+        o.zygote = self.zygote
         return o
 
     def argv(self) -> list[str]:
@@ -210,6 +219,7 @@ def _all_gpus() -> list[int]:
     return found
 
 
+_STARTS = ("exec", "zygote")
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _BOOTSTRAP = "import sys; sys.path.append({root!r}); from isorun._worker import main; main()"
 
@@ -453,7 +463,7 @@ class IsolatedFunction(Generic[R]):
         if not callable(fn):
             raise UsageError(f"isolated() wraps a callable, not {fn!r}")
         self.__wrapped__ = fn
-        module = _importable_module_of(fn) if options.standby else None
+        module = _importable_module_of(fn) if options.standby or options.zygote else None
         if module and module not in options.preload:
             # A standby interpreter imports the function's own module while it waits: the call
             # then pays neither its import nor that of what the module imports.
@@ -532,7 +542,9 @@ class IsolatedFunction(Generic[R]):
     def warm_up(self) -> None:
         """Launches this function's ``standby`` interpreters now (each imports its ``preload``
         modules and waits for a call) and returns once they are launched: before timing calls,
-        or before the first call should find them waiting. Does nothing without ``standby``."""
+        or before the first call should find them waiting. Does nothing without ``standby``. With
+        ``start="zygote"`` it returns once the zygote has imported the preloads (or failed) and
+        forked the ``standby`` workers: until then, calls get exec'd workers rather than wait."""
         o = self._options
         _core.fill_standby(o.argv(), o.launch_env(), o.core(), None)
 
@@ -541,7 +553,7 @@ class IsolatedFunction(Generic[R]):
         fields = dataclasses.asdict(self._options)
         unknown = set(changes) - {"gpu", "gpus", "gpu_count", "cpu", "mem_limit", "timeout", "grace", "env",
                                    "standby", "warm_context", "early_result", "alloc_conf", "preload", "python",
-                                   "echo_stderr", "host_mem_limit", "cpus_per_call", "capture_output"}
+                                   "echo_stderr", "host_mem_limit", "cpus_per_call", "capture_output", "start"}
         if unknown:
             raise UsageError(f"unknown option(s): {', '.join(sorted(unknown))}")
         base = dict(gpu=fields["gpu"], gpus=fields["gpus"], gpu_count=fields["gpu_count"],
@@ -550,7 +562,8 @@ class IsolatedFunction(Generic[R]):
                     warm_context=fields["warm_context"], early_result=fields["early_result"],
                     alloc_conf=fields["alloc_conf"], preload=fields["preload"], python=fields["python"],
                     echo_stderr=fields["echo_stderr"], host_mem_limit=fields["host_mem_limit"] or None,
-                    cpus_per_call=fields["cpus_per_call"] or None, capture_output=fields["capture_output"])
+                    cpus_per_call=fields["cpus_per_call"] or None, capture_output=fields["capture_output"],
+                    start="zygote" if fields["zygote"] else "exec")
         if changes.keys() & {"gpu", "gpus", "gpu_count", "cpu"}:
             # Where it runs is given anew, as a whole: the old placement does not stay beside it.
             base.update(gpu=None, gpus=None, gpu_count=0)
@@ -575,7 +588,7 @@ def isolated(fn: Optional[Callable[..., R]] = None, /, *, gpu: Optional[int] = N
              warm_context: bool = False, early_result: bool = False, alloc_conf: str = "",
              preload: Sequence[str] = (), python: Optional[str] = None, echo_stderr: bool = True,
              host_mem_limit: Optional[Size] = None, cpus_per_call: Optional[int] = None,
-             capture_output: bool = False) -> Any:
+             capture_output: bool = False, start: str = "exec") -> Any:
     """Wraps ``fn`` so that each call runs in a fresh Python interpreter, exec'd (never forked),
     supervised by isorun's C++ runner in this process. As a decorator, with or without options::
 
@@ -602,7 +615,9 @@ def isolated(fn: Optional[Callable[..., R]] = None, /, *, gpu: Optional[int] = N
       worker's cgroup; refused where no cgroup can enforce it); cpus_per_call: the cores a call
       may use (its OMP/BLAS thread limits, and the CPU slots it takes; default its share);
       capture_output: keep the worker's stdout and stderr in the outcome (``outcome.stdout``,
-      ``outcome.stderr``) instead of writing them out.
+      ``outcome.stderr``) instead of writing them out; start: "exec" (the default) or "zygote":
+      workers forked from one interpreter that imported ``preload`` and never initialized
+      CUDA, instead of each exec'd (docs/python.md says what siblings share).
 
     What the worker prints goes to this process's stdout and stderr; where ``sys.stdout`` or
     ``sys.stderr`` is not fd 1 or 2 (Jupyter, ``contextlib.redirect_stdout``), into those
@@ -617,7 +632,7 @@ def isolated(fn: Optional[Callable[..., R]] = None, /, *, gpu: Optional[int] = N
                             grace=grace, env=env, standby=standby, warm_context=warm_context,
                             early_result=early_result, alloc_conf=alloc_conf, preload=preload, python=python,
                             echo_stderr=echo_stderr, host_mem_limit=host_mem_limit, cpus_per_call=cpus_per_call,
-                            capture_output=capture_output)
+                            capture_output=capture_output, start=start)
     if fn is None:
         return lambda f: IsolatedFunction(f, opts)
     return IsolatedFunction(fn, opts)
@@ -631,6 +646,6 @@ def map(fn: Union[Callable[..., R], IsolatedFunction[R]], inputs: Iterable[Any],
 
 
 def stop_standby() -> None:
-    """Stops every standby interpreter and waits until they are gone; the next call that asks
-    for standby interpreters launches them afresh."""
+    """Stops every standby interpreter (and every zygote, ``start="zygote"``) and waits until
+    they are gone; the next call that asks for them launches them afresh."""
     _core.stop_standby()

@@ -7,6 +7,10 @@ isorun's worker protocol through the C++ worker: the assignment, the handshake, 
 :func:`isorun._payload.run_call` (or, for a sweep's trial, :func:`isorun._trial.run_trial`), the
 result written into the result segment, the report. It exits when the call is done, and dies with
 its supervisor.
+
+With ``ISORUN_PY_ZYGOTE=1`` it is a zygote instead (``start="zygote"``): it imports the preloads
+and then forks a worker for each request of the supervisor (``_core.zygote_serve``); each child
+restores the environment an exec'd worker would have and serves its one call.
 """
 
 from __future__ import annotations
@@ -136,6 +140,52 @@ def _sweep_entry(request: str) -> tuple[bool, str, str]:
         _flush()
 
 
+# A zygote's preloads run with one thread each: a thread pool started at import (OpenBLAS starts
+# one when it loads) would be missing from every forked child, with whatever locks it held, and the
+# zygote refuses to fork while it has more than one thread.
+_THREAD_LIMITS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
+                  "NUMEXPR_NUM_THREADS")
+ZYGOTE_ENV = "ISORUN_PY_ZYGOTE"
+CHILD_PRELOAD_ENV = "ISORUN_ZYGOTE_LD_PRELOAD"
+CAP_ZYGOTE_ENV = "ISORUN_CAP_ZYGOTE"
+
+
+def _zygote_prepare() -> dict[str, object]:
+    """In the zygote, before the preloads: the variables its children get back, and one thread
+    for what the preloads load."""
+    children: dict[str, object] = {name: os.environ.get(name) for name in _THREAD_LIMITS}
+    for name in _THREAD_LIMITS:
+        os.environ[name] = "1"
+    preload = os.environ.pop(CHILD_PRELOAD_ENV, None)
+    if preload is not None:  # the cap library was added for the zygote alone
+        children["LD_PRELOAD"] = None if preload == "-" else preload
+    return children
+
+
+def _zygote_child(children: dict[str, object]) -> None:
+    """In a child forked from the zygote, before it waits for its assignment: its environment as
+    an exec'd worker's would be, CUDA allowed (under the deferred cap of a capped call), and the
+    random state that a fork would otherwise share with its siblings drawn afresh."""
+    for name, value in children.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = str(value)
+    os.environ.pop(CAP_ZYGOTE_ENV, None)
+    from . import _core
+
+    deferred = os.environ.get("ISORUN_CAP_DEFERRED", "")
+    _core.cap_thaw(bool(deferred) and deferred != "0")
+    # Python's own `random` reseeds itself after a fork (os.register_at_fork); NumPy's global
+    # legacy generator, seeded from the OS when NumPy was imported, does not.
+    np_random = sys.modules.get("numpy.random")
+    if np_random is not None:
+        try:
+            np_random.seed()
+        except Exception:  # noqa: BLE001 - a stand-in module without seed()
+            pass
+
+
 def main() -> None:
     import faulthandler
 
@@ -144,7 +194,16 @@ def main() -> None:
     # A fatal signal (a segfault in an extension) writes the Python stack to stderr: it lands in
     # the outcome's stderr tail and WorkerCrashed's message, where the caller looks.
     faulthandler.enable()
+    zygote = os.environ.pop(ZYGOTE_ENV, "") == "1"
+    children = _zygote_prepare() if zygote else {}
     _preload()
+    if zygote:
+        # A zygote: forks a worker per request and never returns but in each child, which then
+        # serves its one call as an exec'd worker would. What the preloads printed leaves the
+        # buffers first: else every child would write it again.
+        _flush()
+        _core.zygote_serve()
+        _zygote_child(children)
     _core.serve(_entry, _sweep_entry)
 
 

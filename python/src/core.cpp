@@ -20,10 +20,17 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <linux/sched.h>
 
 #include <chrono>
 #include <cstdint>
@@ -49,6 +56,7 @@
 #include "isorun/runner/queued_job.hpp"
 #include "isorun/runner/standby.hpp"
 #include "isorun/runner/units.hpp"
+#include "isorun/runner/zygote.hpp"
 #include "isorun/runner/driver_cap.hpp"
 #include "isorun/preload/cap_region.hpp"
 #include "isorun/serialization/protocol.hpp"
@@ -117,6 +125,8 @@ struct call_options {
   bool early_result = false;
   std::uint64_t host_mem_limit = 0;
   unsigned cpus_per_call = 0;
+  /// Workers forked from a zygote (start="zygote"), kept `standby` waiting, not exec'd each.
+  bool zygote = false;
 };
 
 /// An executor's admission (isorun.Executor), in front of the process's.
@@ -362,11 +372,13 @@ py_job start(nb::bytes request, std::vector<std::string> argv, std::vector<std::
   }
   auto place = first.enqueue(std::move(admission_request), executor ? &process : nullptr);
   auto call = std::make_shared<isorun::runner::queued_job>(
-      std::move(place), [spec, standby = opts.standby](std::shared_ptr<isorun::runner::admission::ticket> ticket) {
+      std::move(place), [spec, standby = opts.standby, zygote = o.zygote](std::shared_ptr<isorun::runner::admission::ticket> ticket) {
         spec->gpus = ticket->gpus();
         spec->admitted = std::move(ticket);
-        if (!standby) return isorun::runner::job::start(std::move(*spec));
-        auto& pool = isorun::runner::standby_for(isorun::runner::launch_spec_for(*spec), standby);
+        if (!standby && !zygote) return isorun::runner::job::start(std::move(*spec));
+        auto launch = isorun::runner::launch_spec_for(*spec);
+        launch.zygote = zygote;
+        auto& pool = isorun::runner::standby_for(launch, standby);
         return isorun::runner::job::start(std::move(*spec), pool);
       });
   return py_job(std::move(call), std::move(cap));
@@ -376,7 +388,7 @@ py_job start(nb::bytes request, std::vector<std::string> argv, std::vector<std::
 /// launched (each then imports its preloads and waits for its call).
 void fill_standby(std::vector<std::string> argv, std::vector<std::string> launch_env, call_options o,
                   const py_admission* executor) {
-  if (!o.standby) return;
+  if (!o.standby && !o.zygote) return;
   nb::gil_scoped_release unlocked;
   auto& first = executor ? *executor->admission : isorun::runner::admission::process();
   auto request = python_request(o, first, executor != nullptr);
@@ -384,7 +396,9 @@ void fill_standby(std::vector<std::string> argv, std::vector<std::string> launch
   auto spec = python_job_spec(isorun::blob(), std::move(argv), launch_env, o, request.on_gpu(), opts);
   isorun::runner::check_job_spec(spec);
   if (request.on_gpu() && spec.gpus.empty() && opts.warm_context) return;  // its GPU is known only when admitted
-  isorun::runner::standby_for(isorun::runner::launch_spec_for(spec), opts.standby).fill();
+  auto launch = isorun::runner::launch_spec_for(spec);
+  launch.zygote = o.zygote;
+  isorun::runner::standby_for(launch, opts.standby).fill();
 }
 
 /// An executor's admission for these slots (isorun.Executor), and how they were decided.
@@ -551,6 +565,153 @@ nb::dict c_environment() {
   isorun::detail::run_worker();
 }
 
+/// The threads of this process now (a zygote must have one to fork safely).
+int thread_count() {
+  DIR* d = ::opendir("/proc/self/task");
+  if (!d) return -1;
+  int n = 0;
+  while (const dirent* e = ::readdir(d))
+    if (e->d_name[0] != '.') ++n;
+  ::closedir(d);
+  return n;
+}
+
+namespace zw = isorun::runner::zygote_wire;
+
+void zygote_reply(const zw::reply& rep, int pidfd) {
+  iovec out{const_cast<zw::reply*>(&rep), sizeof rep};
+  alignas(cmsghdr) char buf[CMSG_SPACE(sizeof(int))] = {};
+  msghdr m{};
+  m.msg_iov = &out;
+  m.msg_iovlen = 1;
+  if (pidfd >= 0) {
+    m.msg_control = buf;
+    m.msg_controllen = sizeof buf;
+    cmsghdr* c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &pidfd, sizeof pidfd);
+  }
+  while (::sendmsg(isorun::serialization::control_fd, &m, MSG_NOSIGNAL) < 0 && errno == EINTR) {
+  }
+}
+
+/// The forked child's steps before it returns to Python: its own process group, death with the
+/// supervisor, its descriptors 0-3 (3: its own control socket, in place of the zygote's). The
+/// GIL is held; this process has one thread. Returns 0 or the errno of the step that failed.
+int zygote_child_setup(const int* fds, int nfds, pid_t supervisor) {
+  if (::setpgid(0, 0) != 0) return errno;
+  // The parent is the supervisor (CLONE_PARENT), whose thread that started the zygote this
+  // signal follows, as an exec'd worker's follows the thread that spawned it.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != supervisor) ::_exit(127);  // the supervisor died before prctl took effect
+  int moved[zw::child_fds];
+  for (int i = 0; i < zw::child_fds; ++i) {
+    moved[i] = ::fcntl(fds[i], F_DUPFD_CLOEXEC, 16);
+    if (moved[i] < 0) return errno;
+  }
+  for (int i = 0; i < nfds; ++i) ::close(fds[i]);
+  for (int i = 0; i < zw::child_fds; ++i) {
+    if (::dup2(moved[i], i) < 0) return errno;
+    ::close(moved[i]);
+  }
+  return 0;
+}
+
+/// A zygote's loop: waits for the supervisor's requests on the control socket and forks a worker
+/// for each (clone3: the supervisor's child, born in its cgroup). Returns in each forked child
+/// (which then becomes an ordinary worker waiting for its assignment); the zygote itself exits
+/// when the supervisor hangs up. The GIL is released while it waits.
+void zygote_serve() {
+  const pid_t supervisor = ::getppid();
+  const int control = isorun::serialization::control_fd;
+  zygote_reply({.pid = 0, .error = 0, .threads = thread_count()}, -1);  // ready: the preloads are imported
+  for (;;) {
+    zw::request req{};
+    int fds[zw::child_fds + 1];
+    int nfds = 0;
+    ssize_t n;
+    {
+      nb::gil_scoped_release unlocked;
+      iovec in{&req, sizeof req};
+      alignas(cmsghdr) char buf[CMSG_SPACE(sizeof(int) * (zw::child_fds + 1))] = {};
+      msghdr m{};
+      m.msg_iov = &in;
+      m.msg_iovlen = 1;
+      m.msg_control = buf;
+      m.msg_controllen = sizeof buf;
+      while ((n = ::recvmsg(control, &m, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
+      }
+      for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+          const int k = static_cast<int>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+          for (int i = 0; i < k; ++i) {
+            int fd;
+            std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+            if (nfds < zw::child_fds + 1) fds[nfds++] = fd;
+            else ::close(fd);
+          }
+        }
+    }
+    if (n <= 0) ::_exit(0);  // the supervisor hung up (or the socket failed): no more workers
+    auto close_all = [&] {
+      for (int i = 0; i < nfds; ++i) ::close(fds[i]);
+    };
+    const bool with_cgroup = req.flags & zw::with_cgroup;
+    if (n != static_cast<ssize_t>(sizeof req) || req.magic != zw::magic || nfds != zw::child_fds + (with_cgroup ? 1 : 0)) {
+      close_all();
+      zygote_reply({.pid = -1, .error = EINVAL}, -1);
+      continue;
+    }
+    // Forking copies only the calling thread: a thread a preload started (a BLAS pool) would be
+    // missing in the child with whatever locks it held. Refused, and the supervisor execs instead.
+    if (const int threads = thread_count(); threads != 1) {
+      close_all();
+      zygote_reply({.pid = -1, .error = zw::error_threads, .threads = threads}, -1);
+      continue;
+    }
+    int pidfd = -1;
+    clone_args args{};
+    args.flags = CLONE_PARENT | CLONE_PIDFD;
+    args.pidfd = reinterpret_cast<std::uint64_t>(&pidfd);
+    args.exit_signal = 0;  // with CLONE_PARENT: the zygote's own, SIGCHLD, to the supervisor
+    if (with_cgroup) {
+      args.flags |= CLONE_INTO_CGROUP;
+      args.cgroup = static_cast<std::uint64_t>(fds[zw::child_fds]);
+      if (req.flags & zw::with_namespace) args.flags |= CLONE_NEWCGROUP;
+    }
+    PyOS_BeforeFork();
+    long pid = ::syscall(SYS_clone3, &args, sizeof args);
+    if (pid < 0 && errno == EPERM && (args.flags & CLONE_NEWCGROUP)) {
+      args.flags &= ~static_cast<std::uint64_t>(CLONE_NEWCGROUP);  // no CAP_SYS_ADMIN here
+      pid = ::syscall(SYS_clone3, &args, sizeof args);
+    }
+    if (pid == 0) {
+      PyOS_AfterFork_Child();
+      if (const int err = zygote_child_setup(fds, nfds, supervisor)) {
+        const std::string line = std::string("isorun: a worker forked from the zygote failed to start: ") +
+                                 std::strerror(err) + "\n";
+        [[maybe_unused]] auto w = ::write(2, line.data(), line.size());
+        ::_exit(127);
+      }
+      return;
+    }
+    const int err = pid < 0 ? errno : 0;
+    PyOS_AfterFork_Parent();
+    close_all();
+    zygote_reply({.pid = pid > 0 ? static_cast<std::int32_t>(pid) : -1, .error = err}, pid > 0 ? pidfd : -1);
+    if (pidfd >= 0) ::close(pidfd);
+  }
+}
+
+/// In a zygote's child, once its environment is its call's: CUDA allowed from now on, under the
+/// deferred cap (`capped`) or none at all (the cap library steps aside).
+void cap_thaw(bool capped) {
+  using thaw_t = void (*)(int);
+  if (auto* thaw = reinterpret_cast<thaw_t>(::dlsym(RTLD_DEFAULT, isorun::preload::thaw_symbol))) thaw(capped ? 1 : 0);
+}
+
 }  // namespace
 
 NB_MODULE(_core, m) {
@@ -584,7 +745,8 @@ NB_MODULE(_core, m) {
       .def_rw("warm_context", &call_options::warm_context)
       .def_rw("early_result", &call_options::early_result)
       .def_rw("host_mem_limit", &call_options::host_mem_limit)
-      .def_rw("cpus_per_call", &call_options::cpus_per_call);
+      .def_rw("cpus_per_call", &call_options::cpus_per_call)
+      .def_rw("zygote", &call_options::zygote);
 
   nb::class_<py_admission>(m, "Admission")
       .def_prop_ro("waiting", [](const py_admission& a) { return a.admission->waiting(); })
@@ -626,6 +788,9 @@ NB_MODULE(_core, m) {
   m.def("segment_idle_bytes", [] { return isorun::serialization::segment_pool::instance().idle_bytes(); },
         "Bytes of the idle segments the pool keeps now (memory that stays resident).");
   m.def("c_environment", &c_environment, "The environment as the C library has it now, as bytes.");
+  m.def("zygote_serve", &zygote_serve,
+        "A zygote's loop: forks a worker per request of the supervisor; returns in each forked child.");
+  m.def("cap_thaw", &cap_thaw, "capped"_a, "A zygote's child: CUDA allowed from now on (under the deferred cap).");
   m.def("bind_cap", &bind_cap, "Pins the call's cap region (a sweep trial's variables were just set).");
   m.def("serve", &serve, "entry"_a, "json_entry"_a,
         "The worker's main: serves its one call through `entry` (a pickled call) or `json_entry` (a sweep's "

@@ -65,6 +65,7 @@ launched_worker local_launcher::launch(const launch_spec& spec) {
   opts.env.push_back(std::string(ser::env::worker) + "=1");
   opts.fds = {{0, devnull.get()}, {1, stdout_fd}, {2, stderr_write.get()}, {ser::control_fd, worker_control.get()}};
   opts.cgroup = new_child_cgroup();
+  opts.cgroup_namespace = !spec.zygote;
   w.started = std::chrono::steady_clock::now();
   try {
     w.process = spawn(opts);

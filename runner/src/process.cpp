@@ -92,7 +92,7 @@ __attribute__((no_sanitize("address", "undefined"))) int prepare_child(const spa
   if (cgroup_procs >= 0) {
     if (::write(cgroup_procs, "0", 1) != 1) return errno;
     // Rooted there, as clone3 roots it (see clone_into_cgroup); refused without CAP_SYS_ADMIN.
-    if (cgroup_namespaces.load(std::memory_order_relaxed)) ::unshare(CLONE_NEWCGROUP);
+    if (options.cgroup_namespace && cgroup_namespaces.load(std::memory_order_relaxed)) ::unshare(CLONE_NEWCGROUP);
   }
   if (options.join_cgroup_procs >= 0 && ::write(options.join_cgroup_procs, "0", 1) != 1) return errno;
   if (options.parent_death_signal) {
@@ -277,7 +277,7 @@ std::optional<std::pair<pid_t, int>> clone_into_cgroup(const spawn_options& opti
     // move a process out of it: the kernel refuses a move to or from a cgroup outside the
     // writer's namespace. Creating one takes CAP_SYS_ADMIN: without it the child shares this
     // process's namespace.
-    const bool own_namespace = cgroup_namespaces.load(std::memory_order_relaxed);
+    const bool own_namespace = options.cgroup_namespace && cgroup_namespaces.load(std::memory_order_relaxed);
     args.flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD | CLONE_INTO_CGROUP | (own_namespace ? CLONE_NEWCGROUP : 0);
     pid = isorun_clone3_run(&args, sizeof args, run_clone_child, &child);
     if (pid != -EPERM || !own_namespace) break;
@@ -311,6 +311,8 @@ exit_status from_siginfo(const siginfo_t& info) {
 }
 
 }  // namespace
+
+bool cgroup_namespaces_enabled() noexcept { return cgroup_namespaces.load(std::memory_order_relaxed); }
 
 child spawn(const spawn_options& options) {
   if (options.fds.size() > max_fds) throw spawn_error("too many descriptors to pass to a child", EINVAL);

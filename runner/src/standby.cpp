@@ -12,8 +12,10 @@
 #include <map>
 #include <memory>
 #include <tuple>
+#include <utility>
 
 #include "isorun/runner/errors.hpp"
+#include "isorun/runner/zygote.hpp"
 #include "isorun/serialization/cores.hpp"
 
 namespace isorun::runner {
@@ -21,6 +23,8 @@ namespace isorun::runner {
 namespace {
 // What makes two launches interchangeable: everything but the label, which only names the
 // worker in ps.
+// (Not whether they are forked from a zygote: a job asks its pool for a worker launched as its
+// spec says, and a pool's own workers are all made one way. Pools are told apart by both.)
 using launch_key = std::tuple<std::string, std::vector<std::string>, bool, std::string, std::vector<std::string>>;
 launch_key key_of(const launch_spec& s) {
   return {s.executable, s.extra_env, s.stdout_to_stderr, s.warm ? serialization::to_env(*s.warm) : std::string(),
@@ -36,6 +40,8 @@ standby_pool::standby_pool(launch_spec spec, std::size_t size, std::size_t max_s
       max_size_{std::max(size, max_size ? max_size : serialization::usable_cores())},
       idle_{idle} {
   if (!wanted_) throw internal_error(std::string("eventfd: ") + std::strerror(errno));
+  if (!spec_.zygote) launcher_ = std::make_unique<local_launcher>();
+  zygote_settled_ = !spec_.zygote;
   spec_.label = "standby";  // its task is not known yet
   spec_.before_start = nullptr;  // a call's, not the pool's
   filler_ = std::thread([this] { refill(); });
@@ -45,11 +51,20 @@ standby_pool::~standby_pool() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
+    // A filler waiting for its zygote to be ready (a preload that takes long, or never ends).
+    if (auto* z = dynamic_cast<zygote_launcher*>(launcher_.get())) z->interrupt();
   }
   wake_filler();
   filler_.join();
   std::lock_guard lock(mutex_);
   ready_.clear();  // each waiting worker's handle stops its process group and reaps it
+  launcher_.reset();  // a zygote goes last
+}
+
+// The launcher, once there is one: a zygote pool's take() may come before the filler started it.
+launcher& standby_pool::source(std::unique_lock<std::mutex>& lock) {
+  changed_.wait(lock, [&] { return launcher_ != nullptr; });
+  return *launcher_;
 }
 
 void standby_pool::wake_filler() const noexcept {
@@ -64,6 +79,24 @@ void standby_pool::wake_filler() const noexcept {
 // eventfd and the pidfds of the workers owed.
 void standby_pool::refill() {
   std::vector<pollfd> watch;
+  if (spec_.zygote) {
+    // Started on this thread, which lives as long as the pool: the zygote's parent-death signal,
+    // and its children's (made this process's children), follow it. (A zygote that cannot start
+    // leaves exec'd workers: zygote_launcher says so.)
+    auto zygote = std::make_unique<zygote_launcher>(spec_);
+    zygote_launcher* z = zygote.get();
+    {
+      std::lock_guard lock(mutex_);
+      launcher_ = std::move(zygote);
+      changed_.notify_all();
+    }
+    // Its imports are waited for here, not by calls (which get exec'd workers meanwhile): the
+    // pool is then filled with forked workers. Interrupted when the pool stops.
+    z->wait_ready();
+    std::lock_guard lock(mutex_);
+    zygote_settled_ = true;
+    changed_.notify_all();
+  }
   std::unique_lock lock(mutex_);
   for (;;) {
     if (stopping_) return;
@@ -78,7 +111,7 @@ void standby_pool::refill() {
       // Launched outside the lock: take() never waits for a launch that is not its own.
       std::optional<launched_worker> w;
       try {
-        w.emplace(launcher_.launch(spec_));
+        w.emplace(launcher_->launch(spec_));
       } catch (const std::exception&) {
       }
       lock.lock();
@@ -143,7 +176,10 @@ launched_worker standby_pool::take() {
     }
   }
   wake_filler();
-  return launcher_.launch(spec_);  // none ready: launched now, as without standby
+  std::unique_lock lock(mutex_);
+  launcher& source = this->source(lock);
+  lock.unlock();
+  return source.launch(spec_);  // none ready: launched now, as without standby (forked, or exec'd)
 }
 
 std::size_t standby_pool::target() const {
@@ -165,7 +201,10 @@ void standby_pool::trim() {
 }
 
 launched_worker standby_pool::launch(const launch_spec& spec) {
-  return key_of(spec) == key_of(spec_) ? take() : launcher_.launch(spec);
+  if (key_of(spec) == key_of(spec_)) return take();
+  launch_spec exec_spec = spec;
+  exec_spec.zygote = false;
+  return local_launcher().launch(exec_spec);  // another kind of worker: exec'd now
 }
 
 void standby_pool::reserve(std::size_t size) {
@@ -180,7 +219,7 @@ void standby_pool::reserve(std::size_t size) {
 
 void standby_pool::fill() {
   std::unique_lock lock(mutex_);
-  changed_.wait(lock, [&] { return failing_ || ready_.size() >= target_; });
+  changed_.wait(lock, [&] { return zygote_settled_ && (failing_ || ready_.size() >= target_); });
 }
 
 std::vector<pid_t> standby_pool::waiting_pids() const {
@@ -193,7 +232,7 @@ std::vector<pid_t> standby_pool::waiting_pids() const {
 namespace {
 struct pools {
   std::mutex mutex;
-  std::map<launch_key, std::unique_ptr<standby_pool>> by_spec;
+  std::map<std::pair<launch_key, bool>, std::unique_ptr<standby_pool>> by_spec;  // (launch, zygote)
 };
 pools& all_pools() {
   static pools p;
@@ -204,7 +243,7 @@ pools& all_pools() {
 standby_pool& standby_for(const launch_spec& spec, std::size_t size) {
   auto& p = all_pools();
   std::lock_guard lock(p.mutex);
-  auto& pool = p.by_spec[key_of(spec)];
+  auto& pool = p.by_spec[{key_of(spec), spec.zygote}];
   if (!pool) pool = std::make_unique<standby_pool>(spec, size);
   else pool->reserve(size);
   return *pool;

@@ -51,6 +51,12 @@ inline constexpr const char* preload_env = serialization::env::cap_preload.data(
 /// Environment variable of a process whose region comes later, with its call: the cap in bytes
 /// it stays within until then (a standby Python interpreter that imports a framework ahead).
 inline constexpr const char* deferred_env = serialization::env::cap_deferred.data();
+/// Environment variable of a zygote: every CUDA call is refused until isorun_cap_thaw.
+inline constexpr const char* zygote_env = serialization::env::cap_zygote.data();
+/// The preloaded library's `void isorun_cap_thaw(int capped)`: a zygote's forked child calls it
+/// once its environment is its call's, before any code of the call runs: CUDA is allowed from
+/// then on, under the deferred cap (capped), or with no cap at all (0: the library steps aside).
+inline constexpr const char* thaw_symbol = "isorun_cap_thaw";
 /// The preloaded library's `int isorun_cap_bind()`: a worker that set its call's region variables
 /// calls it (found with dlsym) before any code of the call runs, so the region is pinned then.
 inline constexpr const char* bind_symbol = "isorun_cap_bind";

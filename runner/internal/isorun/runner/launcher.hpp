@@ -36,6 +36,10 @@ struct launch_spec {
   /// sends is waiting when the worker first reads, so the worker does not wait for it. Not part
   /// of what makes two launches interchangeable.
   std::function<void(int control)> before_start;
+  /// Workers forked from a zygote launched as this spec says (zygote.hpp), not exec'd each: only
+  /// a standby pool's launcher forks them. To local_launcher, it means "this is the zygote": it
+  /// gets a cgroup of its own, but no cgroup namespace (its children's cgroups are beside its own).
+  bool zygote = false;
 };
 
 /// @brief The warm_device for a job on `gpu` under `mem_limit` and `alloc_conf`.

@@ -38,7 +38,14 @@ struct spawn_options {
   /// The cgroup.procs of a cgroup in another hierarchy (a v1 memory cgroup: host_memory.hpp)
   /// the child writes itself into before it execs, so nothing of it runs outside; -1 = none.
   int join_cgroup_procs = -1;
+  /// Born in a cgroup namespace rooted at `cgroup`, where this process may create one. Off for a
+  /// zygote, which starts its children in cgroups beside its own (a namespace would hide them).
+  bool cgroup_namespace = true;
 };
+
+/// @brief Whether children with a cgroup are born in a cgroup namespace of their own: true until
+///        the kernel refused one (no CAP_SYS_ADMIN). A zygote's children follow the same rule.
+ISORUN_INTERNAL_API bool cgroup_namespaces_enabled() noexcept;
 
 /// The process could not be started (exec failed, fork failed, bad options).
 class ISORUN_INTERNAL_API spawn_error : public std::runtime_error {

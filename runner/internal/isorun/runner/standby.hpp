@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <chrono>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -28,7 +29,8 @@ namespace isorun::runner {
 ///    waiting for exits would leave the next call without a worker, slower than a cold one;
 ///  - and such a take grows the pool by one (up to `max_size`) for the calls that follow; after
 ///    `idle` without a take it shrinks back to `size`, stopping the surplus.
-/// Waiting workers are stopped with the pool; they also die with the supervisor (their control
+/// With spec.zygote the workers are forked from one zygote (zygote.hpp) the pool starts, not each
+/// exec'd. Waiting workers are stopped with the pool; they also die with the supervisor (their control
 /// socket hangs up), like any worker.
 class ISORUN_INTERNAL_API standby_pool final : public launcher {
  public:
@@ -53,8 +55,9 @@ class ISORUN_INTERNAL_API standby_pool final : public launcher {
   /// @brief Raises the number of workers kept waiting to at least `size`.
   void reserve(std::size_t size);
 
-  /// @brief Blocks until the pool holds all its workers (or launching them fails): a warm-up
-  ///        before timing, and a fixed point for tests. Workers taken by calls are replaced
+  /// @brief Blocks until the pool holds all its workers (or launching them fails), and a zygote
+  ///        is ready (its preloads imported) or failed: a warm-up before timing, and a fixed
+  ///        point for tests. Workers taken by calls are replaced
   ///        once they have exited, so this also waits for those calls' workers to end.
   void fill();
 
@@ -72,8 +75,13 @@ class ISORUN_INTERNAL_API standby_pool final : public launcher {
   void refill();
   void wake_filler() const noexcept;
 
+  launcher& source(std::unique_lock<std::mutex>& lock);
+
   launch_spec spec_;
-  local_launcher launcher_;
+  // Where workers come from: a local_launcher, or with spec.zygote a zygote_launcher, which the
+  // filler thread starts (its children's parent-death signal follows the thread that started
+  // it): null until then.
+  std::unique_ptr<launcher> launcher_;
   mutable std::mutex mutex_;
   unique_fd wanted_;  // an eventfd: wakes the filler (a take, a resize, the stop)
   std::condition_variable changed_;  // fill(): the pool changed
@@ -86,6 +94,7 @@ class ISORUN_INTERNAL_API standby_pool final : public launcher {
   std::chrono::milliseconds idle_;
   std::chrono::steady_clock::time_point last_take_{};
   bool stopping_ = false;
+  bool zygote_settled_ = true;  // with a zygote: it is ready (its imports done), or failed
   bool failing_ = false;  // launching failed: stop trying in the background, take() reports it
   std::thread filler_;
 };

@@ -54,13 +54,17 @@ inline constexpr std::string_view cap_preload = "ISORUN_CAP_PRELOAD";
 /// in bytes per device, which what it allocates before the call stays within; bound to the
 /// call's region once that comes.
 inline constexpr std::string_view cap_deferred = "ISORUN_CAP_DEFERRED";
+/// "1": a zygote (a Python interpreter that forks each worker): the preloaded cap library refuses
+/// every CUDA call until a forked child thaws it (isorun_cap_thaw), so the zygote never has
+/// driver state for its children to inherit.
+inline constexpr std::string_view cap_zygote = "ISORUN_CAP_ZYGOTE";
 /// A file the worker writes its task's memory timeline to (its allocators' history and, after an
 /// out-of-memory failure, what was live): for `isorun report` and --memory-timeline.
 inline constexpr std::string_view memory_timeline = "ISORUN_MEMORY_TIMELINE";
 /// Every variable above: removed from the environment a worker inherits, set only by isorun.
 inline constexpr std::string_view all[] = {worker,     gpu,       mem_limit,   visible_devices, device_order,
                                            warm,       cap_region, cap_terms, cap_preload,     cap_deferred,
-                                           memory_timeline};
+                                           cap_zygote, memory_timeline};
 }  // namespace env
 
 /// The device a *warm* worker prepares while it waits for its assignment: it creates its CUDA
