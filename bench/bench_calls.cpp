@@ -33,14 +33,14 @@
 #include <thread>
 #include <vector>
 
+#include "ipc_floors.hpp"
 #include "isorun/isorun.hpp"
-#include "isorun/runner/job.hpp"
-#include "isorun/serialization/control.hpp"
 #include "isorun/runner/containment.hpp"
+#include "isorun/runner/job.hpp"
 #include "isorun/runner/launcher.hpp"
 #include "isorun/runner/standby.hpp"
+#include "isorun/serialization/control.hpp"
 #include "spawn.hpp"
-#include "ipc_floors.hpp"
 #include "stats.hpp"
 
 extern char** environ;

@@ -244,7 +244,9 @@ const option_row table[] = {
      "max_t, grace_period, reduction_factor), hyperband (brackets of ASHA; the same settings) or median "
      "(median stopping rule; grace_period, min_samples), e.g. asha:max_t=81,reduction_factor=3; none turns "
      "the spec's off",
-     [](cli_options& o, const std::string&, const std::string& v) { o.sweep.scheduler = sweep::parse_scheduler_flag(v); }},
+     [](cli_options& o, const std::string&, const std::string& v) {
+       o.sweep.scheduler = sweep::parse_scheduler_flag(v);
+     }},
     {"--top", "K", in_sweep, "rows in the final table (default 5)",
      [](cli_options& o, const std::string& f, const std::string& v) { o.sweep.top = whole_number(f, v); }},
     {"--wait", nullptr, in_sweep, "if another sweep uses the output folder, wait for it instead of failing",

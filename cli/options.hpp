@@ -48,7 +48,7 @@ struct sweep_flags {
   bool rerun_failed = false;                                           ///< --rerun-failed
   bool fail_fast = false;                                              ///< --fail-fast
   std::optional<sweep::metric_spec> metric;                            ///< --metric NAME[:min|max]
-  std::optional<sweep::early_stopping_spec> scheduler;                    ///< --scheduler TYPE[:key=value,...]
+  std::optional<sweep::early_stopping_spec> scheduler;                 ///< --scheduler TYPE[:key=value,...]
   int top = 5;                                                         ///< --top K
   bool wait = false;                                                   ///< --wait
   bool progress = true;                                                ///< --no-progress

@@ -123,8 +123,9 @@ int summarize(const cli_options& o, const sweep::sweep_spec& s, const sweep::swe
     // How much of the full budget (every trial to max_t) early stopping let the sweep use.
     const double full = double(summary.records.size()) * double(s.early_stopping.max_t());
     std::fprintf(stderr, "isorun: %s used %llu steps of %.0f (%zu trials x max_t %lld): %.1f%% of the full budget\n",
-                 s.early_stopping.type.c_str(), static_cast<unsigned long long>(summary.steps), full, summary.records.size(),
-                 static_cast<long long>(s.early_stopping.max_t()), 100.0 * double(summary.steps) / full);
+                 s.early_stopping.type.c_str(), static_cast<unsigned long long>(summary.steps), full,
+                 summary.records.size(), static_cast<long long>(s.early_stopping.max_t()),
+                 100.0 * double(summary.steps) / full);
   }
   if (summary.interrupted) return 130;
   std::size_t failed_total = 0;  // pruned trials are done, not failed

@@ -7,9 +7,9 @@
 #include <unistd.h>
 
 #include <condition_variable>
-#include <filesystem>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -62,7 +62,9 @@ struct log_file {
     REQUIRE(writer >= 0);
   }
   ~log_file() { ::close(writer); }
-  void write(const std::string& s) const { REQUIRE(::write(writer, s.data(), s.size()) == static_cast<ssize_t>(s.size())); }
+  void write(const std::string& s) const {
+    REQUIRE(::write(writer, s.data(), s.size()) == static_cast<ssize_t>(s.size()));
+  }
   isorun::unique_fd reader() const { return isorun::unique_fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC)); }
 };
 

@@ -161,9 +161,10 @@ class folder_backend final : public sw::trial_backend {
 
 }  // namespace
 
-TEST_CASE("a second cluster backend over remote_folder: reports in order, a verdict that stops one trial, every "
-          "record journaled once",
-          "[scheduler][remote-folder]") {
+TEST_CASE(
+    "a second cluster backend over remote_folder: reports in order, a verdict that stops one trial, every "
+    "record journaled once",
+    "[scheduler][remote-folder]") {
   char dir[] = "/tmp/isorun-remote-folder-XXXXXX";
   REQUIRE(::mkdtemp(dir) != nullptr);
   const fs::path out = dir;
@@ -178,8 +179,8 @@ TEST_CASE("a second cluster backend over remote_folder: reports in order, a verd
     sw::journal_store store(j);
     sw::stop_source stop;
     sw::scheduler* sched_ptr = nullptr;
-    sw::journal_writer writer(store, [](const sw::trial_record&) {},
-                              [&](std::exception_ptr e) { sched_ptr->fail(std::move(e)); });
+    sw::journal_writer writer(
+        store, [](const sw::trial_record&) {}, [&](std::exception_ptr e) { sched_ptr->fail(std::move(e)); });
     std::vector<std::size_t> queue = {0, 1, 2, 3, 4, 5};
     sw::scheduler sched(s, s.task, queue, backend, writer, stop,
                         {.should_stop = [&](const sw::trial& t, std::int64_t step, const json& metrics) {

@@ -21,6 +21,7 @@
 #include <cereal/types/string.hpp>
 #include <cereal/types/vector.hpp>
 
+#include "counting_allocator.hpp"
 #include "isorun/serialization/blob.hpp"
 #include "isorun/serialization/codec.hpp"
 #include "isorun/serialization/control.hpp"
@@ -29,7 +30,6 @@
 #include "isorun/serialization/shm_segment.hpp"
 #include "isorun/serialization/streams.hpp"
 #include "isorun/serialization/wire.hpp"
-#include "counting_allocator.hpp"
 #include "test_support.hpp"
 
 namespace ser = isorun::serialization;

@@ -119,8 +119,8 @@ TEST_CASE("Slurm's settings reach sbatch as arguments; the batch script holds on
   CHECK(commands[0] == "cd '" + sbatch.dir().string() + "' || exit 1");
   CHECK(commands[1] == "ISORUN_ERROR_FILE='" + (batch.parent_path() / "errors").string() +
                            "'/\"$SLURM_ARRAY_JOB_ID\"_\"$SLURM_ARRAY_TASK_ID\".json; export ISORUN_ERROR_FILE");
-  CHECK(commands[2] == "exec '/opt/isorun' 'sweep' 'it'\\''s.yaml' --node '" + batch.string() +
-                           "':\"$SLURM_ARRAY_TASK_ID\"");
+  CHECK(commands[2] ==
+        "exec '/opt/isorun' 'sweep' 'it'\\''s.yaml' --node '" + batch.string() + "':\"$SLURM_ARRAY_TASK_ID\"");
   // A sweep over a command given after `--`: --node is isorun's, so it goes before the `--`.
   const std::string over_command =
       sw::slurm::batch_script(batch, {"/opt/isorun", "sweep", "s.yaml", "--", "train", "--node"}, sbatch.dir());
@@ -309,16 +309,18 @@ TEST_CASE("Slurm files planted in the folder (a FIFO as a record, a link as a st
   }
 }
 
-TEST_CASE("a node's refusal is read from its error record as the folder's files are: a link, a FIFO or words that "
-          "are not a usage record hold none",
-          "[sweep][slurm-submit][hostile]") {
+TEST_CASE(
+    "a node's refusal is read from its error record as the folder's files are: a link, a FIFO or words that "
+    "are not a usage record hold none",
+    "[sweep][slurm-submit][hostile]") {
   fake_sbatch slurm;
   const fs::path dir = slurm.dir(), elsewhere = dir / "elsewhere.json";
   const fs::path record = dir / "errors" / "77_0.json";  // JOB_TASK.json (remote_folder.hpp)
   fs::create_directories(record.parent_path());
   sw::slurm::task_end refused{"FAILED"};
   refused.exit_code = 2;
-  std::ofstream(record) << R"({"outcome": "usage", "exit_code": 2, "message": "no GPU 3 here"})" << "\n";
+  std::ofstream(record) << R"({"outcome": "usage", "exit_code": 2, "message": "no GPU 3 here"})"
+                        << "\n";
   CHECK(sw::slurm::node_usage_error(refused, record) == std::optional<std::string>("no GPU 3 here"));
   sw::slurm::task_end failed = refused;
   failed.exit_code = 1;

@@ -9,9 +9,9 @@
 #include <cstdint>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <tuple>
-#include <set>
 #include <vector>
 
 #include "isorun/sweep/asha.hpp"
@@ -329,7 +329,8 @@ TEST_CASE("the registry: defaults, ranges, unknown settings, sweep.json both way
   CHECK(sw::early_stopping_from_json({{"type", "bohb"}}).type.empty());
   // A sweep.json from before a setting existed: the rule with that setting at its default.
   const auto old = sw::early_stopping_from_json({{"type", "asha"}, {"max_t", 27}, {"min_samples", 3}});
-  CHECK((old.type == "asha" && old.max_t() == 27 && old.get("reduction_factor") == 3 && !old.settings.count("min_samples")));
+  CHECK((old.type == "asha" && old.max_t() == 27 && old.get("reduction_factor") == 3 &&
+         !old.settings.count("min_samples")));
   CHECK(sw::stop_rule_rungs(sw::early_stopping_from_json({{"type", "asha"}, {"max_t", 27}})) ==
         std::vector<std::int64_t>{1, 3, 9});
   CHECK(sw::stop_rule_rungs(sw::default_early_stopping(*sw::find_stop_rule("median"))).empty());

@@ -147,9 +147,10 @@ TEST_CASE("the median stopping rule on learning curves finds the grid's best and
   fs::remove_all(dir);
 }
 
-TEST_CASE("Hyperband (brackets of ASHA) on learning curves prunes, journals and reports like ASHA; a resume reruns "
-          "nothing",
-          "[sweep][early-stopping][hyperband]") {
+TEST_CASE(
+    "Hyperband (brackets of ASHA) on learning curves prunes, journals and reports like ASHA; a resume reruns "
+    "nothing",
+    "[sweep][early-stopping][hyperband]") {
   const std::string dir = temp_dir();
   std::ofstream(dir + "/spec.yaml") << curve_spec(dir, "{type: hyperband, max_t: 27, reduction_factor: 3}", 27,
                                                   {0, 0.3, 0.6, 0.8}, {0.2, 0.6, 1.0});
@@ -163,7 +164,8 @@ TEST_CASE("Hyperband (brackets of ASHA) on learning curves prunes, journals and 
   CHECK_THAT(r.err, Catch::Contains(std::to_string(c.pruned) + " pruned") && Catch::Contains("hyperband used"));
   // sweep.json keeps the rule with every setting; the report marks every bracket's rungs.
   const json identity = json::parse(read_file(dir + "/out/sweep.json"));
-  CHECK(identity["scheduler"] == json{{"type", "hyperband"}, {"max_t", 27}, {"grace_period", 1}, {"reduction_factor", 3}});
+  CHECK(identity["scheduler"] ==
+        json{{"type", "hyperband"}, {"max_t", 27}, {"grace_period", 1}, {"reduction_factor", 3}});
   const std::string html = read_file(dir + "/out/report.html");
   CHECK(occurrences(html, "<line class=\"rung\"") == 3);  // steps 1, 3, 9 (bracket 3's first rung is 27 = max_t)
   CHECK(occurrences(html, "<polyline class=\"pruned\"") == c.pruned);

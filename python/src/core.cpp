@@ -46,7 +46,9 @@
 #include <utility>
 #include <vector>
 
+#include "isorun/preload/cap_region.hpp"
 #include "isorun/runner/admission.hpp"
+#include "isorun/runner/driver_cap.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/executor.hpp"
 #include "isorun/runner/isolated.hpp"
@@ -57,8 +59,6 @@
 #include "isorun/runner/standby.hpp"
 #include "isorun/runner/units.hpp"
 #include "isorun/runner/zygote.hpp"
-#include "isorun/runner/driver_cap.hpp"
-#include "isorun/preload/cap_region.hpp"
 #include "isorun/serialization/protocol.hpp"
 #include "isorun/serialization/segment_pool.hpp"
 #include "isorun/serialization/shm_segment.hpp"
@@ -372,7 +372,8 @@ py_job start(nb::bytes request, std::vector<std::string> argv, std::vector<std::
   }
   auto place = first.enqueue(std::move(admission_request), executor ? &process : nullptr);
   auto call = std::make_shared<isorun::runner::queued_job>(
-      std::move(place), [spec, standby = opts.standby, zygote = o.zygote](std::shared_ptr<isorun::runner::admission::ticket> ticket) {
+      std::move(place),
+      [spec, standby = opts.standby, zygote = o.zygote](std::shared_ptr<isorun::runner::admission::ticket> ticket) {
         spec->gpus = ticket->gpus();
         spec->admitted = std::move(ticket);
         if (!standby && !zygote) return isorun::runner::job::start(std::move(*spec));
@@ -659,7 +660,8 @@ void zygote_serve() {
       for (int i = 0; i < nfds; ++i) ::close(fds[i]);
     };
     const bool with_cgroup = req.flags & zw::with_cgroup;
-    if (n != static_cast<ssize_t>(sizeof req) || req.magic != zw::magic || nfds != zw::child_fds + (with_cgroup ? 1 : 0)) {
+    if (n != static_cast<ssize_t>(sizeof req) || req.magic != zw::magic ||
+        nfds != zw::child_fds + (with_cgroup ? 1 : 0)) {
       close_all();
       zygote_reply({.pid = -1, .error = EINVAL}, -1);
       continue;

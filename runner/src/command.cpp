@@ -143,7 +143,8 @@ struct wait_end {
 // Carries out the cancels that came (each a byte on cancel_read). Stops follow one plan: the
 // signal that asked for it, the grace period, SIGKILL. A second SIGINT or SIGTERM takes the
 // next step at once.
-void take_cancels(command::state& s, std::optional<stop_escalation>& stopping, clock::time_point& deadline, wait_end& end) {
+void take_cancels(command::state& s, std::optional<stop_escalation>& stopping, clock::time_point& deadline,
+                  wait_end& end) {
   unsigned char sigs[16];
   for (ssize_t n; (n = ::read(s.cancel_read.get(), sigs, sizeof sigs)) > 0;)
     for (ssize_t i = 0; i < n; ++i) {

@@ -12,10 +12,10 @@
 #include <cstring>
 #include <string>
 
+#include "isorun/preload/cap_region.hpp"
 #include "isorun/runner/containment.hpp"
 #include "isorun/runner/driver_cap.hpp"
 #include "isorun/runner/errors.hpp"
-#include "isorun/preload/cap_region.hpp"
 
 namespace isorun::runner {
 namespace wire = zygote_wire;
@@ -233,7 +233,8 @@ launched_worker zygote_launcher::fork_one(const launch_spec& spec) {
   unique_fd stderr_write(err_pipe[1]);
   ::fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
   unique_fd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  if (!devnull) throw internal_error(std::string("cannot open /dev/null for the worker's stdin: ") + std::strerror(errno));
+  if (!devnull)
+    throw internal_error(std::string("cannot open /dev/null for the worker's stdin: ") + std::strerror(errno));
   const int stdout_fd = spec.stdout_to_stderr ? stderr_write.get() : STDOUT_FILENO;
 
   // The cgroup is this call's until the child owns it.

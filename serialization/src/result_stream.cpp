@@ -258,7 +258,8 @@ std::uint64_t write_hashing(slot_filler& filler, std::uint64_t slots, std::uint6
 
 }  // namespace
 
-std::uint64_t stream_writer::write(std::uint64_t total, const fill_fn& fill, std::span<const std::uint64_t> chunk_hashes) {
+std::uint64_t stream_writer::write(std::uint64_t total, const fill_fn& fill,
+                                   std::span<const std::uint64_t> chunk_hashes) {
   ring_control& ctl = control_of(ring_);
   const std::uint64_t slots = (total + ring_slot_bytes - 1) / ring_slot_bytes;
   const std::uint64_t chunks = chunks_in(total);
@@ -269,9 +270,10 @@ std::uint64_t stream_writer::write(std::uint64_t total, const fill_fn& fill, std
   // Without hashes from the device, the caller fills while these hash what it filled before. A
   // quarter of the cores hash faster than a device copies; the rest are left to the supervisor,
   // which copies.
-  const unsigned helpers = hashed_before ? 0u
-                                         : static_cast<unsigned>(std::min<std::uint64_t>(
-                                               chunks, threads_from_env(1, std::clamp(detail::threads_for(total) / 4, 1u, 8u))));
+  const unsigned helpers = hashed_before
+                               ? 0u
+                               : static_cast<unsigned>(std::min<std::uint64_t>(
+                                     chunks, threads_from_env(1, std::clamp(detail::threads_for(total) / 4, 1u, 8u))));
   std::atomic_ref<std::uint32_t>(ctl.writer_threads).store(1 + helpers, std::memory_order_relaxed);
   std::atomic_ref<std::uint64_t>(ctl.total).store(total, std::memory_order_release);
   const std::uint64_t one = 1;

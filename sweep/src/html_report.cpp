@@ -160,8 +160,8 @@ std::string script_json(const json& j) {
 
 // A card of the summary: a title, and a value under it.
 void card(std::ostringstream& o, const std::string& title, const std::string& value, const char* colour = nullptr) {
-  o << "<div class=\"card\"" << (colour ? std::string(" style=\"border-left:4px solid ") + colour + "\"" : "") << ">" << esc(title)
-    << "<b>" << esc(value) << "</b></div>";
+  o << "<div class=\"card\"" << (colour ? std::string(" style=\"border-left:4px solid ") + colour + "\"" : "") << ">"
+    << esc(title) << "<b>" << esc(value) << "</b></div>";
 }
 
 // The share of the full budget (every trial to max_t) that early stopping let the sweep use.
@@ -169,7 +169,8 @@ std::string budget_used(const report_data& d) {
   std::uint64_t steps = 0;
   for (const auto& r : d.records) steps += r.step > 0 ? static_cast<std::uint64_t>(r.step) : 0;
   const double full = static_cast<double>(d.records.size()) * static_cast<double>(d.max_t);
-  return num(100.0 * static_cast<double>(steps) / full, 3) + "% (" + std::to_string(steps) + " of " + num(full, 12) + " steps)";
+  return num(100.0 * static_cast<double>(steps) / full, 3) + "% (" + std::to_string(steps) + " of " + num(full, 12) +
+         " steps)";
 }
 
 // The last run's cap per trial, and the trials retried at larger caps after running out of
@@ -225,7 +226,9 @@ void summary_section(std::ostringstream& o, const report_data& d) {
       best = m;
       best_trial = &r;
     }
-  if (best) card(o, "best " + (d.metric.empty() ? std::string("wall_s") : d.metric), num(*best, 5) + " (" + best_trial->id + ")");
+  if (best)
+    card(o, "best " + (d.metric.empty() ? std::string("wall_s") : d.metric),
+         num(*best, 5) + " (" + best_trial->id + ")");
   o << "</div></section>";
 }
 
@@ -237,12 +240,15 @@ void trial_sections(std::ostringstream& o, const report_data& d) {
   for (const auto& ax : d.params) o << detail::param_chart(d, ax);
   o << "</div></section>";
   o << "<section id=\"parallel\"><h2>All trials, all parameters</h2><p class=\"sub\">One line per successful trial, coloured by "
-    << esc(d.metric.empty() ? "wall time (short is bright)" : d.metric + " (best is bright)") << ".</p>" << detail::parallel_chart(d)
-    << "</section>";
+    << esc(d.metric.empty() ? "wall time (short is bright)" : d.metric + " (best is bright)") << ".</p>"
+    << detail::parallel_chart(d) << "</section>";
   if (!d.curves.empty())
-    o << "<section id=\"curves\"><h2>Learning curves</h2><p class=\"sub\">" << esc(d.metric.empty() ? "the first metric" : d.metric)
-      << " against the step each trial reported, one line per trial" << (d.scheduler.empty() ? "" : "; pruned trials faded")
-      << (d.rungs.empty() ? "" : "; dashed: the rungs where ASHA decides") << ".</p>" << detail::curves_chart(d) << "</section>";
+    o << "<section id=\"curves\"><h2>Learning curves</h2><p class=\"sub\">"
+      << esc(d.metric.empty() ? "the first metric" : d.metric)
+      << " against the step each trial reported, one line per trial"
+      << (d.scheduler.empty() ? "" : "; pruned trials faded")
+      << (d.rungs.empty() ? "" : "; dashed: the rungs where ASHA decides") << ".</p>" << detail::curves_chart(d)
+      << "</section>";
   o << "<section id=\"table\"><h2>Trials</h2><div class=\"pager\"><button id=\"prev\">previous</button><button id=\"next\">next"
        "</button><span id=\"page-info\"></span></div><div class=\"tablewrap\"><table id=\"trials\"><thead><tr></tr></thead><tbody>"
        "</tbody></table></div></section>";
@@ -258,13 +264,14 @@ void resource_sections(std::ostringstream& o, const report_data& d) {
   if (d.timelines.empty()) return;
   o << "<section id=\"timelines\"><h2>Memory timelines</h2><p class=\"sub\">" << d.timelines_kept
     << " trials kept a memory timeline (a task's allocator with history:N in alloc_conf; a command, what its cap "
-       "saw); " << d.timelines.size()
-    << " shown, failures first.</p>";
+       "saw); "
+    << d.timelines.size() << " shown, failures first.</p>";
   for (const auto& [i, timeline] : d.timelines) {
     const trial_record& r = d.records[i];
     std::string desc;
     for (const auto& w : param_words(r.params)) desc += (desc.empty() ? "" : " ") + w;
-    o << "<h3>" << esc(r.id) << " · " << outcome_name(r) << " · " << esc(desc) << "</h3>" << detail::timeline_svg(timeline);
+    o << "<h3>" << esc(r.id) << " · " << outcome_name(r) << " · " << esc(desc) << "</h3>"
+      << detail::timeline_svg(timeline);
   }
   o << "</section>";
 }
@@ -291,8 +298,9 @@ void write_report(const fs::path& out) {
 
 std::string render_memory_timeline(const json& timeline, const std::string& title) {
   std::ostringstream o;
-  o << "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << esc(title) << "</title><style>" << style
-    << "</style></head><body><section id=\"timelines\"><h1>" << esc(title) << "</h1>" << detail::timeline_svg(timeline)
+  o << "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << esc(title) << "</title><style>"
+    << style << "</style></head><body><section id=\"timelines\"><h1>" << esc(title) << "</h1>"
+    << detail::timeline_svg(timeline)
     << "</section><script>document.body.setAttribute('data-ready', 'yes');</script></body></html>\n";
   return o.str();
 }

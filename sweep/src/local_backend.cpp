@@ -14,15 +14,15 @@
 #include <utility>
 
 #include "folder.hpp"
-#include "isorun/sweep/report_lines.hpp"
-#include "python_trials.hpp"
 #include "isorun/runner/bounded_json.hpp"
-#include "isorun/serialization/cores.hpp"
-#include "isorun/runner/driver_cap.hpp"
 #include "isorun/runner/command.hpp"
+#include "isorun/runner/driver_cap.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/placement.hpp"
 #include "isorun/runner/worker_env.hpp"
+#include "isorun/serialization/cores.hpp"
+#include "isorun/sweep/report_lines.hpp"
+#include "python_trials.hpp"
 
 namespace isorun::sweep {
 

@@ -24,9 +24,9 @@
 #include "isorun/runner/gpu_packer.hpp"
 #include "isorun/runner/job.hpp"
 #include "isorun/runner/standby.hpp"
+#include "isorun/sweep/log_follower.hpp"
 #include "isorun/sweep/run.hpp"
 #include "isorun/sweep/trial_backend.hpp"
-#include "isorun/sweep/log_follower.hpp"
 
 namespace isorun::runner {
 class command;

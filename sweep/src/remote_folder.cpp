@@ -65,7 +65,8 @@ std::vector<remote_folder::found_record> remote_folder::records() const {
     try {
       const unique_fd fd = detail::open_file(folder.get(), file, O_RDONLY, e.path());
       if (!fd) continue;
-      out.push_back({file, trial_record::from_json(parse_bounded_json(detail::read_all(fd.get(), journal::max_line, e.path())))});
+      out.push_back(
+          {file, trial_record::from_json(parse_bounded_json(detail::read_all(fd.get(), journal::max_line, e.path())))});
     } catch (const std::exception&) {
       remove_record(file);  // not a record (nor a link, a FIFO or a huge file: they go too)
     }

@@ -54,7 +54,8 @@ std::string detail::param_chart(const report_data& d, const param_axis& ax) {
   for (const auto& r : d.records)
     if (auto m = metric_value(d, r)) pts.emplace_back(&r, *m);
   std::ostringstream o;
-  o << "<figure class=\"chart\"><svg viewBox=\"0 0 " << W << " " << H << "\" width=\"" << W << "\" height=\"" << H << "\">";
+  o << "<figure class=\"chart\"><svg viewBox=\"0 0 " << W << " " << H << "\" width=\"" << W << "\" height=\"" << H
+    << "\">";
   if (pts.empty()) {
     o << "<text x=\"20\" y=\"40\">no successful trial has the metric</text></svg></figure>";
     return o.str();
@@ -69,8 +70,8 @@ std::string detail::param_chart(const report_data& d, const param_axis& ax) {
       const auto& [r, m] = pts[i];
       const json& v = param_of(*r, ax.name);
       if (!v.is_number()) continue;
-      o << "<circle cx=\"" << px(x(v.get<double>())) << "\" cy=\"" << px(y(m)) << "\" r=\"3\"><title>" << esc(r->id) << ": "
-        << esc(ax.name) << "=" << esc(v.dump()) << ", " << num(m) << "</title></circle>";
+      o << "<circle cx=\"" << px(x(v.get<double>())) << "\" cy=\"" << px(y(m)) << "\" r=\"3\"><title>" << esc(r->id)
+        << ": " << esc(ax.name) << "=" << esc(v.dump()) << ", " << num(m) << "</title></circle>";
     }
   } else {
     axes(o, scale{0, 1, L, R}, y, T, B, L, R, "", metric_label(d));
@@ -80,17 +81,19 @@ std::string detail::param_chart(const report_data& d, const param_axis& ax) {
       for (auto& [r, m] : pts)
         if (value_text(param_of(*r, ax.name)) == ax.categories[c]) v.push_back(m);
       const double cx = L + band * (static_cast<double>(c) + 0.5);
-      o << "<text x=\"" << px(cx) << "\" y=\"" << px(B + 14) << "\" text-anchor=\"middle\">" << esc(ax.categories[c]) << "</text>";
+      o << "<text x=\"" << px(cx) << "\" y=\"" << px(B + 14) << "\" text-anchor=\"middle\">" << esc(ax.categories[c])
+        << "</text>";
       if (v.empty()) continue;
       std::sort(v.begin(), v.end());
       auto q = [&](double f) { return v[static_cast<std::size_t>(f * static_cast<double>(v.size() - 1) + 0.5)]; };
       const double w = std::min(60.0, band * 0.6);
       o << "<g class=\"box\"><title>" << esc(ax.name) << "=" << esc(ax.categories[c]) << ": " << v.size()
         << " trials, median " << num(q(0.5)) << ", range " << num(v.front()) << " to " << num(v.back()) << "</title>"
-        << "<line x1=\"" << px(cx) << "\" x2=\"" << px(cx) << "\" y1=\"" << px(y(v.front())) << "\" y2=\"" << px(y(v.back()))
-        << "\"/><rect x=\"" << px(cx - w / 2) << "\" width=\"" << px(w) << "\" y=\"" << px(y(q(0.75))) << "\" height=\""
-        << px(std::max(1.0, y(q(0.25)) - y(q(0.75)))) << "\"/><line class=\"median\" x1=\"" << px(cx - w / 2) << "\" x2=\""
-        << px(cx + w / 2) << "\" y1=\"" << px(y(q(0.5))) << "\" y2=\"" << px(y(q(0.5))) << "\"/></g>";
+        << "<line x1=\"" << px(cx) << "\" x2=\"" << px(cx) << "\" y1=\"" << px(y(v.front())) << "\" y2=\""
+        << px(y(v.back())) << "\"/><rect x=\"" << px(cx - w / 2) << "\" width=\"" << px(w) << "\" y=\""
+        << px(y(q(0.75))) << "\" height=\"" << px(std::max(1.0, y(q(0.25)) - y(q(0.75))))
+        << "\"/><line class=\"median\" x1=\"" << px(cx - w / 2) << "\" x2=\"" << px(cx + w / 2) << "\" y1=\""
+        << px(y(q(0.5))) << "\" y2=\"" << px(y(q(0.5))) << "\"/></g>";
     }
   }
   o << "</svg><figcaption>" << esc(metric_label(d)) << " by " << esc(ax.name) << "</figcaption></figure>";
@@ -106,7 +109,9 @@ std::string detail::parallel_chart(const report_data& d) {
   for (auto& p : pts) lo = std::min(lo, p.second), hi = std::max(hi, p.second);
   const std::size_t n = d.params.size() + 1;
   const double W = std::max(480.0, 140.0 * static_cast<double>(n)), H = 300, T = 24, B = H - 30, L = 60, R = W - 60;
-  auto xpos = [&](std::size_t i) { return n == 1 ? (L + R) / 2 : L + (R - L) * static_cast<double>(i) / static_cast<double>(n - 1); };
+  auto xpos = [&](std::size_t i) {
+    return n == 1 ? (L + R) / 2 : L + (R - L) * static_cast<double>(i) / static_cast<double>(n - 1);
+  };
   std::vector<scale> ys;
   for (const auto& ax : d.params)
     ys.push_back(ax.numeric ? padded(ax.lo, ax.hi, B, T, ax.log)
@@ -123,8 +128,9 @@ std::string detail::parallel_chart(const report_data& d) {
   // The best trials are always drawn (last, on top); the rest sampled.
   std::vector<std::size_t> order(pts.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return goodness(d, pts[a].second) < goodness(d, pts[b].second); });
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return goodness(d, pts[a].second) < goodness(d, pts[b].second);
+  });
   std::ostringstream o;
   o << "<svg viewBox=\"0 0 " << W << " " << H << "\" width=\"" << W << "\" height=\"" << H << "\" class=\"parallel\">";
   for (std::size_t k : sample(order.size(), max_lines, [&](std::size_t i) { return i + 50 >= order.size(); })) {
@@ -136,7 +142,8 @@ std::string detail::parallel_chart(const report_data& d) {
   }
   for (std::size_t i = 0; i < n; ++i) {
     const double x = xpos(i);
-    o << "<g class=\"axis\"><line x1=\"" << px(x) << "\" x2=\"" << px(x) << "\" y1=\"" << px(T) << "\" y2=\"" << px(B) << "\"/>"
+    o << "<g class=\"axis\"><line x1=\"" << px(x) << "\" x2=\"" << px(x) << "\" y1=\"" << px(T) << "\" y2=\"" << px(B)
+      << "\"/>"
       << "<text x=\"" << px(x) << "\" y=\"" << px(T - 8) << "\" text-anchor=\"middle\" class=\"label\">"
       << esc(i == d.params.size() ? (d.metric.empty() ? "wall_s" : d.metric) : d.params[i].name) << "</text>";
     if (i < d.params.size() && !d.params[i].numeric) {
@@ -145,7 +152,8 @@ std::string detail::parallel_chart(const report_data& d) {
           << esc(d.params[i].categories[c]) << "</text>";
     } else {
       const scale& s = i == d.params.size() ? my : ys[i];
-      for (double t : s.ticks()) o << "<text x=\"" << px(x + 4) << "\" y=\"" << px(s(t) + 3) << "\">" << num(t, 3) << "</text>";
+      for (double t : s.ticks())
+        o << "<text x=\"" << px(x + 4) << "\" y=\"" << px(s(t) + 3) << "\">" << num(t, 3) << "</text>";
     }
     o << "</g>";
   }
@@ -171,7 +179,8 @@ std::string detail::curves_chart(const report_data& d) {
     }
   }
   std::ostringstream o;
-  o << "<figure class=\"chart curves\"><svg viewBox=\"0 0 " << W << " " << H << "\" width=\"" << W << "\" height=\"" << H << "\">";
+  o << "<figure class=\"chart curves\"><svg viewBox=\"0 0 " << W << " " << H << "\" width=\"" << W << "\" height=\""
+    << H << "\">";
   if (all.empty() || !(yhi >= ylo)) return o.str() + "<text x=\"20\" y=\"40\">no reports</text></svg></figure>";
   // The final value of each curve decides its order: worst first, best drawn last.
   auto final_of = [&](std::size_t i) { return goodness(d, all[i].second->back().second); };
@@ -188,8 +197,9 @@ std::string detail::curves_chart(const report_data& d) {
   const scale y = padded(ylo, yhi, B, T, false);
   axes(o, x, y, T, B, L, R, "step", metric_label(d));
   for (std::int64_t rung : d.rungs)
-    o << "<line class=\"rung\" x1=\"" << px(x(static_cast<double>(rung))) << "\" x2=\"" << px(x(static_cast<double>(rung)))
-      << "\" y1=\"" << px(T) << "\" y2=\"" << px(B) << "\"><title>rung at step " << rung << "</title></line>";
+    o << "<line class=\"rung\" x1=\"" << px(x(static_cast<double>(rung))) << "\" x2=\""
+      << px(x(static_cast<double>(rung))) << "\" y1=\"" << px(T) << "\" y2=\"" << px(B) << "\"><title>rung at step "
+      << rung << "</title></line>";
   for (std::size_t i : order) {
     const auto& [id, c] = all[i];
     const auto rec = by_id.find(*id);
@@ -200,10 +210,11 @@ std::string detail::curves_chart(const report_data& d) {
       << c->back().first << "</title></polyline>";
     if (pruned)  // where it was stopped (a trial stopped at its first report has no line)
       o << "<circle class=\"stop\" r=\"2.5\" cx=\"" << px(x(static_cast<double>(c->back().first))) << "\" cy=\""
-        << px(y(c->back().second)) << "\"><title>" << esc(*id) << " pruned at step " << c->back().first << "</title></circle>";
+        << px(y(c->back().second)) << "\"><title>" << esc(*id) << " pruned at step " << c->back().first
+        << "</title></circle>";
   }
-  o << "</svg><figcaption>" << all.size() << " trials" << (all.size() > order.size() ? ", " + std::to_string(order.size()) + " drawn" : "")
-    << "</figcaption></figure>";
+  o << "</svg><figcaption>" << all.size() << " trials"
+    << (all.size() > order.size() ? ", " + std::to_string(order.size()) + " drawn" : "") << "</figcaption></figure>";
   return o.str();
 }
 
@@ -228,15 +239,16 @@ std::string detail::slots_chart(const report_data& d) {
     const double W = 900, row = slots > 40 ? 8 : 18, L = 190, R = W - 10, T = 8;
     const double H = T + row * slots + 40;
     const scale x{0, std::max(span, 1e-3), L, R};
-    o << "<h3>Run " << run.run << ": " << mine.size() << " trials on " << slots << " slots, " << num(span, 3) << " s</h3>"
+    o << "<h3>Run " << run.run << ": " << mine.size() << " trials on " << slots << " slots, " << num(span, 3)
+      << " s</h3>"
       << "<svg viewBox=\"0 0 " << W << " " << H << "\" width=\"" << W << "\" height=\"" << H << "\" class=\"gantt\">";
     for (int s = 0; s < slots; ++s) {
       std::string device = "slot " + std::to_string(s);
       for (const auto& [index, dev] : run.slots)
         if (index == s) device += " · " + (dev.size() > 18 ? dev.substr(0, 16) + "…" : dev);
       if (row >= 12)
-        o << "<text x=\"" << px(L - 6) << "\" y=\"" << px(T + row * s + row * 0.68) << "\" text-anchor=\"end\">" << esc(device)
-          << "</text>";
+        o << "<text x=\"" << px(L - 6) << "\" y=\"" << px(T + row * s + row * 0.68) << "\" text-anchor=\"end\">"
+          << esc(device) << "</text>";
     }
     const bool merge = mine.size() > max_bars;
     if (merge) {
@@ -246,7 +258,8 @@ std::string detail::slots_chart(const report_data& d) {
         std::sort(spans.begin(), spans.end());
         std::vector<std::pair<double, double>> merged;
         for (auto sp : spans)
-          if (!merged.empty() && sp.first <= merged.back().second + span * 1e-3) merged.back().second = std::max(merged.back().second, sp.second);
+          if (!merged.empty() && sp.first <= merged.back().second + span * 1e-3)
+            merged.back().second = std::max(merged.back().second, sp.second);
           else merged.push_back(sp);
         for (auto& [a, b] : merged)
           o << "<rect class=\"busy\" x=\"" << px(x(a)) << "\" width=\"" << px(std::max(0.5, x(b) - x(a))) << "\" y=\""
@@ -257,14 +270,17 @@ std::string detail::slots_chart(const report_data& d) {
       if (merge && b->kind == outcome_kind::success) continue;
       o << "<rect fill=\"" << outcome_colour(b->kind) << "\" x=\"" << px(x(b->start_s)) << "\" width=\""
         << px(std::max(0.5, x(b->end_s) - x(b->start_s))) << "\" y=\"" << px(T + row * b->slot + 1) << "\" height=\""
-        << px(row - 2) << "\"><title>" << esc(b->id) << " (" << to_string(b->kind) << "): " << num(b->start_s, 4) << " to "
-        << num(b->end_s, 4) << " s</title></rect>";
+        << px(row - 2) << "\"><title>" << esc(b->id) << " (" << to_string(b->kind) << "): " << num(b->start_s, 4)
+        << " to " << num(b->end_s, 4) << " s</title></rect>";
     }
     const double base = T + row * slots;
-    o << "<g class=\"axis\"><line x1=\"" << px(L) << "\" x2=\"" << px(R) << "\" y1=\"" << px(base) << "\" y2=\"" << px(base) << "\"/>";
+    o << "<g class=\"axis\"><line x1=\"" << px(L) << "\" x2=\"" << px(R) << "\" y1=\"" << px(base) << "\" y2=\""
+      << px(base) << "\"/>";
     for (double t : fitted_ticks(x))
-      o << "<text x=\"" << px(x(t)) << "\" y=\"" << px(base + 14) << "\" text-anchor=\"middle\">" << tick_label(t) << "</text>";
-    o << "<text x=\"" << px((L + R) / 2) << "\" y=\"" << px(base + 30) << "\" text-anchor=\"middle\" class=\"label\">seconds "
+      o << "<text x=\"" << px(x(t)) << "\" y=\"" << px(base + 14) << "\" text-anchor=\"middle\">" << tick_label(t)
+        << "</text>";
+    o << "<text x=\"" << px((L + R) / 2) << "\" y=\"" << px(base + 30)
+      << "\" text-anchor=\"middle\" class=\"label\">seconds "
          "after the run started</text></g></svg>";
   }
   return o.str();
@@ -289,17 +305,19 @@ std::string detail::memory_chart(const report_data& d) {
   o << "<svg viewBox=\"0 0 " << W << " " << H << "\" width=\"" << W << "\" height=\"" << H << "\" class=\"peaks\">";
   o << "<g class=\"axis\">";
   byte_ticks(o, y, L, R);
-  o << "<text x=\"" << px((L + R) / 2) << "\" y=\"" << px(B + 28) << "\" text-anchor=\"middle\" class=\"label\">trials, by peak reserved ("
-    << rs.size() << (shown.size() < rs.size() ? ", sampled" : "") << ")</text></g>";
+  o << "<text x=\"" << px((L + R) / 2) << "\" y=\"" << px(B + 28)
+    << "\" text-anchor=\"middle\" class=\"label\">trials, by peak reserved (" << rs.size()
+    << (shown.size() < rs.size() ? ", sampled" : "") << ")</text></g>";
   for (std::size_t k = 0; k < shown.size(); ++k) {
     const trial_record& r = *rs[shown[k]];
     const double x0 = L + w * static_cast<double>(k);
-    o << "<g><title>" << esc(r.id) << ": reserved " << bytes(r.peak_reserved) << ", allocated " << bytes(r.peak_allocated)
-      << (r.mem_limit ? ", cap " + bytes(r.mem_limit) : std::string()) << "</title><rect class=\"reserved\" x=\"" << px(x0)
-      << "\" width=\"" << px(std::max(0.5, w - 1)) << "\" y=\"" << px(y(static_cast<double>(r.peak_reserved))) << "\" height=\""
-      << px(B - y(static_cast<double>(r.peak_reserved))) << "\"/><rect class=\"allocated\" x=\"" << px(x0) << "\" width=\""
-      << px(std::max(0.5, w - 1)) << "\" y=\"" << px(y(static_cast<double>(r.peak_allocated))) << "\" height=\""
-      << px(B - y(static_cast<double>(r.peak_allocated))) << "\"/></g>";
+    o << "<g><title>" << esc(r.id) << ": reserved " << bytes(r.peak_reserved) << ", allocated "
+      << bytes(r.peak_allocated) << (r.mem_limit ? ", cap " + bytes(r.mem_limit) : std::string())
+      << "</title><rect class=\"reserved\" x=\"" << px(x0) << "\" width=\"" << px(std::max(0.5, w - 1)) << "\" y=\""
+      << px(y(static_cast<double>(r.peak_reserved))) << "\" height=\""
+      << px(B - y(static_cast<double>(r.peak_reserved))) << "\"/><rect class=\"allocated\" x=\"" << px(x0)
+      << "\" width=\"" << px(std::max(0.5, w - 1)) << "\" y=\"" << px(y(static_cast<double>(r.peak_allocated)))
+      << "\" height=\"" << px(B - y(static_cast<double>(r.peak_allocated))) << "\"/></g>";
   }
   if (cap) cap_line(o, y, cap, L, R);
   o << "</svg><p class=\"legend\"><span class=\"swatch reserved\"></span>peak reserved <span class=\"swatch allocated\"></span>peak "
@@ -310,7 +328,8 @@ std::string detail::memory_chart(const report_data& d) {
 std::vector<std::string> axis_tick_labels(const param_axis& axis, double width_px) {
   std::vector<std::string> out;
   if (!axis.numeric) return out;
-  for (double t : fitted_ticks(padded(axis.lo, axis.hi, 0, width_px, axis.log, axis.integer))) out.push_back(tick_label(t));
+  for (double t : fitted_ticks(padded(axis.lo, axis.hi, 0, width_px, axis.log, axis.integer)))
+    out.push_back(tick_label(t));
   return out;
 }
 

@@ -24,9 +24,9 @@
 
 namespace isorun::sweep {
 namespace fs = std::filesystem;
-using nlohmann::json;
 using detail::goodness;
 using detail::metric_value;
+using nlohmann::json;
 
 namespace {
 
@@ -37,7 +37,8 @@ constexpr std::size_t max_timelines = 8;
 
 // A trial id as trial_id() makes them: the only names a timeline file is looked up by.
 bool is_trial_id(const std::string& id) {
-  return id.size() == 16 && std::all_of(id.begin(), id.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+  return id.size() == 16 &&
+         std::all_of(id.begin(), id.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
 }
 
 // The timelines shown for `d` (see report_data::timelines), read from `out`/logs: failures
@@ -74,7 +75,8 @@ void load_timelines(report_data& d, int out) {
     if (d.timelines.size() == max_timelines) break;
     const std::string name = detail::timeline_file(d.records[i].id, d.records[i].attempts);
     try {
-      if (json t = detail::read_timeline(logs.get(), name, logs_shown / name); !t.is_null()) d.timelines.emplace_back(i, std::move(t));
+      if (json t = detail::read_timeline(logs.get(), name, logs_shown / name); !t.is_null())
+        d.timelines.emplace_back(i, std::move(t));
     } catch (const std::exception& e) {
       d.warnings.push_back(std::string(e.what()) + "; left out of the report");
     }
@@ -150,7 +152,8 @@ std::int64_t whole(const json& o, const char* key) {  // from 0 to 2^31-1
 // One of sweep.json's runs.
 run_info run_of(const json& r) {
   const auto limit = r.find("mem_limit");
-  run_info run{.run = static_cast<int>(whole(r, "run")), .slots = {},
+  run_info run{.run = static_cast<int>(whole(r, "run")),
+               .slots = {},
                .mem_limit = limit != r.end() && limit->is_number_unsigned() ? limit->get<std::uint64_t>() : 0,
                .wall_s = number(r, "wall_s")};
   if (const auto slots = r.find("slots"); slots != r.end() && slots->is_array())
@@ -232,7 +235,8 @@ double detail::goodness(const report_data& d, double m) { return !d.metric.empty
 param_axis axis_for(const std::string& name, const std::vector<json>& values) {
   param_axis ax;
   ax.name = name;
-  ax.numeric = !values.empty() && std::all_of(values.begin(), values.end(), [](const json& v) { return v.is_number(); });
+  ax.numeric = !values.empty() &&
+               std::all_of(values.begin(), values.end(), [](const json& v) { return v.is_number(); });
   if (ax.numeric) {
     ax.lo = ax.hi = values.front().get<double>();
     for (const auto& v : values) ax.lo = std::min(ax.lo, v.get<double>()), ax.hi = std::max(ax.hi, v.get<double>());
@@ -243,7 +247,8 @@ param_axis axis_for(const std::string& name, const std::vector<json>& values) {
     return ax;
   }
   for (const auto& v : values)
-    if (const std::string w = value_text(v); std::find(ax.categories.begin(), ax.categories.end(), w) == ax.categories.end())
+    if (const std::string w = value_text(v);
+        std::find(ax.categories.begin(), ax.categories.end(), w) == ax.categories.end())
       ax.categories.push_back(w);
   return ax;
 }
@@ -267,11 +272,14 @@ report_data load_report_data(const fs::path& out) {
   const fs::path identity_file = out / "sweep.json", journal_file = out / "results.jsonl";
   const unique_fd dir = detail::open_folder(out);
   const unique_fd identity_fd = dir ? detail::open_file(dir.get(), "sweep.json", O_RDONLY, identity_file) : unique_fd();
-  const unique_fd journal_fd = dir ? detail::open_file(dir.get(), "results.jsonl", O_RDONLY, journal_file) : unique_fd();
-  const json identity =
-      identity_fd ? parse_bounded_json(detail::read_all(identity_fd.get(), max_identity, identity_file)) : json();
+  const unique_fd journal_fd = dir ? detail::open_file(dir.get(), "results.jsonl", O_RDONLY, journal_file)
+                                   : unique_fd();
+  const json identity = identity_fd
+                            ? parse_bounded_json(detail::read_all(identity_fd.get(), max_identity, identity_file))
+                            : json();
   if (!identity.is_object() || !journal_fd)
-    throw usage_error(out.string() + " is not a sweep's output folder (it has no sweep.json and results.jsonl); "
+    throw usage_error(out.string() +
+                      " is not a sweep's output folder (it has no sweep.json and results.jsonl); "
                       "give the folder a sweep wrote (its --out)");
   report_data d;
   d.out = out.string();

@@ -20,34 +20,34 @@
 #include <set>
 #include <utility>
 
+#include "early_stop.hpp"
 #include "folder.hpp"
 #include "isorun/alloc/config.hpp"
 #include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/gpu_packer.hpp"
 #include "isorun/runner/job.hpp"
-#include "isorun/runner/process.hpp"
 #include "isorun/runner/printable.hpp"
+#include "isorun/runner/process.hpp"
 #include "isorun/runner/suggest.hpp"
 #include "isorun/runner/task_arguments.hpp"
 #include "isorun/runner/unique_fd.hpp"
 #include "isorun/runner/units.hpp"
 #include "isorun/runner/worker_env.hpp"
 #include "isorun/sweep/html_report.hpp"
-#include "isorun/sweep/report.hpp"
-#include "isorun/sweep/slurm.hpp"
-#include "isorun/worker/task.hpp"
 #include "isorun/sweep/journal_writer.hpp"
+#include "isorun/sweep/remote_folder.hpp"
+#include "isorun/sweep/report.hpp"
 #include "isorun/sweep/report_log.hpp"
-#include "early_stop.hpp"
+#include "isorun/sweep/scheduler.hpp"
+#include "isorun/sweep/slurm.hpp"
+#include "isorun/sweep/stop_rule.hpp"
+#include "isorun/sweep/stop_source.hpp"
+#include "isorun/worker/task.hpp"
 #include "local_backend.hpp"
 #include "progress.hpp"
 #include "python_trials.hpp"
-#include "isorun/sweep/remote_folder.hpp"
-#include "isorun/sweep/scheduler.hpp"
-#include "isorun/sweep/stop_rule.hpp"
 #include "slurm_backend.hpp"
-#include "isorun/sweep/stop_source.hpp"
 
 namespace isorun::sweep {
 
@@ -254,8 +254,10 @@ void check_resources(sweep_run::state& st, const worker::task_info* task) {
     if (const std::string why = early_stopping_problem(s.early_stopping); !why.empty())
       throw located(s, line, "scheduler: " + why);
     if (s.metric.name.empty())
-      throw located(s, line, "scheduler: " + s.early_stopping.type + " judges trials by a metric, and the sweep has none; add "
-                             "metric: {name: loss, goal: minimize} (or --metric loss:min)");
+      throw located(s, line,
+                    "scheduler: " + s.early_stopping.type +
+                        " judges trials by a metric, and the sweep has none; add "
+                        "metric: {name: loss, goal: minimize} (or --metric loss:min)");
   }
   if (!s.metric.name.empty() && task && task->default_result_json) {
     const json shape = json::parse(task->default_result_json())["result"];
@@ -299,8 +301,9 @@ void open_out(sweep_run::state& st) {
 void queue_node_trials(sweep_run::state& st) {
   const sweep_spec& s = st.s;
   for (std::size_t i : slurm::node_trials(st.opt.node)) {
-    if (i >= s.trials.size()) throw usage_error("--node " + st.opt.node + " lists trial " + std::to_string(i) +
-                                                ", but the sweep has " + std::to_string(s.trials.size()));
+    if (i >= s.trials.size())
+      throw usage_error("--node " + st.opt.node + " lists trial " + std::to_string(i) + ", but the sweep has " +
+                        std::to_string(s.trials.size()));
     if (!remote_folder(st.out, "slurm").has_record(trial_id(st.subject, s.trials[i]))) st.queue.push_back(i);
   }
 }
@@ -349,7 +352,8 @@ void queue_trials(sweep_run::state& st) {
 
 }  // namespace
 
-sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_options options) : state_{std::make_unique<state>()} {
+sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_options options)
+    : state_{std::make_unique<state>()} {
   state& st = *state_;
   st.s = sp;
   st.slots = std::move(slots);

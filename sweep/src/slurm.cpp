@@ -145,7 +145,7 @@ submission submit(const slurm_spec& s, const fs::path& out, const std::vector<st
                            trials.begin() + static_cast<std::ptrdiff_t>(std::min(trials.size(), i + chunk)));
   // Checked before anything is written: a refused setting leaves no batch behind.
   std::vector<std::string> args = sbatch_arguments(s, sub.tasks.size(), dir / "logs", job_name);
-  fs::create_directories(dir / "logs");  // sbatch's --output
+  fs::create_directories(dir / "logs");                // sbatch's --output
   remote_folder(fs::absolute(out), "slurm").create();  // records, reports, verdicts, failure records
   for (sub.batch = 1; fs::exists(dir / ("batch-" + std::to_string(sub.batch) + ".json")); ++sub.batch) {
   }

@@ -8,12 +8,12 @@
 #include <sstream>
 #include <thread>
 
+#include "isorun/runner/suggest.hpp"
+#include "isorun/runner/task_arguments.hpp"
+#include "isorun/runner/units.hpp"
 #include "isorun/sweep/slurm.hpp"
 #include "isorun/sweep/spec.hpp"
 #include "isorun/sweep/stop_rule.hpp"
-#include "isorun/runner/task_arguments.hpp"
-#include "isorun/runner/units.hpp"
-#include "isorun/runner/suggest.hpp"
 
 namespace isorun::sweep {
 namespace {
@@ -237,8 +237,10 @@ void parse_metric(const YAML::Node& m, sweep_spec& s) {
 void parse_scheduler(const YAML::Node& n, sweep_spec& s) {
   const int line = line_of(n);
   if (!n.IsScalar() && (!n.IsMap() || !n["type"] || !n["type"].IsScalar()))
-    fail(n, "scheduler: is {type: asha, max_t: 81, grace_period: 1, reduction_factor: 3} or {type: median, "
-            "grace_period: 5, min_samples: 3} (rules: " + stop_rule_names() + ")");
+    fail(n,
+         "scheduler: is {type: asha, max_t: 81, grace_period: 1, reduction_factor: 3} or {type: median, "
+         "grace_period: 5, min_samples: 3} (rules: " +
+             stop_rule_names() + ")");
   const YAML::Node type_node = n.IsScalar() ? n : n["type"];
   const std::string type = type_node.Scalar();
   if (type == "none") {
@@ -258,8 +260,8 @@ void parse_scheduler(const YAML::Node& n, sweep_spec& s) {
       if (std::find(known.begin(), known.end(), k) == known.end()) {
         std::string listed;
         for (const auto& name : known) listed += (listed.empty() ? "" : ", ") + name;
-        fail(kv.first, "unknown scheduler setting '" + k + "'" + did_you_mean(k, known) + " for " + type +
-                           "; known: " + listed);
+        fail(kv.first,
+             "unknown scheduler setting '" + k + "'" + did_you_mean(k, known) + " for " + type + "; known: " + listed);
       }
       const double x = number(kv.second, k);
       if (x != std::floor(x) || x < 0 || x > 1e12) fail(kv.second, k + " must be a whole number of steps, 0 or more");
@@ -416,11 +418,10 @@ bool is_slurm_setting(const std::string& k) {
 }
 
 [[noreturn]] void unknown_resource(const YAML::Node& key, const std::string& k) {
-  const std::vector<std::string> known = {"gpus",       "mem_limit",    "host_mem_limit", "per_gpu", "cpu_slots",
-                                          "alloc_conf", "standby",      "warm_context",   "gpus_per_trial",
-                                          "preload",
-                                          "backend",    "partition",    "account",        "time",
-                                          "gpus_per_node", "trials_per_task", "max_running", "extra"};
+  const std::vector<std::string> known = {
+      "gpus",    "mem_limit",    "host_mem_limit", "per_gpu",         "cpu_slots",   "alloc_conf",
+      "standby", "warm_context", "gpus_per_trial", "preload",         "backend",     "partition",
+      "account", "time",         "gpus_per_node",  "trials_per_task", "max_running", "extra"};
   fail(key, "unknown resource '" + k + "'" + did_you_mean(k, known) +
                 "; known: gpus, mem_limit, host_mem_limit, per_gpu, cpu_slots, alloc_conf, standby, warm_context, "
                 "gpus_per_trial, preload, backend, and for backend: slurm partition, account, time, gpus_per_node, "

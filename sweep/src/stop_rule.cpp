@@ -29,7 +29,10 @@ const stop_rule_setting eta{"reduction_factor", 3, 2,
 
 const std::vector<stop_rule_kind>& stop_rule_kinds() {
   static const std::vector<stop_rule_kind> kinds = {
-      {"asha", "asynchronous successive halving", {max_t, first_rung, eta}, max_t_below_grace,
+      {"asha",
+       "asynchronous successive halving",
+       {max_t, first_rung, eta},
+       max_t_below_grace,
        [](const early_stopping_spec& s) -> std::unique_ptr<stop_rule> {
          return std::make_unique<asha_rule>(s.get("grace_period"), static_cast<int>(s.get("reduction_factor")),
                                             s.max_t());
@@ -37,7 +40,8 @@ const std::vector<stop_rule_kind>& stop_rule_kinds() {
        [](const early_stopping_spec& s) {
          return asha_rule(s.get("grace_period"), static_cast<int>(s.get("reduction_factor")), s.max_t()).rungs();
        }},
-      {"median", "median stopping rule",
+      {"median",
+       "median stopping rule",
        {{"grace_period", 1, 0, "no trial is stopped before this step"},
         {"min_samples", 3, 1, "other trials that must have reached a step before it judges there"},
         {"max_t", 0, 0, "the step a trial is complete at, for the budget line (0: not counted)"}},
@@ -46,7 +50,10 @@ const std::vector<stop_rule_kind>& stop_rule_kinds() {
          return std::make_unique<median_stopping_rule>(s.get("grace_period"), static_cast<int>(s.get("min_samples")));
        },
        nullptr},
-      {"hyperband", "Hyperband: brackets of ASHA", {max_t, first_rung, eta}, max_t_below_grace,
+      {"hyperband",
+       "Hyperband: brackets of ASHA",
+       {max_t, first_rung, eta},
+       max_t_below_grace,
        [](const early_stopping_spec& s) -> std::unique_ptr<stop_rule> {
          return std::make_unique<hyperband_rule>(s.get("grace_period"), static_cast<int>(s.get("reduction_factor")),
                                                  s.max_t());
@@ -97,7 +104,8 @@ std::string early_stopping_problem(const early_stopping_spec& s) {
   const stop_rule_kind* kind = find_stop_rule(s.type);
   if (!kind) {
     std::string known;
-    for (const auto& k : stop_rule_kinds()) known += (known.empty() ? "" : ", ") + std::string(k.name) + " (" + k.about + ")";
+    for (const auto& k : stop_rule_kinds())
+      known += (known.empty() ? "" : ", ") + std::string(k.name) + " (" + k.about + ")";
     return "unknown scheduler '" + s.type + "'; known: " + known;
   }
   for (const auto& setting : kind->settings) {

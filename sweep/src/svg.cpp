@@ -159,14 +159,16 @@ scale padded(double lo, double hi, double a, double b, bool log, bool integer) {
 
 void byte_ticks(std::ostringstream& o, const byte_axis& y, double left, double right) {
   for (double t : y.ticks())
-    o << "<text x=\"" << px(left - 4) << "\" y=\"" << px(y(t) + 3) << "\" text-anchor=\"end\">" << bytes(static_cast<std::uint64_t>(t))
-      << "</text><line class=\"grid\" x1=\"" << px(left) << "\" x2=\"" << px(right) << "\" y1=\"" << px(y(t)) << "\" y2=\"" << px(y(t)) << "\"/>";
+    o << "<text x=\"" << px(left - 4) << "\" y=\"" << px(y(t) + 3) << "\" text-anchor=\"end\">"
+      << bytes(static_cast<std::uint64_t>(t)) << "</text><line class=\"grid\" x1=\"" << px(left) << "\" x2=\""
+      << px(right) << "\" y1=\"" << px(y(t)) << "\" y2=\"" << px(y(t)) << "\"/>";
 }
 
 void cap_line(std::ostringstream& o, const byte_axis& y, std::uint64_t cap, double left, double right) {
-  o << "<line class=\"cap\" x1=\"" << px(left) << "\" x2=\"" << px(right) << "\" y1=\"" << px(y(static_cast<double>(cap)))
-    << "\" y2=\"" << px(y(static_cast<double>(cap))) << "\"/><text class=\"cap\" x=\"" << px(right - 4) << "\" y=\""
-    << px(y(static_cast<double>(cap)) - 4) << "\" text-anchor=\"end\">cap " << bytes(cap) << "</text>";
+  o << "<line class=\"cap\" x1=\"" << px(left) << "\" x2=\"" << px(right) << "\" y1=\""
+    << px(y(static_cast<double>(cap))) << "\" y2=\"" << px(y(static_cast<double>(cap)))
+    << "\"/><text class=\"cap\" x=\"" << px(right - 4) << "\" y=\"" << px(y(static_cast<double>(cap)) - 4)
+    << "\" text-anchor=\"end\">cap " << bytes(cap) << "</text>";
 }
 
 void axes(std::ostringstream& o, const scale& x, const scale& y, double top, double bottom, double left, double right,
@@ -175,7 +177,8 @@ void axes(std::ostringstream& o, const scale& x, const scale& y, double top, dou
     << px(bottom) << "\"/><line x1=\"" << px(left) << "\" y1=\"" << px(top) << "\" x2=\"" << px(left) << "\" y2=\""
     << px(bottom) << "\"/>";
   for (double t : y.ticks())
-    o << "<text x=\"" << px(left - 4) << "\" y=\"" << px(y(t) + 3) << "\" text-anchor=\"end\">" << num(t, 3) << "</text>"
+    o << "<text x=\"" << px(left - 4) << "\" y=\"" << px(y(t) + 3) << "\" text-anchor=\"end\">" << num(t, 3)
+      << "</text>"
       << "<line class=\"grid\" x1=\"" << px(left) << "\" x2=\"" << px(right) << "\" y1=\"" << px(y(t)) << "\" y2=\""
       << px(y(t)) << "\"/>";
   if (!xlabel.empty()) {
@@ -183,9 +186,10 @@ void axes(std::ostringstream& o, const scale& x, const scale& y, double top, dou
       o << "<text x=\"" << px(x(t)) << "\" y=\"" << px(bottom + 14) << "\" text-anchor=\"middle\">" << tick_label(t)
         << "</text>";
   }
-  o << "<text x=\"" << px((left + right) / 2) << "\" y=\"" << px(bottom + 30) << "\" text-anchor=\"middle\" class=\"label\">"
-    << esc(xlabel) << "</text><text transform=\"translate(12," << px((top + bottom) / 2)
-    << ") rotate(-90)\" text-anchor=\"middle\" class=\"label\">" << esc(ylabel) << "</text></g>";
+  o << "<text x=\"" << px((left + right) / 2) << "\" y=\"" << px(bottom + 30)
+    << "\" text-anchor=\"middle\" class=\"label\">" << esc(xlabel) << "</text><text transform=\"translate(12,"
+    << px((top + bottom) / 2) << ") rotate(-90)\" text-anchor=\"middle\" class=\"label\">" << esc(ylabel)
+    << "</text></g>";
 }
 
 }  // namespace isorun::sweep::svg

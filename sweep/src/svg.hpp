@@ -53,8 +53,8 @@ std::vector<double> fitted_ticks(const scale& x);
 
 // A byte axis from 0 to `top`: its ticks fall on round MiB (or GiB) values.
 struct byte_axis {
-  scale s;       // in bytes
-  double unit;   // bytes per tick unit
+  scale s;      // in bytes
+  double unit;  // bytes per tick unit
   explicit byte_axis(std::uint64_t top, double a, double b);
   [[nodiscard]] double operator()(double bytes) const { return s(bytes); }
   [[nodiscard]] std::vector<double> ticks() const;

@@ -96,10 +96,12 @@ void timeline_axes(std::ostringstream& o, const scale& x, const byte_axis& y, co
   o << "<g class=\"axis\">";
   byte_ticks(o, y, L, R);
   for (double v : fitted_ticks(x))
-    o << "<text x=\"" << px(x(v)) << "\" y=\"" << px(B + 14) << "\" text-anchor=\"middle\">" << tick_label(v) << "</text>";
-  o << "<text x=\"" << px((L + R) / 2) << "\" y=\"" << px(B + 30) << "\" text-anchor=\"middle\" class=\"label\">ms into the task"
-    << (dev.value("index", -1) >= 0 ? " · GPU " + std::to_string(dev.value("index", -1)) : std::string(" · CPU")) << " · "
-    << events << " events</text></g>";
+    o << "<text x=\"" << px(x(v)) << "\" y=\"" << px(B + 14) << "\" text-anchor=\"middle\">" << tick_label(v)
+      << "</text>";
+  o << "<text x=\"" << px((L + R) / 2) << "\" y=\"" << px(B + 30)
+    << "\" text-anchor=\"middle\" class=\"label\">ms into the task"
+    << (dev.value("index", -1) >= 0 ? " · GPU " + std::to_string(dev.value("index", -1)) : std::string(" · CPU"))
+    << " · " << events << " events</text></g>";
 }
 
 // One count (`which`: reserved or allocated) as a step line: a value holds until the next
@@ -109,7 +111,8 @@ void step_line(std::ostringstream& o, const history& h, const scale& x, const by
   o << "<polyline class=\"" << which << "\" points=\"";
   const std::size_t stride = pts.size() > 4 * max_points ? pts.size() / (4 * max_points) + 1 : 1;
   double prev_y = -1;
-  for (std::size_t i = 0; i < pts.size(); i += (i + stride < pts.size() || i + 1 == pts.size()) ? stride : pts.size() - 1 - i) {
+  for (std::size_t i = 0; i < pts.size();
+       i += (i + stride < pts.size() || i + 1 == pts.size()) ? stride : pts.size() - 1 - i) {
     const double v = static_cast<double>(std::string(which) == "reserved" ? pts[i].res : pts[i].alloc);
     if (prev_y >= 0) o << px(x(pts[i].ms)) << "," << px(prev_y) << " ";
     prev_y = y(std::max(0.0, v));
@@ -132,8 +135,8 @@ void device_chart(std::ostringstream& o, const json& dev, std::int64_t start, st
   if (dev.contains("allocated")) step_line(o, h, x, y, "allocated");
   if (h.cap) cap_line(o, y, h.cap, L, R);
   for (double ms : h.ooms)
-    o << "<line class=\"oom\" x1=\"" << px(x(ms)) << "\" x2=\"" << px(x(ms)) << "\" y1=\"" << px(T) << "\" y2=\"" << px(B)
-      << "\"><title>out of memory at " << num(ms, 4) << " ms</title></line>";
+    o << "<line class=\"oom\" x1=\"" << px(x(ms)) << "\" x2=\"" << px(x(ms)) << "\" y1=\"" << px(T) << "\" y2=\""
+      << px(B) << "\"><title>out of memory at " << num(ms, 4) << " ms</title></line>";
   o << "</svg>";
 }
 
@@ -151,27 +154,31 @@ void legend(std::ostringstream& o, const json& t) {
 
 // A command's: what each of its processes held on that device when the cap refused.
 void oom_by_process(std::ostringstream& o, const json& f) {
-  o << "<div class=\"oom\"><p><b>Out of memory:</b> a process asked for " << bytes(f.value("requested", std::uint64_t{0}))
-    << " with " << bytes(f.value("reserved", std::uint64_t{0})) << " held of a cap of "
-    << bytes(f.value("limit", std::uint64_t{0})) << ". Held at the refusal, by process, largest first"
+  o << "<div class=\"oom\"><p><b>Out of memory:</b> a process asked for "
+    << bytes(f.value("requested", std::uint64_t{0})) << " with " << bytes(f.value("reserved", std::uint64_t{0}))
+    << " held of a cap of " << bytes(f.value("limit", std::uint64_t{0}))
+    << ". Held at the refusal, by process, largest first"
     << (f.value("complete", true) ? "" : " (from the changes still kept: the oldest were dropped)") << ":</p>"
     << "<table class=\"live\"><tr><th>process</th><th>held</th><th>share of the cap</th></tr>";
   const double limit = static_cast<double>(std::max<std::uint64_t>(1, f.value("limit", std::uint64_t{1})));
   for (const auto& p : f["processes"]) {
     const std::uint64_t held = p.value("bytes", std::uint64_t{0});
     const double share = 100.0 * static_cast<double>(held) / limit;
-    o << "<tr><td>" << p.value("pid", 0) << "</td><td>" << bytes(held) << "</td><td><span class=\"bar\" style=\"width:"
-      << px(std::min(100.0, share)) << "px\"></span> " << num(share, 3) << "%</td></tr>";
+    o << "<tr><td>" << p.value("pid", 0) << "</td><td>" << bytes(held)
+      << "</td><td><span class=\"bar\" style=\"width:" << px(std::min(100.0, share)) << "px\"></span> " << num(share, 3)
+      << "%</td></tr>";
   }
   o << "</table></div>";
 }
 
 // A task's: what its allocator held, and the allocations live when it failed.
 void oom_by_size(std::ostringstream& o, const json& f) {
-  o << "<div class=\"oom\"><p><b>Out of memory:</b> asked for " << bytes(f.value("requested", std::uint64_t{0})) << " with "
-    << bytes(f.value("allocated", std::uint64_t{0})) << " allocated and " << bytes(f.value("reserved", std::uint64_t{0}))
-    << " reserved of a cap of " << bytes(f.value("limit", std::uint64_t{0})) << " (largest free cached block "
-    << bytes(f.value("largest_free", std::uint64_t{0})) << "). Live allocations at the failure, by size, largest first:</p>"
+  o << "<div class=\"oom\"><p><b>Out of memory:</b> asked for " << bytes(f.value("requested", std::uint64_t{0}))
+    << " with " << bytes(f.value("allocated", std::uint64_t{0})) << " allocated and "
+    << bytes(f.value("reserved", std::uint64_t{0})) << " reserved of a cap of "
+    << bytes(f.value("limit", std::uint64_t{0})) << " (largest free cached block "
+    << bytes(f.value("largest_free", std::uint64_t{0}))
+    << "). Live allocations at the failure, by size, largest first:</p>"
     << "<table class=\"live\"><tr><th>allocations</th><th>together</th><th>share of the cap</th></tr>";
   // Allocations of one size are one row (a model's layers are many of the same size).
   std::map<std::uint64_t, std::uint64_t, std::greater<>> by_size;

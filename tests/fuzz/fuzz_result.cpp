@@ -13,11 +13,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../counting_allocator.hpp"
 #include "isorun/runner/bounded_json.hpp"
 #include "isorun/serialization/blob.hpp"
 #include "isorun/serialization/codec.hpp"
 #include "isorun/serialization/wire.hpp"
-#include "../counting_allocator.hpp"
 #include "isorun/worker/task.hpp"  // the types the task API can return
 
 namespace ser = isorun::serialization;

@@ -349,7 +349,7 @@ namespace detail {
   ::_exit(0);
 }
 
-}  // namespace
+}  // namespace detail
 
 bool is_worker_process() noexcept {
   const char* w = std::getenv(ser::env::worker.data());

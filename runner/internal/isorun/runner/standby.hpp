@@ -3,9 +3,9 @@
 /// Standby workers: launched ahead of need, each used exactly once. A task still runs in a
 /// process that ran nothing before; it only no longer waits for that process to start.
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
-#include <chrono>
 #include <deque>
 #include <memory>
 #include <mutex>

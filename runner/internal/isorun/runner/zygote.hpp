@@ -15,8 +15,8 @@
 #include <optional>
 #include <string>
 
-#include "isorun/runner/launcher.hpp"
 #include "isorun/internal_api.hpp"
+#include "isorun/runner/launcher.hpp"
 
 namespace isorun::runner {
 

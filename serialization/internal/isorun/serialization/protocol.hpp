@@ -62,9 +62,9 @@ inline constexpr std::string_view cap_zygote = "ISORUN_CAP_ZYGOTE";
 /// out-of-memory failure, what was live): for `isorun report` and --memory-timeline.
 inline constexpr std::string_view memory_timeline = "ISORUN_MEMORY_TIMELINE";
 /// Every variable above: removed from the environment a worker inherits, set only by isorun.
-inline constexpr std::string_view all[] = {worker,     gpu,       mem_limit,   visible_devices, device_order,
-                                           warm,       cap_region, cap_terms, cap_preload,     cap_deferred,
-                                           cap_zygote, memory_timeline};
+inline constexpr std::string_view all[] = {worker,       gpu,          mem_limit,  visible_devices,
+                                           device_order, warm,         cap_region, cap_terms,
+                                           cap_preload,  cap_deferred, cap_zygote, memory_timeline};
 }  // namespace env
 
 /// The device a *warm* worker prepares while it waits for its assignment: it creates its CUDA

@@ -46,9 +46,9 @@ metric_spec parse_metric_flag(const std::string& text);
 /// rules (asha, median, hyperband: stop_rule.hpp in the engine) that stops bad trials on the
 /// steps they report. `step` is the resource: a trial's reported step.
 struct early_stopping_spec {
-  std::string type;                                ///< "" (none) or a rule's name
-  std::map<std::string, std::int64_t> settings;    ///< each of the rule's settings, defaults filled in
-  int line = 0;                                    ///< YAML line of `scheduler:` (0 for the flag)
+  std::string type;                              ///< "" (none) or a rule's name
+  std::map<std::string, std::int64_t> settings;  ///< each of the rule's settings, defaults filled in
+  int line = 0;                                  ///< YAML line of `scheduler:` (0 for the flag)
 
   explicit operator bool() const noexcept { return !type.empty(); }
   /// @brief The setting `key`; 0 if the rule has none of that name.

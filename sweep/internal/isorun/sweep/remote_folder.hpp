@@ -25,8 +25,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "isorun/sweep/journal_writer.hpp"
 #include "isorun/sweep/journal.hpp"
+#include "isorun/sweep/journal_writer.hpp"
 
 namespace isorun::sweep {
 
@@ -49,7 +49,8 @@ class remote_folder {
   /// @brief Trial `id`'s reports appended since byte `offset`, which moves past the whole lines
   ///        read (a line still being written waits for the next look; one longer than a report
   ///        can be, or not a report, is skipped). @throws usage_error if a link or a FIFO is there.
-  std::vector<std::pair<std::int64_t, nlohmann::json>> reports_since(const std::string& id, std::uint64_t& offset) const;
+  std::vector<std::pair<std::int64_t, nlohmann::json>> reports_since(const std::string& id,
+                                                                     std::uint64_t& offset) const;
   /// A record found in results/, by its file's name.
   struct found_record {
     std::string file;
