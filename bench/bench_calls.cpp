@@ -120,6 +120,14 @@ void line(const char* what, const summary& s, const summary* floor = nullptr, co
 // alike; within a round each figure makes a block of calls of its own kind, the first two of
 // which are not counted: they would meet what the block before left running (a standby pool's
 // replacement launches).
+// The IPC floors' peers, made first thing in main(): before any call has a worker, a socket or
+// a thread that a fork would copy into them.
+struct ipc_peers {
+  bench::ipc_peer pipe{bench::ipc_peer::pipe_trip}, memfd{bench::ipc_peer::memfd_trip},
+      futex{bench::ipc_peer::futex_trip};
+};
+std::unique_ptr<ipc_peers> peers;
+
 void latencies(int n, int pause_ms) {
   const auto cold = isolated(noop);
   const auto standby = isolated(noop, {.standby = 2});
@@ -128,8 +136,7 @@ void latencies(int n, int pause_ms) {
   // birth, killed and removed) costs on the path. Only where children get cgroups at all.
   const bool cgroups = isorun::runner::containment().cgroup;
   std::vector<double> tiny, same, c, cpg, s, e, pipe_rt, memfd_rt, futex_rt;
-  bench::ipc_peer pipe_peer(bench::ipc_peer::pipe_trip), memfd_peer(bench::ipc_peer::memfd_trip),
-      futex_peer(bench::ipc_peer::futex_trip);
+  auto& [pipe_peer, memfd_peer, futex_peer] = *peers;
   constexpr int block = 10, skipped = 2;
   const auto run_block = [&](std::vector<double>& into, const std::function<double()>& call) {
     for (int i = 0; i < block + skipped; ++i) {
@@ -248,6 +255,7 @@ int main(int argc, char** argv) {
     const ssize_t k = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
     if (k > 0) self_path.assign(buf, static_cast<std::size_t>(k));
   }
+  peers = std::make_unique<ipc_peers>();
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   const int n = quick ? 40 : 200;
   std::printf("isorun calls as users make them (%ld cores)\n", ::sysconf(_SC_NPROCESSORS_ONLN));

@@ -2,7 +2,8 @@
 // The floors of what a standby call does between two processes, measured beside it: a round trip
 // through a pipe, one passing a fresh memfd with SCM_RIGHTS that the other side maps, writes and
 // unmaps before it answers, and a futex wake in shared memory each way. Each peer is a process of
-// its own (forked, then only system calls), asleep in its wait before each round trip.
+// its own (forked, then only system calls, with only its own descriptors), asleep in its wait
+// before each round trip. Make the peers before anything else: a fork copies the whole process.
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <signal.h>
@@ -12,7 +13,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <iterator>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -93,6 +96,11 @@ class ipc_peer {
     if (::sendmsg(sock_[0], &msg, 0) != 1) std::abort();
   }
   [[noreturn]] void serve() {
+    // Only its own descriptors: a copy of the parent's others (a worker's socket, a pidfd) held
+    // here would change what the parent's calls see (a hang-up that never comes).
+    const int keep[] = {to_[0], from_[1], sock_[1]};
+    for (int fd = 3; fd < 4096; ++fd)
+      if (std::find(std::begin(keep), std::end(keep), fd) == std::end(keep)) ::close(fd);
     char c;
     for (std::uint32_t seen = 0;;) {
       switch (kind_) {
