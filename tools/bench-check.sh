@@ -67,6 +67,6 @@ done
 if [ "$status" -ne 0 ]; then
   echo "bench-check: FAILED: a figure is worse than twice its goal in two runs (the table above; bench/README.md has each benchmark's full output and figures)" >&2
 else
-  echo "bench-check: every figure within twice its goal"
+  echo "bench-check: every figure within its limit"
 fi
 exit "$status"
