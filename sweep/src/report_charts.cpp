@@ -16,8 +16,6 @@
 namespace isorun::sweep {
 using nlohmann::json;
 using namespace svg;
-using detail::goodness;
-using detail::metric_value;
 
 namespace {
 

@@ -242,7 +242,7 @@ void parse_scheduler(const YAML::Node& n, sweep_spec& s) {
          "grace_period: 5, min_samples: 3} (rules: " +
              stop_rule_names() + ")");
   const YAML::Node type_node = n.IsScalar() ? n : n["type"];
-  const std::string type = type_node.Scalar();
+  const std::string& type = type_node.Scalar();
   if (type == "none") {
     s.early_stopping = {};
     return;
@@ -260,8 +260,10 @@ void parse_scheduler(const YAML::Node& n, sweep_spec& s) {
       if (std::find(known.begin(), known.end(), k) == known.end()) {
         std::string listed;
         for (const auto& name : known) listed += (listed.empty() ? "" : ", ") + name;
+        // NOLINTBEGIN(performance-inefficient-string-concatenation): a message, made once, then thrown
         fail(kv.first,
              "unknown scheduler setting '" + k + "'" + did_you_mean(k, known) + " for " + type + "; known: " + listed);
+        // NOLINTEND(performance-inefficient-string-concatenation)
       }
       const double x = number(kv.second, k);
       if (x != std::floor(x) || x < 0 || x > 1e12) fail(kv.second, k + " must be a whole number of steps, 0 or more");
