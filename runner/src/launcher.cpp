@@ -18,22 +18,28 @@
 namespace isorun::runner {
 namespace ser = isorun::serialization;
 
-launched_worker local_launcher::launch(const launch_spec& spec) {
-  launched_worker w;
+worker_ends make_worker_ends(const launch_spec& spec, launched_worker& w) {
+  worker_ends ends;
   int sv[2], err_pipe[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
     throw internal_error(std::string("socketpair: ") + std::strerror(errno));
   w.control.reset(sv[0]);
-  unique_fd worker_control(sv[1]);
+  ends.control.reset(sv[1]);
   if (spec.before_start) spec.before_start(w.control.get());
   if (::pipe2(err_pipe, O_CLOEXEC) != 0) throw internal_error(std::string("pipe2: ") + std::strerror(errno));
   w.stderr_read.reset(err_pipe[0]);
-  unique_fd stderr_write(err_pipe[1]);
+  ends.stderr_write.reset(err_pipe[1]);
   ::fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
-  unique_fd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  if (!devnull) throw internal_error(std::string("cannot open /dev/null for the worker's stdin: ") + std::strerror(errno));
+  ends.stdin_null.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!ends.stdin_null)
+    throw internal_error(std::string("cannot open /dev/null for the worker's stdin: ") + std::strerror(errno));
+  ends.stdout_fd = spec.stdout_to_stderr ? ends.stderr_write.get() : STDOUT_FILENO;
+  return ends;
+}
 
-  const int stdout_fd = spec.stdout_to_stderr ? stderr_write.get() : STDOUT_FILENO;
+launched_worker local_launcher::launch(const launch_spec& spec) {
+  launched_worker w;
+  const worker_ends ends = make_worker_ends(spec, w);
 
   spawn_options opts;
   opts.executable = spec.executable.empty() ? self_executable() : spec.executable;
@@ -63,7 +69,10 @@ launched_worker local_launcher::launch(const launch_spec& spec) {
   }
   opts.env.insert(opts.env.end(), spec.extra_env.begin(), spec.extra_env.end());
   opts.env.push_back(std::string(ser::env::worker) + "=1");
-  opts.fds = {{0, devnull.get()}, {1, stdout_fd}, {2, stderr_write.get()}, {ser::control_fd, worker_control.get()}};
+  opts.fds = {{0, ends.stdin_null.get()},
+              {1, ends.stdout_fd},
+              {2, ends.stderr_write.get()},
+              {ser::control_fd, ends.control.get()}};
   opts.cgroup = new_child_cgroup();
   opts.cgroup_namespace = !spec.zygote;
   w.started = std::chrono::steady_clock::now();

@@ -10,15 +10,18 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <span>
 #include <string>
 
 #include "isorun/preload/cap_region.hpp"
 #include "isorun/runner/containment.hpp"
 #include "isorun/runner/driver_cap.hpp"
 #include "isorun/runner/errors.hpp"
+#include "isorun/serialization/control.hpp"
 
 namespace isorun::runner {
 namespace wire = zygote_wire;
+namespace ser = isorun::serialization;
 
 namespace {
 
@@ -28,21 +31,8 @@ bool names_cap_library(const std::string& entry) {
 
 // Sends `req` with `fds`; receives the reply and, with a child, its pidfd. Throws what failed.
 wire::reply exchange(int control, const wire::request& req, const int* fds, int nfds, unique_fd& pidfd) {
-  iovec out{const_cast<wire::request*>(&req), sizeof req};
-  alignas(cmsghdr) char out_buf[CMSG_SPACE(sizeof(int) * (wire::child_fds + 1))] = {};
-  msghdr m{};
-  m.msg_iov = &out;
-  m.msg_iovlen = 1;
-  m.msg_control = out_buf;
-  m.msg_controllen = CMSG_SPACE(sizeof(int) * static_cast<std::size_t>(nfds));
-  cmsghdr* c = CMSG_FIRSTHDR(&m);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int) * static_cast<std::size_t>(nfds));
-  std::memcpy(CMSG_DATA(c), fds, sizeof(int) * static_cast<std::size_t>(nfds));
-  ssize_t n;
-  while ((n = ::sendmsg(control, &m, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
-  }
+  ssize_t n = ser::send_with_fds(control, std::as_bytes(std::span(&req, 1)),
+                                 std::span<const int>(fds, static_cast<std::size_t>(nfds)));
   if (n != static_cast<ssize_t>(sizeof req))
     throw internal_error(std::string("the zygote does not take requests: ") + std::strerror(errno));
 
@@ -222,20 +212,7 @@ launched_worker zygote_launcher::launch(const launch_spec& spec) {
 launched_worker zygote_launcher::fork_one(const launch_spec& spec) {
   if (!zygote_ || zygote_->process.peek()) throw internal_error("the zygote has exited");
   launched_worker w;
-  int sv[2], err_pipe[2];
-  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
-    throw internal_error(std::string("socketpair: ") + std::strerror(errno));
-  w.control.reset(sv[0]);
-  unique_fd worker_control(sv[1]);
-  if (spec.before_start) spec.before_start(w.control.get());
-  if (::pipe2(err_pipe, O_CLOEXEC) != 0) throw internal_error(std::string("pipe2: ") + std::strerror(errno));
-  w.stderr_read.reset(err_pipe[0]);
-  unique_fd stderr_write(err_pipe[1]);
-  ::fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
-  unique_fd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  if (!devnull)
-    throw internal_error(std::string("cannot open /dev/null for the worker's stdin: ") + std::strerror(errno));
-  const int stdout_fd = spec.stdout_to_stderr ? stderr_write.get() : STDOUT_FILENO;
+  const worker_ends ends = make_worker_ends(spec, w);
 
   // The cgroup is this call's until the child owns it.
   struct cgroup_guard {
@@ -247,7 +224,8 @@ launched_worker zygote_launcher::fork_one(const launch_spec& spec) {
   } cgroup{new_child_cgroup()};
   unique_fd cgroup_dir;
   wire::request req;
-  int fds[wire::child_fds + 1] = {devnull.get(), stdout_fd, stderr_write.get(), worker_control.get(), -1};
+  int fds[wire::child_fds + 1] = {ends.stdin_null.get(), ends.stdout_fd, ends.stderr_write.get(), ends.control.get(),
+                                  -1};
   int nfds = wire::child_fds;
   if (!cgroup.dir.empty()) {
     cgroup_dir.reset(::open(cgroup.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));

@@ -82,6 +82,16 @@ class ISORUN_INTERNAL_API launcher {
   virtual launched_worker launch(const launch_spec& spec) = 0;
 };
 
+/// The worker's ends of what it starts with, made for `spec` (the supervisor's ends go into the
+/// launched_worker): stdin from /dev/null, stdout (its stderr pipe, or this process's stdout),
+/// its stderr pipe, and its control socket, handed to `spec.before_start` on the supervisor's end.
+struct worker_ends {
+  unique_fd stdin_null, stderr_write, control;
+  int stdout_fd = -1;
+};
+/// @brief Makes them, for any launcher. @throws internal_error if a descriptor cannot be made.
+ISORUN_INTERNAL_API worker_ends make_worker_ends(const launch_spec& spec, launched_worker& w);
+
 /// Starts workers as children of this process: vfork + exec, each leading its own process
 /// group, the control socket as its descriptor 3, stdin from /dev/null.
 class ISORUN_INTERNAL_API local_launcher final : public launcher {
