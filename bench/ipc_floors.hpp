@@ -15,11 +15,14 @@
 
 #include <algorithm>
 #include <atomic>
-#include <iterator>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
+#include <span>
+
+#include "isorun/serialization/control.hpp"
 
 namespace isorun::bench {
 
@@ -80,20 +83,9 @@ class ipc_peer {
     return ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, value, nullptr, nullptr, 0);
   }
   void send_fd(int fd) {
-    char byte = 1;
-    iovec iov{&byte, 1};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
-    if (::sendmsg(sock_[0], &msg, 0) != 1) std::abort();
+    const char byte = 1;
+    if (serialization::send_with_fds(sock_[0], std::as_bytes(std::span(&byte, 1)), std::span(&fd, 1)) != 1)
+      std::abort();
   }
   [[noreturn]] void serve() {
     // Only its own descriptors: a copy of the parent's others (a worker's socket, a pidfd) held

@@ -59,6 +59,7 @@
 #include "isorun/runner/standby.hpp"
 #include "isorun/runner/units.hpp"
 #include "isorun/runner/zygote.hpp"
+#include "isorun/serialization/control.hpp"
 #include "isorun/serialization/protocol.hpp"
 #include "isorun/serialization/segment_pool.hpp"
 #include "isorun/serialization/shm_segment.hpp"
@@ -580,22 +581,8 @@ int thread_count() {
 namespace zw = isorun::runner::zygote_wire;
 
 void zygote_reply(const zw::reply& rep, int pidfd) {
-  iovec out{const_cast<zw::reply*>(&rep), sizeof rep};
-  alignas(cmsghdr) char buf[CMSG_SPACE(sizeof(int))] = {};
-  msghdr m{};
-  m.msg_iov = &out;
-  m.msg_iovlen = 1;
-  if (pidfd >= 0) {
-    m.msg_control = buf;
-    m.msg_controllen = sizeof buf;
-    cmsghdr* c = CMSG_FIRSTHDR(&m);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &pidfd, sizeof pidfd);
-  }
-  while (::sendmsg(isorun::serialization::control_fd, &m, MSG_NOSIGNAL) < 0 && errno == EINTR) {
-  }
+  isorun::serialization::send_with_fds(isorun::serialization::control_fd, std::as_bytes(std::span(&rep, 1)),
+                                       pidfd >= 0 ? std::span<const int>(&pidfd, 1) : std::span<const int>());
 }
 
 /// The forked child's steps before it returns to Python: its own process group, death with the

@@ -37,6 +37,31 @@ M decoded(std::span<const std::byte> body) {
 }
 }  // namespace
 
+ssize_t send_with_fds(int fd, std::span<const std::byte> bytes, std::span<const int> fds) {
+  if (fds.size() > max_fds) {
+    errno = EINVAL;
+    return -1;
+  }
+  iovec iov{const_cast<std::byte*>(bytes.data()), bytes.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * max_fds)] = {};
+  if (!fds.empty()) {
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  }
+  ssize_t n;
+  while ((n = ::sendmsg(fd, &msg, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
+  }
+  return n;
+}
+
 void send_message(int fd, const control_message& message, std::span<const int> fds) {
   std::vector<std::byte> buf(sizeof(frame));
   std::visit(
@@ -50,26 +75,9 @@ void send_message(int fd, const control_message& message, std::span<const int> f
   const frame f{control_magic, static_cast<std::uint32_t>(message.index() + 1)};
   std::memcpy(buf.data(), &f, sizeof f);
 
-  iovec iov{buf.data(), buf.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * max_fds)];
-  if (!fds.empty()) {
-    if (fds.size() > max_fds) throw wire_error("too many descriptors for one control message");
-    msg.msg_control = control;
-    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
-  }
-  for (;;) {
-    ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
-    if (n >= 0) return;
-    if (errno != EINTR) throw std::system_error(errno, std::generic_category(), "sending control message");
-  }
+  if (fds.size() > max_fds) throw wire_error("too many descriptors for one control message");
+  if (send_with_fds(fd, buf, fds) < 0)
+    throw std::system_error(errno, std::generic_category(), "sending control message");
 }
 
 receive_result receive_message(int fd, bool wait) {

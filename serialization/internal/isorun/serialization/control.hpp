@@ -4,6 +4,8 @@
 /// framed, validated. Bulk data never travels here; it goes through shared memory, whose
 /// descriptors travel with the assignment. The order of the messages: protocol.hpp.
 
+#include <sys/types.h>
+
 #include <time.h>
 
 #include <cstdint>
@@ -92,6 +94,12 @@ struct done_message {
 };
 
 using control_message = std::variant<hello_message, done_message, assign_message>;
+
+/// @brief Sends `bytes` as one datagram on `fd`, with `fds` (at most 5) attached as SCM_RIGHTS
+///        (the caller keeps its copies), retrying on EINTR: what every message that passes
+///        descriptors between isorun's processes goes through.
+/// @return sendmsg's result: the bytes sent, or -1 with errno set (EINVAL: too many descriptors).
+ISORUN_INTERNAL_API ssize_t send_with_fds(int fd, std::span<const std::byte> bytes, std::span<const int> fds);
 
 /// @brief Sends one message, with `fds` attached as SCM_RIGHTS (the caller keeps its copies);
 ///        retries on EINTR.
