@@ -20,6 +20,12 @@ std::string max_t_below_grace(const early_stopping_spec& s) {
          "): no trial could reach a rung; raise max_t or lower grace_period";
 }
 
+// ASHA and Hyperband from their common settings.
+template <class Rule>
+Rule halving(const early_stopping_spec& s) {
+  return Rule(s.get("grace_period"), static_cast<int>(s.get("reduction_factor")), s.max_t());
+}
+
 const stop_rule_setting max_t{"max_t", 100, 1, "the step a trial is complete at"};
 const stop_rule_setting first_rung{"grace_period", 1, 1, "no trial is stopped before this step: the first rung"};
 const stop_rule_setting eta{"reduction_factor", 3, 2,
@@ -34,12 +40,9 @@ const std::vector<stop_rule_kind>& stop_rule_kinds() {
        {max_t, first_rung, eta},
        max_t_below_grace,
        [](const early_stopping_spec& s) -> std::unique_ptr<stop_rule> {
-         return std::make_unique<asha_rule>(s.get("grace_period"), static_cast<int>(s.get("reduction_factor")),
-                                            s.max_t());
+         return std::make_unique<asha_rule>(halving<asha_rule>(s));
        },
-       [](const early_stopping_spec& s) {
-         return asha_rule(s.get("grace_period"), static_cast<int>(s.get("reduction_factor")), s.max_t()).rungs();
-       }},
+       [](const early_stopping_spec& s) { return halving<asha_rule>(s).rungs(); }},
       {"median",
        "median stopping rule",
        {{"grace_period", 1, 0, "no trial is stopped before this step"},
@@ -55,12 +58,9 @@ const std::vector<stop_rule_kind>& stop_rule_kinds() {
        {max_t, first_rung, eta},
        max_t_below_grace,
        [](const early_stopping_spec& s) -> std::unique_ptr<stop_rule> {
-         return std::make_unique<hyperband_rule>(s.get("grace_period"), static_cast<int>(s.get("reduction_factor")),
-                                                 s.max_t());
+         return std::make_unique<hyperband_rule>(halving<hyperband_rule>(s));
        },
-       [](const early_stopping_spec& s) {
-         return hyperband_rule(s.get("grace_period"), static_cast<int>(s.get("reduction_factor")), s.max_t()).rungs();
-       }},
+       [](const early_stopping_spec& s) { return halving<hyperband_rule>(s).rungs(); }},
   };
   return kinds;
 }
