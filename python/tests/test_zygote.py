@@ -250,26 +250,38 @@ def _children_of(pid: int) -> list[int]:
 
 
 BLOCKING_CALLER = """
-import os, threading, isorun
-def block():
-    os.write(1, b"%d\\n" % os.getpid())
+import os, sys, threading, isorun
+def block(fifo):
+    with open(fifo, "w") as f:
+        f.write(str(os.getpid()))
     threading.Event().wait()
 f = isorun.isolated(block, start="zygote", standby=1)
 f.warm_up()
-f.submit()
+f.submit(sys.argv[1])
+with open(sys.argv[1]) as fifo:
+    running = fifo.read()  # the call took the waiting worker and runs in it
+f.warm_up()  # returns once the pool's replacement is forked
+os.write(1, running.encode() + b"\\n")
 threading.Event().wait()
 """
 
 
-def test_kill_9_of_the_caller_ends_the_zygote_and_every_forked_worker():
+def test_kill_9_of_the_caller_ends_the_zygote_and_every_forked_worker(tmp_path):
     import signal
     import subprocess
 
-    p = subprocess.Popen([sys.executable, "-c", BLOCKING_CALLER], stdout=subprocess.PIPE, text=True,
+    fifo = tmp_path / "running"
+    os.mkfifo(fifo)
+    p = subprocess.Popen([sys.executable, "-c", BLOCKING_CALLER, str(fifo)], stdout=subprocess.PIPE, text=True,
                          env=os.environ.copy())
-    running = int(p.stdout.readline())  # the call runs: the zygote, this worker and a waiting one exist
-    kids = _children_of(p.pid)
-    assert running in kids and len(kids) >= 3
+    try:
+        running = int(p.stdout.readline())  # the zygote, this worker and a waiting one exist
+        kids = _children_of(p.pid)
+        assert running in kids and len(kids) >= 3
+    except BaseException:
+        p.kill()
+        p.communicate()
+        raise
     fds = []
     for pid in kids:
         try:
