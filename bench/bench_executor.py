@@ -9,7 +9,8 @@
     a fresh process per call, the same promise);
   spaced: a module-level function on a standby interpreter (its module preloaded), calls
     --gap-ms apart, beside the same call back to back;
-  sweep: a 40-trial sweep of a trivial Python function on 2 slots, isorun.sweep (standby)
+  sweep: a 40-trial sweep of a trivial Python function on 2 slots, isorun.sweep (standby, and
+    start: zygote)
     against Optuna's study.optimize(n_jobs=2) starting `python -c` per trial (the floor a
     subprocess per trial gives), where Optuna is installed;
   scikit-learn: 20 LogisticRegression fits on the digits bundled with scikit-learn, through
@@ -122,17 +123,23 @@ def sweep(trials: int) -> None:
     print(f"sweep: {trials} trials of a trivial Python function on 2 slots")
     xs = [round(0.05 * i, 2) for i in range(trials // 2)]
     spec = {"python": "executor_tasks:sweep_trial", "params": {"x": xs, "y": [0, 1]},
-            "metric": {"name": "loss", "goal": "minimize"}, "resources": {"cpu_slots": 2, "standby": 1}}
-    with tempfile.TemporaryDirectory() as out:
-        t = time.perf_counter()
-        records = isorun.sweep({**spec, "out": os.path.join(out, "s")})
-        wall = time.perf_counter() - t
-    assert len(records) == trials
-    rate = trials / wall
+            "metric": {"name": "loss", "goal": "minimize"}}
+
+    def isorun_rate(start: str) -> float:
+        with tempfile.TemporaryDirectory() as out:
+            t = time.perf_counter()
+            records = isorun.sweep({**spec, "resources": {"cpu_slots": 2, "standby": 1, "start": start},
+                                    "out": os.path.join(out, "s")})
+            wall = time.perf_counter() - t
+        assert len(records) == trials and all(r["outcome"] == "success" for r in records)
+        return trials / wall
+
+    rate, zygote = isorun_rate("exec"), isorun_rate("zygote")
     try:
         import optuna
     except ImportError:
-        print(f"  isorun.sweep: {rate:6.1f} trials/s (Optuna is not installed: no peer figure)")
+        print(f"  isorun.sweep: {rate:6.1f} trials/s, start: zygote {zygote:6.1f} trials/s "
+              "(Optuna is not installed: no peer figure)")
         return
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python_tasks")
@@ -150,7 +157,7 @@ def sweep(trials: int) -> None:
     study.optimize(objective, n_trials=trials, n_jobs=2)
     peer = trials / (time.perf_counter() - t)
     print(f"  Optuna, a subprocess per trial (n_jobs=2): {peer:6.1f} trials/s   isorun.sweep: {rate:6.1f} trials/s "
-          f"({rate / peer:4.2f}x)")
+          f"({rate / peer:4.2f}x), start: zygote {zygote:6.1f} trials/s ({zygote / peer:4.2f}x)")
 
 
 def sklearn_fits(n: int) -> None:

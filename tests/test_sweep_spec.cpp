@@ -320,4 +320,24 @@ TEST_CASE("Python specs: python: module:function or a file's function, preload, 
   CHECK(spec_line("python: m:f\nparams:\n  i: [1]\nresources:\n  preload: [\"a,b\"]\n") == 5);
   CHECK_THROWS_WITH(sw::parse_spec("task: t\npython: m:f\nparams:\n  i: [1]\n", "t.yaml"),
                     Catch::Contains("one of task:, command: or python:"));
+  CHECK_FALSE(s.zygote);  // exec'd interpreters by default
+  CHECK(sw::parse_spec("python: m:f\nparams:\n  i: [1]\nresources: {start: zygote}\n", "t.yaml").zygote);
+  CHECK(spec_line("python: m:f\nparams:\n  i: [1]\nresources:\n  start: fork\n") == 5);
+  CHECK(spec_line("task: t\nparams:\n  i: [1]\nresources:\n  start: zygote\n") == 5);  // Python's only
+}
+
+TEST_CASE("start: zygote plans a zygote per GPU (and one for the CPU slots), standby or not", "[sweep][standby]") {
+  auto s = sw::parse_spec("python: m:f\nparams:\n  i: [0]\nresources: {cpu_slots: 2, standby: 0, start: zygote}\n",
+                          "t.yaml");
+  auto plan = sw::plan_standby(s, sw::plan_slots(s, isorun::runner::gpu_inventory{}, 2).slots);
+  REQUIRE(plan.groups.size() == 1);  // the CPU slots' pool: its zygote forks each trial's worker
+  CHECK(plan.groups[0].waiting == 0);
+  CHECK(plan.how == "forked from a zygote, 0 waiting per slot");
+  s = sw::parse_spec(
+      "python: m:f\nparams:\n  i: [0]\nresources: {gpus: all, mem_limit: 2G, per_gpu: 2, start: zygote}\n", "t.yaml");
+  plan = sw::plan_standby(s, sw::plan_slots(s, isorun::runner::gpu_inventory::simulated("1x16G"), 16).slots);
+  REQUIRE(plan.groups.size() == 1);
+  CHECK(plan.groups[0].waiting == 2);
+  CHECK_FALSE(plan.groups[0].warm);  // a zygote never creates a context: its children do
+  CHECK(plan.how == "forked from a zygote, 1 waiting per slot");
 }

@@ -10,9 +10,34 @@ import math
 import os
 import sys
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any, Callable
 
 __all__ = ["run_trial", "resolve"]
+
+
+def is_file(where: str) -> bool:
+    """Whether ``where`` (a target's part before ``:``) names a file rather than a module."""
+    return where.endswith(".py") or os.sep in where
+
+
+def load_file(where: str) -> ModuleType:
+    """The module of the file ``where``, loaded as a script's (its folder first on ``sys.path``),
+    under its file's name; once per interpreter (a worker that preloaded it keeps that one)."""
+    folder = os.path.dirname(where)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    module_name = os.path.splitext(os.path.basename(where))[0]
+    loaded = sys.modules.get(module_name)
+    if loaded is not None and getattr(loaded, "__file__", None) == where:
+        return loaded
+    spec = importlib.util.spec_from_file_location(module_name, where)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {where} as a module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # so that what it defines pickles by reference
+    spec.loader.exec_module(module)
+    return module
 
 
 def resolve(target: str, path: list[str]) -> Callable[..., Any]:
@@ -20,17 +45,8 @@ def resolve(target: str, path: list[str]) -> Callable[..., Any]:
     ``sys.path``) or ``/path/to/file.py:function`` (loaded from the file, its folder first on
     ``sys.path`` as for a script). ``function`` may be dotted (``Class.method``)."""
     where, _, name = target.rpartition(":")
-    if where.endswith(".py") or os.sep in where:
-        folder = os.path.dirname(where)
-        if folder not in sys.path:
-            sys.path.insert(0, folder)
-        module_name = os.path.splitext(os.path.basename(where))[0]
-        spec = importlib.util.spec_from_file_location(module_name, where)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot load {where} as a module")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module  # so that what it defines pickles by reference
-        spec.loader.exec_module(module)
+    if is_file(where):
+        module = load_file(where)
     else:
         for entry in reversed(path):
             if entry not in sys.path:
@@ -40,10 +56,10 @@ def resolve(target: str, path: list[str]) -> Callable[..., Any]:
     for part in name.split("."):
         found = getattr(found, part)
     # A function decorated with isorun.isolated runs here, in the trial's own isolated process,
-    # not in yet another one.
-    from ._api import IsolatedFunction
-
-    if isinstance(found, IsolatedFunction):
+    # not in yet another one. (Only a module that imported isorun._api can hold one: a trial of a
+    # plain function does not import it.)
+    api = sys.modules.get("isorun._api")
+    if api is not None and isinstance(found, api.IsolatedFunction):
         found = found.__wrapped__
     if not callable(found):
         raise TypeError(f"{target} is not a function")

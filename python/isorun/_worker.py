@@ -32,9 +32,14 @@ def _preload() -> None:
     if path:
         sys.path[:] = path.split(os.pathsep)
     preloaded = list(filter(None, names.split(",")))
+    from ._trial import is_file, load_file
+
     for name in preloaded:
         try:
-            importlib.import_module(name)
+            if is_file(name):  # a sweep's trial function's file
+                load_file(name)
+            else:
+                importlib.import_module(name)
         except Exception as exc:  # noqa: BLE001 - the call reports what it meets when it imports
             print(f"isorun worker: preloading {name!r} failed: {exc}", file=sys.stderr)
     _warm_up(preloaded)

@@ -151,6 +151,85 @@ def test_standby_interpreters_import_the_preloads_before_their_trial(trials, tmp
     assert not any(r["result"]["numpy_at_entry"] for r in records)
 
 
+WHERE = textwrap.dedent('''
+    import os
+
+    IMPORTED_IN = os.getpid()
+
+    def where(i):
+        import isorun._worker
+        return {"pid": os.getpid(), "imported_in": IMPORTED_IN, "ahead": __name__ in isorun._worker.modules_at_entry}
+''')
+
+
+@pytest.mark.parametrize("target", ["file", "module"])
+def test_interpreters_launched_ahead_import_the_trial_s_module_before_their_trial(tmp_path, monkeypatch, target):
+    (tmp_path / "where.py").write_text(WHERE)
+    monkeypatch.chdir(tmp_path)  # modules are found from the folder isorun runs in
+    python = f"{tmp_path / 'where.py'}:where" if target == "file" else "where:where"
+    spec = {"python": python, "params": {"i": [1, 2, 3, 4]}, "resources": {"cpu_slots": 1, "standby": 1}}
+    records = isorun.sweep(spec, out=tmp_path / "standby")
+    assert [r["outcome"] for r in records] == ["success"] * 4
+    # Each interpreter imported it itself, before its call: none imported it during the call.
+    assert all(r["result"]["ahead"] and r["result"]["imported_in"] == r["result"]["pid"] for r in records)
+    spec["resources"] = {"cpu_slots": 1, "standby": 0}
+    records = isorun.sweep(spec, out=tmp_path / "no-standby")
+    assert not any(r["result"]["ahead"] for r in records)  # launched for its trial: imported in it
+
+
+@pytest.mark.parametrize("standby", [0, 1])
+def test_start_zygote_forks_every_trial_from_one_interpreter_that_imported_its_module(tmp_path, monkeypatch, standby):
+    (tmp_path / "where.py").write_text(WHERE)
+    monkeypatch.chdir(tmp_path)
+    spec = {"python": "where:where", "params": {"i": list(range(6))},
+            "resources": {"cpu_slots": 2, "standby": standby, "start": "zygote"}}
+    records = isorun.sweep(spec, out=tmp_path / "out")
+    assert [r["outcome"] for r in records] == ["success"] * 6
+    results = [r["result"] for r in records]
+    # One zygote imported the module; every trial is a process of its own forked from it.
+    zygotes = {r["imported_in"] for r in results}
+    assert len(zygotes) == 1 and not zygotes & {r["pid"] for r in results}
+    assert len({r["pid"] for r in results}) == 6 and all(r["ahead"] for r in results)
+
+
+def test_start_zygote_is_for_python_trials_and_takes_exec_or_zygote(tmp_path):
+    with pytest.raises(isorun.UsageError, match="start is exec .* or zygote"):
+        isorun.sweep({"python": "where:where", "params": {"i": [1]}, "resources": {"start": "fork"}},
+                     out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_interrupting_a_sweep_whose_zygote_is_still_importing_stops_it(tmp_path):
+    fifo = tmp_path / "importing"
+    os.mkfifo(fifo)
+    importing = os.open(fifo, os.O_RDWR)
+    # The module's import never ends in a worker (the check that finds the function imports it
+    # too, without isorun._worker).
+    (tmp_path / "stuck.py").write_text(textwrap.dedent(f'''
+        import os, sys, threading
+        if "isorun._worker" in sys.modules:
+            fd = os.open({str(fifo)!r}, os.O_WRONLY)
+            os.write(fd, b"%d\\n" % os.getpid())
+            threading.Event().wait()
+
+        def f(i):
+            return {{"i": i}}
+    '''))
+    caller = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f'''
+        import isorun
+        isorun.sweep({{"python": {str(tmp_path / "stuck.py") + ":f"!r}, "params": {{"i": [1, 2]}},
+                      "resources": {{"cpu_slots": 1, "start": "zygote"}}, "out": {str(tmp_path / "out")!r}}})
+    ''')], stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    with os.fdopen(importing) as reader:
+        zygote = int(reader.readline())  # the zygote is importing the module
+        caller.send_signal(signal.SIGINT)
+        _, err = caller.communicate()
+    assert caller.returncode == -signal.SIGINT and "KeyboardInterrupt" in err, err
+    journal = tmp_path / "out" / "results.jsonl"
+    assert not journal.exists() or journal.read_text() == ""
+    assert not os.path.exists(f"/proc/{zygote}") or open(f"/proc/{zygote}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
 def test_what_a_function_raises_or_returns_wrong_is_the_trial_s_task_error(trials, tmp_path):
     records = isorun.sweep({"python": f"{trials}:fails", "params": {"kind": ["raise", "list", "nan"]},
                             "out": str(tmp_path / "out")})

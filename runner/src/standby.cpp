@@ -51,9 +51,8 @@ standby_pool::~standby_pool() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
-    // A filler waiting for its zygote to be ready (a preload that takes long, or never ends).
-    if (auto* z = dynamic_cast<zygote_launcher*>(launcher_.get())) z->interrupt();
   }
+  interrupt();  // a filler waiting for its zygote to be ready (a preload that takes long, or never ends)
   wake_filler();
   filler_.join();
   std::lock_guard lock(mutex_);
@@ -88,10 +87,11 @@ void standby_pool::refill() {
     {
       std::lock_guard lock(mutex_);
       launcher_ = std::move(zygote);
+      if (interrupted_) z->interrupt();  // (before there was a launcher to tell)
       changed_.notify_all();
     }
     // Its imports are waited for here, not by calls (which get exec'd workers meanwhile): the
-    // pool is then filled with forked workers. Interrupted when the pool stops.
+    // pool is then filled with forked workers. Interrupted when the pool stops, or asked to.
     z->wait_ready();
     std::lock_guard lock(mutex_);
     zygote_settled_ = true;
@@ -215,6 +215,12 @@ void standby_pool::reserve(std::size_t size) {
     max_size_ = std::max(max_size_, size_);
   }
   wake_filler();
+}
+
+void standby_pool::interrupt() noexcept {
+  std::lock_guard lock(mutex_);
+  interrupted_ = true;
+  if (auto* z = dynamic_cast<zygote_launcher*>(launcher_.get())) z->interrupt();
 }
 
 void standby_pool::fill() {

@@ -169,12 +169,13 @@ standby_plan plan_standby(const sweep_spec& s, const std::vector<slot>& slots) {
     plan.how = "each trial a fresh process";
     return plan;
   }
-  if (s.standby <= 0) {
+  if (s.standby <= 0 && !s.zygote) {
     plan.how = "no standby workers";
     return plan;
   }
   if (spans_gpus(s)) {  // a standby worker would have to wait for GPUs it cannot know yet
-    plan.how = "no standby workers (trials span GPUs)";
+    plan.how = s.zygote ? "each trial's interpreter exec'd (trials span GPUs; start: zygote forks for one GPU)"
+                        : "no standby workers (trials span GPUs)";
     return plan;
   }
   std::map<int, std::size_t> per_group;  // group_of(GPU) -> its slots
@@ -187,14 +188,15 @@ standby_plan plan_standby(const sweep_spec& s, const std::vector<slot>& slots) {
   std::string warm_on, cold_on;
   for (const auto& [key, n] : per_group) {
     standby_group g{gpu_of[key], n * static_cast<std::size_t>(s.standby), false};
-    if (g.gpu) {
+    if (g.gpu && !s.zygote) {  // (a zygote's children create their contexts when they run)
       g.warm = s.warm_context && runner::warm_standby_fits(*g.gpu, n, s.mem_limit, g.waiting);
       std::string& list = g.warm ? warm_on : cold_on;
       list += (list.empty() ? "" : ",") + std::to_string(key);
     }
     plan.groups.push_back(std::move(g));
   }
-  plan.how = "standby: " + std::to_string(s.standby) + " per slot";
+  plan.how = s.zygote ? "forked from a zygote, " + std::to_string(s.standby) + " waiting per slot"
+                      : "standby: " + std::to_string(s.standby) + " per slot";
   if (!warm_on.empty()) plan.how += ", warm CUDA contexts on GPU " + warm_on;
   if (!cold_on.empty())
     plan.how += s.warm_context ? ", cold on GPU " + cold_on + " (no room beside the caps for a context each)"
@@ -259,17 +261,28 @@ runner::job_spec local_backend::trial_spec(const slot& sl, std::size_t index, st
 // starts empty and grows by a slot's share once that slot's first trial has started: the
 // slots' first workers then start without the standby ones competing for the cores, and the
 // standby ones start while the first trials run.
+// With start: zygote, the trials wait for the zygote's imports (or its failure): each trial is
+// then forked from it, rather than the first ones exec'd beside those imports on the same cores.
 void local_backend::make_standby_pools() {
   if (!setup_.first || !setup_.spec->command.empty()) return;
-  for (const auto& g : plan_standby(*setup_.spec, setup_.slots).groups) {
-    const std::vector<gpu_info> on = g.gpu ? std::vector<gpu_info>{*g.gpu} : std::vector<gpu_info>{};
-    auto& state = groups_[group_of(on)];
-    state.warm = g.warm;
-    state.planned = g.waiting;
-    if (g.waiting)
-      state.pool = std::make_unique<runner::standby_pool>(
-          runner::launch_spec_for(trial_spec({.gpus = on}, *setup_.first, setup_.spec->mem_limit)), 0);
+  std::vector<runner::standby_pool*> zygotes;
+  {
+    std::lock_guard lock(mutex_);  // (cancel_all() may come meanwhile, from another thread)
+    for (const auto& g : plan_standby(*setup_.spec, setup_.slots).groups) {
+      const std::vector<gpu_info> on = g.gpu ? std::vector<gpu_info>{*g.gpu} : std::vector<gpu_info>{};
+      auto& state = groups_[group_of(on)];
+      state.warm = g.warm;
+      state.planned = g.waiting;
+      if (!g.waiting && !setup_.spec->zygote) continue;
+      runner::launch_spec launch = runner::launch_spec_for(
+          trial_spec({.gpus = on}, *setup_.first, setup_.spec->mem_limit));
+      launch.zygote = setup_.spec->zygote;
+      state.pool = std::make_unique<runner::standby_pool>(std::move(launch), 0);
+      if (setup_.spec->zygote) zygotes.push_back(state.pool.get());
+      if (cancelled_) state.pool->interrupt();
+    }
   }
+  for (auto* pool : zygotes) pool->fill();  // (its target is 0 yet: the zygote alone)
 }
 
 std::vector<trial> local_backend::begin(trial_sink& sink) {
@@ -296,6 +309,8 @@ void local_backend::cancel_all() {
   std::lock_guard lock(mutex_);
   cancelled_ = true;
   for (const auto& r : running_) r.cancel();
+  for (auto& [key, g] : groups_)
+    if (g.pool) g.pool->interrupt();  // a zygote still importing is not waited for
   if (packer_) packer_->close();  // attempts waiting for GPUs start no more
   work_.notify_all();
 }

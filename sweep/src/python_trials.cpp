@@ -105,9 +105,16 @@ void launch(const sweep_spec& s, runner::job_spec& spec) {
   spec.worker_argv = {"-m", "isorun._worker"};
   spec.extra_env.push_back(std::string(trial_env) + "=1");
   spec.task_libraries.clear();  // C++ task libraries mean nothing to this worker
-  if (!s.preload.empty()) {
+  std::vector<std::string> preload = s.preload;
+  // A worker launched ahead (standby, or forked from a zygote) imports the trial's own module
+  // too, as it waits: the trial then pays no import.
+  if (s.standby > 0 || s.zygote) {
+    const std::string target = request(s, nlohmann::json::object())["function"].get<std::string>();
+    if (where(target).find(',') == std::string::npos) preload.push_back(target);  // (',' separates the list)
+  }
+  if (!preload.empty()) {
     std::string list;
-    for (const auto& m : s.preload) list += (list.empty() ? "" : ",") + m;
+    for (const auto& m : preload) list += (list.empty() ? "" : ",") + where(m);
     spec.extra_env.push_back("ISORUN_PY_PRELOAD=" + list);
   }
   if (s.mem_limit && !spec.gpus.empty()) {

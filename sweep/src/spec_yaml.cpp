@@ -421,13 +421,14 @@ bool is_slurm_setting(const std::string& k) {
 
 [[noreturn]] void unknown_resource(const YAML::Node& key, const std::string& k) {
   const std::vector<std::string> known = {
-      "gpus",    "mem_limit",    "host_mem_limit", "per_gpu",         "cpu_slots",   "alloc_conf",
-      "standby", "warm_context", "gpus_per_trial", "preload",         "backend",     "partition",
-      "account", "time",         "gpus_per_node",  "trials_per_task", "max_running", "extra"};
-  fail(key, "unknown resource '" + k + "'" + did_you_mean(k, known) +
-                "; known: gpus, mem_limit, host_mem_limit, per_gpu, cpu_slots, alloc_conf, standby, warm_context, "
-                "gpus_per_trial, preload, backend, and for backend: slurm partition, account, time, gpus_per_node, "
-                "trials_per_task, max_running, extra");
+      "gpus",         "mem_limit",      "host_mem_limit",  "per_gpu",     "cpu_slots", "alloc_conf", "standby",
+      "warm_context", "gpus_per_trial", "preload",         "start",       "backend",   "partition",  "account",
+      "time",         "gpus_per_node",  "trials_per_task", "max_running", "extra"};
+  fail(key,
+       "unknown resource '" + k + "'" + did_you_mean(k, known) +
+           "; known: gpus, mem_limit, host_mem_limit, per_gpu, cpu_slots, alloc_conf, standby, warm_context, "
+           "gpus_per_trial, preload, start, backend, and for backend: slurm partition, account, time, gpus_per_node, "
+           "trials_per_task, max_running, extra");
 }
 
 // One of resources: but Slurm's settings.
@@ -455,6 +456,12 @@ void parse_resource(const YAML::Node& key, const std::string& k, const YAML::Nod
     if (s.standby < 0) fail(v, "standby must be 0 (none) or more workers per slot");
   } else if (k == "preload") {
     parse_preload(v, s);
+  } else if (k == "start") {
+    if (v.Scalar() != "exec" && v.Scalar() != "zygote")
+      fail(v,
+           "start is exec (each trial's interpreter exec'd: the default) or zygote (forked from one that "
+           "imported the preloads)");
+    s.zygote = v.Scalar() == "zygote";
   } else if (k == "warm_context") {
     if (v.Scalar() != "true" && v.Scalar() != "false") fail(v, "warm_context is true or false");
     s.warm_context = v.Scalar() == "true";
@@ -608,6 +615,8 @@ sweep_spec parse_yaml(const std::string& text) {
   parse_resources(root, s);
   if (!s.preload.empty() && s.python.empty())
     fail(root["resources"]["preload"], "preload names modules for Python interpreters; it goes with python: only");
+  if (s.zygote && s.python.empty())
+    fail(root["resources"]["start"], "start: zygote forks Python interpreters; it goes with python: only");
   if (auto pol = root["policy"]) parse_policy(pol, s);
   if (auto o = root["out"]) s.out = o.Scalar();
   if (s.trials.empty()) fail(root, "the spec expands to no trials");

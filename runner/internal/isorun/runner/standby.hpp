@@ -61,6 +61,10 @@ class ISORUN_INTERNAL_API standby_pool final : public launcher {
   ///        once they have exited, so this also waits for those calls' workers to end.
   void fill();
 
+  /// @brief Stops waiting for a zygote still importing its preloads (a sweep's Ctrl-C while it
+  ///        waits in fill()): fill() returns, and workers are exec'd from then on.
+  void interrupt() noexcept;
+
   /// @brief The pids of the workers waiting now, oldest first (the next take() gets the first).
   [[nodiscard]] std::vector<pid_t> waiting_pids() const;
 
@@ -94,6 +98,7 @@ class ISORUN_INTERNAL_API standby_pool final : public launcher {
   std::chrono::milliseconds idle_;
   std::chrono::steady_clock::time_point last_take_{};
   bool stopping_ = false;
+  bool interrupted_ = false;    // interrupt(): the zygote is not waited for
   bool zygote_settled_ = true;  // with a zygote: it is ready (its imports done), or failed
   bool failing_ = false;  // launching failed: stop trying in the background, take() reports it
   std::thread filler_;

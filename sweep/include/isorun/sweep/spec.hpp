@@ -146,6 +146,9 @@ struct sweep_spec {
   std::string alloc_conf;
   int standby = 1;                      ///< workers kept launched ahead per slot; 0 = none
   bool warm_context = true;             ///< GPU standby workers prepare their context where it fits
+  /// `resources: start: zygote` (python: only): each trial's interpreter forked from one that
+  /// imported the preloads and the trial's module, rather than exec'd.
+  bool zygote = false;
   std::optional<slurm_spec> slurm;      ///< run the trials on Slurm (backend: slurm); here otherwise
 };
 
