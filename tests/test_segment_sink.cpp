@@ -154,3 +154,24 @@ TEST_CASE("segment_sink places a blob at the task's offset, with the rest of its
     CHECK(sink.take_back(p));
   }
 }
+
+TEST_CASE("an early_result worker seals its result itself when it lets go of it, unless another writer maps it",
+          "[runner][segment_sink]") {
+  ser::shm_file file = ser::shm_file::create(ser::header_size + 4096);
+  const ser::shm_file same{::dup(file.fd())};  // the supervisor's descriptor
+  {
+    segment_sink sink(std::move(file), 1ULL << 40);
+    fill(sink.claim_area(64), 64, 3);
+    sink.close();
+  }
+  CHECK(same.sealed());  // sealed in the worker, before its `done`: the supervisor only checks
+
+  ser::shm_file other = ser::shm_file::create(ser::header_size + 4096);
+  const ser::shm_file kept{::dup(other.fd())};
+  const auto writable = ser::mapping::map(kept.fd(), kept.size(), ser::mapping::access::read_write, false);
+  {
+    segment_sink sink(std::move(other), 1ULL << 40);
+    sink.close();  // a writable mapping elsewhere refuses the seal: left to the supervisor
+  }
+  CHECK_FALSE(kept.sealed());
+}

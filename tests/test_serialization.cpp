@@ -433,6 +433,20 @@ TEST_CASE("the segment pool recycles warm segments within its idle limit", "[poo
   pool.set_idle_limit(2ULL << 30);
 }
 
+TEST_CASE("the segment pool never hands out a segment its worker sealed", "[pool]") {
+  auto& pool = ser::segment_pool::instance();
+  pool.clear();
+  {
+    auto s = pool.acquire(4096);
+    ser::shm_file worker{::dup(s->fd())};  // the worker's descriptor, no mapping on this side
+    worker.reserve(4096);                  // it wrote its result
+    REQUIRE(worker.seal());
+    CHECK(s->sealed());                  // seen, though this side never sealed it
+    CHECK(s->current().size() == 4096);  // mapped read-only: a writable mapping would be refused
+  }
+  CHECK(pool.idle_bytes() == 0);  // dropped, not kept for a request it could not hold
+}
+
 TEST_CASE("a small request does not take the large idle segment a result needs", "[pool]") {
   auto& pool = ser::segment_pool::instance();
   pool.clear();

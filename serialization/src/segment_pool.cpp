@@ -15,7 +15,7 @@ std::byte* pooled_segment::writable(std::uint64_t size, bool populate) {
 const mapping& pooled_segment::current() {
   const std::uint64_t size = file_.size();
   if (map_.size() != size)
-    map_ = mapping::map(file_.fd(), size, sealed_ ? mapping::access::read_only : mapping::access::read_write, true);
+    map_ = mapping::map(file_.fd(), size, sealed() ? mapping::access::read_only : mapping::access::read_write, true);
   return map_;
 }
 

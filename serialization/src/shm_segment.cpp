@@ -46,6 +46,7 @@ shm_file shm_file::create(std::uint64_t size) {
 }
 
 bool shm_file::seal() {
+  if (sealed()) return true;  // (by the worker that wrote it: early_result)
   if (::fcntl(fd_, F_ADD_SEALS, all_write_seals) != 0) {
     if (errno == EBUSY) return false;  // mapped writable somewhere
     throw_errno("sealing a shared memory segment");
@@ -54,7 +55,7 @@ bool shm_file::seal() {
   return true;
 }
 
-bool shm_file::sealed() const {
+bool shm_file::sealed() const noexcept {
   const int seals = ::fcntl(fd_, F_GET_SEALS);
   return seals >= 0 && (seals & all_write_seals) == all_write_seals;
 }

@@ -179,6 +179,12 @@ void segment_sink::close() {
   take_premapped(true);
   std::lock_guard lock(mutex_);
   map_ = {};
+  if (file_.valid()) {
+    try {
+      file_.seal();  // refused (false) where the task still maps it writable: the supervisor then waits for the exit
+    } catch (const std::exception&) {
+    }
+  }
   file_ = {};
 }
 

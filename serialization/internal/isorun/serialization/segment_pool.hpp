@@ -40,7 +40,9 @@ class ISORUN_INTERNAL_API pooled_segment {
   /// @return false if a writable mapping of it still exists elsewhere (nothing is sealed).
   /// @throws std::system_error for a segment that cannot be sealed.
   bool seal();
-  [[nodiscard]] bool sealed() const noexcept { return sealed_; }
+  /// @brief Sealed here, or by the worker that wrote it (an early_result worker seals its result
+  ///        itself, whatever the supervisor then does with it).
+  [[nodiscard]] bool sealed() const noexcept { return sealed_ || file_.sealed(); }
 
  private:
   shm_file file_;

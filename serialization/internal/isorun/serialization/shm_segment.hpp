@@ -47,7 +47,7 @@ class ISORUN_INTERNAL_API shm_file {
   bool seal();
 
   /// @brief Whether seal() succeeded on this file (by any descriptor).
-  [[nodiscard]] bool sealed() const;
+  [[nodiscard]] bool sealed() const noexcept;
 
   [[nodiscard]] int fd() const noexcept { return fd_; }
   [[nodiscard]] bool valid() const noexcept { return fd_ >= 0; }

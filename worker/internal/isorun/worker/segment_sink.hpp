@@ -102,7 +102,10 @@ class ISORUN_INTERNAL_API segment_sink final : public result_sink,
   /// exit.
   void unmap_result();
 
-  /// Lets go of the segment: this process can no longer change it, so it can be sealed.
+  /// Lets go of the segment and seals it where nothing else maps it writable: this process can
+  /// no longer change it. (Sealed here, on the CPU that wrote it: a seal drains the page batches
+  /// of every CPU that holds some of its pages, through a kernel worker on each, and the
+  /// supervisor's seal, made once this process exits on that CPU, would wait for the exit.)
   void close();
 
   /// When the task's run ended (its result began to be encoded) and when the result was
