@@ -330,10 +330,9 @@ isorun::runner::admission_request python_request(call_options& o, isorun::runner
   placement.gpus = o.gpus;
   placement.gpu_count = o.gpu_count;
   placement.mem_limit = o.mem_limit;
-  auto request = isorun::runner::admission_request_for(placement);
-  if (executor && !request.on_gpu() && !first.shares().gpus.empty()) request.gpu_count = 1;
-  if (o.cpus_per_call) request.cpus = o.cpus_per_call;
-  else o.cpus_per_call = first.share(request);
+  placement.cpus_per_call = o.cpus_per_call;
+  auto request = isorun::runner::admission_request_at(first, executor, placement);
+  o.cpus_per_call = placement.cpus_per_call;
   return request;
 }
 
@@ -371,18 +370,8 @@ py_job start(nb::bytes request, std::vector<std::string> argv, std::vector<std::
     nb::gil_scoped_acquire locked;  // the request is a Python object
     spec->args = framed_request(variables, request);
   }
-  auto place = first.enqueue(std::move(admission_request), executor ? &process : nullptr);
-  auto call = std::make_shared<isorun::runner::queued_job>(
-      std::move(place),
-      [spec, standby = opts.standby, zygote = o.zygote](std::shared_ptr<isorun::runner::admission::ticket> ticket) {
-        spec->gpus = ticket->gpus();
-        spec->admitted = std::move(ticket);
-        if (!standby && !zygote) return isorun::runner::job::start(std::move(*spec));
-        auto launch = isorun::runner::launch_spec_for(*spec);
-        launch.zygote = zygote;
-        auto& pool = isorun::runner::standby_for(launch, standby);
-        return isorun::runner::job::start(std::move(*spec), pool);
-      });
+  auto call = isorun::runner::queue_call(first, executor ? &process : nullptr, std::move(admission_request),
+                                         std::move(spec), opts.standby, o.zygote);
   return py_job(std::move(call), std::move(cap));
 }
 

@@ -27,6 +27,14 @@ admission_request admission_request_for(const isolated_options& opts) {
   return {.gpus = g.indices, .gpu_count = g.count, .mem_limit = opts.mem_limit};
 }
 
+admission_request admission_request_at(const admission& at, bool behind_executor, isolated_options& opts) {
+  admission_request request = admission_request_for(opts);
+  if (behind_executor && !request.on_gpu() && !at.shares().gpus.empty()) request.gpu_count = 1;
+  if (opts.cpus_per_call) request.cpus = opts.cpus_per_call;
+  else opts.cpus_per_call = at.share(request);
+  return request;
+}
+
 admission::admission(limits l)
     : limits_{std::move(l)}, used_bytes_(limits_.gpus.size(), 0), used_calls_(limits_.gpus.size(), 0) {}
 

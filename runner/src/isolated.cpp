@@ -33,12 +33,8 @@ std::shared_ptr<runner::queued_job> submit_isolated(const void* fn, blob args, c
 
   runner::admission& process = runner::admission::process();
   runner::admission& first = executor ? *executor : process;
-  // Behind an executor a call without GPUs of its own runs on one of the executor's, if it has any.
-  runner::admission_request request = runner::admission_request_for(opts);
-  if (executor && !request.on_gpu() && !executor->shares().gpus.empty()) request.gpu_count = 1;
-  if (opts.cpus_per_call) request.cpus = opts.cpus_per_call;
   isolated_options o = opts;
-  if (!o.cpus_per_call) o.cpus_per_call = first.share(request);
+  runner::admission_request request = runner::admission_request_at(first, executor != nullptr, o);
   // Checked now, on the GPUs it asks for (isolated() defaults to the CPU): a call that cannot work
   // is refused before it waits; admission then says which GPUs it gets.
   auto spec = std::make_shared<runner::job_spec>(runner::job_spec_for(
@@ -46,15 +42,7 @@ std::shared_ptr<runner::queued_job> submit_isolated(const void* fn, blob args, c
       runner::place_job(gpus(), runner::gpu_request_for(o), false, o.mem_limit), o));
   spec->result_stream = task->result_type == "isorun::blob";
   runner::check_job_spec(*spec);
-  auto place = first.enqueue(std::move(request), executor ? &process : nullptr);
-  return std::make_shared<runner::queued_job>(
-      std::move(place), [spec, standby = o.standby](std::shared_ptr<runner::admission::ticket> ticket) {
-        spec->gpus = ticket->gpus();
-        spec->admitted = std::move(ticket);
-        if (!standby) return runner::job::start(std::move(*spec));
-        auto& pool = runner::standby_for(runner::launch_spec_for(*spec), standby);
-        return runner::job::start(std::move(*spec), pool);
-      });
+  return runner::queue_call(first, executor ? &process : nullptr, std::move(request), std::move(spec), o.standby);
 }
 
 }  // namespace detail

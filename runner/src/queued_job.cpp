@@ -3,8 +3,24 @@
 #include <algorithm>
 
 #include "isorun/runner/errors.hpp"
+#include "isorun/runner/launcher.hpp"
+#include "isorun/runner/standby.hpp"
 
 namespace isorun::runner {
+
+std::shared_ptr<queued_job> queue_call(admission& first, admission* then, admission_request request,
+                                       std::shared_ptr<job_spec> spec, std::size_t standby, bool zygote) {
+  auto place = first.enqueue(std::move(request), then);
+  return std::make_shared<queued_job>(
+      std::move(place), [spec = std::move(spec), standby, zygote](std::shared_ptr<admission::ticket> ticket) {
+        spec->gpus = ticket->gpus();
+        spec->admitted = std::move(ticket);
+        if (!standby && !zygote) return job::start(std::move(*spec));
+        launch_spec launch = launch_spec_for(*spec);
+        launch.zygote = zygote;
+        return job::start(std::move(*spec), standby_for(launch, standby));
+      });
+}
 
 queued_job::queued_job(std::shared_ptr<admission::waiter> place, starter start)
     : place_{std::move(place)}, start_{std::move(start)} {}

@@ -44,6 +44,15 @@ struct admission_request {
 /// @throws usage_error for conflicting GPU options (gpu_request_for).
 ISORUN_API admission_request admission_request_for(const isolated_options& opts);
 
+class admission;
+
+/// @brief The request of a call made with `opts` at `at`: an executor's admission
+///        (`behind_executor`: a call without GPUs of its own then runs on one of the executor's,
+///        if it has any) or the process's. `opts.cpus_per_call`, where 0, becomes the cores the
+///        call gets (its thread limits). Every API's calls are placed through this.
+/// @throws usage_error for conflicting GPU options.
+ISORUN_API admission_request admission_request_at(const admission& at, bool behind_executor, isolated_options& opts);
+
 class ISORUN_API admission : public std::enable_shared_from_this<admission> {
  public:
   /// What an admission shares out.

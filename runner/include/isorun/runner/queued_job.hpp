@@ -16,6 +16,17 @@
 
 namespace isorun::runner {
 
+class queued_job;
+
+/// @brief A call of `spec` queued for `request` at `first` (then at `then`: the process's
+///        admission behind an executor's). Once admitted it starts on the ticket's GPUs, in a
+///        worker of the standby pool of calls launched like it where `standby` or `zygote` (its
+///        workers forked from a zygote) asks for one, else in a worker launched for it. What
+///        every API's call is queued through.
+ISORUN_API std::shared_ptr<queued_job> queue_call(admission& first, admission* then, admission_request request,
+                                                  std::shared_ptr<job_spec> spec, std::size_t standby,
+                                                  bool zygote = false);
+
 class ISORUN_API queued_job {
  public:
   /// Starts the job on what the ticket holds (its GPUs); the job keeps the ticket
