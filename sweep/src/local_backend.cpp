@@ -22,7 +22,7 @@
 #include "isorun/runner/worker_env.hpp"
 #include "isorun/serialization/cores.hpp"
 #include "isorun/sweep/report_lines.hpp"
-#include "python_trials.hpp"
+#include "trial_program.hpp"
 
 namespace isorun::sweep {
 
@@ -165,7 +165,7 @@ unique_fd log_file(int logs, const fs::path& out, const std::string& name, std::
 
 standby_plan plan_standby(const sweep_spec& s, const std::vector<slot>& slots) {
   standby_plan plan;
-  if (!s.command.empty()) {
+  if (!program_of(s)->in_worker()) {
     plan.how = "each trial a fresh process";
     return plan;
   }
@@ -238,8 +238,7 @@ runner::job_spec local_backend::trial_spec(const slot& sl, std::size_t index, st
   const sweep_spec& s = *setup_.spec;
   const std::string& args = setup_.args[index];
   runner::job_spec spec = runner::job_spec_for(
-      s.python.empty() ? s.task : python_trials::task_name, serialization::encoding::json,
-      blob(args.data(), args.size()), sl.gpus,
+      setup_.program->worker_task(), serialization::encoding::json, blob(args.data(), args.size()), sl.gpus,
       {.mem_limit = mem_limit,
        .host_mem_limit = s.host_mem_limit,
        // Each trial's share of the cores, as its thread limits: they share them with the other slots.
@@ -250,7 +249,7 @@ runner::job_spec local_backend::trial_spec(const slot& sl, std::size_t index, st
        .alloc_conf = s.alloc_conf});
   spec.task_libraries = setup_.options->task_libraries;
   spec.executable = setup_.options->executable;
-  if (!s.python.empty()) python_trials::launch(s, spec);
+  setup_.program->launch(spec);
   const auto g = groups_.find(group_of(sl.gpus));
   spec.warm_context = g != groups_.end() && g->second.warm;
   return spec;
@@ -264,7 +263,7 @@ runner::job_spec local_backend::trial_spec(const slot& sl, std::size_t index, st
 // With start: zygote, the trials wait for the zygote's imports (or its failure): each trial is
 // then forked from it, rather than the first ones exec'd beside those imports on the same cores.
 void local_backend::make_standby_pools() {
-  if (!setup_.first || !setup_.spec->command.empty()) return;
+  if (!setup_.first || !setup_.program->in_worker()) return;
   std::vector<runner::standby_pool*> zygotes;
   {
     std::lock_guard lock(mutex_);  // (cancel_all() may come meanwhile, from another thread)
@@ -407,7 +406,7 @@ trial_record local_backend::attempt(const slot& sl, const trial& t) {
   if (!log_problem.empty()) {
     rec.kind = outcome_kind::internal_error;
     rec.error = log_problem;
-  } else if (s.command.empty()) {
+  } else if (setup_.program->in_worker()) {
     run_worker(sl, t, rec, err.get());
   } else {
     run_command(sl, t, rec, err.get());
@@ -451,20 +450,12 @@ void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec
   }
   runner::job_spec spec = trial_spec(sl, t.index, cap_of(t, *setup_.spec));
   std::unique_ptr<runner::driver_cap> cap;
-  if (!setup_.spec->python.empty() && spec.mem_limit && !spec.gpus.empty()) {
-    // A Python trial's framework allocates through the driver: the call's region rides with its
-    // request (a standby interpreter was launched before it).
-    try {
-      cap = std::make_unique<runner::driver_cap>(spec.mem_limit);
-    } catch (const std::exception& e) {
-      rec.kind = outcome_kind::internal_error;
-      rec.error = e.what();
-      return;
-    }
-    json request = json::parse(setup_.args[t.index]);
-    for (const auto& v : cap->variables()) request["variables"][v.substr(0, v.find('='))] = v.substr(v.find('=') + 1);
-    const std::string text = request.dump();
-    spec.args = blob(text.data(), text.size());
+  try {
+    cap = setup_.program->bring_cap(spec);
+  } catch (const std::exception& e) {
+    rec.kind = outcome_kind::internal_error;
+    rec.error = e.what();
+    return;
   }
   const std::size_t gpu_count = spec.gpus.size();
   spec.stdout_to = runner::stdout_mode::file;

@@ -34,9 +34,12 @@ class command;
 
 namespace isorun::sweep {
 
+class trial_program;
+
 /// What the local backend runs, and where its files go.
 struct local_setup {
   const sweep_spec* spec = nullptr;        ///< outlives the backend
+  const trial_program* program = nullptr;  ///< what the trials run; outlives the backend
   const sweep_options* options = nullptr;  ///< task libraries, worker program, grace
   std::vector<slot> slots;
   std::vector<std::string> args;         ///< each trial's JSON arguments (a task sweep)

@@ -1,4 +1,5 @@
 #include "python_trials.hpp"
+#include "trial_program.hpp"
 
 #include <cstdlib>
 #include <filesystem>
@@ -128,3 +129,45 @@ void launch(const sweep_spec& s, runner::job_spec& spec) {
 }
 
 }  // namespace isorun::sweep::python_trials
+
+namespace isorun::sweep {
+namespace {
+
+class python_trials_program final : public trial_program {
+ public:
+  using trial_program::trial_program;
+
+  std::string subject() const override { return "python:" + s_.python; }
+  std::string short_name() const override { return s_.python.substr(s_.python.rfind(':') + 1); }
+
+  std::vector<std::string> check() const override {
+    python_trials::check(s_);
+    std::vector<std::string> requests(s_.trials.size());
+    for (std::size_t i = 0; i < s_.trials.size(); ++i) requests[i] = python_trials::request(s_, s_.trials[i]).dump();
+    return requests;
+  }
+
+  std::string worker_task() const override { return python_trials::task_name; }
+  void launch(runner::job_spec& spec) const override { python_trials::launch(s_, spec); }
+
+  // A Python trial's framework allocates through the driver: the call's region rides with its
+  // request (a standby interpreter was launched before it).
+  std::unique_ptr<runner::driver_cap> bring_cap(runner::job_spec& spec) const override {
+    if (!spec.mem_limit || spec.gpus.empty()) return nullptr;
+    auto cap = std::make_unique<runner::driver_cap>(spec.mem_limit);
+    nlohmann::json request = nlohmann::json::parse(reinterpret_cast<const char*>(spec.args.data()),
+                                                   reinterpret_cast<const char*>(spec.args.data()) + spec.args.size());
+    for (const auto& v : cap->variables()) request["variables"][v.substr(0, v.find('='))] = v.substr(v.find('=') + 1);
+    const std::string text = request.dump();
+    spec.args = blob(text.data(), text.size());
+    return cap;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<trial_program> python_program(const sweep_spec& s) {
+  return std::make_unique<python_trials_program>(s);
+}
+
+}  // namespace isorun::sweep

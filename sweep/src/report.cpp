@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "isorun/runner/suggest.hpp"
+#include "trial_program.hpp"
 
 namespace isorun::sweep {
 using nlohmann::json;
@@ -57,9 +58,8 @@ std::optional<double> metric_of(const sweep_spec& s, const trial_record& r) {
 
 std::string metric_problem(const sweep_spec& s, const json& result, const std::string& whose) {
   const std::string& name = s.metric.name;
-  if (result.is_null() && !s.command.empty())
-    return "metric '" + name + "': " + whose + " printed no JSON object as a line of its stdout and wrote none to "
-           "$ISORUN_RESULT; a command reports its result as one line of JSON, e.g. {\"" + name + "\": 0.93}";
+  if (result.is_null())
+    if (std::string hint = program_of(s)->no_result_hint(name, whose); !hint.empty()) return hint;
   if (!result.is_object())
     return "metric '" + name + "': the result of " + whose + " is " + std::string(result.type_name()) +
            ", not an object with fields; drop metric: to rank by wall time";

@@ -30,7 +30,6 @@
 #include "isorun/runner/printable.hpp"
 #include "isorun/runner/process.hpp"
 #include "isorun/runner/suggest.hpp"
-#include "isorun/runner/task_arguments.hpp"
 #include "isorun/runner/unique_fd.hpp"
 #include "isorun/runner/units.hpp"
 #include "isorun/runner/worker_env.hpp"
@@ -43,11 +42,11 @@
 #include "isorun/sweep/slurm.hpp"
 #include "isorun/sweep/stop_rule.hpp"
 #include "isorun/sweep/stop_source.hpp"
-#include "isorun/worker/task.hpp"
 #include "local_backend.hpp"
 #include "progress.hpp"
 #include "python_trials.hpp"
 #include "slurm_backend.hpp"
+#include "trial_program.hpp"
 
 namespace isorun::sweep {
 
@@ -62,47 +61,6 @@ std::string fingerprint(const sweep_spec& s) {
   std::string all = what;
   for (const auto& t : s.trials) all += "\n" + trial_id(what, t);
   return trial_id(what, json(all));
-}
-
-// The default output folder's last word: the task, or the command's script (python3 train.py:
-// train), or its program.
-std::string short_name(const sweep_spec& s) {
-  if (!s.python.empty()) return s.python.substr(s.python.rfind(':') + 1);
-  if (s.command.empty()) return s.task;
-  for (std::size_t i = 1; i < s.command.size(); ++i) {
-    std::error_code ec;
-    if (s.command[i].find('{') == std::string::npos && fs::is_regular_file(s.command[i], ec))
-      return fs::path(s.command[i]).stem().string();
-  }
-  return fs::path(s.command[0]).filename().string();
-}
-
-// Everything wrong with a command sweep that can be known before it starts: placeholders and
-// parameters that do not match, a program that cannot be found.
-void check_command(const sweep_spec& s) {
-  std::vector<std::string> params;
-  for (const auto& t : s.trials)
-    for (auto it = t.begin(); it != t.end(); ++it)
-      if (std::find(params.begin(), params.end(), it.key()) == params.end()) params.push_back(it.key());
-  const std::vector<std::string> used = placeholders(s.command);
-  for (const auto& name : used)
-    if (std::find(params.begin(), params.end(), name) == params.end())
-      throw located(s, s.command_line,
-                    "command placeholder {" + name + "} names no parameter" + did_you_mean(name, params) +
-                        "; parameters: " + name_list(params));
-  for (const auto& name : params)
-    if (std::find(used.begin(), used.end(), name) == used.end()) {
-      const auto line = s.param_lines.find(name);
-      throw located(s, line == s.param_lines.end() ? 0 : line->second,
-                    "parameter '" + name + "' is not used by the command; put {" + name +
-                        "} where the program takes it (e.g. --" + name + " {" + name + "})");
-    }
-  std::set<std::string> programs;
-  for (const auto& t : s.trials) programs.insert(command_for(s.command, t).front());
-  for (const auto& program : programs)
-    if (!runner::find_executable(program))
-      throw located(s, s.command_line,
-                    "command not found: '" + program + "' (not an executable file, nor found in PATH)");
 }
 
 // Each trial's GPU count (spans_gpus(s)), checked: a whole number from 1 to the GPUs the sweep
@@ -180,6 +138,7 @@ void check_oom_retry(const sweep_spec& s, const std::vector<slot>& slots, const 
 
 struct sweep_run::state {
   sweep_spec s;
+  std::unique_ptr<trial_program> program;  // what the trials run
   std::string subject;  // subject(s): what trial ids are derived from
   std::vector<slot> slots;
   sweep_options opt;
@@ -212,42 +171,9 @@ const std::vector<std::string>& sweep_run::warnings() const noexcept {
 
 namespace {
 
-// What the trials run, checked, and each trial's arguments built (a task's or a Python
-// function's request); the task, for a task sweep (null otherwise).
-const worker::task_info* check_program(sweep_run::state& st) {
-  const sweep_spec& s = st.s;
-  const bool by_task = s.command.empty() && s.python.empty();
-  const worker::task_info* task = by_task ? worker::registry::instance().find(s.task) : nullptr;
-  if (!s.command.empty()) {
-    check_command(s);
-  } else if (!s.python.empty()) {
-    python_trials::check(s);
-  } else if (!task) {
-    std::vector<std::string> names;
-    for (auto* t : worker::registry::instance().all()) names.push_back(t->name);
-    throw located(s, 0, "unknown task '" + s.task + "'" + did_you_mean(s.task, names) +
-                            " (load its library with --tasks LIB.so; isorun tasks lists them)");
-  }
-  st.args.resize(s.trials.size());
-  for (std::size_t i = 0; !s.python.empty() && i < s.trials.size(); ++i)
-    st.args[i] = python_trials::request(s, s.trials[i]).dump();
-  for (std::size_t i = 0; task && i < s.trials.size(); ++i) {
-    try {
-      st.args[i] = runner::arguments::build_task_args(*task, param_words(s.trials[i])).dump();
-    } catch (const runner::arguments::param_error& e) {
-      const auto line = s.param_lines.find(e.key());
-      throw located(s, line == s.param_lines.end() ? 0 : line->second, e.what());
-    } catch (const usage_error& e) {
-      throw located(s, 0, e.what());
-    }
-  }
-  return task;
-}
-
 // Early stopping, the metric, where the trials run and what they may take, checked.
-void check_resources(sweep_run::state& st, const worker::task_info* task) {
+void check_resources(sweep_run::state& st) {
   const sweep_spec& s = st.s;
-  const bool by_task = s.command.empty() && s.python.empty();
   if (s.early_stopping) {
     // Early stopping: what it judges by, and trials that can report steps, known before anything starts.
     const int line = s.early_stopping.line;
@@ -259,9 +185,8 @@ void check_resources(sweep_run::state& st, const worker::task_info* task) {
                         " judges trials by a metric, and the sweep has none; add "
                         "metric: {name: loss, goal: minimize} (or --metric loss:min)");
   }
-  if (!s.metric.name.empty() && task && task->default_result_json) {
-    const json shape = json::parse(task->default_result_json())["result"];
-    if (auto problem = metric_problem(s, shape, "task '" + s.task + "'"); !problem.empty())
+  if (const auto shape = s.metric.name.empty() ? std::nullopt : st.program->result_shape()) {
+    if (auto problem = metric_problem(s, *shape, "task '" + s.task + "'"); !problem.empty())
       throw located(s, s.metric.line, problem);
     st.metric_known = true;
   }
@@ -271,7 +196,7 @@ void check_resources(sweep_run::state& st, const worker::task_info* task) {
   // Where the trials run, a cgroup must enforce the host cap (the submitter's machine is not theirs).
   if (s.host_mem_limit && !submitter) runner::check_host_mem_limit(s.host_mem_limit);
   try {
-    st.timelines = by_task && alloc::alloc_config::parse(s.alloc_conf).history > 0;
+    st.timelines = st.program->uses_isorun_allocator() && alloc::alloc_config::parse(s.alloc_conf).history > 0;
   } catch (const alloc::config_error&) {
   }  // (check_job_spec below says what is wrong with it)
   for (const auto& sl : st.slots) {
@@ -286,7 +211,7 @@ void check_resources(sweep_run::state& st, const worker::task_info* task) {
 // The output folder and its logs folder, created (or found).
 void open_out(sweep_run::state& st) {
   const sweep_spec& s = st.s;
-  st.out = s.out.empty() ? fs::path("isorun-sweep-" + short_name(s)) : fs::path(s.out);
+  st.out = s.out.empty() ? fs::path("isorun-sweep-" + st.program->short_name()) : fs::path(s.out);
   st.out_text = st.out.string();
   std::error_code ec;
   fs::create_directories(st.out / "logs", ec);
@@ -358,11 +283,13 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
   st.s = sp;
   st.slots = std::move(slots);
   st.opt = std::move(options);
-  st.subject = subject(st.s);
+  st.program = program_of(st.s);
+  st.subject = st.program->subject();
   if (st.slots.empty()) throw usage_error("a sweep needs at least one slot");
-  // Everything is checked before anything is created or started.
-  const worker::task_info* task = check_program(st);
-  check_resources(st, task);
+  // Everything is checked before anything is created or started: what the trials run, and each
+  // trial's request for its worker built.
+  st.args = st.program->check();
+  check_resources(st);
   open_out(st);
   if (st.opt.node.empty()) queue_trials(st);
   else queue_node_trials(st);
@@ -565,19 +492,20 @@ std::unique_ptr<trial_backend> make_backend(const sweep_run::state& st, int run,
                                                        .subject = st.subject,
                                                        .out = st.out,
                                                        .queue = st.queue,
-                                                       .job_name = "isorun-" + short_name(s)});
-  return std::make_unique<local_backend>(local_setup{
-      .spec = &s,
-      .options = &st.opt,
-      .slots = st.slots,
-      .args = st.args,
-      .gpu_counts = st.gpu_counts,
-      .out = st.out,
-      .logs = st.logs.get(),
-      .timelines = st.timelines,
-      .run = run,
-      .run_start = run_start,
-      .first = st.queue.empty() ? std::nullopt : std::optional<std::size_t>(st.queue.front())});
+                                                       .job_name = "isorun-" + st.program->short_name()});
+  return std::make_unique<local_backend>(
+      local_setup{.spec = &s,
+                  .program = st.program.get(),
+                  .options = &st.opt,
+                  .slots = st.slots,
+                  .args = st.args,
+                  .gpu_counts = st.gpu_counts,
+                  .out = st.out,
+                  .logs = st.logs.get(),
+                  .timelines = st.timelines,
+                  .run = run,
+                  .run_start = run_start,
+                  .first = st.queue.empty() ? std::nullopt : std::optional<std::size_t>(st.queue.front())});
 }
 
 void tabulate(const sweep_run::state& st, json& identity, clock::time_point run_start, sweep_summary& summary) {

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "isorun/runner/units.hpp"
+#include "trial_program.hpp"
 
 namespace isorun::sweep {
 
@@ -155,13 +156,7 @@ std::string expand(const std::string& word, OnName&& on_name) {
 
 }  // namespace
 
-std::string subject(const sweep_spec& s) {
-  if (!s.python.empty()) return "python:" + s.python;
-  if (s.command.empty()) return s.task;
-  std::string text;
-  for (const auto& w : s.command) text += (text.empty() ? "" : " ") + w;
-  return text;
-}
+std::string subject(const sweep_spec& s) { return program_of(s)->subject(); }
 
 std::vector<std::string> placeholders(const std::vector<std::string>& command) {
   std::vector<std::string> names;

@@ -1,0 +1,12 @@
+#include "trial_program.hpp"
+
+namespace isorun::sweep {
+
+// The one place a spec's kind of trials is told apart.
+std::unique_ptr<trial_program> program_of(const sweep_spec& s) {
+  if (!s.python.empty()) return python_program(s);
+  if (!s.command.empty()) return command_program(s);
+  return task_program(s);
+}
+
+}  // namespace isorun::sweep
