@@ -181,8 +181,10 @@ TEST_CASE(
     sw::scheduler* sched_ptr = nullptr;
     sw::journal_writer writer(
         store, [](const sw::trial_record&) {}, [&](std::exception_ptr e) { sched_ptr->fail(std::move(e)); });
-    std::vector<std::size_t> queue = {0, 1, 2, 3, 4, 5};
-    sw::scheduler sched(s, s.task, queue, backend, writer, stop,
+    std::vector<sw::new_trial> trials;
+    for (std::size_t i = 0; i < 6; ++i) trials.push_back({i, sw::trial_id(s.task, s.trials[i]), s.trials[i]});
+    sw::list_source source(std::move(trials));
+    sw::scheduler sched(s, source, backend, writer, stop,
                         {.should_stop = [&](const sw::trial& t, std::int64_t step, const json& metrics) {
                           std::lock_guard lock(seen_mutex);
                           seen[t.id].push_back(step);

@@ -178,9 +178,11 @@ ran run_sweep(const sw::sweep_spec& s, fake_backend& backend, sw::scheduler_opti
     sw::scheduler* sched_ptr = nullptr;
     sw::journal_writer writer(store ? *store : journal_store, [](const sw::trial_record&) {},
                               [&](std::exception_ptr e) { sched_ptr->fail(std::move(e)); });
-    std::vector<std::size_t> queue(s.trials.size());
-    for (std::size_t i = 0; i < queue.size(); ++i) queue[i] = i;
-    sw::scheduler sched(s, s.task, queue, backend, writer, stop, std::move(options));
+    std::vector<sw::new_trial> trials;
+    for (std::size_t i = 0; i < s.trials.size(); ++i)
+      trials.push_back({i, sw::trial_id(s.task, s.trials[i]), s.trials[i]});
+    sw::list_source source(std::move(trials));
+    sw::scheduler sched(s, source, backend, writer, stop, std::move(options));
     sched_ptr = &sched;
     stop.watch([&](int) { sched.interrupt(); });
     sched.run();

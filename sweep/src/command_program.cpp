@@ -34,7 +34,7 @@ class command_trials final : public trial_program {
   }
 
   // Placeholders and parameters that do not match, a program that cannot be found.
-  std::vector<std::string> check() const override {
+  void check() const override {
     std::vector<std::string> params;
     for (const auto& t : s_.trials)
       for (auto it = t.begin(); it != t.end(); ++it)
@@ -58,7 +58,6 @@ class command_trials final : public trial_program {
       if (!runner::find_executable(program))
         throw located(s_, s_.command_line,
                       "command not found: '" + program + "' (not an executable file, nor found in PATH)");
-    return std::vector<std::string>(s_.trials.size());
   }
 
   bool in_worker() const override { return false; }

@@ -111,6 +111,7 @@ journal::journal(const fs::path& folder) : path_{folder / "results.jsonl"} {
     }
     try {
       trial_record r = trial_record::from_json(parse_bounded_json(line));
+      if (!latest_.count(r.id)) order_.push_back(r.id);
       latest_[r.id] = std::move(r);
     } catch (const std::exception&) {
       warnings_.push_back(where + " is not a trial record; ignored (" + std::string(line.substr(0, 60)) +
@@ -161,7 +162,10 @@ void journal::append(const std::vector<trial_record>& records) {
     throw internal_error(std::string(step) + ": " + std::strerror(failed) + " (" + path_.string() + "; " +
                          std::to_string(latest_.size()) + " trials are journaled; " + (full ? "free space" : "check the disk (dmesg)") + " and run the same command again to resume)");
   }
-  for (const auto& r : records) latest_[r.id] = r;
+  for (const auto& r : records) {
+    if (!latest_.count(r.id)) order_.push_back(r.id);
+    latest_[r.id] = r;
+  }
 }
 
 folder_lock::folder_lock(const fs::path& out, bool wait) {

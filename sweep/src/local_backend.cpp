@@ -234,9 +234,10 @@ local_backend::local_backend(local_setup setup)
 
 local_backend::~local_backend() { finish(); }
 
-runner::job_spec local_backend::trial_spec(const slot& sl, std::size_t index, std::uint64_t mem_limit) const {
+runner::job_spec local_backend::trial_spec(const slot& sl, const nlohmann::json& params,
+                                           std::uint64_t mem_limit) const {
   const sweep_spec& s = *setup_.spec;
-  const std::string& args = setup_.args[index];
+  const std::string args = setup_.program->request(params);
   runner::job_spec spec = runner::job_spec_for(
       setup_.program->worker_task(), serialization::encoding::json, blob(args.data(), args.size()), sl.gpus,
       {.mem_limit = mem_limit,
@@ -341,13 +342,13 @@ void local_backend::lane(std::size_t k) {
     std::optional<std::vector<gpu_info>> taken;
     const std::uint64_t cap = cap_of(t, *setup_.spec);
     if (packer_ && !skip) {
-      taken = packer_->acquire(setup_.gpu_counts.empty() ? 1 : setup_.gpu_counts[t.index], cap);
+      taken = packer_->acquire(gpus_of_trial(*setup_.spec, t.params), cap);
       if (taken) sl = slot{*taken, static_cast<int>(k)};
     }
     trial_record rec;
     if (skip || (packer_ && !taken)) {  // stopped before it could start
       rec.id = t.id;
-      rec.params = setup_.spec->trials[t.index];
+      rec.params = t.params;
       rec.kind = outcome_kind::cancelled;
       rec.attempts = t.attempt;
     } else {
@@ -393,7 +394,7 @@ trial_record local_backend::attempt(const slot& sl, const trial& t) {
   const sweep_spec& s = *setup_.spec;
   trial_record rec;
   rec.id = t.id;
-  rec.params = s.trials[t.index];
+  rec.params = t.params;
   rec.slot = sl.index;
   rec.device = sl.gpus.empty() ? "cpu" : runner::visible_devices_for(sl.gpus);
   rec.mem_limit = cap_of(t, *setup_.spec);
@@ -448,10 +449,15 @@ void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec
     rec.error = log_problem;
     return;
   }
-  runner::job_spec spec = trial_spec(sl, t.index, cap_of(t, *setup_.spec));
+  runner::job_spec spec;
   std::unique_ptr<runner::driver_cap> cap;
   try {
+    spec = trial_spec(sl, t.params, cap_of(t, *setup_.spec));
     cap = setup_.program->bring_cap(spec);
+  } catch (const usage_error& e) {  // parameters a source made that the program refuses
+    rec.kind = outcome_kind::task_error;
+    rec.error = std::string("task_error: ") + e.what();
+    return;
   } catch (const std::exception& e) {
     rec.kind = outcome_kind::internal_error;
     rec.error = e.what();

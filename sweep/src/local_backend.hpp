@@ -42,14 +42,12 @@ struct local_setup {
   const trial_program* program = nullptr;  ///< what the trials run; outlives the backend
   const sweep_options* options = nullptr;  ///< task libraries, worker program, grace
   std::vector<slot> slots;
-  std::vector<std::string> args;         ///< each trial's JSON arguments (a task sweep)
-  std::vector<std::size_t> gpu_counts;   ///< spans_gpus(spec): each trial's GPUs
   std::filesystem::path out;             ///< the output folder
   int logs = -1;                         ///< OUT/logs, opened (not owned)
   bool timelines = false;                ///< keep each trial's memory timeline
   int run = 0;                           ///< records' run number (0 on a Slurm node)
   std::chrono::steady_clock::time_point run_start;  ///< records' start_s is after this
-  std::optional<std::size_t> first;      ///< the first trial to run (standby workers are made for it)
+  std::optional<nlohmann::json> first;              ///< the first trial's parameters (standby workers are made for it)
 };
 
 /// @brief The memory each GPU of `slots` has for its trials' caps together, by GPU index: its
@@ -92,7 +90,8 @@ class local_backend final : public trial_backend {
   void run_command(const slot& sl, const trial& t, trial_record& rec, int err);
   template <class Runs>
   auto await(const slot& sl, const trial& t, running_trial what, Runs& runs, trial_record& rec) -> decltype(runs.wait());
-  runner::job_spec trial_spec(const slot& sl, std::size_t index, std::uint64_t mem_limit) const;
+  // @throws usage_error for parameters the program refuses (a trial a source made).
+  runner::job_spec trial_spec(const slot& sl, const nlohmann::json& params, std::uint64_t mem_limit) const;
   void make_standby_pools();
 
   local_setup setup_;

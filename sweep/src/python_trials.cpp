@@ -140,12 +140,8 @@ class python_trials_program final : public trial_program {
   std::string subject() const override { return "python:" + s_.python; }
   std::string short_name() const override { return s_.python.substr(s_.python.rfind(':') + 1); }
 
-  std::vector<std::string> check() const override {
-    python_trials::check(s_);
-    std::vector<std::string> requests(s_.trials.size());
-    for (std::size_t i = 0; i < s_.trials.size(); ++i) requests[i] = python_trials::request(s_, s_.trials[i]).dump();
-    return requests;
-  }
+  void check() const override { python_trials::check(s_); }
+  std::string request(const nlohmann::json& params) const override { return python_trials::request(s_, params).dump(); }
 
   std::string worker_task() const override { return python_trials::task_name; }
   void launch(runner::job_spec& spec) const override { python_trials::launch(s_, spec); }

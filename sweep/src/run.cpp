@@ -42,6 +42,7 @@
 #include "isorun/sweep/slurm.hpp"
 #include "isorun/sweep/stop_rule.hpp"
 #include "isorun/sweep/stop_source.hpp"
+#include "isorun/sweep/trial_source.hpp"
 #include "local_backend.hpp"
 #include "progress.hpp"
 #include "python_trials.hpp"
@@ -55,11 +56,13 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using clock = std::chrono::steady_clock;
 
-// Which sweep a folder holds: the task or command and every trial id.
-std::string fingerprint(const sweep_spec& s) {
+// Which sweep a folder holds: the task or command, every trial id of the spec's, and the source
+// of any others.
+std::string fingerprint(const sweep_spec& s, const std::string& source) {
   const std::string what = subject(s);
   std::string all = what;
   for (const auto& t : s.trials) all += "\n" + trial_id(what, t);
+  if (!source.empty()) all += "\nsource " + source;
   return trial_id(what, json(all));
 }
 
@@ -142,14 +145,13 @@ struct sweep_run::state {
   std::string subject;  // subject(s): what trial ids are derived from
   std::vector<slot> slots;
   sweep_options opt;
-  std::vector<std::string> args;  // each trial's JSON arguments, checked
   fs::path out;
   std::string out_text;
   unique_fd logs;  // OUT/logs, where each trial's files are created by name
   std::optional<folder_lock> lock;
   std::optional<sweep::journal> journal;
   std::optional<report_log> reports;  // OUT/reports.jsonl (not on a Slurm node)
-  std::vector<std::size_t> queue;  // indices into s.trials
+  std::vector<std::size_t> queue;     // the spec's trials to run, by index into s.trials
   std::map<std::size_t, trial> resumed;  // trials to start again at a larger cap (scheduler_options::resumed)
   std::vector<std::size_t> gpu_counts;  // spans_gpus(s): each trial's GPUs (by s.trials index)
   bool timelines = false;  // the allocator keeps a history: each trial's memory timeline is kept
@@ -233,13 +235,21 @@ void queue_node_trials(sweep_run::state& st) {
   }
 }
 
+// Whether a journaled trial is done: it ended (a pruned trial too: early stopping decided, and a
+// rerun would be decided again), and not as a failure to run again (rerun_failed). An attempt
+// retried at a larger cap is not an end: the trial goes on at that cap.
+bool is_done(const sweep_run::state& st, const trial_record& r) {
+  return final_record(r) && (done_well(r) || !st.opt.rerun_failed);
+}
+
 // The trials this run owes here: those the journal has no final record of (or whose last
 // attempt failed, with --rerun-failed), once each; sweep.json written or checked first.
 void queue_trials(sweep_run::state& st) {
   const sweep_spec& s = st.s;
   st.lock.emplace(st.out, st.opt.wait_for_lock);
 
-  const json identity = {{"task", st.subject}, {"trials", s.trials.size()}, {"fingerprint", fingerprint(s)}};
+  const json identity = {
+      {"task", st.subject}, {"trials", s.trials.size()}, {"fingerprint", fingerprint(s, st.opt.source_name)}};
   if (fs::exists(st.out / "sweep.json")) {
     std::ifstream in(st.out / "sweep.json");
     json old = parse_bounded_json(in);
@@ -259,9 +269,7 @@ void queue_trials(sweep_run::state& st) {
     const std::string id = trial_id(st.subject, s.trials[i]);
     auto it = st.journal->latest().find(id);
     const bool known = it != st.journal->latest().end();
-    // A pruned trial is done: early stopping decided, and a rerun would be decided again. An
-    // attempt retried at a larger cap is not an end: the trial goes on at that cap.
-    const bool done = known && final_record(it->second) && (done_well(it->second) || !st.opt.rerun_failed);
+    const bool done = known && is_done(st, it->second);
     if (done || !queued.insert(id).second) {
       ++st.skipped;
       continue;
@@ -286,9 +294,13 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
   st.program = program_of(st.s);
   st.subject = st.program->subject();
   if (st.slots.empty()) throw usage_error("a sweep needs at least one slot");
-  // Everything is checked before anything is created or started: what the trials run, and each
-  // trial's request for its worker built.
-  st.args = st.program->check();
+  if (st.opt.source && st.s.slurm)
+    throw usage_error(
+        "a sweep whose trials come from a source of their own runs here; Slurm arrays are submitted "
+        "for the spec's list of trials (drop backend: slurm)");
+  // Everything is checked before anything is created or started: what the trials run, and
+  // whether each of the spec's trials fits it.
+  st.program->check();
   check_resources(st);
   open_out(st);
   if (st.opt.node.empty()) queue_trials(st);
@@ -317,13 +329,48 @@ namespace {
 // done, up to the step each record says it reached (a trial run again reports afresh).
 std::map<std::string, std::int64_t> replayed_reports(const sweep_run::state& st) {
   std::map<std::string, std::int64_t> replayed;
-  const std::set<std::size_t> queued(st.queue.begin(), st.queue.end());
-  for (std::size_t i = 0; st.journal && i < st.s.trials.size(); ++i) {
-    if (queued.count(i)) continue;
-    const auto it = st.journal->latest().find(trial_id(st.subject, st.s.trials[i]));
-    if (it != st.journal->latest().end() && final_record(it->second)) replayed[it->first] = it->second.step;
-  }
+  for (const auto& [id, r] : st.journal ? st.journal->latest() : std::map<std::string, trial_record>{})
+    if (is_done(st, r)) replayed[id] = r.step;
   return replayed;
+}
+
+// A trial source that leaves out trials the journal holds as done: the sweep's own source, told
+// every journaled record first (in journal order), may give them again.
+class resumed_source final : public trial_source {
+ public:
+  resumed_source(std::unique_ptr<trial_source> inner, std::set<std::string> done)
+      : inner_{std::move(inner)}, done_{std::move(done)} {}
+  std::optional<new_trial> next() override {
+    while (std::optional<new_trial> t = inner_->next())
+      if (!done_.count(t->id)) return t;
+    return std::nullopt;
+  }
+  [[nodiscard]] bool exhausted() const override { return inner_->exhausted(); }
+  void tell(const trial_record& record) override { inner_->tell(record); }
+
+ private:
+  std::unique_ptr<trial_source> inner_;
+  std::set<std::string> done_;
+};
+
+// Where the scheduler takes its trials from: the spec's trials still to run, given out by the
+// sweep's own source where it has one (which is first told every journaled record).
+std::unique_ptr<trial_source> make_source(const sweep_run::state& st) {
+  std::vector<new_trial> listed;
+  listed.reserve(st.queue.size());
+  for (std::size_t i : st.queue) listed.push_back({i, trial_id(st.subject, st.s.trials[i]), st.s.trials[i]});
+  auto list = std::make_unique<list_source>(std::move(listed));
+  if (!st.opt.source) return list;
+  std::unique_ptr<trial_source> source = st.opt.source(std::move(list));
+  if (!source) throw internal_error("the sweep's trial source factory made no source");
+  std::set<std::string> done;
+  for (const auto& id : st.journal->order()) {
+    const trial_record& r = st.journal->latest().at(id);
+    if (!final_record(r)) continue;  // an attempt to go on at a larger cap: not an end
+    if (is_done(st, r)) done.insert(id);
+    source->tell(r);
+  }
+  return std::make_unique<resumed_source>(std::move(source), std::move(done));
 }
 
 // On a Slurm node: the submitter's verdicts, OUT/slurm/stop/ID, each stopping that trial alone
@@ -423,7 +470,8 @@ sweep_summary sweep_run::run() {
       shared.report(t.id, step, metrics);
       return false;
     };
-  scheduler sched(s, st.subject, st.queue, *backend, writer, stop,
+  const std::unique_ptr<trial_source> source = make_source(st);
+  scheduler sched(s, *source, *backend, writer, stop,
                   {.metric_checked = st.metric_known,
                    .stop_fails_as_cancelled = node,
                    .should_stop = std::move(should_stop),
@@ -498,14 +546,12 @@ std::unique_ptr<trial_backend> make_backend(const sweep_run::state& st, int run,
                   .program = st.program.get(),
                   .options = &st.opt,
                   .slots = st.slots,
-                  .args = st.args,
-                  .gpu_counts = st.gpu_counts,
                   .out = st.out,
                   .logs = st.logs.get(),
                   .timelines = st.timelines,
                   .run = run,
                   .run_start = run_start,
-                  .first = st.queue.empty() ? std::nullopt : std::optional<std::size_t>(st.queue.front())});
+                  .first = st.queue.empty() ? std::nullopt : std::optional<json>(s.trials[st.queue.front()])});
 }
 
 void tabulate(const sweep_run::state& st, json& identity, clock::time_point run_start, sweep_summary& summary) {
@@ -515,13 +561,15 @@ void tabulate(const sweep_run::state& st, json& identity, clock::time_point run_
     for (const auto& found : shared.records())
       if (st.journal->latest().count(found.record.id)) shared.remove_record(found.file);
   }
-  // Results in spec order, then results.csv.
+  // Results in spec order, then those of trials a source added, in journal order; then results.csv.
   const auto& latest = st.journal->latest();
   std::set<std::string> listed;
   for (const auto& t : st.s.trials) {
     auto it = latest.find(trial_id(st.subject, t));
     if (it != latest.end() && listed.insert(it->first).second) summary.records.push_back(it->second);
   }
+  for (const auto& id : st.journal->order())
+    if (listed.insert(id).second) summary.records.push_back(latest.at(id));
   for (const auto& r : summary.records) summary.steps += r.step > 0 ? static_cast<std::uint64_t>(r.step) : 0;
   write_file_durably(out / "results.csv", results_csv(summary.records));
   identity["runs"].back()["wall_s"] = std::chrono::duration<double>(clock::now() - run_start).count();

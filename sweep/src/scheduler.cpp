@@ -9,17 +9,27 @@
 
 namespace isorun::sweep {
 
-scheduler::scheduler(const sweep_spec& s, const std::string& subject, const std::vector<std::size_t>& queue,
-                     trial_backend& backend, journal_writer& writer, const stop_source& stop, scheduler_options options)
-    : s_{s}, backend_{backend}, writer_{writer}, stop_{stop}, options_{std::move(options)} {
+scheduler::scheduler(const sweep_spec& s, trial_source& source, trial_backend& backend, journal_writer& writer,
+                     const stop_source& stop, scheduler_options options)
+    : s_{s}, source_{source}, backend_{backend}, writer_{writer}, stop_{stop}, options_{std::move(options)} {
   metric_checked_ = options_.metric_checked;
-  for (std::size_t i : queue) {
-    const auto resumed = options_.resumed.find(i);
-    trial t = resumed == options_.resumed.end() ? trial{} : resumed->second;
-    t.index = i;
-    t.id = trial_id(subject, s.trials[i]);
-    queue_.push_back(std::move(t));
+}
+
+// Under mutex_: a retry first (on the lane that came free), else the source's next trial.
+std::optional<trial> scheduler::take() {
+  if (!retries_.empty()) {
+    trial t = std::move(retries_.front());
+    retries_.pop_front();
+    return t;
   }
+  std::optional<new_trial> n = source_.next();
+  if (!n) return std::nullopt;
+  const auto resumed = options_.resumed.find(n->index);
+  trial t = resumed == options_.resumed.end() ? trial{} : resumed->second;
+  t.index = n->index;
+  t.id = std::move(n->id);
+  t.params = std::move(n->params);
+  return t;
 }
 
 bool scheduler::stopping() const { return halted_ || stop_.requests() > 0; }
@@ -38,22 +48,19 @@ void scheduler::run(bool detach) {
     return;
   }
   std::unique_lock lk(mutex_);
-  for (const trial& t : adopted) {  // already running: not started again
-    std::erase_if(queue_, [&](const trial& q) { return q.index == t.index; });
+  for (const trial& t : adopted)  // already running: not started again when the source gives it
     if (!ended_.count(t.index)) running_.insert(t.index);
-  }
   const std::size_t lanes = backend_.lanes();
   for (;;) {
-    if (!stopping() && !queue_.empty() && running_.size() < lanes) {
-      std::vector<trial> batch;
-      while (!queue_.empty() && running_.size() < lanes) {
-        trial t = std::move(queue_.front());
-        queue_.pop_front();
-        if (ended_.count(t.index) || running_.count(t.index)) continue;  // ended or followed meanwhile
-        running_.insert(t.index);
-        batch.push_back(std::move(t));
-      }
-      if (batch.empty()) continue;
+    std::vector<trial> batch;
+    while (!stopping() && running_.size() < lanes) {
+      std::optional<trial> t = take();
+      if (!t) break;
+      if (ended_.count(t->index) || running_.count(t->index)) continue;  // ended or followed meanwhile
+      running_.insert(t->index);
+      batch.push_back(std::move(*t));
+    }
+    if (!batch.empty()) {
       if (options_.running_changed) options_.running_changed(running_.size());
       lk.unlock();
       try {
@@ -67,8 +74,9 @@ void scheduler::run(bool detach) {
       }
       continue;
     }
-    if (detach && (queue_.empty() || stopping())) break;
-    if (running_.empty() && (queue_.empty() || stopping())) break;
+    // A source that gives nothing while nothing runs has nothing to wait for: the sweep is over.
+    if (detach && ((retries_.empty() && source_.exhausted()) || stopping())) break;
+    if (running_.empty()) break;
     changed_.wait(lk);
   }
   lk.unlock();
@@ -80,6 +88,8 @@ void scheduler::on_finished(std::vector<finished_trial> batch) {
   std::vector<trial_record> final;
   bool halt = false;
   for (auto& f : batch) halt = settle(f, final) || halt;
+  for (const auto& rec : final)
+    if (final_record(rec)) source_.tell(rec);  // (an attempt retried at a larger cap is not an end)
   for (auto& rec : final) writer_.push(std::move(rec));
   if (options_.running_changed) options_.running_changed(running_.size());
   if (halt) halt_and_cancel(lk);
@@ -128,8 +138,15 @@ bool scheduler::settle(finished_trial& f, std::vector<trial_record>& final) {
       trial_record tried = rec;
       tried.retry_mem_limit = larger;
       final.push_back(std::move(tried));
-      if (!stopping()) queue_.push_front({f.t.index, f.t.id, rec.attempts + 1, larger, f.t.oom_retries + 1});
-      else ++cancelled_;  // stopped before its retry: not run to its end here; a resume goes on
+      if (!stopping()) {
+        trial next = f.t;
+        next.attempt = rec.attempts + 1;
+        next.mem_limit = larger;
+        next.oom_retries = f.t.oom_retries + 1;
+        retries_.push_front(std::move(next));
+      } else {
+        ++cancelled_;
+      }  // stopped before its retry: not run to its end here; a resume goes on
       return false;
     }
   }
@@ -139,7 +156,9 @@ bool scheduler::settle(finished_trial& f, std::vector<trial_record>& final) {
   if (rec.kind != outcome_kind::success && !rec.pruned && allowed != s_.retries.end() &&
       rec.attempts - f.t.oom_retries <= allowed->second && !stopping()) {
     // On the lane that just came free.
-    queue_.push_front({f.t.index, f.t.id, rec.attempts + 1, f.t.mem_limit, f.t.oom_retries});
+    trial next = f.t;
+    next.attempt = rec.attempts + 1;
+    retries_.push_front(std::move(next));
     return false;
   }
   ended_.insert(f.t.index);

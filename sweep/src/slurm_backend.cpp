@@ -35,7 +35,8 @@ slurm_backend::slurm_backend(slurm_setup setup)
 slurm_backend::~slurm_backend() { finish(); }
 
 trial slurm_backend::make_trial(std::size_t index) {
-  return {index, trial_id(setup_.subject, setup_.spec->trials[index]), 1};
+  const nlohmann::json& params = setup_.spec->trials[index];
+  return {.index = index, .id = trial_id(setup_.subject, params), .attempt = 1, .params = params};
 }
 
 void slurm_backend::save_jobs() {
@@ -101,7 +102,7 @@ void slurm_backend::start(std::vector<trial> batch) {
         if (!done_trials_.insert(t.index).second) continue;  // its record came while sbatch ran
         trial_record rec;
         rec.id = t.id;
-        rec.params = setup_.spec->trials[t.index];
+        rec.params = t.params;
         rec.kind = outcome_kind::cancelled;
         too_late.push_back({std::move(t), std::move(rec)});
       }

@@ -18,27 +18,28 @@ class task_trials final : public trial_program {
   std::string subject() const override { return s_.task; }
   std::string short_name() const override { return s_.task; }
 
-  std::vector<std::string> check() const override {
-    const worker::task_info* task = find();
-    if (!task) {
+  void check() const override {
+    if (!find()) {
       std::vector<std::string> names;
       for (auto* t : worker::registry::instance().all()) names.push_back(t->name);
       throw located(s_, 0,
                     "unknown task '" + s_.task + "'" + did_you_mean(s_.task, names) +
                         " (load its library with --tasks LIB.so; isorun tasks lists them)");
     }
-    std::vector<std::string> args(s_.trials.size());
-    for (std::size_t i = 0; i < s_.trials.size(); ++i) {
-      try {
-        args[i] = runner::arguments::build_task_args(*task, param_words(s_.trials[i])).dump();
-      } catch (const runner::arguments::param_error& e) {
-        const auto line = s_.param_lines.find(e.key());
-        throw located(s_, line == s_.param_lines.end() ? 0 : line->second, e.what());
-      } catch (const usage_error& e) {
-        throw located(s_, 0, e.what());
-      }
+    for (const auto& params : s_.trials) (void)request(params);
+  }
+
+  std::string request(const nlohmann::json& params) const override {
+    const worker::task_info* task = find();
+    if (!task) throw located(s_, 0, "unknown task '" + s_.task + "'");
+    try {
+      return runner::arguments::build_task_args(*task, param_words(params)).dump();
+    } catch (const runner::arguments::param_error& e) {
+      const auto line = s_.param_lines.find(e.key());
+      throw located(s_, line == s_.param_lines.end() ? 0 : line->second, e.what());
+    } catch (const usage_error& e) {
+      throw located(s_, 0, e.what());
     }
-    return args;
   }
 
   std::optional<nlohmann::json> result_shape() const override {

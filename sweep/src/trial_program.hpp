@@ -32,11 +32,15 @@ class trial_program {
   /// @brief The default output folder's last word (isorun-sweep-NAME), and the Slurm job's.
   [[nodiscard]] virtual std::string short_name() const = 0;
 
-  /// @brief Checks what can be known before anything starts (the program is found, each trial's
-  ///        parameters fit it) and returns each trial's request for its worker, by index into
-  ///        the spec's trials (empty for a program that runs no worker).
+  /// @brief Checks what can be known before anything starts: the program is found, and each of
+  ///        the spec's trials fits it.
   /// @throws spec_error naming the line where one is known.
-  [[nodiscard]] virtual std::vector<std::string> check() const = 0;
+  virtual void check() const = 0;
+
+  /// @brief A trial's request for its worker, from its parameters ("" for a program that runs
+  ///        no worker).
+  /// @throws usage_error (spec_error naming the parameter's line) for parameters that do not fit.
+  [[nodiscard]] virtual std::string request(const nlohmann::json& /*params*/) const { return {}; }
 
   /// @brief The result's shape where it is known before any trial runs (a task's default
   ///        result), to check the metric against; nullopt otherwise.

@@ -89,6 +89,9 @@ class journal {
 
   /// The last record of each trial, by id.
   [[nodiscard]] const std::map<std::string, trial_record>& latest() const noexcept { return latest_; }
+  /// The trials' ids in the order the journal first holds each (what a resumed sweep's trial
+  /// source is told, in this order).
+  [[nodiscard]] const std::vector<std::string>& order() const noexcept { return order_; }
   /// Lines that were not records, one message each (file and line number).
   [[nodiscard]] const std::vector<std::string>& warnings() const noexcept { return warnings_; }
 
@@ -101,6 +104,7 @@ class journal {
   int fd_ = -1;
   std::filesystem::path path_;
   std::map<std::string, trial_record> latest_;
+  std::vector<std::string> order_;
   std::vector<std::string> warnings_;
 };
 

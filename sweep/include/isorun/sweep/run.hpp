@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,6 +16,9 @@
 #include "isorun/sweep/spec.hpp"
 
 namespace isorun::sweep {
+
+class trial_source;
+class list_source;
 
 /// How a sweep runs, beyond its spec.
 struct sweep_options {
@@ -34,6 +38,13 @@ struct sweep_options {
   /// This process is array task K of a Slurm submission ("FILE:K"): it runs the trials listed
   /// for K here, and leaves each one's record in OUT/slurm/results/ for the submitter to journal.
   std::string node;
+  /// Where the trials come from, where not the spec's list alone (trial_source.hpp): made with
+  /// the spec's trials still to run as a list_source, which it may give out among its own. Not
+  /// with the Slurm backend, whose arrays are submitted for the spec's list.
+  std::function<std::unique_ptr<trial_source>(std::unique_ptr<list_source> listed)> source;
+  /// The source's name and settings, part of which sweep an output folder holds: resuming with
+  /// another source is refused.
+  std::string source_name;
 };
 
 /// Workers a group of slots keeps on standby: while a slot's trial runs, its next worker is

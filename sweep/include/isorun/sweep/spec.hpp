@@ -3,11 +3,12 @@
 /// What a sweep is: a task and its expanded trials (from YAML or `--grid` flags), the resources
 /// they run on, and the metric they are ranked by. Errors name the spec file once, and the line.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <map>
-#include <stdexcept>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -193,6 +194,14 @@ using runner::slot_plan;
 /// @brief Whether a trial may run on more than one GPU at once (gpus_per_trial above 1, or taken
 ///        from a parameter): such trials are packed by runner::gpu_packer, not on fixed slots.
 [[nodiscard]] inline bool spans_gpus(const sweep_spec& s) { return s.gpus_per_trial > 1 || !s.gpus_per_trial_param.empty(); }
+
+/// @brief The GPUs a trial of `params` takes: gpus_per_trial, or its parameter's value (checked
+///        before the sweep starts for the spec's trials); at least 1.
+[[nodiscard]] inline std::size_t gpus_of_trial(const sweep_spec& s, const nlohmann::json& params) {
+  if (s.gpus_per_trial_param.empty()) return static_cast<std::size_t>(std::max(1, s.gpus_per_trial));
+  const auto v = params.find(s.gpus_per_trial_param);
+  return v != params.end() && v->is_number_integer() && v->get<long long>() > 0 ? v->get<std::size_t>() : 1;
+}
 
 /// @brief gpus_per_trial as a spec writes it: "2", or "{g}" for parameter g's value.
 [[nodiscard]] inline std::string gpus_per_trial_text(const sweep_spec& s) {

@@ -1,29 +1,31 @@
 #pragma once
 /// @file scheduler.hpp
-/// The sweep's scheduler: it owns the queue of trials, starts them on a backend as lanes come
-/// free, and decides what an attempt's end means: a retry (the spec's retries per outcome class,
-/// or out-of-memory retries at a larger cap, whose attempts are journaled), a final record for
-/// the journal writer, or a stop of the whole sweep (fail-fast, a metric the results lack, a
-/// backend or journal failure, a stop request). Backends only run attempts.
+/// The sweep's scheduler: it takes trials from a source (trial_source.hpp) and its own retries,
+/// starts them on a backend as lanes come free, tells the source each final record, and decides what an attempt's end
+/// means: a retry (the spec's retries per outcome class, or out-of-memory retries at a larger cap, whose attempts are
+/// journaled), a final record for the journal writer, or a stop of the whole sweep (fail-fast, a metric the results
+/// lack, a backend or journal failure, a stop request). Backends only run attempts.
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <condition_variable>
 #include <exception>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "isorun/sweep/spec.hpp"
 #include "isorun/sweep/journal_writer.hpp"
+#include "isorun/sweep/spec.hpp"
 #include "isorun/sweep/stop_source.hpp"
 #include "isorun/sweep/trial_backend.hpp"
+#include "isorun/sweep/trial_source.hpp"
 
 namespace isorun::sweep {
 
@@ -52,16 +54,17 @@ struct scheduler_options {
 
 class scheduler final : private trial_sink {
  public:
-  /// @param s       the sweep (its trials, retries, fail_fast, metric); outlives the scheduler
-  /// @param subject what trial ids are derived from (subject(s))
-  /// @param queue   the trials to run, as indices into s.trials, in order
-  scheduler(const sweep_spec& s, const std::string& subject, const std::vector<std::size_t>& queue,
-            trial_backend& backend, journal_writer& writer, const stop_source& stop, scheduler_options options = {});
+  /// @param s      the sweep (its retries, fail_fast, metric); outlives the scheduler
+  /// @param source where the trials come from (the spec's list, or a source that adds trials as
+  ///               results come); outlives the scheduler
+  scheduler(const sweep_spec& s, trial_source& source, trial_backend& backend, journal_writer& writer,
+            const stop_source& stop, scheduler_options options = {});
 
-  /// @brief Runs the queue: starts trials while lanes are free and nothing says stop, until
-  ///        every trial started has ended; then finishes the backend. With `detach`, returns
-  ///        once every trial has been started, leaving them running (a detached Slurm sweep).
-  ///        Call once. Errors are not thrown: see error() and metric_error().
+  /// @brief Runs the sweep: starts trials while lanes are free and nothing says stop, until the
+  ///        source gives no more and every trial started has ended; then finishes the backend.
+  ///        With `detach`, returns once the source is exhausted and every trial has been
+  ///        started, leaving them running (a detached Slurm sweep). Call once. Errors are not
+  ///        thrown: see error() and metric_error().
   void run(bool detach = false);
 
   /// @brief A stop request: no new trials; every running one is cancelled (again: killed).
@@ -92,18 +95,20 @@ class scheduler final : private trial_sink {
   void on_report(const trial& t, std::int64_t step, const nlohmann::json& metrics) override;
   void on_error(std::exception_ptr error) override;
   bool stopping() const;  // under mutex_
+  std::optional<trial> take();  // under mutex_
   // Under mutex_: what one attempt's end means; true if the sweep must stop.
   bool settle(finished_trial& f, std::vector<trial_record>& final);
   void halt_and_cancel(std::unique_lock<std::mutex>& lk);
 
   const sweep_spec& s_;
+  trial_source& source_;
   trial_backend& backend_;
   journal_writer& writer_;
   const stop_source& stop_;
   scheduler_options options_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;
-  std::deque<trial> queue_;
+  std::deque<trial> retries_;              // attempts to start again, before the source's next trial
   std::set<std::size_t> running_, ended_;  // by trial index
   std::set<std::size_t> stopped_;          // stopped one by one (stop())
   std::set<std::size_t> pruned_;           // stopped by early stopping (prune())

@@ -19,13 +19,15 @@
 namespace isorun::sweep {
 
 /// One attempt of one trial.
-struct trial {
-  std::size_t index = 0;  ///< into the spec's trials
+struct trial {  // NOLINT(bugprone-exception-escape): its moves are std::string's and nlohmann::json's, which do not
+                // throw
+  std::size_t index = 0;  ///< its source's number for it (new_trial::index): its place in the spec's trials
   std::string id;         ///< trial_id(subject, params)
   int attempt = 1;        ///< 1 for the first, 2 for the first retry, ...
   /// This attempt's cap per GPU: larger than the spec's after an out-of-memory retry; 0: the spec's.
   std::uint64_t mem_limit = 0;
   int oom_retries = 0;    ///< attempts before this one that were retried at a larger cap
+  nlohmann::json params;  ///< the trial's parameters
 };
 
 /// @brief An attempt's cap per GPU: its own after an out-of-memory retry, else the spec's.
