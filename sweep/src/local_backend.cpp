@@ -391,7 +391,6 @@ auto local_backend::await(const slot& sl, const trial& t, running_trial what, Ru
 
 // One attempt of trial `t` on slot `sl`.
 trial_record local_backend::attempt(const slot& sl, const trial& t) {
-  const sweep_spec& s = *setup_.spec;
   trial_record rec;
   rec.id = t.id;
   rec.params = t.params;
