@@ -25,6 +25,9 @@ PATH_ENV = "ISORUN_PY_PATH"
 #: The modules that were in sys.modules when the call began (for tests and diagnostics).
 modules_at_entry: frozenset[str] = frozenset()
 
+#: A sweep trial's worker: what its preloads printed, held until the trial's log is its output.
+_preload_output: tuple[str, str] = ("", "")
+
 
 def _preload() -> None:
     names = os.environ.pop(PRELOAD_ENV, "")
@@ -34,14 +37,28 @@ def _preload() -> None:
     preloaded = list(filter(None, names.split(",")))
     from ._trial import is_file, load_file
 
-    for name in preloaded:
-        try:
-            if is_file(name):  # a sweep's trial function's file
-                load_file(name)
-            else:
-                importlib.import_module(name)
-        except Exception as exc:  # noqa: BLE001 - the call reports what it meets when it imports
-            print(f"isorun worker: preloading {name!r} failed: {exc}", file=sys.stderr)
+    # A sweep's trial writes to its own log, which its worker gets with the assignment: what the
+    # preloads (the trial function's own module among them) print at import goes there then,
+    # as it did when the trial imported them itself, not to the sweep's terminal.
+    import contextlib
+    import io
+
+    held_out, held_err = io.StringIO(), io.StringIO()
+    hold = os.environ.get("ISORUN_SWEEP_TRIAL") == "1"
+    with contextlib.ExitStack() as holding:
+        if hold:
+            holding.enter_context(contextlib.redirect_stdout(held_out))
+            holding.enter_context(contextlib.redirect_stderr(held_err))
+        for name in preloaded:
+            try:
+                if is_file(name):  # a sweep's trial function's file
+                    load_file(name)
+                else:
+                    importlib.import_module(name)
+            except Exception as exc:  # noqa: BLE001 - the call reports what it meets when it imports
+                print(f"isorun worker: preloading {name!r} failed: {exc}", file=sys.stderr)
+    global _preload_output
+    _preload_output = (held_out.getvalue(), held_err.getvalue())
     _warm_up(preloaded)
 
 
@@ -132,6 +149,11 @@ def _sweep_entry(request: str) -> tuple[bool, str, str]:
     global modules_at_entry
     modules_at_entry = frozenset(sys.modules)
     _sync_environ()
+    out, err = _preload_output
+    if out:
+        sys.stdout.write(out)
+    if err:
+        sys.stderr.write(err)
     try:
         from ._trial import run_trial
 

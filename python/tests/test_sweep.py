@@ -192,6 +192,21 @@ def test_start_zygote_forks_every_trial_from_one_interpreter_that_imported_its_m
     assert len({r["pid"] for r in results}) == 6 and all(r["ahead"] for r in results)
 
 
+@pytest.mark.parametrize("start", ["exec", "zygote"])
+def test_what_the_trial_s_module_prints_at_import_goes_to_each_trial_s_log(tmp_path, monkeypatch, capfd, start):
+    (tmp_path / "noisy.py").write_text("print('printed at import')\n\ndef f(i):\n    return {'i': i}\n")
+    monkeypatch.chdir(tmp_path)
+    spec = {"python": "noisy:f", "params": {"i": [1, 2, 3]},
+            "resources": {"cpu_slots": 1, "standby": 1, "start": start}}
+    records = isorun.sweep(spec, out=tmp_path / "out")
+    assert [r["outcome"] for r in records] == ["success"] * 3
+    # Imported ahead of each trial (or once, in the zygote), as each trial used to import it.
+    for r in records:
+        assert (tmp_path / "out" / "logs" / f"{r['id']}.out").read_text().count("printed at import") == 1
+    seen = capfd.readouterr()
+    assert "printed at import" not in seen.out + seen.err
+
+
 def test_start_zygote_is_for_python_trials_and_takes_exec_or_zygote(tmp_path):
     with pytest.raises(isorun.UsageError, match="start is exec .* or zygote"):
         isorun.sweep({"python": "where:where", "params": {"i": [1]}, "resources": {"start": "fork"}},
