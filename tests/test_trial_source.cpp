@@ -115,3 +115,31 @@ TEST_CASE("a sweep with a source stopped half way resumes where it stopped: noth
   CHECK(completions(log).size() == 6);
   fs::remove_all(dir);
 }
+
+TEST_CASE("a source that throws stops the sweep with its error, what ended journaled", "[sweep][source]") {
+  load_test_tasks();
+  const std::string dir = temp_dir();
+  const auto s = sw::parse_spec(step_spec(3, "", dir + "/out"), "t.yaml");
+  struct broken final : sw::trial_source {
+    std::unique_ptr<sw::list_source> listed;
+    int given = 0;
+    std::optional<sw::new_trial> next() override {
+      if (given++ == 1) throw std::runtime_error("the source broke");
+      return listed->next();
+    }
+    bool exhausted() const override { return false; }
+    void tell(const sw::trial_record&) override {}
+  };
+  sw::sweep_options ro;
+  ro.task_libraries = {SWEEP_TEST_TASKS};
+  ro.progress = false;
+  ro.source_name = "broken";
+  ro.source = [](std::unique_ptr<sw::list_source> listed) {
+    auto b = std::make_unique<broken>();
+    b->listed = std::move(listed);
+    return b;
+  };
+  CHECK_THROWS_WITH(sw::sweep_run(s, sw::plan_slots(s, {}).slots, ro).run(), Catch::Contains("the source broke"));
+  CHECK(lines(dir + "/out/results.jsonl").size() == 1);  // the first trial ended and was journaled
+  fs::remove_all(dir);
+}

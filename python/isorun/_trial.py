@@ -36,7 +36,11 @@ def load_file(where: str) -> ModuleType:
         raise ImportError(f"cannot load {where} as a module")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module  # so that what it defines pickles by reference
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(module_name, None)  # as importlib does: no half-run module is found later
+        raise
     return module
 
 

@@ -178,18 +178,23 @@ def test_interpreters_launched_ahead_import_the_trial_s_module_before_their_tria
 
 
 @pytest.mark.parametrize("standby", [0, 1])
-def test_start_zygote_forks_every_trial_from_one_interpreter_that_imported_its_module(tmp_path, monkeypatch, standby):
-    (tmp_path / "where.py").write_text(WHERE)
+def test_start_zygote_forks_every_trial_from_one_interpreter_that_imported_the_preloads(tmp_path, monkeypatch,
+                                                                                       standby):
+    (tmp_path / "marker.py").write_text("import os\n\nPID = os.getpid()\n")
+    (tmp_path / "where.py").write_text(WHERE + "\n\ndef marked(i):\n    import marker\n"
+                                       "    return {**where(i), 'marker_in': marker.PID}\n")
     monkeypatch.chdir(tmp_path)
-    spec = {"python": "where:where", "params": {"i": list(range(6))},
-            "resources": {"cpu_slots": 2, "standby": standby, "start": "zygote"}}
+    spec = {"python": "where:marked", "params": {"i": list(range(6))},
+            "resources": {"cpu_slots": 2, "standby": standby, "start": "zygote", "preload": ["marker"]}}
     records = isorun.sweep(spec, out=tmp_path / "out")
     assert [r["outcome"] for r in records] == ["success"] * 6
     results = [r["result"] for r in records]
-    # One zygote imported the module; every trial is a process of its own forked from it.
-    zygotes = {r["imported_in"] for r in results}
+    # One zygote imported the preloads; every trial is a process of its own forked from it, which
+    # imports the trial's own module itself (its import-time code runs where the trial runs).
+    zygotes = {r["marker_in"] for r in results}
     assert len(zygotes) == 1 and not zygotes & {r["pid"] for r in results}
-    assert len({r["pid"] for r in results}) == 6 and all(r["ahead"] for r in results)
+    assert len({r["pid"] for r in results}) == 6
+    assert all(r["imported_in"] == r["pid"] and not r["ahead"] for r in results)
 
 
 @pytest.mark.parametrize("start", ["exec", "zygote"])

@@ -71,7 +71,7 @@ std::shared_ptr<pooled_segment> segment_pool::acquire(std::uint64_t min_capacity
 }
 
 void segment_pool::release(std::unique_ptr<pooled_segment> segment) noexcept {
-  if (segment->sealed()) return;  // it can never be written again
+  if (segment->any_seal()) return;  // it may never be written or grown again
   try {
     const auto cap = segment->capacity();
     std::lock_guard lock(mutex_);

@@ -55,6 +55,11 @@ bool shm_file::seal() {
   return true;
 }
 
+int shm_file::seals() const noexcept {
+  const int seals = ::fcntl(fd_, F_GET_SEALS);
+  return seals > 0 ? seals : 0;
+}
+
 bool shm_file::sealed() const noexcept {
   const int seals = ::fcntl(fd_, F_GET_SEALS);
   return seals >= 0 && (seals & all_write_seals) == all_write_seals;

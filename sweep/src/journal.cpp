@@ -7,6 +7,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -111,7 +112,7 @@ journal::journal(const fs::path& folder) : path_{folder / "results.jsonl"} {
     }
     try {
       trial_record r = trial_record::from_json(parse_bounded_json(line));
-      if (!latest_.count(r.id)) order_.push_back(r.id);
+      if (final_record(r)) ended_at_[r.id] = records_++;
       latest_[r.id] = std::move(r);
     } catch (const std::exception&) {
       warnings_.push_back(where + " is not a trial record; ignored (" + std::string(line.substr(0, 60)) +
@@ -163,9 +164,20 @@ void journal::append(const std::vector<trial_record>& records) {
                          std::to_string(latest_.size()) + " trials are journaled; " + (full ? "free space" : "check the disk (dmesg)") + " and run the same command again to resume)");
   }
   for (const auto& r : records) {
-    if (!latest_.count(r.id)) order_.push_back(r.id);
+    if (final_record(r)) ended_at_[r.id] = records_++;
     latest_[r.id] = r;
   }
+}
+
+std::vector<std::string> journal::order() const {
+  std::vector<std::pair<std::uint64_t, std::string>> by_place;
+  by_place.reserve(ended_at_.size());
+  for (const auto& [id, at] : ended_at_) by_place.emplace_back(at, id);
+  std::sort(by_place.begin(), by_place.end());
+  std::vector<std::string> ids;
+  ids.reserve(by_place.size());
+  for (auto& [at, id] : by_place) ids.push_back(std::move(id));
+  return ids;
 }
 
 folder_lock::folder_lock(const fs::path& out, bool wait) {

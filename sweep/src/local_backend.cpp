@@ -341,12 +341,23 @@ void local_backend::lane(std::size_t k) {
     slot sl = setup_.slots[k];
     std::optional<std::vector<gpu_info>> taken;
     const std::uint64_t cap = cap_of(t, *setup_.spec);
+    std::string refused;  // GPUs a trial a source made cannot have (the spec's are checked up front)
     if (packer_ && !skip) {
-      taken = packer_->acquire(gpus_of_trial(*setup_.spec, t.params), cap);
+      try {
+        taken = packer_->acquire(gpus_of_trial(*setup_.spec, t.params), cap);
+      } catch (const std::exception& e) {
+        refused = e.what();
+      }
       if (taken) sl = slot{*taken, static_cast<int>(k)};
     }
     trial_record rec;
-    if (skip || (packer_ && !taken)) {  // stopped before it could start
+    if (!refused.empty()) {
+      rec.id = t.id;
+      rec.params = t.params;
+      rec.kind = outcome_kind::task_error;
+      rec.error = "task_error: " + refused;
+      rec.attempts = t.attempt;
+    } else if (skip || (packer_ && !taken)) {  // stopped before it could start
       rec.id = t.id;
       rec.params = t.params;
       rec.kind = outcome_kind::cancelled;

@@ -107,9 +107,10 @@ void launch(const sweep_spec& s, runner::job_spec& spec) {
   spec.extra_env.push_back(std::string(trial_env) + "=1");
   spec.task_libraries.clear();  // C++ task libraries mean nothing to this worker
   std::vector<std::string> preload = s.preload;
-  // A worker launched ahead (standby, or forked from a zygote) imports the trial's own module
-  // too, as it waits: the trial then pays no import.
-  if (s.standby > 0 || s.zygote) {
+  // An interpreter launched ahead (standby) imports the trial's own module too, as it waits: the
+  // trial then pays no import. Not a zygote: what the module does at import (a device check, a
+  // thread pool) would be done once there, without CUDA and with one thread, for every trial.
+  if (s.standby > 0 && !s.zygote) {
     const std::string target = request(s, nlohmann::json::object())["function"].get<std::string>();
     if (where(target).find(',') == std::string::npos) preload.push_back(target);  // (',' separates the list)
   }

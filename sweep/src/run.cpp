@@ -329,7 +329,8 @@ namespace {
 // done, up to the step each record says it reached (a trial run again reports afresh).
 std::map<std::string, std::int64_t> replayed_reports(const sweep_run::state& st) {
   std::map<std::string, std::int64_t> replayed;
-  for (const auto& [id, r] : st.journal ? st.journal->latest() : std::map<std::string, trial_record>{})
+  if (!st.journal) return replayed;
+  for (const auto& [id, r] : st.journal->latest())
     if (is_done(st, r)) replayed[id] = r.step;
   return replayed;
 }
@@ -551,7 +552,9 @@ std::unique_ptr<trial_backend> make_backend(const sweep_run::state& st, int run,
                   .timelines = st.timelines,
                   .run = run,
                   .run_start = run_start,
-                  .first = st.queue.empty() ? std::nullopt : std::optional<json>(s.trials[st.queue.front()])});
+                  // (A sweep whose source makes every trial still makes its workers like the spec's.)
+                  .first = s.trials.empty() ? std::nullopt
+                                            : std::optional<json>(s.trials[st.queue.empty() ? 0 : st.queue.front()])});
 }
 
 void tabulate(const sweep_run::state& st, json& identity, clock::time_point run_start, sweep_summary& summary) {

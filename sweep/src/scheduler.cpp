@@ -4,6 +4,7 @@
 #include "isorun/sweep/scheduler.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "isorun/sweep/report.hpp"
 
@@ -22,7 +23,14 @@ std::optional<trial> scheduler::take() {
     retries_.pop_front();
     return t;
   }
-  std::optional<new_trial> n = source_.next();
+  std::optional<new_trial> n;
+  try {
+    n = source_.next();
+  } catch (...) {  // the source cannot go on: the sweep stops as for a backend's failure
+    if (!error_) error_ = std::current_exception();
+    source_failed_ = true;
+    return std::nullopt;
+  }
   if (!n) return std::nullopt;
   const auto resumed = options_.resumed.find(n->index);
   trial t = resumed == options_.resumed.end() ? trial{} : resumed->second;
@@ -60,6 +68,11 @@ void scheduler::run(bool detach) {
       running_.insert(t->index);
       batch.push_back(std::move(*t));
     }
+    if (std::exchange(source_failed_, false)) {
+      halt_and_cancel(lk);  // (what the batch holds is not started)
+      for (const trial& t : batch) running_.erase(t.index);
+      batch.clear();
+    }
     if (!batch.empty()) {
       if (options_.running_changed) options_.running_changed(running_.size());
       lk.unlock();
@@ -88,8 +101,13 @@ void scheduler::on_finished(std::vector<finished_trial> batch) {
   std::vector<trial_record> final;
   bool halt = false;
   for (auto& f : batch) halt = settle(f, final) || halt;
-  for (const auto& rec : final)
-    if (final_record(rec)) source_.tell(rec);  // (an attempt retried at a larger cap is not an end)
+  try {
+    for (const auto& rec : final)
+      if (final_record(rec)) source_.tell(rec);  // (an attempt retried at a larger cap is not an end)
+  } catch (...) {
+    if (!error_) error_ = std::current_exception();
+    halt = true;
+  }
   for (auto& rec : final) writer_.push(std::move(rec));
   if (options_.running_changed) options_.running_changed(running_.size());
   if (halt) halt_and_cancel(lk);

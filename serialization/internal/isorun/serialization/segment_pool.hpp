@@ -43,6 +43,9 @@ class ISORUN_INTERNAL_API pooled_segment {
   /// @brief Sealed here, or by the worker that wrote it (an early_result worker seals its result
   ///        itself, whatever the supervisor then does with it).
   [[nodiscard]] bool sealed() const noexcept { return sealed_ || file_.sealed(); }
+  /// @brief Whether any seal is on it (a task may add one to a descriptor it was given): such a
+  ///        segment cannot be trusted to grow or be written again, and is not reused.
+  [[nodiscard]] bool any_seal() const noexcept { return sealed_ || file_.seals() != 0; }
 
  private:
   shm_file file_;

@@ -48,6 +48,8 @@ class ISORUN_INTERNAL_API shm_file {
 
   /// @brief Whether seal() succeeded on this file (by any descriptor).
   [[nodiscard]] bool sealed() const noexcept;
+  /// @brief The seals on it (F_GET_SEALS), 0 where none or unknown.
+  [[nodiscard]] int seals() const noexcept;
 
   [[nodiscard]] int fd() const noexcept { return fd_; }
   [[nodiscard]] bool valid() const noexcept { return fd_ >= 0; }

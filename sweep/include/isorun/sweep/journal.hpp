@@ -89,9 +89,9 @@ class journal {
 
   /// The last record of each trial, by id.
   [[nodiscard]] const std::map<std::string, trial_record>& latest() const noexcept { return latest_; }
-  /// The trials' ids in the order the journal first holds each (what a resumed sweep's trial
-  /// source is told, in this order).
-  [[nodiscard]] const std::vector<std::string>& order() const noexcept { return order_; }
+  /// The ids of the trials that ended, in the order of their last final records (as the sweep's
+  /// trial source was told them): what a resumed sweep tells its source again, in this order.
+  [[nodiscard]] std::vector<std::string> order() const;
   /// Lines that were not records, one message each (file and line number).
   [[nodiscard]] const std::vector<std::string>& warnings() const noexcept { return warnings_; }
 
@@ -104,7 +104,8 @@ class journal {
   int fd_ = -1;
   std::filesystem::path path_;
   std::map<std::string, trial_record> latest_;
-  std::vector<std::string> order_;
+  std::map<std::string, std::uint64_t> ended_at_;  // id -> place of its last final record
+  std::uint64_t records_ = 0;
   std::vector<std::string> warnings_;
 };
 

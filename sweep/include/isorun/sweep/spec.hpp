@@ -196,11 +196,17 @@ using runner::slot_plan;
 [[nodiscard]] inline bool spans_gpus(const sweep_spec& s) { return s.gpus_per_trial > 1 || !s.gpus_per_trial_param.empty(); }
 
 /// @brief The GPUs a trial of `params` takes: gpus_per_trial, or its parameter's value (checked
-///        before the sweep starts for the spec's trials); at least 1.
+///        before the sweep starts for the spec's trials).
+/// @throws spec_error for a parameter that is not a number of GPUs (a trial a source made).
 [[nodiscard]] inline std::size_t gpus_of_trial(const sweep_spec& s, const nlohmann::json& params) {
   if (s.gpus_per_trial_param.empty()) return static_cast<std::size_t>(std::max(1, s.gpus_per_trial));
   const auto v = params.find(s.gpus_per_trial_param);
-  return v != params.end() && v->is_number_integer() && v->get<long long>() > 0 ? v->get<std::size_t>() : 1;
+  if (v == params.end() || !v->is_number_integer() || v->get<long long>() < 1 || v->get<long long>() > 1024)
+    throw spec_error("gpus_per_trial takes parameter '" + s.gpus_per_trial_param + "', whose value " +
+                         (v == params.end() ? std::string("is missing") : v->dump()) +
+                         " is not a number of GPUs (1 or more)",
+                     s.gpus_per_trial_line);
+  return v->get<std::size_t>();
 }
 
 /// @brief gpus_per_trial as a spec writes it: "2", or "{g}" for parameter g's value.

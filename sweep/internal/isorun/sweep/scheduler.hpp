@@ -117,6 +117,7 @@ class scheduler final : private trial_sink {
   std::map<std::size_t, totals> totals_;
   std::size_t cancelled_ = 0;
   bool halted_ = false, metric_checked_ = false;
+  bool source_failed_ = false;  // the source threw: the sweep stops (error_)
   std::string metric_error_;
   std::exception_ptr error_;
 };
