@@ -15,7 +15,9 @@ restores the environment an exec'd worker would have and serves its one call.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import os
 import sys
 
@@ -40,9 +42,6 @@ def _preload() -> None:
     # A sweep's trial writes to its own log, which its worker gets with the assignment: what the
     # preloads (the trial function's own module among them) print at import goes there then,
     # as it did when the trial imported them itself, not to the sweep's terminal.
-    import contextlib
-    import io
-
     held_out, held_err = io.StringIO(), io.StringIO()
     hold = os.environ.get("ISORUN_SWEEP_TRIAL") == "1"
     with contextlib.ExitStack() as holding:
