@@ -16,6 +16,7 @@ from collections.abc import Generator, Iterator, Mapping
 from typing import Any, Callable, Optional, Union
 
 from . import _progress
+from ._trial import TRIAL_ENV
 from .errors import Error, UsageError
 
 __all__ = ["sweep", "sweep_iter", "SweepResults"]
@@ -169,7 +170,7 @@ def _run(spec: Spec, options: list[str], progress: bool) -> Generator[dict[str, 
     runs of the same sweep first; returns the output folder. Leaving the iterator early stops
     the sweep as Ctrl-C does (and waits for it). The one loop behind :func:`sweep` and
     :func:`sweep_iter`."""
-    if os.environ.get("ISORUN_SWEEP_TRIAL"):
+    if os.environ.get(TRIAL_ENV):
         raise UsageError("isorun.sweep() was called in a sweep's trial: the script that runs the sweep was imported "
                          "by its trials; put the sweep under if __name__ == '__main__':")
     program = _program()

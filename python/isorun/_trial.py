@@ -15,6 +15,9 @@ from typing import Any, Callable
 
 __all__ = ["run_trial", "resolve"]
 
+#: Set in a sweep trial's interpreter (sweep/src/python_trials.hpp, trial_env).
+TRIAL_ENV = "ISORUN_SWEEP_TRIAL"
+
 
 def is_file(where: str) -> bool:
     """Whether ``where`` (a target's part before ``:``) names a file rather than a module."""

@@ -37,13 +37,13 @@ def _preload() -> None:
     if path:
         sys.path[:] = path.split(os.pathsep)
     preloaded = list(filter(None, names.split(",")))
-    from ._trial import is_file, load_file
+    from ._trial import TRIAL_ENV, is_file, load_file
 
     # A sweep's trial writes to its own log, which its worker gets with the assignment: what the
     # preloads (the trial function's own module among them) print at import goes there then,
     # as it did when the trial imported them itself, not to the sweep's terminal.
     held_out, held_err = io.StringIO(), io.StringIO()
-    hold = os.environ.get("ISORUN_SWEEP_TRIAL") == "1"
+    hold = os.environ.get(TRIAL_ENV) == "1"
     with contextlib.ExitStack() as holding:
         if hold:
             holding.enter_context(contextlib.redirect_stdout(held_out))

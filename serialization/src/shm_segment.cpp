@@ -60,10 +60,7 @@ int shm_file::seals() const noexcept {
   return seals > 0 ? seals : 0;
 }
 
-bool shm_file::sealed() const noexcept {
-  const int seals = ::fcntl(fd_, F_GET_SEALS);
-  return seals >= 0 && (seals & all_write_seals) == all_write_seals;
-}
+bool shm_file::sealed() const noexcept { return (seals() & all_write_seals) == all_write_seals; }
 
 std::uint64_t shm_file::size() const {
   struct stat st {};

@@ -351,17 +351,12 @@ void local_backend::lane(std::size_t k) {
       if (taken) sl = slot{*taken, static_cast<int>(k)};
     }
     trial_record rec;
-    if (!refused.empty()) {
+    if (!refused.empty() || skip || (packer_ && !taken)) {  // refused, or stopped before it could start
       rec.id = t.id;
       rec.params = t.params;
-      rec.kind = outcome_kind::task_error;
-      rec.error = "task_error: " + refused;
       rec.attempts = t.attempt;
-    } else if (skip || (packer_ && !taken)) {  // stopped before it could start
-      rec.id = t.id;
-      rec.params = t.params;
-      rec.kind = outcome_kind::cancelled;
-      rec.attempts = t.attempt;
+      rec.kind = refused.empty() ? outcome_kind::cancelled : outcome_kind::task_error;
+      if (!refused.empty()) rec.error = "task_error: " + refused;
     } else {
       rec = attempt(sl, t);
     }

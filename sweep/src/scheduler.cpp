@@ -163,8 +163,8 @@ bool scheduler::settle(finished_trial& f, std::vector<trial_record>& final) {
         next.oom_retries = f.t.oom_retries + 1;
         retries_.push_front(std::move(next));
       } else {
-        ++cancelled_;
-      }  // stopped before its retry: not run to its end here; a resume goes on
+        ++cancelled_;  // stopped before its retry: not run to its end here; a resume goes on
+      }
       return false;
     }
   }
