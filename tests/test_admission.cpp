@@ -80,6 +80,23 @@ TEST_CASE("a waiting call can be cancelled; the calls behind it move up", "[runn
   CHECK(a->waiting() == 0);
 }
 
+TEST_CASE("CPU slots given beyond the admission's are there while their lease lives", "[runner][admission]") {
+  auto a = one_gpu_of(16_GiB, 2);
+  std::vector<std::shared_ptr<admission::waiter>> calls;
+  for (int i = 0; i < 4; ++i) calls.push_back(a->enqueue({}));
+  CHECK(a->running() == 2);
+  {
+    auto lease = a->widen_cpu_slots(3);  // an executor or sweep given 3 slots on purpose
+    CHECK(a->running() == 3);            // the first waiting call came in at once
+    CHECK(admitted(calls[2]));
+    CHECK_NOTHROW(a->enqueue({.cpus = 3}));  // no longer more than there are
+  }
+  calls[0]->get().reset();
+  CHECK_FALSE(admitted(calls[3]));  // the lease is gone: 2 slots again, both taken
+  calls[1]->get().reset();
+  CHECK(admitted(calls[3]));
+}
+
 TEST_CASE("a call waiting on another thread is admitted when a running call ends", "[runner][admission]") {
   auto a = one_gpu_of(16_GiB, 1);
   auto ticket = a->admit({});

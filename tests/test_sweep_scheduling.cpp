@@ -1,6 +1,10 @@
 // Sweeps that run: slots and standby workers, retries, Ctrl-C, trials on several GPUs, the digits example, metrics.
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <thread>
+
+#include "isorun/runner/admission.hpp"
 #include "sweep_test_support.hpp"
 
 TEST_CASE("trials run on their slot's GPU and every assignment is journaled", "[sweep][packing]") {
@@ -23,6 +27,41 @@ TEST_CASE("trials run on their slot's GPU and every assignment is journaled", "[
   CHECK(lines(dir + "/out/results.jsonl").size() == 8);
   fs::remove_all(dir);
 }
+TEST_CASE("a sweep's trials are admitted beside the program's other calls: no more caps than a GPU holds",
+          "[sweep][admission]") {
+  load_test_tasks();
+  const auto inventory = isorun::runner::gpu_inventory::simulated("1x16G");
+  auto admission = std::make_shared<isorun::runner::admission>(
+      isorun::runner::admission::limits{.gpus = inventory.gpus, .cpu_slots = 2, .name = "the test"});
+  // Another call of the program holds 12 GiB of the GPU: no 6 GiB trial fits beside it.
+  auto other = admission->admit({.gpus = {0}, .mem_limit = 12ULL << 30});
+  const std::string dir = temp_dir();
+  auto s = sw::parse_spec("task: step\nparams:\n  i: [0, 1, 2, 3]\nresources: {gpus: [0], mem_limit: 6G}\n", "t.yaml");
+  s.out = dir + "/out";
+  auto slots = sw::plan_slots(s, inventory, 16).slots;
+  REQUIRE(slots.size() == 2);
+  sw::sweep_options ro;
+  ro.task_libraries = {SWEEP_TEST_TASKS};
+  ro.progress = false;
+  ro.admission = admission.get();
+  sw::sweep_summary summary;
+  std::atomic<bool> ended{false};
+  std::thread sweep([&] {
+    summary = sw::sweep_run(s, slots, ro).run();
+    ended = true;
+  });
+  while (admission->waiting() < 2 && !ended) std::this_thread::yield();
+  CHECK_FALSE(ended);  // both lanes queued behind the call, no trial started
+  CHECK(admission->running() == 1);
+  other.reset();  // the call ends: the trials run, two at a time
+  sweep.join();
+  CHECK(summary.succeeded == 4);
+  CHECK(admission->running() == 0);  // every trial's ticket given back with its worker
+  // With every GPU ticket back, a call the size of the GPU gets in at once.
+  CHECK(admission->enqueue({.gpus = {0}, .mem_limit = 16ULL << 30})->wait_for(std::chrono::milliseconds(0)));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("sweeps run on standby workers: one process per trial, each trial's stdout in its own log",
           "[sweep][standby]") {
   load_test_tasks();

@@ -88,14 +88,13 @@ std::shared_ptr<admission::waiter> admission::enqueue(admission_request request,
                                   : std::string()) +
                         "; ask for fewer, or lower mem_limit");
   }
-  if (!request.on_gpu()) {
-    if (request.cpus == 0) throw usage_error("a CPU call takes at least 1 CPU slot (cpus_per_call 0)");
-    if (request.cpus > limits_.cpu_slots)
-      throw usage_error("a call asks for " + plural(request.cpus, "CPU slot") + ", but " + limits_.name + " has " +
-                        plural(limits_.cpu_slots, "CPU slot") + "; lower cpus_per_call or raise cpu_slots");
-  }
-  e->request = std::move(request);
+  if (!request.on_gpu() && request.cpus == 0)
+    throw usage_error("a CPU call takes at least 1 CPU slot (cpus_per_call 0)");
   std::unique_lock lock(mutex_);
+  if (!request.on_gpu() && request.cpus > cpu_slots())
+    throw usage_error("a call asks for " + plural(request.cpus, "CPU slot") + ", but " + limits_.name + " has " +
+                      plural(cpu_slots(), "CPU slot") + "; lower cpus_per_call or raise cpu_slots");
+  e->request = std::move(request);
   queue_.push_back(e);
   pump();
   return std::shared_ptr<waiter>(new waiter(shared_from_this(), std::move(e), then ? then->shared_from_this() : nullptr));
@@ -118,6 +117,21 @@ unsigned admission::share(const admission_request& request) const noexcept {
   return static_cast<unsigned>(std::max<std::size_t>(1, request.on_gpu() ? each : each * request.cpus));
 }
 
+std::size_t admission::cpu_slots() const noexcept {
+  return widened_.empty() ? limits_.cpu_slots : std::max(limits_.cpu_slots, *widened_.rbegin());
+}
+
+std::shared_ptr<void> admission::widen_cpu_slots(std::size_t cpu_slots) {
+  std::lock_guard lock(mutex_);
+  const auto at = widened_.insert(cpu_slots);
+  pump();  // calls waiting for a CPU slot may fit now
+  // The lease gives its slots back when dropped (calls running on them end as they end).
+  return {nullptr, [self = shared_from_this(), at](void*) {
+            std::lock_guard lock(self->mutex_);
+            self->widened_.erase(at);
+          }};
+}
+
 std::size_t admission::waiting() const {
   std::lock_guard lock(mutex_);
   return queue_.size();
@@ -132,7 +146,7 @@ bool admission::try_grant(entry& e, const std::vector<bool>& gpu_blocked) {
   const admission_request& r = e.request;
   grant g;
   if (!r.on_gpu()) {
-    if (used_cpus_ + r.cpus > limits_.cpu_slots) return false;
+    if (used_cpus_ + r.cpus > cpu_slots()) return false;
     g.cpus = r.cpus;
   } else {
     auto fits = [&](std::size_t i) {

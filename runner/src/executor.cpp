@@ -48,7 +48,11 @@ std::shared_ptr<runner::admission> executor_admission(const executor_options& o,
     ++l.gpu_slots;
   }
   if (!l.gpus.empty()) l.per_gpu = *std::max_element(per.begin(), per.end());
-  return std::make_shared<runner::admission>(std::move(l));
+  const std::size_t cpu_slots = l.cpu_slots;
+  auto a = std::make_shared<runner::admission>(std::move(l));
+  // CPU slots given beyond the cores are the executor's behind it too, while it lives.
+  if (o.cpu_slots > 0) a->keep(runner::admission::process().widen_cpu_slots(cpu_slots));
+  return a;
 }
 }  // namespace detail
 

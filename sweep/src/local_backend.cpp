@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <utility>
 
 #include "folder.hpp"
@@ -217,13 +218,24 @@ std::map<int, std::uint64_t> trial_memory(const sweep_spec& s, const std::vector
 }
 
 void local_backend::running_trial::cancel() const noexcept {
+  if (waiting) waiting->cancel();
   if (job) job->cancel();
   if (command) command->cancel();
 }
 
 local_backend::local_backend(local_setup setup)
-    : setup_{std::move(setup)}, slot_started_(setup_.slots.size(), 0), running_(setup_.slots.size()) {
+    : setup_{std::move(setup)},
+      admission_{setup_.options->admission ? setup_.options->admission : &runner::admission::process()},
+      slot_started_(setup_.slots.size(), 0),
+      running_(setup_.slots.size()) {
   const sweep_spec& s = *setup_.spec;
+  std::size_t cpu_slots = 0;
+  for (const auto& sl : setup_.slots) {
+    if (sl.gpus.empty()) ++cpu_slots;
+    for (const auto& g : sl.gpus) ++slots_on_[g.index];
+  }
+  // A sweep's CPU slots beyond the cores were asked for: they are its in the admission too.
+  if (cpu_slots) widened_ = admission_->widen_cpu_slots(cpu_slots);
   // Trials whose caps differ (out-of-memory retries) are packed by memory, on any GPU where the
   // cap fits; trials spanning GPUs take places on several. Otherwise each lane keeps its slot.
   const bool on_gpus =
@@ -302,7 +314,7 @@ void local_backend::stop(const trial& t) {
   std::lock_guard lock(mutex_);
   stop_wanted_.insert(t.index);
   for (const auto& r : running_)
-    if ((r.job || r.command) && r.index == t.index) r.cancel();
+    if ((r.waiting || r.job || r.command) && r.index == t.index) r.cancel();
 }
 
 void local_backend::cancel_all() {
@@ -350,6 +362,8 @@ void local_backend::lane(std::size_t k) {
       }
       if (taken) sl = slot{*taken, static_cast<int>(k)};
     }
+    std::shared_ptr<runner::admission::ticket> ticket;
+    if (refused.empty() && !skip && (!packer_ || taken)) ticket = admit(k, sl, t, cap, refused, skip);
     trial_record rec;
     if (!refused.empty() || skip || (packer_ && !taken)) {  // refused, or stopped before it could start
       rec.id = t.id;
@@ -358,8 +372,9 @@ void local_backend::lane(std::size_t k) {
       rec.kind = refused.empty() ? outcome_kind::cancelled : outcome_kind::task_error;
       if (!refused.empty()) rec.error = "task_error: " + refused;
     } else {
-      rec = attempt(sl, t);
+      rec = attempt(sl, t, ticket);
     }
+    ticket.reset();  // (a worker holds its own until it is reaped)
     if (taken) packer_->release(*taken, cap);
     {
       std::lock_guard lock(mutex_);
@@ -367,6 +382,44 @@ void local_backend::lane(std::size_t k) {
     }
     sink_->on_finished({{std::move(t), std::move(rec)}});
   }
+}
+
+// The trial asks for its cap on each of its GPUs the admission has (no cap: its slot's share of
+// the GPU), or for a CPU slot; the lane waits in the queue where a stop can reach it.
+std::shared_ptr<runner::admission::ticket> local_backend::admit(std::size_t lane, const slot& sl, const trial& t,
+                                                                std::uint64_t cap, std::string& refused,
+                                                                bool& stopped) {
+  runner::admission_request request;
+  std::uint64_t share = std::numeric_limits<std::uint64_t>::max();
+  for (const auto& g : sl.gpus)
+    for (const auto& known : admission_->shares().gpus)
+      if (known.uuid == g.uuid) {
+        request.gpus.push_back(known.index);
+        share = std::min(share, known.free_memory / std::max<std::size_t>(1, slots_on_[g.index]));
+      }
+  if (!sl.gpus.empty() && request.gpus.empty()) return nullptr;  // GPUs of another inventory (a test's)
+  if (!request.gpus.empty()) request.mem_limit = cap ? cap : share;
+  std::shared_ptr<runner::admission::waiter> place;
+  try {
+    place = admission_->enqueue(std::move(request));
+  } catch (const usage_error& e) {
+    refused = e.what();
+    return nullptr;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    running_[lane] = {.index = t.index, .waiting = place};
+    if (cancelled_ || stop_wanted_.count(t.index)) place->cancel();
+  }
+  std::shared_ptr<runner::admission::ticket> ticket;
+  try {
+    ticket = place->get();
+  } catch (const cancelled&) {
+    stopped = true;
+  }
+  std::lock_guard lock(mutex_);
+  running_[lane] = {};
+  return ticket;
 }
 
 // Waits for what runs an attempt on slot `sl` (a job or a command: `what` says which, so that a
@@ -396,7 +449,7 @@ auto local_backend::await(const slot& sl, const trial& t, running_trial what, Ru
 }
 
 // One attempt of trial `t` on slot `sl`.
-trial_record local_backend::attempt(const slot& sl, const trial& t) {
+trial_record local_backend::attempt(const slot& sl, const trial& t, std::shared_ptr<const void> admitted) {
   trial_record rec;
   rec.id = t.id;
   rec.params = t.params;
@@ -413,7 +466,7 @@ trial_record local_backend::attempt(const slot& sl, const trial& t) {
     rec.kind = outcome_kind::internal_error;
     rec.error = log_problem;
   } else if (setup_.program->in_worker()) {
-    run_worker(sl, t, rec, err.get());
+    run_worker(sl, t, rec, err.get(), std::move(admitted));
   } else {
     run_command(sl, t, rec, err.get());
   }
@@ -446,7 +499,8 @@ std::shared_ptr<runner::job> local_backend::start_job(const slot& sl, runner::jo
   return job;
 }
 
-void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec, int err) {
+void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec, int err,
+                               std::shared_ptr<const void> admitted) {
   const fs::path log = setup_.out / "logs" / rec.id;
   std::string log_problem;
   if (!log_file(setup_.logs, setup_.out, rec.id + ".out", log_problem)) {  // (checked here, opened for the worker when it is assigned)
@@ -477,6 +531,7 @@ void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec
     rec.timeline = "logs/" + name;
   }
   spec.stderr_echo_fd = err;
+  spec.admitted = std::move(admitted);  // until the worker is reaped
   std::shared_ptr<runner::job> job;
   try {
     job = start_job(sl, std::move(spec));

@@ -4,6 +4,10 @@
 // GPUs; standby workers, one pool per GPU, launched ahead so that attempts do not wait for
 // process starts. Also what a Slurm array task runs its share of trials on.
 //
+// Each attempt is admitted where the process's other calls are (runner/admission.hpp) before it
+// starts: its cap on each GPU the admission knows, or a CPU slot; so isolated calls and executors
+// in the same program never put more caps on a GPU than its memory beside the sweep's trials.
+//
 // Intermediate reports: a worker's are lines of its stdout log, which it writes directly and
 // the backend follows (log_follower); a command's stdout comes through a pipe the backend
 // copies to its log. Both reach trial_sink::on_report while the trial runs.
@@ -21,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "isorun/runner/admission.hpp"
 #include "isorun/runner/gpu_packer.hpp"
 #include "isorun/runner/job.hpp"
 #include "isorun/runner/standby.hpp"
@@ -69,9 +74,11 @@ class local_backend final : public trial_backend {
   void finish() override;
 
  private:
-  // What runs on a lane now, for cancelling: a worker's job, or a command.
+  // What runs on a lane now, for cancelling: a place in the admission queue, a worker's job, or
+  // a command.
   struct running_trial {
     std::size_t index = 0;
+    std::shared_ptr<runner::admission::waiter> waiting;
     std::shared_ptr<runner::job> job;
     runner::command* command = nullptr;
     void cancel() const noexcept;
@@ -84,8 +91,12 @@ class local_backend final : public trial_backend {
     bool started = false;                        // under mutex_: a trial has started on its GPU
   };
   void lane(std::size_t k);
-  trial_record attempt(const slot& sl, const trial& t);
-  void run_worker(const slot& sl, const trial& t, trial_record& rec, int err);
+  // The attempt's ticket (null where the admission knows none of its GPUs), or null with
+  // `refused` set (it can never fit there), or null once the trial is stopped while it waits.
+  std::shared_ptr<runner::admission::ticket> admit(std::size_t lane, const slot& sl, const trial& t, std::uint64_t cap,
+                                                   std::string& refused, bool& stopped);
+  trial_record attempt(const slot& sl, const trial& t, std::shared_ptr<const void> admitted);
+  void run_worker(const slot& sl, const trial& t, trial_record& rec, int err, std::shared_ptr<const void> admitted);
   std::shared_ptr<runner::job> start_job(const slot& sl, runner::job_spec spec);
   void run_command(const slot& sl, const trial& t, trial_record& rec, int err);
   template <class Runs>
@@ -96,6 +107,9 @@ class local_backend final : public trial_backend {
 
   local_setup setup_;
   trial_sink* sink_ = nullptr;
+  runner::admission* admission_;
+  std::shared_ptr<void> widened_;        // the admission's CPU slots, at least this sweep's
+  std::map<int, std::size_t> slots_on_;  // the sweep's slots per GPU index
   log_follower follower_;  // workers' stdout logs; outlives the lanes, which end their followings
   std::optional<runner::gpu_packer> packer_;
   std::map<int, standby_group_state> groups_;  // by the slot's GPU (-1: CPU slots)

@@ -20,6 +20,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,15 @@ class ISORUN_API admission : public std::enable_shared_from_this<admission> {
   ///        the GPU calls that may run at once; at least 1.
   [[nodiscard]] unsigned share(const admission_request& request) const noexcept;
 
+  /// @brief While the returned lease lives, at least `cpu_slots` CPU slots here. An executor or a
+  ///        sweep given more CPU slots than the cores on purpose (calls that wait on I/O) holds
+  ///        one on the process's admission, so that the slots it was given are there behind it
+  ///        too; calls of the process still queue with its calls, first come, first served.
+  [[nodiscard]] std::shared_ptr<void> widen_cpu_slots(std::size_t cpu_slots);
+  /// @brief Keeps `lease` (one of widen_cpu_slots(), on the admission behind this one) while
+  ///        this admission lives.
+  void keep(std::shared_ptr<void> lease) noexcept { kept_ = std::move(lease); }
+
   /// @brief Calls waiting here now.
   [[nodiscard]] std::size_t waiting() const;
   /// @brief Calls holding a ticket of this admission now.
@@ -116,6 +126,7 @@ class ISORUN_API admission : public std::enable_shared_from_this<admission> {
   [[nodiscard]] std::uint64_t need_on(const admission_request& r, std::size_t i) const noexcept;
   void release(const grant& g) noexcept;
   void pump();  // grants what fits, in order; under mutex_
+  [[nodiscard]] std::size_t cpu_slots() const noexcept;  // limits_.cpu_slots, or wider; under mutex_
   bool try_grant(entry& e, const std::vector<bool>& gpu_blocked);
 
   limits limits_;
@@ -125,6 +136,8 @@ class ISORUN_API admission : public std::enable_shared_from_this<admission> {
   std::vector<std::size_t> used_calls_;
   std::size_t used_cpus_ = 0;
   std::size_t running_ = 0;
+  std::multiset<std::size_t> widened_;  // the leases' CPU slots
+  std::shared_ptr<void> kept_;
 };
 
 class ISORUN_API admission::ticket {

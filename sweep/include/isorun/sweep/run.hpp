@@ -15,6 +15,10 @@
 #include "isorun/sweep/journal.hpp"
 #include "isorun/sweep/spec.hpp"
 
+namespace isorun::runner {
+class admission;
+}
+
 namespace isorun::sweep {
 
 class trial_source;
@@ -45,6 +49,9 @@ struct sweep_options {
   /// The source's name and settings, part of which sweep an output folder holds: resuming with
   /// another source is refused.
   std::string source_name;
+  /// Where each trial is admitted before it starts, beside the other calls of this process
+  /// (runner/admission.hpp); null: the process's, runner::admission::process().
+  runner::admission* admission = nullptr;
 };
 
 /// Workers a group of slots keeps on standby: while a slot's trial runs, its next worker is
