@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._api import IsolatedFunction, IsolatedFuture, isolated, map, stop_standby
+    from ._checkpoint import Checkpoint, checkpoint, latest_checkpoint, should_checkpoint
     from ._executor import Executor
     from ._outcome import Outcome, Result
     from ._pool import segment_pool_stats, set_segment_pool
@@ -52,6 +53,7 @@ _WHERE = {
     **dict.fromkeys(["set_segment_pool", "segment_pool_stats"], "_pool"),
     **dict.fromkeys(["sweep", "sweep_iter", "SweepResults"], "_sweep"),
     **dict.fromkeys(["report", "should_stop"], "_report"),
+    **dict.fromkeys(["Checkpoint", "checkpoint", "latest_checkpoint", "should_checkpoint"], "_checkpoint"),
     **dict.fromkeys(["Cancelled", "Error", "InternalError", "InvalidResult", "OutOfMemory", "RemoteTraceback",
                      "TaskError", "Timeout", "UsageError", "WorkerCrashed", "WorkerExited",
                          "LargeCallWarning"], "errors"),
@@ -102,6 +104,10 @@ __all__ = [
     "SweepResults",
     "report",
     "should_stop",
+    "checkpoint",
+    "latest_checkpoint",
+    "should_checkpoint",
+    "Checkpoint",
     "IsolatedFunction",
     "IsolatedFuture",
     "Outcome",

@@ -22,7 +22,9 @@ extern char** environ;
 namespace {
 
 constexpr int channel = isorun::serialization::control_fd;
-constexpr int program_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+// The signals a stop sends the group first (the warning of a sweep that keeps checkpoints among
+// them): the program's to act on, never the shim's.
+constexpr int program_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM};
 
 [[noreturn]] void fail(const char* what) {
   const int e = errno;
@@ -84,7 +86,7 @@ pid_t start(char** argv, char** env, int& error) {
 
 int main(int argc, char** argv) {
   if (argc < 2 || fcntl(channel, F_SETFD, FD_CLOEXEC) != 0) fail("started without a command or channel");
-  // Only the program should react to Ctrl-C and SIGTERM; the shim waits to report its end.
+  // Only the program should react to Ctrl-C, SIGTERM or a warning; the shim waits to report its end.
   for (int s : program_signals) signal(s, SIG_IGN);
   // The supervisor's death must take the program's group with it, which this process does when
   // the channel closes: it must outlive the supervisor for that, so no death signal of its own.

@@ -185,7 +185,7 @@ wait_end wait_for_shim(command::state& s, const std::function<bool()>& read_stde
     if (deadline != never && clock::now() >= deadline) {
       if (!stopping) {
         end.timed_out = true;
-        stopping.emplace(stop_plan::graceful(s.spec.grace));
+        stopping.emplace(stop_plan::graceful(s.spec.grace, s.spec.timeout_signal));
       }
       deadline = stopping->advance(s.shim);
     }

@@ -193,6 +193,7 @@ struct job::state {
   launched_worker worker;
   pid_t pid = -1;  // the worker's, kept once it is reaped (the watcher may reap it at any time)
   unique_fd cancel_event;
+  std::atomic<int> cancel_signal{0};          // the first cancel()'s signal, where it named one
   std::unique_ptr<host_memory_cap> host_cap;  // until the worker is reaped
 
   std::mutex wait_mutex;
@@ -258,7 +259,7 @@ watch_record watch(job::state& s) {
   watch_record w;
   line_tail tail(s.spec.stderr_tail_lines);
   launched_worker& worker = s.worker;
-  stop_escalation stopping(stop_plan::graceful(s.spec.grace));
+  stop_escalation stopping(stop_plan::graceful(s.spec.grace, s.spec.stop_signal));
   constexpr auto never = clock::time_point::max();
   clock::time_point deadline = s.spec.timeout.count() > 0 ? worker.started + s.spec.timeout : never;
 
@@ -286,6 +287,8 @@ watch_record watch(job::state& s) {
       std::uint64_t requests = 1;  // the eventfd counts cancels that arrived since the last read
       [[maybe_unused]] auto n = ::read(s.cancel_event.get(), &requests, sizeof requests);
       w.force(outcome_kind::cancelled, "cancelled by the caller");
+      if (const int sig = s.cancel_signal.load(); sig && !stopping.started())
+        stopping = stop_escalation(stop_plan::graceful(s.spec.grace, sig));
       // Each cancel takes the next step of the stop: a second one does not wait for the grace.
       for (std::uint64_t i = 0; i < std::min<std::uint64_t>(requests, 2); ++i) deadline = stopping.advance(worker.process);
     }
@@ -527,7 +530,11 @@ job::~job() {
 
 pid_t job::pid() const noexcept { return state_->pid; }
 
-void job::cancel() noexcept {
+void job::cancel(int first_signal) noexcept {
+  if (first_signal) {
+    int none = 0;
+    state_->cancel_signal.compare_exchange_strong(none, first_signal);
+  }
   const std::uint64_t one = 1;
   [[maybe_unused]] auto n = ::write(state_->cancel_event.get(), &one, sizeof one);
 }

@@ -14,9 +14,17 @@ early_stopper::early_stopper(const sweep_spec& s, report_log& log, const std::ma
   // trials were pruned or finished.
   for (const auto& r : log.earlier()) {
     const auto done = replayed.find(r.trial);
-    if (done == replayed.end() || r.step > done->second) continue;
+    if (done == replayed.end() || r.step > done->second || !first_time(r.trial, r.step)) continue;
     if (const auto v = value(r.metrics)) rule_->report(r.trial, r.step, *v);
   }
+}
+
+bool early_stopper::first_time(const std::string& id, std::int64_t step) {
+  if (!s_.checkpoints) return true;
+  const auto [at, added] = counted_.try_emplace(id, step);
+  if (!added && step <= at->second) return false;
+  at->second = step;
+  return true;
 }
 
 std::optional<double> early_stopper::value(const nlohmann::json& metrics) const {
@@ -29,6 +37,7 @@ std::optional<double> early_stopper::value(const nlohmann::json& metrics) const 
 }
 
 bool early_stopper::judge(const std::string& id, std::int64_t step, const nlohmann::json& metrics) {
+  if (!first_time(id, step)) return false;  // a step a resumed attempt reports again: counted once
   log_.append({id, step, metrics});
   if (!rule_) return false;
   const auto v = value(metrics);

@@ -2,6 +2,7 @@
 // Early stopping in a sweep: every report a trial makes is made durable (report_log), then
 // judged by the spec's rule (ASHA, median) on the spec's metric. A resumed sweep replays the
 // reports its folder holds, in their order, so its rule starts where the last run's left off.
+// Where trials keep checkpoints, a step a resumed trial reports again is not counted twice.
 
 #include <cstdint>
 #include <map>
@@ -38,8 +39,14 @@ class early_stopper {
   [[nodiscard]] std::optional<double> value(const nlohmann::json& metrics) const;
 
  private:
+  // With checkpoints, whether trial `id`'s report of `step` is the first of that step: a trial
+  // that resumes from a checkpoint reports again the steps after it it had reached, and each
+  // step counts once. (Without checkpoints every report counts: a retry starts afresh.)
+  bool first_time(const std::string& id, std::int64_t step);
+
   const sweep_spec& s_;
   report_log& log_;
+  std::map<std::string, std::int64_t> counted_;  // the last step counted, by trial
   std::unique_ptr<stop_rule> rule_;  // none without a scheduler
 };
 

@@ -43,7 +43,20 @@ json trial_record::to_json() const {
   if (!timeline.empty()) j["timeline"] = timeline;
   if (step >= 0) j["step"] = step;
   if (retry_mem_limit) j["retry_mem_limit"] = retry_mem_limit;
+  if (checkpoint >= 0) j["checkpoint"] = checkpoint;
+  if (!resumes.empty()) {
+    j["resumes"] = resumes;
+    j["steps_redone"] = steps_redone();
+  }
   return j;
+}
+
+std::int64_t trial_record::steps_redone() const {
+  std::int64_t sum = 0;
+  for (const auto& r : resumes)
+    if (r.is_object() && r.contains("redone") && r["redone"].is_number_integer())
+      sum += r["redone"].get<std::int64_t>();
+  return sum;
 }
 
 namespace {
@@ -78,7 +91,9 @@ trial_record trial_record::from_json(const json& j) {
   if (!r.params.is_object()) throw std::invalid_argument("params is not an object");
   const std::string outcome = j.at("outcome").get<std::string>();
   r.pruned = outcome == "pruned";
-  r.kind = r.pruned ? outcome_kind::cancelled : outcome_kind_named(outcome).value_or(outcome_kind::internal_error);
+  r.preempted = outcome == "preempted";
+  r.kind = r.pruned || r.preempted ? outcome_kind::cancelled
+                                   : outcome_kind_named(outcome).value_or(outcome_kind::internal_error);
   r.result = j.value("result", json());
   r.error = field(j, "error", std::string());
   r.wall_s = field(j, "wall_s", 0.0);
@@ -93,6 +108,8 @@ trial_record trial_record::from_json(const json& j) {
   r.timeline = field(j, "timeline", std::string());
   r.step = field(j, "step", std::int64_t{-1});
   r.retry_mem_limit = field(j, "retry_mem_limit", std::uint64_t{0});
+  r.checkpoint = field(j, "checkpoint", std::int64_t{-1});
+  if (const auto it = j.find("resumes"); it != j.end() && it->is_array()) r.resumes = *it;
   return r;
 }
 

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -102,11 +103,13 @@ bool wait_readable(int in, short events, int ended) {
 }
 
 // Copies a command's stdout from the pipe `in` to its log `out`, and hands each report line to
-// `on_report` as it arrives (while the trial runs, not after). Ends at the pipe's end or, once
+// `on_report` and each checkpoint line to `on_checkpoint` as it arrives (while the trial runs,
+// not after: the command may write its next checkpoint soon). Ends at the pipe's end or, once
 // `ended` (an eventfd: the command has exited) is readable, when the pipe holds nothing more:
 // a descendant that escaped with the pipe open cannot keep the lane waiting.
-void pump_stdout(int in, int out, int ended, const std::function<void(std::int64_t, json)>& on_report) {
-  report_lines lines{on_report, {}, false};
+void pump_stdout(int in, int out, int ended, const std::function<void(std::int64_t, json)>& on_report,
+                 const std::function<void(std::int64_t)>& on_checkpoint) {
+  report_lines lines{on_report, {}, false, on_checkpoint};
   bool draining = false;
   char buf[1 << 16];
   for (;;) {
@@ -162,6 +165,54 @@ unique_fd log_file(int logs, const fs::path& out, const std::string& name, std::
     return unique_fd();
   }
 }
+constexpr const char* resumes_file = "resumes.jsonl";
+
+// The last step a trial's log reports (-1: none), from its last 64 KiB.
+std::int64_t last_reported_step(int logs, const std::string& name) {
+  std::int64_t last = -1;
+  try {
+    const unique_fd log = detail::open_file(logs, name, O_RDONLY, name);
+    if (!log) return last;
+    const off_t size = ::lseek(log.get(), 0, SEEK_END);
+    constexpr off_t tail = 64 << 10;
+    if (size < 0 || ::lseek(log.get(), std::max<off_t>(0, size - tail), SEEK_SET) < 0) return last;
+    report_lines lines{[&](std::int64_t step, const json&) { last = std::max(last, step); }, {}, false};
+    char buf[1 << 16];
+    for (ssize_t n; (n = ::read(log.get(), buf, sizeof buf)) > 0;) lines.feed(buf, static_cast<std::size_t>(n));
+  } catch (const std::exception&) {  // no log, or not one isorun may read: nothing known
+  }
+  return last;
+}
+
+void append_resume(const fs::path& folder, const json& resume) {
+  const unique_fd dir = detail::open_folder(folder);
+  const unique_fd file = detail::open_file(dir.get(), resumes_file, O_RDWR | O_CREAT | O_APPEND, folder / resumes_file);
+  // (A line a killed supervisor left half written goes first.)
+  detail::drop_cut_line(file.get(),
+                        detail::for_each_line(file.get(), 4096, folder / resumes_file, [](auto, int, bool) {}),
+                        folder / resumes_file);
+  if (detail::write_all(file.get(), resume.dump() + "\n") != 0)
+    throw internal_error("cannot write " + (folder / resumes_file).string());
+}
+
+// The folder's resumes, oldest first; lines that are not resumes are skipped (the folder is the
+// trial's to write into too).
+json read_resumes(const fs::path& folder) {
+  json all = json::array();
+  try {
+    const unique_fd dir = detail::open_folder(folder);
+    const unique_fd file = detail::open_file(dir.get(), resumes_file, O_RDONLY, folder / resumes_file);
+    detail::for_each_line(file.get(), 4096, folder / resumes_file, [&](std::string_view line, int, bool too_long) {
+      if (too_long) return;
+      json r = parse_bounded_json(line);
+      if (r.is_object() && r.value("from", json()).is_number_integer() && r.value("redone", json()).is_number_integer())
+        all.push_back(std::move(r));
+    });
+  } catch (const std::exception&) {
+  }
+  return all;
+}
+
 }  // namespace
 
 standby_plan plan_standby(const sweep_spec& s, const std::vector<slot>& slots) {
@@ -217,10 +268,14 @@ std::map<int, std::uint64_t> trial_memory(const sweep_spec& s, const std::vector
   return memory;
 }
 
-void local_backend::running_trial::cancel() const noexcept {
+void local_backend::running_trial::cancel(int first_signal) const noexcept {
   if (waiting) waiting->cancel();
-  if (job) job->cancel();
-  if (command) command->cancel();
+  if (job) job->cancel(first_signal);
+  if (command) command->cancel(first_signal);
+}
+
+int local_backend::planned_stop_signal() const noexcept {
+  return setup_.spec->checkpoints ? setup_.spec->checkpoints.signal : SIGTERM;
 }
 
 local_backend::local_backend(local_setup setup)
@@ -314,13 +369,13 @@ void local_backend::stop(const trial& t) {
   std::lock_guard lock(mutex_);
   stop_wanted_.insert(t.index);
   for (const auto& r : running_)
-    if ((r.waiting || r.job || r.command) && r.index == t.index) r.cancel();
+    if ((r.waiting || r.job || r.command) && r.index == t.index) r.cancel(SIGTERM);  // pruned: no warning
 }
 
 void local_backend::cancel_all() {
   std::lock_guard lock(mutex_);
   cancelled_ = true;
-  for (const auto& r : running_) r.cancel();
+  for (const auto& r : running_) r.cancel(planned_stop_signal());
   for (auto& [key, g] : groups_)
     if (g.pool) g.pool->interrupt();  // a zygote still importing is not waited for
   if (packer_) packer_->close();  // attempts waiting for GPUs start no more
@@ -429,13 +484,14 @@ auto local_backend::await(const slot& sl, const trial& t, running_trial what, Ru
     -> decltype(runs.wait()) {
   const auto lane = static_cast<std::size_t>(sl.index);
   what.index = t.index;
-  bool stop_now;
+  int stop_now = 0;  // the signal of a stop that came before it started
   {
     std::lock_guard lock(mutex_);
     running_[lane] = what;
-    stop_now = cancelled_ || stop_wanted_.count(t.index);
+    if (stop_wanted_.count(t.index)) stop_now = SIGTERM;
+    else if (cancelled_) stop_now = planned_stop_signal();
   }
-  if (stop_now) runs.cancel();
+  if (stop_now) runs.cancel(stop_now);
   const auto& r = runs.wait();
   {
     std::lock_guard lock(mutex_);
@@ -446,6 +502,32 @@ auto local_backend::await(const slot& sl, const trial& t, running_trial what, Ru
   rec.peak_allocated = r.status.peak_allocated;
   rec.error = r.status.ok() ? "" : r.status.describe();
   return r;
+}
+
+// The trial's checkpoint folder, cleared of what an attempt stopped half-way left; the latest
+// checkpoint the attempt resumes from, and the steps the attempt before it had reported past that
+// (the last report in its log, which this attempt's log replaces), appended to the folder's
+// resumes.jsonl: the trial's resumes over every run, which its record carries.
+local_backend::attempt_checkpoints local_backend::prepare_checkpoints(const trial& t, trial_record& rec) const {
+  attempt_checkpoints saved;
+  const checkpoint_spec& c = setup_.spec->checkpoints;
+  if (!c) return saved;
+  saved.folder.emplace(setup_.out / "checkpoints" / t.id, c.keep);
+  saved.folder->clear_staging();
+  const auto latest = saved.folder->latest();
+  saved.variables = {std::string(checkpoint_env::dir) + "=" + saved.folder->dir().string(),
+                     std::string(checkpoint_env::keep) + "=" + std::to_string(c.keep),
+                     std::string(checkpoint_env::signal) + "=" + std::to_string(c.signal)};
+  if (!latest) return saved;
+  saved.variables.push_back(std::string(checkpoint_env::resume_from) + "=" + latest->path.string());
+  saved.variables.push_back(std::string(checkpoint_env::resume_step) + "=" + std::to_string(latest->step));
+  std::int64_t reached = last_reported_step(setup_.logs, rec.id + ".out");
+  const json resume = {{"run", rec.run},
+                       {"attempt", rec.attempts},
+                       {"from", latest->step},
+                       {"redone", std::max<std::int64_t>(0, reached - latest->step)}};
+  append_resume(saved.folder->dir(), resume);
+  return saved;
 }
 
 // One attempt of trial `t` on slot `sl`.
@@ -460,15 +542,29 @@ trial_record local_backend::attempt(const slot& sl, const trial& t, std::shared_
   rec.attempts = t.attempt;
   const auto t0 = std::chrono::steady_clock::now();
   rec.start_s = std::chrono::duration<double>(t0 - setup_.run_start).count();
+  attempt_checkpoints saved;
   std::string log_problem;
-  const unique_fd err = log_file(setup_.logs, setup_.out, rec.id + ".err", log_problem);
+  try {
+    saved = prepare_checkpoints(t, rec);  // (before the logs are emptied: it reads where the last attempt got)
+  } catch (const std::exception& e) {
+    log_problem = e.what();
+  }
+  const unique_fd err = log_problem.empty() ? log_file(setup_.logs, setup_.out, rec.id + ".err", log_problem)
+                                            : unique_fd();
   if (!log_problem.empty()) {
     rec.kind = outcome_kind::internal_error;
     rec.error = log_problem;
   } else if (setup_.program->in_worker()) {
-    run_worker(sl, t, rec, err.get(), std::move(admitted));
+    run_worker(sl, t, rec, err.get(), std::move(admitted), saved);
   } else {
-    run_command(sl, t, rec, err.get());
+    run_command(sl, t, rec, err.get(), saved);
+  }
+  if (saved.folder) {
+    try {
+      if (const auto last = saved.folder->latest()) rec.checkpoint = last->step;
+    } catch (const std::exception&) {
+    }
+    rec.resumes = read_resumes(saved.folder->dir());
   }
   rec.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (std::error_code ec; !rec.timeline.empty() && !fs::exists(setup_.out / rec.timeline, ec)) rec.timeline.clear();  // it died first
@@ -500,7 +596,7 @@ std::shared_ptr<runner::job> local_backend::start_job(const slot& sl, runner::jo
 }
 
 void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec, int err,
-                               std::shared_ptr<const void> admitted) {
+                               std::shared_ptr<const void> admitted, const attempt_checkpoints& saved) {
   const fs::path log = setup_.out / "logs" / rec.id;
   std::string log_problem;
   if (!log_file(setup_.logs, setup_.out, rec.id + ".out", log_problem)) {  // (checked here, opened for the worker when it is assigned)
@@ -510,9 +606,15 @@ void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec
   }
   runner::job_spec spec;
   std::unique_ptr<runner::driver_cap> cap;
+  bool fresh_worker = false;
   try {
     spec = trial_spec(sl, t.params, cap_of(t, *setup_.spec));
     cap = setup_.program->bring_cap(spec);
+    if (saved.folder) {
+      // Only a worker launched for the attempt gets them, unless its request carries them.
+      fresh_worker = !setup_.program->carry_variables(spec, saved.variables);
+      spec.stop_signal = setup_.spec->checkpoints.signal;  // a timeout warns first
+    }
   } catch (const usage_error& e) {  // parameters a source made that the program refuses
     rec.kind = outcome_kind::task_error;
     rec.error = std::string("task_error: ") + e.what();
@@ -534,7 +636,7 @@ void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec
   spec.admitted = std::move(admitted);  // until the worker is reaped
   std::shared_ptr<runner::job> job;
   try {
-    job = start_job(sl, std::move(spec));
+    job = fresh_worker ? runner::job::start(std::move(spec)) : start_job(sl, std::move(spec));
   } catch (const std::exception& e) {
     rec.kind = outcome_kind::internal_error;
     rec.error = e.what();
@@ -570,7 +672,8 @@ void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec
 }
 
 // A command's attempt: its stdout to the log, its result from $ISORUN_RESULT or its last JSON line.
-void local_backend::run_command(const slot& sl, const trial& t, trial_record& rec, int err) {
+void local_backend::run_command(const slot& sl, const trial& t, trial_record& rec, int err,
+                                attempt_checkpoints& saved) {
   const sweep_spec& s = *setup_.spec;
   const fs::path log = setup_.out / "logs" / rec.id;
   const fs::path result_file = fs::absolute(log.string() + ".result.json");
@@ -592,13 +695,16 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
   const bool timeline = cap && !sl.gpus.empty();
   try {
     if (!stdout_file || !ended) throw internal_error(log_problem);
+    std::vector<std::string> env = {"ISORUN_RESULT=" + result_file.string(), "ISORUN_TRIAL=" + rec.id};
+    env.insert(env.end(), saved.variables.begin(), saved.variables.end());
     cmd = runner::command::start({.argv = command_for(s.command, rec.params),
                                   .gpus = sl.gpus,
                                   .mem_limit = cap,
                                   .host_mem_limit = s.host_mem_limit,
                                   .timeout = s.timeout,
                                   .grace = setup_.options->grace,
-                                  .extra_env = {"ISORUN_RESULT=" + result_file.string(), "ISORUN_TRIAL=" + rec.id},
+                                  .timeout_signal = planned_stop_signal(),
+                                  .extra_env = std::move(env),
                                   .stdin_fd = -1,
                                   .stdout_fd = out_write.get(),
                                   .stderr_fd = err,
@@ -610,9 +716,25 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
     return;
   }
   out_write.reset();  // the command holds the pipe's only write end now: its exit is our EOF
+  // A `{"checkpoint": STEP}` line commits what the command staged in $ISORUN_CHECKPOINT_DIR/tmp;
+  // one that cannot be committed is said in the trial's stderr log, the folder left as it was.
+  auto on_checkpoint = [&](std::int64_t step) {
+    if (!saved.folder) return;
+    try {
+      const fs::path staged = saved.folder->command_staged(step);
+      saved.folder->commit(staged, step);
+      if (staged.filename() == checkpoint_folder::command_staging)  // a new, empty tmp for the next
+        if (::mkdir(staged.c_str(), 0755) != 0 && errno != EEXIST)
+          throw internal_error("cannot create " + staged.string() + ": " + std::strerror(errno));
+    } catch (const std::exception& e) {
+      detail::write_all(
+          err, std::string("isorun: checkpoint ") + std::to_string(step) + " not committed: " + e.what() + "\n");
+    }
+  };
   output_reader pump(std::move(ended), [&](int end) {
-    pump_stdout(out_read.get(), stdout_file.get(), end,
-                [&](std::int64_t step, json metrics) { sink_->on_report(t, step, metrics); });
+    pump_stdout(
+        out_read.get(), stdout_file.get(), end,
+        [&](std::int64_t step, json metrics) { sink_->on_report(t, step, metrics); }, on_checkpoint);
   });
   const runner::command_result& r = await(sl, t, {.command = cmd.get()}, *cmd, rec);
   pump.end();  // all it printed is in the log before the result is read from it

@@ -32,6 +32,7 @@
 #include "isorun/sweep/log_follower.hpp"
 #include "isorun/sweep/run.hpp"
 #include "isorun/sweep/trial_backend.hpp"
+#include "isorun/worker/checkpoint.hpp"
 
 namespace isorun::runner {
 class command;
@@ -81,7 +82,13 @@ class local_backend final : public trial_backend {
     std::shared_ptr<runner::admission::waiter> waiting;
     std::shared_ptr<runner::job> job;
     runner::command* command = nullptr;
-    void cancel() const noexcept;
+    // SIGTERM, or the checkpoint warning before a planned stop (the sweep stopping).
+    void cancel(int first_signal) const noexcept;
+  };
+  // An attempt's checkpoints: its folder, where it resumes, and the variables that say so.
+  struct attempt_checkpoints {
+    std::optional<checkpoint_folder> folder;
+    std::vector<std::string> variables;  // KEY=VALUE, for the trial
   };
   struct standby_group_state {
     bool warm = false;
@@ -96,14 +103,20 @@ class local_backend final : public trial_backend {
   std::shared_ptr<runner::admission::ticket> admit(std::size_t lane, const slot& sl, const trial& t, std::uint64_t cap,
                                                    std::string& refused, bool& stopped);
   trial_record attempt(const slot& sl, const trial& t, std::shared_ptr<const void> admitted);
-  void run_worker(const slot& sl, const trial& t, trial_record& rec, int err, std::shared_ptr<const void> admitted);
+  // @throws std::exception naming the folder where it cannot be used.
+  attempt_checkpoints prepare_checkpoints(const trial& t, trial_record& rec) const;
+  void run_worker(const slot& sl, const trial& t, trial_record& rec, int err, std::shared_ptr<const void> admitted,
+                  const attempt_checkpoints& saved);
   std::shared_ptr<runner::job> start_job(const slot& sl, runner::job_spec spec);
-  void run_command(const slot& sl, const trial& t, trial_record& rec, int err);
+  void run_command(const slot& sl, const trial& t, trial_record& rec, int err, attempt_checkpoints& saved);
   template <class Runs>
   auto await(const slot& sl, const trial& t, running_trial what, Runs& runs, trial_record& rec) -> decltype(runs.wait());
   // @throws usage_error for parameters the program refuses (a trial a source made).
   runner::job_spec trial_spec(const slot& sl, const nlohmann::json& params, std::uint64_t mem_limit) const;
   void make_standby_pools();
+  // The first signal of a stop of the whole sweep: the checkpoint warning where trials keep
+  // checkpoints (they then have the grace period to save), else SIGTERM.
+  [[nodiscard]] int planned_stop_signal() const noexcept;
 
   local_setup setup_;
   trial_sink* sink_ = nullptr;

@@ -152,12 +152,23 @@ class python_trials_program final : public trial_program {
   std::unique_ptr<runner::driver_cap> bring_cap(runner::job_spec& spec) const override {
     if (!spec.mem_limit || spec.gpus.empty()) return nullptr;
     auto cap = std::make_unique<runner::driver_cap>(spec.mem_limit);
+    add_variables(spec, cap->variables());
+    return cap;
+  }
+
+  bool carry_variables(runner::job_spec& spec, const std::vector<std::string>& variables) const override {
+    add_variables(spec, variables);
+    return true;
+  }
+
+ private:
+  // Into the request's "variables", which the interpreter sets before the function runs.
+  static void add_variables(runner::job_spec& spec, const std::vector<std::string>& variables) {
     nlohmann::json request = nlohmann::json::parse(reinterpret_cast<const char*>(spec.args.data()),
                                                    reinterpret_cast<const char*>(spec.args.data()) + spec.args.size());
-    for (const auto& v : cap->variables()) request["variables"][v.substr(0, v.find('='))] = v.substr(v.find('=') + 1);
+    for (const auto& v : variables) request["variables"][v.substr(0, v.find('='))] = v.substr(v.find('=') + 1);
     const std::string text = request.dump();
     spec.args = blob(text.data(), text.size());
-    return cap;
   }
 };
 

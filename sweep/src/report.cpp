@@ -143,13 +143,19 @@ std::string results_csv(const std::vector<trial_record>& records) {
   const bool steps = std::any_of(records.begin(), records.end(), [](const trial_record& r) { return r.step >= 0; });
   // mem_limit: the cap of the trial's last attempt, the one it finally needed where it was
   // retried at larger caps after running out of memory.
-  csv << "id,outcome,attempts,wall_s,device,peak_reserved,mem_limit" << (steps ? ",step" : "");
+  // With checkpoints: the step each trial had saved, and the steps its resumes did again.
+  const bool saved = std::any_of(records.begin(), records.end(),
+                                 [](const trial_record& r) { return r.checkpoint >= 0 || !r.resumes.empty(); });
+  csv << "id,outcome,attempts,wall_s,device,peak_reserved,mem_limit" << (steps ? ",step" : "")
+      << (saved ? ",checkpoint,steps_redone" : "");
   for (const auto& h : columns.headers) csv << "," << csv_field(json(h));
   csv << ",error\n";
   for (const auto& r : records) {
     csv << r.id << "," << outcome_name(r) << "," << r.attempts << "," << r.wall_s << "," << csv_field(json(r.device)) << ","
         << r.peak_reserved << "," << r.mem_limit;
     if (steps) csv << "," << (r.step >= 0 ? std::to_string(r.step) : std::string());
+    if (saved)
+      csv << "," << (r.checkpoint >= 0 ? std::to_string(r.checkpoint) : std::string()) << "," << r.steps_redone();
     for (const auto& v : columns.values(r)) csv << "," << csv_field(v);
     csv << "," << csv_field(json(r.error)) << "\n";
   }

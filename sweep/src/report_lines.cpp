@@ -17,6 +17,17 @@ std::optional<std::pair<std::int64_t, nlohmann::json>> report_line(std::string_v
   return std::make_pair(at, std::move(j));
 }
 
+std::optional<std::int64_t> checkpoint_line(std::string_view line) {
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
+  while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+  if (line.empty() || line.front() != '{' || line.find("\"checkpoint\"") == std::string_view::npos) return std::nullopt;
+  const nlohmann::json j = parse_bounded_json(line);
+  if (!j.is_object()) return std::nullopt;
+  const auto step = j.find("checkpoint");
+  if (step == j.end() || !step->is_number_integer() || step->get<std::int64_t>() < 0) return std::nullopt;
+  return step->get<std::int64_t>();
+}
+
 void report_lines::feed(const char* p, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) {
     if (p[i] != '\n') {
@@ -27,8 +38,11 @@ void report_lines::feed(const char* p, std::size_t n) {
       }
       continue;
     }
-    if (!too_long)
+    if (!too_long) {
       if (auto r = report_line(line)) on_report(r->first, std::move(r->second));
+      else if (on_checkpoint)
+        if (auto step = checkpoint_line(line)) on_checkpoint(*step);
+    }
     line.clear();
     too_long = false;
   }

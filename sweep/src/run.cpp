@@ -4,6 +4,7 @@
 #include "isorun/sweep/run.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,13 +12,14 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <mutex>
-#include <thread>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "early_stop.hpp"
@@ -221,6 +223,15 @@ void open_out(sweep_run::state& st) {
   const unique_fd out_dir = detail::open_folder(st.out);
   if (!out_dir) throw internal_error("cannot open " + st.out_text + ": not a folder");
   st.logs = detail::open_subfolder(out_dir.get(), "logs", true, st.out / "logs");
+  if (s.checkpoints) {  // refused now, before anything starts, if it cannot hold them
+    const unique_fd checkpoints = detail::open_subfolder(out_dir.get(), "checkpoints", true, st.out / "checkpoints");
+    // Tried, not asked (access() says yes to root whatever the folder's attributes).
+    const std::string probe = ".probe-" + std::to_string(::getpid());
+    if (::mkdirat(checkpoints.get(), probe.c_str(), 0700) != 0)
+      throw usage_error("the checkpoint folder " + (st.out / "checkpoints").string() + " is not writable (" +
+                        std::strerror(errno) + "): the trials' checkpoints could not be saved; fix its permissions");
+    ::unlinkat(checkpoints.get(), probe.c_str(), AT_REMOVEDIR);
+  }
 }
 
 // The trials this run owes as an array task of a Slurm submission (the submitter holds the folder
@@ -326,10 +337,17 @@ void tabulate(const sweep_run::state& st, json& identity, clock::time_point run_
 namespace {
 
 // What a resumed sweep's early stopping replays: the reports of this sweep's trials that are
-// done, up to the step each record says it reached (a trial run again reports afresh).
+// done, up to the step each record says it reached (a trial run again reports afresh). With
+// checkpoints, those of the trials not done too: they go on from a checkpoint rather than afresh,
+// and each step is counted once, the first time it was reported (early_stopper).
 std::map<std::string, std::int64_t> replayed_reports(const sweep_run::state& st) {
   std::map<std::string, std::int64_t> replayed;
   if (!st.journal) return replayed;
+  constexpr std::int64_t every = std::numeric_limits<std::int64_t>::max();
+  if (st.s.checkpoints) {
+    for (const auto& t : st.s.trials) replayed[trial_id(st.subject, t)] = every;
+    for (const auto& [id, r] : st.journal->latest()) replayed[id] = every;
+  }
   for (const auto& [id, r] : st.journal->latest())
     if (is_done(st, r)) replayed[id] = r.step;
   return replayed;

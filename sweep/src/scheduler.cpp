@@ -120,8 +120,17 @@ bool scheduler::settle(finished_trial& f, std::vector<trial_record>& final) {
   rec.attempts = std::max(rec.attempts, f.t.attempt);
   if (options_.stop_fails_as_cancelled && stop_.requests() > 0 && rec.kind != outcome_kind::success)
     rec.kind = outcome_kind::cancelled;
-  if (stopped_.erase(f.t.index) && rec.kind != outcome_kind::success) rec.kind = outcome_kind::cancelled;
+  const bool stopped_alone = stopped_.erase(f.t.index) > 0;
+  if (stopped_alone && rec.kind != outcome_kind::success) rec.kind = outcome_kind::cancelled;
   const bool pruned = pruned_.erase(f.t.index) > 0;
+  // A trial that keeps checkpoints and did not succeed while the sweep stops ended with the stop
+  // (it was warned, saved, and was stopped): preempted, journaled, and resumed from its
+  // checkpoint by the next run.
+  if (s_.checkpoints && stopping() && !stopped_alone && !pruned && rec.kind != outcome_kind::success) {
+    rec.kind = outcome_kind::cancelled;
+    rec.preempted = true;
+    rec.error.clear();
+  }
   if (const auto last = last_report_.find(f.t.index); last != last_report_.end()) {
     // A record that already says a later step knows better: a Slurm node's record carries the
     // step and report its node saw last, which may not have reached this side before the record.
@@ -145,6 +154,7 @@ bool scheduler::settle(finished_trial& f, std::vector<trial_record>& final) {
   sum.wall_s += rec.wall_s;
   if (rec.kind == outcome_kind::cancelled && !rec.pruned) {
     ++cancelled_;
+    if (rec.preempted) final.push_back(std::move(rec));  // not an end: the journal says where it got
     return false;
   }
   // (At most max_attempts attempts at growing caps in a run: the first, then the retries.)

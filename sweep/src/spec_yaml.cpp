@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
+#include <map>
 #include <random>
 #include <set>
 #include <sstream>
@@ -506,6 +508,48 @@ void parse_resources(const YAML::Node& root, sweep_spec& s) {
   }
 }
 
+// checkpoints: true, or {keep: 2, signal: SIGUSR1}.
+void parse_checkpoints(const YAML::Node& v, sweep_spec& s) {
+  checkpoint_spec c;
+  c.on = true;
+  c.line = v.Mark().line + 1;
+  if (v.IsScalar()) {
+    const json on = scalar(v);
+    if (!on.is_boolean()) fail(v, "checkpoints is true, false or a mapping, e.g. {keep: 2, signal: SIGUSR1}");
+    c.on = on.get<bool>();
+    s.checkpoints = c;
+    return;
+  }
+  if (!v.IsMap()) fail(v, "checkpoints is true, false or a mapping, e.g. {keep: 2, signal: SIGUSR1}");
+  for (const auto& kv : v) {
+    const std::string k = kv.first.Scalar();
+    if (k == "keep") {
+      const double n = number(kv.second, "checkpoints keep");
+      if (n < 1 || n > 1000 || n != std::floor(n))
+        fail(kv.second,
+             "checkpoints keep must be a whole number from 1 to 1000 (the latest checkpoints kept per "
+             "trial; a later attempt resumes from the latest), e.g. 2");
+      c.keep = static_cast<int>(n);
+    } else if (k == "signal") {
+      static const std::map<std::string, int> names = {
+          {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGINT", SIGINT},     {"SIGTERM", SIGTERM},
+          {"SIGHUP", SIGHUP},   {"SIGALRM", SIGALRM}, {"SIGWINCH", SIGWINCH}, {"SIGURG", SIGURG}};
+      std::string name = kv.second.IsScalar() ? kv.second.Scalar() : "";
+      if (!name.empty() && name.rfind("SIG", 0) != 0) name = "SIG" + name;
+      const auto it = names.find(name);
+      if (it == names.end())
+        fail(kv.second, "checkpoints signal '" + (kv.second.IsScalar() ? kv.second.Scalar() : std::string("?")) +
+                            "' is not one isorun sends as a warning; use SIGUSR1 (the default), SIGUSR2, SIGINT, "
+                            "SIGTERM, SIGHUP, SIGALRM, SIGWINCH or SIGURG");
+      c.signal = it->second;
+    } else {
+      fail(kv.first,
+           "checkpoints: unknown key '" + k + "'" + did_you_mean(k, {"keep", "signal"}) + "; known: keep, signal");
+    }
+  }
+  s.checkpoints = c;
+}
+
 // policy: oom_retry: {factor: 2, max: 16G}. What it needs of the rest of the spec (a cap, a max
 // above it) is checked by sweep_run, once flags may have changed the cap.
 void parse_oom_retry(const YAML::Node& v, sweep_spec& s) {
@@ -586,14 +630,14 @@ sweep_spec parse_yaml(const std::string& text) {
   }
   if (!root.IsMap()) throw spec_error("a sweep spec is a YAML mapping (task:, params:, ...)", 1);
   sweep_spec s;
-  static const std::set<std::string> known = {"task",   "command",   "python", "metric", "params", "zip",
-                                              "random", "resources", "policy", "out", "scheduler"};
+  static const std::set<std::string> known = {"task",   "command",   "python", "metric", "params",    "zip",
+                                              "random", "resources", "policy", "out",    "scheduler", "checkpoints"};
   for (const auto& kv : root)
     if (!known.count(kv.first.Scalar()))
       fail(kv.first, "unknown key '" + kv.first.Scalar() + "'" +
                          did_you_mean(kv.first.Scalar(), {known.begin(), known.end()}) +
                          "; known: task, command, python, metric, scheduler, params, zip, random, resources, policy, "
-                         "out");
+                         "checkpoints, out");
   parse_subject(root, s);
   if (auto m = root["metric"]) parse_metric(m, s);
   if (auto sch = root["scheduler"]) parse_scheduler(sch, s);
@@ -618,6 +662,7 @@ sweep_spec parse_yaml(const std::string& text) {
   if (s.zygote && s.python.empty())
     fail(root["resources"]["start"], "start: zygote forks Python interpreters; it goes with python: only");
   if (auto pol = root["policy"]) parse_policy(pol, s);
+  if (auto c = root["checkpoints"]) parse_checkpoints(c, s);
   if (auto o = root["out"]) s.out = o.Scalar();
   if (s.trials.empty()) fail(root, "the spec expands to no trials");
   return s;

@@ -66,6 +66,16 @@ class trial_program {
     return nullptr;
   }
 
+  /// @brief Hands an attempt's own variables (KEY=VALUE: its checkpoint folder, where it
+  ///        resumes) to a worker trial. True where they ride with the request (`spec.args`,
+  ///        updated), which a standby worker launched earlier receives too; false where they are
+  ///        the worker's environment (`spec.extra_env`), which only a worker launched for the
+  ///        attempt gets.
+  virtual bool carry_variables(runner::job_spec& spec, const std::vector<std::string>& variables) const {
+    spec.extra_env.insert(spec.extra_env.end(), variables.begin(), variables.end());
+    return false;
+  }
+
   /// @brief What to say when a trial's result lacks the metric because it gave no result: ""
   ///        where the generic message says it all.
   [[nodiscard]] virtual std::string no_result_hint(const std::string& /*metric*/, const std::string& /*whose*/) const {

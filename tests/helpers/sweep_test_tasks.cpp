@@ -271,3 +271,37 @@ curve_result curve(const curve_args& a) {
   return r;
 }
 ISORUN_TASK(curve);
+
+// A trial that keeps its progress through this_worker().checkpoint(): `steps` steps, a checkpoint
+// every `every` (a file "state" holding the step), resumed from latest_checkpoint(). Each step
+// it does appends "I STEP" to `log` (I: its parameter `i`); at
+// step `grow_at` it holds `mib` MiB of device memory through its allocator, which runs out of
+// memory under a smaller cap (an out-of-memory retry at a larger cap then resumes).
+namespace {
+struct checkpointed_args {
+  int i = 0, steps = 0, every = 10, grow_at = -1, mib = 0;
+  std::string log;
+  template <class A>
+  void serialize(A& ar) {
+    ar(CEREAL_NVP(i), CEREAL_NVP(steps), CEREAL_NVP(every), CEREAL_NVP(grow_at), CEREAL_NVP(mib), CEREAL_NVP(log));
+  }
+};
+}  // namespace
+
+int checkpointed(const checkpointed_args& a) {
+  auto& w = isorun::this_worker();
+  int step = 0;
+  if (const auto from = w.latest_checkpoint()) std::ifstream(from->path / "state") >> step;
+  std::vector<isorun::alloc::device_buffer> held;
+  while (step < a.steps) {
+    ++step;
+    { std::ofstream(a.log, std::ios::app) << a.i << " " << step << "\n"; }
+    w.report_object(step, "{}");
+    if (step == a.grow_at)
+      for (int m = 0; m < a.mib; m += 8) held.emplace_back(w.allocator(), 8u << 20);
+    if (step % a.every == 0)
+      w.checkpoint(step, [&](const std::filesystem::path& dir) { std::ofstream(dir / "state") << step; });
+  }
+  return step;
+}
+ISORUN_TASK(checkpointed);

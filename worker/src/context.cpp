@@ -7,12 +7,14 @@
 #include <mutex>
 #include <cerrno>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <limits>
-#include <algorithm>
-#include <chrono>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -269,6 +271,55 @@ bool worker_context::should_stop() noexcept {
     ::sigaction(SIGTERM, &sa, nullptr);
   });
   return stop_asked != 0;
+}
+
+namespace {
+volatile sig_atomic_t checkpoint_asked = 0;  // set by the warning signal once a task has asked
+extern "C" void on_checkpoint_signal(int) { checkpoint_asked = 1; }
+
+std::optional<checkpoint_folder> trial_checkpoints() {
+  const char* dir = std::getenv(checkpoint_env::dir);
+  if (!dir || !*dir) return std::nullopt;
+  const char* keep = std::getenv(checkpoint_env::keep);
+  return checkpoint_folder(dir, keep && *keep ? std::atoi(keep) : 1);
+}
+}  // namespace
+
+std::optional<checkpoint_info> worker_context::latest_checkpoint() const {
+  const auto folder = trial_checkpoints();
+  return folder ? folder->latest() : std::nullopt;
+}
+
+checkpoint_info worker_context::checkpoint(std::int64_t step,
+                                           const std::function<void(const std::filesystem::path&)>& write) {
+  auto folder = trial_checkpoints();
+  if (!folder)
+    throw std::logic_error(
+        "checkpoint(): this task does not run in a sweep with checkpoints (add checkpoints: "
+        "{keep: 2} to the spec)");
+  folder->check_step(step);  // refused before anything is written
+  const std::filesystem::path staged = folder->stage(step);
+  try {
+    write(staged);
+    return folder->commit(staged, step);
+  } catch (...) {
+    std::error_code ec;
+    std::filesystem::remove_all(staged, ec);  // a checkpoint not committed leaves nothing
+    throw;
+  }
+}
+
+bool worker_context::should_checkpoint() noexcept {
+  static std::once_flag installed;
+  std::call_once(installed, [] {
+    const char* named = std::getenv(checkpoint_env::signal);
+    struct sigaction sa {};
+    sa.sa_handler = on_checkpoint_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    ::sigaction(named && *named ? std::atoi(named) : SIGUSR1, &sa, nullptr);
+  });
+  return checkpoint_asked != 0;
 }
 
 worker_context& this_worker() noexcept {

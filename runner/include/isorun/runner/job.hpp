@@ -4,6 +4,7 @@
 /// the C++ API, the CLI and sweeps.
 
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -38,7 +39,10 @@ struct job_spec {
   std::uint64_t mem_limit = 0;              ///< bytes per device, 0 = none
   std::uint64_t host_mem_limit = 0;         ///< bytes of host memory (isolated_options::host_mem_limit)
   std::chrono::milliseconds timeout{0};     ///< 0 = none
-  std::chrono::milliseconds grace{5000};    ///< SIGTERM → SIGKILL delay
+  std::chrono::milliseconds grace{5000};    ///< first signal → SIGKILL delay
+  /// The first signal of a stop (the timeout, cancel()): SIGTERM; a sweep whose trials keep
+  /// checkpoints sends its warning, which gives the task the grace period to save.
+  int stop_signal = SIGTERM;
   std::vector<std::string> task_libraries;  ///< shared objects the worker loads
   std::string alloc_conf;                   ///< allocator configuration string
   std::string executable;                   ///< worker program; empty = this program
@@ -137,9 +141,10 @@ class ISORUN_API job {
   /// @brief Waits up to `timeout`. @return true once the result is available via wait().
   bool wait_for(std::chrono::milliseconds timeout);
 
-  /// @brief Asks for the worker to be stopped (SIGTERM, then SIGKILL after the grace period); a
-  ///        second call sends SIGKILL at once. Thread-safe and async-signal-safe; returns at once.
-  void cancel() noexcept;
+  /// @brief Asks for the worker to be stopped (`first_signal`, 0: the spec's stop_signal; then
+  ///        SIGKILL after the grace period); a second call sends SIGKILL at once. Thread-safe
+  ///        and async-signal-safe; returns at once.
+  void cancel(int first_signal = 0) noexcept;
 
   /// @brief The worker's pid (also its process group id), for as long as the job lives, also
   ///        once the worker has exited and been reaped. The number may then name another

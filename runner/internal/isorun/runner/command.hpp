@@ -33,6 +33,8 @@ struct command_spec {
   bool enforce_cap = true;                ///< false: the cap is only exported (advisory)
   std::chrono::milliseconds timeout{0};   ///< 0 = none
   std::chrono::milliseconds grace{5000};  ///< first signal → SIGKILL delay
+  /// The first signal at the timeout (a sweep whose trials keep checkpoints sends its warning).
+  int timeout_signal = SIGTERM;
   std::vector<std::string> extra_env;     ///< "KEY=VALUE" added to the program's environment
   int stdin_fd = 0;                       ///< -1: /dev/null
   int stdout_fd = 1;

@@ -45,6 +45,17 @@ struct trial_record {
   /// record is not the trial's end: it keeps the attempt's cap in the journal, and a resumed
   /// sweep starts the trial again at this cap.
   std::uint64_t retry_mem_limit = 0;
+  /// Stopped by a planned stop of the sweep (Ctrl-C, isorun stopped) in a sweep that keeps
+  /// checkpoints: journaled as outcome "preempted", with `kind` cancelled. Neither a success nor
+  /// a failure, and not the trial's end: a resumed sweep runs it again from its checkpoint.
+  bool preempted = false;
+  /// With checkpoints: the latest step the trial had committed when the attempt ended (-1: none).
+  std::int64_t checkpoint = -1;
+  /// With checkpoints: where this trial's attempts resumed, in every run so far, oldest first:
+  /// {"run", "attempt", "from": step, "redone": steps the attempt before had reported past it}.
+  nlohmann::json resumes = nlohmann::json::array();
+  /// @brief The steps redone over all resumes (the sum of their "redone").
+  [[nodiscard]] std::int64_t steps_redone() const;
   [[nodiscard]] nlohmann::json to_json() const;
   /// @brief The record as one line of JSON, newline included: what the journal and a node's
   ///        result file hold. A string that is not UTF-8 (text a task wrote that reached the
@@ -59,11 +70,13 @@ struct trial_record {
 
 /// @brief A record's outcome as journaled and shown: "pruned" for a pruned trial, else its kind.
 [[nodiscard]] inline std::string_view outcome_name(const trial_record& r) noexcept {
-  return r.pruned ? std::string_view("pruned") : to_string(r.kind);
+  return r.pruned ? std::string_view("pruned") : r.preempted ? std::string_view("preempted") : to_string(r.kind);
 }
 
 /// @brief Whether a record is a trial's end: not an attempt retried at a larger cap.
-[[nodiscard]] inline bool final_record(const trial_record& r) noexcept { return r.retry_mem_limit == 0; }
+[[nodiscard]] inline bool final_record(const trial_record& r) noexcept {
+  return r.retry_mem_limit == 0 && !r.preempted;
+}
 
 /// @brief Whether a record counts as done without failing: a success, or a pruned trial.
 [[nodiscard]] inline bool done_well(const trial_record& r) noexcept { return r.kind == outcome_kind::success || r.pruned; }

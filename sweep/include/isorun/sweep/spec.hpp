@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -75,6 +76,18 @@ std::string early_stopping_problem(const early_stopping_spec& s);
 /// run again with its cap multiplied by `factor`, up to `max` (the last attempt at exactly `max`),
 /// at most `max_attempts` times in all. Each attempt is a process and a durable journal line: a
 /// factor barely above 1 would make a trial creep up to `max` a byte at a time.
+/// `checkpoints:`: each trial keeps its progress in OUT/checkpoints/ID (worker/checkpoint.hpp);
+/// every later attempt (a retry, an out-of-memory retry, a resumed sweep) resumes from the
+/// latest, and before a planned stop (a timeout, the sweep stopping) the trial is warned by
+/// `signal` and has the grace period to save.
+struct checkpoint_spec {
+  bool on = false;
+  int keep = 2;          ///< committed checkpoints kept per trial, the latest
+  int signal = SIGUSR1;  ///< the warning
+  int line = 0;          ///< YAML line of `checkpoints:`
+  [[nodiscard]] explicit operator bool() const noexcept { return on; }
+};
+
 struct oom_retry_spec {
   static constexpr double min_factor = 1.1;  ///< each retry's cap at least this much larger
   static constexpr int default_max_attempts = 8;
@@ -142,6 +155,7 @@ struct sweep_spec {
   std::chrono::milliseconds timeout{0};
   std::map<std::string, int> retries;   ///< outcome class -> extra attempts
   oom_retry_spec oom_retry;             ///< out-of-memory retries at larger caps (off by default)
+  checkpoint_spec checkpoints;          ///< trials that keep their progress (off by default)
   bool fail_fast = false;
   std::string out;                      ///< output folder
   std::string alloc_conf;

@@ -3,6 +3,7 @@
 /// What a task can ask about the worker it runs in.
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -18,8 +19,9 @@
 #include "isorun/alloc/caching_allocator.hpp"
 #include "isorun/alloc/cuda_module.hpp"
 #include "isorun/alloc/device_buffer.hpp"
-#include "isorun/serialization/blob.hpp"
 #include "isorun/export.hpp"
+#include "isorun/serialization/blob.hpp"
+#include "isorun/worker/checkpoint.hpp"
 
 namespace isorun {
 
@@ -142,6 +144,21 @@ class ISORUN_API worker_context {
   ///        stop stands: a pruned trial is journaled with its last report, whatever it returns.
   ///        A task that never asks is ended by the SIGTERM.
   bool should_stop() noexcept;
+
+  /// @brief The trial's latest committed checkpoint, if it has one (in a sweep with
+  ///        `checkpoints:`): what this attempt resumes from. nullopt outside such a sweep.
+  [[nodiscard]] std::optional<checkpoint_info> latest_checkpoint() const;
+  /// @brief Saves checkpoint `step`: `write(folder)` fills a new, empty folder, which is then
+  ///        committed whole (fsync'ed and renamed; checkpoint.hpp) and handed to every later
+  ///        attempt of the trial. Steps only go forward.
+  /// @throws std::logic_error outside a sweep with `checkpoints:`; std::invalid_argument for a
+  ///         step not after the latest; what `write` throws (nothing is committed then).
+  checkpoint_info checkpoint(std::int64_t step, const std::function<void(const std::filesystem::path&)>& write);
+  /// @brief Whether a planned stop is coming (the trial's timeout, the sweep stopping): save a
+  ///        checkpoint now, within the stop's grace period. From the first call on, the warning
+  ///        signal (`checkpoints: {signal: ...}`, SIGUSR1 by default) no longer ends the worker
+  ///        but makes this true; a task that never asks is ended by it.
+  bool should_checkpoint() noexcept;
 
   /// Set by the worker: claims the result segment for a payload of the given size (nullptr if
   /// the running task's result is not a blob).
