@@ -17,6 +17,7 @@ std::atomic<const std::string*> notices[2] = {nullptr, nullptr};
 std::atomic<int> received{0};   // signals caught
 std::atomic<int> delivered{0};  // of them, handed to the target
 std::atomic<int> last_signal{0};
+std::atomic<int> extra{0};  // also_catch()'s signal, 0: none
 
 // Hands each caught signal to the target exactly once, whichever of the handler and hand_to()
 // (maybe on two threads at once) gets there first. Async-signal-safe: atomics only.
@@ -42,6 +43,7 @@ void install(void (*handler)(int)) {
   sa.sa_flags = SA_RESTART;  // whatever the main thread was blocked in goes on; the stop wakes it
   sigemptyset(&sa.sa_mask);
   for (int sig : handled) ::sigaction(sig, &sa, nullptr);
+  if (const int more = extra.load()) ::sigaction(more, &sa, nullptr);
 }
 
 }  // namespace
@@ -66,8 +68,14 @@ void interrupt_scope::hand_to(stop_function stop) noexcept {
   deliver();
 }
 
+void interrupt_scope::also_catch(int signal) const noexcept {
+  extra = signal;
+  install(on_signal);
+}
+
 interrupt_scope::~interrupt_scope() {
   install(SIG_DFL);
+  extra = 0;
   target = nullptr;
   notices[0] = nullptr;
   notices[1] = nullptr;

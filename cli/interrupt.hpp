@@ -43,6 +43,10 @@ class interrupt_scope {
   /// @brief From now on signals go to `stop`; those that came before are handed to it now.
   void hand_to(stop_function stop) noexcept;
 
+  /// @brief Catches `signal` too, for the scope's life, as the others (on a Slurm node, the
+  ///        warning Slurm sends ahead of the time limit).
+  void also_catch(int signal) const noexcept;
+
  private:
   std::string first_, second_;  // read by the handler: fixed before it is installed
 };

@@ -1,5 +1,6 @@
 #include "sweep_command.hpp"
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -155,8 +156,33 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libs) {
                  printable(sweep::subject(s)).c_str(), s.trials.size(), sweep.pending(), plan.how.c_str(), spans.c_str(),
                  sweep::plan_standby(s, plan.slots).how.c_str(), printable(where).c_str());
     // The sweep says itself what a stop does, once it knows what runs (sweep::request_stop).
-    const interrupt_scope stop([](int) noexcept { sweep::request_stop(); });
-    return summarize(o, s, sweep.run(), where);
+    static std::atomic<int> warning{0};
+    static std::atomic<bool> warned{false};
+    const interrupt_scope stop([](int signal) noexcept {
+      if (signal == warning.load()) warned = true;
+      sweep::request_stop();
+    });
+    // An array task of a sweep whose trials keep checkpoints: Slurm warns it ahead of its time
+    // limit. It stops as for Ctrl-C (its trials warned in turn, saving), then requeues itself,
+    // to go on later from the checkpoints.
+    const bool node = !o.sweep.node.empty();
+    if (node && s.checkpoints) {
+      warning = s.checkpoints.signal;
+      stop.also_catch(s.checkpoints.signal);
+    }
+    const int code = summarize(o, s, sweep.run(), where);
+    if (!node || !warned) return code;
+    std::string why;
+    if (sweep::slurm::requeue_this_task(why)) {
+      std::fprintf(stderr,
+                   "isorun: warned by Slurm: the trials saved their checkpoints; this array task is requeued\n");
+      return code;
+    }
+    std::fprintf(stderr,
+                 "isorun: warned by Slurm: the trials saved their checkpoints, but this array task could not be "
+                 "requeued (%s); the sweep resumes them in a new array\n",
+                 printable(why).c_str());
+    return sweep::slurm::preempted_exit;
   } catch (const sweep::spec_error& e) {
     throw usage_error(e.what());  // it names the spec file and line itself
   }

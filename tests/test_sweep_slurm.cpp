@@ -1,6 +1,7 @@
 // Sweeps on Slurm (a real single-node cluster, started by tests/slurm/run_tests.sh).
 #include <catch2/catch.hpp>
 
+#include "isorun/sweep/slurm.hpp"
 #include "sweep_test_support.hpp"
 
 namespace {
@@ -282,5 +283,99 @@ TEST_CASE("on Slurm: early stopping; nodes send their trials' reports through th
   CHECK(best["params"] == json{{"x", 0.3}, {"y", 0.6}});
   CHECK(lines(dir + "/runs").size() == 12);  // each started once: no stop was taken for a lost task
   CHECK(lines(dir + "/out/reports.jsonl").size() > 12);  // the submitter judged and kept every report
+  fs::remove_all(dir);
+}
+
+namespace {
+
+// A Slurm sweep of one command trial of checkpointed_trial.sh (30 steps, a checkpoint every 10)
+// that, the first time it runs, waits at its checkpoint at step 10, and saves the step it reached
+// as checkpoint 11 when warned.
+std::string waiting_trial(const std::string& dir, const std::string& slurm) {
+  return "command: [sh, " + std::string(CHECKPOINTED_TRIAL) + ", \"" + dir +
+         "/steps\", '30', '10', '{i}', warned-once]\n" + "params:\n  i: [0]\nresources: {backend: slurm, cpu_slots: 1" +
+         slurm + "}\ncheckpoints: {keep: 2, warn_before: 55s}\n" + "out: \"" + dir + "/out\"\n";
+}
+
+// Starts array task `task` again at once where Slurm holds it back after a requeue (as an admin
+// would: a requeued job waits a couple of minutes by default); true once it is no longer pending.
+bool expedite(const std::string& task) {
+  const auto state = isorun::test::run_captured("/usr/bin/squeue", {"-h", "-r", "-j", task, "-o", "%T %r"});
+  if (state.out.find("PENDING") == std::string::npos) return false;
+  isorun::test::run_captured("/usr/bin/scontrol", {"update", "jobid=" + task, "StartTime=now"});
+  return true;
+}
+
+// The trial's steps in the order it did them.
+std::vector<int> trial_steps(const std::string& log) {
+  std::vector<int> steps;
+  for (const auto& l : lines(log)) {
+    std::istringstream in(l);
+    std::string id;
+    int step = 0;
+    if (in >> id >> step) steps.push_back(step);
+  }
+  return steps;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "on Slurm: an array task warned ahead of its time limit requeues itself; its trial resumes from the "
+    "checkpoint it saved then",
+    "[slurm][checkpoints]") {
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/spec.yaml") << waiting_trial(dir, ", time: \"1\"");
+  std::ofstream{dir + "/steps"};
+  auto sweep = isorun::test::start_captured(ISORUN_CLI, {"sweep", dir + "/spec.yaml", "--no-progress"});
+  const std::string log = dir + "/steps";
+  REQUIRE(wait_for_lines(log, 10));  // at its first checkpoint, waiting for the warning
+  const auto sbatch = read_json(dir + "/out/slurm/batch-1.json")["sbatch"];
+  CHECK(std::count(sbatch.begin(), sbatch.end(), "--requeue") == 1);
+  CHECK(std::count(sbatch.begin(), sbatch.end(), "--signal=B:" + std::to_string(SIGUSR1) + "@55") == 1);
+  const std::string task = read_json(dir + "/out/slurm/jobs.json")[0]["job"].get<std::string>() + "_0";
+  // Slurm warns the array task within its minute; its isorun warns the trial, which saves, and
+  // requeues the task. Started again, the trial goes on from the step it saved.
+  REQUIRE(eventually([&] { return expedite(task); }));
+  auto done = isorun::test::finish_captured(sweep);
+  INFO(done.err);
+  CHECK(done.code == 0);
+  std::vector<int> expected;
+  for (int s = 1; s <= 30; ++s) expected.push_back(s);
+  CHECK(trial_steps(log) == expected);  // no step done twice
+  const auto journal = lines(dir + "/out/results.jsonl");
+  REQUIRE(journal.size() == 1);
+  const json rec = json::parse(journal[0]);
+  CHECK(rec["outcome"] == "success");
+  CHECK(rec["checkpoint"] == 30);
+  REQUIRE(rec["resumes"].size() == 1);
+  CHECK(rec["resumes"][0]["from"] == 11);
+  CHECK(lines(dir + "/out/slurm/logs/" + task + ".out").size() > 0);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("on Slurm: scontrol requeue of a running array task resumes its trial from its checkpoint",
+          "[slurm][checkpoints]") {
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/spec.yaml") << waiting_trial(dir, "");
+  std::ofstream{dir + "/steps"};
+  auto sweep = isorun::test::start_captured(ISORUN_CLI, {"sweep", dir + "/spec.yaml", "--no-progress"});
+  const std::string log = dir + "/steps";
+  REQUIRE(wait_for_lines(log, 10));
+  const std::string task = read_json(dir + "/out/slurm/jobs.json")[0]["job"].get<std::string>() + "_0";
+  REQUIRE(isorun::test::run_captured("/usr/bin/scontrol", {"requeue", task}).code == 0);
+  REQUIRE(eventually([&] { return expedite(task); }));
+  auto done = isorun::test::finish_captured(sweep);
+  INFO(done.err);
+  CHECK(done.code == 0);
+  const auto steps = trial_steps(log);
+  // 1..10, then from its checkpoint (10, or 11 with step 10 if the warning reached it first) to 30.
+  REQUIRE(steps.size() >= 30);
+  CHECK(std::set<int>(steps.begin(), steps.end()).size() == 30);
+  CHECK(steps.size() == 30);
+  const json rec = json::parse(lines(dir + "/out/results.jsonl").at(0));
+  CHECK(rec["outcome"] == "success");
+  REQUIRE(rec["resumes"].size() == 1);
+  CHECK(rec["resumes"][0]["from"].get<int>() >= 10);
   fs::remove_all(dir);
 }

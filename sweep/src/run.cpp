@@ -493,6 +493,7 @@ sweep_summary sweep_run::run() {
   scheduler sched(s, *source, *backend, writer, stop,
                   {.metric_checked = st.metric_known,
                    .stop_fails_as_cancelled = node,
+                   .journal_preempted = !node,
                    .should_stop = std::move(should_stop),
                    .resumed = st.resumed,
                    .running_changed = [&](std::size_t n) { live.running(n); }});

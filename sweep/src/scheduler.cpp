@@ -153,8 +153,18 @@ bool scheduler::settle(finished_trial& f, std::vector<trial_record>& final) {
   if (f.t.attempt == 1 || sum.wall_s == 0) sum.start_s = rec.start_s;
   sum.wall_s += rec.wall_s;
   if (rec.kind == outcome_kind::cancelled && !rec.pruned) {
+    if (rec.preempted && !stopping()) {
+      // Preempted while the sweep goes on (a Slurm array task past its time limit that could
+      // not requeue itself): journaled, and run again at once, from its checkpoint.
+      final.push_back(rec);
+      trial next = f.t;
+      next.attempt = rec.attempts + 1;
+      retries_.push_front(std::move(next));
+      return false;
+    }
     ++cancelled_;
-    if (rec.preempted) final.push_back(std::move(rec));  // not an end: the journal says where it got
+    // Not an end: the journal says where it got, and the next run goes on from there.
+    if (rec.preempted && options_.journal_preempted) final.push_back(std::move(rec));
     return false;
   }
   // (At most max_attempts attempts at growing caps in a run: the first, then the retries.)

@@ -100,13 +100,21 @@ std::vector<std::string> sbatch_arguments(const slurm_spec& s, std::size_t array
   std::string name = job_name;
   for (char& c : name)
     if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) c = '_';
-  std::vector<std::string> a = {"--parsable", "--job-name=" + name,
-                                "--array=0-" + std::to_string(array_tasks - 1) +
-                                    (s.max_running ? "%" + std::to_string(s.max_running) : ""),
-                                "--output=" + pattern + "/%A_%a.out",
-                                // A lost array task is isorun's to classify and retry (by the
-                                // sweep's policy), not Slurm's to requeue behind its back.
-                                "--no-requeue"};
+  std::vector<std::string> a = {
+      "--parsable", "--job-name=" + name,
+      "--array=0-" + std::to_string(array_tasks - 1) + (s.max_running ? "%" + std::to_string(s.max_running) : ""),
+      "--output=" + pattern + "/%A_%a.out"};
+  if (s.warning_signal) {
+    // Trials that keep checkpoints: the array task's isorun (the batch shell, which execs it) is
+    // warned ahead of the time limit, warns its trials, and requeues the task, which resumes
+    // them; Slurm requeues it itself after a preemption or a node failure.
+    a.push_back("--requeue");
+    a.push_back("--signal=B:" + std::to_string(s.warning_signal) + "@" + std::to_string(s.warning_lead.count()));
+  } else {
+    // A lost array task is isorun's to classify and retry (by the sweep's policy), not Slurm's
+    // to requeue behind its back.
+    a.push_back("--no-requeue");
+  }
   if (!s.partition.empty()) a.push_back("--partition=" + s.partition);
   if (!s.account.empty()) a.push_back("--account=" + s.account);
   if (!s.time.empty()) a.push_back("--time=" + s.time);
@@ -244,6 +252,18 @@ outcome_kind outcome_of(const std::string& state) {
 }
 
 void cancel(const std::string& job) { run("scancel", {job}); }
+
+bool requeue_this_task(std::string& why) {
+  const char* job = std::getenv("SLURM_ARRAY_JOB_ID");
+  const char* task = std::getenv("SLURM_ARRAY_TASK_ID");
+  if (!job || !task) {
+    why = "not in a Slurm array task";
+    return false;
+  }
+  const ran r = run("scontrol", {"requeue", std::string(job) + "_" + task});
+  why = trim(r.err + r.out);
+  return r.code == 0;
+}
 
 std::optional<std::vector<int>> assigned_gpus() {
   const char* v = std::getenv("CUDA_VISIBLE_DEVICES");

@@ -10,6 +10,7 @@
 #include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/printable.hpp"
+#include "isorun/worker/checkpoint.hpp"
 
 namespace isorun::sweep {
 
@@ -33,6 +34,16 @@ slurm_backend::slurm_backend(slurm_setup setup)
 }
 
 slurm_backend::~slurm_backend() { finish(); }
+
+std::int64_t slurm_backend::latest_checkpoint(const std::string& id) const {
+  if (!setup_.spec->checkpoints) return -1;
+  try {
+    const auto latest = checkpoint_folder(setup_.out / "checkpoints" / id, setup_.spec->checkpoints.keep).latest();
+    return latest ? latest->step : -1;
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
 
 trial slurm_backend::make_trial(std::size_t index) {
   const nlohmann::json& params = setup_.spec->trials[index];
@@ -84,6 +95,7 @@ void slurm_backend::start(std::vector<trial> batch) {
     std::lock_guard lock(mutex_);
     for (const auto& t : batch) {
       attempt_[t.index] = t.attempt;
+      checkpoint_at_start_[t.index] = latest_checkpoint(t.id);
       done_trials_.erase(t.index);
       folder_.start_afresh(t.id);  // no record, verdict or reports of an earlier attempt
       report_offset_.erase(t.index);
@@ -331,6 +343,20 @@ std::vector<finished_trial> slurm_backend::lost(const slurm::submission& sub) {
       rec.mem_limit = setup_.spec->mem_limit;
       rec.error = "Slurm array task " + task + " ended " + end.state + " without the trial's record (its log: " +
                   log.string() + ")";
+      // Stopped on purpose (its time limit, a preemption; or its isorun, warned, could not
+      // requeue it), after its trial saved a checkpoint further on: preempted, resumed at once.
+      const bool planned = end.state == "TIMEOUT" || end.state == "PREEMPTED" || end.exit_code == slurm::preempted_exit;
+      std::int64_t before = -1;
+      {
+        std::lock_guard lock(mutex_);
+        if (const auto it = checkpoint_at_start_.find(i); it != checkpoint_at_start_.end()) before = it->second;
+      }
+      if (const std::int64_t now = latest_checkpoint(rec.id); planned && now > before) {
+        rec.kind = outcome_kind::cancelled;
+        rec.preempted = true;
+        rec.checkpoint = now;
+        rec.error.clear();
+      }
       out.push_back(std::move(f));
     }
   }

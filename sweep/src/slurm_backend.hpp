@@ -71,6 +71,10 @@ class slurm_backend final : public trial_backend {
   std::condition_variable wake_;
   std::map<std::string, slurm::submission> inflight_;  // under mutex_
   std::map<std::size_t, int> attempt_;                 // under mutex_: each trial's attempt in flight
+  // Under mutex_: with checkpoints, each trial's latest checkpoint step when it was submitted.
+  std::map<std::size_t, std::int64_t> checkpoint_at_start_;
+  // With checkpoints, the latest step trial `id` committed (-1: none).
+  [[nodiscard]] std::int64_t latest_checkpoint(const std::string& id) const;
   std::set<std::size_t> done_trials_;                  // under mutex_: delivered, and not started again
   bool cancelled_ = false, done_ = false;
   std::set<std::string> warned_;                       // poller: report files found unusable, said once

@@ -542,9 +542,21 @@ void parse_checkpoints(const YAML::Node& v, sweep_spec& s) {
                             "' is not one isorun sends as a warning; use SIGUSR1 (the default), SIGUSR2, SIGINT, "
                             "SIGTERM, SIGHUP, SIGALRM, SIGWINCH or SIGURG");
       c.signal = it->second;
+    } else if (k == "warn_before") {
+      std::chrono::milliseconds lead{0};
+      try {
+        lead = parse_duration(kv.second.IsScalar() ? kv.second.Scalar() : std::string());
+      } catch (const std::exception& e) {
+        fail(kv.second, std::string("checkpoints warn_before is not a duration: ") + e.what() + "; e.g. 2m");
+      }
+      if (lead < std::chrono::seconds(1))
+        fail(kv.second,
+             "checkpoints warn_before must be at least 1s (how long before a Slurm time limit the trials "
+             "are warned), e.g. 2m");
+      c.warn_before = std::chrono::duration_cast<std::chrono::seconds>(lead);
     } else {
-      fail(kv.first,
-           "checkpoints: unknown key '" + k + "'" + did_you_mean(k, {"keep", "signal"}) + "; known: keep, signal");
+      fail(kv.first, "checkpoints: unknown key '" + k + "'" + did_you_mean(k, {"keep", "signal", "warn_before"}) +
+                         "; known: keep, signal, warn_before");
     }
   }
   s.checkpoints = c;
@@ -663,6 +675,10 @@ sweep_spec parse_yaml(const std::string& text) {
     fail(root["resources"]["start"], "start: zygote forks Python interpreters; it goes with python: only");
   if (auto pol = root["policy"]) parse_policy(pol, s);
   if (auto c = root["checkpoints"]) parse_checkpoints(c, s);
+  if (s.slurm && s.checkpoints) {
+    s.slurm->warning_signal = s.checkpoints.signal;
+    s.slurm->warning_lead = s.checkpoints.warn_before;
+  }
   if (auto o = root["out"]) s.out = o.Scalar();
   if (s.trials.empty()) fail(root, "the spec expands to no trials");
   return s;

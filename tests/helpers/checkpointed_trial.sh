@@ -8,7 +8,7 @@
 #
 # MODE (or $TRIAL_MODE): "crash:N" kills itself at step N the first time a trial reaches it;
 # "warned" waits after its first checkpoint, and when warned (SIGUSR1) saves checkpoint STEP+1
-# (the step it reached) and exits 3.
+# (the step it reached) and exits 3; "warned-once" does so the first time a trial runs.
 # Usage: checkpointed_trial.sh LOG STEPS EVERY TRIAL_NUMBER [MODE]
 log=$1 steps=$2 every=$3 mode=${5:-${TRIAL_MODE:-}}
 exec 9>>"$log.lock"
@@ -19,6 +19,9 @@ save() {
   mkdir "$ISORUN_CHECKPOINT_DIR/tmp-$1" && echo "$step" > "$ISORUN_CHECKPOINT_DIR/tmp-$1/state"
   echo "{\"checkpoint\": $1}"
 }
+if [ "$mode" = warned-once ]; then
+  if [ -e "$log.warned.$ISORUN_TRIAL" ]; then mode=; else mode=warned; : > "$log.warned.$ISORUN_TRIAL"; fi
+fi
 if [ "$mode" = warned ]; then
   trap 'echo "$ISORUN_TRIAL warned" >> "$log"; save $((step + 1)); exit 3' USR1
 fi
@@ -33,7 +36,10 @@ while [ "$step" -lt "$steps" ]; do
   fi
   if [ $((step % every)) -eq 0 ]; then
     save "$step"
-    if [ "$mode" = warned ]; then
+    if [ "$mode" = warned-once ]; then
+  if [ -e "$log.warned.$ISORUN_TRIAL" ]; then mode=; else mode=warned; : > "$log.warned.$ISORUN_TRIAL"; fi
+fi
+if [ "$mode" = warned ]; then
       echo waiting >> "$log"
       while :; do sleep 1 & wait $!; done  # (wait returns at the signal: the trap runs at once)
     fi

@@ -73,6 +73,16 @@ std::vector<std::size_t> node_trials(const std::string& file_and_task);
 std::vector<int> active_tasks(const std::string& job);
 
 /// How an array task ended, as Slurm says.
+/// @brief Requeues the array task this process runs in (scontrol requeue): Slurm ends it and
+///        runs it again later, from its batch script. False, with Slurm's words in `why`, where it
+///        cannot (requeue is off on the cluster, or this is no array task).
+bool requeue_this_task(std::string& why);
+
+/// The exit code of an array task's isorun that was warned, stopped its trials (which saved
+/// their checkpoints) and could not requeue itself: its trials are preempted, to be resumed in a
+/// new array.
+inline constexpr int preempted_exit = 75;
+
 struct task_end {
   std::string state;   ///< COMPLETED, FAILED, TIMEOUT, NODE_FAIL, PREEMPTED, OUT_OF_MEMORY, CANCELLED, ...
   int exit_code = -1;  ///< the batch script's exit code (ExitCode=N:signal), -1 if Slurm gave none

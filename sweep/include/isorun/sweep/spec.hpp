@@ -84,7 +84,10 @@ struct checkpoint_spec {
   bool on = false;
   int keep = 2;          ///< committed checkpoints kept per trial, the latest
   int signal = SIGUSR1;  ///< the warning
-  int line = 0;          ///< YAML line of `checkpoints:`
+  /// On Slurm: how long before an array task's time limit the warning comes (Slurm sends it up
+  /// to a minute early).
+  std::chrono::seconds warn_before{120};
+  int line = 0;  ///< YAML line of `checkpoints:`
   [[nodiscard]] explicit operator bool() const noexcept { return on; }
 };
 
@@ -119,6 +122,11 @@ struct slurm_spec {
   int trials_per_task = 1;          ///< trials each array task runs (on its slots, as locally)
   int max_running = 0;              ///< array tasks at once (--array=...%N; 0 = no limit)
   std::vector<std::string> extra;   ///< more sbatch options, as given ("--qos=long")
+  /// Trials that keep checkpoints: the warning Slurm sends the array task's isorun this long
+  /// before its time limit (sbatch --signal), which then warns its trials and requeues the task
+  /// (sbatch --requeue). 0: none, and Slurm never requeues an array task.
+  int warning_signal = 0;
+  std::chrono::seconds warning_lead{0};
 };
 
 /// A sweep: the task or command, its trials, where they run, and what to rank them by.

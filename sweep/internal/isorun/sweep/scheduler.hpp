@@ -37,6 +37,9 @@ struct scheduler_options {
   /// A Slurm array task: a stop there is Slurm's scancel, which signals every process of the
   /// task, so an attempt that did not succeed after a stop request ended with the stop.
   bool stop_fails_as_cancelled = false;
+  /// Journal the attempts of trials that keep checkpoints which a stop preempted. Not on a Slurm
+  /// node: the array task, requeued, runs them again (a record would say they were done).
+  bool journal_preempted = true;
   /// Early stopping's hook: whether a running trial should be stopped, given a report it made
   /// (called for every report of a running trial, one at a time, in the order it judges them).
   /// A trial it stops is *pruned*: journaled as such with its last report, never retried. It
