@@ -152,8 +152,13 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libs) {
     const std::string& where = sweep.out();
     for (const auto& w : sweep.warnings()) std::fprintf(stderr, "isorun: warning: %s\n", printable(w).c_str());
     const std::string spans = sweep::spans_gpus(s) ? "; each trial on " + sweep::gpus_per_trial_text(s) + " GPUs" : "";
-    std::fprintf(stderr, "isorun: sweep %s: %zu trials (%zu to run) on %s%s; %s; results in %s/\n",
-                 printable(sweep::subject(s)).c_str(), s.trials.size(), sweep.pending(), plan.how.c_str(), spans.c_str(),
+    const std::string trials = s.search ? "up to " + std::to_string(s.search.trials) + " trials chosen by " +
+                                              (s.search.type == "optuna" ? "Optuna's " + s.search.sampler + " sampler"
+                                                                         : "the searcher " + s.search.command.front())
+                                        : std::to_string(s.trials.size()) + " trials (" +
+                                              std::to_string(sweep.pending()) + " to run)";
+    std::fprintf(stderr, "isorun: sweep %s: %s on %s%s; %s; results in %s/\n", printable(sweep::subject(s)).c_str(),
+                 printable(trials).c_str(), plan.how.c_str(), spans.c_str(),
                  sweep::plan_standby(s, plan.slots).how.c_str(), printable(where).c_str());
     // The sweep says itself what a stop does, once it knows what runs (sweep::request_stop).
     static std::atomic<int> warning{0};

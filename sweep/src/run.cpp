@@ -48,6 +48,7 @@
 #include "local_backend.hpp"
 #include "progress.hpp"
 #include "python_trials.hpp"
+#include "searcher_source.hpp"
 #include "slurm_backend.hpp"
 #include "trial_program.hpp"
 
@@ -65,6 +66,18 @@ std::string fingerprint(const sweep_spec& s, const std::string& source) {
   std::string all = what;
   for (const auto& t : s.trials) all += "\n" + trial_id(what, t);
   if (!source.empty()) all += "\nsource " + source;
+  if (s.search) {  // which searcher, with what settings, chooses the trials
+    const json objectives = [&] {
+      json o = json::array();
+      for (const auto& m : s.search.objectives) o.push_back({m.name, m.maximize});
+      return o;
+    }();
+    all += "\nsearch " + json{{"type", s.search.type},          {"command", s.search.command},
+                              {"sampler", s.search.sampler},    {"seed", s.search.seed ? json(*s.search.seed) : json()},
+                              {"params", s.search.params},      {"objectives", objectives},
+                              {"constants", s.search_constants}}
+                             .dump();
+  }
   return trial_id(what, json(all));
 }
 
@@ -275,6 +288,10 @@ void queue_trials(sweep_run::state& st) {
 
   st.journal.emplace(st.out);
   st.reports.emplace(st.out);
+  if (s.search) {  // its searcher gives the trials (make_source); the spec's one is a sample
+    for (const auto& [id, r] : st.journal->latest()) st.skipped += is_done(st, r);
+    return;
+  }
   std::set<std::string> queued;
   for (std::size_t i = 0; i < s.trials.size(); ++i) {
     const std::string id = trial_id(st.subject, s.trials[i]);
@@ -311,7 +328,13 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
         "for the spec's list of trials (drop backend: slurm)");
   // Everything is checked before anything is created or started: what the trials run, and
   // whether each of the spec's trials fits it.
+  if (st.s.search && st.s.slurm)
+    throw located(st.s, st.s.search.line,
+                  "search: runs its trials here: a searcher chooses each from the results so far, and Slurm arrays "
+                  "are submitted for a list known up front (drop backend: slurm)");
+  if (st.s.search && st.opt.source) throw usage_error("a sweep with search: takes its trials from its searcher alone");
   st.program->check();
+  check_searcher(st.s);
   check_resources(st);
   open_out(st);
   if (st.opt.node.empty()) queue_trials(st);
@@ -379,8 +402,15 @@ std::unique_ptr<trial_source> make_source(const sweep_run::state& st) {
   listed.reserve(st.queue.size());
   for (std::size_t i : st.queue) listed.push_back({i, trial_id(st.subject, st.s.trials[i]), st.s.trials[i]});
   auto list = std::make_unique<list_source>(std::move(listed));
-  if (!st.opt.source) return list;
-  std::unique_ptr<trial_source> source = st.opt.source(std::move(list));
+  if (!st.opt.source && !st.s.search) return list;
+  std::unique_ptr<trial_source> source = st.s.search ? std::make_unique<searcher_source>(
+                                                           searcher_setup{.spec = &st.s,
+                                                                          .subject = st.subject,
+                                                                          .out = st.out,
+                                                                          .argv = searcher_command(st.s),
+                                                                          .slots = st.slots.size(),
+                                                                          .first_index = st.s.trials.size()})
+                                                     : st.opt.source(std::move(list));
   if (!source) throw internal_error("the sweep's trial source factory made no source");
   std::set<std::string> done;
   for (const auto& id : st.journal->order()) {

@@ -508,6 +508,175 @@ void parse_resources(const YAML::Node& root, sweep_spec& s) {
   }
 }
 
+// A distribution of `search: params:`: {float: [lo, hi], log: true, step: 0.1}, {int: [lo, hi],
+// log, step}, {categorical: [a, b]}; as {"type", "low", "high", "log", "step"} or {"type",
+// "choices"}.
+json parse_distribution(const std::string& name, const YAML::Node& n) {
+  const std::string where = "search parameter '" + name + "'";
+  const std::string forms =
+      "{float: [1e-4, 0.1], log: true}, {int: [16, 256], step: 16} or {categorical: [relu, gelu]}";
+  if (!n.IsMap()) fail(n, where + " is a distribution: " + forms);
+  json d;
+  for (const auto& kv : n) {
+    const std::string k = kv.first.Scalar();
+    if (k == "float" || k == "int") {
+      if (d.contains("type")) fail(kv.first, where + " has two kinds; give one of float, int, categorical");
+      const auto [lo, hi] = bounds(kv.second, where + " " + k);
+      if (k == "int" && (lo != std::floor(lo) || hi != std::floor(hi)))
+        fail(kv.second, where + ": int bounds are whole numbers, e.g. {int: [16, 256]}");
+      d["type"] = k;
+      d["low"] = k == "int" ? json(static_cast<std::int64_t>(lo)) : json(lo);
+      d["high"] = k == "int" ? json(static_cast<std::int64_t>(hi)) : json(hi);
+    } else if (k == "categorical") {
+      if (d.contains("type")) fail(kv.first, where + " has two kinds; give one of float, int, categorical");
+      if (!kv.second.IsSequence() || kv.second.size() == 0)
+        fail(kv.second, where + ": categorical takes a non-empty list of choices, e.g. [relu, gelu]");
+      d["type"] = "categorical";
+      d["choices"] = json::array();
+      for (const auto& c : kv.second) {
+        if (!c.IsScalar()) fail(c, where + ": each choice is a plain value (a number, a string, true, false)");
+        d["choices"].push_back(scalar(c));
+      }
+    } else if (k == "log") {
+      const json v = kv.second.IsScalar() ? scalar(kv.second) : json();
+      if (!v.is_boolean()) fail(kv.second, where + ": log is true or false");
+      d["log"] = v;
+    } else if (k == "step") {
+      d["step"] = number(kv.second, where + " step");
+      if (!(d["step"].get<double>() > 0)) fail(kv.second, where + ": step must be above 0");
+    } else {
+      fail(kv.first, where + ": unknown key '" + k + "'" +
+                         did_you_mean(k, {"float", "int", "categorical", "log", "step"}) + "; a distribution is " +
+                         forms);
+    }
+  }
+  if (!d.contains("type")) fail(n, where + " needs its kind: " + forms);
+  if (d["type"] == "categorical") {
+    if (d.contains("log") || d.contains("step")) fail(n, where + ": log and step are for float and int");
+    return d;
+  }
+  const double lo = d["low"].get<double>();
+  if (d.value("log", false) && !(lo > 0))
+    fail(n, where + ": a log distribution's low bound must be above 0 (it is " + d["low"].dump() + ")");
+  if (d.value("log", false) && d.contains("step")) fail(n, where + ": give log or step, not both");
+  if (d["type"] == "int" && d.contains("step")) {
+    const double step = d["step"].get<double>();
+    if (step != std::floor(step)) fail(n, where + ": an int's step is a whole number");
+    d["step"] = static_cast<std::int64_t>(step);
+  }
+  return d;
+}
+
+// search: {type: optuna, sampler: tpe, seed: 0, trials: 100, params: {...}} or {type: command,
+// command: [...], trials: 100}. What it needs of the rest of the spec (the metric) is checked in
+// parse_yaml.
+void parse_search(const YAML::Node& v, sweep_spec& s) {
+  search_spec r;
+  r.line = line_of(v);
+  const std::string example =
+      "e.g. {type: optuna, sampler: tpe, seed: 0, trials: 100, params: {lr: {float: [1e-4, 0.1], log: true}}}";
+  if (!v.IsMap()) fail(v, "search is a mapping, " + example);
+  static const std::vector<std::string> keys = {"type",   "command", "sampler",    "seed",
+                                                "trials", "params",  "objectives", "timeout"};
+  for (const auto& kv : v) {
+    const std::string k = kv.first.Scalar();
+    if (std::find(keys.begin(), keys.end(), k) == keys.end())
+      fail(kv.first, "search: unknown key '" + k + "'" + did_you_mean(k, keys) +
+                         "; known: type, sampler, seed, trials, params, objectives, command, timeout");
+  }
+  const YAML::Node type = v["type"];
+  if (!type || !type.IsScalar() || (type.Scalar() != "optuna" && type.Scalar() != "command"))
+    fail(type ? type : v,
+         "search type is optuna (Optuna's samplers) or command (a searcher program of your own), " + example);
+  r.type = type.Scalar();
+  if (auto n = v["trials"]) {
+    const double t = number(n, "search trials");
+    if (t < 1 || t > 1e6 || t != std::floor(t))
+      fail(n, "search trials must be a whole number from 1 to 1000000 (the budget)");
+    r.trials = static_cast<int>(t);
+  } else {
+    fail(v,
+         "search needs trials: (the most trials it may ask for; a searcher may end sooner by saying done), " + example);
+  }
+  if (auto n = v["timeout"]) {
+    try {
+      r.timeout = parse_duration(n.IsScalar() ? n.Scalar() : "");
+    } catch (const std::exception& e) {
+      fail(n, std::string("search timeout is not a duration: ") + e.what() + "; e.g. 60s");
+    }
+  }
+  if (r.type == "command") {
+    const YAML::Node c = v["command"];
+    if (!c || (!c.IsSequence() && !c.IsScalar())) fail(v, "search type command needs command: [PROGRAM, ARGS...]");
+    if (c.IsScalar()) {
+      std::istringstream words(c.Scalar());
+      for (std::string w; words >> w;) r.command.push_back(w);
+    } else {
+      for (const auto& w : c) {
+        if (!w.IsScalar()) fail(w, "search command: each word is a plain value");
+        r.command.push_back(w.Scalar());
+      }
+    }
+    if (r.command.empty()) fail(c, "search command is empty; it needs at least the program to run");
+    for (const char* optuna_only : {"sampler", "seed"})
+      if (v[optuna_only]) fail(v[optuna_only], std::string("search ") + optuna_only + " is for type: optuna");
+  } else {
+    if (v["command"]) fail(v["command"], "search command is for type: command");
+    if (auto n = v["sampler"]) {
+      static const std::vector<std::string> samplers = {"tpe", "cmaes", "gp", "nsgaii", "random", "qmc"};
+      const std::string name = n.IsScalar() ? n.Scalar() : "";
+      // ("pickled": the Python API's, a sampler object handed over in $ISORUN_SEARCH_SAMPLER.)
+      if (std::find(samplers.begin(), samplers.end(), name) == samplers.end() && name != "pickled")
+        fail(n, "search sampler '" + name + "' is not one of Optuna's isorun runs" + did_you_mean(name, samplers) +
+                    "; known: tpe, cmaes, gp, nsgaii, random, qmc");
+      r.sampler = name;
+    }
+    if (auto n = v["seed"]) {
+      const double seed = number(n, "search seed");
+      if (seed < 0 || seed > 4294967295.0 || seed != std::floor(seed))
+        fail(n, "search seed is a whole number from 0 to 2^32-1");
+      r.seed = static_cast<std::int64_t>(seed);
+    }
+  }
+  if (auto p = v["params"]) {
+    if (p.IsSequence() && p.size() > 0 && r.type == "command") {  // the names a searcher of one's own chooses
+      for (const auto& name : p) {
+        if (!name.IsScalar()) fail(name, "search params: each name is a plain word");
+        r.params[name.Scalar()] = nullptr;
+      }
+    } else if (!p.IsMap() || p.size() == 0) {
+      fail(p, "search params is a mapping of parameter names to distributions" +
+                  std::string(r.type == "command" ? " (or a list of the names the searcher chooses)" : "") + ", " +
+                  example);
+    } else {
+      for (const auto& kv : p) r.params[kv.first.Scalar()] = parse_distribution(kv.first.Scalar(), kv.second);
+    }
+  } else {
+    fail(v, r.type == "optuna" ? "search type optuna needs params: (each parameter's distribution), " + example
+                               : "search needs params: (the names of the parameters the searcher chooses, e.g. "
+                                 "[lr, layers]), so that the trials' program can be checked before anything starts");
+  }
+  if (auto o = v["objectives"]) {
+    if (!o.IsSequence() || o.size() == 0)
+      fail(o, "search objectives is a list, e.g. [{name: accuracy, goal: maximize}, {name: latency, goal: minimize}]");
+    for (const auto& m : o) {
+      sweep_spec one;
+      parse_metric(m, one);
+      r.objectives.push_back(one.metric);
+    }
+  }
+  s.search = std::move(r);
+}
+
+// A trial of the search's parameters for the checks made before a sweep starts (each at its
+// low bound or first choice), with the spec's own `params:` (constants, added to every trial).
+json search_sample(const search_spec& r, const json& constants) {
+  json t = constants;
+  for (const auto& [name, d] : r.params.items())
+    t[name] = d.is_null() ? json(0) : d["type"] == "categorical" ? d["choices"][0] : d["low"];
+  return t;
+}
+
 // checkpoints: true, or {keep: 2, signal: SIGUSR1}.
 void parse_checkpoints(const YAML::Node& v, sweep_spec& s) {
   checkpoint_spec c;
@@ -642,14 +811,15 @@ sweep_spec parse_yaml(const std::string& text) {
   }
   if (!root.IsMap()) throw spec_error("a sweep spec is a YAML mapping (task:, params:, ...)", 1);
   sweep_spec s;
-  static const std::set<std::string> known = {"task",   "command",   "python", "metric", "params",    "zip",
-                                              "random", "resources", "policy", "out",    "scheduler", "checkpoints"};
+  static const std::set<std::string> known = {"task",      "command",     "python",    "metric", "params",
+                                              "zip",       "random",      "resources", "policy", "out",
+                                              "scheduler", "checkpoints", "search"};
   for (const auto& kv : root)
     if (!known.count(kv.first.Scalar()))
       fail(kv.first, "unknown key '" + kv.first.Scalar() + "'" +
                          did_you_mean(kv.first.Scalar(), {known.begin(), known.end()}) +
-                         "; known: task, command, python, metric, scheduler, params, zip, random, resources, policy, "
-                         "checkpoints, out");
+                         "; known: task, command, python, metric, scheduler, params, zip, random, search, resources, "
+                         "policy, checkpoints, out");
   parse_subject(root, s);
   if (auto m = root["metric"]) parse_metric(m, s);
   if (auto sch = root["scheduler"]) parse_scheduler(sch, s);
@@ -667,6 +837,26 @@ sweep_spec parse_yaml(const std::string& text) {
   cartesian(trials, dims);
   if (auto z = root["zip"]) zip_trials(z, names, trials);
   if (auto r = root["random"]) random_trials(r, names, trials);
+  if (auto se = root["search"]) {
+    // The searcher chooses the trials; the spec's params are constants every trial has.
+    parse_search(se, s);
+    if (trials.size() != 1 || root["zip"] || root["random"])
+      fail(root["params"] && trials.size() != 1 ? root["params"] : se,
+           "with search:, params: are constants every trial gets (one value each) and zip:/random: have no place; "
+           "the searcher chooses the rest (search: params:)");
+    for (const auto& [name, d] : s.search.params.items())
+      if (trials.front().contains(name))
+        fail(se["params"], "parameter '" + name + "' is both a constant in params: and chosen by search:; keep one");
+    if (s.search.objectives.empty()) {
+      if (s.metric.name.empty())
+        fail(se, "search needs metric: (what it optimizes, e.g. {name: loss, goal: minimize}), or search objectives:");
+      s.search.objectives = {s.metric};
+    } else if (s.metric.name.empty()) {
+      s.metric = s.search.objectives.front();  // ranked by the first
+    }
+    s.search_constants = trials.front();
+    trials = {search_sample(s.search, trials.front())};
+  }
   s.trials = std::move(trials);
   parse_resources(root, s);
   if (!s.preload.empty() && s.python.empty())

@@ -91,6 +91,25 @@ struct checkpoint_spec {
   [[nodiscard]] explicit operator bool() const noexcept { return on; }
 };
 
+/// `search:`: trials chosen one by one from the results so far, by a searcher program speaking
+/// isorun's searcher protocol (docs/sweeps.md#search; searcher_source.hpp): Optuna's samplers
+/// (`type: optuna`, `python -m isorun.search.optuna`), or any program (`type: command`).
+struct search_spec {
+  std::string type;                  ///< "optuna" or "command"; "": no search
+  std::vector<std::string> command;  ///< type command: the searcher program and its arguments
+  std::string sampler = "tpe";       ///< type optuna: tpe, cmaes, gp, nsgaii, random, qmc
+  std::optional<std::int64_t> seed;  ///< type optuna: the sampler's seed
+  int trials = 0;                    ///< the budget: at most this many trials asked for
+  /// The parameters it chooses: type optuna, name -> distribution ({float: [lo, hi], log, step},
+  /// {int: [lo, hi], log, step}, {categorical: [...]}); type command, optionally the names.
+  nlohmann::json params = nlohmann::json::object();
+  /// What it optimizes: the metric, or several (multi-objective): {name, maximize} each.
+  std::vector<metric_spec> objectives;
+  std::chrono::milliseconds timeout{60000};  ///< the longest an answer may take
+  int line = 0;                              ///< YAML line of `search:`
+  [[nodiscard]] explicit operator bool() const noexcept { return !type.empty(); }
+};
+
 struct oom_retry_spec {
   static constexpr double min_factor = 1.1;  ///< each retry's cap at least this much larger
   static constexpr int default_max_attempts = 8;
@@ -164,6 +183,11 @@ struct sweep_spec {
   std::map<std::string, int> retries;   ///< outcome class -> extra attempts
   oom_retry_spec oom_retry;             ///< out-of-memory retries at larger caps (off by default)
   checkpoint_spec checkpoints;          ///< trials that keep their progress (off by default)
+  search_spec search;                   ///< trials chosen from the results so far (off by default)
+  /// With search: the spec's `params:`, constants every trial gets beside the searcher's choice.
+  /// `trials` then holds one trial of them and the search's parameters (each at its low bound),
+  /// for the checks made before anything starts; it never runs.
+  nlohmann::json search_constants = nlohmann::json::object();
   bool fail_fast = false;
   std::string out;                      ///< output folder
   std::string alloc_conf;

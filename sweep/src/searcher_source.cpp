@@ -1,0 +1,294 @@
+// A trial source that asks a searcher program (searcher_source.hpp).
+#include "searcher_source.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "folder.hpp"
+#include "isorun/runner/bounded_json.hpp"
+#include "isorun/runner/errors.hpp"
+#include "isorun/runner/printable.hpp"
+#include "isorun/runner/process.hpp"
+#include "isorun/runner/worker_env.hpp"
+#include "python_trials.hpp"
+
+namespace isorun::sweep {
+
+namespace {
+namespace fs = std::filesystem;
+using nlohmann::json;
+using clock = std::chrono::steady_clock;
+
+constexpr const char* conversation_file = "search.jsonl";
+constexpr const char* stderr_file = "search.err";
+constexpr std::size_t max_answer = 1 << 20;
+constexpr int protocol = 1;
+
+std::string words(const std::vector<std::string>& argv) {
+  std::string all;
+  for (const auto& w : argv) all += (all.empty() ? "" : " ") + w;
+  return all;
+}
+}  // namespace
+
+std::vector<std::string> searcher_command(const sweep_spec& s) {
+  if (s.search.type == "optuna") return {python_trials::interpreter(), "-m", "isorun.search.optuna"};
+  return s.search.command;
+}
+
+void check_searcher(const sweep_spec& s) {
+  if (!s.search) return;
+  const auto at = [&](const std::string& what) {
+    return spec_error((s.source.empty() ? "" : s.source + ": ") + "line " + std::to_string(s.search.line) + ": " + what,
+                      s.search.line);
+  };
+  if (s.search.type == "command") {
+    if (!runner::find_executable(s.search.command.front()))
+      throw at("search command '" + s.search.command.front() + "' is not found (not an executable file, nor in PATH)");
+    return;
+  }
+  std::string python;
+  try {
+    python = python_trials::interpreter();
+  } catch (const usage_error& e) {
+    throw at(std::string("search type optuna runs Optuna in Python: ") + e.what());
+  }
+  const auto r = runner::run_to_end(python, {"-c", "import optuna, isorun.search.optuna"},
+                                    runner::inherited_environment());
+  if (r.code != 0) {
+    std::string why = r.err;
+    while (!why.empty() && why.back() == '\n') why.pop_back();
+    why = why.substr(why.rfind('\n') == std::string::npos ? 0 : why.rfind('\n') + 1);
+    throw at("search type optuna needs Optuna and the isorun package in " + python + " (" + why +
+             "); install it there: pip install optuna (or pip install 'isorun[optuna]'), or set ISORUN_PYTHON");
+  }
+}
+
+searcher_source::searcher_source(searcher_setup setup) : setup_{std::move(setup)} {
+  const search_spec& search = setup_.spec->search;
+  const unique_fd dir = detail::open_folder(setup_.out);
+  if (!dir) throw internal_error("cannot open " + setup_.out.string());
+  // What an earlier run said to the searcher, and it answered, in order.
+  log_ = detail::open_file(dir.get(), conversation_file, O_RDWR | O_CREAT | O_APPEND, setup_.out / conversation_file);
+  std::vector<json> earlier;
+  const std::size_t complete = detail::for_each_line(log_.get(), max_answer, setup_.out / conversation_file,
+                                                     [&](std::string_view line, int, bool too_long) {
+                                                       if (too_long) return;
+                                                       json j = parse_bounded_json(line);
+                                                       if (j.is_object() && (j.contains("ask") || j.contains("tell")))
+                                                         earlier.push_back(std::move(j));
+                                                     });
+  detail::drop_cut_line(log_.get(), complete, setup_.out / conversation_file);
+  const unique_fd err = detail::open_file(dir.get(), stderr_file, O_WRONLY | O_CREAT | O_APPEND,
+                                          setup_.out / stderr_file);
+
+  // Its stdin and stdout are one socket: a message to a searcher that has exited is then an
+  // error to report (send with MSG_NOSIGNAL), not a SIGPIPE that would end isorun.
+  int ends[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends) != 0)
+    throw internal_error(std::string("cannot make the searcher's socket: ") + std::strerror(errno));
+  unique_fd mine(ends[0]), theirs(ends[1]);
+  const auto exe = runner::find_executable(setup_.argv.front());
+  if (!exe) fail("is not found (not an executable file, nor in PATH)");
+  runner::spawn_options o;
+  o.executable = *exe;
+  o.args.assign(setup_.argv.begin() + 1, setup_.argv.end());
+  o.env = runner::inherited_environment();
+  o.fds = {{0, theirs.get()}, {1, theirs.get()}, {2, err.get()}};
+  try {
+    process_ = std::make_unique<runner::child>(runner::spawn(o));
+  } catch (const std::exception& e) {
+    fail(std::string("cannot be started: ") + e.what());
+  }
+  to_ = std::move(mine);
+
+  json objectives = json::array();
+  for (const auto& m : search.objectives)
+    objectives.push_back({{"name", m.name}, {"goal", m.maximize ? "maximize" : "minimize"}});
+  json settings = {{"type", search.type}, {"sampler", search.sampler}, {"params", search.params}};
+  if (search.seed) settings["seed"] = *search.seed;
+  exchange({{"op", "hello"},
+            {"protocol", protocol},
+            {"objectives", objectives},
+            {"trials", search.trials},
+            {"slots", setup_.slots},
+            {"search", settings},
+            {"replay", earlier.size()}});
+
+  // The conversation again, as it went: each ask answered as before (a seeded searcher does), each
+  // tell told again.
+  bool differed = false;
+  for (const auto& line : earlier) {
+    if (line.contains("ask")) {
+      const std::size_t number = line.value("ask", std::size_t{0});
+      const json answer = exchange({{"op", "ask"}, {"number", number}, {"replay", true}});
+      const json params = line.value("params", json::object());
+      if (!answer.contains("params") || answer["params"] != params) differed = true;
+      const new_trial t = made(number, params);
+      number_of_[t.id] = number;
+      searched_[t.id] = params;
+      asked_ = std::max(asked_, number + 1);
+      pending_.push_back(t);
+    } else {
+      json message = line;
+      message.erase("tell");
+      message["op"] = "tell";
+      message["replay"] = true;
+      exchange(message);
+      told_.insert(line.value("id", ""));
+    }
+  }
+  if (differed)
+    std::fprintf(stderr,
+                 "isorun: warning: the searcher (%s) did not propose again what it proposed before; the trials it "
+                 "proposed then are kept\n",
+                 printable(words(setup_.argv)).c_str());
+  // Every trial proposed is given out again first; the sweep leaves out those its journal holds
+  // as done. (One the searcher was told of may not be: a stop between the tell and the journal's
+  // write. It runs again, and the searcher keeps what it heard.)
+}
+
+searcher_source::~searcher_source() {
+  to_.reset();  // its stdin ends: a searcher reading it exits
+  if (process_) process_->stop(runner::stop_plan::graceful(std::chrono::seconds(2)));
+}
+
+[[noreturn]] void searcher_source::fail(const std::string& what) const {
+  throw std::runtime_error("the searcher (" + words(setup_.argv) + ") " + what + "; its stderr is in " +
+                           (setup_.out / stderr_file).string());
+}
+
+json searcher_source::exchange(const json& message) {
+  const std::string line = message.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  for (std::size_t sent = 0; sent < line.size();) {
+    const ssize_t n = ::send(to_.get(), line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const auto status = process_->stop(runner::stop_plan::graceful(std::chrono::seconds(1)));
+      fail("exited (" +
+           (status.signal ? "signal " + std::to_string(status.signal) : "status " + std::to_string(status.code)) +
+           ") instead of reading " + printable(message.value("op", "")));
+    }
+    sent += static_cast<std::size_t>(n);
+  }
+  const auto deadline = clock::now() + setup_.spec->search.timeout;
+  for (;;) {
+    if (const auto nl = buffer_.find('\n'); nl != std::string::npos) {
+      std::string answer = buffer_.substr(0, nl);
+      buffer_.erase(0, nl + 1);
+      const json j = parse_bounded_json(answer);
+      if (!j.is_object())
+        fail("answered " + printable(message.value("op", "")) +
+             " with a line that is not a JSON object: " + printable(answer.substr(0, 200)));
+      return j;
+    }
+    if (buffer_.size() > max_answer) fail("answered with a line longer than 1 MiB");
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
+    if (left <= 0)
+      fail("did not answer " + printable(message.value("op", "")) + " within " +
+           std::to_string(setup_.spec->search.timeout.count()) + " ms (search: timeout)");
+    pollfd p{to_.get(), POLLIN, 0};
+    const int rc = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1 << 30)));
+    if (rc < 0 && errno != EINTR) fail(std::string("cannot be read: ") + std::strerror(errno));
+    if (rc <= 0) continue;
+    char buf[1 << 14];
+    const ssize_t n = ::read(to_.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const auto status = process_->stop(runner::stop_plan::graceful(std::chrono::seconds(1)));
+      fail("exited (" +
+           (status.signal ? "signal " + std::to_string(status.signal) : "status " + std::to_string(status.code)) +
+           ") instead of answering " + printable(message.value("op", "")));
+    }
+    buffer_.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
+void searcher_source::log(const json& line) {
+  const std::string text = line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  if (detail::write_all(log_.get(), text) != 0 || ::fdatasync(log_.get()) != 0)
+    throw internal_error("cannot write " + (setup_.out / conversation_file).string() + ": " + std::strerror(errno));
+}
+
+new_trial searcher_source::made(std::size_t number, const json& params) const {
+  json all = setup_.spec->search_constants;
+  for (const auto& [k, v] : params.items()) all[k] = v;
+  // The number makes the id: a searcher may propose the same parameters twice.
+  return {setup_.first_index + number, trial_id(setup_.subject, json{{"search", number}, {"params", all}}), all};
+}
+
+std::optional<new_trial> searcher_source::next() {
+  if (!pending_.empty()) {
+    new_trial t = std::move(pending_.front());
+    pending_.pop_front();
+    return t;
+  }
+  if (done_ || asked_ >= static_cast<std::size_t>(setup_.spec->search.trials)) return std::nullopt;
+  const std::size_t number = asked_;
+  const json answer = exchange({{"op", "ask"}, {"number", number}});
+  if (answer.value("done", false)) {
+    done_ = true;
+    return std::nullopt;
+  }
+  if (answer.value("wait", false)) return std::nullopt;
+  const auto params = answer.find("params");
+  if (params == answer.end() || !params->is_object())
+    fail("answered ask with " + printable(answer.dump().substr(0, 200)) +
+         ", which is none of {\"params\": {...}}, {\"wait\": true}, {\"done\": true}");
+  const json& declared = setup_.spec->search.params;
+  for (const auto& [k, v] : params->items()) {
+    if (!declared.empty() && !declared.contains(k))
+      fail("proposed parameter '" + printable(k) + "', which search: params: does not declare");
+    if (v.is_object() || v.is_array() || v.is_null())
+      fail("proposed parameter '" + printable(k) + "' as " + printable(v.dump().substr(0, 80)) +
+           "; a parameter is a number, a string or a boolean");
+  }
+  new_trial t = made(number, *params);
+  log({{"ask", number}, {"id", t.id}, {"params", *params}});
+  ++asked_;
+  number_of_[t.id] = number;
+  searched_[t.id] = *params;
+  return t;
+}
+
+bool searcher_source::exhausted() const {
+  return pending_.empty() && (done_ || asked_ >= static_cast<std::size_t>(setup_.spec->search.trials));
+}
+
+json searcher_source::tell_message(std::size_t number, const json& params, const trial_record& r) const {
+  json values = json::array();
+  for (const auto& m : setup_.spec->search.objectives) {
+    const auto v = r.result.is_object() ? r.result.find(m.name) : r.result.end();
+    values.push_back(r.result.is_object() && v != r.result.end() && v->is_number() ? *v : json());
+  }
+  json message = {{"op", "tell"},
+                  {"number", number},
+                  {"id", r.id},
+                  {"params", params},
+                  {"outcome", std::string(outcome_name(r))},
+                  {"values", values},
+                  {"result", r.result}};
+  if (r.step >= 0) message["step"] = r.step;
+  return message;
+}
+
+void searcher_source::tell(const trial_record& record) {
+  const auto it = number_of_.find(record.id);
+  if (it == number_of_.end() || told_.count(record.id)) return;  // not its trial, or told in the replay
+  const json message = tell_message(it->second, searched_[record.id], record);
+  json line = message;
+  line.erase("op");
+  line["tell"] = it->second;
+  log(line);  // first: a tell the searcher heard is one a resumed sweep replays
+  exchange(message);
+  told_.insert(record.id);
+}
+
+}  // namespace isorun::sweep

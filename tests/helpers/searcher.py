@@ -1,0 +1,58 @@
+"""A scripted searcher for the tests of isorun's searcher protocol (docs/sweeps.md#search).
+
+It proposes {"x": 2 * number} for ask `number`, appends every message it gets to LOG (one JSON
+line each, and {"answered": ...} for each answer) and answers as the protocol says. MODE changes it:
+  serial     answers {"wait": true} while a trial it proposed has not been told of
+  done:N     says done once N trials have been told of
+  crash:N    exits (status 3) when asked for trial N
+  hang:N     never answers ask N
+  garbage:N  answers ask N with a line that is not JSON
+
+Usage: searcher.py LOG [MODE]"""
+
+import json
+import sys
+import time
+
+log_path = sys.argv[1]
+mode = sys.argv[2] if len(sys.argv) > 2 else ""
+kind, _, arg = mode.partition(":")
+n = int(arg) if arg else -1
+outstanding = set()
+told = 0
+
+
+def answer(obj):
+    with open(log_path, "a") as log:
+        log.write(json.dumps({"answered": obj}, sort_keys=True) + "\n")
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+for line in sys.stdin:
+    message = json.loads(line)
+    with open(log_path, "a") as log:
+        log.write(json.dumps(message, sort_keys=True) + "\n")
+    op = message["op"]
+    if op == "ask":
+        number = message["number"]
+        if kind == "done" and told >= n:
+            answer({"done": True})
+        elif kind == "serial" and outstanding and not message.get("replay"):
+            answer({"wait": True})
+        elif kind == "crash" and number == n:
+            sys.exit(3)
+        elif kind == "hang" and number == n:
+            time.sleep(3600)
+        elif kind == "garbage" and number == n:
+            sys.stdout.write("proposing x now\n")
+            sys.stdout.flush()
+        else:
+            outstanding.add(number)
+            answer({"params": {"x": 2 * number}})
+    elif op == "tell":
+        outstanding.discard(message["number"])
+        told += 1
+        answer({})
+    else:
+        answer({})

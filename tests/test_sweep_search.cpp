@@ -1,0 +1,234 @@
+// Sweeps whose searcher chooses each trial from the results so far: isorun's searcher protocol
+// against a scripted searcher (tests/helpers/searcher.py): asks, waits, done, a searcher that
+// crashes, hangs or prints what is not an answer, resume that replays the conversation, and the
+// specs that are refused.
+#include <catch2/catch.hpp>
+
+#include "sweep_test_support.hpp"
+
+namespace {
+
+// A sweep of command trials that print {"y": x * x}, each sleeping `sleep` s first, chosen by the
+// scripted searcher in `mode`, which logs what it hears to `heard`.
+std::string searched(const std::string& dir, int trials, const std::string& mode, const std::string& sleep = "0",
+                     const std::string& more = "") {
+  return "command: [sh, -c, 'sleep " + sleep +
+         "; echo \"{\\\"y\\\": $(({x} * {x}))}\"']\n"
+         "metric: {name: y, goal: minimize}\n"
+         "search: {type: command, command: [python3, " +
+         std::string(SEARCHER) + ", \"" + dir + "/heard\"" + (mode.empty() ? "" : ", \"" + mode + "\"") +
+         "], params: [x], trials: " + std::to_string(trials) + more +
+         "}\n"
+         "resources: {cpu_slots: 2}\nout: \"" +
+         dir + "/out\"\n";
+}
+
+std::vector<json> messages(const std::string& file) {
+  std::vector<json> out;
+  for (const auto& l : lines(file)) out.push_back(json::parse(l));
+  return out;
+}
+
+std::vector<json> records_of(const std::string& dir) {
+  std::vector<json> out;
+  for (const auto& l : lines(dir + "/out/results.jsonl")) out.push_back(json::parse(l));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a searcher is asked for each trial and told each result", "[sweep][search]") {
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/spec.yaml") << searched(dir, 6, "");
+  const auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.err, Catch::Contains("up to 6 trials chosen by the searcher python3"));
+  const auto records = records_of(dir);
+  REQUIRE(records.size() == 6);
+  std::set<int> xs;
+  for (const auto& rec : records) {
+    CHECK(rec["outcome"] == "success");
+    const int x = rec["params"]["x"];
+    xs.insert(x);
+    CHECK(rec["result"]["y"] == x * x);
+  }
+  CHECK(xs == std::set<int>{0, 2, 4, 6, 8, 10});
+  std::vector<json> heard;
+  for (const auto& m : messages(dir + "/heard"))
+    if (m.contains("op")) heard.push_back(m);  // (not its own answers)
+  REQUIRE(!heard.empty());
+  CHECK(heard[0]["op"] == "hello");
+  CHECK(heard[0]["protocol"] == 1);
+  CHECK(heard[0]["trials"] == 6);
+  CHECK(heard[0]["slots"] == 2);
+  CHECK(heard[0]["objectives"] == json::parse(R"([{"name": "y", "goal": "minimize"}])"));
+  std::size_t asks = 0, tells = 0;
+  for (const auto& m : heard) {
+    asks += m["op"] == "ask";
+    if (m["op"] != "tell") continue;
+    ++tells;
+    CHECK(m["outcome"] == "success");
+    CHECK(m["values"] == json::array({m["params"]["x"].get<int>() * m["params"]["x"].get<int>()}));
+  }
+  CHECK(asks == 6);  // the budget: never asked for more
+  CHECK(tells == 6);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a searcher may answer wait (nothing now) and done (nothing more)", "[sweep][search]") {
+  const std::string dir = temp_dir();
+  SECTION("wait: one trial at a time on two slots") {
+    std::ofstream(dir + "/spec.yaml") << searched(dir, 5, "serial");
+    const auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    CHECK(records_of(dir).size() == 5);
+    int running = 0, most = 0, waits = 0;
+    for (const auto& m : messages(dir + "/heard")) {
+      if (m.value("op", "") == "tell") --running;
+      if (!m.contains("answered")) continue;
+      if (m["answered"].contains("params")) most = std::max(most, ++running);
+      waits += m["answered"].contains("wait");
+    }
+    CHECK(most == 1);  // a trial at a time, though two slots were free
+    CHECK(waits > 0);  // asked while one ran, it said wait, and was asked again after the tell
+  }
+  SECTION("done: the sweep ends with the trials it had") {
+    std::ofstream(dir + "/spec.yaml") << searched(dir, 50, "done:3");
+    const auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const auto n = records_of(dir).size();
+    CHECK(n >= 3);
+    CHECK(n <= 4);  // (a second slot's trial may have been proposed before the third tell)
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a searcher that crashes, hangs or prints what is not an answer stops the sweep, saying so",
+          "[sweep][search][hostile]") {
+  const std::string dir = temp_dir();
+  const auto [mode, said] = GENERATE(table<std::string, std::string>({
+      {"crash:3", "exited (status 3) instead of answering ask"},
+      {"hang:3", "did not answer ask within 1000 ms"},
+      {"garbage:3", "answered ask with a line that is not a JSON object: proposing x now"},
+  }));
+  INFO(mode);
+  std::ofstream(dir + "/spec.yaml") << searched(dir, 6, mode, "0", ", timeout: 1s");
+  const auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+  CHECK(r.code != 0);
+  CHECK(r.code != 2);  // not a usage error: the sweep started
+  CHECK_THAT(r.err, Catch::Contains("the searcher (python3 " + std::string(SEARCHER)) && Catch::Contains(said) &&
+                        Catch::Contains(dir + "/out/search.err"));
+  // What ended before it is journaled, and stays.
+  for (const auto& rec : records_of(dir)) CHECK(rec["outcome"] == "success");
+  CHECK(records_of(dir).size() <= 3);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a resumed search replays the conversation to a new searcher, then goes on", "[sweep][search][resume]") {
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/spec.yaml") << searched(dir, 8, "", "0.3");
+  const std::vector<std::string> args = {"sweep", dir + "/spec.yaml", "--no-progress"};
+  fs::create_directories(dir + "/out");
+  std::ofstream{dir + "/out/results.jsonl"};
+  {
+    auto sweep = start_cli(args, {});
+    REQUIRE(wait_for_lines(dir + "/out/results.jsonl", 3));
+    ::kill(sweep.pid(), SIGKILL);
+    CHECK(sweep.reap().signal == SIGKILL);
+  }
+  const auto heard = [&] {
+    std::vector<json> out;
+    for (const auto& m : messages(dir + "/heard"))
+      if (m.contains("op")) out.push_back(m);
+    return out;
+  };
+  const auto first = heard();
+  const auto r = sweep_cli(args);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.err, !Catch::Contains("did not propose again"));
+  const auto all = heard();
+  // The second searcher heard hello, then the first's conversation as the journal kept it: each
+  // ask and tell it logged, in order, marked replay.
+  std::vector<json> second(all.begin() + static_cast<std::ptrdiff_t>(first.size()), all.end());
+  REQUIRE(!second.empty());
+  CHECK(second[0]["op"] == "hello");
+  const auto conversation = lines(dir + "/out/search.jsonl");
+  std::size_t replayed = 0;
+  for (std::size_t i = 1; i < second.size() && second[i].value("replay", false); ++i) ++replayed;
+  CHECK(replayed > 0);
+  CHECK(second[0]["replay"] == replayed);
+  // Every trial ran to its end once: the ones under way at the kill again, with their numbers.
+  const auto records = records_of(dir);
+  std::set<int> xs;
+  for (const auto& rec : records) {
+    CHECK(rec["outcome"] == "success");
+    xs.insert(rec["params"]["x"].get<int>());
+  }
+  CHECK(records.size() == 8);
+  CHECK(xs == std::set<int>{0, 2, 4, 6, 8, 10, 12, 14});
+  // A third run: everything is done; nothing is asked.
+  const auto again = sweep_cli(args);
+  CHECK(again.code == 0);
+  CHECK(records_of(dir).size() == 8);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("search specs isorun refuses, naming the line", "[sweep][search][errors]") {
+  const std::string head = "command: [echo, \"{x}\"]\nmetric: {name: y, goal: minimize}\n";
+  auto refused = [&](const std::string& search) {
+    try {
+      sw::parse_spec(head + search, "t.yaml");
+    } catch (const sw::spec_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK_THAT(refused("search: {type: optuna, sampler: tpx, trials: 10, params: {x: {float: [0, 1]}}}\n"),
+             Catch::Contains("line 3") && Catch::Contains("sampler 'tpx'") && Catch::Contains("did you mean 'tpe'"));
+  CHECK_THAT(refused("search: {type: optuna, trials: 10, params: {x: {float: [1, 0]}}}\n"),
+             Catch::Contains("line 3") && Catch::Contains("low must be below high"));
+  CHECK_THAT(refused("search: {type: optuna, trials: 10, params: {x: {float: [0, 1], log: true}}}\n"),
+             Catch::Contains("low bound must be above 0"));
+  CHECK_THAT(refused("search: {type: optuna, trials: 10, params: {x: {int: [1, 8], step: 0.5}}}\n"),
+             Catch::Contains("an int's step is a whole number"));
+  CHECK_THAT(refused("search: {type: optuna, params: {x: {float: [0, 1]}}}\n"),
+             Catch::Contains("line 3") && Catch::Contains("search needs trials:"));
+  CHECK_THAT(refused("search: {type: command, command: [my-searcher]}\n"), Catch::Contains("search needs trials:"));
+  CHECK_THAT(refused("search: {type: command, command: [my-searcher], trials: 5}\n"),
+             Catch::Contains("search needs params:"));
+  CHECK_THAT(refused("search: {type: optuna, trials: 10}\n"), Catch::Contains("needs params:"));
+  CHECK_THAT(refused("search: {type: annealing, trials: 10}\n"), Catch::Contains("search type is optuna"));
+  CHECK_THAT(refused("params: {x: [1, 2]}\nsearch: {type: optuna, trials: 10, params: {y: {float: [0, 1]}}}\n"),
+             Catch::Contains("params: are constants"));
+  CHECK_THAT(refused("search: {type: optuna, trials: 10, params: {x: {categorical: []}}}\n"),
+             Catch::Contains("non-empty list"));
+  CHECK(refused("search: {type: optuna, trials: 10, params: {x: {float: [0, 1]}}}\n") == "accepted");
+
+  // Checked when the sweep starts (exit 2, nothing run): a searcher program that is not there,
+  // Optuna missing from the Python that would run it.
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/spec.yaml")
+      << head << "search: {type: command, command: [no-such-searcher], params: [x], trials: 3}\nout: \"" << dir
+      << "/out\"\n";
+  auto missing = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+  CHECK(missing.code == 2);
+  CHECK_THAT(missing.err, Catch::Contains("line 3") && Catch::Contains("'no-such-searcher' is not found"));
+  std::ofstream(dir + "/optuna.yaml") << head
+                                      << "search: {type: optuna, trials: 3, params: {x: {int: [0, 3]}}}\nout: \"" << dir
+                                      << "/out2\"\n";
+  auto no_optuna = sweep_cli({"sweep", dir + "/optuna.yaml", "--no-progress"}, {"ISORUN_PYTHON=" + dir + "/python3"});
+  CHECK(no_optuna.code == 2);
+  CHECK_THAT(no_optuna.err, Catch::Contains("search type optuna"));
+  std::ofstream(dir + "/python3") << "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'optuna'\" >&2\nexit 1\n";
+  fs::permissions(dir + "/python3", fs::perms::owner_all);
+  auto without = sweep_cli({"sweep", dir + "/optuna.yaml", "--no-progress"}, {"ISORUN_PYTHON=" + dir + "/python3"});
+  CHECK(without.code == 2);
+  CHECK_THAT(without.err, Catch::Contains("needs Optuna") && Catch::Contains("pip install optuna") &&
+                              Catch::Contains("No module named 'optuna'"));
+  CHECK_FALSE(fs::exists(dir + "/out2/results.jsonl"));
+  fs::remove_all(dir);
+}
