@@ -52,6 +52,13 @@ if ! python3 -c 'import sklearn' 2> /dev/null && python3 -m pip --version > /dev
   PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet scikit-learn > /dev/null 2>&1 ||
     echo "isorun setup: pip could not install scikit-learn; the docs' scikit-learn examples will be skipped"
 fi
+# Searches through Optuna (search: {type: optuna}, python/tests/test_search.py) and its CMA-ES
+# sampler's cmaes, likewise with pip; where pip cannot, those tests are skipped, saying so.
+if ! python3 -c 'import optuna, cmaes' 2> /dev/null && python3 -m pip --version > /dev/null 2>&1; then
+  echo "isorun setup: installing optuna and cmaes for $(command -v python3)"
+  PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet optuna cmaes > /dev/null 2>&1 ||
+    echo "isorun setup: pip could not install optuna; the Optuna search tests will be skipped"
+fi
 # The Python package (python/, `pip install .`): the python3 on PATH needs its development files,
 # nanobind and scikit-build-core to build it, cloudpickle to run it and pytest to test it. Where
 # pip cannot install for that python3 (Debian's own refuses: PEP 668), the package is not built

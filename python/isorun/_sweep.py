@@ -119,9 +119,50 @@ def _records(out: str) -> list[dict[str, Any]]:
 
 
 def _counts(line: str) -> Optional[tuple[int, int]]:
-    """(trials, to run) in the command's first line ("...: 12 trials (8 to run) on ...")."""
+    """(trials, to run) in the command's first line ("...: 12 trials (8 to run) on ...", or for a
+    search "...: up to 100 trials chosen by ...")."""
     found = re.search(r": (\d+) trials \((\d+) to run\)", line)
-    return (int(found.group(1)), int(found.group(2))) if found else None
+    if found:
+        return int(found.group(1)), int(found.group(2))
+    found = re.search(r": up to (\d+) trials chosen by", line)
+    return (int(found.group(1)), int(found.group(1))) if found else None
+
+
+def _with_search(spec: Spec, search: Any, trials: Any, folder: str, env: dict[str, str]) -> Spec:
+    """The spec with ``search=`` (an Optuna sampler, or a study whose sampler is taken) and
+    ``trials=`` put in its ``search:``; the sampler handed to the searcher pickled, in
+    ``folder``."""
+    if search is None and trials is None:
+        return spec
+    if not isinstance(spec, Mapping):
+        raise UsageError("search= and trials= go with a spec given as a dict; in a YAML file, write them in its search:")
+    if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 1):
+        raise UsageError(f"trials takes the number of trials to ask the searcher for (1 or more), not {trials!r}")
+    spec = dict(spec)
+    settings = dict(spec.get("search") or {})
+    settings.setdefault("type", "optuna")
+    if trials is not None:
+        settings["trials"] = trials
+    if search is not None:
+        try:
+            import optuna
+        except ImportError as e:
+            raise UsageError(f"search= takes an Optuna sampler or study, and Optuna is not installed ({e}); "
+                             "pip install optuna (or pip install 'isorun[optuna]')") from None
+        sampler = search.sampler if isinstance(search, optuna.Study) else search
+        if not isinstance(sampler, optuna.samplers.BaseSampler):
+            raise UsageError(f"search= takes an Optuna sampler (optuna.samplers.TPESampler(seed=0), ...) or a study, "
+                             f"not {type(search).__name__}")
+        import cloudpickle
+
+        path = os.path.join(folder, "sampler.pkl")
+        with open(path, "wb") as f:
+            cloudpickle.dump(sampler, f)
+        env["ISORUN_SEARCH_SAMPLER"] = path  # (where isorun.search.optuna takes it from)
+        settings["type"] = "optuna"
+        settings["sampler"] = "pickled"
+    spec["search"] = settings
+    return spec
 
 
 class _Tally:
@@ -165,7 +206,8 @@ def _options(out: Any, rerun_failed: Any, args: Any, progress: Any) -> list[str]
     return options
 
 
-def _run(spec: Spec, options: list[str], progress: bool) -> Generator[dict[str, Any], None, str]:
+def _run(spec: Spec, options: list[str], progress: bool, search: Any = None,
+         trials: Optional[int] = None) -> Generator[dict[str, Any], None, str]:
     """Runs ``isorun sweep`` and yields each record as it is journaled, the records of earlier
     runs of the same sweep first; returns the output folder. Leaving the iterator early stops
     the sweep as Ctrl-C does (and waits for it). The one loop behind :func:`sweep` and
@@ -175,6 +217,8 @@ def _run(spec: Spec, options: list[str], progress: bool) -> Generator[dict[str, 
                          "by its trials; put the sweep under if __name__ == '__main__':")
     program = _program()
     with tempfile.TemporaryDirectory(prefix="isorun-sweep-spec-") as folder:
+        env = dict(os.environ)
+        spec = _with_search(spec, search, trials, folder, env)
         if isinstance(spec, Mapping):
             spec = dict(spec)
             if callable(spec.get("python")):
@@ -184,7 +228,6 @@ def _run(spec: Spec, options: list[str], progress: bool) -> Generator[dict[str, 
                 json.dump(spec, f, indent=2)  # JSON is YAML
         else:
             path = os.fspath(spec)
-        env = dict(os.environ)
         env.setdefault("ISORUN_PYTHON", sys.executable)
         # The trials' interpreters find modules as this one does.
         env["PYTHONPATH"] = os.pathsep.join(p for p in [*sys.path, env.get("PYTHONPATH", "")] if p)
@@ -299,7 +342,8 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 
 def sweep(spec: Spec, *, out: Union[str, os.PathLike[str], None] = None, rerun_failed: bool = False,
           args: tuple[str, ...] = (), progress: bool = False,
-          on_record: Optional[Callable[[dict[str, Any]], None]] = None) -> SweepResults:
+          on_record: Optional[Callable[[dict[str, Any]], None]] = None, search: Any = None,
+          trials: Optional[int] = None) -> SweepResults:
     """Runs a sweep and returns its records.
 
     ``spec`` is a sweep spec: the path of a YAML file, or a dict with the same keys
@@ -318,6 +362,14 @@ def sweep(spec: Spec, *, out: Union[str, os.PathLike[str], None] = None, rerun_f
     journaled, in journal order (those of earlier runs of the same sweep first); if it raises,
     the sweep is stopped and the exception raised. :func:`sweep_iter` yields the records instead.
 
+    ``search`` chooses each trial from the results so far (docs/sweeps.md#search): an Optuna
+    sampler (``optuna.samplers.TPESampler(seed=0)``) or a study (its sampler), with the
+    distributions in the spec's ``search: {params: ...}`` and ``trials`` the budget::
+
+        isorun.sweep({"python": train, "metric": {"name": "loss", "goal": "minimize"},
+                      "search": {"params": {"lr": {"float": [1e-4, 0.1], "log": True}}}},
+                     search=optuna.samplers.TPESampler(seed=0), trials=200)
+
     Returns the records (:class:`SweepResults`, a list; ``.frame()`` makes a DataFrame), also
     when some trials failed: each record says how its trial ended. Raises :class:`UsageError`
     for a spec isorun refuses (nothing is started), :class:`KeyboardInterrupt` when the sweep
@@ -325,7 +377,7 @@ def sweep(spec: Spec, *, out: Union[str, os.PathLike[str], None] = None, rerun_f
     """
     if on_record is not None and not callable(on_record):
         raise UsageError(f"on_record takes a function of one record, not {on_record!r}")
-    stream = _run(spec, _options(out, rerun_failed, args, progress), progress)
+    stream = _run(spec, _options(out, rerun_failed, args, progress), progress, search, trials)
     while True:
         try:
             record = next(stream)
@@ -340,7 +392,8 @@ def sweep(spec: Spec, *, out: Union[str, os.PathLike[str], None] = None, rerun_f
 
 
 def sweep_iter(spec: Spec, *, out: Union[str, os.PathLike[str], None] = None, rerun_failed: bool = False,
-               args: tuple[str, ...] = (), progress: bool = False) -> Iterator[dict[str, Any]]:
+               args: tuple[str, ...] = (), progress: bool = False, search: Any = None,
+               trials: Optional[int] = None) -> Iterator[dict[str, Any]]:
     """Runs a sweep as :func:`sweep` does, and yields each trial's record as it is journaled in
     ``OUT/results.jsonl``, while the sweep runs: those of earlier runs of the same sweep first
     (resume), then each as its trial ends. A trial retried under a larger cap has a record per
@@ -353,4 +406,4 @@ def sweep_iter(spec: Spec, *, out: Union[str, os.PathLike[str], None] = None, re
     Ctrl-C does, and waits for its trials to stop. The options are :func:`sweep`'s; bad ones are
     a :class:`UsageError` at once, and the errors :func:`sweep` raises come from the iteration.
     """
-    return _run(spec, _options(out, rerun_failed, args, progress), progress)
+    return _run(spec, _options(out, rerun_failed, args, progress), progress, search, trials)

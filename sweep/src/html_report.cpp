@@ -254,6 +254,54 @@ void trial_sections(std::ostringstream& o, const report_data& d) {
        "</tbody></table></div></section>";
 }
 
+// A search with several objectives: the successful trials no other beats on every objective,
+// best first by the first objective.
+void pareto_section(std::ostringstream& o, const report_data& d) {
+  if (d.objectives.size() < 2) return;
+  struct point {
+    const trial_record* r;
+    std::vector<double> v;  // higher is better on each
+  };
+  std::vector<point> all;
+  for (const auto& r : d.records) {
+    if (r.kind != outcome_kind::success || r.pruned || !r.result.is_object()) continue;
+    point p{&r, {}};
+    for (const auto& [name, maximize] : d.objectives) {
+      const auto it = r.result.find(name);
+      if (it == r.result.end() || !it->is_number()) break;
+      p.v.push_back(maximize ? it->get<double>() : -it->get<double>());
+    }
+    if (p.v.size() == d.objectives.size()) all.push_back(std::move(p));
+  }
+  auto dominates = [](const point& a, const point& b) {
+    bool better = false;
+    for (std::size_t k = 0; k < a.v.size(); ++k) {
+      if (a.v[k] < b.v[k]) return false;
+      better = better || a.v[k] > b.v[k];
+    }
+    return better;
+  };
+  std::vector<point> front;
+  for (const auto& p : all)
+    if (std::none_of(all.begin(), all.end(), [&](const point& q) { return dominates(q, p); })) front.push_back(p);
+  std::sort(front.begin(), front.end(), [](const point& a, const point& b) { return a.v[0] > b.v[0]; });
+  o << "<section id=\"pareto\"><h2>Pareto front</h2><p class=\"sub\">The " << front.size() << " of " << all.size()
+    << " successful trials that no other beats on every objective.</p><div class=\"tablewrap\"><table><thead><tr><th>trial</th>";
+  for (const auto& [name, maximize] : d.objectives)
+    o << "<th>" << esc(name) << (maximize ? " (max)" : " (min)") << "</th>";
+  o << "<th>parameters</th></tr></thead><tbody>";
+  for (const auto& p : front) {
+    o << "<tr><td>" << esc(p.r->id) << "</td>";
+    for (std::size_t k = 0; k < p.v.size(); ++k)
+      o << "<td>" << num(d.objectives[k].second ? p.v[k] : -p.v[k], 5) << "</td>";
+    std::string params;
+    for (const auto& [k, v] : p.r->params.items())
+      params += (params.empty() ? "" : " ") + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+    o << "<td>" << esc(params) << "</td></tr>";
+  }
+  o << "</tbody></table></div></section>";
+}
+
 // Where the trials ran and what memory they used: slots over time, peaks against the cap, and
 // the memory timelines (the trials that ran out of memory first, then the best).
 void resource_sections(std::ostringstream& o, const report_data& d) {
@@ -284,6 +332,7 @@ std::string render_report(const report_data& d) {
     << "<title>isorun sweep: " << esc(d.subject) << "</title><style>" << style << "</style></head><body>";
   summary_section(o, d);
   trial_sections(o, d);
+  pareto_section(o, d);
   resource_sections(o, d);
   o << "<script type=\"application/json\" id=\"trials-data\">" << script_json(table_data(d)) << "</script><script>" << script
     << "</script></body></html>\n";

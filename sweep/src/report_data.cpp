@@ -169,6 +169,10 @@ void read_identity(report_data& d, const json& identity) {
     d.metric = text(*m, "name");
     if (const auto max = m->find("maximize"); max != m->end() && max->is_boolean()) d.maximize = max->get<bool>();
   }
+  if (const auto o = identity.find("objectives"); o != identity.end() && o->is_array())
+    for (const auto& m : *o)
+      if (m.is_object() && m.contains("name") && m["name"].is_string())
+        d.objectives.emplace_back(m["name"].get<std::string>(), m.value("maximize", false));
   if (const auto runs = identity.find("runs"); runs != identity.end() && runs->is_array())
     for (const auto& r : *runs)
       if (r.is_object()) d.runs.push_back(run_of(r));

@@ -575,6 +575,11 @@ json record_run(const sweep_run::state& st, bool node) {
     slot_list.push_back({{"index", sl.index}, {"device", sl.gpus.empty() ? "cpu" : runner::visible_devices_for(sl.gpus)}});
   identity["subject"] = st.subject;
   identity["metric"] = s.metric.name.empty() ? json() : json{{"name", s.metric.name}, {"maximize", s.metric.maximize}};
+  if (s.search.objectives.size() > 1) {  // for the report's Pareto front
+    identity["objectives"] = json::array();
+    for (const auto& m : s.search.objectives)
+      identity["objectives"].push_back({{"name", m.name}, {"maximize", m.maximize}});
+  }
   identity["scheduler"] = early_stopping_json(s.early_stopping);  // for the report: the rungs and the budget
   identity["runs"].push_back({{"run", run_number}, {"slots", slot_list}, {"mem_limit", s.mem_limit},
                               {"gpus_per_trial", gpus_per_trial_text(s)}, {"trials", st.queue.size()}});

@@ -23,7 +23,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
-__all__ = ["distributions", "make_sampler", "main"]
+__all__ = ["check", "distributions", "make_sampler", "main"]
 
 
 def distributions(params: dict[str, Any]) -> dict[str, BaseDistribution]:
@@ -40,6 +40,23 @@ def distributions(params: dict[str, Any]) -> dict[str, BaseDistribution]:
             out[name] = FloatDistribution(float(d["low"]), float(d["high"]), log=bool(d.get("log", False)),
                                           step=d.get("step"))
     return out
+
+
+# What each sampler needs beyond Optuna (Optuna imports them only when the sampler first runs).
+_NEEDS = {"cmaes": ("cmaes", "pip install cmaes"), "gp": ("torch", "pip install torch"),
+          "qmc": ("scipy", "pip install scipy")}
+
+
+def check(sampler: str) -> None:
+    """Raises ImportError, saying what to install, where ``sampler`` cannot run here."""
+    needed = _NEEDS.get(sampler)
+    if needed is None:
+        return
+    module, install = needed
+    try:
+        __import__(module)
+    except ImportError as e:
+        raise ImportError(f"Optuna's {sampler} sampler needs {module} ({e}); {install}") from e
 
 
 def make_sampler(name: str, seed: int | None, slots: int, objectives: int) -> optuna.samplers.BaseSampler:

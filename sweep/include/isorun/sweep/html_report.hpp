@@ -51,6 +51,9 @@ struct report_data {
   std::string subject;              ///< the task, or the command
   std::string metric;               ///< "" = none (wall time is shown instead)
   bool maximize = true;
+  /// A search with several objectives (sweep.json's objectives): each {name, maximize}; the
+  /// report then shows their Pareto front.
+  std::vector<std::pair<std::string, bool>> objectives;
   std::vector<trial_record> records;  ///< each trial's latest record, in journal order
   std::vector<run_info> runs;
   std::map<std::string, std::size_t> outcomes;  ///< trials per outcome class
