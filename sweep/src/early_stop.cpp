@@ -5,10 +5,11 @@
 
 namespace isorun::sweep {
 
-early_stopper::early_stopper(const sweep_spec& s, report_log& log, const std::map<std::string, std::int64_t>& replayed)
-    : s_{s}, log_{log} {
-  if (!s.early_stopping) return;
-  rule_ = make_stop_rule(s.early_stopping);
+early_stopper::early_stopper(const sweep_spec& s, report_log& log, const std::map<std::string, std::int64_t>& replayed,
+                             std::unique_ptr<stop_rule> rule)
+    : s_{s}, log_{log}, rule_{std::move(rule)} {
+  if (!rule_ && s.early_stopping) rule_ = make_stop_rule(s.early_stopping);
+  if (!rule_) return;
   // The rule's state as the last run left it: the done trials' reports, in the same order, each
   // judged again (verdicts are recomputed, never read). Verdicts are not acted on here: those
   // trials were pruned or finished.

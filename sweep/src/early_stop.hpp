@@ -26,7 +26,10 @@ class early_stopper {
   ///        trial this sweep does not have, a step past the one its record says it reached, a
   ///        trial that runs again and will report afresh) are left out, so that no line of the
   ///        file can decide a verdict by itself.
-  early_stopper(const sweep_spec& s, report_log& log, const std::map<std::string, std::int64_t>& replayed);
+  /// @param rule what judges the reports where not the spec's scheduler: population-based
+  ///        training's (pbt.hpp)
+  early_stopper(const sweep_spec& s, report_log& log, const std::map<std::string, std::int64_t>& replayed,
+                std::unique_ptr<stop_rule> rule = nullptr);
 
   /// @brief Records trial `id`'s report durably, then judges it (with no scheduler: records).
   ///        Not thread-safe: the scheduler calls it one report at a time.

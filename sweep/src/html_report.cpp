@@ -302,6 +302,35 @@ void pareto_section(std::ostringstream& o, const report_data& d) {
   o << "</tbody></table></div></section>";
 }
 
+// Population-based training: each child, the member whose checkpoint it started from and the
+// one it replaced, in the order they were made.
+void lineage_section(std::ostringstream& o, const report_data& d) {
+  std::vector<const trial_record*> children;
+  for (const auto& r : d.records)
+    if (r.origin.is_object()) children.push_back(&r);
+  if (children.empty()) return;
+  o << "<section id=\"lineage\"><h2>Population</h2><p class=\"sub\">" << children.size()
+    << " trials made by population-based training: each started from its parent's checkpoint with its parameters "
+       "mutated, in place of a member in the bottom quantile (journaled pruned).</p><div class=\"tablewrap\"><table>"
+       "<thead><tr><th>trial</th><th>generation</th><th>parent</th><th>from step</th><th>replaced</th><th>"
+    << esc(d.metric.empty() ? "outcome" : d.metric) << "</th><th>parameters</th></tr></thead><tbody>";
+  for (const auto* r : children) {
+    const json& origin = r->origin;
+    const auto text = [&](const char* key) {
+      const auto it = origin.find(key);
+      return it == origin.end() ? std::string() : it->is_string() ? it->get<std::string>() : it->dump();
+    };
+    const auto m = metric_value(d, *r);
+    std::string params;
+    for (const auto& [k, v] : r->params.items())
+      params += (params.empty() ? "" : " ") + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+    o << "<tr><td>" << esc(r->id) << "</td><td>" << esc(text("generation")) << "</td><td>" << esc(text("parent"))
+      << "</td><td>" << esc(text("step")) << "</td><td>" << esc(text("replaces")) << "</td><td>"
+      << (m ? num(*m, 5) : esc(std::string(outcome_name(*r)))) << "</td><td>" << esc(params) << "</td></tr>";
+  }
+  o << "</tbody></table></div></section>";
+}
+
 // Where the trials ran and what memory they used: slots over time, peaks against the cap, and
 // the memory timelines (the trials that ran out of memory first, then the best).
 void resource_sections(std::ostringstream& o, const report_data& d) {
@@ -333,6 +362,7 @@ std::string render_report(const report_data& d) {
   summary_section(o, d);
   trial_sections(o, d);
   pareto_section(o, d);
+  lineage_section(o, d);
   resource_sections(o, d);
   o << "<script type=\"application/json\" id=\"trials-data\">" << script_json(table_data(d)) << "</script><script>" << script
     << "</script></body></html>\n";

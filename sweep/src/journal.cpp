@@ -44,6 +44,7 @@ json trial_record::to_json() const {
   if (step >= 0) j["step"] = step;
   if (retry_mem_limit) j["retry_mem_limit"] = retry_mem_limit;
   if (checkpoint >= 0) j["checkpoint"] = checkpoint;
+  if (!origin.is_null()) j["origin"] = origin;
   if (!resumes.empty()) {
     j["resumes"] = resumes;
     j["steps_redone"] = steps_redone();
@@ -110,6 +111,7 @@ trial_record trial_record::from_json(const json& j) {
   r.retry_mem_limit = field(j, "retry_mem_limit", std::uint64_t{0});
   r.checkpoint = field(j, "checkpoint", std::int64_t{-1});
   if (const auto it = j.find("resumes"); it != j.end() && it->is_array()) r.resumes = *it;
+  if (const auto it = j.find("origin"); it != j.end() && it->is_object()) r.origin = *it;
   return r;
 }
 

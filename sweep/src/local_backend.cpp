@@ -423,6 +423,7 @@ void local_backend::lane(std::size_t k) {
     if (!refused.empty() || skip || (packer_ && !taken)) {  // refused, or stopped before it could start
       rec.id = t.id;
       rec.params = t.params;
+      rec.origin = t.origin;
       rec.attempts = t.attempt;
       rec.kind = refused.empty() ? outcome_kind::cancelled : outcome_kind::task_error;
       if (!refused.empty()) rec.error = "task_error: " + refused;
@@ -535,6 +536,7 @@ trial_record local_backend::attempt(const slot& sl, const trial& t, std::shared_
   trial_record rec;
   rec.id = t.id;
   rec.params = t.params;
+  rec.origin = t.origin;
   rec.slot = sl.index;
   rec.device = sl.gpus.empty() ? "cpu" : runner::visible_devices_for(sl.gpus);
   rec.mem_limit = cap_of(t, *setup_.spec);

@@ -46,6 +46,7 @@
 #include "isorun/sweep/stop_source.hpp"
 #include "isorun/sweep/trial_source.hpp"
 #include "local_backend.hpp"
+#include "pbt.hpp"
 #include "progress.hpp"
 #include "python_trials.hpp"
 #include "searcher_source.hpp"
@@ -333,6 +334,11 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
                   "search: runs its trials here: a searcher chooses each from the results so far, and Slurm arrays "
                   "are submitted for a list known up front (drop backend: slurm)");
   if (st.s.search && st.opt.source) throw usage_error("a sweep with search: takes its trials from its searcher alone");
+  if (st.s.pbt && st.s.slurm)
+    throw located(st.s, st.s.pbt.line,
+                  "scheduler pbt runs its population here: it makes trials as reports come, and Slurm arrays are "
+                  "submitted for a list known up front (drop backend: slurm)");
+  if (st.s.pbt && st.opt.source) throw usage_error("a sweep with scheduler pbt takes its trials from its population");
   st.program->check();
   check_searcher(st.s);
   check_resources(st);
@@ -371,6 +377,8 @@ std::map<std::string, std::int64_t> replayed_reports(const sweep_run::state& st)
     for (const auto& t : st.s.trials) replayed[trial_id(st.subject, t)] = every;
     for (const auto& [id, r] : st.journal->latest()) replayed[id] = every;
   }
+  if (st.s.pbt && st.reports)  // every report: its children's too, made by the replay itself
+    for (const auto& r : st.reports->earlier()) replayed.try_emplace(r.trial, every);
   for (const auto& [id, r] : st.journal->latest())
     if (is_done(st, r)) replayed[id] = r.step;
   return replayed;
@@ -397,20 +405,22 @@ class resumed_source final : public trial_source {
 
 // Where the scheduler takes its trials from: the spec's trials still to run, given out by the
 // sweep's own source where it has one (which is first told every journaled record).
-std::unique_ptr<trial_source> make_source(const sweep_run::state& st) {
+std::unique_ptr<trial_source> make_source(const sweep_run::state& st, pbt_population* pbt) {
   std::vector<new_trial> listed;
   listed.reserve(st.queue.size());
   for (std::size_t i : st.queue) listed.push_back({i, trial_id(st.subject, st.s.trials[i]), st.s.trials[i]});
   auto list = std::make_unique<list_source>(std::move(listed));
-  if (!st.opt.source && !st.s.search) return list;
-  std::unique_ptr<trial_source> source = st.s.search ? std::make_unique<searcher_source>(
-                                                           searcher_setup{.spec = &st.s,
-                                                                          .subject = st.subject,
-                                                                          .out = st.out,
-                                                                          .argv = searcher_command(st.s),
-                                                                          .slots = st.slots.size(),
-                                                                          .first_index = st.s.trials.size()})
-                                                     : st.opt.source(std::move(list));
+  if (!st.opt.source && !st.s.search && !pbt) return list;
+  std::unique_ptr<trial_source> source;
+  if (pbt) source = pbt->source(std::move(list));
+  else if (st.s.search)
+    source = std::make_unique<searcher_source>(searcher_setup{.spec = &st.s,
+                                                              .subject = st.subject,
+                                                              .out = st.out,
+                                                              .argv = searcher_command(st.s),
+                                                              .slots = st.slots.size(),
+                                                              .first_index = st.s.trials.size()});
+  else source = st.opt.source(std::move(list));
   if (!source) throw internal_error("the sweep's trial source factory made no source");
   std::set<std::string> done;
   for (const auto& id : st.journal->order()) {
@@ -507,7 +517,10 @@ sweep_summary sweep_run::run() {
       [&](std::exception_ptr e) { sched_ptr->fail(std::move(e)); });
   // Every report is made durable; with a scheduler, also judged (a node has no folder of its own).
   std::optional<early_stopper> stopper;
-  if (st.reports) stopper.emplace(s, *st.reports, replayed_reports(st));
+  // Population-based training: its decisions are made on reports, its children given out as trials.
+  std::optional<pbt_population> pbt;
+  if (s.pbt && !node) pbt.emplace(s, st.out, st.subject);
+  if (st.reports) stopper.emplace(s, *st.reports, replayed_reports(st), pbt ? pbt->rule() : nullptr);
   // On a Slurm node with early stopping, the submitter decides: each report goes to it through
   // OUT/slurm/reports/ID.jsonl, and its verdicts come back as OUT/slurm/stop/ID (watched below).
   const bool forwards = node && s.early_stopping;
@@ -519,7 +532,7 @@ sweep_summary sweep_run::run() {
       shared.report(t.id, step, metrics);
       return false;
     };
-  const std::unique_ptr<trial_source> source = make_source(st);
+  const std::unique_ptr<trial_source> source = make_source(st, pbt ? &*pbt : nullptr);
   scheduler sched(s, *source, *backend, writer, stop,
                   {.metric_checked = st.metric_known,
                    .stop_fails_as_cancelled = node,

@@ -37,6 +37,7 @@ std::optional<trial> scheduler::take() {
   t.index = n->index;
   t.id = std::move(n->id);
   t.params = std::move(n->params);
+  t.origin = std::move(n->origin);
   return t;
 }
 

@@ -236,7 +236,9 @@ void parse_metric(const YAML::Node& m, sweep_spec& s) {
 }
 
 // scheduler: NAME, or {type: NAME, SETTING: VALUE, ...} with a rule's settings (stop_rule.hpp).
-void parse_scheduler(const YAML::Node& n, sweep_spec& s) {
+void parse_pbt(const YAML::Node& n, sweep_spec& s, int& population);
+
+void parse_scheduler(const YAML::Node& n, sweep_spec& s, int& pbt_population) {
   const int line = line_of(n);
   if (!n.IsScalar() && (!n.IsMap() || !n["type"] || !n["type"].IsScalar()))
     fail(n,
@@ -247,6 +249,10 @@ void parse_scheduler(const YAML::Node& n, sweep_spec& s) {
   const std::string& type = type_node.Scalar();
   if (type == "none") {
     s.early_stopping = {};
+    return;
+  }
+  if (type == "pbt") {
+    parse_pbt(n, s, pbt_population);
     return;
   }
   const stop_rule_kind* kind = find_stop_rule(type);
@@ -677,6 +683,81 @@ json search_sample(const search_spec& r, const json& constants) {
   return t;
 }
 
+// scheduler: {type: pbt, interval: 5, quantile: 0.25, resample_probability: 0.25, seed: 0,
+// population: N, mutations: {lr: perturb, dropout: {uniform: [0, 0.5]}}}. What it needs of the rest
+// of the spec (checkpoints, a metric, the population) is checked in parse_yaml.
+void parse_pbt(const YAML::Node& n, sweep_spec& s, int& population) {
+  pbt_spec p;
+  p.line = line_of(n);
+  const std::string example =
+      "e.g. {type: pbt, interval: 5, quantile: 0.25, mutations: {lr: perturb, dropout: {uniform: [0, 0.5]}}}";
+  if (!n.IsMap()) fail(n, "scheduler pbt takes its settings, " + example);
+  static const std::vector<std::string> keys = {"type", "interval",   "quantile", "resample_probability",
+                                                "seed", "population", "mutations"};
+  for (const auto& kv : n) {
+    const std::string k = kv.first.Scalar();
+    if (std::find(keys.begin(), keys.end(), k) == keys.end())
+      fail(kv.first, "unknown scheduler setting '" + k + "'" + did_you_mean(k, keys) +
+                         " for pbt; known: interval, quantile, resample_probability, seed, population, mutations");
+  }
+  const YAML::Node interval = n["interval"];
+  if (!interval) fail(n, "scheduler pbt needs interval: (the steps between its decisions), " + example);
+  const double steps = number(interval, "pbt interval");
+  if (steps < 1 || steps != std::floor(steps) || steps > 1e12)
+    fail(interval, "pbt interval must be a whole number of steps, 1 or more");
+  p.interval = static_cast<std::int64_t>(steps);
+  if (auto q = n["quantile"]) {
+    p.quantile = number(q, "pbt quantile");
+    if (!(p.quantile > 0 && p.quantile <= 0.5)) fail(q, "pbt quantile must be above 0 and at most 0.5, e.g. 0.25");
+  }
+  if (auto r = n["resample_probability"]) {
+    p.resample_probability = number(r, "pbt resample_probability");
+    if (!(p.resample_probability >= 0 && p.resample_probability <= 1))
+      fail(r, "pbt resample_probability must be from 0 to 1");
+  }
+  if (auto seed = n["seed"]) {
+    const double x = number(seed, "pbt seed");
+    if (x < 0 || x != std::floor(x) || x > 1e15) fail(seed, "pbt seed is a whole number, 0 or more");
+    p.seed = static_cast<std::uint64_t>(x);
+  }
+  if (auto pop = n["population"]) {
+    const double x = number(pop, "pbt population");
+    if (x < 2 || x != std::floor(x) || x > 100000) fail(pop, "pbt population must be a whole number, 2 or more");
+    population = static_cast<int>(x);
+  }
+  const YAML::Node m = n["mutations"];
+  if (!m || !m.IsMap() || m.size() == 0)
+    fail(m ? m : n, "scheduler pbt needs mutations: (which parameters change, and how), " + example);
+  for (const auto& kv : m) {
+    const std::string name = kv.first.Scalar();
+    const YAML::Node& how = kv.second;
+    if (how.IsScalar() && how.Scalar() == "perturb") {
+      p.mutations[name] = "perturb";
+      continue;
+    }
+    if (!how.IsMap() || how.size() != 1)
+      fail(how, "pbt mutation of '" + name +
+                    "' is perturb (x 0.8 or x 1.2), {uniform: [a, b]}, {loguniform: [a, b]} "
+                    "or {choice: [...]}");
+    const std::string kind = how.begin()->first.Scalar();
+    if (kind == "uniform" || kind == "loguniform") {
+      const auto [lo, hi] = bounds(how.begin()->second, "pbt mutation of '" + name + "'");
+      if (kind == "loguniform" && !(lo > 0))
+        fail(how, "pbt mutation of '" + name + "': loguniform needs a low above 0");
+      p.mutations[name] = {{kind, {lo, hi}}};
+    } else if (kind == "choice") {
+      if (!how.begin()->second.IsSequence() || how.begin()->second.size() == 0)
+        fail(how, "pbt mutation of '" + name + "': choice takes a non-empty list");
+      p.mutations[name] = {{"choice", to_json(how.begin()->second)}};
+    } else {
+      fail(how.begin()->first, "pbt mutation of '" + name + "': unknown kind '" + kind + "'" +
+                                   did_you_mean(kind, {"uniform", "loguniform", "choice"}) +
+                                   "; perturb, {uniform: [a, b]}, {loguniform: [a, b]} or {choice: [...]}");
+    }
+  }
+  s.pbt = std::move(p);
+}
+
 // checkpoints: true, or {keep: 2, signal: SIGUSR1}.
 void parse_checkpoints(const YAML::Node& v, sweep_spec& s) {
   checkpoint_spec c;
@@ -822,7 +903,8 @@ sweep_spec parse_yaml(const std::string& text) {
                          "policy, checkpoints, out");
   parse_subject(root, s);
   if (auto m = root["metric"]) parse_metric(m, s);
-  if (auto sch = root["scheduler"]) parse_scheduler(sch, s);
+  int pbt_population = 0;
+  if (auto sch = root["scheduler"]) parse_scheduler(sch, s, pbt_population);
 
   param_names names{s, {}};
   std::vector<std::pair<std::string, std::vector<json>>> dims;
@@ -870,6 +952,24 @@ sweep_spec parse_yaml(const std::string& text) {
     s.slurm->warning_lead = s.checkpoints.warn_before;
   }
   if (auto o = root["out"]) s.out = o.Scalar();
+  if (s.pbt) {  // the first population is the spec's trials; children start from checkpoints
+    const YAML::Node at = root["scheduler"];
+    if (!s.checkpoints)
+      fail(at,
+           "scheduler pbt starts each new trial from a top trial's checkpoint: add checkpoints: {keep: 2}, and "
+           "save them in the trials (docs/sweeps.md#checkpoints)");
+    if (s.metric.name.empty())
+      fail(at, "scheduler pbt ranks trials by a metric: add metric: {name: loss, goal: minimize}");
+    if (s.search) fail(at, "scheduler pbt makes its own trials; it does not go with search:");
+    if (pbt_population && static_cast<std::size_t>(pbt_population) != s.trials.size())
+      fail(at["population"], "pbt population " + std::to_string(pbt_population) + ", but params: expand to " +
+                                 std::to_string(s.trials.size()) +
+                                 " trials; the first population is the spec's trials (random: {count: N} draws N)");
+    if (s.trials.size() < 2) fail(at, "scheduler pbt needs a population of 2 or more trials; params: expand to 1");
+    for (const auto& [name, how] : s.pbt.mutations.items())
+      if (!s.trials.front().contains(name))
+        fail(at["mutations"], "pbt mutation of '" + name + "', which is none of the trials' parameters");
+  }
   if (s.trials.empty()) fail(root, "the spec expands to no trials");
   return s;
 }

@@ -54,6 +54,9 @@ struct trial_record {
   /// With checkpoints: where this trial's attempts resumed, in every run so far, oldest first:
   /// {"run", "attempt", "from": step, "redone": steps the attempt before had reported past it}.
   nlohmann::json resumes = nlohmann::json::array();
+  /// Where the trial came from, if a source says (population-based training's lineage: its
+  /// parent, the member it replaced, the parent's checkpoint step, its generation); else null.
+  nlohmann::json origin = nullptr;
   /// @brief The steps redone over all resumes (the sum of their "redone").
   [[nodiscard]] std::int64_t steps_redone() const;
   [[nodiscard]] nlohmann::json to_json() const;

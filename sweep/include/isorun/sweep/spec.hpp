@@ -110,6 +110,22 @@ struct search_spec {
   [[nodiscard]] explicit operator bool() const noexcept { return !type.empty(); }
 };
 
+/// `scheduler: {type: pbt, ...}`: population-based training (pbt.hpp). The spec's trials are the
+/// first population; every `interval` steps a member in the bottom `quantile` is stopped and
+/// replaced by a new trial that starts from a top member's latest checkpoint, its parameters
+/// perturbed (`mutations`).
+struct pbt_spec {
+  std::int64_t interval = 0;           ///< steps between decisions; 0: no PBT
+  double quantile = 0.25;              ///< the bottom and top fractions of the population
+  double resample_probability = 0.25;  ///< a mutated parameter drawn afresh rather than perturbed
+  std::uint64_t seed = 0;
+  /// Which parameters change, and how: name -> "perturb" (x 0.8 or x 1.2), or a distribution to
+  /// draw from ({uniform: [a, b]}, {loguniform: [a, b]}, {choice: [...]}; perturbed otherwise).
+  nlohmann::json mutations = nlohmann::json::object();
+  int line = 0;  ///< YAML line of `scheduler:`
+  [[nodiscard]] explicit operator bool() const noexcept { return interval > 0; }
+};
+
 struct oom_retry_spec {
   static constexpr double min_factor = 1.1;  ///< each retry's cap at least this much larger
   static constexpr int default_max_attempts = 8;
@@ -184,6 +200,7 @@ struct sweep_spec {
   oom_retry_spec oom_retry;             ///< out-of-memory retries at larger caps (off by default)
   checkpoint_spec checkpoints;          ///< trials that keep their progress (off by default)
   search_spec search;                   ///< trials chosen from the results so far (off by default)
+  pbt_spec pbt;                         ///< population-based training (off by default)
   /// With search: the spec's `params:`, constants every trial gets beside the searcher's choice.
   /// `trials` then holds one trial of them and the search's parameters (each at its low bound),
   /// for the checks made before anything starts; it never runs.

@@ -28,6 +28,7 @@ struct trial {  // NOLINT(bugprone-exception-escape): its moves are std::string'
   std::uint64_t mem_limit = 0;
   int oom_retries = 0;    ///< attempts before this one that were retried at a larger cap
   nlohmann::json params;  ///< the trial's parameters
+  nlohmann::json origin = nullptr;  ///< new_trial::origin, for its records
 };
 
 /// @brief An attempt's cap per GPU: its own after an out-of-memory retry, else the spec's.

@@ -28,6 +28,9 @@ struct new_trial {
   std::size_t index = 0;
   std::string id;         ///< trial_id(subject, params)
   nlohmann::json params;  ///< the trial's parameters
+  /// Where it came from, journaled with its record where not null (population-based
+  /// training's lineage: {"parent", "replaces", "step", "generation"}).
+  nlohmann::json origin = nullptr;
 };
 
 /// Called by the scheduler only, one call at a time, under its lock: a source needs no lock of
