@@ -135,10 +135,15 @@ TEST_CASE("checkpointed trials survive three kill -9 of the sweep: each resume r
   fs::remove_all(dir);
 }
 
-TEST_CASE("a crash retry resumes from the trial's checkpoint; the record says where", "[sweep][checkpoints]") {
+TEST_CASE(
+    "a crash retry resumes from the trial's checkpoint; the record says where; early stopping counts each "
+    "step once",
+    "[sweep][checkpoints]") {
   const std::string dir = temp_dir(), log = dir + "/steps", out = dir + "/out";
+  // (A median rule that never stops anything here: it judges, and logs, every report.)
   std::ofstream(dir + "/spec.yaml") << checkpointed(2, 40, 10, log, out, "crash:25",
-                                                    "policy: {retries: {crashed: 2}}\n");
+                                                    "policy: {retries: {crashed: 2}}\nmetric: {name: loss, goal: "
+                                                    "minimize}\nscheduler: {type: median, grace_period: 1000}\n");
   const auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
   REQUIRE(r.code == 0);
   for (const auto& [trial, runs] : steps_done(log, {})) {
@@ -160,6 +165,16 @@ TEST_CASE("a crash retry resumes from the trial's checkpoint; the record says wh
     CHECK(rec["resumes"][0]["redone"] == 5);
     CHECK(rec["steps_redone"] == 5);
   }
+  // Steps 21-25, reported again after the crash, were judged (and logged) once.
+  std::map<std::string, std::vector<int>> judged;
+  for (const auto& l : lines(out + "/reports.jsonl")) {
+    const json r = json::parse(l);
+    judged[r["trial"].get<std::string>()].push_back(r["step"].get<int>());
+  }
+  REQUIRE(judged.size() == 2);
+  std::vector<int> each;
+  for (int s = 1; s <= 40; ++s) each.push_back(s);
+  for (const auto& [trial, steps] : judged) CHECK(steps == each);
   fs::remove_all(dir);
 }
 

@@ -135,7 +135,8 @@ def _with_search(spec: Spec, search: Any, trials: Any, folder: str, env: dict[st
     if search is None and trials is None:
         return spec
     if not isinstance(spec, Mapping):
-        raise UsageError("search= and trials= go with a spec given as a dict; in a YAML file, write them in its search:")
+        raise UsageError("search= and trials= go with a spec given as a dict; in a YAML file, write them in its "
+                         "search:")
     if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 1):
         raise UsageError(f"trials takes the number of trials to ask the searcher for (1 or more), not {trials!r}")
     spec = dict(spec)
