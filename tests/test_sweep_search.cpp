@@ -113,6 +113,7 @@ TEST_CASE("a searcher that crashes, hangs or prints what is not an answer stops 
       {"crash:3", "exited (status 3) instead of answering ask"},
       {"hang:3", "did not answer ask within 1000 ms"},
       {"garbage:3", "answered ask with a line that is not a JSON object: proposing x now"},
+      {"exit", "exited (status 5) instead of answering hello"},
   }));
   INFO(mode);
   std::ofstream(dir + "/spec.yaml") << searched(dir, 6, mode, "0", ", timeout: 1s");

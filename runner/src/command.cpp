@@ -141,8 +141,8 @@ struct wait_end {
 };
 
 // Carries out the cancels that came (each a byte on cancel_read). Stops follow one plan: the
-// signal that asked for it, the grace period, SIGKILL. A second SIGINT or SIGTERM takes the
-// next step at once.
+// signal that asked for it, the grace period, SIGKILL. A second SIGINT or SIGTERM, or the stop's
+// own first signal again (a sweep's checkpoint warning, sent twice), takes the next step at once.
 void take_cancels(command::state& s, std::optional<stop_escalation>& stopping, clock::time_point& deadline,
                   wait_end& end) {
   unsigned char sigs[16];
@@ -153,7 +153,7 @@ void take_cancels(command::state& s, std::optional<stop_escalation>& stopping, c
         end.cancelled_by = sig;
         stopping.emplace(stop_plan::graceful(s.spec.grace, sig));
         deadline = stopping->advance(s.shim);
-      } else if (sig == SIGINT || sig == SIGTERM) {
+      } else if (sig == SIGINT || sig == SIGTERM || sig == end.cancelled_by) {
         deadline = stopping->advance(s.shim);
       } else {
         s.shim.signal(sig);  // passed on; the stop under way keeps its course

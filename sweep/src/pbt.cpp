@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <mutex>
 
 #include "isorun/sweep/journal.hpp"
 #include "isorun/worker/checkpoint.hpp"
@@ -33,6 +34,7 @@ class pbt_source final : public trial_source {
  public:
   pbt_source(pbt_population& p, std::unique_ptr<list_source> listed) : p_{p}, listed_{std::move(listed)} {}
   std::optional<new_trial> next() override {
+    std::lock_guard lock(p_.mutex_);
     while (std::optional<new_trial> t = listed_->next())
       if (!p_.replaced_.count(t->id)) return t;  // (a member replaced before a stop is not run again)
     if (p_.born_.empty()) return std::nullopt;
@@ -40,8 +42,11 @@ class pbt_source final : public trial_source {
     p_.born_.pop_front();
     return t;
   }
-  [[nodiscard]] bool exhausted() const override { return listed_->exhausted() && p_.born_.empty(); }
-  void tell(const trial_record& /*record*/) override {}
+  [[nodiscard]] bool exhausted() const override {
+    std::lock_guard lock(p_.mutex_);
+    return listed_->exhausted() && p_.born_.empty();
+  }
+  void tell(const trial_record& record) override { p_.ended(record.id); }
 
  private:
   pbt_population& p_;
@@ -52,7 +57,7 @@ pbt_population::pbt_population(const sweep_spec& s, fs::path out, std::string su
     : s_{s}, out_{std::move(out)}, subject_{std::move(subject)}, next_index_{s.trials.size()}, random_{s.pbt.seed} {
   for (const auto& params : s.trials) {
     place_[trial_id(subject_, params)] = members_.size();
-    members_.push_back({trial_id(subject_, params), params, 0, {}});
+    members_.push_back({trial_id(subject_, params), params, 0, {}, 0, false});
   }
 }
 
@@ -63,14 +68,42 @@ std::unique_ptr<trial_source> pbt_population::source(std::unique_ptr<list_source
 }
 
 bool pbt_population::report(const std::string& id, std::int64_t step, double value) {
+  std::lock_guard lock(mutex_);
+  if (doomed_.count(id)) return true;  // replaced at a decision: it stops at its next report
   const auto at = place_.find(id);
-  if (at == place_.end()) return false;  // replaced already, or not of this sweep
-  if (step <= 0 || step % s_.pbt.interval != 0) return false;
-  member& m = members_[at->second];
-  m.at[step] = std::isnan(value) ? std::numeric_limits<double>::infinity() : value;
-  // The members that reached this step, compared by what each reported at it (a member ahead
-  // has a better value later on, one behind has none yet): best first, ties in an order drawn
-  // for this decision (so that equal members take turns at the bottom).
+  if (at == place_.end() || step <= 0 || step % s_.pbt.interval != 0) return false;
+  members_[at->second].at[step] = std::isnan(value) ? std::numeric_limits<double>::infinity() : value;
+  decide_ready();
+  return false;
+}
+
+void pbt_population::ended(const std::string& id) {
+  std::lock_guard lock(mutex_);
+  if (const auto at = place_.find(id); at != place_.end()) members_[at->second].ended = true;
+  decide_ready();  // a step that waited for it only may be decided now
+}
+
+// Each decision step every member that will report it has reported, in order: a step a member
+// that ended never reaches does not wait for it, nor one a child started past.
+void pbt_population::decide_ready() {
+  std::set<std::int64_t> steps;
+  for (const auto& m : members_)
+    for (const auto& [step, value] : m.at)
+      if (!decided_.count(step)) steps.insert(step);
+  for (const std::int64_t step : steps) {
+    const bool waiting = std::any_of(members_.begin(), members_.end(), [&](const member& m) {
+      return !m.ended && m.first_step < step && !m.at.count(step);
+    });
+    if (waiting) return;  // (later steps wait their turn: decisions are made in step order)
+    decided_.insert(step);
+    decide(step);
+  }
+}
+
+// At `step`: the members that reported it, by their metric there (ties in an order drawn for
+// this decision, so that equal members take turns); each of the bottom k is replaced by a child
+// of one of the top k, k the quantile of them (at least 1, at most half).
+void pbt_population::decide(std::int64_t step) {
   struct ranked_member {
     std::size_t place;
     double value;
@@ -79,27 +112,30 @@ bool pbt_population::report(const std::string& id, std::int64_t step, double val
   std::vector<ranked_member> ranked;
   for (std::size_t i = 0; i < members_.size(); ++i)
     if (const auto v = members_[i].at.find(step); v != members_[i].at.end()) ranked.push_back({i, v->second, 0});
-  if (ranked.size() < 2) return false;
+  if (ranked.size() < 2) return;
   for (auto& r : ranked) r.tie = random_();
   std::sort(ranked.begin(), ranked.end(), [](const ranked_member& a, const ranked_member& b) {
     return a.value != b.value ? a.value < b.value : a.tie < b.tie;
   });
-  const std::size_t k = std::max<std::size_t>(
-      1, static_cast<std::size_t>(std::floor(static_cast<double>(ranked.size()) * s_.pbt.quantile)));
-  const auto rank = static_cast<std::size_t>(
-      std::find_if(ranked.begin(), ranked.end(), [&](const ranked_member& r) { return r.place == at->second; }) -
-      ranked.begin());
-  if (rank + k < ranked.size() || rank < k) return false;  // not in the bottom (or in the top too: too few)
-  const member parent = members_[ranked[random_() % k].place];
-  const member replaced = m;
-  new_trial child = child_of(parent, replaced);
-  const std::size_t place = at->second;
-  place_.erase(replaced.id);
-  replaced_.insert(replaced.id);
-  members_[place] = {child.id, child.params, parent.generation + 1, {}};
-  place_[child.id] = place;
-  born_.push_back(std::move(child));
-  return true;
+  const std::size_t n = ranked.size();
+  const std::size_t k = std::min(
+      n / 2, std::max<std::size_t>(1, static_cast<std::size_t>(std::floor(static_cast<double>(n) * s_.pbt.quantile))));
+  std::vector<member> top;
+  for (std::size_t i = 0; i < k; ++i) top.push_back(members_[ranked[i].place]);
+  for (std::size_t i = n - k; i < n; ++i) {
+    const std::size_t place = ranked[i].place;
+    const member replaced = members_[place];
+    if (replaced.ended) continue;  // done already: nothing to replace
+    const member& parent = top[random_() % k];
+    new_trial child = child_of(parent, replaced);
+    place_.erase(replaced.id);
+    doomed_.insert(replaced.id);
+    replaced_.insert(replaced.id);
+    const std::int64_t from = child.origin.value("step", std::int64_t{-1});
+    members_[place] = {child.id, child.params, parent.generation + 1, {}, std::max<std::int64_t>(0, from), false};
+    place_[child.id] = place;
+    born_.push_back(std::move(child));
+  }
 }
 
 json pbt_population::mutate(const json& params) {
@@ -135,18 +171,23 @@ json pbt_population::mutate(const json& params) {
 }
 
 std::int64_t pbt_population::hand_down(const std::string& parent, const std::string& child) const {
-  try {
-    const checkpoint_folder from(out_ / "checkpoints" / parent, s_.checkpoints.keep);
-    const auto latest = from.latest();
-    if (!latest) return -1;
-    checkpoint_folder to(out_ / "checkpoints" / child, s_.checkpoints.keep);
-    if (const auto has = to.latest()) return has->step;  // copied before (a resumed sweep's replay)
-    const fs::path staged = to.stage(latest->step);
-    fs::copy(latest->path, staged, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
-    return to.commit(staged, latest->step).step;
-  } catch (const std::exception&) {
-    return -1;  // (the child then starts afresh: its origin says so, step -1)
+  // Twice at most: the parent, still running, may commit a newer one and remove this one while
+  // it is copied (keep: 1); the copy is then made of the newer.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    try {
+      const checkpoint_folder from(out_ / "checkpoints" / parent, s_.checkpoints.keep);
+      const auto latest = from.latest();
+      if (!latest) return -1;
+      checkpoint_folder to(out_ / "checkpoints" / child, s_.checkpoints.keep);
+      if (const auto has = to.latest()) return has->step;  // copied before (a resumed sweep's replay)
+      to.clear_staging();
+      const fs::path staged = to.stage(latest->step);
+      fs::copy(latest->path, staged, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+      return to.commit(staged, latest->step).step;
+    } catch (const std::exception&) {
+    }
   }
+  return -1;  // (the child then starts afresh: its origin says so, step -1)
 }
 
 new_trial pbt_population::child_of(const member& parent, const member& replaced) {

@@ -1,13 +1,13 @@
 #pragma once
 // Population-based training (Jaderberg et al. 2017), as a sweep runs it: the spec's trials are
-// the first population. Each time a member reports a step that is a multiple of the interval,
-// it is ranked among the members that reported that step, by their metric there; if it is in
-// the bottom quantile it is
-// stopped (journaled as pruned) and replaced by a new trial, a child of a member drawn from the
-// top quantile: the parent's parameters mutated (perturbed x 0.8 or x 1.2, or drawn afresh), and
-// the parent's latest committed checkpoint copied into the child's checkpoint folder, which the
-// child's first attempt then resumes from. The child's record carries its lineage ("origin":
-// parent, the member it replaced, the parent's step, its generation).
+// the first population. Once every member still running has reported a step that is a multiple
+// of the interval, they are ranked by their metric there, and each member in the bottom quantile
+// is stopped at its next report (journaled as pruned; one that has ended is left alone) and
+// replaced by a new trial, a child of a member drawn from the top quantile: the parent's
+// parameters mutated (perturbed x 0.8 or x 1.2, or drawn afresh), and the parent's latest
+// committed checkpoint copied into the child's checkpoint folder, which the child's first attempt
+// then resumes from. The child's record carries its lineage ("origin": parent, the member it
+// replaced, the parent's step, its generation).
 //
 // The decisions are made in report order with a seeded generator and nothing else, so a resumed
 // sweep, which replays every report it journaled (early_stop.hpp), makes them again: the same
@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <set>
 #include <string>
@@ -54,8 +55,13 @@ class pbt_population {
     nlohmann::json params;
     int generation = 0;
     std::map<std::int64_t, double> at;  // its value at each decision step it reported (lower is better)
+    std::int64_t first_step = 0;        // it reports the steps after this (a child: its parent's checkpoint's)
+    bool ended = false;                 // its final record came
   };
   friend class pbt_source;
+  void ended(const std::string& id);
+  void decide_ready();             // under mutex_
+  void decide(std::int64_t step);  // under mutex_
   new_trial child_of(const member& parent, const member& replaced);
   nlohmann::json mutate(const nlohmann::json& params);
   // The parent's latest checkpoint, copied into the child's folder once; its step (-1: none).
@@ -66,7 +72,11 @@ class pbt_population {
   std::string subject_;
   std::vector<member> members_;               // the population now, by place
   std::map<std::string, std::size_t> place_;  // a member's id -> its place
-  std::set<std::string> replaced_;            // members stopped for a child
+  // Reports come on the scheduler's report path, trials are taken on its loop: one lock for both.
+  mutable std::mutex mutex_;
+  std::set<std::string> replaced_;            // members replaced by a child
+  std::set<std::string> doomed_;              // of them, those to stop at their next report
+  std::set<std::int64_t> decided_;            // the decision steps done
   std::deque<new_trial> born_;                // children not given out yet
   std::size_t next_index_;
   std::mt19937_64 random_;

@@ -39,9 +39,14 @@ void report_lines::feed(const char* p, std::size_t n) {
       continue;
     }
     if (!too_long) {
-      if (auto r = report_line(line)) on_report(r->first, std::move(r->second));
-      else if (on_checkpoint)
+      // (One line may do both: {"step": 10, "loss": 0.3, "checkpoint": 10}; the checkpoint first,
+      // so that a stop the report brings finds it committed.)
+      if (on_checkpoint)
         if (auto step = checkpoint_line(line)) on_checkpoint(*step);
+      if (auto r = report_line(line)) {
+        r->second.erase("checkpoint");
+        on_report(r->first, std::move(r->second));
+      }
     }
     line.clear();
     too_long = false;

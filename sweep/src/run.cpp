@@ -377,7 +377,9 @@ std::map<std::string, std::int64_t> replayed_reports(const sweep_run::state& st)
     for (const auto& t : st.s.trials) replayed[trial_id(st.subject, t)] = every;
     for (const auto& [id, r] : st.journal->latest()) replayed[id] = every;
   }
-  if (st.s.pbt && st.reports)  // every report: its children's too, made by the replay itself
+  // Every report: trials a source or a searcher made that never got a record too (and PBT's
+  // children, made by the replay itself); a done trial's up to the step its record says.
+  if (st.s.checkpoints && st.reports)
     for (const auto& r : st.reports->earlier()) replayed.try_emplace(r.trial, every);
   for (const auto& [id, r] : st.journal->latest())
     if (is_done(st, r)) replayed[id] = r.step;

@@ -111,6 +111,7 @@ searcher_source::searcher_source(searcher_setup setup) : setup_{std::move(setup)
   } catch (const std::exception& e) {
     fail(std::string("cannot be started: ") + e.what());
   }
+  theirs.reset();  // the searcher's alone now: its exit is our end of file
   to_ = std::move(mine);
 
   json objectives = json::array();
@@ -132,8 +133,9 @@ searcher_source::searcher_source(searcher_setup setup) : setup_{std::move(setup)
   for (const auto& line : earlier) {
     if (line.contains("ask")) {
       const std::size_t number = line.value("ask", std::size_t{0});
-      const json answer = exchange({{"op", "ask"}, {"number", number}, {"replay", true}});
       const json params = line.value("params", json::object());
+      // (With what it answered then: a searcher that would not propose it again keeps it.)
+      const json answer = exchange({{"op", "ask"}, {"number", number}, {"replay", true}, {"params", params}});
       if (!answer.contains("params") || answer["params"] != params) differed = true;
       const new_trial t = made(number, params);
       number_of_[t.id] = number;

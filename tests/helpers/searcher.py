@@ -7,6 +7,7 @@ line each, and {"answered": ...} for each answer) and answers as the protocol sa
   crash:N    exits (status 3) when asked for trial N
   hang:N     never answers ask N
   garbage:N  answers ask N with a line that is not JSON
+  exit       exits (status 5) at hello
 
 Usage: searcher.py LOG [MODE]"""
 
@@ -34,6 +35,8 @@ for line in sys.stdin:
     with open(log_path, "a") as log:
         log.write(json.dumps(message, sort_keys=True) + "\n")
     op = message["op"]
+    if op == "hello" and kind == "exit":
+        sys.exit(5)
     if op == "ask":
         number = message["number"]
         if kind == "done" and told >= n:

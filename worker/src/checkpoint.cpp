@@ -76,6 +76,7 @@ checkpoint_folder::checkpoint_folder(fs::path dir, int keep) : dir_{std::move(di
     if (::lstat(level.c_str(), &st) != 0) {
       if (errno != ENOENT) fail("cannot look at it", level, errno);
       if (::mkdir(level.c_str(), 0755) != 0 && errno != EEXIST) fail("cannot create it", level, errno);
+      sync_path(level.has_parent_path() ? level.parent_path() : fs::path("."), true);  // it survives a crash too
       if (::lstat(level.c_str(), &st) != 0) fail("cannot look at it", level, errno);
     }
     if (S_ISLNK(st.st_mode))

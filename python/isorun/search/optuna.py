@@ -109,6 +109,13 @@ def main() -> None:
             raise SystemExit(f"isorun.search.optuna: {op} before hello")
         elif op == "ask":
             trial = study.ask(space)
+            before = message.get("params")
+            if message.get("replay") and before is not None and trial.params != before:
+                # Not what it proposed before (no seed, or a sampler that is not deterministic):
+                # that ask never happened, and the trial is the one the sweep ran.
+                study.tell(trial, state=TrialState.FAIL)
+                study.enqueue_trial(before)
+                trial = study.ask(space)
             asked[int(message["number"])] = trial
             _answer({"params": trial.params})
         elif op == "tell":
