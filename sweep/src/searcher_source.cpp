@@ -22,7 +22,6 @@
 namespace isorun::sweep {
 
 namespace {
-namespace fs = std::filesystem;
 using nlohmann::json;
 using clock = std::chrono::steady_clock;
 
@@ -189,7 +188,7 @@ json searcher_source::exchange(const json& message) {
     if (const auto nl = buffer_.find('\n'); nl != std::string::npos) {
       std::string answer = buffer_.substr(0, nl);
       buffer_.erase(0, nl + 1);
-      const json j = parse_bounded_json(answer);
+      json j = parse_bounded_json(answer);
       if (!j.is_object())
         fail("answered " + printable(message.value("op", "")) +
              " with a line that is not a JSON object: " + printable(answer.substr(0, 200)));

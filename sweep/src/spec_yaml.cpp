@@ -527,7 +527,9 @@ json parse_distribution(const std::string& name, const YAML::Node& n) {
     const std::string k = kv.first.Scalar();
     if (k == "float" || k == "int") {
       if (d.contains("type")) fail(kv.first, where + " has two kinds; give one of float, int, categorical");
-      const auto [lo, hi] = bounds(kv.second, where + " " + k);
+      std::string what = where;
+      what.append(" ").append(k);
+      const auto [lo, hi] = bounds(kv.second, what);
       if (k == "int" && (lo != std::floor(lo) || hi != std::floor(hi)))
         fail(kv.second, where + ": int bounds are whole numbers, e.g. {int: [16, 256]}");
       d["type"] = k;
@@ -551,9 +553,11 @@ json parse_distribution(const std::string& name, const YAML::Node& n) {
       d["step"] = number(kv.second, where + " step");
       if (!(d["step"].get<double>() > 0)) fail(kv.second, where + ": step must be above 0");
     } else {
+      // NOLINTBEGIN(performance-inefficient-string-concatenation): a message, made once, then thrown
       fail(kv.first, where + ": unknown key '" + k + "'" +
                          did_you_mean(k, {"float", "int", "categorical", "log", "step"}) + "; a distribution is " +
                          forms);
+      // NOLINTEND(performance-inefficient-string-concatenation)
     }
   }
   if (!d.contains("type")) fail(n, where + " needs its kind: " + forms);
@@ -750,9 +754,11 @@ void parse_pbt(const YAML::Node& n, sweep_spec& s, int& population) {
         fail(how, "pbt mutation of '" + name + "': choice takes a non-empty list");
       p.mutations[name] = {{"choice", to_json(how.begin()->second)}};
     } else {
+      // NOLINTBEGIN(performance-inefficient-string-concatenation): a message, made once, then thrown
       fail(how.begin()->first, "pbt mutation of '" + name + "': unknown kind '" + kind + "'" +
                                    did_you_mean(kind, {"uniform", "loguniform", "choice"}) +
                                    "; perturb, {uniform: [a, b]}, {loguniform: [a, b]} or {choice: [...]}");
+      // NOLINTEND(performance-inefficient-string-concatenation)
     }
   }
   s.pbt = std::move(p);
@@ -785,7 +791,7 @@ void parse_checkpoints(const YAML::Node& v, sweep_spec& s) {
           {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGINT", SIGINT},     {"SIGTERM", SIGTERM},
           {"SIGHUP", SIGHUP},   {"SIGALRM", SIGALRM}, {"SIGWINCH", SIGWINCH}, {"SIGURG", SIGURG}};
       std::string name = kv.second.IsScalar() ? kv.second.Scalar() : "";
-      if (!name.empty() && name.rfind("SIG", 0) != 0) name = "SIG" + name;
+      if (!name.empty() && name.rfind("SIG", 0) != 0) name.insert(0, "SIG");
       const auto it = names.find(name);
       if (it == names.end())
         fail(kv.second, "checkpoints signal '" + (kv.second.IsScalar() ? kv.second.Scalar() : std::string("?")) +

@@ -109,8 +109,8 @@ std::optional<checkpoint_info> checkpoint_folder::latest() const {
 
 fs::path checkpoint_folder::stage(std::int64_t step) const {
   static std::atomic<unsigned> serial{0};
-  const fs::path staged = dir_ / (std::string(staging_prefix) + std::to_string(step) + "-" +
-                                  std::to_string(::getpid()) + "-" + std::to_string(serial++));
+  fs::path staged = dir_ / (std::string(staging_prefix) + std::to_string(step) + "-" + std::to_string(::getpid()) +
+                            "-" + std::to_string(serial++));
   std::error_code ec;
   fs::remove_all(staged, ec);
   if (::mkdir(staged.c_str(), 0755) != 0) fail("cannot create a staging folder", dir_, errno);
