@@ -132,6 +132,8 @@ TEST_CASE("checkpointed trials survive three kill -9 of the sweep: each resume r
   }
   const std::string csv = read_file(out + "/results.csv");
   CHECK_THAT(csv, Catch::Contains("checkpoint") && Catch::Contains("steps_redone"));
+  const std::string report = read_file(out + "/report.html");
+  CHECK_THAT(report, Catch::Contains("steps redone") && Catch::Contains("\"steps_redone\""));
   fs::remove_all(dir);
 }
 
@@ -232,7 +234,8 @@ TEST_CASE("a sweep stopped by Ctrl-C warns its trials: preempted, they go on fro
   const std::vector<std::string> args = {"--grace", "30s", "sweep", dir + "/spec.yaml", "--no-progress"};
   {
     auto sweep = start_cli(args, {"TRIAL_MODE=warned"});
-    REQUIRE(wait_for_lines(log, 20));  // both trials at their checkpoint at step 10, waiting
+    REQUIRE(
+        wait_for_lines(log, 22));  // both trials at their checkpoint at step 10, waiting (10 steps + "waiting" each)
     ::kill(sweep.pid(), SIGINT);
     CHECK(sweep.reap().code != 0);
   }

@@ -118,12 +118,23 @@ json table_data(const report_data& d) {
   json cols = json::array({{{"name", "id"}}, {{"name", "outcome"}, {"kind", "outcome"}}, {{"name", "attempts"}},
                            {{"name", "wall_s"}}, {{"name", "device"}}, {{"name", "peak_reserved"}, {"kind", "bytes"}},
                            {{"name", "mem_limit"}, {"kind", "bytes"}}, {{"name", "peak/cap"}}});
+  // With checkpoints, as in results.csv: the step each trial reached and saved, and what its
+  // resumes did again.
+  const bool saved = std::any_of(d.records.begin(), d.records.end(),
+                                 [](const trial_record& r) { return r.checkpoint >= 0 || !r.resumes.empty(); });
+  if (saved)
+    for (const char* name : {"step", "checkpoint", "steps_redone"}) cols.push_back({{"name", name}});
   for (const auto& h : columns.headers) cols.push_back({{"name", h}});
   cols.push_back({{"name", "error"}, {"kind", "error"}});
   json rows = json::array();
   for (const auto& r : d.records) {
     json row = {r.id, std::string(outcome_name(r)), r.attempts, r.wall_s, r.device, r.peak_reserved, r.mem_limit,
                 r.mem_limit ? json(static_cast<double>(r.peak_reserved) / static_cast<double>(r.mem_limit)) : json()};
+    if (saved) {
+      row.push_back(r.step >= 0 ? json(r.step) : json());
+      row.push_back(r.checkpoint >= 0 ? json(r.checkpoint) : json());
+      row.push_back(r.steps_redone());
+    }
     for (auto& v : columns.values(r)) row.push_back(std::move(v));
     row.push_back(r.error);
     rows.push_back(std::move(row));
@@ -217,6 +228,13 @@ void summary_section(std::ostringstream& o, const report_data& d) {
     card(o, k, std::to_string(n),
          k == "pruned" ? pruned_colour : outcome_colour(outcome_kind_named(k).value_or(outcome_kind::internal_error)));
   if (d.max_t > 0 && !d.records.empty()) card(o, "budget used", budget_used(d));
+  std::size_t resumes = 0;
+  std::int64_t redone = 0;
+  for (const auto& r : d.records) {
+    resumes += r.resumes.size();
+    redone += r.steps_redone();
+  }
+  if (resumes) card(o, "steps redone", std::to_string(redone) + " over " + std::to_string(resumes) + " resumes");
   run_cards(o, d);
   if (!d.runs.empty() && d.runs.back().mem_limit) card(o, "cap per trial", cap_per_trial(d));
   std::optional<double> best;

@@ -15,6 +15,7 @@ exec 9>>"$log.lock"
 flock -s 9
 step=0
 if [ -n "$ISORUN_RESUME_FROM" ]; then step=$(cat "$ISORUN_RESUME_FROM/state"); fi
+finished=$step
 save() {
   mkdir "$ISORUN_CHECKPOINT_DIR/tmp-$1" && echo "$step" > "$ISORUN_CHECKPOINT_DIR/tmp-$1/state"
   echo "{\"checkpoint\": $1}"
@@ -23,13 +24,15 @@ if [ "$mode" = warned-once ]; then
   if [ -e "$log.warned.$ISORUN_TRIAL" ]; then mode=; else mode=warned; : > "$log.warned.$ISORUN_TRIAL"; fi
 fi
 if [ "$mode" = warned ]; then
-  trap 'echo "$ISORUN_TRIAL warned" >> "$log"; save $((step + 1)); exit 3' USR1
+  # (The step it has finished: a warning during a step's work saves the one before.)
+  trap 'echo "$ISORUN_TRIAL warned" >> "$log"; step=$finished; save $((finished + 1)); exit 3' USR1
 fi
 while [ "$step" -lt "$steps" ]; do
   step=$((step + 1))
   sleep 0.01  # the step's work
   echo "$ISORUN_TRIAL $step" >> "$log"
   echo "{\"step\": $step, \"loss\": $((steps - step))}"
+  finished=$step
   if [ "$mode" = "crash:$step" ] && [ ! -e "$log.crashed.$ISORUN_TRIAL" ]; then
     : > "$log.crashed.$ISORUN_TRIAL"
     kill -9 $$
