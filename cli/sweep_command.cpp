@@ -2,12 +2,14 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include "interrupt.hpp"
 #include "isorun/runner/errors.hpp"
@@ -181,6 +183,9 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libs) {
     if (sweep::slurm::requeue_this_task(why)) {
       std::fprintf(stderr,
                    "isorun: warned by Slurm: the trials saved their checkpoints; this array task is requeued\n");
+      // Slurm ends this task itself now, and queues it again. Exiting first would end it as a
+      // failure the submitter might see before the requeue: it waits to be ended instead.
+      std::this_thread::sleep_for(std::chrono::minutes(5));
       return code;
     }
     std::fprintf(stderr,

@@ -348,6 +348,7 @@ TEST_CASE(
   const json rec = json::parse(journal[0]);
   CHECK(rec["outcome"] == "success");
   CHECK(rec["checkpoint"] == 30);
+  REQUIRE(rec.contains("resumes"));
   REQUIRE(rec["resumes"].size() == 1);
   CHECK(rec["resumes"][0]["from"] == 11);
   CHECK(lines(dir + "/out/slurm/logs/" + task + ".out").size() > 0);
@@ -375,6 +376,7 @@ TEST_CASE("on Slurm: scontrol requeue of a running array task resumes its trial 
   CHECK(steps.size() == 30);
   const json rec = json::parse(lines(dir + "/out/results.jsonl").at(0));
   CHECK(rec["outcome"] == "success");
+  REQUIRE(rec.contains("resumes"));
   REQUIRE(rec["resumes"].size() == 1);
   CHECK(rec["resumes"][0]["from"].get<int>() >= 10);
   fs::remove_all(dir);
