@@ -45,7 +45,8 @@ def test_members_are_replaced_by_children_that_start_from_their_parent_s_checkpo
     for child in children:
         origin = child["origin"]
         assert origin["parent"] in by_id and origin["replaces"] in by_id
-        assert by_id[origin["replaces"]]["outcome"] == "pruned"  # stopped for the child
+        # Stopped for the child at its next report; one replaced at its last step ends as it was.
+        assert by_id[origin["replaces"]]["outcome"] in ("pruned", "success")
         assert origin["generation"] >= 1
         if child["outcome"] == "success" and origin["step"] > 0:
             assert child["result"]["start"] == origin["step"]  # resumed from the parent's checkpoint
