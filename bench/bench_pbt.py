@@ -24,23 +24,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOY = os.path.join(HERE, "python_tasks", "pbt_toy.py")
+sys.path.insert(0, os.path.join(HERE, "python_tasks"))
+from quiet import sweep as quiet_sweep  # noqa: E402
 
-import isorun  # noqa: E402
-
-
-def quiet_sweep(spec: dict) -> list:
-    sys.stdout.flush()
-    saved = [os.dup(1), os.dup(2)]
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 1)
-    os.dup2(null, 2)
-    try:
-        return isorun.sweep(spec)
-    finally:
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for fd in (*saved, null):
-            os.close(fd)
 
 
 def population(out: str, args, pbt: bool, seed: int) -> dict:

@@ -27,6 +27,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "python_tasks"))
 import search_objectives as objectives  # noqa: E402
+from quiet import sweep  # noqa: E402
 
 import isorun  # noqa: E402
 
@@ -34,22 +35,6 @@ optuna = __import__("optuna")
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 MODULE = os.path.join(HERE, "python_tasks", "search_objectives.py")
-
-
-def sweep(spec: dict) -> list:
-    """isorun.sweep(spec), the command's own lines (its start, its table) out of this report."""
-    sys.stdout.flush()
-    saved = [os.dup(1), os.dup(2)]
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 1)
-    os.dup2(null, 2)
-    try:
-        return isorun.sweep(spec)
-    finally:
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for fd in (*saved, null):
-            os.close(fd)
 
 
 def quantiles(values: list[float]) -> str:

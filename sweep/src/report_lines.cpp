@@ -4,28 +4,31 @@
 
 namespace isorun::sweep {
 
-std::optional<std::pair<std::int64_t, nlohmann::json>> report_line(std::string_view line) {
+namespace {
+// The JSON object `line` holds (spaces around it aside), and its field `key`, a whole number of 0
+// or more; nullopt for any other line. The key is looked for before the line is parsed.
+std::optional<std::pair<std::int64_t, nlohmann::json>> object_with(std::string_view line, const std::string& key) {
   while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
   while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
-  if (line.empty() || line.front() != '{' || line.find("\"step\"") == std::string_view::npos) return std::nullopt;
+  if (line.empty() || line.front() != '{' || line.find('"' + key + '"') == std::string_view::npos) return std::nullopt;
   nlohmann::json j = parse_bounded_json(line);
   if (!j.is_object()) return std::nullopt;
-  const auto step = j.find("step");
-  if (step == j.end() || !step->is_number_integer() || step->get<std::int64_t>() < 0) return std::nullopt;
-  const std::int64_t at = step->get<std::int64_t>();
-  j.erase("step");
+  const auto field = j.find(key);
+  if (field == j.end() || !field->is_number_integer() || field->get<std::int64_t>() < 0) return std::nullopt;
+  const std::int64_t at = field->get<std::int64_t>();
   return std::make_pair(at, std::move(j));
+}
+}  // namespace
+
+std::optional<std::pair<std::int64_t, nlohmann::json>> report_line(std::string_view line) {
+  auto r = object_with(line, "step");
+  if (r) r->second.erase("step");
+  return r;
 }
 
 std::optional<std::int64_t> checkpoint_line(std::string_view line) {
-  while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
-  while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
-  if (line.empty() || line.front() != '{' || line.find("\"checkpoint\"") == std::string_view::npos) return std::nullopt;
-  const nlohmann::json j = parse_bounded_json(line);
-  if (!j.is_object()) return std::nullopt;
-  const auto step = j.find("checkpoint");
-  if (step == j.end() || !step->is_number_integer() || step->get<std::int64_t>() < 0) return std::nullopt;
-  return step->get<std::int64_t>();
+  const auto r = object_with(line, "checkpoint");
+  return r ? std::optional<std::int64_t>(r->first) : std::nullopt;
 }
 
 void report_lines::feed(const char* p, std::size_t n) {

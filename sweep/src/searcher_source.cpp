@@ -170,17 +170,19 @@ searcher_source::~searcher_source() {
                            (setup_.out / stderr_file).string());
 }
 
+[[noreturn]] void searcher_source::exited(const std::string& instead_of) {
+  const auto status = process_->stop(runner::stop_plan::graceful(std::chrono::seconds(1)));
+  fail("exited (" +
+       (status.signal ? "signal " + std::to_string(status.signal) : "status " + std::to_string(status.code)) +
+       ") instead of " + instead_of);
+}
+
 json searcher_source::exchange(const json& message) {
   const std::string line = message.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
   for (std::size_t sent = 0; sent < line.size();) {
     const ssize_t n = ::send(to_.get(), line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const auto status = process_->stop(runner::stop_plan::graceful(std::chrono::seconds(1)));
-      fail("exited (" +
-           (status.signal ? "signal " + std::to_string(status.signal) : "status " + std::to_string(status.code)) +
-           ") instead of reading " + printable(message.value("op", "")));
-    }
+    if (n <= 0) exited("reading " + printable(message.value("op", "")));
     sent += static_cast<std::size_t>(n);
   }
   const auto deadline = clock::now() + setup_.spec->search.timeout;
@@ -206,12 +208,7 @@ json searcher_source::exchange(const json& message) {
     char buf[1 << 14];
     const ssize_t n = ::read(to_.get(), buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const auto status = process_->stop(runner::stop_plan::graceful(std::chrono::seconds(1)));
-      fail("exited (" +
-           (status.signal ? "signal " + std::to_string(status.signal) : "status " + std::to_string(status.code)) +
-           ") instead of answering " + printable(message.value("op", "")));
-    }
+    if (n <= 0) exited("answering " + printable(message.value("op", "")));
     buffer_.append(buf, static_cast<std::size_t>(n));
   }
 }

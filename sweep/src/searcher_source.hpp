@@ -82,6 +82,8 @@ class searcher_source final : public trial_source {
   nlohmann::json exchange(const nlohmann::json& message);
   void log(const nlohmann::json& line);
   [[noreturn]] void fail(const std::string& what) const;
+  // It is gone (its end of the socket closed): reaped, and the sweep stopped saying how it ended.
+  [[noreturn]] void exited(const std::string& instead_of);
   new_trial made(std::size_t number, const nlohmann::json& params) const;
   nlohmann::json tell_message(std::size_t number, const nlohmann::json& params, const trial_record& r) const;
 

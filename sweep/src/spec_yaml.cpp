@@ -186,6 +186,22 @@ sweep_spec parse_spec(const std::string& text, const std::string& source) {
 namespace {
 
 // task:, command: or python:
+// A command's words: a list of plain values (`not_plain` for one that is not), or one line split
+// at spaces (no shell quoting: the list is for that).
+std::vector<std::string> command_words(const YAML::Node& c, const std::string& not_plain) {
+  std::vector<std::string> words;
+  if (c.IsScalar()) {
+    std::istringstream line(c.Scalar());
+    for (std::string w; line >> w;) words.push_back(w);
+    return words;
+  }
+  for (const auto& w : c) {
+    if (!w.IsScalar()) fail(w, not_plain);
+    words.push_back(w.Scalar());
+  }
+  return words;
+}
+
 void parse_subject(const YAML::Node& root, sweep_spec& s) {
   if ((root["task"] ? 1 : 0) + (root["command"] ? 1 : 0) + (root["python"] ? 1 : 0) > 1)
     fail(root["python"] ? root["python"] : root["command"], "give one of task:, command: or python:, not several");
@@ -197,19 +213,10 @@ void parse_subject(const YAML::Node& root, sweep_spec& s) {
       fail(py, "python: names a function as module:function or path/to/file.py:function, e.g. trials:train");
     s.python = target;
   } else if (auto c = root["command"]) {
-    // A list of words, or one line split at spaces (no shell quoting: use the list for that).
     s.command_line = line_of(c);
-    if (c.IsScalar()) {
-      std::istringstream words(c.Scalar());
-      for (std::string w; words >> w;) s.command.push_back(w);
-    } else if (c.IsSequence()) {
-      for (const auto& w : c) {
-        if (!w.IsScalar()) fail(w, "command: each word is a plain value, e.g. [python3, train.py, --lr, \"{lr}\"]");
-        s.command.push_back(w.Scalar());
-      }
-    } else {
+    if (!c.IsScalar() && !c.IsSequence())
       fail(c, "command: is a list of words, e.g. [python3, train.py, --lr, \"{lr}\"]");
-    }
+    s.command = command_words(c, "command: each word is a plain value, e.g. [python3, train.py, --lr, \"{lr}\"]");
     if (s.command.empty()) fail(c, "command: is empty; it needs at least the program to run");
   } else {
     if (!root["task"] || !root["task"].IsScalar())
@@ -618,15 +625,7 @@ void parse_search(const YAML::Node& v, sweep_spec& s) {
   if (r.type == "command") {
     const YAML::Node c = v["command"];
     if (!c || (!c.IsSequence() && !c.IsScalar())) fail(v, "search type command needs command: [PROGRAM, ARGS...]");
-    if (c.IsScalar()) {
-      std::istringstream words(c.Scalar());
-      for (std::string w; words >> w;) r.command.push_back(w);
-    } else {
-      for (const auto& w : c) {
-        if (!w.IsScalar()) fail(w, "search command: each word is a plain value");
-        r.command.push_back(w.Scalar());
-      }
-    }
+    r.command = command_words(c, "search command: each word is a plain value");
     if (r.command.empty()) fail(c, "search command is empty; it needs at least the program to run");
     for (const char* optuna_only : {"sampler", "seed"})
       if (v[optuna_only]) fail(v[optuna_only], std::string("search ") + optuna_only + " is for type: optuna");
