@@ -42,8 +42,10 @@ int show_status(const cli_options& o) {
       if (!j.is_object()) continue;  // not isorun's: nothing to follow
       const std::string job = j.value("job", "");
       const auto active = sweep::slurm::active_tasks(job);
-      std::printf("Slurm job array %s: %s\n", printable(job).c_str(),
-                  active.empty() ? "done" : (std::to_string(active.size()) + " array tasks queued or running").c_str());
+      const std::string state = !active           ? "Slurm does not answer now (try again)"
+                                : active->empty() ? "done"
+                                                  : std::to_string(active->size()) + " array tasks queued or running";
+      std::printf("Slurm job array %s: %s\n", printable(job).c_str(), state.c_str());
     }
   if (waiting) std::printf("%zu trial results wait to be journaled (run the sweep's command again, or --attach)\n", waiting);
   return 0;

@@ -269,6 +269,53 @@ TEST_CASE("a sweep stopped by Ctrl-C warns its trials: preempted, they go on fro
 }
 
 TEST_CASE(
+    "a trial stopped by a SIGTERM isorun did not send (a batch system's stop, which may reach it before "
+    "isorun) is preempted and goes on from its checkpoint at once",
+    "[sweep][checkpoints]") {
+  const std::string dir = temp_dir(), log = dir + "/steps", out = dir + "/out";
+  std::ofstream(dir + "/spec.yaml") << checkpointed(1, 30, 10, log, out, "warned-once");
+  std::ofstream{log};
+  auto sweep = start_cli({"sweep", dir + "/spec.yaml", "--no-progress"}, {});
+  REQUIRE(wait_for_lines(log, 11));  // at its checkpoint at step 10, waiting
+  std::string pid_file;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().rfind("steps.pid.", 0) == 0) pid_file = e.path().string();
+  REQUIRE(!pid_file.empty());
+  REQUIRE(::kill(std::stoi(lines(pid_file).at(0)), SIGTERM) == 0);
+  CHECK(sweep.reap().code == 0);
+  std::vector<int> expected;
+  for (int s = 1; s <= 30; ++s) expected.push_back(s);
+  const auto done = steps_done(log, {});
+  REQUIRE(done.size() == 1);
+  CHECK(done.begin()->second.front() == expected);  // no step done twice
+  const auto records = journal_records(out + "/results.jsonl");
+  REQUIRE(records.size() == 2);
+  CHECK(records[0]["outcome"] == "preempted");
+  CHECK(records[0]["checkpoint"] == 10);
+  CHECK(records[1]["outcome"] == "success");
+  CHECK(records[1]["attempts"] == 2);
+  CHECK(records[1]["resumes"][0]["from"] == 10);
+  CHECK(records[1]["steps_redone"] == 0);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a trial that stops itself with SIGTERM is resumed only while it saves further: then it has crashed",
+          "[sweep][checkpoints]") {
+  const std::string dir = temp_dir(), log = dir + "/steps", out = dir + "/out";
+  // Checkpoints at 10 and 20; SIGTERM to itself at step 15, every attempt.
+  std::ofstream(dir + "/spec.yaml") << checkpointed(1, 30, 10, log, out, "term:15");
+  const auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+  CHECK(r.code == 1);
+  const auto records = journal_records(out + "/results.jsonl");
+  REQUIRE(records.size() == 2);
+  CHECK(records[0]["outcome"] == "preempted");  // it had saved step 10 since it started
+  CHECK(records[1]["outcome"] == "crashed");    // resumed from 10, it saved nothing new
+  CHECK(records[1]["checkpoint"] == 10);
+  CHECK(records[1]["error"].get<std::string>().find("SIGTERM") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE(
     "checkpoint input isorun refuses: keep below 1, a step that goes back, a folder that is a link or "
     "not writable",
     "[sweep][checkpoints][hostile]") {

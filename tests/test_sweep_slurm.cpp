@@ -17,8 +17,11 @@ bool eventually(F&& done) {
   return done();
 }
 
-// Array tasks of `job` that Slurm still has queued or running.
-std::size_t in_queue(const std::string& job) { return sw::slurm::active_tasks(job).size(); }
+// How many tasks of `job` Slurm has queued or running; SIZE_MAX where Slurm did not answer.
+std::size_t in_queue(const std::string& job) {
+  const auto active = sw::slurm::active_tasks(job);
+  return active ? active->size() : SIZE_MAX;
+}
 
 json read_json(const fs::path& p) {
   std::ifstream in(p);
@@ -232,7 +235,9 @@ TEST_CASE("on Slurm: a node failure loses the running trial; it is retried once 
   const std::string nodes = isorun::test::run_captured("/usr/bin/sinfo", {"-h", "-o", "%n"}).out;
   const std::string node = nodes.substr(0, nodes.find('\n'));
   REQUIRE(isorun::test::run_captured("/usr/bin/scontrol", {"update", "nodename=" + node, "state=down", "reason=isorun-test"}).code == 0);
-  CHECK(eventually([&] { return sw::slurm::task_states(job)[0].state == "NODE_FAIL"; }));
+  CHECK(eventually([&] {
+    return sw::slurm::task_states(job).value_or(std::map<int, sw::slurm::task_end>{})[0].state == "NODE_FAIL";
+  }));
   // Back in service once Slurm has killed what ran there (a resume is refused before).
   CHECK(eventually([&] {
     isorun::test::run_captured("/usr/bin/scontrol", {"update", "nodename=" + node, "state=resume"});
@@ -339,6 +344,7 @@ TEST_CASE(
   REQUIRE(eventually([&] { return expedite(task); }));
   auto done = isorun::test::finish_captured(sweep);
   INFO(done.err);
+  INFO("journal: " << read_file(dir + "/out/results.jsonl"));
   CHECK(done.code == 0);
   // Every step done; the first resume from the step it saved when warned. (Slurm may warn the
   // requeued task again at once, up to a minute early: each later resume is from a checkpoint.)
@@ -372,16 +378,23 @@ TEST_CASE("on Slurm: scontrol requeue of a running array task resumes its trial 
   REQUIRE(eventually([&] { return expedite(task); }));
   auto done = isorun::test::finish_captured(sweep);
   INFO(done.err);
+  INFO("journal: " << read_file(dir + "/out/results.jsonl"));
   CHECK(done.code == 0);
+  // 1..10, then from its checkpoint to 30. Slurm stops the trial and the task's isorun at once:
+  // where the trial's end comes first, that isorun resumes it at once, until its own stop, and the
+  // requeued task resumes it again; every resume is from the checkpoint at 10 (or 11, saved on
+  // the warning where isorun's stop came first).
   const auto steps = trial_steps(log);
-  // 1..10, then from its checkpoint (10, or 11 with step 10 if the warning reached it first) to 30.
-  REQUIRE(steps.size() >= 30);
+  const std::vector<int> first(steps.begin(), steps.begin() + std::min<std::size_t>(steps.size(), 10));
+  CHECK(first == std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
   CHECK(std::set<int>(steps.begin(), steps.end()).size() == 30);
-  CHECK(steps.size() == 30);
-  const json rec = json::parse(lines(dir + "/out/results.jsonl").at(0));
+  const auto journal = lines(dir + "/out/results.jsonl");
+  REQUIRE(journal.size() == 1);
+  const json rec = json::parse(journal[0]);
+  INFO(rec.dump());
   CHECK(rec["outcome"] == "success");
   REQUIRE(rec.contains("resumes"));
-  REQUIRE(rec["resumes"].size() == 1);
-  CHECK(rec["resumes"][0]["from"].get<int>() >= 10);
+  REQUIRE(rec["resumes"].size() >= 1);
+  for (const auto& resume : rec["resumes"]) CHECK(resume["from"].get<int>() >= 10);
   fs::remove_all(dir);
 }

@@ -499,6 +499,11 @@ auto local_backend::await(const slot& sl, const trial& t, running_trial what, Ru
     running_[lane] = {};
   }
   rec.kind = r.status.kind;
+  // isorun's own stops end an attempt cancelled or timed out. A SIGTERM from elsewhere is how a
+  // batch system or service manager stops every process of a job it ends, requeues or preempts,
+  // the trial's as well as isorun's, in an order of its own: a trial that keeps checkpoints was
+  // preempted, whether or not isorun has been told yet (if it saved since it started: attempt).
+  rec.preempted = setup_.spec->checkpoints && r.status.kind == outcome_kind::crashed && r.status.exit.signal == SIGTERM;
   rec.peak_reserved = r.status.peak_reserved;
   rec.peak_allocated = r.status.peak_allocated;
   rec.error = r.status.ok() ? "" : r.status.describe();
@@ -520,6 +525,7 @@ local_backend::attempt_checkpoints local_backend::prepare_checkpoints(const tria
                      std::string(checkpoint_env::keep) + "=" + std::to_string(c.keep),
                      std::string(checkpoint_env::signal) + "=" + std::to_string(c.signal)};
   if (!latest) return saved;
+  saved.from = latest->step;
   saved.variables.push_back(std::string(checkpoint_env::resume_from) + "=" + latest->path.string());
   saved.variables.push_back(std::string(checkpoint_env::resume_step) + "=" + std::to_string(latest->step));
   std::int64_t reached = last_reported_step(setup_.logs, rec.id + ".out");
@@ -567,6 +573,9 @@ trial_record local_backend::attempt(const slot& sl, const trial& t, std::shared_
     } catch (const std::exception&) {
     }
     rec.resumes = read_resumes(saved.folder->dir());
+    // Stopped from outside (await): preempted only once it saved since it started. (One that
+    // stops itself with SIGTERM would otherwise be resumed where it was, again and again.)
+    rec.preempted = rec.preempted && rec.checkpoint > saved.from;
   }
   rec.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (std::error_code ec; !rec.timeline.empty() && !fs::exists(setup_.out / rec.timeline, ec)) rec.timeline.clear();  // it died first

@@ -89,6 +89,7 @@ class local_backend final : public trial_backend {
   struct attempt_checkpoints {
     std::optional<checkpoint_folder> folder;
     std::vector<std::string> variables;  // KEY=VALUE, for the trial
+    std::int64_t from = -1;              // the step it resumes from (-1: none)
   };
   struct standby_group_state {
     bool warm = false;

@@ -124,10 +124,13 @@ bool scheduler::settle(finished_trial& f, std::vector<trial_record>& final) {
   const bool stopped_alone = stopped_.erase(f.t.index) > 0;
   if (stopped_alone && rec.kind != outcome_kind::success) rec.kind = outcome_kind::cancelled;
   const bool pruned = pruned_.erase(f.t.index) > 0;
+  if (stopped_alone || pruned) rec.preempted = false;  // isorun's own stop of this trial alone
   // A trial that keeps checkpoints and did not succeed while the sweep stops ended with the stop
   // (it was warned, saved, and was stopped): preempted, journaled, and resumed from its
-  // checkpoint by the next run.
-  if (s_.checkpoints && stopping() && !stopped_alone && !pruned && rec.kind != outcome_kind::success) {
+  // checkpoint by the next run. So did one the backend saw stopped from outside (a Slurm
+  // requeue's SIGTERM), which may end before the sweep hears of the stop.
+  if (s_.checkpoints && (stopping() || rec.preempted) && !stopped_alone && !pruned &&
+      rec.kind != outcome_kind::success) {
     rec.kind = outcome_kind::cancelled;
     rec.preempted = true;
     rec.error.clear();
@@ -156,8 +159,10 @@ bool scheduler::settle(finished_trial& f, std::vector<trial_record>& final) {
   if (rec.kind == outcome_kind::cancelled && !rec.pruned) {
     if (rec.preempted && !stopping()) {
       // Preempted while the sweep goes on (a Slurm array task past its time limit that could
-      // not requeue itself): journaled, and run again at once, from its checkpoint.
-      final.push_back(rec);
+      // not requeue itself; a trial stopped from outside before the sweep heard of a stop, if
+      // one comes): journaled, and run again at once, from its checkpoint. (An array task's
+      // isorun journals nothing preempted: the requeued task or the submitter goes on.)
+      if (options_.journal_preempted) final.push_back(rec);
       trial next = f.t;
       next.attempt = rec.attempts + 1;
       retries_.push_front(std::move(next));

@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -190,10 +191,19 @@ std::vector<std::size_t> node_trials(const std::string& file_and_task) {
   return j["tasks"][task].get<std::vector<std::size_t>>();
 }
 
-std::vector<int> active_tasks(const std::string& job) {
+namespace {
+
+// Slurm's answer for a job it no longer knows (purged after MinJobAge, or never submitted): told
+// apart from a slurmctld that did not answer, after which nothing is known.
+bool unknown_job(const ran& r) { return r.code != 0 && (r.err + r.out).find("Invalid job id") != std::string::npos; }
+
+}  // namespace
+
+std::optional<std::vector<int>> active_tasks(const std::string& job) {
   const ran r = run("squeue", {"-h", "-r", "-j", job, "-o", "%K"});
   std::vector<int> out;
-  if (r.code != 0) return out;  // an unknown job: nothing of it is active
+  if (unknown_job(r)) return out;  // nothing of it is active
+  if (r.code != 0) return std::nullopt;
   std::istringstream in(r.out);
   for (std::string line; std::getline(in, line);)
     if (!trim(line).empty()) try {
@@ -203,9 +213,11 @@ std::vector<int> active_tasks(const std::string& job) {
   return out;
 }
 
-std::map<int, task_end> task_states(const std::string& job) {
+std::optional<std::map<int, task_end>> task_states(const std::string& job) {
   const ran r = run("scontrol", {"show", "job", "-o", job});
   std::map<int, task_end> out;
+  if (unknown_job(r)) return out;
+  if (r.code != 0) return std::nullopt;
   std::istringstream in(r.out);
   for (std::string line; std::getline(in, line);) {
     auto field = [&](const std::string& key) {
@@ -223,6 +235,14 @@ std::map<int, task_end> task_states(const std::string& job) {
       }
   }
   return out;
+}
+
+bool still_in_queue(const std::string& state) {
+  // squeue's default view, and the states of a task Slurm is requeuing or holding to requeue.
+  static const std::set<std::string, std::less<>> queued = {
+      "PENDING",     "RUNNING",  "SUSPENDED", "COMPLETING", "CONFIGURING",   "REQUEUED",     "REQUEUE_HOLD",
+      "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT",  "RESV_DEL_HOLD", "SPECIAL_EXIT", "STOPPED"};
+  return queued.count(state) > 0;
 }
 
 std::optional<std::string> node_usage_error(const task_end& end, const fs::path& record) {

@@ -70,7 +70,9 @@ std::vector<trial> slurm_backend::begin(trial_sink& sink) {
         const int batch = j.value("batch", 0);
         const std::string batch_file = "batch-" + std::to_string(batch) + ".json";
         const json tasks = read_json_file(slurm.get(), batch_file, dir_ / batch_file);
-        if (job.empty() || !tasks.is_object() || slurm::active_tasks(job).empty()) continue;
+        if (job.empty() || !tasks.is_object()) continue;
+        // (Followed again where Slurm does not answer now: the next poll tells whether it ended.)
+        if (const auto active = slurm::active_tasks(job); active && active->empty()) continue;
         inflight_[job] = {job, batch, tasks["tasks"].get<std::vector<std::vector<std::size_t>>>()};
         for (const auto& t : inflight_[job].tasks)
           for (std::size_t i : t)
@@ -276,11 +278,19 @@ std::vector<finished_trial> slurm_backend::check_ended() {
   }
   std::vector<finished_trial> out;
   for (const auto& sub : subs) {
-    if (!slurm::active_tasks(sub.job).empty()) continue;
+    // Ended only once Slurm says so twice over: no task in its queue, and every task in a final
+    // state (a task being requeued may leave squeue's view for a moment). A Slurm that does not
+    // answer says nothing: the next poll asks again.
+    const auto active = slurm::active_tasks(sub.job);
+    if (!active || !active->empty()) continue;
+    const auto states = slurm::task_states(sub.job);
+    if (!states || std::any_of(states->begin(), states->end(),
+                               [](const auto& task) { return slurm::still_in_queue(task.second.state); }))
+      continue;
     auto left = merge();  // what the last tasks left just before they ended
     out.insert(out.end(), std::make_move_iterator(left.begin()), std::make_move_iterator(left.end()));
     try {
-      auto gone = lost(sub);
+      auto gone = lost(sub, *states);
       out.insert(out.end(), std::make_move_iterator(gone.begin()), std::make_move_iterator(gone.end()));
     } catch (const usage_error&) {
       // Nothing is retried: every array is cancelled and forgotten, its trials end cancelled.
@@ -307,13 +317,14 @@ std::vector<finished_trial> slurm_backend::check_ended() {
   return out;
 }
 
-// The trials of ended array `sub` that left no record, each ended as Slurm says its task did.
+// The trials of ended array `sub` that left no record, each ended as Slurm says its task did
+// (`states`, by task index).
 // @throws usage_error if an array task's isorun refused its trials (a GPU the node lacks, say):
 //         every array task would say the same, so nothing is retried, and the node's reason is
 //         the sweep's.
-std::vector<finished_trial> slurm_backend::lost(const slurm::submission& sub) {
+std::vector<finished_trial> slurm_backend::lost(const slurm::submission& sub,
+                                                const std::map<int, slurm::task_end>& states) {
   std::vector<finished_trial> out;
-  const auto states = slurm::task_states(sub.job);
   std::vector<slurm::task_end> ends;
   for (std::size_t k = 0; k < sub.tasks.size(); ++k) {
     const std::string task = sub.job + "_" + std::to_string(k);

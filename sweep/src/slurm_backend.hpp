@@ -56,7 +56,7 @@ class slurm_backend final : public trial_backend {
   void deliver_reports();  // poller: the lines nodes appended to OUT/slurm/reports/ID.jsonl
   std::vector<finished_trial> merge();          // poller (or begin): records array tasks left
   std::vector<finished_trial> check_ended();    // poller: arrays that ended, their lost trials
-  std::vector<finished_trial> lost(const slurm::submission& sub);
+  std::vector<finished_trial> lost(const slurm::submission& sub, const std::map<int, slurm::task_end>& states);
   std::vector<finished_trial> cancelled_rest();
   void forget_delivered();  // poller: arrays whose every trial was delivered
   void save_jobs();  // under mutex_

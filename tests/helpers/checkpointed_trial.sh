@@ -7,8 +7,10 @@
 # test can wait for every trial to be gone.
 #
 # MODE (or $TRIAL_MODE): "crash:N" kills itself at step N the first time a trial reaches it;
+# "term:N" sends itself SIGTERM at step N, every time;
 # "warned" waits after its first checkpoint, and when warned (SIGUSR1) saves checkpoint STEP+1
-# (the step it reached) and exits 3; "warned-once" does so the first time a trial runs.
+# (the step it reached) and exits 3; "warned-once" does so the first time a trial runs. A trial
+# that waits has written its pid to LOG.pid.TRIAL_ID first.
 # Usage: checkpointed_trial.sh LOG STEPS EVERY TRIAL_NUMBER [MODE]
 log=$1 steps=$2 every=$3 mode=${5:-${TRIAL_MODE:-}}
 exec 9>>"$log.lock"
@@ -37,12 +39,11 @@ while [ "$step" -lt "$steps" ]; do
     : > "$log.crashed.$ISORUN_TRIAL"
     kill -9 $$
   fi
+  if [ "$mode" = "term:$step" ]; then kill -TERM $$; fi
   if [ $((step % every)) -eq 0 ]; then
     save "$step"
-    if [ "$mode" = warned-once ]; then
-  if [ -e "$log.warned.$ISORUN_TRIAL" ]; then mode=; else mode=warned; : > "$log.warned.$ISORUN_TRIAL"; fi
-fi
-if [ "$mode" = warned ]; then
+    if [ "$mode" = warned ]; then
+      echo $$ > "$log.pid.$ISORUN_TRIAL"
       echo waiting >> "$log"
       while :; do sleep 1 & wait $!; done  # (wait returns at the signal: the trap runs at once)
     fi

@@ -68,11 +68,12 @@ submission submit(const slurm_spec& s, const std::filesystem::path& out, const s
 /// @throws usage_error for a malformed reference or file.
 std::vector<std::size_t> node_trials(const std::string& file_and_task);
 
-/// @brief The array tasks of `job` that Slurm still has queued or running (squeue). Empty once
-///        the whole array is done, or when Slurm no longer knows the job.
-std::vector<int> active_tasks(const std::string& job);
+/// @brief The array tasks of `job` that Slurm still has queued, running or being requeued
+///        (squeue). Empty once the whole array is done, or when Slurm no longer knows the job;
+///        nullopt when Slurm could not be asked (slurmctld busy or restarting): nothing is known
+///        then, and nothing may be taken for ended.
+std::optional<std::vector<int>> active_tasks(const std::string& job);
 
-/// How an array task ended, as Slurm says.
 /// @brief Requeues the array task this process runs in (scontrol requeue): Slurm ends it and
 ///        runs it again later, from its batch script. False, with Slurm's words in `why`, where it
 ///        cannot (requeue is off on the cluster, or this is no array task).
@@ -83,14 +84,20 @@ bool requeue_this_task(std::string& why);
 /// new array.
 inline constexpr int preempted_exit = 75;
 
+/// How an array task ended, as Slurm says.
 struct task_end {
   std::string state;   ///< COMPLETED, FAILED, TIMEOUT, NODE_FAIL, PREEMPTED, OUT_OF_MEMORY, CANCELLED, ...
   int exit_code = -1;  ///< the batch script's exit code (ExitCode=N:signal), -1 if Slurm gave none
 };
 
 /// @brief How each array task of `job` ended (scontrol show job), by task index. Tasks Slurm
-///        has forgotten (MinJobAge) are missing.
-std::map<int, task_end> task_states(const std::string& job);
+///        has forgotten (MinJobAge) are missing; nullopt when Slurm could not be asked.
+std::optional<std::map<int, task_end>> task_states(const std::string& job);
+
+/// @brief Whether Slurm state `state` is one a task can still leave: queued, running, or on its
+///        way back to the queue (COMPLETING, REQUEUED, ...). Such a task has not ended, whatever
+///        its trials' processes did.
+bool still_in_queue(const std::string& state);
 
 /// @brief The usage error an array task's isorun stopped with, if that is how it ended: exit
 ///        code 2 (isorun's code for input it refuses, such as a GPU the node does not have) and
