@@ -208,8 +208,9 @@ TEST_CASE("kill -9 in the middle of an ASHA sweep, then the same command: journa
   const std::size_t reports_before = lines(dir + "/out/reports.jsonl").size();
   CHECK(reports_before > 20);
 
-  auto resumed = start_cli(args, {});
-  CHECK(resumed.reap().code == 0);
+  const auto resumed = sweep_cli(args);
+  INFO(resumed.err);
+  CHECK(resumed.code == 0);
   const auto journal = lines(dir + "/out/results.jsonl");
   CHECK(journal.size() == 81);
   std::set<std::string> ids;

@@ -231,5 +231,11 @@ TEST_CASE("search specs isorun refuses, naming the line", "[sweep][search][error
   CHECK_THAT(without.err, Catch::Contains("needs Optuna") && Catch::Contains("pip install optuna") &&
                               Catch::Contains("No module named 'optuna'"));
   CHECK_FALSE(fs::exists(dir + "/out2/results.jsonl"));
+  // On Slurm, the trials that run at once must be said (refused before sbatch is looked for).
+  std::ofstream(dir + "/slurm.yaml") << head << "search: {type: command, command: [sh], params: [x], trials: 3}\n"
+                                     << "resources: {backend: slurm}\nout: \"" << dir << "/out3\"\n";
+  auto unbounded = sweep_cli({"sweep", dir + "/slurm.yaml", "--no-progress"});
+  CHECK(unbounded.code == 2);
+  CHECK_THAT(unbounded.err, Catch::Contains("line 3") && Catch::Contains("max_running"));
   fs::remove_all(dir);
 }

@@ -398,3 +398,71 @@ TEST_CASE("on Slurm: scontrol requeue of a running array task resumes its trial 
   for (const auto& resume : rec["resumes"]) CHECK(resume["from"].get<int>() >= 10);
   fs::remove_all(dir);
 }
+
+namespace {
+
+// A Slurm sweep of `trials` command trials chosen by the scripted searcher (tests/helpers/searcher.py
+// proposes x = 2 * its ask's number), max_running 2; each trial appends its x to DIR/runs.
+std::string searched_on_slurm(const std::string& dir, int trials) {
+  return "command: [sh, -c, 'echo {x} >> \"" + dir + "/runs\"; echo \"{\\\"y\\\": $(({x} * {x}))}\"']\n" +
+         "metric: {name: y, goal: minimize}\nsearch: {type: command, command: [python3, " + SEARCHER + ", \"" + dir +
+         "/heard\"], params: [x], trials: " + std::to_string(trials) +
+         "}\nresources: {backend: slurm, cpu_slots: 1, max_running: 2}\nout: \"" + dir + "/out\"\n";
+}
+
+}  // namespace
+
+TEST_CASE("on Slurm: a searcher's trials are submitted as slots come free, max_running at once, and told to it",
+          "[slurm][search]") {
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/spec.yaml") << searched_on_slurm(dir, 5);
+  const auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto journal = lines(dir + "/out/results.jsonl");
+  REQUIRE(journal.size() == 5);
+  std::set<int> xs;
+  for (const auto& l : journal) {
+    const json rec = json::parse(l);
+    CHECK(rec["outcome"] == "success");
+    xs.insert(rec["params"]["x"].get<int>());
+    CHECK(rec["result"]["y"] == rec["params"]["x"].get<int>() * rec["params"]["x"].get<int>());
+  }
+  CHECK(xs == std::set<int>{0, 2, 4, 6, 8});
+  CHECK(lines(dir + "/runs").size() == 5);  // each ran once
+  // The searcher heard of two slots, and of each trial's end.
+  int told = 0;
+  for (const auto& l : lines(dir + "/heard")) {
+    const json m = json::parse(l);
+    if (m.value("op", "") == "hello") CHECK(m["slots"] == 2);
+    told += m.value("op", "") == "tell";
+  }
+  CHECK(told == 5);
+  // The first two trials went as one array, the others each as its slot came free; every
+  // submission carries the trials it runs, for its array tasks.
+  CHECK(fs::exists(dir + "/out/slurm/batch-2.json"));
+  const json first = read_json(dir + "/out/slurm/batch-1.json");
+  CHECK(first["tasks"].size() == 2);
+  CHECK(first["made"].size() == 2);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("on Slurm: a detached search goes on where it was: trials in flight are followed, not submitted again",
+          "[slurm][search][resume]") {
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/spec.yaml") << searched_on_slurm(dir, 4);
+  const auto detached = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress", "--detach"});
+  INFO(detached.err);
+  REQUIRE(detached.code == 0);
+  CHECK_THAT(detached.err, Catch::Contains("detached"));
+  const auto resumed = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+  INFO(resumed.err);
+  REQUIRE(resumed.code == 0);
+  const auto journal = lines(dir + "/out/results.jsonl");
+  REQUIRE(journal.size() == 4);
+  std::set<int> xs;
+  for (const auto& l : journal) xs.insert(json::parse(l)["params"]["x"].get<int>());
+  CHECK(xs == std::set<int>{0, 2, 4, 6});
+  CHECK(lines(dir + "/runs").size() == 4);  // the two submitted before detaching ran once
+  fs::remove_all(dir);
+}

@@ -167,7 +167,9 @@ struct sweep_run::state {
   std::optional<folder_lock> lock;
   std::optional<sweep::journal> journal;
   std::optional<report_log> reports;  // OUT/reports.jsonl (not on a Slurm node)
-  std::vector<std::size_t> queue;     // the spec's trials to run, by index into s.trials
+  std::vector<std::size_t> queue;     // the trials to run, by index (into s.trials, or of made)
+  // On a Slurm node: the trials of its array task that a source made (a searcher's), by index.
+  std::map<std::size_t, new_trial> made;
   std::map<std::size_t, trial> resumed;  // trials to start again at a larger cap (scheduler_options::resumed)
   std::vector<std::size_t> gpu_counts;  // spans_gpus(s): each trial's GPUs (by s.trials index)
   bool timelines = false;  // the allocator keeps a history: each trial's memory timeline is kept
@@ -248,15 +250,25 @@ void open_out(sweep_run::state& st) {
   }
 }
 
+// Trial `i` of the run: one a source made, or the spec's.
+new_trial trial_at(const sweep_run::state& st, std::size_t i) {
+  if (const auto it = st.made.find(i); it != st.made.end()) return it->second;
+  return {i, trial_id(st.subject, st.s.trials[i]), st.s.trials[i]};
+}
+
 // The trials this run owes as an array task of a Slurm submission (the submitter holds the folder
-// and its journal): its listed trials whose records are not already waiting to be journaled.
+// and its journal): its listed trials whose records are not already waiting to be journaled. A
+// trial a source made comes with its id and parameters in the submission file.
 void queue_node_trials(sweep_run::state& st) {
   const sweep_spec& s = st.s;
-  for (std::size_t i : slurm::node_trials(st.opt.node)) {
-    if (i >= s.trials.size())
+  const slurm::assignment a = slurm::node_trials(st.opt.node);
+  for (std::size_t i : a.trials) {
+    if (const auto made = a.made.find(std::to_string(i)); made != a.made.end())
+      st.made[i] = {i, (*made)["id"].get<std::string>(), (*made)["params"], (*made)["origin"]};
+    else if (i >= s.trials.size())
       throw usage_error("--node " + st.opt.node + " lists trial " + std::to_string(i) + ", but the sweep has " +
                         std::to_string(s.trials.size()));
-    if (!remote_folder(st.out, "slurm").has_record(trial_id(st.subject, s.trials[i]))) st.queue.push_back(i);
+    if (!remote_folder(st.out, "slurm").has_record(trial_at(st, i).id)) st.queue.push_back(i);
   }
 }
 
@@ -329,10 +341,10 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
         "for the spec's list of trials (drop backend: slurm)");
   // Everything is checked before anything is created or started: what the trials run, and
   // whether each of the spec's trials fits it.
-  if (st.s.search && st.s.slurm)
+  if (st.s.search && st.s.slurm && st.s.slurm->max_running < 1)
     throw located(st.s, st.s.search.line,
-                  "search: runs its trials here: a searcher chooses each from the results so far, and Slurm arrays "
-                  "are submitted for a list known up front (drop backend: slurm)");
+                  "search: on Slurm needs resources: max_running: N, the array tasks that run at once (its searcher "
+                  "chooses each trial from the results of those before, so they are submitted as slots come free)");
   if (st.s.search && st.opt.source) throw usage_error("a sweep with search: takes its trials from its searcher alone");
   if (st.s.pbt && st.s.slurm)
     throw located(st.s, st.s.pbt.line,
@@ -340,7 +352,7 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
                   "submitted for a list known up front (drop backend: slurm)");
   if (st.s.pbt && st.opt.source) throw usage_error("a sweep with scheduler pbt takes its trials from its population");
   st.program->check();
-  check_searcher(st.s);
+  if (st.opt.node.empty()) check_searcher(st.s);  // (an array task runs the trials it is given)
   check_resources(st);
   open_out(st);
   if (st.opt.node.empty()) queue_trials(st);
@@ -406,13 +418,15 @@ class resumed_source final : public trial_source {
 };
 
 // Where the scheduler takes its trials from: the spec's trials still to run, given out by the
-// sweep's own source where it has one (which is first told every journaled record).
-std::unique_ptr<trial_source> make_source(const sweep_run::state& st, pbt_population* pbt) {
+// sweep's own source where it has one (which is first told every journaled record); `lanes`
+// trials run at once.
+std::unique_ptr<trial_source> make_source(const sweep_run::state& st, pbt_population* pbt, std::size_t lanes) {
   std::vector<new_trial> listed;
   listed.reserve(st.queue.size());
-  for (std::size_t i : st.queue) listed.push_back({i, trial_id(st.subject, st.s.trials[i]), st.s.trials[i]});
+  for (std::size_t i : st.queue) listed.push_back(trial_at(st, i));
   auto list = std::make_unique<list_source>(std::move(listed));
-  if (!st.opt.source && !st.s.search && !pbt) return list;
+  // (An array task runs the trials it was given: its submitter's source chose them.)
+  if ((!st.opt.source && !st.s.search && !pbt) || !st.opt.node.empty()) return list;
   std::unique_ptr<trial_source> source;
   if (pbt) source = pbt->source(std::move(list));
   else if (st.s.search)
@@ -420,7 +434,7 @@ std::unique_ptr<trial_source> make_source(const sweep_run::state& st, pbt_popula
                                                               .subject = st.subject,
                                                               .out = st.out,
                                                               .argv = searcher_command(st.s),
-                                                              .slots = st.slots.size(),
+                                                              .slots = lanes,
                                                               .first_index = st.s.trials.size()});
   else source = st.opt.source(std::move(list));
   if (!source) throw internal_error("the sweep's trial source factory made no source");
@@ -461,7 +475,7 @@ class verdict_watch {
         if (wake_.wait_for(lock, std::chrono::milliseconds(100), [&] { return done_; })) return;
       }
       for (std::size_t i : st.queue) {
-        const std::string id = trial_id(st.subject, st.s.trials[i]);
+        const std::string id = trial_at(st, i).id;
         if (!stopped.count(i) && folder.stop_requested(id)) {
           stopped.insert(i);
           sched.prune({i, id, 1});
@@ -534,7 +548,7 @@ sweep_summary sweep_run::run() {
       shared.report(t.id, step, metrics);
       return false;
     };
-  const std::unique_ptr<trial_source> source = make_source(st, pbt ? &*pbt : nullptr);
+  const std::unique_ptr<trial_source> source = make_source(st, pbt ? &*pbt : nullptr, backend->lanes());
   scheduler sched(s, *source, *backend, writer, stop,
                   {.metric_checked = st.metric_known,
                    .stop_fails_as_cancelled = node,
@@ -604,13 +618,18 @@ json record_run(const sweep_run::state& st, bool node) {
 
 std::unique_ptr<trial_backend> make_backend(const sweep_run::state& st, int run, clock::time_point run_start) {
   const sweep_spec& s = st.s;
-  if (s.slurm && st.opt.node.empty())
+  if (s.slurm && st.opt.node.empty()) {
+    std::set<std::string> journaled;
+    for (const auto& [id, r] : st.journal->latest())
+      if (final_record(r)) journaled.insert(id);
     return std::make_unique<slurm_backend>(slurm_setup{.spec = &s,
                                                        .options = &st.opt,
                                                        .subject = st.subject,
                                                        .out = st.out,
                                                        .queue = st.queue,
+                                                       .journaled = std::move(journaled),
                                                        .job_name = "isorun-" + st.program->short_name()});
+  }
   return std::make_unique<local_backend>(
       local_setup{.spec = &s,
                   .program = st.program.get(),
@@ -622,8 +641,9 @@ std::unique_ptr<trial_backend> make_backend(const sweep_run::state& st, int run,
                   .run = run,
                   .run_start = run_start,
                   // (A sweep whose source makes every trial still makes its workers like the spec's.)
-                  .first = s.trials.empty() ? std::nullopt
-                                            : std::optional<json>(s.trials[st.queue.empty() ? 0 : st.queue.front()])});
+                  .first = !st.queue.empty()  ? std::optional<json>(trial_at(st, st.queue.front()).params)
+                           : s.trials.empty() ? std::nullopt
+                                              : std::optional<json>(s.trials.front())});
 }
 
 void tabulate(const sweep_run::state& st, json& identity, clock::time_point run_start, sweep_summary& summary) {

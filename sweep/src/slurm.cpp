@@ -145,7 +145,8 @@ std::string batch_script(const fs::path& batch_file, const std::vector<std::stri
 }
 
 submission submit(const slurm_spec& s, const fs::path& out, const std::vector<std::size_t>& trials,
-                  const std::vector<std::string>& node_command, const fs::path& submit_dir, const std::string& job_name) {
+                  const std::vector<std::string>& node_command, const fs::path& submit_dir, const std::string& job_name,
+                  const json& made) {
   const fs::path dir = fs::absolute(out) / "slurm";
   submission sub;
   const std::size_t chunk = static_cast<std::size_t>(std::max(1, s.trials_per_task));
@@ -160,7 +161,9 @@ submission submit(const slurm_spec& s, const fs::path& out, const std::vector<st
   }
   const std::string name = "batch-" + std::to_string(sub.batch);
   const fs::path script = dir / (name + ".sh");
-  write_file_durably(dir / (name + ".json"), json{{"tasks", sub.tasks}, {"sbatch", args}}.dump() + "\n");
+  json batch = {{"tasks", sub.tasks}, {"sbatch", args}};
+  if (!made.empty()) batch["made"] = made;
+  write_file_durably(dir / (name + ".json"), batch.dump() + "\n");
   write_file_durably(script, batch_script(dir / (name + ".json"), node_command, submit_dir));
 
   args.push_back(script.string());
@@ -175,7 +178,18 @@ submission submit(const slurm_spec& s, const fs::path& out, const std::vector<st
   return sub;
 }
 
-std::vector<std::size_t> node_trials(const std::string& file_and_task) {
+json made_trials(const json& batch) {
+  json out = json::object();
+  const auto made = batch.is_object() ? batch.find("made") : batch.end();
+  if (made == batch.end() || !made->is_object()) return out;
+  for (const auto& [index, t] : made->items())
+    if (t.is_object() && t.contains("id") && t["id"].is_string() && t.contains("params") && t["params"].is_object() &&
+        index.find_first_not_of("0123456789") == std::string::npos && !index.empty())
+      out[index] = {{"id", t["id"]}, {"params", t["params"]}, {"origin", t.value("origin", json())}};
+  return out;
+}
+
+assignment node_trials(const std::string& file_and_task) {
   const auto colon = file_and_task.rfind(':');
   if (colon == std::string::npos) throw usage_error("--node " + file_and_task + ": expected FILE:TASK");
   std::size_t task = 0;
@@ -186,9 +200,16 @@ std::vector<std::size_t> node_trials(const std::string& file_and_task) {
   }
   std::ifstream in(file_and_task.substr(0, colon));
   const json j = parse_bounded_json(in);
-  if (!j.is_object() || !j.contains("tasks") || !j["tasks"].is_array() || task >= j["tasks"].size())
+  if (!j.is_object() || !j.contains("tasks") || !j["tasks"].is_array() || task >= j["tasks"].size() ||
+      !j["tasks"][task].is_array())
     throw usage_error("--node " + file_and_task + ": no such submission file or array task");
-  return j["tasks"][task].get<std::vector<std::size_t>>();
+  assignment a;
+  for (const auto& i : j["tasks"][task]) {
+    if (!i.is_number_unsigned()) throw usage_error("--node " + file_and_task + ": a trial that is not a number");
+    a.trials.push_back(i.get<std::size_t>());
+  }
+  a.made = made_trials(j);
+  return a;
 }
 
 namespace {

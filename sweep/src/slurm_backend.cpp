@@ -45,7 +45,29 @@ std::int64_t slurm_backend::latest_checkpoint(const std::string& id) const {
   }
 }
 
+std::size_t slurm_backend::lanes() const {
+  if (!setup_.spec->search) return std::numeric_limits<std::size_t>::max();
+  const slurm_spec& s = *setup_.spec->slurm;
+  return static_cast<std::size_t>(std::max(1, s.max_running)) *
+         static_cast<std::size_t>(std::max(1, s.trials_per_task));
+}
+
+void slurm_backend::learn(std::size_t index, const json& made) {
+  if (!made.is_object() || !made.contains("id") || !made["id"].is_string() || !made.contains("params")) return;
+  trial t{.index = index, .id = made["id"].get<std::string>(), .attempt = 1, .params = made["params"]};
+  t.origin = made.value("origin", json());
+  index_of_[t.id] = index;
+  made_[index] = std::move(t);
+}
+
 trial slurm_backend::make_trial(std::size_t index) {
+  if (const auto it = made_.find(index); it != made_.end()) {
+    trial t = it->second;
+    t.attempt = 1;
+    return t;
+  }
+  if (index >= setup_.spec->trials.size())
+    throw internal_error("the Slurm backend was told of trial " + std::to_string(index) + ", which it does not know");
   const nlohmann::json& params = setup_.spec->trials[index];
   return {.index = index, .id = trial_id(setup_.subject, params), .attempt = 1, .params = params};
 }
@@ -62,6 +84,16 @@ std::vector<trial> slurm_backend::begin(trial_sink& sink) {
   {
     std::lock_guard lock(mutex_);
     const unique_fd slurm = detail::open_subfolders(dir_.parent_path(), {"slurm"}, false);
+    // The trials a source made, from every submission, but those journaled already: the
+    // records of those whose arrays ended while no one followed are theirs too.
+    for (int batch = 1;; ++batch) {
+      const std::string batch_file = "batch-" + std::to_string(batch) + ".json";
+      const json submitted = read_json_file(slurm.get(), batch_file, dir_ / batch_file);
+      if (submitted.is_discarded()) break;
+      const json made = slurm::made_trials(submitted);
+      for (const auto& [index, m] : made.items())
+        if (!setup_.journaled.count(m["id"].get<std::string>())) learn(std::stoul(index), m);
+    }
     const json jobs = read_json_file(slurm.get(), "jobs.json", dir_ / "jobs.json");
     if (jobs.is_array())
       for (const auto& j : jobs) {
@@ -76,7 +108,8 @@ std::vector<trial> slurm_backend::begin(trial_sink& sink) {
         inflight_[job] = {job, batch, tasks["tasks"].get<std::vector<std::vector<std::size_t>>>()};
         for (const auto& t : inflight_[job].tasks)
           for (std::size_t i : t)
-            if (attempt_.emplace(i, 1).second && i < setup_.spec->trials.size()) adopted.push_back(make_trial(i));
+            if (attempt_.emplace(i, 1).second && (made_.count(i) || i < setup_.spec->trials.size()))
+              adopted.push_back(make_trial(i));
       }
     std::error_code ec;
     if (fs::is_directory(dir_, ec)) save_jobs();  // without the arrays no longer in Slurm's queue
@@ -90,11 +123,17 @@ std::vector<trial> slurm_backend::begin(trial_sink& sink) {
 void slurm_backend::start(std::vector<trial> batch) {
   if (batch.empty()) return;
   std::vector<std::size_t> trials;
-  for (const auto& t : batch) trials.push_back(t.index);
+  json made = json::object();  // those not in the spec's list: the array tasks learn them from the batch file
+  for (const auto& t : batch) {
+    trials.push_back(t.index);
+    if (t.index >= setup_.spec->trials.size() || t.id != trial_id(setup_.subject, setup_.spec->trials[t.index]))
+      made[std::to_string(t.index)] = {{"id", t.id}, {"params", t.params}, {"origin", t.origin}};
+  }
   {
     // Before the array exists: its tasks may write records while sbatch is still answering, and
     // the poller must take each once. A retry's earlier record was delivered; its file goes.
     std::lock_guard lock(mutex_);
+    for (const auto& [index, m] : made.items()) learn(std::stoul(index), m);
     for (const auto& t : batch) {
       attempt_[t.index] = t.attempt;
       checkpoint_at_start_[t.index] = latest_checkpoint(t.id);
@@ -104,7 +143,7 @@ void slurm_backend::start(std::vector<trial> batch) {
     }
   }
   auto sub = slurm::submit(*setup_.spec->slurm, setup_.out, trials, setup_.options->node_command,
-                           setup_.options->submit_dir, setup_.job_name);
+                           setup_.options->submit_dir, setup_.job_name, made);
   std::fprintf(stderr, "isorun: submitted %zu trial%s as Slurm job array %s (%zu array task%s)\n", trials.size(),
                trials.size() == 1 ? "" : "s", sub.job.c_str(), sub.tasks.size(), sub.tasks.size() == 1 ? "" : "s");
   std::vector<finished_trial> too_late;
@@ -141,7 +180,7 @@ void slurm_backend::deliver_reports() {
   {
     std::lock_guard lock(mutex_);
     for (const auto& [i, attempt] : attempt_)
-      if (!done_trials_.count(i) && i < setup_.spec->trials.size()) {
+      if (!done_trials_.count(i) && (made_.count(i) || i < setup_.spec->trials.size())) {
         trial t = make_trial(i);
         t.attempt = attempt;
         running.emplace_back(std::move(t), report_offset_[i]);
@@ -249,20 +288,20 @@ std::vector<finished_trial> slurm_backend::merge() {
   for (auto& [file, rec] : folder_.records()) {
     // A file is removed once its record is durable in the journal: by the next run, which
     // finds its trial journaled (and so not among this run's trials), or at the run's end.
-    const auto it = index_of_.find(rec.id);
     // After a stop, a failure may be the stop itself (scancel signals every process of an
     // array task, the trial's worker too): not journaled, so that running again runs it.
     const bool stopped_by_us = stopping && rec.kind != outcome_kind::success;
+    std::unique_lock lock(mutex_);
+    const auto it = index_of_.find(rec.id);
     if (it == index_of_.end() || stopped_by_us) {
+      lock.unlock();
       folder_.remove_record(file);
       continue;
     }
+    if (!done_trials_.insert(it->second).second) continue;
     trial t = make_trial(it->second);
-    {
-      std::lock_guard lock(mutex_);
-      if (!done_trials_.insert(it->second).second) continue;
-      t.attempt = attempt_.count(it->second) ? attempt_[it->second] : 1;
-    }
+    t.attempt = attempt_.count(it->second) ? attempt_[it->second] : 1;
+    lock.unlock();
     out.push_back({std::move(t), std::move(rec)});
   }
   return out;
@@ -339,15 +378,17 @@ std::vector<finished_trial> slurm_backend::lost(const slurm::submission& sub,
     const fs::path log = dir_ / "logs" / (task + ".out");
     const slurm::task_end& end = ends[k];
     for (std::size_t i : sub.tasks[k]) {
-      finished_trial f{make_trial(i), {}};
+      finished_trial f;
       {
         std::lock_guard lock(mutex_);
         if (!done_trials_.insert(i).second) continue;
+        f.t = make_trial(i);
         f.t.attempt = attempt_.count(i) ? attempt_[i] : 1;
       }
       trial_record& rec = f.record;
       rec.id = f.t.id;
-      rec.params = setup_.spec->trials[i];
+      rec.params = f.t.params;
+      rec.origin = f.t.origin;
       rec.kind = slurm::outcome_of(end.state);
       rec.attempts = f.t.attempt;
       rec.device = "slurm:" + task;
@@ -385,7 +426,8 @@ std::vector<finished_trial> slurm_backend::cancelled_rest() {
         finished_trial f{make_trial(i), {}};
         f.t.attempt = attempt_.count(i) ? attempt_[i] : 1;
         f.record.id = f.t.id;
-        f.record.params = setup_.spec->trials[i];
+        f.record.params = f.t.params;
+        f.record.origin = f.t.origin;
         f.record.kind = outcome_kind::cancelled;
         out.push_back(std::move(f));
       }

@@ -30,6 +30,7 @@ struct slurm_setup {
   std::string subject;                     ///< subject(*spec)
   std::filesystem::path out;
   std::vector<std::size_t> queue;          ///< the trials this run owes (indices into spec->trials)
+  std::set<std::string> journaled;         ///< the ids of trials the journal holds the end of
   std::string job_name;                    ///< sbatch --job-name
 };
 
@@ -38,8 +39,9 @@ class slurm_backend final : public trial_backend {
   explicit slurm_backend(slurm_setup setup);
   ~slurm_backend() override;
 
-  /// Slurm queues what it cannot run yet: everything is submitted at once.
-  [[nodiscard]] std::size_t lanes() const override { return std::numeric_limits<std::size_t>::max(); }
+  /// Slurm queues what it cannot run yet: everything is submitted at once; but a searcher's
+  /// trials, max_running arrays tasks' worth (a searcher chooses each from those before).
+  [[nodiscard]] std::size_t lanes() const override;
   std::vector<trial> begin(trial_sink& sink) override;
   void start(std::vector<trial> batch) override;
   /// Stops `t` alone (early stopping's verdict): leaves OUT/slurm/stop/ID, which the node
@@ -60,12 +62,14 @@ class slurm_backend final : public trial_backend {
   std::vector<finished_trial> cancelled_rest();
   void forget_delivered();  // poller: arrays whose every trial was delivered
   void save_jobs();  // under mutex_
-  trial make_trial(std::size_t index);
+  void learn(std::size_t index, const nlohmann::json& made);  // under mutex_: a trial a source made
+  trial make_trial(std::size_t index);                        // under mutex_
 
   slurm_setup setup_;
   std::filesystem::path dir_;                   // OUT/slurm: jobs.json, batch files, logs/
   remote_folder folder_;                        // OUT/slurm: records, reports, verdicts, errors
-  std::map<std::string, std::size_t> index_of_; // trial id -> index
+  std::map<std::string, std::size_t> index_of_;  // under mutex_: trial id -> index
+  std::map<std::size_t, trial> made_;            // under mutex_: the trials a source made, by index
   trial_sink* sink_ = nullptr;
   std::mutex mutex_;
   std::condition_variable wake_;

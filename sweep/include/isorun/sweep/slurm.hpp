@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "isorun/runner/outcome.hpp"
 #include "isorun/sweep/spec.hpp"
 
@@ -53,20 +55,33 @@ std::vector<std::string> sbatch_arguments(const slurm_spec& s, std::size_t array
 std::string batch_script(const std::filesystem::path& batch_file, const std::vector<std::string>& node_command,
                          const std::filesystem::path& submit_dir);
 
-/// @brief Writes OUT/slurm/batch-N.json (the trials of each array task, and the sbatch command
-///        line) and batch-N.sh for `trials` (in chunks of trials_per_task) and submits the array
-///        with sbatch. Each array task runs, in `submit_dir`, `node_command` plus
+/// @brief Writes OUT/slurm/batch-N.json (the trials of each array task, the trials among them
+///        that a source made — `made`, by index: {"id", "params", "origin"}, for trials the
+///        spec's list does not hold — and the sbatch command line) and batch-N.sh for `trials`
+///        (in chunks of trials_per_task) and submits the array with sbatch. Each array task runs, in `submit_dir`,
+///        `node_command` plus
 ///        `--node OUT/slurm/batch-N.json:$SLURM_ARRAY_TASK_ID`.
 /// @throws usage_error if sbatch is not found, a setting is refused (see sbatch_arguments), or
 ///         sbatch refuses the array (its reason: a partition or gres the cluster lacks, ...);
 ///         nothing is submitted then.
 submission submit(const slurm_spec& s, const std::filesystem::path& out, const std::vector<std::size_t>& trials,
                   const std::vector<std::string>& node_command, const std::filesystem::path& submit_dir,
-                  const std::string& job_name);
+                  const std::string& job_name, const nlohmann::json& made = nlohmann::json::object());
 
-/// @brief The trials array task `task` of OUT/slurm/batch-N.json runs ("FILE:K" as --node gives it).
+/// What one array task runs: its trials' indices, and those a source made (a searcher's, a
+/// population's children), by index as text: {"id", "params", "origin"}.
+struct assignment {
+  std::vector<std::size_t> trials;
+  nlohmann::json made = nlohmann::json::object();
+};
+
+/// @brief What array task `task` of OUT/slurm/batch-N.json runs ("FILE:K" as --node gives it).
 /// @throws usage_error for a malformed reference or file.
-std::vector<std::size_t> node_trials(const std::string& file_and_task);
+assignment node_trials(const std::string& file_and_task);
+
+/// @brief The trials a source made in submission file `batch` (its "made"), each as checked:
+///        an object with a string id, an object of parameters and an origin; others are left out.
+nlohmann::json made_trials(const nlohmann::json& batch);
 
 /// @brief The array tasks of `job` that Slurm still has queued, running or being requeued
 ///        (squeue). Empty once the whole array is done, or when Slurm no longer knows the job;
