@@ -466,3 +466,47 @@ TEST_CASE("on Slurm: a detached search goes on where it was: trials in flight ar
   CHECK(lines(dir + "/runs").size() == 4);  // the two submitted before detaching ran once
   fs::remove_all(dir);
 }
+
+TEST_CASE(
+    "on Slurm: population-based training replaces members by children that resume from their parent's "
+    "checkpoint",
+    "[slurm][pbt]") {
+  const std::string dir = temp_dir();
+  // Four members of checkpointed_trial.sh (40 steps of 50 ms, a checkpoint every 5), h unused
+  // by the script but mutated; all report the same loss at a step: ties, drawn by the seed.
+  std::ofstream(dir + "/spec.yaml") << "command: [sh, " << CHECKPOINTED_TRIAL << ", \"" << dir
+                                    << "/steps\", '40', '5', '{member}', 'h={h}']\n"
+                                       "metric: {name: loss, goal: minimize}\n"
+                                       "zip:\n  - {member: [0, 1, 2, 3], h: [1.0, 2.0, 3.0, 4.0]}\n"
+                                       "checkpoints: {keep: 2}\n"
+                                       "scheduler: {type: pbt, interval: 5, quantile: 0.5, seed: 1, mutations: {h: "
+                                       "{uniform: [0, 5]}}}\n"
+                                       "resources: {backend: slurm, cpu_slots: 1}\nout: \""
+                                    << dir << "/out\"\n";
+  const auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"}, {"STEP_S=0.05"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  std::map<std::string, json> by_id;
+  for (const auto& l : lines(dir + "/out/results.jsonl")) {
+    const json rec = json::parse(l);
+    CHECK(by_id.emplace(rec["id"].get<std::string>(), rec).second);  // each journaled once
+  }
+  std::size_t children = 0;
+  for (const auto& [id, rec] : by_id) {
+    if (!rec.contains("origin")) continue;
+    ++children;
+    const json origin = rec["origin"];
+    REQUIRE(by_id.count(origin["parent"].get<std::string>()) == 1);
+    REQUIRE(by_id.count(origin["replaces"].get<std::string>()) == 1);
+    const std::string replaced = by_id[origin["replaces"].get<std::string>()]["outcome"];
+    CHECK((replaced == "pruned" || replaced == "success"));  // stopped for it, or ended first
+    CHECK(rec["params"]["member"] == by_id[origin["parent"].get<std::string>()]["params"]["member"]);
+    if (origin["step"].get<int>() > 0 && rec["outcome"] == "success") {
+      REQUIRE(rec.contains("resumes"));
+      CHECK(rec["resumes"][0]["from"] == origin["step"]);  // from the parent's checkpoint, on its node
+    }
+  }
+  CHECK(children > 0);
+  CHECK(by_id.size() == 4 + children);
+  fs::remove_all(dir);
+}

@@ -346,10 +346,6 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
                   "search: on Slurm needs resources: max_running: N, the array tasks that run at once (its searcher "
                   "chooses each trial from the results of those before, so they are submitted as slots come free)");
   if (st.s.search && st.opt.source) throw usage_error("a sweep with search: takes its trials from its searcher alone");
-  if (st.s.pbt && st.s.slurm)
-    throw located(st.s, st.s.pbt.line,
-                  "scheduler pbt runs its population here: it makes trials as reports come, and Slurm arrays are "
-                  "submitted for a list known up front (drop backend: slurm)");
   if (st.s.pbt && st.opt.source) throw usage_error("a sweep with scheduler pbt takes its trials from its population");
   st.program->check();
   if (st.opt.node.empty()) check_searcher(st.s);  // (an array task runs the trials it is given)
@@ -539,7 +535,7 @@ sweep_summary sweep_run::run() {
   if (st.reports) stopper.emplace(s, *st.reports, replayed_reports(st), pbt ? pbt->rule() : nullptr);
   // On a Slurm node with early stopping, the submitter decides: each report goes to it through
   // OUT/slurm/reports/ID.jsonl, and its verdicts come back as OUT/slurm/stop/ID (watched below).
-  const bool forwards = node && s.early_stopping;
+  const bool forwards = node && (s.early_stopping || s.pbt);
   std::function<bool(const trial&, std::int64_t, const json&)> should_stop;
   if (stopper)
     should_stop = [&](const trial& t, std::int64_t step, const json& metrics) { return stopper->judge(t.id, step, metrics); };

@@ -31,7 +31,7 @@ if [ "$mode" = warned ]; then
 fi
 while [ "$step" -lt "$steps" ]; do
   step=$((step + 1))
-  sleep 0.01  # the step's work
+  sleep "${STEP_S:-0.01}"  # the step's work
   echo "$ISORUN_TRIAL $step" >> "$log"
   echo "{\"step\": $step, \"loss\": $((steps - step))}"
   finished=$step
