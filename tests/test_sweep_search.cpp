@@ -128,6 +128,37 @@ TEST_CASE("a searcher that crashes, hangs or prints what is not an answer stops 
   fs::remove_all(dir);
 }
 
+TEST_CASE("while the searcher thinks, the sweep goes on: trials end and are journaled, Ctrl-C stops it",
+          "[sweep][search]") {
+  const std::string dir = temp_dir();
+  SECTION("journaled while it thinks") {
+    // Ask 2 is answered only once two trials are journaled: the sweep must not wait for it.
+    std::ofstream(dir + "/spec.yaml") << searched(dir, 4, "journaled:2", "0.2", ", timeout: 10m");
+    const auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+    INFO(r.err);
+    CHECK(r.code == 0);
+    CHECK(records_of(dir).size() == 4);
+  }
+  SECTION("Ctrl-C while it thinks") {
+    std::ofstream(dir + "/spec.yaml") << searched(dir, 6, "hang:2", "0", ", timeout: 10m");
+    std::ofstream{dir + "/heard"};
+    auto sweep = start_cli({"sweep", dir + "/spec.yaml", "--no-progress"}, {});
+    auto asked_2 = [&] {
+      for (const auto& m : messages(dir + "/heard"))
+        if (m.value("op", "") == "ask" && m.value("number", -1) == 2) return true;
+      return false;
+    };
+    for (std::size_t seen = 1; !asked_2(); ++seen) REQUIRE(wait_for_lines(dir + "/heard", seen));
+    ::kill(sweep.pid(), SIGINT);
+    CHECK(sweep.reap().code == 130);       // stopped at once, not after the searcher's timeout
+    const auto records = records_of(dir);  // the trial whose end made room for ask 2, at least
+    CHECK(!records.empty());
+    CHECK(records.size() <= 2);
+    for (const auto& rec : records) CHECK(rec["outcome"] == "success");
+  }
+  fs::remove_all(dir);
+}
+
 TEST_CASE("a resumed search replays the conversation to a new searcher, then goes on", "[sweep][search][resume]") {
   const std::string dir = temp_dir();
   std::ofstream(dir + "/spec.yaml") << searched(dir, 8, "", "0.3");

@@ -407,6 +407,8 @@ class resumed_source final : public trial_source {
   }
   [[nodiscard]] bool exhausted() const override { return inner_->exhausted(); }
   void tell(const trial_record& record) override { inner_->tell(record); }
+  [[nodiscard]] bool busy() const override { return inner_->busy(); }
+  void on_ready(std::function<void()> wake) override { inner_->on_ready(std::move(wake)); }
 
  private:
   std::unique_ptr<trial_source> inner_;

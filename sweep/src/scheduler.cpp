@@ -56,6 +56,10 @@ void scheduler::run(bool detach) {
     backend_.finish();
     return;
   }
+  source_.on_ready([this] {
+    std::lock_guard wake(mutex_);  // (under the lock: the loop is between its check and its wait, or waiting)
+    changed_.notify_all();
+  });
   std::unique_lock lk(mutex_);
   for (const trial& t : adopted)  // already running: not started again when the source gives it
     if (!ended_.count(t.index)) running_.insert(t.index);
@@ -90,10 +94,12 @@ void scheduler::run(bool detach) {
     }
     // A source that gives nothing while nothing runs has nothing to wait for: the sweep is over.
     if (detach && ((retries_.empty() && source_.exhausted()) || stopping())) break;
-    if (running_.empty()) break;
+    // (A source still at work, a searcher thinking, is waited for unless the sweep stops.)
+    if (running_.empty() && (stopping() || !source_.busy())) break;
     changed_.wait(lk);
   }
   lk.unlock();
+  source_.on_ready({});  // (it may outlive this scheduler)
   backend_.finish();
 }
 

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -158,11 +159,69 @@ searcher_source::searcher_source(searcher_setup setup) : setup_{std::move(setup)
   // Every trial proposed is given out again first; the sweep leaves out those its journal holds
   // as done. (One the searcher was told of may not be: a stop between the tell and the journal's
   // write. It runs again, and the searcher keeps what it heard.)
+  quit_ = unique_fd(::eventfd(0, EFD_CLOEXEC));
+  if (!quit_) throw internal_error(std::string("cannot make an eventfd for the searcher: ") + std::strerror(errno));
+  thread_ = std::thread([this] { converse(); });
 }
 
 searcher_source::~searcher_source() {
+  if (thread_.joinable()) {
+    {
+      std::lock_guard lock(mutex_);
+      quit_asked_ = true;
+    }
+    queued_.notify_all();
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const auto n = ::write(quit_.get(), &one, sizeof one);  // ends a wait for an answer
+    thread_.join();
+  }
   to_.reset();  // its stdin ends: a searcher reading it exits
   if (process_) process_->stop(runner::stop_plan::graceful(std::chrono::seconds(2)));
+}
+
+void searcher_source::on_ready(std::function<void()> wake) {
+  std::lock_guard lock(wake_mutex_);
+  wake_ = std::move(wake);
+}
+
+void searcher_source::wake() {
+  std::lock_guard lock(wake_mutex_);
+  if (wake_) wake_();
+}
+
+// The thread: sends what the sweep queued, in order, each tell journaled first, and takes each
+// ask's answer as a trial ready for next(); wakes the sweep after each message, and stops the
+// conversation at the first failure, which next() and tell() then throw.
+void searcher_source::converse() {
+  for (;;) {
+    outgoing out;
+    {
+      std::unique_lock lock(mutex_);
+      queued_.wait(lock, [&] { return quit_asked_ || !queue_.empty(); });
+      if (quit_asked_) return;
+      out = std::move(queue_.front());
+      queue_.pop_front();
+      sending_ = true;
+    }
+    try {
+      if (!out.line.is_null()) log(out.line);  // first: a tell the searcher heard is one a resumed sweep replays
+      const json answer = exchange(out.message);
+      if (answer.is_null()) return;  // the source is being destroyed
+      std::lock_guard lock(mutex_);
+      sending_ = false;
+      if (out.line.is_null()) answered(out.message.value("number", std::size_t{0}), answer);
+    } catch (...) {
+      {
+        std::lock_guard lock(mutex_);
+        sending_ = asking_ = false;
+        queue_.clear();
+        error_ = std::current_exception();
+      }
+      wake();
+      return;
+    }
+    wake();
+  }
 }
 
 [[noreturn]] void searcher_source::fail(const std::string& what) const {
@@ -201,10 +260,11 @@ json searcher_source::exchange(const json& message) {
     if (left <= 0)
       fail("did not answer " + printable(message.value("op", "")) + " within " +
            std::to_string(setup_.spec->search.timeout.count()) + " ms (search: timeout)");
-    pollfd p{to_.get(), POLLIN, 0};
-    const int rc = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1 << 30)));
+    pollfd p[2] = {{to_.get(), POLLIN, 0}, {quit_ ? quit_.get() : -1, POLLIN, 0}};
+    const int rc = ::poll(p, 2, static_cast<int>(std::min<long long>(left, 1 << 30)));
     if (rc < 0 && errno != EINTR) fail(std::string("cannot be read: ") + std::strerror(errno));
     if (rc <= 0) continue;
+    if (p[1].revents) return nullptr;  // the source is being destroyed: no answer is waited for
     char buf[1 << 14];
     const ssize_t n = ::read(to_.get(), buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
@@ -227,19 +287,33 @@ new_trial searcher_source::made(std::size_t number, const json& params) const {
 }
 
 std::optional<new_trial> searcher_source::next() {
-  if (!pending_.empty()) {
-    new_trial t = std::move(pending_.front());
-    pending_.pop_front();
-    return t;
-  }
-  if (done_ || asked_ >= static_cast<std::size_t>(setup_.spec->search.trials)) return std::nullopt;
-  const std::size_t number = asked_;
-  const json answer = exchange({{"op", "ask"}, {"number", number}});
+  std::lock_guard lock(mutex_);
+  if (error_) std::rethrow_exception(error_);
+  for (auto* from : {&pending_, &ready_})
+    if (!from->empty()) {
+      new_trial t = std::move(from->front());
+      from->pop_front();
+      return t;
+    }
+  if (asking_ || waiting_ || done_ || asked_ >= static_cast<std::size_t>(setup_.spec->search.trials))
+    return std::nullopt;
+  asking_ = true;  // answered on the thread, which wakes the sweep then
+  queue_.push_back({{{"op", "ask"}, {"number", asked_}}, nullptr});
+  queued_.notify_one();
+  return std::nullopt;
+}
+
+// Under mutex_: the answer to ask `number`.
+void searcher_source::answered(std::size_t number, const json& answer) {
+  asking_ = false;
   if (answer.value("done", false)) {
     done_ = true;
-    return std::nullopt;
+    return;
   }
-  if (answer.value("wait", false)) return std::nullopt;
+  if (answer.value("wait", false)) {
+    waiting_ = true;
+    return;
+  }
   const auto params = answer.find("params");
   if (params == answer.end() || !params->is_object())
     fail("answered ask with " + printable(answer.dump().substr(0, 200)) +
@@ -254,14 +328,21 @@ std::optional<new_trial> searcher_source::next() {
   }
   new_trial t = made(number, *params);
   log({{"ask", number}, {"id", t.id}, {"params", *params}});
-  ++asked_;
+  asked_ = number + 1;
   number_of_[t.id] = number;
   searched_[t.id] = *params;
-  return t;
+  ready_.push_back(std::move(t));
 }
 
 bool searcher_source::exhausted() const {
-  return pending_.empty() && (done_ || asked_ >= static_cast<std::size_t>(setup_.spec->search.trials));
+  std::lock_guard lock(mutex_);
+  return pending_.empty() && ready_.empty() && !asking_ &&
+         (done_ || asked_ >= static_cast<std::size_t>(setup_.spec->search.trials));
+}
+
+bool searcher_source::busy() const {
+  std::lock_guard lock(mutex_);
+  return !error_ && (asking_ || sending_ || !queue_.empty());
 }
 
 json searcher_source::tell_message(std::size_t number, const json& params, const trial_record& r) const {
@@ -282,15 +363,17 @@ json searcher_source::tell_message(std::size_t number, const json& params, const
 }
 
 void searcher_source::tell(const trial_record& record) {
+  std::lock_guard lock(mutex_);
+  if (error_) std::rethrow_exception(error_);
   const auto it = number_of_.find(record.id);
-  if (it == number_of_.end() || told_.count(record.id)) return;  // not its trial, or told in the replay
-  const json message = tell_message(it->second, searched_[record.id], record);
+  if (it == number_of_.end() || !told_.insert(record.id).second) return;  // not its trial, or told already
+  json message = tell_message(it->second, searched_[record.id], record);
   json line = message;
   line.erase("op");
   line["tell"] = it->second;
-  log(line);  // first: a tell the searcher heard is one a resumed sweep replays
-  exchange(message);
-  told_.insert(record.id);
+  waiting_ = false;  // (a searcher that answered wait is asked again after a tell)
+  queue_.push_back({std::move(message), std::move(line)});
+  queued_.notify_one();
 }
 
 }  // namespace isorun::sweep

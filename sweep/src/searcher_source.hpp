@@ -15,19 +15,30 @@
 // that are not done (the sweep's journal says) are given out again first, with their numbers, ids
 // and parameters.
 //
+// The conversation after the replay runs on a thread of its own: the sweep goes on (trials end
+// and are journaled, reports are judged, Ctrl-C stops it) while the searcher thinks. next()
+// sends an ask and returns nothing; the answer, once it comes, is a trial ready for the next
+// call, and the sweep is woken for it. Messages reach the searcher in the order the sweep made
+// them.
+//
 // A searcher that exits, prints a line that is not an answer, or takes longer than the search's
 // timeout stops the sweep with an error naming it and its stderr log (OUT/search.err); what was
 // journaled stays.
 
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <exception>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -70,15 +81,26 @@ class searcher_source final : public trial_source {
   searcher_source(const searcher_source&) = delete;
   searcher_source& operator=(const searcher_source&) = delete;
 
+  /// @brief A trial proposed earlier, or one the searcher answered since; else nothing, and an
+  ///        ask is sent if none is out and the budget allows. @throws what stopped the searcher.
   std::optional<new_trial> next() override;
   [[nodiscard]] bool exhausted() const override;
+  /// @brief Queues the trial's end for the searcher. @throws what stopped the searcher.
   void tell(const trial_record& record) override;
-
-  /// @brief The trials asked for so far (the budget counts them).
-  [[nodiscard]] std::size_t asked() const noexcept { return asked_; }
+  /// @brief An ask is out, or a tell not yet heard.
+  [[nodiscard]] bool busy() const override;
+  void on_ready(std::function<void()> wake) override;
 
  private:
-  // One message, and its answer (an object).
+  // One message to send: an ask, or a tell with the line journaled for it first.
+  struct outgoing {
+    nlohmann::json message;
+    nlohmann::json line;  // null for an ask
+  };
+  void converse();                                                  // the thread
+  void answered(std::size_t number, const nlohmann::json& answer);  // an ask's answer, under mutex_
+  void wake();
+  // One message, and its answer (an object). Returns null where the source is being destroyed.
   nlohmann::json exchange(const nlohmann::json& message);
   void log(const nlohmann::json& line);
   [[noreturn]] void fail(const std::string& what) const;
@@ -89,14 +111,29 @@ class searcher_source final : public trial_source {
 
   searcher_setup setup_;
   std::unique_ptr<runner::child> process_;
-  unique_fd to_, log_;  // its stdin and stdout (one socket); OUT/search.jsonl
-  std::string buffer_;  // what was read past the last answer's line
+  unique_fd to_, log_;  // its stdin and stdout (one socket); OUT/search.jsonl (the thread's, after the replay)
+  unique_fd quit_;      // an eventfd: written once, when the source is destroyed, to end a wait for an answer
+  std::string buffer_;  // what was read past the last answer's line (the thread's)
+
+  mutable std::mutex mutex_;  // what follows, shared by the sweep's calls and the thread
+  std::condition_variable queued_;
+  std::deque<outgoing> queue_;  // for the thread to send, in order
+  bool sending_ = false;        // the thread is sending one (or waiting for its answer)
+  bool asking_ = false;         // an ask is queued or out
+  bool waiting_ = false;        // it answered wait: no ask before the next tell
+  bool quit_asked_ = false;
+  std::exception_ptr error_;  // what stopped the conversation
   std::size_t asked_ = 0;
   bool done_ = false;
   std::deque<new_trial> pending_;                   // proposed in an earlier run: given out first
+  std::deque<new_trial> ready_;                     // answered since: given out next
   std::map<std::string, std::size_t> number_of_;    // trial id -> its number
   std::map<std::string, nlohmann::json> searched_;  // trial id -> the searcher's parameters
-  std::set<std::string> told_;                      // ids the searcher has been told of
+  std::set<std::string> told_;                      // ids the searcher has been (or is to be) told of
+
+  std::mutex wake_mutex_;  // held while the wake is called: a scheduler clears it before it goes
+  std::function<void()> wake_;
+  std::thread thread_;  // last: started once everything above is
 };
 
 }  // namespace isorun::sweep

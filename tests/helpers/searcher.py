@@ -6,12 +6,14 @@ line each, and {"answered": ...} for each answer) and answers as the protocol sa
   done:N     says done once N trials have been told of
   crash:N    exits (status 3) when asked for trial N
   hang:N     never answers ask N
+  journaled:N  answers ask N once the sweep's journal (out/results.jsonl beside LOG) holds N records
   garbage:N  answers ask N with a line that is not JSON
   exit       exits (status 5) at hello
 
 Usage: searcher.py LOG [MODE]"""
 
 import json
+import os
 import sys
 import time
 
@@ -47,6 +49,12 @@ for line in sys.stdin:
             sys.exit(3)
         elif kind == "hang" and number == n:
             time.sleep(3600)
+        elif kind == "journaled" and number == n:
+            journal = os.path.join(os.path.dirname(log_path), "out", "results.jsonl")
+            while not os.path.exists(journal) or len(open(journal).read().splitlines()) < n:
+                time.sleep(0.01)  # (the sweep journals while its searcher thinks)
+            outstanding.add(number)
+            answer({"params": {"x": 2 * number}})
         elif kind == "garbage" and number == n:
             sys.stdout.write("proposing x now\n")
             sys.stdout.flush()

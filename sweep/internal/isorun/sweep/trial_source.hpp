@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,7 +35,9 @@ struct new_trial {
 };
 
 /// Called by the scheduler only, one call at a time, under its lock: a source needs no lock of
-/// its own, and must not block.
+/// its own, and must not block. A source that makes its trials elsewhere (a searcher program,
+/// on a thread of its own) says so with busy(), and calls the wake it was given once one is
+/// ready.
 class trial_source {
  public:
   virtual ~trial_source() = default;
@@ -50,6 +53,14 @@ class trial_source {
   /// @brief A trial's final record: its result, or how it failed, or that early stopping
   ///        pruned it; in a resumed sweep, every journaled record first, in journal order.
   virtual void tell(const trial_record& record) = 0;
+  /// @brief Whether the source is still at work without being told anything more (a searcher
+  ///        thinking, or still hearing a result): the sweep waits for it, even with nothing
+  ///        running, unless it is stopping.
+  [[nodiscard]] virtual bool busy() const { return false; }
+  /// @brief What to call (from any thread, holding no lock of the source's) once the source has
+  ///        a trial ready, is done being busy, or failed: the scheduler asks it again. Given once,
+  ///        before the first next().
+  virtual void on_ready(std::function<void()> wake) { (void)wake; }
 };
 
 /// The spec's trials still to run (grid, zip and random draws, expanded), in order: it gives
