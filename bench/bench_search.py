@@ -12,7 +12,7 @@ bench/README.md "Search").
     answers at once, against the same trials from a list), and what TPE itself takes per
     ask+tell at 100 trials (Optuna in-process: the searcher's own cost, paid whoever runs it).
 
-    PYTHONPATH=build/python python3 bench/bench_search.py [--seeds 10] [--quick]
+    PYTHONPATH=build/python python3 bench/bench_search.py [--seeds 10] [--quick] [--only quality|overhead]
 """
 
 from __future__ import annotations
@@ -160,12 +160,16 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--slots", type=int, default=4)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", choices=("quality", "overhead"), help="run one part alone")
     args = parser.parse_args()
     if args.quick:
         args.seeds, args.trials = 2, 30
     from scipy.stats import mannwhitneyu
 
     with tempfile.TemporaryDirectory(prefix="isorun-bench-search-") as work:
+        if args.only == "overhead":
+            overhead(args.trials, work)
+            return
         print(f"quality: best loss after {args.trials} trials on {args.slots} slots, {args.seeds} seeds "
               f"(median [p10, p90])")
         print(f"  {'function':<10} {'isorun TPE':>30} {'Optuna TPE (study.optimize)':>30} {'isorun random':>30}  "
@@ -181,7 +185,8 @@ def main() -> None:
             better = statistics.median(ours) < statistics.median(rand)
             print(f"  {function:<10} {quantiles(ours):>30} {quantiles(theirs):>30} {quantiles(rand):>30}  "
                   f"{p:8.3f}  {'yes' if better else 'no'}   ({time.perf_counter() - t:.0f} s)", flush=True)
-        overhead(args.trials, work)
+        if args.only != "quality":
+            overhead(args.trials, work)
 
 
 if __name__ == "__main__":
