@@ -330,7 +330,8 @@ TEST_CASE("scheduler: out-of-memory retries journal the attempt, and a trial res
     b.end(t.index, outcome_kind::success, json{{"acc", 1}});
   });
   sw::scheduler_options options;
-  options.resumed[0] = {.index = 0, .id = "", .attempt = 2, .mem_limit = 4 * GiB, .oom_retries = 1};
+  const std::string id = sw::trial_id(s.task, s.trials[0]);
+  options.resumed[id] = {.index = 0, .id = id, .attempt = 2, .mem_limit = 4 * GiB, .oom_retries = 1};
   const ran again = run_sweep(s, resumed, std::move(options));
   CHECK(starts == std::vector<std::pair<int, std::uint64_t>>{{2, 4 * GiB}});
   CHECK(again.of(s, 0)->attempts == 2);

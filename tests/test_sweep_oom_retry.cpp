@@ -142,6 +142,38 @@ TEST_CASE("oom_retry: a sweep stopped after an out-of-memory attempt was journal
   fs::remove_all(dir);
 }
 
+TEST_CASE("oom_retry: a searched trial stopped after an out-of-memory attempt resumes at the larger cap too",
+          "[sweep][command][cap][oom-retry][resume][search]") {
+  const std::string dir = temp_dir(), out = dir + "/out", gate = dir + "/gate", log = dir + "/log";
+  REQUIRE(::mkfifo(gate.c_str(), 0600) == 0);
+  std::ofstream{log};
+  std::string spec = needs_memory("  mib: [1536]\n  log: [\"" + log + "\"]\n  gate: [\"" + gate + "\"]\n",
+                                  "{gpus: [0], mem_limit: 1G, per_gpu: 1}", "{oom_retry: {factor: 2, max: 4G}}", out);
+  spec.replace(spec.find("{i}"), 3, "{x}");
+  spec.replace(spec.find("{i}"), 3, "{x}");
+  spec += "search: {type: command, command: [python3, " + std::string(SEARCHER) + ", \"" + dir +
+          "/heard\"], params: [x], trials: 1}\n";
+  std::ofstream(dir + "/spec.yaml") << spec;
+  auto sweep = start_cli({"--grace", "100ms", "sweep", dir + "/spec.yaml", "--no-progress"}, simulated("1x8G"));
+  REQUIRE(wait_for_lines(log, 3));  // the searcher's trial (x = 0): at 1 GiB, then its retry at 2 GiB
+  CHECK(lines(log) == std::vector<std::string>{"begin 0 1024", "end 0 1024", "begin 0 2048"});
+  ::kill(sweep.pid(), SIGINT);
+  CHECK(sweep.reap().code == 130);
+  fs::remove(gate);
+  auto again = isorun::test::run_captured(ISORUN_CLI, {"sweep", dir + "/spec.yaml", "--no-progress"},
+                                          simulated("1x8G"));
+  INFO(again.err);
+  CHECK(again.code == 0);
+  const auto log_lines = lines(log);
+  REQUIRE(log_lines.size() == 5);
+  CHECK(log_lines[3] == "begin 0 2048");  // the trial the searcher proposed, given out again at its larger cap
+  const auto journaled = records(out + "/results.jsonl");
+  REQUIRE(journaled.size() == 2);
+  CHECK(journaled[1]["outcome"] == "success");
+  CHECK(journaled[1]["attempts"] == 2);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("oom_retry: two trials whose retried caps do not fit a GPU together run one after the other",
           "[sweep][command][cap][oom-retry][packing]") {
   const std::string dir = temp_dir(), out = dir + "/out", log = dir + "/log";

@@ -161,7 +161,8 @@ def _with_search(spec: Spec, search: Any, trials: Any, folder: str, env: dict[st
             cloudpickle.dump(sampler, f)
         env["ISORUN_SEARCH_SAMPLER"] = path  # (where isorun.search.optuna takes it from)
         settings["type"] = "optuna"
-        settings["sampler"] = "pickled"
+        # (Its class in the spec: the folder's fingerprint then tells this sampler from another.)
+        settings["sampler"] = f"pickled:{type(sampler).__qualname__}"
     spec["search"] = settings
     return spec
 

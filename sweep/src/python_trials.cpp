@@ -41,13 +41,13 @@ except BaseException as e:
     print(f"{type(e).__name__}: {e}", file=sys.stderr)
     sys.exit(4)
 )";
+}  // namespace
 
 std::string last_line(std::string text) {
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
   const auto nl = text.rfind('\n');
   return nl == std::string::npos ? text : text.substr(nl + 1);
 }
-}  // namespace
 
 std::string interpreter() {
   const char* chosen = std::getenv("ISORUN_PYTHON");

@@ -27,6 +27,10 @@ inline constexpr const char* trial_env = "ISORUN_SWEEP_TRIAL";
 /// @throws usage_error if there is none.
 std::string interpreter();
 
+/// @brief The last line of what a Python program said on stderr (its exception, where it raised
+///        one), for a message about why it failed.
+std::string last_line(std::string text);
+
 /// @brief Checks a Python sweep before anything starts: the interpreter runs and imports the
 ///        isorun package, and the function is found (its module imported or its file loaded,
 ///        as a trial does).

@@ -170,7 +170,7 @@ struct sweep_run::state {
   std::vector<std::size_t> queue;     // the trials to run, by index (into s.trials, or of made)
   // On a Slurm node: the trials of its array task that a source made (a searcher's), by index.
   std::map<std::size_t, new_trial> made;
-  std::map<std::size_t, trial> resumed;  // trials to start again at a larger cap (scheduler_options::resumed)
+  std::map<std::string, trial> resumed;  // trials to start again at a larger cap (scheduler_options::resumed)
   std::vector<std::size_t> gpu_counts;  // spans_gpus(s): each trial's GPUs (by s.trials index)
   bool timelines = false;  // the allocator keeps a history: each trial's memory timeline is kept
   std::size_t skipped = 0;
@@ -301,6 +301,14 @@ void queue_trials(sweep_run::state& st) {
 
   st.journal.emplace(st.out);
   st.reports.emplace(st.out);
+  for (const auto& [id, r] : st.journal->latest()) {
+    // An attempt that ran out of memory and was to run again at a larger cap: the trial goes on
+    // at it, whichever source gives it again. (A spec changed since, with a lower max or a higher
+    // mem_limit, bounds the cap it resumes at.)
+    if (const std::uint64_t cap = s.oom_retry && !is_done(st, r) ? std::min(r.retry_mem_limit, s.oom_retry.max) : 0;
+        cap > s.mem_limit)
+      st.resumed[id] = {.id = id, .attempt = r.attempts + 1, .mem_limit = cap, .oom_retries = r.attempts};
+  }
   if (s.search) {  // its searcher gives the trials (make_source); the spec's one is a sample
     for (const auto& [id, r] : st.journal->latest()) st.skipped += is_done(st, r);
     return;
@@ -316,11 +324,6 @@ void queue_trials(sweep_run::state& st) {
       continue;
     }
     st.queue.push_back(i);
-    // (A spec changed since, with a lower max or a higher mem_limit, bounds the cap it resumes at.)
-    if (const std::uint64_t cap = known && s.oom_retry ? std::min(it->second.retry_mem_limit, s.oom_retry.max) : 0;
-        cap > s.mem_limit)
-      st.resumed[i] = {.index = i, .id = id, .attempt = it->second.attempts + 1, .mem_limit = cap,
-                       .oom_retries = it->second.attempts};
   }
 }
 

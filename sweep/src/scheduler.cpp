@@ -32,7 +32,7 @@ std::optional<trial> scheduler::take() {
     return std::nullopt;
   }
   if (!n) return std::nullopt;
-  const auto resumed = options_.resumed.find(n->index);
+  const auto resumed = options_.resumed.find(n->id);
   trial t = resumed == options_.resumed.end() ? trial{} : resumed->second;
   t.index = n->index;
   t.id = std::move(n->id);

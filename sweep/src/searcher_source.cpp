@@ -60,19 +60,17 @@ void check_searcher(const sweep_spec& s) {
   } catch (const usage_error& e) {
     throw at(std::string("search type optuna runs Optuna in Python: ") + e.what());
   }
-  const auto last_line = [](std::string text) {
-    while (!text.empty() && text.back() == '\n') text.pop_back();
-    return text.substr(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
-  };
   auto r = runner::run_to_end(python, {"-c", "import optuna, isorun.search.optuna"}, runner::inherited_environment());
   if (r.code != 0)
-    throw at("search type optuna needs Optuna and the isorun package in " + python + " (" + last_line(r.err) +
+    throw at("search type optuna needs Optuna and the isorun package in " + python + " (" +
+             python_trials::last_line(r.err) +
              "); install it there: pip install optuna (or pip install 'isorun[optuna]'), or set ISORUN_PYTHON");
   // What the sampler needs beyond Optuna (CMA-ES's cmaes, the GP sampler's torch).
   r = runner::run_to_end(python,
                          {"-c", "import sys, isorun.search.optuna as o; o.check(sys.argv[1])", s.search.sampler},
                          runner::inherited_environment());
-  if (r.code != 0) throw at("search sampler " + s.search.sampler + ": " + last_line(r.err) + " (in " + python + ")");
+  if (r.code != 0)
+    throw at("search sampler " + s.search.sampler + ": " + python_trials::last_line(r.err) + " (in " + python + ")");
 }
 
 searcher_source::searcher_source(searcher_setup setup) : setup_{std::move(setup)} {

@@ -634,8 +634,12 @@ void parse_search(const YAML::Node& v, sweep_spec& s) {
     if (auto n = v["sampler"]) {
       static const std::vector<std::string> samplers = {"tpe", "cmaes", "gp", "nsgaii", "random", "qmc"};
       const std::string name = n.IsScalar() ? n.Scalar() : "";
-      // ("pickled": the Python API's, a sampler object handed over in $ISORUN_SEARCH_SAMPLER.)
-      if (std::find(samplers.begin(), samplers.end(), name) == samplers.end() && name != "pickled")
+      // ("pickled:CLASS": the Python API's, a sampler object handed over in $ISORUN_SEARCH_SAMPLER;
+      // its class is named so that the folder's fingerprint tells one sampler from another.)
+      const bool pickled = name.rfind("pickled:", 0) == 0 && name.size() > 8 &&
+                           name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.",
+                                                  8) == std::string::npos;
+      if (std::find(samplers.begin(), samplers.end(), name) == samplers.end() && !pickled)
         fail(n, "search sampler '" + name + "' is not one of Optuna's isorun runs" + did_you_mean(name, samplers) +
                     "; known: tpe, cmaes, gp, nsgaii, random, qmc");
       r.sampler = name;

@@ -61,7 +61,7 @@ def check(sampler: str) -> None:
 
 def make_sampler(name: str, seed: int | None, slots: int, objectives: int) -> optuna.samplers.BaseSampler:
     """The sampler a spec names."""
-    if name == "pickled":
+    if name.startswith("pickled:"):
         with open(os.environ["ISORUN_SEARCH_SAMPLER"], "rb") as f:
             sampler: optuna.samplers.BaseSampler = pickle.load(f)
         return sampler

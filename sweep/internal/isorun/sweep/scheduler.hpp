@@ -48,9 +48,9 @@ struct scheduler_options {
   /// a failure (error()).
   std::function<bool(const trial&, std::int64_t step, const nlohmann::json& metrics)> should_stop;
   /// Trials an earlier run left to be retried at a larger cap after running out of memory (their
-  /// last journaled record has retry_mem_limit): their next attempt, by trial index. Each starts
-  /// at that attempt and cap instead of the spec's first.
-  std::map<std::size_t, trial> resumed;
+  /// last journaled record has retry_mem_limit): their next attempt, by trial id (whatever
+  /// source gives them again). Each starts at that attempt and cap instead of the spec's first.
+  std::map<std::string, trial> resumed;
   /// Called (under no lock of the backend's) whenever the number of running trials changes.
   std::function<void(std::size_t running)> running_changed;
 };
