@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -14,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
+#include <thread>
 #include <tuple>
 #include <utility>
 
@@ -167,7 +169,7 @@ class failing_store final : public sw::record_store {
 // Runs every trial of `s` through a scheduler on `backend`, journaling into a fresh folder (or
 // into `store`), with a stop source whose requests interrupt it as Ctrl-C does.
 ran run_sweep(const sw::sweep_spec& s, fake_backend& backend, sw::scheduler_options options = {},
-              sw::record_store* store = nullptr) {
+              sw::record_store* store = nullptr, sw::trial_source* from = nullptr) {
   char dir[] = "/tmp/isorun-scheduler-test-XXXXXX";
   REQUIRE(::mkdtemp(dir) != nullptr);
   ran r;
@@ -182,7 +184,7 @@ ran run_sweep(const sw::sweep_spec& s, fake_backend& backend, sw::scheduler_opti
     for (std::size_t i = 0; i < s.trials.size(); ++i)
       trials.push_back({i, sw::trial_id(s.task, s.trials[i]), s.trials[i]});
     sw::list_source source(std::move(trials));
-    sw::scheduler sched(s, source, backend, writer, stop, std::move(options));
+    sw::scheduler sched(s, from ? *from : source, backend, writer, stop, std::move(options));
     sched_ptr = &sched;
     stop.watch([&](int) { sched.interrupt(); });
     sched.run();
@@ -203,6 +205,56 @@ ran run_sweep(const sw::sweep_spec& s, fake_backend& backend, sw::scheduler_opti
   fs::remove_all(dir);
   return r;
 }
+
+// A source that makes each trial on a thread of its own, as a searcher does: next() gives
+// nothing while one is being made (busy()), and the wake says when it is ready.
+class thinking_source final : public sw::trial_source {
+ public:
+  explicit thinking_source(std::vector<sw::new_trial> trials) : todo_(trials.begin(), trials.end()) {}
+  ~thinking_source() override {
+    for (auto& t : threads_) t.join();
+  }
+  std::optional<sw::new_trial> next() override {
+    std::lock_guard lock(mutex_);
+    if (ready_) return std::exchange(ready_, std::nullopt);
+    if (!making_ && !todo_.empty()) {
+      making_ = true;
+      threads_.emplace_back([this, t = todo_.front()] {
+        {
+          std::lock_guard made(mutex_);
+          ready_ = t;
+          making_ = false;
+        }
+        std::lock_guard calling(wake_mutex_);
+        if (wake_) wake_();
+      });
+      todo_.pop_front();
+    }
+    return std::nullopt;
+  }
+  [[nodiscard]] bool exhausted() const override {
+    std::lock_guard lock(mutex_);
+    return todo_.empty() && !making_ && !ready_;
+  }
+  void tell(const sw::trial_record&) override {}
+  [[nodiscard]] bool busy() const override {
+    std::lock_guard lock(mutex_);
+    return making_ || ready_;
+  }
+  void on_ready(std::function<void()> wake) override {
+    std::lock_guard lock(wake_mutex_);
+    wake_ = std::move(wake);
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::deque<sw::new_trial> todo_;
+  std::optional<sw::new_trial> ready_;
+  bool making_ = false;
+  std::mutex wake_mutex_;
+  std::function<void()> wake_;
+  std::vector<std::thread> threads_;
+};
 
 // A script that keeps two attempts running: each start ends the attempt started before it
 // (as `kind_of` says), and the last trial ends at once.
@@ -233,6 +285,20 @@ TEST_CASE("scheduler: keeps every lane busy, never more, and journals every tria
   CHECK(r.of(s, 5)->kind == outcome_kind::success);
   CHECK(r.cancelled == 0);
   CHECK_FALSE(r.error);
+}
+
+TEST_CASE("scheduler: a source still making a trial is waited for, though nothing runs", "[scheduler][source]") {
+  const auto s = spec_of(5);
+  std::vector<sw::new_trial> trials;
+  for (std::size_t i = 0; i < s.trials.size(); ++i)
+    trials.push_back({i, sw::trial_id(s.task, s.trials[i]), s.trials[i]});
+  thinking_source source(std::move(trials));
+  fake_backend backend(1, [](fake_backend& b, const sw::trial& t) {
+    b.end(t.index, outcome_kind::success, json{{"acc", 1}});
+  });
+  const ran r = run_sweep(s, backend, {}, nullptr, &source);
+  CHECK(r.journal_lines == 5);  // each came after next() had given nothing
+  CHECK(source.exhausted());
 }
 
 TEST_CASE("scheduler: fail-fast cancels what runs and starts nothing more", "[scheduler]") {

@@ -153,7 +153,6 @@ TEST_CASE("while the searcher thinks, the sweep goes on: trials end and are jour
     CHECK(sweep.reap().code == 130);       // stopped at once, not after the searcher's timeout
     const auto records = records_of(dir);  // the trial whose end made room for ask 2, at least
     CHECK(!records.empty());
-    CHECK(records.size() <= 2);
     for (const auto& rec : records) CHECK(rec["outcome"] == "success");
   }
   fs::remove_all(dir);

@@ -162,7 +162,8 @@ def _with_search(spec: Spec, search: Any, trials: Any, folder: str, env: dict[st
         env["ISORUN_SEARCH_SAMPLER"] = path  # (where isorun.search.optuna takes it from)
         settings["type"] = "optuna"
         # (Its class in the spec: the folder's fingerprint then tells this sampler from another.)
-        settings["sampler"] = f"pickled:{type(sampler).__qualname__}"
+        name = re.sub(r"[^A-Za-z0-9_.]", "_", f"{type(sampler).__module__}.{type(sampler).__qualname__}")
+        settings["sampler"] = f"pickled:{name}"
     spec["search"] = settings
     return spec
 

@@ -8,6 +8,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -31,6 +32,11 @@ std::string trial_id(const std::string& task, const nlohmann::json& params) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(XXH3_64bits(canonical.data(), canonical.size())));
   return buf;
+}
+
+bool is_trial_id(const std::string& id) {
+  return id.size() == 16 &&
+         std::all_of(id.begin(), id.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
 }
 
 json trial_record::to_json() const {

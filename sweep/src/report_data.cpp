@@ -35,12 +35,6 @@ constexpr std::size_t max_identity = std::size_t{64} << 20;
 // At most this many memory timelines are shown.
 constexpr std::size_t max_timelines = 8;
 
-// A trial id as trial_id() makes them: the only names a timeline file is looked up by.
-bool is_trial_id(const std::string& id) {
-  return id.size() == 16 &&
-         std::all_of(id.begin(), id.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
-}
-
 // The timelines shown for `d` (see report_data::timelines), read from `out`/logs: failures
 // first, then the best; a file that cannot be read, or is not a timeline, is skipped with a
 // warning and the next one is shown in its place.

@@ -622,7 +622,7 @@ std::unique_ptr<trial_backend> make_backend(const sweep_run::state& st, int run,
   if (s.slurm && st.opt.node.empty()) {
     std::set<std::string> journaled;
     for (const auto& [id, r] : st.journal->latest())
-      if (final_record(r)) journaled.insert(id);
+      if (is_done(st, r)) journaled.insert(id);  // (a failure to run again with --rerun-failed is not)
     return std::make_unique<slurm_backend>(slurm_setup{.spec = &s,
                                                        .options = &st.opt,
                                                        .subject = st.subject,

@@ -60,6 +60,10 @@ void scheduler::run(bool detach) {
     std::lock_guard wake(mutex_);  // (under the lock: the loop is between its check and its wait, or waiting)
     changed_.notify_all();
   });
+  struct forget_wake {  // however run() ends: the source may outlive this scheduler
+    trial_source& source;
+    ~forget_wake() { source.on_ready({}); }
+  } forget{source_};
   std::unique_lock lk(mutex_);
   for (const trial& t : adopted)  // already running: not started again when the source gives it
     if (!ended_.count(t.index)) running_.insert(t.index);
@@ -99,7 +103,6 @@ void scheduler::run(bool detach) {
     changed_.wait(lk);
   }
   lk.unlock();
-  source_.on_ready({});  // (it may outlive this scheduler)
   backend_.finish();
 }
 

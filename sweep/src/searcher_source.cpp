@@ -205,9 +205,23 @@ void searcher_source::converse() {
       if (!out.line.is_null()) log(out.line);  // first: a tell the searcher heard is one a resumed sweep replays
       const json answer = exchange(out.message);
       if (answer.is_null()) return;  // the source is being destroyed
+      const bool ask = out.line.is_null();
+      const std::size_t number = out.message.value("number", std::size_t{0});
+      answer_to_ask got = ask ? answered(number, answer) : answer_to_ask{};  // (checked and journaled unlocked)
       std::lock_guard lock(mutex_);
       sending_ = false;
-      if (out.line.is_null()) answered(out.message.value("number", std::size_t{0}), answer);
+      if (ask) {
+        asking_ = false;
+        done_ = done_ || got.done;
+        // Wait until the next tell: one queued since the ask was, which it had not heard, counts.
+        waiting_ = got.wait && tells_ == out.tells;
+        if (got.trial) {
+          asked_ = number + 1;
+          number_of_[got.trial->id] = number;
+          searched_[got.trial->id] = got.params;
+          ready_.push_back(std::move(*got.trial));
+        }
+      }
     } catch (...) {
       {
         std::lock_guard lock(mutex_);
@@ -236,13 +250,33 @@ void searcher_source::converse() {
 
 json searcher_source::exchange(const json& message) {
   const std::string line = message.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  const auto deadline = clock::now() + setup_.spec->search.timeout;
+  // Waits for `events` on the socket until the deadline; false where the source is being
+  // destroyed (its eventfd written).
+  const auto ready = [&](short events, const char* doing) {
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
+      if (left <= 0)
+        fail("did not " + std::string(doing) + " " + printable(message.value("op", "")) + " within " +
+             std::to_string(setup_.spec->search.timeout.count()) + " ms (search: timeout)");
+      pollfd p[2] = {{to_.get(), events, 0}, {quit_ ? quit_.get() : -1, POLLIN, 0}};
+      const int rc = ::poll(p, 2, static_cast<int>(std::min<long long>(left, 1 << 30)));
+      if (rc < 0 && errno != EINTR) fail(std::string("cannot be reached: ") + std::strerror(errno));
+      if (rc <= 0) continue;
+      return p[1].revents == 0;
+    }
+  };
+  // Sent without blocking: a searcher that stops reading holds the sweep no longer than its timeout.
   for (std::size_t sent = 0; sent < line.size();) {
-    const ssize_t n = ::send(to_.get(), line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
+    const ssize_t n = ::send(to_.get(), line.data() + sent, line.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!ready(POLLOUT, "read")) return nullptr;
+      continue;
+    }
     if (n <= 0) exited("reading " + printable(message.value("op", "")));
     sent += static_cast<std::size_t>(n);
   }
-  const auto deadline = clock::now() + setup_.spec->search.timeout;
   for (;;) {
     if (const auto nl = buffer_.find('\n'); nl != std::string::npos) {
       std::string answer = buffer_.substr(0, nl);
@@ -254,15 +288,7 @@ json searcher_source::exchange(const json& message) {
       return j;
     }
     if (buffer_.size() > max_answer) fail("answered with a line longer than 1 MiB");
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
-    if (left <= 0)
-      fail("did not answer " + printable(message.value("op", "")) + " within " +
-           std::to_string(setup_.spec->search.timeout.count()) + " ms (search: timeout)");
-    pollfd p[2] = {{to_.get(), POLLIN, 0}, {quit_ ? quit_.get() : -1, POLLIN, 0}};
-    const int rc = ::poll(p, 2, static_cast<int>(std::min<long long>(left, 1 << 30)));
-    if (rc < 0 && errno != EINTR) fail(std::string("cannot be read: ") + std::strerror(errno));
-    if (rc <= 0) continue;
-    if (p[1].revents) return nullptr;  // the source is being destroyed: no answer is waited for
+    if (!ready(POLLIN, "answer")) return nullptr;  // the source is being destroyed: no answer is waited for
     char buf[1 << 14];
     const ssize_t n = ::read(to_.get(), buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
@@ -296,21 +322,21 @@ std::optional<new_trial> searcher_source::next() {
   if (asking_ || waiting_ || done_ || asked_ >= static_cast<std::size_t>(setup_.spec->search.trials))
     return std::nullopt;
   asking_ = true;  // answered on the thread, which wakes the sweep then
-  queue_.push_back({{{"op", "ask"}, {"number", asked_}}, nullptr});
+  queue_.push_back({{{"op", "ask"}, {"number", asked_}}, nullptr, tells_});
   queued_.notify_one();
   return std::nullopt;
 }
 
-// Under mutex_: the answer to ask `number`.
-void searcher_source::answered(std::size_t number, const json& answer) {
-  asking_ = false;
+// The answer to ask `number`, checked; a trial's ask journaled.
+searcher_source::answer_to_ask searcher_source::answered(std::size_t number, const json& answer) {
+  answer_to_ask got;
   if (answer.value("done", false)) {
-    done_ = true;
-    return;
+    got.done = true;
+    return got;
   }
   if (answer.value("wait", false)) {
-    waiting_ = true;
-    return;
+    got.wait = true;
+    return got;
   }
   const auto params = answer.find("params");
   if (params == answer.end() || !params->is_object())
@@ -324,12 +350,10 @@ void searcher_source::answered(std::size_t number, const json& answer) {
       fail("proposed parameter '" + printable(k) + "' as " + printable(v.dump().substr(0, 80)) +
            "; a parameter is a number, a string or a boolean");
   }
-  new_trial t = made(number, *params);
-  log({{"ask", number}, {"id", t.id}, {"params", *params}});
-  asked_ = number + 1;
-  number_of_[t.id] = number;
-  searched_[t.id] = *params;
-  ready_.push_back(std::move(t));
+  got.trial = made(number, *params);
+  got.params = *params;
+  log({{"ask", number}, {"id", got.trial->id}, {"params", *params}});
+  return got;
 }
 
 bool searcher_source::exhausted() const {
@@ -370,6 +394,7 @@ void searcher_source::tell(const trial_record& record) {
   line.erase("op");
   line["tell"] = it->second;
   waiting_ = false;  // (a searcher that answered wait is asked again after a tell)
+  ++tells_;
   queue_.push_back({std::move(message), std::move(line)});
   queued_.notify_one();
 }

@@ -95,10 +95,17 @@ class searcher_source final : public trial_source {
   // One message to send: an ask, or a tell with the line journaled for it first.
   struct outgoing {
     nlohmann::json message;
-    nlohmann::json line;  // null for an ask
+    nlohmann::json line;    // null for an ask
+    std::size_t tells = 0;  // an ask's: the tells queued before it
   };
-  void converse();                                                  // the thread
-  void answered(std::size_t number, const nlohmann::json& answer);  // an ask's answer, under mutex_
+  // What an ask's answer says: a trial (checked, and journaled), wait, or done.
+  struct answer_to_ask {
+    std::optional<new_trial> trial;
+    nlohmann::json params;
+    bool wait = false, done = false;
+  };
+  void converse();                                                           // the thread
+  answer_to_ask answered(std::size_t number, const nlohmann::json& answer);  // the thread, no lock held
   void wake();
   // One message, and its answer (an object). Returns null where the source is being destroyed.
   nlohmann::json exchange(const nlohmann::json& message);
@@ -121,6 +128,7 @@ class searcher_source final : public trial_source {
   bool sending_ = false;        // the thread is sending one (or waiting for its answer)
   bool asking_ = false;         // an ask is queued or out
   bool waiting_ = false;        // it answered wait: no ask before the next tell
+  std::size_t tells_ = 0;       // tells queued so far
   bool quit_asked_ = false;
   std::exception_ptr error_;  // what stopped the conversation
   std::size_t asked_ = 0;

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include <cctype>
+#include <charconv>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -182,10 +183,16 @@ json made_trials(const json& batch) {
   json out = json::object();
   const auto made = batch.is_object() ? batch.find("made") : batch.end();
   if (made == batch.end() || !made->is_object()) return out;
-  for (const auto& [index, t] : made->items())
-    if (t.is_object() && t.contains("id") && t["id"].is_string() && t.contains("params") && t["params"].is_object() &&
-        index.find_first_not_of("0123456789") == std::string::npos && !index.empty())
-      out[index] = {{"id", t["id"]}, {"params", t["params"]}, {"origin", t.value("origin", json())}};
+  for (const auto& [index, t] : made->items()) {
+    // The id names the trial's files (logs, checkpoints, records): only one trial_id() makes.
+    // The index is a trial number a sweep can have.
+    std::size_t number = 0;
+    const auto [end, ec] = std::from_chars(index.data(), index.data() + index.size(), number);
+    if (ec != std::errc() || end != index.data() + index.size() || number > (std::size_t{1} << 40)) continue;
+    if (t.is_object() && t.contains("id") && t["id"].is_string() && is_trial_id(t["id"].get<std::string>()) &&
+        t.contains("params") && t["params"].is_object())
+      out[std::to_string(number)] = {{"id", t["id"]}, {"params", t["params"]}, {"origin", t.value("origin", json())}};
+  }
   return out;
 }
 
@@ -264,6 +271,16 @@ bool still_in_queue(const std::string& state) {
       "PENDING",     "RUNNING",  "SUSPENDED", "COMPLETING", "CONFIGURING",   "REQUEUED",     "REQUEUE_HOLD",
       "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT",  "RESV_DEL_HOLD", "SPECIAL_EXIT", "STOPPED"};
   return queued.count(state) > 0;
+}
+
+std::optional<std::map<int, task_end>> ended_states(const std::string& job) {
+  const auto active = active_tasks(job);
+  if (!active || !active->empty()) return std::nullopt;
+  auto states = task_states(job);
+  if (!states ||
+      std::any_of(states->begin(), states->end(), [](const auto& task) { return still_in_queue(task.second.state); }))
+    return std::nullopt;
+  return states;
 }
 
 std::optional<std::string> node_usage_error(const task_end& end, const fs::path& record) {

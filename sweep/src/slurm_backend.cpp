@@ -47,9 +47,8 @@ std::int64_t slurm_backend::latest_checkpoint(const std::string& id) const {
 
 std::size_t slurm_backend::lanes() const {
   if (!setup_.spec->search) return std::numeric_limits<std::size_t>::max();
-  const slurm_spec& s = *setup_.spec->slurm;
-  return static_cast<std::size_t>(std::max(1, s.max_running)) *
-         static_cast<std::size_t>(std::max(1, s.trials_per_task));
+  // (Each searched trial goes to Slurm as the searcher answers: an array task of its own.)
+  return static_cast<std::size_t>(std::max(1, setup_.spec->slurm->max_running));
 }
 
 void slurm_backend::learn(std::size_t index, const json& made) {
@@ -86,10 +85,11 @@ std::vector<trial> slurm_backend::begin(trial_sink& sink) {
     const unique_fd slurm = detail::open_subfolders(dir_.parent_path(), {"slurm"}, false);
     // The trials a source made, from every submission, but those journaled already: the
     // records of those whose arrays ended while no one followed are theirs too.
-    for (int batch = 1;; ++batch) {
-      const std::string batch_file = "batch-" + std::to_string(batch) + ".json";
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+      const std::string batch_file = entry.path().filename().string();
+      if (batch_file.rfind("batch-", 0) != 0 || entry.path().extension() != ".json") continue;
       const json submitted = read_json_file(slurm.get(), batch_file, dir_ / batch_file);
-      if (submitted.is_discarded()) break;
       const json made = slurm::made_trials(submitted);
       for (const auto& [index, m] : made.items())
         if (!setup_.journaled.count(m["id"].get<std::string>())) learn(std::stoul(index), m);
@@ -103,15 +103,14 @@ std::vector<trial> slurm_backend::begin(trial_sink& sink) {
         const std::string batch_file = "batch-" + std::to_string(batch) + ".json";
         const json tasks = read_json_file(slurm.get(), batch_file, dir_ / batch_file);
         if (job.empty() || !tasks.is_object()) continue;
-        // (Followed again where Slurm does not answer now: the next poll tells whether it ended.)
-        if (const auto active = slurm::active_tasks(job); active && active->empty()) continue;
+        // (Followed again unless Slurm says it ended: the next poll tells.)
+        if (slurm::ended_states(job)) continue;
         inflight_[job] = {job, batch, tasks["tasks"].get<std::vector<std::vector<std::size_t>>>()};
         for (const auto& t : inflight_[job].tasks)
           for (std::size_t i : t)
             if (attempt_.emplace(i, 1).second && (made_.count(i) || i < setup_.spec->trials.size()))
               adopted.push_back(make_trial(i));
       }
-    std::error_code ec;
     if (fs::is_directory(dir_, ec)) save_jobs();  // without the arrays no longer in Slurm's queue
   }
   // Records left by arrays that ended while no one was following (detached, killed).
@@ -317,15 +316,8 @@ std::vector<finished_trial> slurm_backend::check_ended() {
   }
   std::vector<finished_trial> out;
   for (const auto& sub : subs) {
-    // Ended only once Slurm says so twice over: no task in its queue, and every task in a final
-    // state (a task being requeued may leave squeue's view for a moment). A Slurm that does not
-    // answer says nothing: the next poll asks again.
-    const auto active = slurm::active_tasks(sub.job);
-    if (!active || !active->empty()) continue;
-    const auto states = slurm::task_states(sub.job);
-    if (!states || std::any_of(states->begin(), states->end(),
-                               [](const auto& task) { return slurm::still_in_queue(task.second.state); }))
-      continue;
+    const auto states = slurm::ended_states(sub.job);  // (a Slurm that does not answer says nothing)
+    if (!states) continue;
     auto left = merge();  // what the last tasks left just before they ended
     out.insert(out.end(), std::make_move_iterator(left.begin()), std::make_move_iterator(left.end()));
     try {

@@ -30,7 +30,7 @@ struct slurm_setup {
   std::string subject;                     ///< subject(*spec)
   std::filesystem::path out;
   std::vector<std::size_t> queue;          ///< the trials this run owes (indices into spec->trials)
-  std::set<std::string> journaled;         ///< the ids of trials the journal holds the end of
+  std::set<std::string> journaled;         ///< the ids of trials the journal holds as done
   std::string job_name;                    ///< sbatch --job-name
 };
 
@@ -40,7 +40,7 @@ class slurm_backend final : public trial_backend {
   ~slurm_backend() override;
 
   /// Slurm queues what it cannot run yet: everything is submitted at once; but a searcher's
-  /// trials, max_running arrays tasks' worth (a searcher chooses each from those before).
+  /// trials, max_running at once (a searcher chooses each from those before).
   [[nodiscard]] std::size_t lanes() const override;
   std::vector<trial> begin(trial_sink& sink) override;
   void start(std::vector<trial> batch) override;

@@ -20,6 +20,10 @@ namespace isorun::sweep {
 /// @brief Stable id of a trial: 16 hex digits of XXH3 over the task and canonical parameters.
 std::string trial_id(const std::string& task, const nlohmann::json& params);
 
+/// @brief Whether `id` is one trial_id() could make (16 lowercase or uppercase hex digits): the
+///        only names under which a trial's files are looked up, whoever wrote the id.
+bool is_trial_id(const std::string& id);
+
 /// How a finished trial ended, as journaled.
 struct trial_record {
   std::string id;

@@ -114,6 +114,12 @@ std::optional<std::map<int, task_end>> task_states(const std::string& job);
 ///        its trials' processes did.
 bool still_in_queue(const std::string& state);
 
+/// @brief How each task of `job` ended, once the whole array has: Slurm says so twice over, no
+///        task in its queue (squeue) and every task's state final (scontrol; a task being
+///        requeued may leave squeue's view for a moment). nullopt while any may still run, or
+///        where Slurm does not answer.
+std::optional<std::map<int, task_end>> ended_states(const std::string& job);
+
 /// @brief The usage error an array task's isorun stopped with, if that is how it ended: exit
 ///        code 2 (isorun's code for input it refuses, such as a GPU the node does not have) and
 ///        a usage record in its error file `record` (remote_folder::error_record(), where the
