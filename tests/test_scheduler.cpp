@@ -241,9 +241,9 @@ class thinking_source final : public sw::trial_source {
     std::lock_guard lock(mutex_);
     return making_ || ready_;
   }
-  void on_ready(std::function<void()> wake) override {
+  void on_ready(const std::function<void()>& wake) override {
     std::lock_guard lock(wake_mutex_);
-    wake_ = std::move(wake);
+    wake_ = wake;
   }
 
  private:

@@ -411,7 +411,7 @@ class resumed_source final : public trial_source {
   [[nodiscard]] bool exhausted() const override { return inner_->exhausted(); }
   void tell(const trial_record& record) override { inner_->tell(record); }
   [[nodiscard]] bool busy() const override { return inner_->busy(); }
-  void on_ready(std::function<void()> wake) override { inner_->on_ready(std::move(wake)); }
+  void on_ready(const std::function<void()>& wake) override { inner_->on_ready(wake); }
 
  private:
   std::unique_ptr<trial_source> inner_;

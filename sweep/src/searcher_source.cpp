@@ -177,9 +177,9 @@ searcher_source::~searcher_source() {
   if (process_) process_->stop(runner::stop_plan::graceful(std::chrono::seconds(2)));
 }
 
-void searcher_source::on_ready(std::function<void()> wake) {
+void searcher_source::on_ready(const std::function<void()>& wake) {
   std::lock_guard lock(wake_mutex_);
-  wake_ = std::move(wake);
+  wake_ = wake;
 }
 
 void searcher_source::wake() {

@@ -89,16 +89,18 @@ class searcher_source final : public trial_source {
   void tell(const trial_record& record) override;
   /// @brief An ask is out, or a tell not yet heard.
   [[nodiscard]] bool busy() const override;
-  void on_ready(std::function<void()> wake) override;
+  void on_ready(const std::function<void()>& wake) override;
 
  private:
   // One message to send: an ask, or a tell with the line journaled for it first.
+  // NOLINTNEXTLINE(bugprone-exception-escape): its moves are nlohmann::json's, which do not throw
   struct outgoing {
     nlohmann::json message;
     nlohmann::json line;    // null for an ask
     std::size_t tells = 0;  // an ask's: the tells queued before it
   };
   // What an ask's answer says: a trial (checked, and journaled), wait, or done.
+  // NOLINTNEXTLINE(bugprone-exception-escape): its moves are nlohmann::json's, which do not throw
   struct answer_to_ask {
     std::optional<new_trial> trial;
     nlohmann::json params;

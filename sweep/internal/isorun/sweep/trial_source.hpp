@@ -22,6 +22,7 @@
 namespace isorun::sweep {
 
 /// A trial as its source creates it.
+// NOLINTNEXTLINE(bugprone-exception-escape): its moves are std::string's and nlohmann::json's, which do not throw
 struct new_trial {
   /// Unique in the sweep, and the same for the same trial in every run of it (a resumed run's
   /// source gives its trials the numbers it gave them before): the spec's own trials are their
@@ -60,7 +61,7 @@ class trial_source {
   /// @brief What to call (from any thread, holding no lock of the source's) once the source has
   ///        a trial ready, is done being busy, or failed: the scheduler asks it again. Given once,
   ///        before the first next().
-  virtual void on_ready(std::function<void()> wake) { (void)wake; }
+  virtual void on_ready(const std::function<void()>& /*wake*/) {}
 };
 
 /// The spec's trials still to run (grid, zip and random draws, expanded), in order: it gives
