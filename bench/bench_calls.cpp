@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -196,55 +197,94 @@ void latencies(int n, int pause_ms) {
 
 }  // namespace
 
-// Where a call's time goes, cold and on a standby worker, by the timestamps the protocol carries
-// (CLOCK_MONOTONIC in both processes): the caller's part until the assignment is sent (for a cold
-// call, the worker's launch until its exec); the worker's start (cold) or wake-up, request and
-// handshake until the task starts; the task; encoding its result; the result's way back
-// (`done`, the caller's wake-up, sealing and validating; with the exit waited for, the exit and
-// the reap first); the return to the caller. Calls 5 ms apart, as users space calls.
+// Where a call's time goes, step by step, cold and on a standby worker, by the timestamps both
+// processes take (CLOCK_MONOTONIC is system-wide; runner::call_trace and the protocol's done):
+// each step's median beside the floors measured in the same run (a wake-up is half a spaced pipe
+// round trip; the memfd round trip is all a standby call must do between two processes). Calls
+// 5 ms apart, as users space calls.
 void breakdown(int n) {
   namespace r = isorun::runner;
-  std::printf("where a call's time goes (cold; standby = 2), calls 5 ms apart, n=%d, median us\n", n);
-  std::printf("  %-16s %9s %9s %9s %9s %9s %9s %9s %9s\n", "", "assign", "to task", "task", "encode", "exit", "back",
-              "return", "total");
-  for (const int kind : {0, 1, 2}) {  // cold; standby, exit waited for; standby, early_result
+  auto& [pipe_peer, memfd_peer, futex_peer] = *peers;
+  std::vector<double> pipe_rt, memfd_rt;
+  for (int i = 0; i < n; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    pipe_rt.push_back(pipe_peer.round_trip_ms() * 1e3);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    memfd_rt.push_back(memfd_peer.round_trip_ms() * 1e3);
+  }
+  const double wake = summarize(pipe_rt).median / 2, memfd = summarize(memfd_rt).median;
+  static constexpr const char* steps[] = {"prepare: request written, result segment ready",
+                                          "take a worker (cold: assign it before its start)",
+                                          "assign: the message and 2 descriptors sent",
+                                          "to the worker: it has its assignment (cold: spawn)",
+                                          "worker: request mapped, hello sent",
+                                          "worker: to the task (devices, result sink)",
+                                          "task",
+                                          "encode",
+                                          "worker: result let go (early), done sent",
+                                          "to the caller: done read",
+                                          "exit and reap (exit waited for)",
+                                          "validate and hand over",
+                                          "return to the caller",
+                                          "total"};
+  constexpr std::size_t rows = std::size(steps);
+  std::vector<std::array<std::vector<double>, rows>> kinds(3);
+  for (int kind = 0; kind < 3; ++kind) {  // cold; standby, exit waited for; standby, early_result
     const bool early = kind == 2;
     auto spec = r::job_spec_for("noop", serialization::encoding::binary, detail::encode_args(7), {},
                                 {.standby = kind ? 2u : 0u, .early_result = early});
     r::local_launcher cold;
     r::launcher& from = kind ? static_cast<r::launcher&>(r::standby_for(r::launch_spec_for(spec), 2)) : cold;
-    std::vector<double> assign, to_task, task, encode, exit, back, ret, total;
-    for (int i = 0; i < n; ++i) {
+    auto& v = kinds[static_cast<std::size_t>(kind)];
+    for (int i = 0; i < n + 2; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      const std::int64_t t0 = serialization::monotonic_ns();
       auto j = r::job::start(spec, from);
-      const std::int64_t t1 = serialization::monotonic_ns();
       const auto& res = j->wait();
-      const std::int64_t t2 = serialization::monotonic_ns();
+      const std::int64_t returned = serialization::monotonic_ns();
       if (!res.status.ok()) std::abort();
-      const std::int64_t run_start = res.encode_begin_ns - res.status.run.count();
+      if (i < 2) continue;  // (the first meet a pool still filling)
+      const r::call_trace& t = res.trace;
+      const std::int64_t run_begin = res.encode_begin_ns - res.status.run.count();
       const std::int64_t encoded = res.encode_begin_ns + static_cast<std::int64_t>(res.encode_ns);
-      const std::int64_t exited = res.reaped_ns ? res.reaped_ns : encoded;
-      const auto us = [](std::int64_t a, std::int64_t b) { return static_cast<double>(b - a) / 1e3; };
-      assign.push_back(us(t0, t1));
-      to_task.push_back(us(t1, run_start));
-      task.push_back(us(run_start, res.encode_begin_ns));
-      encode.push_back(us(res.encode_begin_ns, encoded));
-      exit.push_back(us(encoded, exited));
-      back.push_back(us(exited, res.received_ns));
-      ret.push_back(us(res.received_ns, t2));
-      total.push_back(us(t0, t2));
+      const std::int64_t handed = std::max(t.done_seen_ns, res.reaped_ns);
+      // A cold worker is assigned before its start: its spawn and start are the way to it.
+      const std::int64_t taken = t.assigned_ns < t.launched_ns ? t.assigned_ns : t.launched_ns;
+      const std::int64_t at[] = {t.begin_ns,
+                                 t.prepared_ns,
+                                 taken,
+                                 t.assigned_ns,
+                                 t.worker_assigned_ns,
+                                 t.worker_hello_ns,
+                                 run_begin,
+                                 res.encode_begin_ns,
+                                 encoded,
+                                 t.worker_sent_ns,
+                                 t.done_seen_ns,
+                                 handed,
+                                 res.received_ns,
+                                 returned};
+      for (std::size_t k = 0; k + 1 < rows; ++k) v[k].push_back(static_cast<double>(at[k + 1] - at[k]) / 1e3);
+      v[rows - 1].push_back(static_cast<double>(returned - t.begin_ns) / 1e3);
     }
-    std::printf("  %-16s", kind == 0 ? "cold" : early ? "early_result" : "exit waited for");
-    for (auto* v : {&assign, &to_task, &task, &encode, &exit, &back, &ret, &total}) std::printf(" %9.1f", summarize(*v).median);
-    std::printf("\n");
   }
   isorun::stop_standby();
+  std::printf("where a call's time goes, calls 5 ms apart, n=%d, median us (timestamps of both processes)\n", n);
+  std::printf("  %-52s %9s %9s %9s\n", "", "cold", "waited", "early");
+  for (std::size_t k = 0; k < rows; ++k) {
+    std::printf("  %-52s", steps[k]);
+    for (const auto& v : kinds) std::printf(" %9.1f", summarize(v[k]).median);
+    std::printf("\n");
+  }
+  std::printf(
+      "  floors, same run: a wake-up (half a spaced pipe round trip) %.1f us; a memfd + SCM_RIGHTS round\n"
+      "  trip, mapped and written, %.1f us; early_result's total is %.1fx that round trip\n",
+      wake, memfd, summarize(kinds[2][rows - 1]).median / memfd);
 }
 
 int main(int argc, char** argv) {
   isorun::init(argc, argv);
   if (argc == 2 && std::strcmp(argv[1], "--breakdown") == 0) {
+    peers = std::make_unique<ipc_peers>();  // (first: a fork copies the whole process)
     breakdown(200);
     return 0;
   }

@@ -176,6 +176,7 @@ struct watch_record {
   std::uint64_t memory_peak = 0;  // the worker's cgroup's memory.peak, else its largest resident set
   host_memory_cap::reading host;  // its host memory cap's cgroup, where it has one
   std::int64_t reaped_ns = 0;     // CLOCK_MONOTONIC when the worker was reaped (not for an early hand-over)
+  std::int64_t done_seen_ns = 0;  // CLOCK_MONOTONIC when its done was read
   bool early = false;  // the result was handed over (sealed, or streamed); the worker has not exited yet
   std::unique_ptr<ser::stream_reader> stream;  // receiving a result the worker streams
   std::optional<ser::segment_header> streamed;  // a snapshot of a streamed result's header
@@ -195,6 +196,7 @@ struct job::state {
   unique_fd cancel_event;
   std::atomic<int> cancel_signal{0};          // the first cancel()'s signal, where it named one
   std::unique_ptr<host_memory_cap> host_cap;  // until the worker is reaped
+  call_trace trace;                           // the supervisor's steps until the assignment
 
   std::mutex wait_mutex;
   std::condition_variable ready;  // early_result: whoever watches set `result`
@@ -246,6 +248,7 @@ bool read_control(job::state& s, watch_record& w) {
     } else if (auto* d = std::get_if<ser::done_message>(&*r.message)) {
       if (w.done) return violation("worker sent a second done" + culprit);
       w.done = *d;
+      w.done_seen_ns = monotonic_ns();
     } else {
       return violation("worker sent a message only the supervisor may send");
     }
@@ -437,8 +440,16 @@ class exit_reaper {
 
 // How the job ended, from what watching recorded: forced ends first (cancel, timeout, protocol
 // violation), then the worker's own report, validated; no report means it crashed.
-job_result classify(watch_record w, const job_spec& spec, const std::shared_ptr<ser::pooled_segment>& result_segment) {
+job_result classify(watch_record w, const job_spec& spec, const std::shared_ptr<ser::pooled_segment>& result_segment,
+                    const call_trace& trace) {
   job_result r;
+  r.trace = trace;
+  r.trace.done_seen_ns = w.done_seen_ns;
+  if (w.done) {
+    r.trace.worker_assigned_ns = w.done->assigned_ns;
+    r.trace.worker_hello_ns = w.done->hello_ns;
+    r.trace.worker_sent_ns = w.done->sent_ns;
+  }
   outcome& o = r.status;
   o.exit = w.exited;
   o.exit_pending = w.early;
@@ -610,22 +621,29 @@ std::shared_ptr<job> job::start(job_spec spec, launcher& from) {
   // The request is ready, and for a worker launched now already in its socket, before the
   // worker starts: it finds its assignment waiting instead of waiting for it (after a launch the
   // caller often runs again only once the new process has started up and blocked).
+  const std::int64_t begin = monotonic_ns();
   auto s = prepare_state(spec);
+  s->trace.begin_ns = begin;
   bool assigned = false;
   launch_spec how = launch_spec_for(spec);
   // (Not under a host memory cap: the cap is put on the worker before its task is assigned.)
   if (!spec.host_mem_limit)
     how.before_start = [&](int control) {
       assign(control, s->segments, spec);
+      s->trace.assigned_ns = monotonic_ns();
       assigned = true;
     };
   launched_worker w = from.launch(how);
+  s->trace.launched_ns = monotonic_ns();
   return assign_prepared(std::move(s), std::move(spec), std::move(w), assigned);
 }
 
 std::shared_ptr<job> job::start(job_spec spec, launched_worker worker) {
   check_job_spec(spec);  // a launched worker that is not used is stopped when `worker` goes
+  const std::int64_t begin = monotonic_ns();
   auto s = prepare_state(spec);
+  s->trace.begin_ns = begin;
+  s->trace.launched_ns = begin;  // (launched before)
   return assign_prepared(std::move(s), std::move(spec), std::move(worker), false);
 }
 
@@ -634,6 +652,7 @@ std::shared_ptr<job::state> job::prepare_state(job_spec& spec) {
   s->cancel_event.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!s->cancel_event) throw internal_error(std::string("eventfd: ") + std::strerror(errno));
   s->segments = prepare_request(spec);
+  s->trace.prepared_ns = monotonic_ns();
   return s;
 }
 
@@ -644,7 +663,10 @@ std::shared_ptr<job> job::assign_prepared(std::shared_ptr<state> s, job_spec spe
   // the timeout and the wall time count from here.
   s->worker.started = clock::now();
   if (spec.host_mem_limit) s->host_cap = std::make_unique<host_memory_cap>(s->worker.process, spec.host_mem_limit);
-  if (!assigned) assign(s->worker.control.get(), s->segments, spec);
+  if (!assigned) {
+    assign(s->worker.control.get(), s->segments, spec);
+    s->trace.assigned_ns = monotonic_ns();
+  }
   s->spec = std::move(spec);
   return std::shared_ptr<job>(new job(std::move(s)));
 }
@@ -664,7 +686,7 @@ void watch_early(const std::shared_ptr<job::state>& s) {
   if (early && s->spec.gpus.empty()) s->spec.admitted.reset();
   {
     std::lock_guard lock(s->wait_mutex);
-    s->result = classify(std::move(w), s->spec, s->segments.result);
+    s->result = classify(std::move(w), s->spec, s->segments.result, s->trace);
     if (!s->result.owner) s->segments.result.reset();
     s->finished = true;
   }
@@ -709,7 +731,7 @@ const job_result& job::wait() {
   }
   std::lock_guard lock(s.wait_mutex);
   if (s.finished) return s.result;
-  s.result = classify(watch(s), s.spec, s.segments.result);
+  s.result = classify(watch(s), s.spec, s.segments.result, s.trace);
   if (!s.result.owner) s.segments.result.reset();
   release_worker(s);
   s.finished = true;

@@ -293,12 +293,14 @@ namespace detail {
 
   const std::optional<ser::warm_device> warm = prepare_warm_device();
   assignment assigned = receive_assignment();
+  const std::int64_t assigned_ns = monotonic_ns();
   std::shared_ptr<ser::mapping> request_map;
   const ser::request req = read_request(assigned, request_map);
   check_warm_device(warm, req);
   for (const auto& lib : req.task_libraries)
     if (!::dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL)) die(std::string("cannot load task library: ") + ::dlerror());
   say_hello();
+  const std::int64_t hello_ns = monotonic_ns();
   assign_devices(req);
 
   // Read now and removed, so that processes the task starts do not see it.
@@ -332,6 +334,9 @@ namespace detail {
   }
   std::cout.flush();
   std::fflush(nullptr);
+  done.assigned_ns = assigned_ns;
+  done.hello_ns = hello_ns;
+  done.sent_ns = monotonic_ns();
   try {
     ser::send_message(ser::control_fd, done);
   } catch (const std::exception& e) {

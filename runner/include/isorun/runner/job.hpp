@@ -74,6 +74,19 @@ struct job_spec {
   std::shared_ptr<const void> admitted;
 };
 
+/// Where a call's time went, by CLOCK_MONOTONIC timestamps taken in both processes (the clock
+/// is system-wide); 0 where a step was not reached. What `bench_calls --breakdown` prints.
+struct call_trace {
+  std::int64_t begin_ns = 0;            ///< job::start entered
+  std::int64_t prepared_ns = 0;         ///< the request written, the result segment ready
+  std::int64_t launched_ns = 0;         ///< a worker launched, or taken from standby
+  std::int64_t assigned_ns = 0;         ///< its assignment sent (before its start, for a launch)
+  std::int64_t worker_assigned_ns = 0;  ///< the worker had its assignment
+  std::int64_t worker_hello_ns = 0;     ///< the worker said hello (its request mapped)
+  std::int64_t worker_sent_ns = 0;      ///< the worker sent done
+  std::int64_t done_seen_ns = 0;        ///< the supervisor read done
+};
+
 /// A finished job: its outcome and, on success, the validated result payload.
 struct job_result {
   outcome status;
@@ -84,6 +97,7 @@ struct job_result {
   std::int64_t encode_begin_ns = 0;     ///< CLOCK_MONOTONIC when the worker began encoding
   std::uint64_t encode_ns = 0;          ///< time the worker spent encoding into shared memory
   std::int64_t reaped_ns = 0;           ///< CLOCK_MONOTONIC when the worker was reaped; 0 after an early hand-over
+  call_trace trace;
 };
 
 /// @brief The job_spec for `task` with `args` (encoded as `encoding`) on `gpus` (none: the

@@ -86,10 +86,15 @@ struct done_message {
   std::uint64_t run_ns = 0;           ///< time inside the task function
   std::uint64_t encode_ns = 0;        ///< time to encode the result into shared memory
   std::int64_t encode_begin_ns = 0;   ///< CLOCK_MONOTONIC when encoding began
+  // Where the worker's part of the call went (CLOCK_MONOTONIC; 0 where a worker does not say).
+  std::int64_t assigned_ns = 0;  ///< it had its assignment
+  std::int64_t hello_ns = 0;     ///< it said hello: its request mapped, its task's libraries loaded
+  std::int64_t sent_ns = 0;      ///< it sent this message: the result written (and let go, early)
 
   template <class Archive>
   void serialize(Archive& ar) {
-    ar(status, error_type, message, peak_allocated, peak_reserved, run_ns, encode_ns, encode_begin_ns);
+    ar(status, error_type, message, peak_allocated, peak_reserved, run_ns, encode_ns, encode_begin_ns, assigned_ns,
+       hello_ns, sent_ns);
   }
 };
 
