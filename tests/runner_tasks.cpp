@@ -35,6 +35,7 @@ ISORUN_TASK(no_result);
 ISORUN_TASK(hold);
 ISORUN_TASK(eats_host);
 ISORUN_TASK(thread_vars);
+ISORUN_TASK(bind_vars);
 ISORUN_TASK(twice);
 ISORUN_TASK(warm_state);
 ISORUN_TASK(prints);

@@ -408,6 +408,13 @@ inline std::string thread_vars(int) {
   return out;
 }
 
+// What the worker's task sees of LD_BIND_NOW and isorun's marker for it: "LD ISORUN" ("-" if unset).
+inline std::string bind_vars(int) {
+  const char* ld = std::getenv("LD_BIND_NOW");
+  const char* marker = std::getenv("ISORUN_BIND_NOW");
+  return std::string(ld ? ld : "-") + " " + (marker ? marker : "-");
+}
+
 // Holds `mib` MiB from the worker's capped allocator.
 inline std::uint64_t hold(int mib) {
   auto& a = isorun::this_worker().allocator();

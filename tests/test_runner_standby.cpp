@@ -2,6 +2,9 @@
 // over sealed before the worker has exited.
 #include <catch2/catch.hpp>
 
+#include <fstream>
+#include <iterator>
+
 #include "isorun/runner/admission.hpp"
 #include "isorun/runner/driver_cap.hpp"
 #include "isorun/runner/zygote.hpp"
@@ -24,6 +27,20 @@ TEST_CASE("a standby worker serves exactly one call, and calls take standby work
     pids.insert(got.substr(0, space));
   }
   CHECK(pids.size() == 6);  // one process per call
+}
+
+TEST_CASE("a standby worker binds its symbols at load, while it waits; its task sees the caller's environment",
+          "[runner][standby]") {
+  stop_standby_at_end guard;
+  ::unsetenv("LD_BIND_NOW");  // (the user's own would be kept, and nothing added)
+  auto& pool = isorun::runner::standby_for(plain_standby(), 2);
+  pool.fill();
+  const auto waiting = pool.waiting_pids();
+  REQUIRE(!waiting.empty());
+  std::ifstream in("/proc/" + std::to_string(waiting.front()) + "/environ");
+  std::string environ_at_exec((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(environ_at_exec.find(std::string("LD_BIND_NOW=1") + '\0') != std::string::npos);
+  CHECK(isorun::isolated(bind_vars, {.standby = 2})(0) == "- -");
 }
 
 TEST_CASE("a standby pool launches like any launcher: waiting workers for its spec, fresh ones otherwise",

@@ -284,6 +284,10 @@ void run_task(const ser::request& req, const std::shared_ptr<ser::mapping>& requ
 
 namespace detail {
 [[noreturn]] void run_worker() {
+  if (std::getenv(ser::env::bind_now.data())) {  // launched ahead: bound at load; its task's children bind as usual
+    ::unsetenv("LD_BIND_NOW");
+    ::unsetenv(ser::env::bind_now.data());
+  }
   if (::fcntl(ser::control_fd, F_SETFD, FD_CLOEXEC) != 0)
     die("descriptor " + std::to_string(ser::control_fd) + " is missing; workers are started by isorun, not by hand");
   ser::exit_with_supervisor(ser::control_fd);

@@ -61,10 +61,13 @@ inline constexpr std::string_view cap_zygote = "ISORUN_CAP_ZYGOTE";
 /// A file the worker writes its task's memory timeline to (its allocators' history and, after an
 /// out-of-memory failure, what was live): for `isorun report` and --memory-timeline.
 inline constexpr std::string_view memory_timeline = "ISORUN_MEMORY_TIMELINE";
+/// "1": isorun set LD_BIND_NOW for this worker's start (one launched ahead, which binds its
+/// symbols while it waits); the worker removes both, so that its task's children do not bind so.
+inline constexpr std::string_view bind_now = "ISORUN_BIND_NOW";
 /// Every variable above: removed from the environment a worker inherits, set only by isorun.
-inline constexpr std::string_view all[] = {worker,       gpu,          mem_limit,  visible_devices,
-                                           device_order, warm,         cap_region, cap_terms,
-                                           cap_preload,  cap_deferred, cap_zygote, memory_timeline};
+inline constexpr std::string_view all[] = {
+    worker,    gpu,         mem_limit,    visible_devices, device_order,    warm,    cap_region,
+    cap_terms, cap_preload, cap_deferred, cap_zygote,      memory_timeline, bind_now};
 }  // namespace env
 
 /// The device a *warm* worker prepares while it waits for its assignment: it creates its CUDA
