@@ -36,8 +36,9 @@ TEST_CASE("a standby worker binds its symbols at load, while it waits; its task 
   auto& pool = isorun::runner::standby_for(plain_standby(), 2);
   pool.fill();
   const auto waiting = pool.waiting_pids();
-  REQUIRE(!waiting.empty());
-  std::ifstream in("/proc/" + std::to_string(waiting.front()) + "/environ");
+  REQUIRE(waiting.size() >= 2);
+  // (The first was launched while none waited, as quickly as it can: those after it are bound.)
+  std::ifstream in("/proc/" + std::to_string(waiting.back()) + "/environ");
   std::string environ_at_exec((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   CHECK(environ_at_exec.find(std::string("LD_BIND_NOW=1") + '\0') != std::string::npos);
   CHECK(isorun::isolated(bind_vars, {.standby = 2})(0) == "- -");

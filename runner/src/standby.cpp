@@ -37,7 +37,8 @@ launch_key key_of(const launch_spec& s) {
 // the first call of each on the call's path: a standby call's worker-side steps take ~30% less.
 // The worker removes the variable at once (serialization::env::bind_now), so that what its task
 // starts binds as it would. Not for an interpreter (the modules a call imports would bind
-// whole), nor a launch on a miss (the call waits for it), nor where the user set LD_BIND_NOW.
+// whole), nor a launch a call waits for (a miss; a pool with none waiting), nor where the user
+// set LD_BIND_NOW.
 launch_spec ahead_of_time(const launch_spec& s) {
   if (!s.argv.empty() || s.zygote || std::getenv("LD_BIND_NOW")) return s;
   launch_spec out = s;
@@ -112,6 +113,7 @@ void standby_pool::refill() {
     zygote_settled_ = true;
     changed_.notify_all();
   }
+  const launch_spec bound = ahead_of_time(spec_);
   std::unique_lock lock(mutex_);
   for (;;) {
     if (stopping_) return;
@@ -122,11 +124,15 @@ void standby_pool::refill() {
     });
     if (ready_.empty() && !owed_.empty()) owed_.pop_front();  // nothing waits: launch now
     if (!failing_ && ready_.size() + owed_.size() < target_) {
+      // With none waiting, or the pool grown for calls that come back to back, calls are taking
+      // workers as fast as they come: this one is soon needed, and starts as quickly and as
+      // cheaply as it can (binding every symbol takes CPU the calls want).
+      const launch_spec& how = ready_.empty() || target_ > size_ ? spec_ : bound;
       lock.unlock();
       // Launched outside the lock: take() never waits for a launch that is not its own.
       std::optional<launched_worker> w;
       try {
-        w.emplace(launcher_->launch(ahead_of_time(spec_)));
+        w.emplace(launcher_->launch(how));
       } catch (const std::exception&) {
       }
       lock.lock();
