@@ -168,15 +168,25 @@ unique_fd log_file(int logs, const fs::path& out, const std::string& name, std::
 constexpr const char* resumes_file = "resumes.jsonl";
 
 // The last step a trial's log reports (-1: none), from its last 64 KiB.
-std::int64_t last_reported_step(int logs, const std::string& name) {
-  std::int64_t last = -1;
+// What the last attempt's log says it reached: its last report's step, and the last checkpoint
+// it announced (-1: none).
+struct log_tail {
+  std::int64_t reported = -1;
+  std::int64_t announced = -1;
+};
+
+log_tail last_steps(int logs, const std::string& name) {
+  log_tail last;
   try {
     const unique_fd log = detail::open_file(logs, name, O_RDONLY, name);
     if (!log) return last;
     const off_t size = ::lseek(log.get(), 0, SEEK_END);
     constexpr off_t tail = 64 << 10;
     if (size < 0 || ::lseek(log.get(), std::max<off_t>(0, size - tail), SEEK_SET) < 0) return last;
-    report_lines lines{[&](std::int64_t step, const json&) { last = std::max(last, step); }, {}, false};
+    report_lines lines{[&](std::int64_t step, const json&) { last.reported = std::max(last.reported, step); },
+                       {},
+                       false,
+                       [&](std::int64_t step) { last.announced = std::max(last.announced, step); }};
     char buf[1 << 16];
     for (ssize_t n; (n = ::read(log.get(), buf, sizeof buf)) > 0;) lines.feed(buf, static_cast<std::size_t>(n));
   } catch (const std::exception&) {  // no log, or not one isorun may read: nothing known
@@ -519,6 +529,18 @@ local_backend::attempt_checkpoints local_backend::prepare_checkpoints(const tria
   const checkpoint_spec& c = setup_.spec->checkpoints;
   if (!c) return saved;
   saved.folder.emplace(setup_.out / "checkpoints" / t.id, c.keep);
+  const log_tail reached = last_steps(setup_.logs, rec.id + ".out");
+  // A checkpoint the command announced that a supervisor killed before reading the line never
+  // committed. Staged as `tmp-STEP`, it is whole (a command writes it before it says so, and
+  // writes the next elsewhere): committed now, not thrown away with the rest of the staging.
+  if (const auto before = saved.folder->latest(); reached.announced > (before ? before->step : -1)) {
+    const fs::path staged = saved.folder->command_staged(reached.announced);
+    std::error_code ec;
+    if (staged.filename() != checkpoint_folder::command_staging && fs::is_directory(staged, ec)) try {
+        saved.folder->commit(staged, reached.announced);
+      } catch (const std::exception&) {  // (not committable: the attempt resumes from the one before)
+      }
+  }
   saved.folder->clear_staging();
   const auto latest = saved.folder->latest();
   saved.variables = {std::string(checkpoint_env::dir) + "=" + saved.folder->dir().string(),
@@ -528,11 +550,10 @@ local_backend::attempt_checkpoints local_backend::prepare_checkpoints(const tria
   saved.from = latest->step;
   saved.variables.push_back(std::string(checkpoint_env::resume_from) + "=" + latest->path.string());
   saved.variables.push_back(std::string(checkpoint_env::resume_step) + "=" + std::to_string(latest->step));
-  std::int64_t reached = last_reported_step(setup_.logs, rec.id + ".out");
   const json resume = {{"run", rec.run},
                        {"attempt", rec.attempts},
                        {"from", latest->step},
-                       {"redone", std::max<std::int64_t>(0, reached - latest->step)}};
+                       {"redone", std::max<std::int64_t>(0, reached.reported - latest->step)}};
   append_resume(saved.folder->dir(), resume);
   return saved;
 }
