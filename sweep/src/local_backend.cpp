@@ -167,9 +167,8 @@ unique_fd log_file(int logs, const fs::path& out, const std::string& name, std::
 }
 constexpr const char* resumes_file = "resumes.jsonl";
 
-// The last step a trial's log reports (-1: none), from its last 64 KiB.
-// What the last attempt's log says it reached: its last report's step, and the last checkpoint
-// it announced (-1: none).
+// What the last attempt's log says it reached, from its last 64 KiB: its last report's step, and
+// the last checkpoint it announced (-1: none).
 struct log_tail {
   std::int64_t reported = -1;
   std::int64_t announced = -1;

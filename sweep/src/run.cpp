@@ -263,8 +263,8 @@ void queue_node_trials(sweep_run::state& st) {
   const sweep_spec& s = st.s;
   const slurm::assignment a = slurm::node_trials(st.opt.node);
   for (std::size_t i : a.trials) {
-    if (const auto made = a.made.find(std::to_string(i)); made != a.made.end())
-      st.made[i] = {i, (*made)["id"].get<std::string>(), (*made)["params"], (*made)["origin"]};
+    if (const auto made = a.made.find(i); made != a.made.end())
+      st.made[i] = {i, made->second.id, made->second.params, made->second.origin};
     else if (i >= s.trials.size())
       throw usage_error("--node " + st.opt.node + " lists trial " + std::to_string(i) + ", but the sweep has " +
                         std::to_string(s.trials.size()));

@@ -147,7 +147,7 @@ std::string batch_script(const fs::path& batch_file, const std::vector<std::stri
 
 submission submit(const slurm_spec& s, const fs::path& out, const std::vector<std::size_t>& trials,
                   const std::vector<std::string>& node_command, const fs::path& submit_dir, const std::string& job_name,
-                  const json& made) {
+                  const std::vector<made_trial>& made) {
   const fs::path dir = fs::absolute(out) / "slurm";
   submission sub;
   const std::size_t chunk = static_cast<std::size_t>(std::max(1, s.trials_per_task));
@@ -163,7 +163,8 @@ submission submit(const slurm_spec& s, const fs::path& out, const std::vector<st
   const std::string name = "batch-" + std::to_string(sub.batch);
   const fs::path script = dir / (name + ".sh");
   json batch = {{"tasks", sub.tasks}, {"sbatch", args}};
-  if (!made.empty()) batch["made"] = made;
+  for (const made_trial& t : made)
+    batch["made"][std::to_string(t.index)] = {{"id", t.id}, {"params", t.params}, {"origin", t.origin}};
   write_file_durably(dir / (name + ".json"), batch.dump() + "\n");
   write_file_durably(script, batch_script(dir / (name + ".json"), node_command, submit_dir));
 
@@ -179,8 +180,8 @@ submission submit(const slurm_spec& s, const fs::path& out, const std::vector<st
   return sub;
 }
 
-json made_trials(const json& batch) {
-  json out = json::object();
+std::vector<made_trial> made_trials(const json& batch) {
+  std::vector<made_trial> out;
   const auto made = batch.is_object() ? batch.find("made") : batch.end();
   if (made == batch.end() || !made->is_object()) return out;
   for (const auto& [index, t] : made->items()) {
@@ -191,7 +192,7 @@ json made_trials(const json& batch) {
     if (ec != std::errc() || end != index.data() + index.size() || number > (std::size_t{1} << 40)) continue;
     if (t.is_object() && t.contains("id") && t["id"].is_string() && is_trial_id(t["id"].get<std::string>()) &&
         t.contains("params") && t["params"].is_object())
-      out[std::to_string(number)] = {{"id", t["id"]}, {"params", t["params"]}, {"origin", t.value("origin", json())}};
+      out.push_back({number, t["id"].get<std::string>(), t["params"], t.value("origin", json())});
   }
   return out;
 }
@@ -215,7 +216,7 @@ assignment node_trials(const std::string& file_and_task) {
     if (!i.is_number_unsigned()) throw usage_error("--node " + file_and_task + ": a trial that is not a number");
     a.trials.push_back(i.get<std::size_t>());
   }
-  a.made = made_trials(j);
+  for (made_trial& t : made_trials(j)) a.made[t.index] = std::move(t);
   return a;
 }
 

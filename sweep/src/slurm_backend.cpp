@@ -51,12 +51,13 @@ std::size_t slurm_backend::lanes() const {
   return static_cast<std::size_t>(std::max(1, setup_.spec->slurm->max_running));
 }
 
-void slurm_backend::learn(std::size_t index, const json& made) {
-  if (!made.is_object() || !made.contains("id") || !made["id"].is_string() || !made.contains("params")) return;
-  trial t{.index = index, .id = made["id"].get<std::string>(), .attempt = 1, .params = made["params"]};
-  t.origin = made.value("origin", json());
-  index_of_[t.id] = index;
-  made_[index] = std::move(t);
+void slurm_backend::learn(const slurm::made_trial& made) {
+  index_of_[made.id] = made.index;
+  made_[made.index] = {.index = made.index, .id = made.id, .attempt = 1, .params = made.params, .origin = made.origin};
+}
+
+bool slurm_backend::knows(std::size_t index) const {
+  return made_.count(index) > 0 || index < setup_.spec->trials.size();
 }
 
 trial slurm_backend::make_trial(std::size_t index) {
@@ -65,7 +66,7 @@ trial slurm_backend::make_trial(std::size_t index) {
     t.attempt = 1;
     return t;
   }
-  if (index >= setup_.spec->trials.size())
+  if (!knows(index))
     throw internal_error("the Slurm backend was told of trial " + std::to_string(index) + ", which it does not know");
   const nlohmann::json& params = setup_.spec->trials[index];
   return {.index = index, .id = trial_id(setup_.subject, params), .attempt = 1, .params = params};
@@ -90,9 +91,8 @@ std::vector<trial> slurm_backend::begin(trial_sink& sink) {
       const std::string batch_file = entry.path().filename().string();
       if (batch_file.rfind("batch-", 0) != 0 || entry.path().extension() != ".json") continue;
       const json submitted = read_json_file(slurm.get(), batch_file, dir_ / batch_file);
-      const json made = slurm::made_trials(submitted);
-      for (const auto& [index, m] : made.items())
-        if (!setup_.journaled.count(m["id"].get<std::string>())) learn(std::stoul(index), m);
+      for (const slurm::made_trial& m : slurm::made_trials(submitted))
+        if (!setup_.journaled.count(m.id)) learn(m);
     }
     const json jobs = read_json_file(slurm.get(), "jobs.json", dir_ / "jobs.json");
     if (jobs.is_array())
@@ -108,8 +108,7 @@ std::vector<trial> slurm_backend::begin(trial_sink& sink) {
         inflight_[job] = {job, batch, tasks["tasks"].get<std::vector<std::vector<std::size_t>>>()};
         for (const auto& t : inflight_[job].tasks)
           for (std::size_t i : t)
-            if (attempt_.emplace(i, 1).second && (made_.count(i) || i < setup_.spec->trials.size()))
-              adopted.push_back(make_trial(i));
+            if (attempt_.emplace(i, 1).second && knows(i)) adopted.push_back(make_trial(i));
       }
     if (fs::is_directory(dir_, ec)) save_jobs();  // without the arrays no longer in Slurm's queue
   }
@@ -122,17 +121,17 @@ std::vector<trial> slurm_backend::begin(trial_sink& sink) {
 void slurm_backend::start(std::vector<trial> batch) {
   if (batch.empty()) return;
   std::vector<std::size_t> trials;
-  json made = json::object();  // those not in the spec's list: the array tasks learn them from the batch file
+  std::vector<slurm::made_trial> made;  // those not in the spec's list: the array tasks learn them from the batch file
   for (const auto& t : batch) {
     trials.push_back(t.index);
     if (t.index >= setup_.spec->trials.size() || t.id != trial_id(setup_.subject, setup_.spec->trials[t.index]))
-      made[std::to_string(t.index)] = {{"id", t.id}, {"params", t.params}, {"origin", t.origin}};
+      made.push_back({t.index, t.id, t.params, t.origin});
   }
   {
     // Before the array exists: its tasks may write records while sbatch is still answering, and
     // the poller must take each once. A retry's earlier record was delivered; its file goes.
     std::lock_guard lock(mutex_);
-    for (const auto& [index, m] : made.items()) learn(std::stoul(index), m);
+    for (const auto& m : made) learn(m);
     for (const auto& t : batch) {
       attempt_[t.index] = t.attempt;
       checkpoint_at_start_[t.index] = latest_checkpoint(t.id);
@@ -179,7 +178,7 @@ void slurm_backend::deliver_reports() {
   {
     std::lock_guard lock(mutex_);
     for (const auto& [i, attempt] : attempt_)
-      if (!done_trials_.count(i) && (made_.count(i) || i < setup_.spec->trials.size())) {
+      if (!done_trials_.count(i) && knows(i)) {
         trial t = make_trial(i);
         t.attempt = attempt;
         running.emplace_back(std::move(t), report_offset_[i]);

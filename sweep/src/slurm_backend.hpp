@@ -62,8 +62,9 @@ class slurm_backend final : public trial_backend {
   std::vector<finished_trial> cancelled_rest();
   void forget_delivered();  // poller: arrays whose every trial was delivered
   void save_jobs();  // under mutex_
-  void learn(std::size_t index, const nlohmann::json& made);  // under mutex_: a trial a source made
-  trial make_trial(std::size_t index);                        // under mutex_
+  void learn(const slurm::made_trial& made);          // under mutex_
+  [[nodiscard]] bool knows(std::size_t index) const;  // under mutex_: a trial of the spec's or a made one
+  trial make_trial(std::size_t index);                // under mutex_
 
   slurm_setup setup_;
   std::filesystem::path dir_;                   // OUT/slurm: jobs.json, batch files, logs/

@@ -55,33 +55,40 @@ std::vector<std::string> sbatch_arguments(const slurm_spec& s, std::size_t array
 std::string batch_script(const std::filesystem::path& batch_file, const std::vector<std::string>& node_command,
                          const std::filesystem::path& submit_dir);
 
-/// @brief Writes OUT/slurm/batch-N.json (the trials of each array task, the trials among them
-///        that a source made — `made`, by index: {"id", "params", "origin"}, for trials the
-///        spec's list does not hold — and the sbatch command line) and batch-N.sh for `trials`
-///        (in chunks of trials_per_task) and submits the array with sbatch. Each array task runs, in `submit_dir`,
-///        `node_command` plus
-///        `--node OUT/slurm/batch-N.json:$SLURM_ARRAY_TASK_ID`.
+/// A trial a source made (a searcher's, a population's child), which the spec's list does not
+/// hold: a submission file carries it for its array tasks.
+// NOLINTNEXTLINE(bugprone-exception-escape): its moves are std::string's and nlohmann::json's, which do not throw
+struct made_trial {
+  std::size_t index = 0;
+  std::string id;         ///< trial_id() of it
+  nlohmann::json params;  ///< its parameters
+  nlohmann::json origin;  ///< where it came from, or null
+};
+
+/// @brief Writes OUT/slurm/batch-N.json (the trials of each array task, those among them that a
+///        source made, and the sbatch command line) and batch-N.sh for `trials` (in chunks of
+///        trials_per_task) and submits the array with sbatch. Each array task runs, in
+///        `submit_dir`, `node_command` plus `--node OUT/slurm/batch-N.json:$SLURM_ARRAY_TASK_ID`.
 /// @throws usage_error if sbatch is not found, a setting is refused (see sbatch_arguments), or
 ///         sbatch refuses the array (its reason: a partition or gres the cluster lacks, ...);
 ///         nothing is submitted then.
 submission submit(const slurm_spec& s, const std::filesystem::path& out, const std::vector<std::size_t>& trials,
                   const std::vector<std::string>& node_command, const std::filesystem::path& submit_dir,
-                  const std::string& job_name, const nlohmann::json& made = nlohmann::json::object());
+                  const std::string& job_name, const std::vector<made_trial>& made = {});
 
-/// What one array task runs: its trials' indices, and those a source made (a searcher's, a
-/// population's children), by index as text: {"id", "params", "origin"}.
+/// What one array task runs: its trials' indices, and those of them a source made, by index.
 struct assignment {
   std::vector<std::size_t> trials;
-  nlohmann::json made = nlohmann::json::object();
+  std::map<std::size_t, made_trial> made;
 };
 
 /// @brief What array task `task` of OUT/slurm/batch-N.json runs ("FILE:K" as --node gives it).
 /// @throws usage_error for a malformed reference or file.
 assignment node_trials(const std::string& file_and_task);
 
-/// @brief The trials a source made in submission file `batch` (its "made"), each as checked:
-///        an object with a string id, an object of parameters and an origin; others are left out.
-nlohmann::json made_trials(const nlohmann::json& batch);
+/// @brief The trials a source made in submission file `batch` (its "made"), each as checked: an
+///        id trial_id() could make, an object of parameters, a bounded index; others are left out.
+std::vector<made_trial> made_trials(const nlohmann::json& batch);
 
 /// @brief The array tasks of `job` that Slurm still has queued, running or being requeued
 ///        (squeue). Empty once the whole array is done, or when Slurm no longer knows the job;
