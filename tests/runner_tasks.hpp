@@ -13,16 +13,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <filesystem>
-#include <cstdio>
-#include <cstring>
-#include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -408,11 +409,17 @@ inline std::string thread_vars(int) {
   return out;
 }
 
-// What the worker's task sees of LD_BIND_NOW and isorun's marker for it: "LD ISORUN" ("-" if unset).
+// What the worker's task sees of LD_BIND_NOW and isorun's marker for it, then the LD_BIND_NOW its
+// process was exec'd with (/proc/self/environ keeps the strings of the exec, whatever unsetenv did
+// since): "LD ISORUN AT_EXEC" ("-" if unset).
 inline std::string bind_vars(int) {
   const char* ld = std::getenv("LD_BIND_NOW");
   const char* marker = std::getenv("ISORUN_BIND_NOW");
-  return std::string(ld ? ld : "-") + " " + (marker ? marker : "-");
+  std::ifstream in("/proc/self/environ");
+  const std::string at_exec = '\0' +
+                              std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const bool bound = at_exec.find(std::string("\0LD_BIND_NOW=1\0", 15)) != std::string::npos;
+  return std::string(ld ? ld : "-") + " " + (marker ? marker : "-") + " " + (bound ? "1" : "-");
 }
 
 // Holds `mib` MiB from the worker's capped allocator.
