@@ -102,36 +102,33 @@ bool wait_readable(int in, short events, int ended) {
   }
 }
 
-// Copies a command's stdout from the pipe `in` to its log `out`, and hands each report line to
-// `on_report` and each checkpoint line to `on_checkpoint` as it arrives (while the trial runs,
-// not after: the command may write its next checkpoint soon). Ends at the pipe's end or, once
-// `ended` (an eventfd: the command has exited) is readable, when the pipe holds nothing more:
-// a descendant that escaped with the pipe open cannot keep the lane waiting.
-void pump_stdout(int in, int out, int ended, const std::function<void(std::int64_t, json)>& on_report,
-                 const std::function<void(std::int64_t)>& on_checkpoint) {
+// Reads a command's stdout log `log` as the command writes it, handing each report line to
+// `on_report` and each checkpoint line to `on_checkpoint` as it comes (while the trial runs, not
+// after: the command may write its next checkpoint soon). Woken by `changed` (an eventfd the log
+// follower sets at each write); once `ended` (an eventfd: the command has exited) is set, reads
+// what the log holds and returns: a descendant that escaped, still writing, cannot keep the lane
+// waiting.
+void read_command_log(int log, int changed, int ended, const std::function<void(std::int64_t, json)>& on_report,
+                      const std::function<void(std::int64_t)>& on_checkpoint) {
   report_lines lines{on_report, {}, false, on_checkpoint};
-  bool draining = false;
+  off_t at = 0;
   char buf[1 << 16];
-  for (;;) {
-    if (!draining && !wait_readable(in, POLLIN, ended)) {
-      draining = true;
-      ::fcntl(in, F_SETFL, ::fcntl(in, F_GETFL) | O_NONBLOCK);
+  for (bool last = false;;) {
+    for (;;) {
+      const ssize_t n = ::pread(log, buf, sizeof buf, at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      at += n;
+      lines.feed(buf, static_cast<std::size_t>(n));
     }
-    const ssize_t n = ::read(in, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN && !draining) continue;
-    if (n <= 0) return;
-    for (ssize_t done = 0; done < n;) {  // the log gets every byte; a failing write loses only the log
-      const ssize_t w = ::write(out, buf + done, static_cast<std::size_t>(n - done));
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) break;
-      done += w;
-    }
-    lines.feed(buf, static_cast<std::size_t>(n));
+    if (last) return;
+    last = !wait_readable(changed, POLLIN, ended);
+    std::uint64_t drained;
+    [[maybe_unused]] auto n = ::read(changed, &drained, sizeof drained);
   }
 }
 
-// A thread reading a command's output while it runs (pump_stdout), told by an
+// A thread reading a command's output while it runs (read_command_log), told by an
 // eventfd that the trial has ended, and joined before its descriptors go: end() at the trial's
 // end, or the destructor on any way out.
 class output_reader {
@@ -157,9 +154,9 @@ class output_reader {
 
 // A trial's log file, created (or emptied) in OUT/logs by name; an empty descriptor, and
 // `problem` saying why, if something there is not a file isorun may write (a link, a FIFO).
-unique_fd log_file(int logs, const fs::path& out, const std::string& name, std::string& problem) {
+unique_fd log_file(int logs, const fs::path& out, const std::string& name, std::string& problem, int flags = 0) {
   try {
-    return detail::open_file(logs, name, O_WRONLY | O_CREAT | O_TRUNC, out / "logs" / name);
+    return detail::open_file(logs, name, O_WRONLY | O_CREAT | O_TRUNC | flags, out / "logs" / name);
   } catch (const std::exception& e) {
     problem = e.what();
     return unique_fd();
@@ -711,21 +708,29 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
   std::error_code ec;
   fs::remove(result_file, ec);
   std::string log_problem;
-  unique_fd stdout_file = log_file(setup_.logs, setup_.out, rec.id + ".out", log_problem);
-  // Its stdout goes through a pipe to the log, read as it comes: each report line reaches the
+  // Its stdout is its log, written by the command itself (appended: its children share it), so
+  // that a line it printed outlives this process (a checkpoint announced just before a kill -9
+  // is committed by the next attempt), and read as it comes: each report line reaches the
   // scheduler while the trial runs.
-  int ends[2] = {-1, -1};
-  if (stdout_file && ::pipe2(ends, O_CLOEXEC) != 0) log_problem = std::string("cannot make a pipe: ") + std::strerror(errno);
-  unique_fd out_read(ends[0]), out_write(ends[1]);
-  unique_fd ended(stdout_file && out_read ? ::eventfd(0, EFD_CLOEXEC) : -1);
-  if (stdout_file && out_read && !ended) log_problem = std::string("cannot make an eventfd: ") + std::strerror(errno);
+  unique_fd stdout_file = log_file(setup_.logs, setup_.out, rec.id + ".out", log_problem, O_APPEND);
+  unique_fd log_in;
+  if (stdout_file) {
+    try {
+      log_in = detail::open_file(setup_.logs, rec.id + ".out", O_RDONLY, log.string() + ".out");
+    } catch (const std::exception& e) {
+      log_problem = e.what();
+    }
+  }
+  unique_fd changed(log_in ? ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK) : -1);
+  unique_fd ended(changed ? ::eventfd(0, EFD_CLOEXEC) : -1);
+  if (log_in && (!changed || !ended)) log_problem = std::string("cannot make an eventfd: ") + std::strerror(errno);
   std::unique_ptr<runner::command> cmd;
   // Under a cap on GPUs the cap sees every allocation of the command's processes: it keeps them
   // for the trial's memory timeline, as it does for `isorun --memory-timeline ... -- CMD`.
   const std::uint64_t cap = cap_of(t, *setup_.spec);
   const bool timeline = cap && !sl.gpus.empty();
   try {
-    if (!stdout_file || !ended) throw internal_error(log_problem);
+    if (!ended) throw internal_error(log_problem);
     std::vector<std::string> env = {"ISORUN_RESULT=" + result_file.string(), "ISORUN_TRIAL=" + rec.id};
     env.insert(env.end(), saved.variables.begin(), saved.variables.end());
     cmd = runner::command::start({.argv = command_for(s.command, rec.params),
@@ -737,7 +742,7 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
                                   .timeout_signal = planned_stop_signal(),
                                   .extra_env = std::move(env),
                                   .stdin_fd = -1,
-                                  .stdout_fd = out_write.get(),
+                                  .stdout_fd = stdout_file.get(),
                                   .stderr_fd = err,
                                   .stderr_tail_lines = 20,
                                   .memory_events = timeline ? command_memory_events : 0});
@@ -746,7 +751,7 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
     rec.error = e.what();
     return;
   }
-  out_write.reset();  // the command holds the pipe's only write end now: its exit is our EOF
+  stdout_file.reset();  // the command's now
   // A `{"checkpoint": STEP}` line commits what the command staged in $ISORUN_CHECKPOINT_DIR/tmp;
   // one that cannot be committed is said in the trial's stderr log, the folder left as it was.
   auto on_checkpoint = [&](std::int64_t step) {
@@ -762,13 +767,20 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
           err, std::string("isorun: checkpoint ") + std::to_string(step) + " not committed: " + e.what() + "\n");
     }
   };
-  output_reader pump(std::move(ended), [&](int end) {
-    pump_stdout(
-        out_read.get(), stdout_file.get(), end,
-        [&](std::int64_t step, json metrics) { sink_->on_report(t, step, metrics); }, on_checkpoint);
+  // Woken by the backend's one inotify thread, read on a thread of the trial's: a commit's fsync
+  // holds up no other trial's reports.
+  log_follower::following follow = follower_.notify(log_in.get(), [fd = changed.get()] {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(fd, &one, sizeof one);
+  });
+  output_reader reader(std::move(ended), [&](int end) {
+    read_command_log(
+        log_in.get(), changed.get(), end, [&](std::int64_t step, json metrics) { sink_->on_report(t, step, metrics); },
+        on_checkpoint);
   });
   const runner::command_result& r = await(sl, t, {.command = cmd.get()}, *cmd, rec);
-  pump.end();  // all it printed is in the log before the result is read from it
+  reader.end();  // every line it printed is handed on before its result is read
+  follow.end();
   if (!r.memory_timeline.empty()) {
     // Where a task's worker writes its own (run_worker), by name in OUT/logs; a timeline that
     // cannot be written is left out, as a task's is when its worker dies first.

@@ -8,9 +8,9 @@
 // starts: its cap on each GPU the admission knows, or a CPU slot; so isolated calls and executors
 // in the same program never put more caps on a GPU than its memory beside the sweep's trials.
 //
-// Intermediate reports: a worker's are lines of its stdout log, which it writes directly and
-// the backend follows (log_follower); a command's stdout comes through a pipe the backend
-// copies to its log. Both reach trial_sink::on_report while the trial runs.
+// Intermediate reports: lines of a trial's stdout log, which its worker or command writes
+// directly (so that what it printed outlives the supervisor) and the backend follows
+// (log_follower): they reach trial_sink::on_report while the trial runs.
 
 #include <chrono>
 #include <condition_variable>

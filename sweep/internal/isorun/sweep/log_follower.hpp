@@ -1,8 +1,8 @@
 #pragma once
 /// @file log_follower.hpp
-/// Follows the stdout logs that trials' workers write directly, handing each report line on as
-/// it is written (report_lines.hpp). One inotify instance and one thread serve every trial of a
-/// backend: closing an inotify instance that held a watch waits for an RCU grace period (up to
+/// Follows the stdout logs that trials write directly, handing each report line on as it is
+/// written (report_lines.hpp), or telling a reader of the log's own that it grew. One inotify instance and one thread
+/// serve every trial of a backend: closing an inotify instance that held a watch waits for an RCU grace period (up to
 /// milliseconds on a busy machine), so an instance per trial put that wait between every two
 /// trials on a lane.
 ///
@@ -62,8 +62,16 @@ class log_follower {
   /// @brief Follows `log` (open for reading) from its start; reports go to `on_report`.
   [[nodiscard]] following follow(unique_fd log, on_report_fn on_report);
 
+  /// @brief Calls `on_change` on the follower's thread each time the file open as `fd` is written,
+  ///        until the following ends: for a log whose reader does slow work at its lines (a
+  ///        command's checkpoint commits) on a thread of its own, which would otherwise hold up every
+  ///        other log's reports. `on_change` must not block (an eventfd write); `fd` is only read
+  ///        here, to set the watch. Without inotify, never called.
+  [[nodiscard]] following notify(int fd, std::function<void()> on_change);
+
  private:
   struct log_state;
+  following add(log_state s, int fd);
   void end(std::uint64_t id) noexcept;
   void watch();
 
