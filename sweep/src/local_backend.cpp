@@ -676,7 +676,7 @@ void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec
   try {
     if (unique_fd log_in = detail::open_file(setup_.logs, rec.id + ".out", O_RDONLY, log.string() + ".out"))
       follow = follower_.follow(std::move(log_in),
-                                [&](std::int64_t step, json metrics) { sink_->on_report(t, step, metrics); });
+                                [&](std::int64_t step, const json& metrics) { sink_->on_report(t, step, metrics); });
   } catch (const std::exception&) {
   }  // (no reports then; the log itself was checked above)
   const runner::job_result& r = await(sl, t, {.job = job}, *job, rec);
@@ -775,8 +775,8 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
   });
   output_reader reader(std::move(ended), [&](int end) {
     read_command_log(
-        log_in.get(), changed.get(), end, [&](std::int64_t step, json metrics) { sink_->on_report(t, step, metrics); },
-        on_checkpoint);
+        log_in.get(), changed.get(), end,
+        [&](std::int64_t step, const json& metrics) { sink_->on_report(t, step, metrics); }, on_checkpoint);
   });
   const runner::command_result& r = await(sl, t, {.command = cmd.get()}, *cmd, rec);
   reader.end();  // every line it printed is handed on before its result is read
