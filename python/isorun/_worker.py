@@ -19,7 +19,13 @@ import contextlib
 import importlib
 import io
 import os
+import stat
 import sys
+
+# At import, not inside the functions a call runs: the call's path runs cold after the
+# interpreter's idle wait, where an import statement's trip through importlib costs tens of µs.
+from . import _core
+from ._payload import run_call
 
 PRELOAD_ENV = "ISORUN_PY_PRELOAD"
 PATH_ENV = "ISORUN_PY_PATH"
@@ -88,16 +94,14 @@ def _warm_up(names: list[str]) -> None:
 
 
 def _sync_environ() -> None:
-    """os.environ as the process has it now: the C++ worker applied the assignment's variables
-    (CUDA_VISIBLE_DEVICES, ISORUN_GPU, ISORUN_MEM_LIMIT...) with setenv, after Python's snapshot."""
-    from . import _core
-
-    now = _core.c_environment()
+    """os.environ as the process has it now: the C++ worker set the assignment's variables
+    (CUDA_VISIBLE_DEVICES, ISORUN_GPU, ISORUN_MEM_LIMIT...) and removed its own with setenv and
+    unsetenv, after Python's snapshot."""
     env = os.environb
-    for key in [k for k in env if k not in now]:
-        del env[key]
-    for key, value in now.items():
-        if env.get(key) != value:
+    for key, value in _core.environment_changes().items():
+        if value is None:
+            env.pop(key, None)
+        else:
             env[key] = value
 
 
@@ -115,8 +119,6 @@ def _line_buffered_stdout() -> None:
     """A stdout that is a pipe (the caller forwards or captures it, isorun._output) is written
     line by line, as to a terminal: Python chose block buffering at startup, for what fd 1 was
     then, and the caller would see nothing before the function's end."""
-    import stat
-
     try:
         if stat.S_ISFIFO(os.fstat(1).st_mode):
             sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
@@ -129,9 +131,6 @@ def _entry(request: bytes) -> tuple:
     modules_at_entry = frozenset(sys.modules)
     _sync_environ()
     _line_buffered_stdout()
-    from . import _core
-    from ._payload import run_call
-
     try:
         # NumPy's large arrays made where the result goes: a returned one is not copied.
         return run_call(request, before_call=_core.place_numpy_arrays)
@@ -198,8 +197,6 @@ def _zygote_child(children: dict[str, object]) -> None:
         else:
             os.environ[name] = str(value)
     os.environ.pop(CAP_ZYGOTE_ENV, None)
-    from . import _core
-
     deferred = os.environ.get("ISORUN_CAP_DEFERRED", "")
     _core.cap_thaw(bool(deferred) and deferred != "0")
     # Python's own `random` reseeds itself after a fork (os.register_at_fork); NumPy's global
@@ -214,8 +211,6 @@ def _zygote_child(children: dict[str, object]) -> None:
 
 def main() -> None:
     import faulthandler
-
-    from . import _core, _payload  # noqa: F401 - imported before the call, as the call needs them
 
     # A fatal signal (a segfault in an extension) writes the Python stack to stderr: it lands in
     # the outcome's stderr tail and WorkerCrashed's message, where the caller looks.

@@ -39,10 +39,12 @@
 #include <filesystem>
 #include <future>
 #include <memory>
-#include <span>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -533,14 +535,39 @@ void register_python_task() {
   registry.add(std::move(info));
 }
 
-/// The process's environment as the C library has it now: the assignment's variables (the
-/// GPUs, the cap) are set with setenv after the interpreter took its os.environ snapshot.
-nb::dict c_environment() {
+/// The environment when serve() began, which os.environ agreed with (its writes go through putenv).
+std::unordered_map<std::string, std::string>& environment_at_serve() {
+  static std::unordered_map<std::string, std::string> at;
+  return at;
+}
+
+void snapshot_environment() {
+  auto& at = environment_at_serve();
+  at.clear();
+  for (char** e = environ; e && *e; ++e)
+    if (const char* eq = std::strchr(*e, '='); eq && eq != *e)
+      at.emplace(std::string(*e, static_cast<std::size_t>(eq - *e)), std::string(eq + 1));
+}
+
+/// What the worker changed in the environment with setenv and unsetenv since serve() began (the
+/// assignment's GPUs and cap, its own variables removed), unseen by os.environ: name -> value,
+/// or None for a variable removed. Computed here, not by comparing every variable in Python: the
+/// call's path runs cold after an idle wait, and each Python step costs tens of µs then.
+nb::dict environment_changes() {
   nb::dict out;
+  const auto& at = environment_at_serve();
+  std::size_t kept = 0;
   for (char** e = environ; e && *e; ++e) {
     const char* eq = std::strchr(*e, '=');
     if (!eq || eq == *e) continue;
-    out[nb::bytes(*e, static_cast<std::size_t>(eq - *e))] = nb::bytes(eq + 1);
+    const std::string_view name(*e, static_cast<std::size_t>(eq - *e));
+    const auto it = at.find(std::string(name));
+    if (it != at.end()) ++kept;
+    if (it == at.end() || it->second != eq + 1) out[nb::bytes(name.data(), name.size())] = nb::bytes(eq + 1);
+  }
+  if (kept < at.size()) {  // some were removed
+    for (const auto& [name, value] : at)
+      if (!::getenv(name.c_str())) out[nb::bytes(name.data(), name.size())] = nb::none();
   }
   return out;
 }
@@ -549,6 +576,7 @@ nb::dict c_environment() {
 /// exits the process: never returns.
 [[noreturn]] void serve(nb::callable entry, nb::callable json_entry) {
   if (!isorun::is_worker_process()) throw isorun::usage_error("isorun._worker runs only as a worker that isorun launched");
+  snapshot_environment();  // before the worker's own changes, which environment_changes() tells
   ::unsetenv(isorun::serialization::env::worker.data());  // the function's own children are ordinary processes
   python_entry = entry.release().ptr();
   python_json_entry = json_entry.release().ptr();
@@ -765,7 +793,9 @@ NB_MODULE(_core, m) {
   }, "bytes"_a, "Most bytes of idle result and request segments kept for reuse; the rest are closed.");
   m.def("segment_idle_bytes", [] { return isorun::serialization::segment_pool::instance().idle_bytes(); },
         "Bytes of the idle segments the pool keeps now (memory that stays resident).");
-  m.def("c_environment", &c_environment, "The environment as the C library has it now, as bytes.");
+  m.def("environment_changes", &environment_changes,
+        "In a worker: what it set (name -> value) or removed (name -> None) in the C environment since serve() "
+        "began, as bytes.");
   m.def("zygote_serve", &zygote_serve,
         "A zygote's loop: forks a worker per request of the supervisor; returns in each forked child.");
   m.def("cap_thaw", &cap_thaw, "capped"_a, "A zygote's child: CUDA allowed from now on (under the deferred cap).");

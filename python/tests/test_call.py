@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import select
 
+import pytest
+
 import isorun
 
 
@@ -55,6 +57,18 @@ def test_os_environ_shows_the_gpu_the_call_was_assigned():
     # Assigned after the interpreter started: os.environ is brought up to date before the call.
     assert isorun.isolated(gpu_env, gpu=0, mem_limit="1G")() == ("GPU-sim-0", "PCI_BUS_ID")
     assert isorun.isolated(gpu_env)()[0] == ""
+
+
+def worker_env_seen():
+    return os.environ.get("ISORUN_MEM_LIMIT"), "ISORUN_WORKER" in os.environ, os.getenv("ISORUN_WORKER")
+
+
+@pytest.mark.parametrize("standby", [0, 1])
+def test_os_environ_agrees_with_the_process_environment_on_what_the_worker_set_and_removed(standby):
+    # The worker sets the assignment's variables and removes its own (ISORUN_WORKER) in C after
+    # the interpreter started, on a standby interpreter after it has waited: os.environ sees both.
+    got = isorun.isolated(worker_env_seen, gpu=0, mem_limit="1G", standby=standby)()
+    assert got == (str(1 << 30), False, None)
 
 
 def test_early_result_hands_the_value_over_before_the_worker_has_exited():
