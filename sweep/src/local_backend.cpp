@@ -102,35 +102,8 @@ bool wait_readable(int in, short events, int ended) {
   }
 }
 
-// Reads a command's stdout log `log` as the command writes it, handing each report line to
-// `on_report` and each checkpoint line to `on_checkpoint` as it comes (while the trial runs, not
-// after: the command may write its next checkpoint soon). Woken by `changed` (an eventfd the log
-// follower sets at each write); once `ended` (an eventfd: the command has exited) is set, reads
-// what the log holds and returns: a descendant that escaped, still writing, cannot keep the lane
-// waiting.
-void read_command_log(int log, int changed, int ended, const std::function<void(std::int64_t, json)>& on_report,
-                      const std::function<void(std::int64_t)>& on_checkpoint) {
-  report_lines lines{on_report, {}, false, on_checkpoint};
-  off_t at = 0;
-  char buf[1 << 16];
-  for (bool last = false;;) {
-    for (;;) {
-      const ssize_t n = ::pread(log, buf, sizeof buf, at);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      at += n;
-      lines.feed(buf, static_cast<std::size_t>(n));
-    }
-    if (last) return;
-    last = !wait_readable(changed, POLLIN, ended);
-    std::uint64_t drained;
-    [[maybe_unused]] auto n = ::read(changed, &drained, sizeof drained);
-  }
-}
-
-// A thread reading a command's output while it runs (read_command_log), told by an
-// eventfd that the trial has ended, and joined before its descriptors go: end() at the trial's
-// end, or the destructor on any way out.
+// A thread of a trial's, told by an eventfd that the trial has ended, and joined before its
+// descriptors go: end() at the trial's end, or the destructor on any way out.
 class output_reader {
  public:
   // `ended` is an eventfd; `body(ended)` runs on the thread.
@@ -721,16 +694,17 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
       log_problem = e.what();
     }
   }
-  unique_fd changed(log_in ? ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK) : -1);
-  unique_fd ended(changed ? ::eventfd(0, EFD_CLOEXEC) : -1);
-  if (log_in && (!changed || !ended)) log_problem = std::string("cannot make an eventfd: ") + std::strerror(errno);
+  unique_fd announced(log_in && saved.folder ? ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK) : -1);
+  unique_fd ended(announced ? ::eventfd(0, EFD_CLOEXEC) : -1);
+  if (log_in && saved.folder && (!announced || !ended))
+    log_problem = std::string("cannot make an eventfd: ") + std::strerror(errno);
   std::unique_ptr<runner::command> cmd;
   // Under a cap on GPUs the cap sees every allocation of the command's processes: it keeps them
   // for the trial's memory timeline, as it does for `isorun --memory-timeline ... -- CMD`.
   const std::uint64_t cap = cap_of(t, *setup_.spec);
   const bool timeline = cap && !sl.gpus.empty();
   try {
-    if (!ended) throw internal_error(log_problem);
+    if (!log_in || (saved.folder && !ended)) throw internal_error(log_problem);
     std::vector<std::string> env = {"ISORUN_RESULT=" + result_file.string(), "ISORUN_TRIAL=" + rec.id};
     env.insert(env.end(), saved.variables.begin(), saved.variables.end());
     cmd = runner::command::start({.argv = command_for(s.command, rec.params),
@@ -767,20 +741,49 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
           err, std::string("isorun: checkpoint ") + std::to_string(step) + " not committed: " + e.what() + "\n");
     }
   };
-  // Woken by the backend's one inotify thread, read on a thread of the trial's: a commit's fsync
-  // holds up no other trial's reports.
-  log_follower::following follow = follower_.notify(log_in.get(), [fd = changed.get()] {
-    const std::uint64_t one = 1;
-    [[maybe_unused]] auto n = ::write(fd, &one, sizeof one);
-  });
-  output_reader reader(std::move(ended), [&](int end) {
-    read_command_log(
-        log_in.get(), changed.get(), end,
-        [&](std::int64_t step, const json& metrics) { sink_->on_report(t, step, metrics); }, on_checkpoint);
-  });
+  // Its lines are read by the backend's follower as they are written; the checkpoint lines are
+  // committed in order on a thread of the trial's, where a commit's fsyncs hold up no other
+  // trial's reports.
+  std::mutex pending_mutex;
+  std::deque<std::int64_t> pending;  // announced, not yet committed
+  std::optional<output_reader> committer;
+  if (saved.folder)
+    committer.emplace(std::move(ended), [&](int end) {
+      for (bool last = false;;) {
+        for (;;) {
+          std::int64_t step = 0;
+          {
+            std::lock_guard lock(pending_mutex);
+            if (pending.empty()) break;
+            step = pending.front();
+            pending.pop_front();
+          }
+          on_checkpoint(step);
+        }
+        if (last) return;
+        last = !wait_readable(announced.get(), POLLIN, end);
+        std::uint64_t drained;
+        [[maybe_unused]] auto n = ::read(announced.get(), &drained, sizeof drained);
+      }
+    });
+  log_follower::following follow;
+  try {
+    follow = follower_.follow(
+        std::move(log_in), [&](std::int64_t step, const json& metrics) { sink_->on_report(t, step, metrics); },
+        saved.folder ? log_follower::on_checkpoint_fn([&](std::int64_t step) {
+          {
+            std::lock_guard lock(pending_mutex);
+            pending.push_back(step);
+          }
+          const std::uint64_t one = 1;
+          [[maybe_unused]] auto n = ::write(announced.get(), &one, sizeof one);
+        })
+                     : log_follower::on_checkpoint_fn());
+  } catch (const std::exception&) {
+  }  // (no reports then, nor commits but the next attempt's; the log itself was checked above)
   const runner::command_result& r = await(sl, t, {.command = cmd.get()}, *cmd, rec);
-  reader.end();  // every line it printed is handed on before its result is read
-  follow.end();
+  follow.end();                     // every line it printed is handed on before its result is read,
+  if (committer) committer->end();  // and every checkpoint it announced committed
   if (!r.memory_timeline.empty()) {
     // Where a task's worker writes its own (run_worker), by name in OUT/logs; a timeline that
     // cannot be written is left out, as a task's is when its worker dies first.

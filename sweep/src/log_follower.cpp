@@ -18,14 +18,9 @@ struct log_follower::log_state {
   int watch = -1;  // its inotify watch; -1 without one (its reports come at its end)
   off_t at = 0;
   report_lines lines;
-  std::function<void()> on_change;  // set for a log read by someone else (notify)
 
-  // Hands on what was written since the last read, or says that something was.
+  // Hands on what was written since the last read.
   void read_new() {
-    if (on_change) {
-      on_change();
-      return;
-    }
     char buf[1 << 16];
     for (;;) {
       const ssize_t n = ::pread(log.get(), buf, sizeof buf, at);
@@ -49,29 +44,18 @@ log_follower::~log_follower() {
   thread_.join();
 }
 
-log_follower::following log_follower::follow(unique_fd log, on_report_fn on_report) {
-  log_state s;
-  s.log = std::move(log);
-  s.lines.on_report = std::move(on_report);
-  const int fd = s.log.get();
-  return add(std::move(s), fd);
-}
-
-log_follower::following log_follower::notify(int fd, std::function<void()> on_change) {
-  log_state s;
-  s.on_change = std::move(on_change);
-  return add(std::move(s), fd);
-}
-
-log_follower::following log_follower::add(log_state s, int fd) {
+log_follower::following log_follower::follow(unique_fd log, on_report_fn on_report, on_checkpoint_fn on_checkpoint) {
   std::lock_guard lock(mutex_);
   const std::uint64_t id = next_id_++;
+  log_state& s = logs_[id];
+  s.log = std::move(log);
+  s.lines.on_report = std::move(on_report);
+  s.lines.on_checkpoint = std::move(on_checkpoint);
   if (thread_.joinable()) {
     // The file this process opened, not whatever its name means now (/proc/self/fd is its inode).
-    const std::string self = "/proc/self/fd/" + std::to_string(fd);
+    const std::string self = "/proc/self/fd/" + std::to_string(s.log.get());
     s.watch = ::inotify_add_watch(inotify_.get(), self.c_str(), IN_MODIFY);
   }
-  logs_.emplace(id, std::move(s));
   // What was written before the watch was set is read at the first event, or at the end.
   return following(this, id);
 }
@@ -87,7 +71,6 @@ void log_follower::end(std::uint64_t id) noexcept {
     // Freeing the watch's mark is left to the kernel's worker: this does not wait for it.
     if (s.watch >= 0) ::inotify_rm_watch(inotify_.get(), s.watch);
   }
-  if (s.on_change) return;  // its reader reads the rest
   try {
     s.read_new();  // out of the map, so the thread cannot be reading it
   } catch (...) {

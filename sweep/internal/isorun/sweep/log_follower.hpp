@@ -1,10 +1,10 @@
 #pragma once
 /// @file log_follower.hpp
-/// Follows the stdout logs that trials write directly, handing each report line on as it is
-/// written (report_lines.hpp), or telling a reader of the log's own that it grew. One inotify instance and one thread
-/// serve every trial of a backend: closing an inotify instance that held a watch waits for an RCU grace period (up to
-/// milliseconds on a busy machine), so an instance per trial put that wait between every two
-/// trials on a lane.
+/// Follows the stdout logs that trials write directly (workers and commands), handing each
+/// report line, and a command's checkpoint lines, on as they are written (report_lines.hpp). One inotify instance and
+/// one thread serve every trial of a backend: closing an inotify instance that held a watch waits for an RCU grace
+/// period (up to milliseconds on a busy machine), so an instance per trial put that wait between every two trials on a
+/// lane.
 ///
 /// Threads: follow() and following::end() from any thread. Reports of a log reach its
 /// `on_report` in order, one call at a time across all logs, on the follower's thread while the
@@ -25,6 +25,7 @@ namespace isorun::sweep {
 class log_follower {
  public:
   using on_report_fn = std::function<void(std::int64_t step, nlohmann::json metrics)>;
+  using on_checkpoint_fn = std::function<void(std::int64_t step)>;
 
   /// A log being followed, until end() or its destructor.
   class following {
@@ -59,19 +60,14 @@ class log_follower {
   log_follower(const log_follower&) = delete;
   log_follower& operator=(const log_follower&) = delete;
 
-  /// @brief Follows `log` (open for reading) from its start; reports go to `on_report`.
-  [[nodiscard]] following follow(unique_fd log, on_report_fn on_report);
-
-  /// @brief Calls `on_change` on the follower's thread each time the file open as `fd` is written,
-  ///        until the following ends: for a log whose reader does slow work at its lines (a
-  ///        command's checkpoint commits) on a thread of its own, which would otherwise hold up every
-  ///        other log's reports. `on_change` must not block (an eventfd write); `fd` is only read
-  ///        here, to set the watch. Without inotify, never called.
-  [[nodiscard]] following notify(int fd, std::function<void()> on_change);
+  /// @brief Follows `log` (open for reading) from its start; reports go to `on_report`, and
+  ///        checkpoint lines to `on_checkpoint` where one is given. Both are called as reports
+  ///        are: they must not block (a commit's fsync belongs on another thread), since every
+  ///        other log waits meanwhile.
+  [[nodiscard]] following follow(unique_fd log, on_report_fn on_report, on_checkpoint_fn on_checkpoint = {});
 
  private:
   struct log_state;
-  following add(log_state s, int fd);
   void end(std::uint64_t id) noexcept;
   void watch();
 
