@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -378,7 +379,7 @@ class exit_reaper {
     s->worker.stderr_read.reset();  // nothing more of it is reported
     {
       std::lock_guard lock(mutex_);
-      exiting_.push_back({std::move(s), clock::now()});
+      exiting_.push_back({std::move(s), clock::now(), false});
     }
     const std::uint64_t one = 1;
     [[maybe_unused]] auto n = ::write(wake_.get(), &one, sizeof one);
@@ -388,6 +389,7 @@ class exit_reaper {
   struct exiting {
     std::shared_ptr<job::state> state;
     clock::time_point since;
+    bool let_go;  // told it may exit (protocol.hpp): from here, off the caller's path
   };
 
   exit_reaper() : wake_{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)} {
@@ -405,6 +407,8 @@ class exit_reaper {
         const auto now = clock::now();
         std::erase_if(exiting_, [&](exiting& e) {
           job::state& s = *e.state;
+          if (!std::exchange(e.let_go, true) && s.worker.control) [[maybe_unused]]
+            auto sent = ::send(s.worker.control.get(), &ser::let_go, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
           pollfd p[2] = {{s.worker.process.pidfd(), POLLIN, 0}, {s.cancel_event.get(), POLLIN, 0}};
           const auto deadline = e.since + s.spec.grace;
           if (::poll(p, 2, 0) == 0 && now < deadline) {

@@ -3,6 +3,7 @@
 #include <cxxabi.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -345,6 +346,13 @@ namespace detail {
     ser::send_message(ser::control_fd, done);
   } catch (const std::exception& e) {
     die(std::string("cannot report to the supervisor: ") + e.what());
+  }
+  if (req.early_result) {
+    // Asleep until the supervisor has handed the result over (protocol.hpp, let_go): not on the
+    // CPU its thread was just woken onto, with this process's teardown.
+    pollfd p{ser::control_fd, POLLIN, 0};
+    while (::poll(&p, 1, ser::let_go_wait_ms) < 0 && errno == EINTR) {
+    }
   }
   // What the exit would tear down on one core, large pieces given back on all of them: the task's
   // result value (freeing a large blob is one page at a time on one core) and, in a CPU worker,

@@ -15,11 +15,14 @@
 ///                                         result_stream.hpp; its header then says so)
 ///                          <--  done_message {status, peaks, timings}
 ///                                         exits; the supervisor classifies the end
+///     (early_result: the result handed over)
+///     let_go (one byte)  -->              exits (it waits for this, a second at most)
 ///
 /// Launching and assigning are separate steps, so a worker can be started before its work is
 /// known (standby workers) or somewhere the supervisor does not spawn directly; everything a
 /// worker needs that is not in its environment at exec arrives with the assignment.
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -30,10 +33,19 @@
 namespace isorun::serialization {
 
 /// Bumped whenever a message, the request or the result ring's control page changes shape.
-inline constexpr std::uint32_t protocol_version = 8;
+inline constexpr std::uint32_t protocol_version = 9;
 
 /// The descriptor a worker (and the `-- CMD` shim) finds its control socket under.
 inline constexpr int control_fd = 3;
+
+/// Sent by the supervisor once it has handed an early result over, to a worker that waits for it
+/// before it exits. Unix socket wake-ups are synchronous (the woken thread goes to the waker's CPU,
+/// which is expected to sleep): a worker going on into its exit right after `done` kept the
+/// supervisor's thread waiting behind the teardown on that CPU (milliseconds for an interpreter)
+/// while another CPU idled. Waiting, it sleeps as the hint says; it goes once the caller has its
+/// result. (A second at most: a supervisor that never says so does not keep it.)
+inline constexpr std::byte let_go{1};
+inline constexpr int let_go_wait_ms = 1000;
 
 /// Environment variables of the protocol. Set by the supervisor; the first is removed by
 /// the process they start, so a task's own children are ordinary processes.
