@@ -3,8 +3,6 @@
 #include "local_backend.hpp"
 
 #include <fcntl.h>
-#include <poll.h>
-#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -90,38 +88,55 @@ json read_command_result(int logs, const std::string& id, const fs::path& shown)
   return last_json_line(detail::read_all(log.get(), 1 << 20, shown / (id + ".out")));
 }
 
-// Waits for `in` to be readable or `ended` (an eventfd) to be set; false once `ended` is.
-bool wait_readable(int in, short events, int ended) {
-  for (;;) {
-    pollfd fds[2] = {{in, events, 0}, {ended, POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    return !(fds[1].revents & POLLIN);
-  }
-}
-
-// A thread of a trial's, told by an eventfd that the trial has ended, and joined before its
-// descriptors go: end() at the trial's end, or the destructor on any way out.
-class output_reader {
+// Commits the checkpoints a command announces, in order, on a thread of the trial's: the log
+// follower's thread, which reads every trial's log, must not wait for a commit's fsyncs.
+class checkpoint_committer {
  public:
-  // `ended` is an eventfd; `body(ended)` runs on the thread.
-  output_reader(unique_fd ended, std::function<void(int)> body) : ended_{std::move(ended)} {
-    thread_ = std::thread([this, body = std::move(body)] { body(ended_.get()); });
+  explicit checkpoint_committer(std::function<void(std::int64_t)> commit) : commit_{std::move(commit)} {
+    thread_ = std::thread([this] { run(); });
   }
-  output_reader(const output_reader&) = delete;
-  output_reader& operator=(const output_reader&) = delete;
-  ~output_reader() { end(); }
-  void end() noexcept {
+  checkpoint_committer(const checkpoint_committer&) = delete;
+  checkpoint_committer& operator=(const checkpoint_committer&) = delete;
+  ~checkpoint_committer() { finish(); }
+
+  void announce(std::int64_t step) {
+    {
+      std::lock_guard lock(mutex_);
+      pending_.push_back(step);
+    }
+    changed_.notify_one();
+  }
+
+  /// Commits what was announced, then stops: at the trial's end, or on any way out.
+  void finish() noexcept {
     if (!thread_.joinable()) return;
-    const std::uint64_t one = 1;
-    [[maybe_unused]] auto n = ::write(ended_.get(), &one, sizeof one);
+    {
+      std::lock_guard lock(mutex_);
+      finishing_ = true;
+    }
+    changed_.notify_one();
     thread_.join();
   }
 
  private:
-  unique_fd ended_;
+  void run() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      changed_.wait(lock, [&] { return finishing_ || !pending_.empty(); });
+      if (pending_.empty()) return;  // finishing, and all committed
+      const std::int64_t step = pending_.front();
+      pending_.pop_front();
+      lock.unlock();
+      commit_(step);
+      lock.lock();
+    }
+  }
+
+  std::function<void(std::int64_t)> commit_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::int64_t> pending_;  // announced, not yet committed
+  bool finishing_ = false;
   std::thread thread_;
 };
 
@@ -694,17 +709,13 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
       log_problem = e.what();
     }
   }
-  unique_fd announced(log_in && saved.folder ? ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK) : -1);
-  unique_fd ended(announced ? ::eventfd(0, EFD_CLOEXEC) : -1);
-  if (log_in && saved.folder && (!announced || !ended))
-    log_problem = std::string("cannot make an eventfd: ") + std::strerror(errno);
   std::unique_ptr<runner::command> cmd;
   // Under a cap on GPUs the cap sees every allocation of the command's processes: it keeps them
   // for the trial's memory timeline, as it does for `isorun --memory-timeline ... -- CMD`.
   const std::uint64_t cap = cap_of(t, *setup_.spec);
   const bool timeline = cap && !sl.gpus.empty();
   try {
-    if (!log_in || (saved.folder && !ended)) throw internal_error(log_problem);
+    if (!log_in) throw internal_error(log_problem);
     std::vector<std::string> env = {"ISORUN_RESULT=" + result_file.string(), "ISORUN_TRIAL=" + rec.id};
     env.insert(env.end(), saved.variables.begin(), saved.variables.end());
     cmd = runner::command::start({.argv = command_for(s.command, rec.params),
@@ -726,64 +737,35 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
     return;
   }
   stdout_file.reset();  // the command's now
-  // A `{"checkpoint": STEP}` line commits what the command staged in $ISORUN_CHECKPOINT_DIR/tmp;
-  // one that cannot be committed is said in the trial's stderr log, the folder left as it was.
-  auto on_checkpoint = [&](std::int64_t step) {
-    if (!saved.folder) return;
-    try {
-      const fs::path staged = saved.folder->command_staged(step);
-      saved.folder->commit(staged, step);
-      if (staged.filename() == checkpoint_folder::command_staging)  // a new, empty tmp for the next
-        if (::mkdir(staged.c_str(), 0755) != 0 && errno != EEXIST)
-          throw internal_error("cannot create " + staged.string() + ": " + std::strerror(errno));
-    } catch (const std::exception& e) {
-      detail::write_all(
-          err, std::string("isorun: checkpoint ") + std::to_string(step) + " not committed: " + e.what() + "\n");
-    }
-  };
-  // Its lines are read by the backend's follower as they are written; the checkpoint lines are
-  // committed in order on a thread of the trial's, where a commit's fsyncs hold up no other
-  // trial's reports.
-  std::mutex pending_mutex;
-  std::deque<std::int64_t> pending;  // announced, not yet committed
-  std::optional<output_reader> committer;
+  // Its lines are read by the backend's follower as they are written. A `{"checkpoint": STEP}`
+  // line commits what the command staged in $ISORUN_CHECKPOINT_DIR/tmp (or tmp-STEP), in order,
+  // on a thread of the trial's; one that cannot be committed is said in the trial's stderr log,
+  // the folder left as it was.
+  std::optional<checkpoint_committer> committer;
   if (saved.folder)
-    committer.emplace(std::move(ended), [&](int end) {
-      for (bool last = false;;) {
-        for (;;) {
-          std::int64_t step = 0;
-          {
-            std::lock_guard lock(pending_mutex);
-            if (pending.empty()) break;
-            step = pending.front();
-            pending.pop_front();
-          }
-          on_checkpoint(step);
-        }
-        if (last) return;
-        last = !wait_readable(announced.get(), POLLIN, end);
-        std::uint64_t drained;
-        [[maybe_unused]] auto n = ::read(announced.get(), &drained, sizeof drained);
+    committer.emplace([&](std::int64_t step) {
+      try {
+        const fs::path staged = saved.folder->command_staged(step);
+        saved.folder->commit(staged, step);
+        if (staged.filename() == checkpoint_folder::command_staging)  // a new, empty tmp for the next
+          if (::mkdir(staged.c_str(), 0755) != 0 && errno != EEXIST)
+            throw internal_error("cannot create " + staged.string() + ": " + std::strerror(errno));
+      } catch (const std::exception& e) {
+        detail::write_all(
+            err, std::string("isorun: checkpoint ") + std::to_string(step) + " not committed: " + e.what() + "\n");
       }
     });
   log_follower::following follow;
   try {
     follow = follower_.follow(
         std::move(log_in), [&](std::int64_t step, const json& metrics) { sink_->on_report(t, step, metrics); },
-        saved.folder ? log_follower::on_checkpoint_fn([&](std::int64_t step) {
-          {
-            std::lock_guard lock(pending_mutex);
-            pending.push_back(step);
-          }
-          const std::uint64_t one = 1;
-          [[maybe_unused]] auto n = ::write(announced.get(), &one, sizeof one);
-        })
-                     : log_follower::on_checkpoint_fn());
+        committer ? log_follower::on_checkpoint_fn([&](std::int64_t step) { committer->announce(step); })
+                  : log_follower::on_checkpoint_fn());
   } catch (const std::exception&) {
   }  // (no reports then, nor commits but the next attempt's; the log itself was checked above)
   const runner::command_result& r = await(sl, t, {.command = cmd.get()}, *cmd, rec);
   follow.end();                     // every line it printed is handed on before its result is read,
-  if (committer) committer->end();  // and every checkpoint it announced committed
+  if (committer) committer->finish();  // and every checkpoint it announced committed
   if (!r.memory_timeline.empty()) {
     // Where a task's worker writes its own (run_worker), by name in OUT/logs; a timeline that
     // cannot be written is left out, as a task's is when its worker dies first.

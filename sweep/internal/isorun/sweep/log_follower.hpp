@@ -1,10 +1,10 @@
 #pragma once
 /// @file log_follower.hpp
 /// Follows the stdout logs that trials write directly (workers and commands), handing each
-/// report line, and a command's checkpoint lines, on as they are written (report_lines.hpp). One inotify instance and
-/// one thread serve every trial of a backend: closing an inotify instance that held a watch waits for an RCU grace
-/// period (up to milliseconds on a busy machine), so an instance per trial put that wait between every two trials on a
-/// lane.
+/// report line, and a command's checkpoint lines, on as they are written (report_lines.hpp).
+/// One inotify instance and one thread serve every trial of a backend: closing an inotify
+/// instance that held a watch waits for an RCU grace period (up to milliseconds on a busy
+/// machine), so an instance per trial put that wait between every two trials on a lane.
 ///
 /// Threads: follow() and following::end() from any thread. Reports of a log reach its
 /// `on_report` in order, one call at a time across all logs, on the follower's thread while the
