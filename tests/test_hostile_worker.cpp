@@ -47,14 +47,20 @@ std::string junk_then_waits(int) {
   for (;;) ::pause();
 }
 
-// Well-formed hellos, as many as the socket takes.
+// A `done` as the worker would send it: its pid and the devices it sees.
+ser::done_message well_formed_done() {
+  ser::done_message done;
+  done.pid = ::getpid();
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) done.visible_devices = v;
+  if (const char* v = std::getenv("CUDA_DEVICE_ORDER")) done.device_order = v;
+  return done;
+}
+
+// Well-formed `done`s, as many as the socket takes.
 std::string floods_control(int) {
-  ser::hello_message hello;
-  hello.pid = ::getpid();
-  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) hello.visible_devices = v;
-  if (const char* v = std::getenv("CUDA_DEVICE_ORDER")) hello.device_order = v;
+  const ser::done_message done = well_formed_done();
   try {
-    for (;;) ser::send_message(ser::control_fd, hello);
+    for (;;) ser::send_message(ser::control_fd, done);
   } catch (const std::system_error&) {  // the supervisor hung up
   }
   return "returned";
@@ -62,7 +68,7 @@ std::string floods_control(int) {
 
 // Reports `done` itself and returns: the worker's own `done` is one more than the protocol has.
 std::string forges_done(int) {
-  ser::send_message(ser::control_fd, ser::done_message{});
+  ser::send_message(ser::control_fd, well_formed_done());
   return "returned";
 }
 
@@ -70,7 +76,7 @@ std::string forges_done(int) {
 // the worker can send its own.
 std::string forges_done_and_exits(int forge) {
   if (!forge) return "stale";
-  ser::send_message(ser::control_fd, ser::done_message{});
+  ser::send_message(ser::control_fd, well_formed_done());
   ::_exit(0);
 }
 
@@ -152,13 +158,14 @@ TEST_CASE("a task that writes to its worker's control socket stops the worker at
   const expectation cases[] = {
       {"jams_control", jams_control, "malformed control message"},
       {"junk_then_waits", junk_then_waits, "malformed control message"},
-      {"floods_control", floods_control, "second hello"},
+      {"floods_control", floods_control, "second done"},
       {"forges_done", forges_done, "second done"},
   };
   for (const bool early : {false, true}) {
     for (const auto& c : cases) {
-      // An early result is handed over on the first `done`, which a forged one then is.
-      if (early && c.task == forges_done) continue;
+      // An early result is handed over on the first `done`, which a forged one then is (each of
+      // the flood's is one).
+      if (early && (c.task == forges_done || c.task == floods_control)) continue;
       INFO(c.name << (early ? " (early result)" : ""));
       // The timeout bounds a worker that is never stopped, so that it fails the test instead of
       // hanging it.

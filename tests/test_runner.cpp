@@ -3,6 +3,7 @@
 // and standby workers have files of their own; the tasks are in runner_tasks.hpp.
 #include <catch2/catch.hpp>
 
+#include "isorun/serialization/control.hpp"
 #include "runner_tasks.hpp"
 
 using namespace runner_tests;
@@ -114,6 +115,32 @@ TEST_CASE("a job's times: the worker's encoding, then its reaping, then the vali
   CHECK(res.encode_begin_ns > 0);
   CHECK(encoded <= res.reaped_ns);
   CHECK(res.reaped_ns <= res.received_ns);
+}
+
+TEST_CASE("a small result comes back in the worker's done, a larger one through shared memory", "[runner]") {
+  namespace r = isorun::runner;
+  namespace ser = isorun::serialization;
+  // The largest payload sent inline: its length prefix and its bytes fill the limit.
+  const std::uint64_t largest_inline = ser::inline_result_limit - ser::header_size - sizeof(std::uint64_t);
+  for (const bool early : {false, true}) {
+    for (const std::uint64_t size : {std::uint64_t{0}, std::uint64_t{104}, largest_inline, largest_inline + 8, 1_MiB}) {
+      INFO(size << " bytes" << (early ? ", early_result" : ""));
+      auto spec = r::job_spec_for("make_pattern", ser::encoding::binary,
+                                  isorun::detail::encode_args(size, std::uint64_t{3}), {}, {.early_result = early});
+      auto job = r::job::start(std::move(spec));
+      const auto& res = job->wait();
+      REQUIRE(res.status.kind == isorun::outcome_kind::success);
+      if (early) CHECK(isorun::test::process_gone(job->pid()));  // (its exit finishes behind the call)
+      CHECK(res.sent_inline == (size <= largest_inline));
+      // Early, a result sent inline needs no seal: it is handed over before the exit either way.
+      CHECK(res.status.exit_pending == early);
+      const auto b = isorun::detail::to_result<isorun::blob>(res).value();
+      REQUIRE(b.size() == size);
+      bool intact = true;
+      for (std::uint64_t i = 0; i < size; ++i) intact &= b.data()[i] == pattern_byte(i, 3);
+      CHECK(intact);
+    }
+  }
 }
 
 TEST_CASE("the worker's allocator enforces the cap and reports its peaks", "[runner][alloc]") {

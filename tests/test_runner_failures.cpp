@@ -138,6 +138,12 @@ TEST_CASE("misbehaving workers are classified and never crash the supervisor", "
     REQUIRE(valid.status.kind == k::success);
     CHECK(isorun::detail::to_result<std::string>(valid).value() == "ok");
   }
+  {
+    auto valid = run_bad_worker("inline_valid");  // a small result sent in `done`
+    REQUIRE(valid.status.kind == k::success);
+    CHECK(valid.sent_inline);
+    CHECK(isorun::detail::to_result<std::string>(valid).value() == "ok");
+  }
   const int fds = isorun::test::open_fds();  // after the first job filled the segment pool
 
   struct expectation {
@@ -152,6 +158,9 @@ TEST_CASE("misbehaving workers are classified and never crash the supervisor", "
       {"wrong_encoding", k::invalid_result, "different encoding"},
       {"garbage_control", k::invalid_result, "malformed control message"},
       {"oversized_control", k::invalid_result, "exceeds the 65536-byte limit"},
+      {"inline_corrupt_checksum", k::invalid_result, "checksum mismatch"},
+      {"inline_oversize_claim", k::invalid_result, "worker result rejected"},
+      {"inline_streamed_magic", k::invalid_result, "wrong magic"},
       {"wrong_devices", k::invalid_result, "handshake mismatch"},
       {"wrong_pid", k::invalid_result, "handshake mismatch"},
       {"exit_without_result", k::crashed, "without delivering a result"},

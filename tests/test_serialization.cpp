@@ -328,10 +328,11 @@ TEST_CASE("a large mapping given back on several threads leaves the segment's by
 TEST_CASE("control messages: framing, validation, hang-up", "[control]") {
   int sv[2];
   REQUIRE(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == 0);
-  ser::hello_message hello;
-  hello.pid = 42;
-  hello.visible_devices = "GPU-sim-0";
-  ser::send_message(sv[0], hello);
+  ser::done_message ok;
+  ok.pid = 42;
+  ok.visible_devices = "GPU-sim-0";
+  ok.inline_result = std::string(ser::inline_result_limit, 'r');  // the largest result sent inline
+  ser::send_message(sv[0], ok);
   ser::done_message done;
   done.status = ser::task_status::task_error;
   done.error_type = "std::runtime_error";
@@ -340,7 +341,8 @@ TEST_CASE("control messages: framing, validation, hang-up", "[control]") {
 
   auto r1 = ser::try_receive(sv[1]);
   REQUIRE(r1.message);
-  CHECK(std::get<ser::hello_message>(*r1.message).visible_devices == "GPU-sim-0");
+  CHECK(std::get<ser::done_message>(*r1.message).visible_devices == "GPU-sim-0");
+  CHECK(std::get<ser::done_message>(*r1.message).inline_result == ok.inline_result);
   auto r2 = ser::try_receive(sv[1]);
   REQUIRE(r2.message);
   CHECK(std::get<ser::done_message>(*r2.message).message.size() == 1000);
@@ -402,7 +404,7 @@ TEST_CASE("an assignment carries its segments' descriptors; stray descriptors ar
   r = ser::receive_message(sv[1], true);
   CHECK(r.fds.size() == 5);
   for (int fd : r.fds) ::close(fd);
-  ser::send_message(sv[0], ser::hello_message{}, fds);
+  ser::send_message(sv[0], ser::done_message{}, fds);
   CHECK_THROWS_WITH(ser::try_receive(sv[1]), Catch::Contains("descriptors it should not"));
   CHECK(isorun::test::open_fds() == before);
   ::close(sv[0]);

@@ -156,6 +156,10 @@ void assign(int control, const prepared_request& p, const job_spec& spec) {
   }
 }
 
+// A result sent in `done` is decoded from a copy aligned as a mapped segment's payload is (its
+// header is 64 bytes), so that what decodes in place there decodes in place here.
+constexpr std::align_val_t inline_alignment{64};
+
 // The header of a streamed result (its payload came through the ring), read with pread: a copy
 // the worker cannot change afterwards, and no mapping of a segment the pool may have grown
 // large. nullopt if the segment holds anything else.
@@ -171,7 +175,6 @@ struct watch_record {
   exit_status exited;
   std::optional<std::pair<outcome_kind, std::string>> forced;  // the first of cancel, timeout, violation
   std::optional<ser::done_message> done;
-  bool hello = false;  // the worker's hello arrived
   std::vector<std::string> stderr_tail;
   clock::duration wall{};
   std::uint64_t memory_peak = 0;  // the worker's cgroup's memory.peak, else its largest resident set
@@ -208,9 +211,9 @@ struct job::state {
 
 namespace {
 
-// Reads the worker's messages that are waiting, and checks each against the protocol: one hello
-// that matches the assignment, then one done. Anything else (a malformed frame, a second hello or
-// done, a message only the supervisor sends) is a violation: it is recorded as invalid_result,
+// Reads the worker's messages that are waiting, and checks each against the protocol: one done,
+// from the worker assigned (its pid, the devices it sees). Anything else (a malformed frame, a
+// second done, a message only the supervisor sends) is a violation: it is recorded as invalid_result,
 // the socket is closed (nothing more of it is read) and true is returned, for the caller to stop
 // the worker at once.
 bool read_control(job::state& s, watch_record& w) {
@@ -236,19 +239,17 @@ bool read_control(job::state& s, watch_record& w) {
       return false;
     }
     if (!r.message) return false;
-    if (auto* h = std::get_if<ser::hello_message>(&*r.message)) {
-      if (std::exchange(w.hello, true)) return violation("worker sent a second hello" + culprit);
-      std::string bad;
-      if (h->protocol != ser::protocol_version) bad = "protocol version " + std::to_string(h->protocol);
-      else if (h->pid != s.worker.process.pid())
-        bad = "pid " + std::to_string(h->pid) + " (spawned " + std::to_string(s.worker.process.pid()) + ")";
-      else if (h->visible_devices != expected_devices)
-        bad = "CUDA_VISIBLE_DEVICES='" + h->visible_devices + "' (assigned '" + expected_devices + "')";
-      else if (h->device_order != "PCI_BUS_ID") bad = "CUDA_DEVICE_ORDER='" + h->device_order + "'";
-      if (!bad.empty()) return violation("worker handshake mismatch: it reports " + bad);
-    } else if (auto* d = std::get_if<ser::done_message>(&*r.message)) {
+    if (auto* d = std::get_if<ser::done_message>(&*r.message)) {
       if (w.done) return violation("worker sent a second done" + culprit);
-      w.done = *d;
+      std::string bad;
+      if (d->protocol != ser::protocol_version) bad = "protocol version " + std::to_string(d->protocol);
+      else if (d->pid != s.worker.process.pid())
+        bad = "pid " + std::to_string(d->pid) + " (spawned " + std::to_string(s.worker.process.pid()) + ")";
+      else if (d->visible_devices != expected_devices)
+        bad = "CUDA_VISIBLE_DEVICES='" + d->visible_devices + "' (assigned '" + expected_devices + "')";
+      else if (d->device_order != "PCI_BUS_ID") bad = "CUDA_DEVICE_ORDER='" + d->device_order + "'";
+      if (!bad.empty()) return violation("worker handshake mismatch: it reports " + bad);
+      w.done = std::move(*d);
       w.done_seen_ns = monotonic_ns();
     } else {
       return violation("worker sent a message only the supervisor may send");
@@ -318,12 +319,12 @@ watch_record watch(job::state& s) {
       if (await_done && w.done) {
         await_done = false;
         // Sealed, the result can no longer change, whoever still runs: hand it over now. A
-        // streamed result needs no seal: its payload is in this process's memory, its header
-        // is copied now. A failure, or a seal refused because something still maps it
+        // result sent in `done`, or streamed, needs no seal: its payload is in this process's
+        // memory (a streamed one's header is copied now). A failure, or a seal refused because something still maps it
         // writable, waits for the exit.
         if (w.done->status == ser::task_status::ok && !w.forced) {
-          w.streamed = streamed_header(*s.segments.result);
-          if (w.streamed || s.segments.result->seal()) {
+          if (w.done->inline_result.empty()) w.streamed = streamed_header(*s.segments.result);
+          if (!w.done->inline_result.empty() || w.streamed || s.segments.result->seal()) {
             w.early = true;
             break;
           }
@@ -451,7 +452,7 @@ job_result classify(watch_record w, const job_spec& spec, const std::shared_ptr<
   r.trace.done_seen_ns = w.done_seen_ns;
   if (w.done) {
     r.trace.worker_assigned_ns = w.done->assigned_ns;
-    r.trace.worker_hello_ns = w.done->hello_ns;
+    r.trace.worker_request_ns = w.done->request_ns;
     r.trace.worker_sent_ns = w.done->sent_ns;
   }
   outcome& o = r.status;
@@ -476,9 +477,18 @@ job_result classify(watch_record w, const job_spec& spec, const std::shared_ptr<
     o.message = std::move(w.forced->second);
   } else if (w.done && w.done->status == ser::task_status::ok) {
     try {
-      if (!w.streamed) w.streamed = streamed_header(*result_segment);
+      const bool sent_inline = !w.done->inline_result.empty();
+      if (!sent_inline && !w.streamed) w.streamed = streamed_header(*result_segment);
       ser::encoding enc{};
-      if (w.streamed) {  // the payload came through the ring
+      if (sent_inline) {  // copied to memory aligned as a mapped segment's, for in-place decoding
+        const std::string& bytes = w.done->inline_result;
+        std::shared_ptr<std::byte> copy(static_cast<std::byte*>(::operator new(bytes.size(), inline_alignment)),
+                                        [](std::byte* p) { ::operator delete(p, inline_alignment); });
+        std::memcpy(copy.get(), bytes.data(), bytes.size());
+        r.payload = ser::open_payload(copy.get(), bytes.size(), ser::result_magic, spec.max_result, enc);
+        r.owner = std::move(copy);
+        r.sent_inline = true;
+      } else if (w.streamed) {  // the payload came through the ring
         const ser::segment_header h = ser::read_header(reinterpret_cast<const std::byte*>(&*w.streamed),
                                                        sizeof(ser::segment_header), ser::streamed_result_magic,
                                                        spec.max_result);

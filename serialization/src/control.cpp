@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <sstream>
 #include <system_error>
 #include <vector>
@@ -81,8 +82,9 @@ void send_message(int fd, const control_message& message, std::span<const int> f
 }
 
 receive_result receive_message(int fd, bool wait) {
-  std::vector<std::byte> buf(max_control_message);
-  iovec iov{buf.data(), buf.size()};
+  // Not zeroed: most messages are a few hundred bytes, and zeroing the whole would touch 16 pages.
+  const std::unique_ptr<std::byte[]> buf(new std::byte[max_control_message]);
+  iovec iov{buf.get(), max_control_message};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * max_fds)];
   msghdr msg{};
   msg.msg_iov = &iov;
@@ -131,22 +133,17 @@ receive_result receive_message(int fd, bool wait) {
   } guard{r};
 
   if (msg.msg_flags & MSG_CTRUNC) throw wire_error("control message carried more descriptors than any message may");
-  if (static_cast<std::size_t>(n) > buf.size())
+  if (static_cast<std::size_t>(n) > max_control_message)
     throw wire_error("control message of " + std::to_string(n) + " bytes exceeds the " +
                      std::to_string(max_control_message) + "-byte limit");
   if (static_cast<std::size_t>(n) < sizeof(frame)) throw wire_error("control message truncated");
   frame f;
-  std::memcpy(&f, buf.data(), sizeof f);
+  std::memcpy(&f, buf.get(), sizeof f);
   if (f.magic != control_magic) throw wire_error("control message has a wrong magic number");
-  std::span<const std::byte> body{buf.data() + sizeof f, static_cast<std::size_t>(n) - sizeof f};
+  std::span<const std::byte> body{buf.get() + sizeof f, static_cast<std::size_t>(n) - sizeof f};
   switch (f.kind) {
-    case 1:
-      r.message = decoded<hello_message>(body);
-      break;
+    case 1: r.message = decoded<done_message>(body); break;
     case 2:
-      r.message = decoded<done_message>(body);
-      break;
-    case 3:
       r.message = decoded<assign_message>(body);
       if (const auto want = assign_fds(std::get<assign_message>(*r.message)); r.fds.size() != want)
         throw wire_error("assignment carried " + std::to_string(r.fds.size()) + " descriptors, not " +
@@ -155,7 +152,7 @@ receive_result receive_message(int fd, bool wait) {
     default:
       throw wire_error("control message of unknown kind " + std::to_string(f.kind));
   }
-  if (f.kind != 3 && !r.fds.empty()) throw wire_error("control message carried descriptors it should not");
+  if (f.kind != 2 && !r.fds.empty()) throw wire_error("control message carried descriptors it should not");
   guard.keep = true;
   return r;
 }

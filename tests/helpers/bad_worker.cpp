@@ -39,18 +39,29 @@ int main() {
   for (const auto& e : std::get<ser::assign_message>(*assigned.message).env) ::putenv(::strdup(e.c_str()));
   const int result_fd = assigned.fds[1];
 
-  ser::hello_message hello;
-  hello.pid = ::getpid();
-  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) hello.visible_devices = v;
-  if (const char* v = std::getenv("CUDA_DEVICE_ORDER")) hello.device_order = v;
-  if (mode == "wrong_devices") hello.visible_devices = "GPU-not-the-assigned-one";
-  if (mode == "wrong_pid") hello.pid = 1;
-  ser::send_message(ctl, hello);
+  ser::done_message done;
+  done.pid = ::getpid();
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) done.visible_devices = v;
+  if (const char* v = std::getenv("CUDA_DEVICE_ORDER")) done.device_order = v;
+  if (mode == "wrong_devices") done.visible_devices = "GPU-not-the-assigned-one";
+  if (mode == "wrong_pid") done.pid = 1;
   if (mode == "exit_without_result") return 0;
 
   // A valid binary payload: a std::string "ok".
   const std::string value = "ok";
   const std::uint64_t n = ser::encoded_size(value);
+  if (mode.rfind("inline_", 0) == 0) {  // the result in `done` itself, as a worker sends a small one
+    std::string bytes(ser::header_size + n, '\0');
+    auto* at = reinterpret_cast<std::byte*>(bytes.data());
+    std::uint64_t sum = ser::encode_into(at + ser::header_size, n, value);
+    if (mode == "inline_corrupt_checksum") sum ^= 1;
+    ser::write_header(at, ser::result_magic, ser::encoding::binary, mode == "inline_oversize_claim" ? n + 1 : n, sum);
+    if (mode == "inline_streamed_magic")
+      ser::write_header(at, ser::streamed_result_magic, ser::encoding::binary, n, sum);
+    done.inline_result = bytes;
+    ser::send_message(ctl, done);
+    return 0;
+  }
   ser::shm_file out{result_fd};
   out.reserve(ser::header_size + n);
   auto map = ser::mapping::map(out.fd(), ser::header_size + n, ser::mapping::access::read_write, false);
@@ -70,7 +81,6 @@ int main() {
   }
   out.release();
 
-  ser::done_message done;
   ser::send_message(ctl, done);
   if (mode == "crash_after_done") std::abort();
   return 0;

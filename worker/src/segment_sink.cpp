@@ -59,13 +59,28 @@ std::byte* segment_sink::claim_area(std::uint64_t size) {
 std::byte* segment_sink::reserve(std::uint64_t size, const std::byte* blob_bytes) {
   run_end_ns_ = ser::monotonic_ns();
   std::lock_guard lock(mutex_);
+  // A small result with nothing of the task's in the segment (no output_blob, no placed blob):
+  // written here and sent in `done`, the segment left untouched.
+  if (!claimed_ && !placed_ && size <= max_result_ && ser::header_size + size <= ser::inline_result_limit) {
+    inline_.assign(ser::header_size + size, '\0');
+    inlined_ = claimed_ = true;
+    return reinterpret_cast<std::byte*>(inline_.data()) + ser::header_size;
+  }
+  inlined_ = false;
   return claim_locked(size, blob_bytes);
 }
 
 void segment_sink::commit(std::uint64_t size, std::uint64_t checksum, ser::encoding enc) {
   std::lock_guard lock(mutex_);
-  ser::write_header(map_.data(), ser::result_magic, enc, size, checksum);
+  ser::write_header(inlined_ ? reinterpret_cast<std::byte*>(inline_.data()) : map_.data(), ser::result_magic, enc, size,
+                    checksum);
+  committed_ = true;
   committed_ns_ = ser::monotonic_ns();
+}
+
+std::string segment_sink::take_inline_result() {
+  std::lock_guard lock(mutex_);
+  return inlined_ && committed_ ? std::move(inline_) : std::string{};
 }
 
 void segment_sink::commit_streamed(std::uint64_t blob_size) {
@@ -179,7 +194,8 @@ void segment_sink::close() {
   take_premapped(true);
   std::lock_guard lock(mutex_);
   map_ = {};
-  if (file_.valid()) {
+  if (file_.valid() &&
+      !inlined_) {  // (a result sent in `done` left it as the supervisor gave it: it may pool it again)
     try {
       file_.seal();  // refused (false) where the task still maps it writable: the supervisor then waits for the exit
     } catch (const std::exception&) {

@@ -1,5 +1,5 @@
-// The worker side of the protocol: map the request, say hello, run one task, publish its result
-// in shared memory, report, exit. Everything the supervisor sent is validated first.
+// The worker side of the protocol: map the request, run one task, publish its result (in `done`
+// when small, else in shared memory), report, exit. Everything the supervisor sent is validated first.
 #include <cxxabi.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -198,16 +198,12 @@ void check_warm_device(const std::optional<ser::warm_device>& warm, const ser::r
         std::to_string(req.mem_limit));
 }
 
-void say_hello() {
-  ser::hello_message hello;
-  hello.pid = ::getpid();
-  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) hello.visible_devices = v;
-  if (const char* v = std::getenv("CUDA_DEVICE_ORDER")) hello.device_order = v;
-  try {
-    ser::send_message(ser::control_fd, hello);
-  } catch (const std::exception& e) {
-    die(std::string("cannot reach the supervisor: ") + e.what());
-  }
+// Who this worker is and what it sees, for `done`: taken before the task runs, which may change
+// its own environment.
+void identify(ser::done_message& done) {
+  done.pid = ::getpid();
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) done.visible_devices = v;
+  if (const char* v = std::getenv("CUDA_DEVICE_ORDER")) done.device_order = v;
 }
 
 void assign_devices(const ser::request& req) {
@@ -304,8 +300,9 @@ namespace detail {
   check_warm_device(warm, req);
   for (const auto& lib : req.task_libraries)
     if (!::dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL)) die(std::string("cannot load task library: ") + ::dlerror());
-  say_hello();
-  const std::int64_t hello_ns = monotonic_ns();
+  ser::done_message done;
+  identify(done);
+  done.request_ns = monotonic_ns();
   assign_devices(req);
 
   // Read now and removed, so that processes the task starts do not see it.
@@ -313,7 +310,6 @@ namespace detail {
   if (const char* t = std::getenv(ser::env::memory_timeline.data())) timeline = t;
   ::unsetenv(ser::env::memory_timeline.data());
 
-  ser::done_message done;
   std::optional<oom_figures> oom;  // for the memory timeline
   segment_sink sink(std::move(assigned.result), req.max_result, std::move(assigned.ring), assigned.stream_event);
   if (sink.has_ring() && req.encoding == static_cast<std::uint32_t>(ser::encoding::binary))
@@ -329,9 +325,11 @@ namespace detail {
     done.encode_begin_ns = sink.run_end_ns_;
     done.encode_ns = static_cast<std::uint64_t>(sink.committed_ns_ - sink.run_end_ns_);
   }
+  if (done.status == ser::task_status::ok) done.inline_result = sink.take_inline_result();
   if (req.early_result) {
-    // The supervisor seals the result on `done` and hands it over while this process exits:
-    // nothing here may still be able to write it, and the task's device memory goes back now.
+    // The supervisor hands the result over on `done` while this process exits: a result in the
+    // segment is sealed here, so nothing can still write it, and the task's device memory goes
+    // back now.
     this_worker().set_output_area(nullptr);
     if (this_worker().has_gpu()) result.reset();  // device memory it may hold goes back with the rest
     this_worker().release_task_memory();
@@ -340,7 +338,6 @@ namespace detail {
   std::cout.flush();
   std::fflush(nullptr);
   done.assigned_ns = assigned_ns;
-  done.hello_ns = hello_ns;
   done.sent_ns = monotonic_ns();
   try {
     ser::send_message(ser::control_fd, done);

@@ -82,7 +82,7 @@ struct call_trace {
   std::int64_t launched_ns = 0;         ///< a worker launched, or taken from standby
   std::int64_t assigned_ns = 0;         ///< its assignment sent (before its start, for a launch)
   std::int64_t worker_assigned_ns = 0;  ///< the worker had its assignment
-  std::int64_t worker_hello_ns = 0;     ///< the worker said hello (its request mapped)
+  std::int64_t worker_request_ns = 0;   ///< the worker had mapped its request
   std::int64_t worker_sent_ns = 0;      ///< the worker sent done
   std::int64_t done_seen_ns = 0;        ///< the supervisor read done
 };
@@ -92,7 +92,8 @@ struct job_result {
   outcome status;
   serialization::encoding encoding = serialization::encoding::binary;
   std::span<const std::byte> payload;   ///< valid while `owner` lives
-  std::shared_ptr<const void> owner;    ///< keeps the result segment mapped
+  std::shared_ptr<const void> owner;    ///< keeps the result segment mapped (or a small result's copy)
+  bool sent_inline = false;             ///< the result came in the worker's `done`, not through shared memory
   std::int64_t received_ns = 0;         ///< CLOCK_MONOTONIC when the payload was validated
   std::int64_t encode_begin_ns = 0;     ///< CLOCK_MONOTONIC when the worker began encoding
   std::uint64_t encode_ns = 0;          ///< time the worker spent encoding into shared memory

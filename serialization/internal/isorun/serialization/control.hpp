@@ -54,20 +54,6 @@ inline constexpr std::size_t assign_fds(const assign_message& a) {
   return 2 + (a.stdout_attached ? 1 : 0) + (a.stream_attached ? 2 : 0);
 }
 
-/// Sent by the worker once it has applied its assignment and mapped its request: who it is and
-/// what it sees.
-struct hello_message {
-  std::uint32_t protocol = protocol_version;
-  std::int64_t pid = 0;
-  std::string visible_devices;  ///< CUDA_VISIBLE_DEVICES as the worker sees it
-  std::string device_order;     ///< CUDA_DEVICE_ORDER as the worker sees it
-
-  template <class Archive>
-  void serialize(Archive& ar) {
-    ar(protocol, pid, visible_devices, device_order);
-  }
-};
-
 /// How a task ended inside the worker.
 enum class task_status : std::uint8_t {
   ok = 0,
@@ -76,8 +62,19 @@ enum class task_status : std::uint8_t {
   result_too_large = 3,  ///< the result exceeds the supervisor's --max-result; it was not written
 };
 
-/// Sent by the worker when the task has finished (result, if any, already in shared memory).
+/// A result (header and payload) at most this large travels in `done` itself, not through the
+/// segment: copied once, it needs no mapping, growing or seal on either side, and the pooled
+/// segment stays unused for the next call. Larger results go through shared memory.
+inline constexpr std::size_t inline_result_limit = 16 * 1024;
+
+/// Sent by the worker when the task has finished: how it ended, who the worker is and what it
+/// sees (checked against the assignment), and a small result itself (else the result, if any,
+/// is in the result segment).
 struct done_message {
+  std::uint32_t protocol = protocol_version;
+  std::int64_t pid = 0;
+  std::string visible_devices;  ///< CUDA_VISIBLE_DEVICES as the worker sees it
+  std::string device_order;     ///< CUDA_DEVICE_ORDER as the worker sees it
   task_status status = task_status::ok;
   std::string error_type;  ///< demangled exception type, for task_error / out_of_memory
   std::string message;     ///< exception message (truncated to fit a control message)
@@ -88,17 +85,20 @@ struct done_message {
   std::int64_t encode_begin_ns = 0;   ///< CLOCK_MONOTONIC when encoding began
   // Where the worker's part of the call went (CLOCK_MONOTONIC; 0 where a worker does not say).
   std::int64_t assigned_ns = 0;  ///< it had its assignment
-  std::int64_t hello_ns = 0;     ///< it said hello: its request mapped, its task's libraries loaded
+  std::int64_t request_ns = 0;   ///< its request mapped, its task's libraries loaded
   std::int64_t sent_ns = 0;      ///< it sent this message: the result written (and let go, early)
+  /// The result segment's bytes (header, payload) when they fit inline_result_limit; empty when
+  /// the result is in the segment (or there is none).
+  std::string inline_result;
 
   template <class Archive>
   void serialize(Archive& ar) {
-    ar(status, error_type, message, peak_allocated, peak_reserved, run_ns, encode_ns, encode_begin_ns, assigned_ns,
-       hello_ns, sent_ns);
+    ar(protocol, pid, visible_devices, device_order, status, error_type, message, peak_allocated, peak_reserved, run_ns,
+       encode_ns, encode_begin_ns, assigned_ns, request_ns, sent_ns, inline_result);
   }
 };
 
-using control_message = std::variant<hello_message, done_message, assign_message>;
+using control_message = std::variant<done_message, assign_message>;
 
 /// @brief Sends `bytes` as one datagram on `fd`, with `fds` (at most 5) attached as SCM_RIGHTS
 ///        (the caller keeps its copies), retrying on EINTR: what every message that passes

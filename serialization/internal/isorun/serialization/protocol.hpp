@@ -8,12 +8,13 @@
 ///     assign_message {env} + SCM_RIGHTS [request segment, result segment, stdout?,
 ///                                        result ring + its start eventfd?]  -->
 ///                                         applies env (CUDA_VISIBLE_DEVICES, ...) and stdout,
-///                                         maps request
-///                          <--  hello_message {pid, visible devices as it sees them}
-///                                         runs the task, writes the result segment (a result
-///                                         made on a device may stream through the ring first:
-///                                         result_stream.hpp; its header then says so)
-///                          <--  done_message {status, peaks, timings}
+///                                         maps request, runs the task, writes its result: a
+///                                         small one into `done` itself, a larger one into the
+///                                         result segment (a result made on a device may stream
+///                                         through the ring first: result_stream.hpp; its
+///                                         header then says so)
+///                          <--  done_message {pid, visible devices as it sees them, status,
+///                                             peaks, timings, the small result}
 ///                                         exits; the supervisor classifies the end
 ///     (early_result: the result handed over)
 ///     let_go (one byte)  -->              exits (it waits for this, a second at most)
@@ -33,7 +34,7 @@
 namespace isorun::serialization {
 
 /// Bumped whenever a message, the request or the result ring's control page changes shape.
-inline constexpr std::uint32_t protocol_version = 9;
+inline constexpr std::uint32_t protocol_version = 10;
 
 /// The descriptor a worker (and the `-- CMD` shim) finds its control socket under.
 inline constexpr int control_fd = 3;

@@ -1,7 +1,7 @@
 #pragma once
 /// @file segment_sink.hpp
-/// The worker's end of a result: the pooled shared-memory segment the supervisor assigned, and
-/// the ring a device result streams through.
+/// The worker's end of a result: the pooled shared-memory segment the supervisor assigned, the
+/// ring a device result streams through, and for a small result neither (it goes in `done`).
 ///
 /// The segment is mapped ahead while the task runs (premap_in_background), lends its payload
 /// area to the task (output_blob when asked, blob placement when not: see blob_placement.hpp),
@@ -26,6 +26,7 @@
 #include <optional>
 #include <span>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -102,6 +103,11 @@ class ISORUN_INTERNAL_API segment_sink final : public result_sink,
   /// exit.
   void unmap_result();
 
+  /// @brief The committed result's bytes (header, payload) if they were small enough to travel
+  ///        in `done` (control.hpp, inline_result_limit) and so never went to the segment; empty
+  ///        otherwise. Taken once.
+  std::string take_inline_result();
+
   /// Lets go of the segment and seals it where nothing else maps it writable: this process can
   /// no longer change it. (Sealed here, on the CPU that wrote it: a seal drains the page batches
   /// of every CPU that holds some of its pages, through a kernel worker on each, and the
@@ -125,6 +131,9 @@ class ISORUN_INTERNAL_API segment_sink final : public result_sink,
   static constexpr std::uint64_t premap_threshold = 32ULL << 20;
 
   std::mutex mutex_;  // the segment's mapping and its placed blob, shared by the task's threads
+  std::string inline_;    // a small result's header and payload, written here instead of the segment
+  bool inlined_ = false;  // the area reserve() gave is inline_
+  bool committed_ = false;
   serialization::shm_file file_;
   serialization::mapping map_;
   serialization::mapping premapped_;  // premap_in_background()'s mapping, until area_locked() takes it
