@@ -42,5 +42,6 @@ ISORUN_TASK(prints);
 ISORUN_TASK(escapee);
 ISORUN_TASK(escapes_to_rewrite);
 ISORUN_TASK(clings);
+ISORUN_TASK(segments_held);
 ISORUN_TASK(frees_slowly);
 ISORUN_TASK(frees_slowly_after_large_request);

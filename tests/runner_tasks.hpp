@@ -349,6 +349,18 @@ inline isorun::blob escapee(const std::string& dir) {
 
 // Its result area is still mapped writable by a child when it reports: the result cannot be
 // sealed, so it is handed over only after the worker's group is gone.
+// How many of isorun's shared memory segments the worker holds a descriptor of while its task
+// runs (`args` only makes the request as large as the test wants).
+inline int segments_held(const isorun::blob& args) {
+  (void)args;
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    n += std::filesystem::read_symlink(e.path(), ec).string().starts_with("/memfd:isorun-segment");
+  }
+  return n;
+}
+
 inline isorun::blob clings(int) {
   isorun::blob b = isorun::this_worker().output_blob(4096);
   std::memset(b.mutable_data(), 'b', b.size());

@@ -121,7 +121,7 @@ TEST_CASE("a small result comes back in the worker's done, a larger one through 
   namespace r = isorun::runner;
   namespace ser = isorun::serialization;
   // The largest payload sent inline: its length prefix and its bytes fill the limit.
-  const std::uint64_t largest_inline = ser::inline_result_limit - ser::header_size - sizeof(std::uint64_t);
+  const std::uint64_t largest_inline = ser::inline_limit - ser::header_size - sizeof(std::uint64_t);
   for (const bool early : {false, true}) {
     for (const std::uint64_t size : {std::uint64_t{0}, std::uint64_t{104}, largest_inline, largest_inline + 8, 1_MiB}) {
       INFO(size << " bytes" << (early ? ", early_result" : ""));

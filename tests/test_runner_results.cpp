@@ -94,6 +94,14 @@ TEST_CASE("a blob placed in the result segment keeps its bytes when another resu
   }
 }
 
+TEST_CASE("a small request is carried by the assignment, a larger one comes through shared memory", "[runner]") {
+  // The worker holds its result segment's descriptor, and its request segment's only for a
+  // request too large to be carried.
+  const auto f = isorun::isolated(segments_held);
+  CHECK(f(isorun::blob(100)) == 1);
+  CHECK(f(isorun::blob(64 * 1024)) == 2);
+}
+
 TEST_CASE("blob arguments reach the task intact", "[runner]") {
   std::vector<std::uint8_t> bytes(1 << 20);
   std::uint64_t expected = 0;

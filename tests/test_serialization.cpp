@@ -331,7 +331,7 @@ TEST_CASE("control messages: framing, validation, hang-up", "[control]") {
   ser::done_message ok;
   ok.pid = 42;
   ok.visible_devices = "GPU-sim-0";
-  ok.inline_result = std::string(ser::inline_result_limit, 'r');  // the largest result sent inline
+  ok.inline_result = std::string(ser::inline_limit, 'r');  // the largest result sent inline
   ser::send_message(sv[0], ok);
   ser::done_message done;
   done.status = ser::task_status::task_error;

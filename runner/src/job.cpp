@@ -53,11 +53,13 @@ using detail::line_tail;
 // A worker's request and result segments, ready to be handed over, and for a blob result its
 // ring (mapped on this side) and the eventfd that announces a stream.
 struct prepared_request {
-  std::shared_ptr<ser::pooled_segment> request, result, ring;
+  std::string inline_request;  // the request's bytes, when it is small enough to be carried (control.hpp)
+  std::shared_ptr<ser::pooled_segment> request, result, ring;  // (request: when it is not)
   unique_fd stream_event;
 };
 
-// Encodes what `spec` asks for into a request segment, and takes a result segment.
+// Encodes what `spec` asks for (into a request segment unless it is small enough to be carried by
+// the assignment), and takes a result segment.
 // The size of each task's last result, by task name: what its next worker maps ahead
 // (request::expected_result).
 class result_sizes {
@@ -97,8 +99,14 @@ prepared_request prepare_request(job_spec& spec) {
   prepared_request p;
   try {
     const std::uint64_t n = ser::encoded_size(req);
-    p.request = pool.acquire(ser::header_size + n);
-    std::byte* base = p.request->writable(ser::header_size + n);
+    std::byte* base;
+    if (ser::header_size + n <= ser::inline_limit) {  // carried by the assignment
+      p.inline_request.assign(ser::header_size + n, '\0');
+      base = reinterpret_cast<std::byte*>(p.inline_request.data());
+    } else {
+      p.request = pool.acquire(ser::header_size + n);
+      base = p.request->writable(ser::header_size + n);
+    }
     const std::uint64_t sum = ser::encode_into(base + ser::header_size, n, req);
     ser::write_header(base, ser::request_magic, spec.encoding, n, sum);
     p.result = pool.acquire(0, true);
@@ -144,7 +152,10 @@ void assign(int control, const prepared_request& p, const job_spec& spec) {
     if (!out) throw internal_error(std::string("cannot hand the worker its stdout: ") + std::strerror(errno));
     a.stdout_attached = true;
   }
-  std::vector<int> fds = {p.request->fd(), p.result->fd()};
+  a.request = p.inline_request;
+  std::vector<int> fds;
+  if (p.request) fds.push_back(p.request->fd());
+  fds.push_back(p.result->fd());
   if (out) fds.push_back(out.get());
   if (p.ring) {
     fds.insert(fds.end(), {p.ring->fd(), p.stream_event.get()});

@@ -37,7 +37,7 @@ int main() {
   ser::receive_result assigned = ser::receive_message(ctl, true);
   if (!assigned.message || !std::holds_alternative<ser::assign_message>(*assigned.message)) return 70;
   for (const auto& e : std::get<ser::assign_message>(*assigned.message).env) ::putenv(::strdup(e.c_str()));
-  const int result_fd = assigned.fds[1];
+  const int result_fd = assigned.fds[std::get<ser::assign_message>(*assigned.message).request.empty() ? 1 : 0];
 
   ser::done_message done;
   done.pid = ::getpid();

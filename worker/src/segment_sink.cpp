@@ -61,7 +61,7 @@ std::byte* segment_sink::reserve(std::uint64_t size, const std::byte* blob_bytes
   std::lock_guard lock(mutex_);
   // A small result with nothing of the task's in the segment (no output_blob, no placed blob):
   // written here and sent in `done`, the segment left untouched.
-  if (!claimed_ && !placed_ && size <= max_result_ && ser::header_size + size <= ser::inline_result_limit) {
+  if (!claimed_ && !placed_ && size <= max_result_ && ser::header_size + size <= ser::inline_limit) {
     inline_.assign(ser::header_size + size, '\0');
     inlined_ = claimed_ = true;
     return reinterpret_cast<std::byte*>(inline_.data()) + ser::header_size;

@@ -74,6 +74,7 @@ std::string truncate(std::string s) {
 // for a task whose result is a blob, a ring to stream it through (with the eventfd that says a
 // stream begins).
 struct assignment {
+  std::string inline_request;  // the request, when the assignment carried it
   ser::shm_file request, result, ring;
   int stream_event = -1;
 };
@@ -88,10 +89,13 @@ assignment receive_assignment() {
     die(std::string("bad assignment: ") + e.what());
   }
   if (r.closed) die("the supervisor closed the channel before assigning work");
-  const auto* a = r.message ? std::get_if<ser::assign_message>(&*r.message) : nullptr;
+  auto* a = r.message ? std::get_if<ser::assign_message>(&*r.message) : nullptr;
   if (!a) die("expected an assignment first");
-  assignment out{ser::shm_file{r.fds[0]}, ser::shm_file{r.fds[1]}};
-  std::size_t next = 2;
+  assignment out;
+  std::size_t next = 0;
+  if (a->request.empty()) out.request = ser::shm_file{r.fds[next++]};
+  else out.inline_request = std::move(a->request);
+  out.result = ser::shm_file{r.fds[next++]};
   if (a->stdout_attached) {  // the task's own log file: stdout from here on
     std::fflush(stdout);
     if (::dup2(r.fds[next], STDOUT_FILENO) < 0) die(std::string("cannot redirect stdout: ") + std::strerror(errno));
@@ -169,17 +173,29 @@ void write_memory_timeline(const char* path, std::int64_t start_ns, const std::o
   ::close(dir_fd);
 }
 
-// The request the supervisor wrote, mapped (into `request_map`, which its decoded payload may
-// point into) and checked.
-ser::request read_request(const assignment& assigned, std::shared_ptr<ser::mapping>& request_map) {
+// The request the supervisor wrote, carried by the assignment or mapped, and checked. Its decoded
+// payload may point into `owner`: the mapping, or a copy aligned as a mapping's payload is.
+ser::request read_request(assignment& assigned, std::shared_ptr<const void>& owner) {
   ser::request req;
   try {
-    const std::uint64_t size = assigned.request.size();
-    request_map = std::make_shared<ser::mapping>(
-        ser::mapping::map(assigned.request.fd(), size, ser::mapping::access::read_only, true));
+    std::span<const std::byte> bytes;
+    if (!assigned.inline_request.empty()) {
+      constexpr std::align_val_t alignment{64};
+      const std::string& in = assigned.inline_request;
+      std::shared_ptr<std::byte> copy(static_cast<std::byte*>(::operator new(in.size(), alignment)),
+                                      [](std::byte* p) { ::operator delete(p, alignment); });
+      std::memcpy(copy.get(), in.data(), in.size());
+      bytes = {copy.get(), in.size()};
+      owner = std::move(copy);
+    } else {
+      auto map = std::make_shared<ser::mapping>(
+          ser::mapping::map(assigned.request.fd(), assigned.request.size(), ser::mapping::access::read_only, true));
+      bytes = {map->data(), map->size()};
+      owner = std::move(map);
+    }
     ser::encoding enc{};
-    auto payload = ser::open_payload(request_map->data(), request_map->size(), ser::request_magic, size, enc);
-    ser::decode(payload, request_map, req);
+    auto payload = ser::open_payload(bytes.data(), bytes.size(), ser::request_magic, bytes.size(), enc);
+    ser::decode(payload, owner, req);
   } catch (const std::exception& e) {
     die(std::string("bad request: ") + e.what());
   }
@@ -236,7 +252,7 @@ void place_blobs(const worker::task_info& task, const ser::request& req, segment
 
 // Runs the task `req` names into `sink`. `done` gets how it ended, `oom` the allocator's figures
 // after running out of memory (for the memory timeline), `result` the task's result value.
-void run_task(const ser::request& req, const std::shared_ptr<ser::mapping>& request_map, segment_sink& sink,
+void run_task(const ser::request& req, const std::shared_ptr<const void>& request_map, segment_sink& sink,
               ser::done_message& done, std::optional<oom_figures>& oom, std::shared_ptr<void>& result) {
   try {
     const worker::task_info* task = worker::registry::instance().find(req.task);
@@ -295,7 +311,7 @@ namespace detail {
   const std::optional<ser::warm_device> warm = prepare_warm_device();
   assignment assigned = receive_assignment();
   const std::int64_t assigned_ns = monotonic_ns();
-  std::shared_ptr<ser::mapping> request_map;
+  std::shared_ptr<const void> request_map;  // what the request's payload lies in
   const ser::request req = read_request(assigned, request_map);
   check_warm_device(warm, req);
   for (const auto& lib : req.task_libraries)

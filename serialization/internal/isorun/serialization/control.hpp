@@ -31,8 +31,14 @@ inline std::int64_t monotonic_ns() noexcept {
   return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
-/// Sent by the supervisor to give a launched worker its task. Carries, as SCM_RIGHTS, the request
-/// segment's descriptor, the result segment's, with `stdout_attached` the file the task's stdout
+/// A request or a result (header and payload) at most this large travels in the control message
+/// itself, not through a segment: copied once, it needs no mapping, growing or seal on either
+/// side, and no descriptor. Larger ones go through shared memory.
+inline constexpr std::size_t inline_limit = 16 * 1024;
+
+/// Sent by the supervisor to give a launched worker its task. Carries the request itself when
+/// small, and as SCM_RIGHTS the request segment's descriptor (when the request is not carried),
+/// the result segment's, with `stdout_attached` the file the task's stdout
 /// goes to (so a worker launched ahead of its task can still write its own log file), and with
 /// `stream_attached` a result ring and the eventfd that announces a stream (result_stream.hpp).
 struct assign_message {
@@ -42,16 +48,20 @@ struct assign_message {
   std::vector<std::string> env;
   bool stdout_attached = false;  ///< a descriptor follows the segments': the worker's new stdout
   bool stream_attached = false;  ///< two descriptors come last: a result ring, its start eventfd
+  /// The request segment's bytes (header, payload) when they fit inline_limit; empty when the
+  /// request segment's descriptor comes first instead.
+  std::string request;
 
   template <class Archive>
   void serialize(Archive& ar) {
-    ar(protocol, env, stdout_attached, stream_attached);
+    ar(protocol, env, stdout_attached, stream_attached, request);
   }
 };
 
-/// @brief Descriptors `a` carries: the two segments, its stdout and its result ring when attached.
-inline constexpr std::size_t assign_fds(const assign_message& a) {
-  return 2 + (a.stdout_attached ? 1 : 0) + (a.stream_attached ? 2 : 0);
+/// @brief Descriptors `a` carries: the request segment unless the request is carried, the result
+///        segment, its stdout and its result ring when attached.
+inline std::size_t assign_fds(const assign_message& a) {
+  return (a.request.empty() ? 2 : 1) + (a.stdout_attached ? 1 : 0) + (a.stream_attached ? 2 : 0);
 }
 
 /// How a task ended inside the worker.
@@ -61,11 +71,6 @@ enum class task_status : std::uint8_t {
   out_of_memory = 2,
   result_too_large = 3,  ///< the result exceeds the supervisor's --max-result; it was not written
 };
-
-/// A result (header and payload) at most this large travels in `done` itself, not through the
-/// segment: copied once, it needs no mapping, growing or seal on either side, and the pooled
-/// segment stays unused for the next call. Larger results go through shared memory.
-inline constexpr std::size_t inline_result_limit = 16 * 1024;
 
 /// Sent by the worker when the task has finished: how it ended, who the worker is and what it
 /// sees (checked against the assignment), and a small result itself (else the result, if any,
@@ -87,7 +92,7 @@ struct done_message {
   std::int64_t assigned_ns = 0;  ///< it had its assignment
   std::int64_t request_ns = 0;   ///< its request mapped, its task's libraries loaded
   std::int64_t sent_ns = 0;      ///< it sent this message: the result written (and let go, early)
-  /// The result segment's bytes (header, payload) when they fit inline_result_limit; empty when
+  /// The result segment's bytes (header, payload) when they fit inline_limit; empty when
   /// the result is in the segment (or there is none).
   std::string inline_result;
 

@@ -104,7 +104,7 @@ class ISORUN_INTERNAL_API segment_sink final : public result_sink,
   void unmap_result();
 
   /// @brief The committed result's bytes (header, payload) if they were small enough to travel
-  ///        in `done` (control.hpp, inline_result_limit) and so never went to the segment; empty
+  ///        in `done` (control.hpp, inline_limit) and so never went to the segment; empty
   ///        otherwise. Taken once.
   std::string take_inline_result();
 
