@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -39,6 +40,13 @@ launch_key key_of(const launch_spec& s) {
 // starts binds as it would. Not for an interpreter (the modules a call imports would bind
 // whole), nor a launch a call waits for (a miss; a pool with none waiting), nor where the user
 // set LD_BIND_NOW.
+// key_of(a) == key_of(b), without copying either: asked on every call.
+bool same_launch(const launch_spec& a, const launch_spec& b) {
+  return a.executable == b.executable && a.extra_env == b.extra_env && a.stdout_to_stderr == b.stdout_to_stderr &&
+         a.argv == b.argv && a.warm.has_value() == b.warm.has_value() &&
+         (!a.warm || serialization::to_env(*a.warm) == serialization::to_env(*b.warm));
+}
+
 launch_spec ahead_of_time(const launch_spec& s) {
   if (!s.argv.empty() || s.zygote || std::getenv("LD_BIND_NOW")) return s;
   launch_spec out = s;
@@ -56,6 +64,7 @@ standby_pool::standby_pool(launch_spec spec, std::size_t size, std::size_t max_s
       max_size_{std::max(size, max_size ? max_size : serialization::usable_cores())},
       idle_{idle} {
   if (!wanted_) throw internal_error(std::string("eventfd: ") + std::strerror(errno));
+  if (!watched_ || !watch(wanted_)) throw internal_error(std::string("epoll: ") + std::strerror(errno));
   if (!spec_.zygote) launcher_ = std::make_unique<local_launcher>();
   zygote_settled_ = !spec_.zygote;
   spec_.label = "standby";  // its task is not known yet
@@ -82,6 +91,17 @@ launcher& standby_pool::source(std::unique_lock<std::mutex>& lock) {
   return *launcher_;
 }
 
+bool standby_pool::watch(const unique_fd& fd) const noexcept {
+  epoll_event e{.events = EPOLLIN, .data = {.fd = fd.get()}};
+  return ::epoll_ctl(watched_.get(), EPOLL_CTL_ADD, fd.get(), &e) == 0;
+}
+
+// Before the descriptor closes: a pidfd duplicated from the worker's stays registered while the
+// worker's own is open, and an exited worker's pidfd is always readable.
+void standby_pool::unwatch(const unique_fd& fd) const noexcept {
+  ::epoll_ctl(watched_.get(), EPOLL_CTL_DEL, fd.get(), nullptr);
+}
+
 void standby_pool::wake_filler() const noexcept {
   const std::uint64_t one = 1;
   [[maybe_unused]] auto n = ::write(wanted_.get(), &one, sizeof one);
@@ -90,10 +110,9 @@ void standby_pool::wake_filler() const noexcept {
 // The filler launches a worker when the pool is short of one that no running call owes it: a
 // worker taken is owed back once it has exited (its call is over, or nearly: with early_result
 // the exit follows the hand-over), and at once if no worker is left waiting, since the next call
-// would otherwise launch its own on its path. Between launches it sleeps in poll() on the wake-up
-// eventfd and the pidfds of the workers owed.
+// would otherwise launch its own on its path. Between launches it sleeps on an epoll set of the
+// wake-up eventfd and the pidfds of the workers owed, which take() adds to without waking it.
 void standby_pool::refill() {
-  std::vector<pollfd> watch;
   if (spec_.zygote) {
     // Started on this thread, which lives as long as the pool: the zygote's parent-death signal,
     // and its children's (made this process's children), follow it. (A zygote that cannot start
@@ -118,11 +137,16 @@ void standby_pool::refill() {
   for (;;) {
     if (stopping_) return;
     // Owed workers that have exited are owed no longer: their replacements are due.
-    std::erase_if(owed_, [](const unique_fd& pidfd) {
+    std::erase_if(owed_, [&](const unique_fd& pidfd) {
       pollfd p{pidfd.get(), POLLIN, 0};
-      return ::poll(&p, 1, 0) != 0;
+      if (::poll(&p, 1, 0) == 0) return false;
+      unwatch(pidfd);
+      return true;
     });
-    if (ready_.empty() && !owed_.empty()) owed_.pop_front();  // nothing waits: launch now
+    if (ready_.empty() && !owed_.empty()) {  // nothing waits: launch now
+      unwatch(owed_.front());
+      owed_.pop_front();
+    }
     if (!failing_ && ready_.size() + owed_.size() < target_) {
       // With none waiting, or the pool grown for calls that come back to back, calls are taking
       // workers as fast as they come: this one is soon needed, and starts as quickly and as
@@ -141,8 +165,6 @@ void standby_pool::refill() {
       changed_.notify_all();
       continue;
     }
-    watch.assign(1, pollfd{wanted_.get(), POLLIN, 0});
-    for (const auto& pidfd : owed_) watch.push_back({pidfd.get(), POLLIN, 0});
     // Grown under load: back to `size` once no call has come for `idle`.
     int timeout_ms = -1;
     if (target_ > size_) {
@@ -156,7 +178,8 @@ void standby_pool::refill() {
       timeout_ms = static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count());
     }
     lock.unlock();
-    if (::poll(watch.data(), watch.size(), timeout_ms) < 0 && errno != EINTR) {
+    epoll_event ready[8];
+    if (::epoll_wait(watched_.get(), ready, 8, timeout_ms) < 0 && errno != EINTR) {
       lock.lock();
       failing_ = true;  // cannot wait: launch no more in the background (take() still launches)
       changed_.notify_all();
@@ -184,12 +207,18 @@ launched_worker standby_pool::take() {
       launched_worker w = std::move(ready_.front());
       ready_.pop_front();
       if (!w.process.peek()) {
-        // Owed back once it exits (spaced calls); without a pidfd to watch it is owed no longer.
-        if (unique_fd pidfd{::fcntl(w.process.pidfd(), F_DUPFD_CLOEXEC, 0)}; pidfd && !back_to_back)
+        // Owed back once it exits (spaced calls): its pidfd joins what the filler sleeps on, which
+        // wakes it then, not now (a wake-up now would put the filler on a core just as this call's
+        // worker wants one). Without a pidfd to watch it is owed no longer, and the filler is told.
+        bool owed = false;
+        if (unique_fd pidfd{::fcntl(w.process.pidfd(), F_DUPFD_CLOEXEC, 0)}; pidfd && !back_to_back && watch(pidfd)) {
           owed_.push_back(std::move(pidfd));
+          owed = true;
+        }
         if (unique_fd pidfd{::fcntl(w.process.pidfd(), F_DUPFD_CLOEXEC, 0)}) running_.push_back(std::move(pidfd));
+        const bool now = !owed || ready_.empty();  // a replacement (or more: back to back) is due now
         lock.unlock();
-        wake_filler();
+        if (now) wake_filler();
         return w;
       }
       // It died while waiting: `w` is reaped as it goes, and the next one is tried.
@@ -222,7 +251,7 @@ void standby_pool::trim() {
 }
 
 launched_worker standby_pool::launch(const launch_spec& spec) {
-  if (key_of(spec) == key_of(spec_)) return take();
+  if (same_launch(spec, spec_)) return take();
   launch_spec exec_spec = spec;
   exec_spec.zygote = false;
   return local_launcher().launch(exec_spec);  // another kind of worker: exec'd now
@@ -231,7 +260,8 @@ launched_worker standby_pool::launch(const launch_spec& spec) {
 void standby_pool::reserve(std::size_t size) {
   {
     std::lock_guard lock(mutex_);
-    size_ = std::max(size_, size);
+    if (size <= size_) return;  // every call asks again: the filler is woken only for more workers
+    size_ = size;
     target_ = std::max(target_, size_);
     max_size_ = std::max(max_size_, size_);
   }

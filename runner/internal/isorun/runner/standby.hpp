@@ -3,6 +3,8 @@
 /// Standby workers: launched ahead of need, each used exactly once. A task still runs in a
 /// process that ran nothing before; it only no longer waits for that process to start.
 
+#include <sys/epoll.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -78,6 +80,8 @@ class ISORUN_INTERNAL_API standby_pool final : public launcher {
  private:
   void refill();
   void wake_filler() const noexcept;
+  bool watch(const unique_fd& fd) const noexcept;    // adds `fd` to what the filler sleeps on
+  void unwatch(const unique_fd& fd) const noexcept;  // and takes it out
 
   launcher& source(std::unique_lock<std::mutex>& lock);
 
@@ -88,6 +92,7 @@ class ISORUN_INTERNAL_API standby_pool final : public launcher {
   std::unique_ptr<launcher> launcher_;
   mutable std::mutex mutex_;
   unique_fd wanted_;  // an eventfd: wakes the filler (a take, a resize, the stop)
+  unique_fd watched_{::epoll_create1(EPOLL_CLOEXEC)};  // what the filler sleeps on: wanted_, owed_
   std::condition_variable changed_;  // fill(): the pool changed
   std::deque<launched_worker> ready_;
   std::deque<unique_fd> owed_;  // pidfds of the workers taken and not yet replaced, oldest first
