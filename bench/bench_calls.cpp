@@ -7,8 +7,12 @@
 //                                                    isorun::init at once; and the same call
 //                                                    under process-group containment (the
 //                                                    cgroup's cost), where cgroups are used
-//   standby    isolated(noop, {.standby = 2})        the exit waited for
-//   early      ... {.standby = 2, .early_result}     handed over sealed before the exit
+//   standby    isolated(noop, {.standby = 2})        the exit waited for; floors: the exit of a
+//                                                    started static C program and of this
+//                                                    executable, from a signal to the reap
+//   early      ... {.standby = 2, .early_result}     handed over before the exit; floors: round
+//                                                    trips of a pipe, of a memfd passed and
+//                                                    mapped, of futex wakes (ipc_floors.hpp)
 //   python     multiprocessing's reused Pool(1) round trip (python3 -c), the IPC reference
 //   init cost  a minimal C++ main with isorun::init against the same main without libisorun, and
 //              against one that uses the C++ standard library (and so loads it)
@@ -46,6 +50,7 @@
 
 extern char** environ;
 using namespace isorun;
+using bench::exit_ms;
 using bench::spawn_ms;
 using bench::summarize;
 using bench::summary;
@@ -136,7 +141,7 @@ void latencies(int n, int pause_ms) {
   // The cold call once more under process-group containment: what its cgroup (made, joined at
   // birth, killed and removed) costs on the path. Only where children get cgroups at all.
   const bool cgroups = isorun::runner::containment().cgroup;
-  std::vector<double> tiny, same, c, cpg, s, e, pipe_rt, memfd_rt, futex_rt;
+  std::vector<double> tiny, same, c, cpg, s, e, pipe_rt, memfd_rt, futex_rt, tiny_exit, same_exit;
   auto& [pipe_peer, memfd_peer, futex_peer] = *peers;
   constexpr int block = 10, skipped = 2;
   const auto run_block = [&](std::vector<double>& into, const std::function<double()>& call) {
@@ -152,6 +157,8 @@ void latencies(int n, int pause_ms) {
     run_block(memfd_rt, [&] { return memfd_peer.round_trip_ms(); });
     run_block(futex_rt, [&] { return futex_peer.round_trip_ms(); });
     run_block(same, [] { return spawn_ms({self_path, "--exit-at-once"}); });
+    run_block(tiny_exit, [] { return exit_ms({BENCH_TINY, "wait"}); });
+    run_block(same_exit, [] { return exit_ms({self_path, "--wait-for-signal"}); });
     run_block(c, [&] { return call_ms(cold); });
     if (cgroups) {
       ::setenv("ISORUN_CONTAINMENT", "process-group", 1);  // read at each call
@@ -174,7 +181,11 @@ void latencies(int n, int pause_ms) {
   line("cold call, isolated(noop)", summarize(c), &x, "goal <= 1.2x the same executable");
   std::printf("  %-44s %7s     %16s  %5.2fx  (to the static C program)\n", "", "", "", summarize(c).median / t.median);
   if (cgroups) line("cold call, process-group containment only", summarize(cpg), &x, "(what the cgroup costs)");
+  line("floor: static C program started, its exit", summarize(tiny_exit), &t);
+  line("floor: this executable started, its exit", summarize(same_exit), &t);
   line("standby = 2, exit waited for", summarize(s), &t, "goal <= 0.6x the static C program");
+  std::printf("  %-44s %7s     %16s  %5.2fx  (to early_result + this executable's exit)\n", "", "", "",
+              summarize(s).median / (summarize(e).median + summarize(same_exit).median));
   line("standby = 2, early_result", summarize(e), &t, "goal <= 0.25x the static C program");
   std::printf("  %-44s %7s     %16s  %5.2fx  (to the memfd round trip; goal <= 3x)\n", "", "", "",
               summarize(e).median / memfd_floor.median);
@@ -289,6 +300,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc == 2 && std::strcmp(argv[1], "--exit-at-once") == 0) return 0;  // the cold call's floor
+  if (argc == 2 && std::strcmp(argv[1], "--wait-for-signal") == 0) {       // the waited-for exit's floor
+    if (::write(1, "r", 1) != 1) return 1;
+    ::pause();
+  }
   self_path = "/proc/self/exe";
   {
     char buf[4096];

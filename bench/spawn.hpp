@@ -1,8 +1,10 @@
 #pragma once
 // Starting a program and waiting for it: the floors the benchmarks measure beside isorun.
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -47,6 +49,38 @@ inline double spawn_ms(const std::vector<std::string>& args, const std::vector<s
     std::exit(1);
   }
   return ms;
+}
+
+/// @brief The exit of a process that has started and waits: `args` is spawned with a pipe for
+///        stdout, says one byte there once it waits, and is then sent SIGTERM; milliseconds from
+///        the signal to waitpid's return (its exit and reap, nothing of its start).
+inline double exit_ms(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  int out[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) std::abort();
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  pid_t pid;
+  if (::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) {
+    std::fprintf(stderr, "cannot start %s\n", args[0].c_str());
+    std::exit(1);
+  }
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(out[1]);
+  char ready;
+  if (::read(out[0], &ready, 1) != 1) {
+    std::fprintf(stderr, "%s did not start\n", args[0].c_str());
+    std::exit(1);
+  }
+  ::close(out[0]);
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 /// @brief `tasks` starts of the program `path` (no arguments, stdout to /dev/null) with
