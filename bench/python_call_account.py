@@ -71,14 +71,14 @@ def main() -> None:
         for name, us in [
             ("caller: call to _core.start (encode_call, options)", c["start"] - t0),
             ("caller: _core.start (admission, take, request, assign)", c["started"] - c["start"]),
-            ("to the worker's Python entry (wake, map, hello, GIL)", w["entry"] - c["started"]),
+            ("to the worker's Python entry (wake, assignment, GIL)", w["entry"] - c["started"]),
             ("worker: os.environ brought up to date", w["environ_done"] - w["environ"]),
             ("worker: stdout check", w["stdout_done"] - w["environ_done"]),
             ("worker: request unpickled, sys.path", w["unpickle"] - w["stdout_done"]),
             ("worker: function unpickled", w["unpickle_done"] - w["unpickle"]),
             ("worker: the function, its result pickled", w["flush"] - w["unpickle_done"]),
             ("worker: output flushed", w["flush_done"] - w["flush"]),
-            ("worker's entry returns to the caller's result (encode, seal, done, wake)", c["finish"] - w["entry_done"]),
+            ("worker's entry returns to the caller's result (encode, done, wake)", c["finish"] - w["entry_done"]),
             ("caller: result decoded, outcome", c["finished"] - c["finish"]),
             ("total", t1 - t0),
         ]:

@@ -34,7 +34,7 @@ inline std::int64_t monotonic_ns() noexcept {
 /// A request or a result (header and payload) at most this large travels in the control message
 /// itself, not through a segment: copied once, it needs no mapping, growing or seal on either
 /// side, and no descriptor. Larger ones go through shared memory.
-inline constexpr std::size_t inline_limit = 16 * 1024;
+inline constexpr std::size_t inline_limit = std::size_t{16} << 10;  // 16 KiB
 
 /// Sent by the supervisor to give a launched worker its task. Carries the request itself when
 /// small, and as SCM_RIGHTS the request segment's descriptor (when the request is not carried),
