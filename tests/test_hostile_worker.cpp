@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,11 +18,13 @@
 #include <sstream>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "isorun/isorun.hpp"
 #include "isorun/runner/containment.hpp"
 #include "isorun/runner/process.hpp"
 #include "isorun/serialization/control.hpp"
+#include "isorun/serialization/segment_pool.hpp"
 #include "runner_tasks.hpp"
 #include "test_support.hpp"
 
@@ -80,6 +83,29 @@ std::string forges_done_and_exits(int forge) {
   ::_exit(0);
 }
 
+// Grows the result segment it holds (so that, let go, it would be the pool's largest), reports
+// `done` itself with a small result that fails validation, then waits for `dir`/go and writes
+// 'X' over every isorun segment it holds, and leaves `dir`/written.
+std::string rejected_then_writes(const std::string& dir) {
+  std::vector<int> segments;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    if (std::filesystem::read_symlink(e.path(), ec).string().starts_with("/memfd:isorun-segment"))
+      segments.push_back(std::stoi(e.path().filename().string()));
+  }
+  for (int fd : segments)
+    if (::ftruncate(fd, 8 << 20) != 0) throw std::runtime_error("ftruncate");
+  ser::done_message done = well_formed_done();
+  done.inline_result = std::string(ser::header_size + 8, 'g');  // no header: rejected
+  ser::send_message(ser::control_fd, done);
+  { std::ifstream go(dir + "/go"); }
+  const std::string xs(1 << 20, 'X');
+  for (int fd : segments)
+    if (::pwrite(fd, xs.data(), xs.size(), 0) < 0) throw std::runtime_error("pwrite");
+  std::ofstream(dir + "/written") << "written\n";
+  return "returned";
+}
+
 // Forks a child that tries to move itself into the cgroup `where` (the supervisor's, named from
 // outside) and, if it moved, leaves the worker's process group too and waits for ever. Returns
 // "CGROUP ERRNO PID": the worker's cgroup as it sees it, the errno of the move (0: it moved) and
@@ -116,6 +142,7 @@ ISORUN_TASK(junk_then_waits);
 ISORUN_TASK(floods_control);
 ISORUN_TASK(forges_done);
 ISORUN_TASK(forges_done_and_exits);
+ISORUN_TASK(rejected_then_writes);
 ISORUN_TASK(leaves_cgroup);
 
 namespace {
@@ -188,6 +215,32 @@ TEST_CASE("a forged success without a result is not given the result of the call
   auto r = f.try_call(1);
   CHECK(r.status().kind == isorun::outcome_kind::invalid_result);
   CHECK_THAT(r.status().message, Catch::Contains("worker result rejected"));
+}
+
+TEST_CASE("a rejected early result's segment is not used again while its worker still runs",
+          "[runner][hostile][early]") {
+  isorun::stop_standby();
+  isorun::serialization::segment_pool::instance().clear();
+  char dir[] = "/tmp/isorun-rejected-XXXXXX";
+  REQUIRE(::mkdtemp(dir));
+  const std::string d = dir;
+  REQUIRE(::mkfifo((d + "/go").c_str(), 0600) == 0);
+  // A long grace: the worker is not to be killed while it waits for the test.
+  auto h = isorun::isolated(rejected_then_writes,
+                            {.grace = std::chrono::hours(1), .echo_stderr = false, .early_result = true})
+               .async(d);
+  const pid_t pid = h.pid();
+  auto r = h.try_get();
+  CHECK(r.status().kind == isorun::outcome_kind::invalid_result);
+  // The next result goes to the largest idle segment, which the rejected worker's would be.
+  const isorun::blob b = isorun::isolated(runner_tests::make_pattern)(std::uint64_t{1} << 20, std::uint64_t{5});
+  { std::ofstream go(d + "/go"); }  // the rejected worker writes over what it holds, and exits
+  CHECK(process_gone(pid));
+  CHECK(std::filesystem::exists(d + "/written"));
+  bool intact = true;
+  for (std::size_t i = 0; i < b.size(); ++i) intact &= b.data()[i] == runner_tests::pattern_byte(i, 5);
+  CHECK(intact);
+  std::filesystem::remove_all(d);
 }
 
 TEST_CASE("a worker's processes cannot move into the supervisor's cgroup", "[runner][hostile][containment]") {

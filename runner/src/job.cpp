@@ -368,6 +368,7 @@ watch_record watch(job::state& s) {
 // would silently wait for the exit; a task could even write into it.
 void release_worker(job::state& s) {
   s.segments.request.reset();
+  s.segments.result.reset();  // (kept by the result where it lies there) a worker still exiting could write it
   s.segments.ring.reset();  // a worker still exiting could have written to it
   s.worker.control.reset();
   s.worker.stderr_read.reset();
@@ -712,7 +713,6 @@ void watch_early(const std::shared_ptr<job::state>& s) {
   {
     std::lock_guard lock(s->wait_mutex);
     s->result = classify(std::move(w), s->spec, s->segments.result, s->trace);
-    if (!s->result.owner) s->segments.result.reset();
     s->finished = true;
   }
   s->ready.notify_all();
@@ -757,7 +757,6 @@ const job_result& job::wait() {
   std::lock_guard lock(s.wait_mutex);
   if (s.finished) return s.result;
   s.result = classify(watch(s), s.spec, s.segments.result, s.trace);
-  if (!s.result.owner) s.segments.result.reset();
   release_worker(s);
   s.finished = true;
   return s.result;
