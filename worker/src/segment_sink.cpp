@@ -62,6 +62,9 @@ std::byte* segment_sink::reserve(std::uint64_t size, const std::byte* blob_bytes
   // A small result with nothing of the task's in the segment (no output_blob, no placed blob):
   // written here and sent in `done`, the segment left untouched.
   if (!claimed_ && !placed_ && size <= max_result_ && ser::header_size + size <= ser::inline_limit) {
+    // A mapping still being made ahead (for a large result, as the last was) is not needed: its
+    // making stops after the piece in progress, as for a small result in the segment.
+    if (ser::mapping ahead = take_premapped(true); ahead.size() > map_.size()) map_ = std::move(ahead);
     inline_.assign(ser::header_size + size, '\0');
     inlined_ = claimed_ = true;
     return reinterpret_cast<std::byte*>(inline_.data()) + ser::header_size;
