@@ -34,12 +34,6 @@ launch_key key_of(const launch_spec& s) {
           s.argv};
 }
 
-// A worker launched ahead binds its symbols while it waits (LD_BIND_NOW for its start), not at
-// the first call of each on the call's path: a standby call's worker-side steps take ~30% less.
-// The worker removes the variable at once (serialization::env::bind_now), so that what its task
-// starts binds as it would. Not for an interpreter (the modules a call imports would bind
-// whole), nor a launch a call waits for (a miss; a pool with none waiting), nor where the user
-// set LD_BIND_NOW.
 // key_of(a) == key_of(b), without copying either: asked on every call.
 bool same_launch(const launch_spec& a, const launch_spec& b) {
   return a.executable == b.executable && a.extra_env == b.extra_env && a.stdout_to_stderr == b.stdout_to_stderr &&
@@ -47,6 +41,12 @@ bool same_launch(const launch_spec& a, const launch_spec& b) {
          (!a.warm || serialization::to_env(*a.warm) == serialization::to_env(*b.warm));
 }
 
+// A worker launched ahead binds its symbols while it waits (LD_BIND_NOW for its start), not at
+// the first call of each on the call's path: a standby call's worker-side steps take ~30% less.
+// The worker removes the variable at once (serialization::env::bind_now), so that what its task
+// starts binds as it would. Not for an interpreter (the modules a call imports would bind
+// whole), nor a launch a call waits for (a miss; a pool with none waiting), nor where the user
+// set LD_BIND_NOW.
 launch_spec ahead_of_time(const launch_spec& s) {
   if (!s.argv.empty() || s.zygote || std::getenv("LD_BIND_NOW")) return s;
   launch_spec out = s;
