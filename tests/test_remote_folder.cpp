@@ -80,7 +80,7 @@ class folder_backend final : public sw::trial_backend {
     bool stopped = false;
     for (; step <= steps && !stopped; ++step) {
       node.report(t.id, step, {{"loss", 1.0 / static_cast<double>(step)}, {"x", t.index}});
-      changed_.notify_all();
+      announce();
       std::unique_lock lock(mutex_);
       changed_.wait(lock, [&] { return judged_[t.id] >= step; });
       stopped = node.stop_requested(t.id);
@@ -92,6 +92,14 @@ class folder_backend final : public sw::trial_backend {
     rec.result = {{"loss", 1.0 / static_cast<double>(step - 1)}};
     rec.attempts = t.attempt;
     node.records_store()->write({rec});
+    announce();
+  }
+
+  // Wakes the poller after a file was written. Under the mutex: the poller checks the files under
+  // it and then waits, so a notify without it could come between its check and its wait, and be
+  // lost (the poller asleep, the node waiting for a verdict on what it never read).
+  void announce() {
+    std::lock_guard lock(mutex_);
     changed_.notify_all();
   }
 
