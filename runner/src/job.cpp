@@ -167,10 +167,6 @@ void assign(int control, const prepared_request& p, const job_spec& spec) {
   }
 }
 
-// A result sent in `done` is decoded from a copy aligned as a mapped segment's payload is (its
-// header is 64 bytes), so that what decodes in place there decodes in place here.
-constexpr std::align_val_t inline_alignment{64};
-
 // The header of a streamed result (its payload came through the ring), read with pread: a copy
 // the worker cannot change afterwards, and no mapping of a segment the pool may have grown
 // large. nullopt if the segment holds anything else.
@@ -492,11 +488,9 @@ job_result classify(watch_record w, const job_spec& spec, const std::shared_ptr<
       const bool sent_inline = !w.done->inline_result.empty();
       if (!sent_inline && !w.streamed) w.streamed = streamed_header(*result_segment);
       ser::encoding enc{};
-      if (sent_inline) {  // copied to memory aligned as a mapped segment's, for in-place decoding
+      if (sent_inline) {
         const std::string& bytes = w.done->inline_result;
-        std::shared_ptr<std::byte> copy(static_cast<std::byte*>(::operator new(bytes.size(), inline_alignment)),
-                                        [](std::byte* p) { ::operator delete(p, inline_alignment); });
-        std::memcpy(copy.get(), bytes.data(), bytes.size());
+        auto copy = ser::aligned_copy(bytes);
         r.payload = ser::open_payload(copy.get(), bytes.size(), ser::result_magic, spec.max_result, enc);
         r.owner = std::move(copy);
         r.sent_inline = true;

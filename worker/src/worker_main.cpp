@@ -180,12 +180,8 @@ ser::request read_request(assignment& assigned, std::shared_ptr<const void>& own
   try {
     std::span<const std::byte> bytes;
     if (!assigned.inline_request.empty()) {
-      constexpr std::align_val_t alignment{64};
-      const std::string& in = assigned.inline_request;
-      std::shared_ptr<std::byte> copy(static_cast<std::byte*>(::operator new(in.size(), alignment)),
-                                      [](std::byte* p) { ::operator delete(p, alignment); });
-      std::memcpy(copy.get(), in.data(), in.size());
-      bytes = {copy.get(), in.size()};
+      auto copy = ser::aligned_copy(assigned.inline_request);
+      bytes = {copy.get(), assigned.inline_request.size()};
       owner = std::move(copy);
     } else {
       auto map = std::make_shared<ser::mapping>(

@@ -9,9 +9,13 @@
 #include <time.h>
 
 #include <cstdint>
+#include <cstring>
+#include <memory>
+#include <new>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -35,6 +39,17 @@ inline std::int64_t monotonic_ns() noexcept {
 /// itself, not through a segment: copied once, it needs no mapping, growing or seal on either
 /// side, and no descriptor. Larger ones go through shared memory.
 inline constexpr std::size_t inline_limit = std::size_t{16} << 10;  // 16 KiB
+
+/// @brief A request or result carried in a message, copied to memory aligned as a mapped
+///        segment is (64 bytes; the payload follows a 64-byte header), so that what decodes in
+///        place from a segment decodes in place from the copy too.
+inline std::shared_ptr<std::byte> aligned_copy(std::string_view bytes) {
+  constexpr std::align_val_t alignment{64};
+  std::shared_ptr<std::byte> copy(static_cast<std::byte*>(::operator new(bytes.size(), alignment)),
+                                  [](std::byte* p) { ::operator delete(p, alignment); });
+  std::memcpy(copy.get(), bytes.data(), bytes.size());
+  return copy;
+}
 
 /// Sent by the supervisor to give a launched worker its task. Carries the request itself when
 /// small, and as SCM_RIGHTS the request segment's descriptor (when the request is not carried),
