@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -432,6 +433,17 @@ inline std::string bind_vars(int) {
                               std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const bool bound = at_exec.find(std::string("\0LD_BIND_NOW=1\0", 15)) != std::string::npos;
   return std::string(ld ? ld : "-") + " " + (marker ? marker : "-") + " " + (bound ? "1" : "-");
+}
+
+// The CPUs the task's thread may run on, as "0,1,...".
+inline std::string cpus_allowed(int) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return "unreadable";
+  std::string out;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &set)) out += (out.empty() ? "" : ",") + std::to_string(cpu);
+  return out;
 }
 
 // Holds `mib` MiB from the worker's capped allocator.

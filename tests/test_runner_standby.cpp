@@ -42,6 +42,30 @@ TEST_CASE("a standby worker binds its symbols at load, while it waits; its task 
   CHECK(isorun::isolated(bind_vars, {.standby = 2})(0) == "- - 1");
 }
 
+TEST_CASE("a standby worker is woken on its caller's CPU, and its task runs on every CPU it was launched with",
+          "[runner][standby]") {
+  stop_standby_at_end guard;
+  const std::string all = cpus_allowed(0);
+  if (all.find(',') == std::string::npos) WARN("one CPU only: the hand-over of the caller's CPU is not made");
+  auto& pool = isorun::runner::standby_for(plain_standby(), 2);
+  for (int i = 0; i < 3; ++i) {
+    pool.fill();  // waiting workers, the ones whose affinity the caller narrows to its CPU
+    // The worker widens it back before its task runs: narrowed, the task (and every thread it
+    // starts) would stay on the one CPU.
+    CHECK(isorun::isolated(cpus_allowed, {.standby = 2})(0) == all);
+  }
+  // A caller narrowed to one CPU itself hands over that one (the worker's own mask is unchanged).
+  cpu_set_t mine, one;
+  REQUIRE(::sched_getaffinity(0, sizeof mine, &mine) == 0);
+  CPU_ZERO(&one);
+  CPU_SET(::sched_getcpu(), &one);
+  REQUIRE(::sched_setaffinity(0, sizeof one, &one) == 0);
+  pool.fill();
+  const std::string got = isorun::isolated(cpus_allowed, {.standby = 2})(0);
+  REQUIRE(::sched_setaffinity(0, sizeof mine, &mine) == 0);
+  CHECK(got == all);
+}
+
 TEST_CASE("a standby pool launches like any launcher: waiting workers for its spec, fresh ones otherwise",
           "[runner][standby]") {
   stop_standby_at_end guard;

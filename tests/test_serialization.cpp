@@ -2,19 +2,23 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <cereal/types/map.hpp>
@@ -25,6 +29,7 @@
 #include "isorun/serialization/blob.hpp"
 #include "isorun/serialization/codec.hpp"
 #include "isorun/serialization/control.hpp"
+#include "isorun/serialization/cpu_handoff.hpp"
 #include "isorun/serialization/result_stream.hpp"
 #include "isorun/serialization/segment_pool.hpp"
 #include "isorun/serialization/shm_segment.hpp"
@@ -362,6 +367,76 @@ TEST_CASE("control messages: framing, validation, hang-up", "[control]") {
   ::close(sv[1]);
 }
 
+namespace {
+cpu_set_t affinity(pid_t tid) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(::sched_getaffinity(tid, sizeof set, &set) == 0);
+  return set;
+}
+}  // namespace
+
+TEST_CASE("the caller's CPU is handed to a sleeping thread, which restores the mask it had", "[control]") {
+  const cpu_set_t all = affinity(0);
+  if (CPU_COUNT(&all) < 2) {
+    WARN("one CPU only: there is no CPU to hand over, and nothing is narrowed");
+    return;
+  }
+  // A thread that sleeps until told, then restores what it is given and reports its mask.
+  std::promise<pid_t> tid;
+  std::promise<ser::cpu_mask> restore;
+  std::promise<cpu_set_t> after;
+  std::thread sleeper([&] {
+    tid.set_value(static_cast<pid_t>(::syscall(SYS_gettid)));
+    ser::restore_cpus(restore.get_future().get());
+    after.set_value(affinity(0));
+  });
+  const pid_t t = tid.get_future().get();
+  const ser::cpu_mask had = ser::hand_this_cpu_to(t);
+  const cpu_set_t narrowed = affinity(t);
+  CHECK(CPU_COUNT(&narrowed) == 1);
+  cpu_set_t back;
+  CPU_ZERO(&back);
+  REQUIRE(!had.empty());
+  std::memcpy(&back, had.data(), had.size() * sizeof had[0]);
+  CHECK(CPU_EQUAL(&back, &all));  // what it had
+  CHECK(had.back() != 0);         // without trailing zero words
+  restore.set_value(had);
+  const cpu_set_t restored = after.get_future().get();
+  sleeper.join();
+  CHECK(CPU_EQUAL(&restored, &all));
+
+  // A thread on one CPU is left as it is. (Catch's assertions stay on this thread.)
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(0, &one);
+  std::promise<pid_t> tid1;
+  std::promise<void> go;
+  std::thread pinned([&] {
+    ::sched_setaffinity(0, sizeof one, &one);
+    tid1.set_value(static_cast<pid_t>(::syscall(SYS_gettid)));
+    go.get_future().get();
+  });
+  const pid_t t1 = tid1.get_future().get();
+  CHECK(ser::hand_this_cpu_to(t1).empty());
+  const cpu_set_t still = affinity(t1);
+  go.set_value();
+  pinned.join();
+  CHECK(CPU_EQUAL(&still, &one));
+
+  // A mask that cannot be restored (a CPU that is not there) leaves every CPU allowed, never one.
+  ser::cpu_mask absent(16, 0);
+  absent.back() = std::uint64_t{1} << 63;  // CPU 1023
+  cpu_set_t widened;
+  std::thread([&] {
+    ::sched_setaffinity(0, sizeof one, &one);
+    ser::restore_cpus(absent);
+    CPU_ZERO(&widened);
+    ::sched_getaffinity(0, sizeof widened, &widened);
+  }).join();
+  CHECK(CPU_COUNT(&widened) >= CPU_COUNT(&all));  // (all the cpuset allows: more under taskset)
+}
+
 TEST_CASE("an assignment carries its segments' descriptors; stray descriptors are refused and closed", "[control]") {
   int sv[2];
   REQUIRE(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == 0);
@@ -375,6 +450,7 @@ TEST_CASE("an assignment carries its segments' descriptors; stray descriptors ar
   auto r = ser::receive_message(sv[1], true);
   REQUIRE(r.message);
   CHECK(std::get<ser::assign_message>(*r.message).env == a.env);
+  CHECK(std::get<ser::assign_message>(*r.message).cpus.empty());
   REQUIRE(r.fds.size() == ser::assign_fds(a));
   // The same open files, in order, close-on-exec.
   struct stat ours {}, theirs {};

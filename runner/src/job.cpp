@@ -129,9 +129,10 @@ prepared_request prepare_request(job_spec& spec) {
 }
 
 // Gives a launched worker its work: the device assignment, the two segments and, for
-// stdout_mode::file and stdout_mode::fd, its stdout. A worker that is already gone is not an error here; watching it
+// stdout_mode::file and stdout_mode::fd, its stdout; with `hand_cpu_to`, the worker's pid, this
+// thread's CPU for its wake-up. A worker that is already gone is not an error here; watching it
 // finds out how it ended.
-void assign(int control, const prepared_request& p, const job_spec& spec) {
+void assign(int control, const prepared_request& p, const job_spec& spec, pid_t hand_cpu_to = 0) {
   ser::assign_message a;
   a.env = assignment_environment(spec.gpus, spec.mem_limit);
   if (!spec.memory_timeline.empty())
@@ -161,6 +162,7 @@ void assign(int control, const prepared_request& p, const job_spec& spec) {
     fds.insert(fds.end(), {p.ring->fd(), p.stream_event.get()});
     a.stream_attached = true;
   }
+  if (hand_cpu_to) a.cpus = ser::hand_this_cpu_to(hand_cpu_to);  // last: the worker wakes at the send
   try {
     ser::send_message(control, a, fds);
   } catch (const std::system_error&) {
@@ -684,7 +686,7 @@ std::shared_ptr<job> job::assign_prepared(std::shared_ptr<state> s, job_spec spe
   s->worker.started = clock::now();
   if (spec.host_mem_limit) s->host_cap = std::make_unique<host_memory_cap>(s->worker.process, spec.host_mem_limit);
   if (!assigned) {
-    assign(s->worker.control.get(), s->segments, spec);
+    assign(s->worker.control.get(), s->segments, spec, spec.caller_waits && s->worker.waiting ? s->pid : 0);
     s->trace.assigned_ns = monotonic_ns();
   }
   s->spec = std::move(spec);

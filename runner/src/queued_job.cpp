@@ -12,8 +12,10 @@ std::shared_ptr<queued_job> queue_call(admission& first, admission* then, admiss
                                        std::shared_ptr<job_spec> spec, std::size_t standby, bool zygote) {
   auto place = first.enqueue(std::move(request), then);
   return std::make_shared<queued_job>(
-      std::move(place), [spec = std::move(spec), standby, zygote](std::shared_ptr<admission::ticket> ticket) {
+      std::move(place),
+      [spec = std::move(spec), standby, zygote](std::shared_ptr<admission::ticket> ticket, bool caller_waits) {
         spec->gpus = ticket->gpus();
+        spec->caller_waits = caller_waits;
         spec->admitted = std::move(ticket);
         if (!standby && !zygote) return job::start(std::move(*spec));
         launch_spec launch = launch_spec_for(*spec);
@@ -30,7 +32,7 @@ queued_job::~queued_job() {
   if (!job_) place_->cancel();
 }
 
-bool queued_job::admit_and_start(std::chrono::steady_clock::time_point deadline) {
+bool queued_job::admit_and_start(std::chrono::steady_clock::time_point deadline, bool then_waits) {
   {
     std::lock_guard lock(mutex_);
     if (job_ || ended_) return true;
@@ -47,7 +49,7 @@ bool queued_job::admit_and_start(std::chrono::steady_clock::time_point deadline)
   try {
     std::shared_ptr<admission::ticket> ticket = place_->get();
     if (cancelled_) throw cancelled("cancelled while waiting for admission");
-    job_ = start_(std::move(ticket));
+    job_ = start_(std::move(ticket), then_waits);
   } catch (const cancelled& e) {
     ended_ = true;
     unstarted_.status.kind = outcome_kind::cancelled;
@@ -60,7 +62,7 @@ bool queued_job::admit_and_start(std::chrono::steady_clock::time_point deadline)
 }
 
 const job_result& queued_job::wait() {
-  admit_and_start(std::chrono::steady_clock::time_point::max());
+  admit_and_start(std::chrono::steady_clock::time_point::max(), true);
   std::shared_ptr<job> j;
   {
     std::lock_guard lock(mutex_);
@@ -71,11 +73,11 @@ const job_result& queued_job::wait() {
   return j->wait();
 }
 
-bool queued_job::start_if_admitted() { return admit_and_start(std::chrono::steady_clock::now()) && started(); }
+bool queued_job::start_if_admitted() { return admit_and_start(std::chrono::steady_clock::now(), false) && started(); }
 
 bool queued_job::wait_for(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  if (!admit_and_start(deadline)) return false;
+  if (!admit_and_start(deadline, timeout.count() > 0)) return false;
   std::shared_ptr<job> j;
   {
     std::lock_guard lock(mutex_);

@@ -219,6 +219,7 @@ launched_worker standby_pool::take() {
         const bool now = !owed || ready_.empty();  // a replacement (or more: back to back) is due now
         lock.unlock();
         if (now) wake_filler();
+        w.waiting = true;
         return w;
       }
       // It died while waiting: `w` is reaped as it goes, and the next one is tried.

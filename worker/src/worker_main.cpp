@@ -91,6 +91,7 @@ assignment receive_assignment() {
   if (r.closed) die("the supervisor closed the channel before assigning work");
   auto* a = r.message ? std::get_if<ser::assign_message>(&*r.message) : nullptr;
   if (!a) die("expected an assignment first");
+  ser::restore_cpus(a->cpus);  // first: narrowed only for this wake-up
   assignment out;
   std::size_t next = 0;
   if (a->request.empty()) out.request = ser::shm_file{r.fds[next++]};

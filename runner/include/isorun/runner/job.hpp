@@ -62,6 +62,9 @@ struct job_spec {
   /// Hand the result over as soon as the worker reports it, sealed, while the worker exits
   /// behind it (isolated_options::early_result).
   bool early_result = false;
+  /// The thread that starts the job waits for it at once: a worker launched ahead is woken on
+  /// that thread's CPU (cpu_handoff.hpp). Set by queued_job for a start made by its waiter.
+  bool caller_waits = false;
   /// The task's result is an `isorun::blob` (binary encoding): the worker gets a result ring, so
   /// a result made on the device can be streamed (worker_context::device_result).
   bool result_stream = false;

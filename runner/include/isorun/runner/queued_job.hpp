@@ -30,8 +30,9 @@ ISORUN_API std::shared_ptr<queued_job> queue_call(admission& first, admission* t
 class ISORUN_API queued_job {
  public:
   /// Starts the job on what the ticket holds (its GPUs); the job keeps the ticket
-  /// (job_spec::admitted) until its worker is gone.
-  using starter = std::function<std::shared_ptr<job>(std::shared_ptr<admission::ticket>)>;
+  /// (job_spec::admitted) until its worker is gone. The flag: the starting thread waits for the
+  /// job next (job_spec::caller_waits).
+  using starter = std::function<std::shared_ptr<job>(std::shared_ptr<admission::ticket>, bool)>;
 
   /// @brief A call waiting at `place`, started by `start` once admitted (by whoever waits first).
   queued_job(std::shared_ptr<admission::waiter> place, starter start);
@@ -62,8 +63,9 @@ class ISORUN_API queued_job {
   [[nodiscard]] bool started() const noexcept;
 
  private:
-  // Admission, then the start, on the waiting thread; true once there is a job or an end.
-  bool admit_and_start(std::chrono::steady_clock::time_point deadline);
+  // Admission, then the start, on the waiting thread (which waits for the job next where
+  // `then_waits`); true once there is a job or an end.
+  bool admit_and_start(std::chrono::steady_clock::time_point deadline, bool then_waits);
 
   std::shared_ptr<admission::waiter> place_;
   starter start_;

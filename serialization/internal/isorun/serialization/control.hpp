@@ -19,8 +19,9 @@
 #include <variant>
 #include <vector>
 
-#include "isorun/serialization/protocol.hpp"
 #include "isorun/internal_api.hpp"
+#include "isorun/serialization/cpu_handoff.hpp"
+#include "isorun/serialization/protocol.hpp"
 
 namespace isorun::serialization {
 
@@ -66,10 +67,13 @@ struct assign_message {
   /// The request segment's bytes (header, payload) when they fit inline_limit; empty when the
   /// request segment's descriptor comes first instead.
   std::string request;
+  /// The worker's CPU affinity, to restore before anything else: narrowed to the supervisor's
+  /// CPU for its wake-up (cpu_handoff.hpp). Empty: left as it was.
+  cpu_mask cpus;
 
   template <class Archive>
   void serialize(Archive& ar) {
-    ar(protocol, env, stdout_attached, stream_attached, request);
+    ar(protocol, env, stdout_attached, stream_attached, request, cpus);
   }
 };
 

@@ -5,8 +5,9 @@
 ///
 ///   supervisor                                     worker (exec'd; fd 3 is its only channel)
 ///     launch: spawn with ISORUN_WORKER=1, fd 3 = control socket, no GPU visible
-///     assign_message {env} + SCM_RIGHTS [request segment, result segment, stdout?,
-///                                        result ring + its start eventfd?]  -->
+///     assign_message {env, request?, cpus?} + SCM_RIGHTS [request segment?, result segment,
+///                                        stdout?, result ring + its start eventfd?]  -->
+///                                         restores its CPU affinity (cpu_handoff.hpp),
 ///                                         applies env (CUDA_VISIBLE_DEVICES, ...) and stdout,
 ///                                         maps request, runs the task, writes its result: a
 ///                                         small one into `done` itself, a larger one into the
@@ -34,7 +35,7 @@
 namespace isorun::serialization {
 
 /// Bumped whenever a message, the request or the result ring's control page changes shape.
-inline constexpr std::uint32_t protocol_version = 10;
+inline constexpr std::uint32_t protocol_version = 11;
 
 /// The descriptor a worker (and the `-- CMD` shim) finds its control socket under.
 inline constexpr int control_fd = 3;
