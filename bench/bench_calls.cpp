@@ -130,7 +130,7 @@ void line(const char* what, const summary& s, const summary* floor = nullptr, co
 // a thread that a fork would copy into them.
 struct ipc_peers {
   bench::ipc_peer pipe{bench::ipc_peer::pipe_trip}, memfd{bench::ipc_peer::memfd_trip},
-      futex{bench::ipc_peer::futex_trip};
+      futex{bench::ipc_peer::futex_trip}, across{bench::ipc_peer::pipe_across};
 };
 std::unique_ptr<ipc_peers> peers;
 
@@ -141,8 +141,8 @@ void latencies(int n, int pause_ms) {
   // The cold call once more under process-group containment: what its cgroup (made, joined at
   // birth, killed and removed) costs on the path. Only where children get cgroups at all.
   const bool cgroups = isorun::runner::containment().cgroup;
-  std::vector<double> tiny, same, c, cpg, s, e, pipe_rt, memfd_rt, futex_rt, tiny_exit, same_exit;
-  auto& [pipe_peer, memfd_peer, futex_peer] = *peers;
+  std::vector<double> tiny, same, c, cpg, s, e, pipe_rt, across_rt, memfd_rt, futex_rt, tiny_exit, same_exit;
+  auto& [pipe_peer, memfd_peer, futex_peer, across_peer] = *peers;
   constexpr int block = 10, skipped = 2;
   const auto run_block = [&](std::vector<double>& into, const std::function<double()>& call) {
     for (int i = 0; i < block + skipped; ++i) {
@@ -154,6 +154,7 @@ void latencies(int n, int pause_ms) {
   for (int round = 0; round < (n + block - 1) / block; ++round) {
     run_block(tiny, [] { return spawn_ms({BENCH_TINY}); });
     run_block(pipe_rt, [&] { return pipe_peer.round_trip_ms(); });
+    if (across_peer.available()) run_block(across_rt, [&] { return across_peer.round_trip_ms(); });
     run_block(memfd_rt, [&] { return memfd_peer.round_trip_ms(); });
     run_block(futex_rt, [&] { return futex_peer.round_trip_ms(); });
     run_block(same, [] { return spawn_ms({self_path, "--exit-at-once"}); });
@@ -175,6 +176,7 @@ void latencies(int n, int pause_ms) {
   line("floor: static C program, spawn+waitpid", t);
   const summary pipe_floor = summarize(pipe_rt), memfd_floor = summarize(memfd_rt);
   line("floor: pipe round trip", pipe_floor);
+  if (!across_rt.empty()) line("floor: the same, its ends pinned to two CPUs", summarize(across_rt));
   line("floor: memfd + SCM_RIGHTS, mapped, round trip", memfd_floor);
   line("floor: futex wake each way, shared memory", summarize(futex_rt));
   line("floor: this executable, spawn+exit", x, &t);
@@ -215,15 +217,20 @@ void latencies(int n, int pause_ms) {
 // 5 ms apart, as users space calls.
 void breakdown(int n) {
   namespace r = isorun::runner;
-  auto& [pipe_peer, memfd_peer, futex_peer] = *peers;
-  std::vector<double> pipe_rt, memfd_rt;
+  auto& [pipe_peer, memfd_peer, futex_peer, across_peer] = *peers;
+  std::vector<double> pipe_rt, across_rt, memfd_rt;
   for (int i = 0; i < n; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     pipe_rt.push_back(pipe_peer.round_trip_ms() * 1e3);
+    if (across_peer.available()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      across_rt.push_back(across_peer.round_trip_ms() * 1e3);
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     memfd_rt.push_back(memfd_peer.round_trip_ms() * 1e3);
   }
   const double wake = summarize(pipe_rt).median / 2, memfd = summarize(memfd_rt).median;
+  const double idle_wake = across_rt.empty() ? 0 : summarize(across_rt).median / 2;
   static constexpr const char* steps[] = {"prepare: request written, result segment ready",
                                           "take a worker (cold: assign it before its start)",
                                           "assign: the message and 2 descriptors sent",
@@ -244,6 +251,7 @@ void breakdown(int n) {
     const bool early = kind == 2;
     auto spec = r::job_spec_for("noop", serialization::encoding::binary, detail::encode_args(7), {},
                                 {.standby = kind ? 2u : 0u, .early_result = early});
+    spec.caller_waits = true;  // as a call's waiter starts it
     r::local_launcher cold;
     r::launcher& from = kind ? static_cast<r::launcher&>(r::standby_for(r::launch_spec_for(spec), 2)) : cold;
     auto& v = kinds[static_cast<std::size_t>(kind)];
@@ -287,9 +295,10 @@ void breakdown(int n) {
     std::printf("\n");
   }
   std::printf(
-      "  floors, same run: a wake-up (half a spaced pipe round trip) %.1f us; a memfd + SCM_RIGHTS round\n"
-      "  trip, mapped and written, %.1f us; early_result's total is %.1fx that round trip\n",
-      wake, memfd, summarize(kinds[2][rows - 1]).median / memfd);
+      "  floors, same run: a wake-up (half a spaced pipe round trip) %.1f us, of an idle CPU (the same,\n"
+      "  its ends on two CPUs) %.1f us; a memfd + SCM_RIGHTS round trip, mapped and written, %.1f us;\n"
+      "  early_result's total is %.1fx that round trip\n",
+      wake, idle_wake, memfd, summarize(kinds[2][rows - 1]).median / memfd);
 }
 
 int main(int argc, char** argv) {

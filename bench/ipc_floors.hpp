@@ -4,8 +4,12 @@
 // unmaps before it answers, and a futex wake in shared memory each way. Each peer is a process of
 // its own (forked, then only system calls, with only its own descriptors), asleep in its wait
 // before each round trip. Make the peers before anything else: a fork copies the whole process.
+// The kernel keeps such a pair on one CPU (each wakes the other on the waker's CPU), so these are
+// same-CPU wake-ups; `pipe_across` pins the two ends to two CPUs, each wake-up then that of an
+// idle CPU, as a sleeping worker's was before the caller handed it its CPU (cpu_handoff.hpp).
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -28,9 +32,14 @@ namespace isorun::bench {
 
 class ipc_peer {
  public:
-  enum kind_t { pipe_trip, memfd_trip, futex_trip };
+  enum kind_t { pipe_trip, memfd_trip, futex_trip, pipe_across };
 
   explicit ipc_peer(kind_t kind) : kind_{kind} {
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    ::sched_getaffinity(0, sizeof allowed, &allowed);
+    for (int cpu = 0, found = 0; cpu < CPU_SETSIZE && found < 2; ++cpu)
+      if (CPU_ISSET(cpu, &allowed)) cpus_[found++] = cpu;
     words_ = static_cast<std::atomic<std::uint32_t>*>(
         ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
     if (words_ == MAP_FAILED || ::pipe2(to_, O_CLOEXEC) != 0 || ::pipe2(from_, O_CLOEXEC) != 0 ||
@@ -42,6 +51,9 @@ class ipc_peer {
     if (pid_ < 0) std::abort();
     if (pid_ == 0) serve();
   }
+
+  /// @brief Whether this floor can be measured here (`pipe_across` needs two CPUs).
+  [[nodiscard]] bool available() const noexcept { return kind_ != pipe_across || cpus_[1] >= 0; }
   ipc_peer(const ipc_peer&) = delete;
   ipc_peer& operator=(const ipc_peer&) = delete;
   ~ipc_peer() {
@@ -53,10 +65,16 @@ class ipc_peer {
 
   /// One round trip, in milliseconds.
   double round_trip_ms() {
+    cpu_set_t had;
+    if (kind_ == pipe_across) {  // this end on the first CPU, the peer on the second (untimed)
+      ::sched_getaffinity(0, sizeof had, &had);
+      pin(cpus_[0]);
+    }
     const auto t0 = std::chrono::steady_clock::now();
     char c = 1;
     switch (kind_) {
       case pipe_trip:
+      case pipe_across:
         if (::write(to_[1], &c, 1) != 1 || ::read(from_[0], &c, 1) != 1) std::abort();
         break;
       case memfd_trip: {
@@ -75,10 +93,18 @@ class ipc_peer {
         break;
       }
     }
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const auto t1 = std::chrono::steady_clock::now();
+    if (kind_ == pipe_across) ::sched_setaffinity(0, sizeof had, &had);
+    return std::chrono::duration<double, std::milli>(t1 - t0).count();
   }
 
  private:
+  static void pin(int cpu) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    ::sched_setaffinity(0, sizeof one, &one);
+  }
   static long futex(std::atomic<std::uint32_t>* word, int op, std::uint32_t value) {
     return ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, value, nullptr, nullptr, 0);
   }
@@ -93,10 +119,12 @@ class ipc_peer {
     const int keep[] = {to_[0], from_[1], sock_[1]};
     for (int fd = 3; fd < 4096; ++fd)
       if (std::find(std::begin(keep), std::end(keep), fd) == std::end(keep)) ::close(fd);
+    if (kind_ == pipe_across && cpus_[1] >= 0) pin(cpus_[1]);
     char c;
     for (std::uint32_t seen = 0;;) {
       switch (kind_) {
         case pipe_trip:
+        case pipe_across:
           if (::read(to_[0], &c, 1) != 1 || ::write(from_[1], &c, 1) != 1) ::_exit(0);
           break;
         case memfd_trip: {
@@ -129,6 +157,7 @@ class ipc_peer {
   }
 
   kind_t kind_;
+  int cpus_[2] = {-1, -1};  // the first two CPUs this process may run on
   pid_t pid_ = -1;
   int to_[2] = {-1, -1}, from_[2] = {-1, -1}, sock_[2] = {-1, -1};
   std::atomic<std::uint32_t>* words_ = nullptr;
