@@ -5,8 +5,8 @@
 /// A worker launched ahead sleeps until its assignment, and the kernel wakes a sleeping thread
 /// where it last ran when that CPU is idle, rather than on the waker's CPU, which is busy until
 /// the waker blocks. Waking an idle CPU takes an interprocessor interrupt and, under a hypervisor
-/// whose idle vCPUs halt, the vCPU's return: 50 µs against 9 µs on the same CPU on the
-/// development VM (bench/README.md, "Calls"). The supervisor's thread blocks as soon as it has
+/// whose idle vCPUs halt, the vCPU's return: several times a wake-up on the same CPU
+/// (bench/README.md, "Calls", measures both). The supervisor's thread blocks as soon as it has
 /// sent the assignment, so its CPU is the one about to be free: it narrows the worker's affinity
 /// to that CPU just before sending, and the worker widens it back, to the mask it had, as the
 /// first thing it does with the assignment, before any of its task runs (a task's threads inherit
