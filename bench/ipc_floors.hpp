@@ -52,8 +52,6 @@ class ipc_peer {
     if (pid_ == 0) serve();
   }
 
-  /// @brief Whether this floor can be measured here (`pipe_across` needs two CPUs).
-  [[nodiscard]] bool available() const noexcept { return kind_ != pipe_across || cpus_[1] >= 0; }
   ipc_peer(const ipc_peer&) = delete;
   ipc_peer& operator=(const ipc_peer&) = delete;
   ~ipc_peer() {
@@ -62,6 +60,9 @@ class ipc_peer {
     for (int fd : {to_[0], to_[1], from_[0], from_[1], sock_[0], sock_[1]}) ::close(fd);
     ::munmap(words_, 4096);
   }
+
+  /// @brief Whether this floor can be measured here (`pipe_across` needs two CPUs).
+  [[nodiscard]] bool available() const noexcept { return kind_ != pipe_across || cpus_[1] >= 0; }
 
   /// One round trip, in milliseconds.
   double round_trip_ms() {

@@ -36,7 +36,7 @@ ISORUN_TASK(hold);
 ISORUN_TASK(eats_host);
 ISORUN_TASK(thread_vars);
 ISORUN_TASK(bind_vars);
-ISORUN_TASK(cpus_allowed);
+ISORUN_TASK(threads_cpus);
 ISORUN_TASK(twice);
 ISORUN_TASK(warm_state);
 ISORUN_TASK(prints);

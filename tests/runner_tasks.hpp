@@ -435,14 +435,25 @@ inline std::string bind_vars(int) {
   return std::string(ld ? ld : "-") + " " + (marker ? marker : "-") + " " + (bound ? "1" : "-");
 }
 
-// The CPUs the task's thread may run on, as "0,1,...".
-inline std::string cpus_allowed(int) {
+// The CPUs thread `tid` (0: the calling one) may run on, as "0,1,...".
+inline std::string cpu_list(pid_t tid) {
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) != 0) return "unreadable";
+  if (::sched_getaffinity(tid, sizeof set, &set) != 0) return "unreadable";
   std::string out;
   for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
     if (CPU_ISSET(cpu, &set)) out += (out.empty() ? "" : ",") + std::to_string(cpu);
+  return out;
+}
+
+// The CPUs each thread of the task's process may run on: the lists, each once, joined by " | "
+// ("0,1" where every thread has the same).
+inline std::string threads_cpus(int) {
+  std::set<std::string> lists;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task"))
+    lists.insert(cpu_list(static_cast<pid_t>(std::stol(e.path().filename().string()))));
+  std::string out;
+  for (const auto& l : lists) out += (out.empty() ? "" : " | ") + l;
   return out;
 }
 

@@ -42,28 +42,51 @@ TEST_CASE("a standby worker binds its symbols at load, while it waits; its task 
   CHECK(isorun::isolated(bind_vars, {.standby = 2})(0) == "- - 1");
 }
 
-TEST_CASE("a standby worker is woken on its caller's CPU, and its task runs on every CPU it was launched with",
+TEST_CASE("a standby worker is woken on its caller's CPU, and every thread of its task runs on every CPU it had",
           "[runner][standby]") {
   stop_standby_at_end guard;
-  const std::string all = cpus_allowed(0);
-  if (all.find(',') == std::string::npos) WARN("one CPU only: the hand-over of the caller's CPU is not made");
-  auto& pool = isorun::runner::standby_for(plain_standby(), 2);
+  namespace r = isorun::runner;
+  const std::string all = cpu_list(0);
+  const bool several = all.find(',') != std::string::npos;
+  if (!several) WARN("one CPU only: the hand-over of the caller's CPU is not made");
+  // Through isolated(): the call's waiter starts it on a worker of the pool.
+  auto& pool = r::standby_for(plain_standby(), 2);
   for (int i = 0; i < 3; ++i) {
-    pool.fill();  // waiting workers, the ones whose affinity the caller narrows to its CPU
-    // The worker widens it back before its task runs: narrowed, the task (and every thread it
-    // starts) would stay on the one CPU.
-    CHECK(isorun::isolated(cpus_allowed, {.standby = 2})(0) == all);
+    pool.fill();
+    CHECK(isorun::isolated(threads_cpus, {.standby = 2})(0) == all);
   }
-  // A caller narrowed to one CPU itself hands over that one (the worker's own mask is unchanged).
+  // At the job level, on workers just launched, so still starting: a hand-over lands before the
+  // worker waits, and the thread its start makes next (the supervisor watch) inherits the one CPU
+  // until the worker widens it too. Handed over only where the starting thread waits next and the
+  // worker was launched ahead; every thread of the task on every CPU either way.
+  r::local_launcher launcher;
+  const auto spec = r::job_spec_for("threads_cpus", isorun::serialization::encoding::binary,
+                                    isorun::detail::encode_args(0), {}, {});
+  for (const bool waits : {true, false}) {
+    for (const bool ahead : {true, false}) {
+      auto worker = launcher.launch(r::launch_spec_for(spec));
+      worker.waiting = ahead;
+      auto s = spec;
+      s.caller_waits = waits;
+      auto job = r::job::start(std::move(s), std::move(worker));
+      const auto& res = job->wait();
+      REQUIRE(res.status.ok());
+      CHECK(res.trace.cpu_handed == (several && waits && ahead));
+      CHECK(isorun::detail::decode_result<std::string>(res) == all);
+    }
+  }
+  // A caller narrowed to one CPU hands over that one; the worker's own mask is unchanged.
   cpu_set_t mine, one;
   REQUIRE(::sched_getaffinity(0, sizeof mine, &mine) == 0);
   CPU_ZERO(&one);
   CPU_SET(::sched_getcpu(), &one);
   REQUIRE(::sched_setaffinity(0, sizeof one, &one) == 0);
+  struct widen_again {
+    cpu_set_t& to;
+    ~widen_again() { ::sched_setaffinity(0, sizeof to, &to); }
+  } restore{mine};
   pool.fill();
-  const std::string got = isorun::isolated(cpus_allowed, {.standby = 2})(0);
-  REQUIRE(::sched_setaffinity(0, sizeof mine, &mine) == 0);
-  CHECK(got == all);
+  CHECK(isorun::isolated(threads_cpus, {.standby = 2})(0) == all);
 }
 
 TEST_CASE("a standby pool launches like any launcher: waiting workers for its spec, fresh ones otherwise",

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <map>
 #include <string>
@@ -368,73 +369,148 @@ TEST_CASE("control messages: framing, validation, hang-up", "[control]") {
 }
 
 namespace {
+// A thread's affinity; all zero where it cannot be read (so that a comparison fails). Safe on any
+// thread: Catch's assertions stay on the test's own.
 cpu_set_t affinity(pid_t tid) {
   cpu_set_t set;
   CPU_ZERO(&set);
-  REQUIRE(::sched_getaffinity(tid, sizeof set, &set) == 0);
+  if (::sched_getaffinity(tid, sizeof set, &set) != 0) CPU_ZERO(&set);
   return set;
 }
+pid_t this_tid() { return static_cast<pid_t>(::syscall(SYS_gettid)); }
+cpu_set_t only(int cpu) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  return one;
+}
+ser::cpu_mask as_mask(const cpu_set_t& set) {
+  ser::cpu_mask m(sizeof set / sizeof(std::uint64_t));
+  std::memcpy(m.data(), &set, sizeof set);
+  while (!m.empty() && m.back() == 0) m.pop_back();
+  return m;
+}
+// Joins on every way out of a test, so that a failed assertion does not destroy a joinable thread.
+struct joined {
+  std::thread t;
+  std::function<void()> release;  // lets the thread finish first
+  ~joined() {
+    if (release) release();
+    if (t.joinable()) t.join();
+  }
+};
 }  // namespace
 
 TEST_CASE("the caller's CPU is handed to a sleeping thread, which restores the mask it had", "[control]") {
   const cpu_set_t all = affinity(0);
-  if (CPU_COUNT(&all) < 2) {
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &all)) cpus.push_back(cpu);
+  if (cpus.size() < 2) {
     WARN("one CPU only: there is no CPU to hand over, and nothing is narrowed");
     return;
   }
+  CHECK(ser::hand_this_cpu_to(0).empty());  // no thread named: the caller's own is not narrowed
+  const cpu_set_t mine = affinity(0);
+  CHECK(CPU_EQUAL(&all, &mine));
+
   // A thread that sleeps until told, then restores what it is given and reports its mask.
   std::promise<pid_t> tid;
   std::promise<ser::cpu_mask> restore;
   std::promise<cpu_set_t> after;
-  std::thread sleeper([&] {
-    tid.set_value(static_cast<pid_t>(::syscall(SYS_gettid)));
-    ser::restore_cpus(restore.get_future().get());
-    after.set_value(affinity(0));
-  });
+  joined sleeper{std::thread([&] {
+                   tid.set_value(this_tid());
+                   const ser::cpu_mask before_wait = ser::this_thread_cpus();
+                   ser::restore_cpus(restore.get_future().get(), before_wait);
+                   after.set_value(affinity(0));
+                 }),
+                 {}};
   const pid_t t = tid.get_future().get();
   const ser::cpu_mask had = ser::hand_this_cpu_to(t);
   const cpu_set_t narrowed = affinity(t);
-  CHECK(CPU_COUNT(&narrowed) == 1);
-  cpu_set_t back;
-  CPU_ZERO(&back);
-  REQUIRE(!had.empty());
-  std::memcpy(&back, had.data(), had.size() * sizeof had[0]);
-  CHECK(CPU_EQUAL(&back, &all));  // what it had
-  CHECK(had.back() != 0);         // without trailing zero words
   restore.set_value(had);
   const cpu_set_t restored = after.get_future().get();
-  sleeper.join();
+  CHECK(CPU_COUNT(&narrowed) == 1);
+  CHECK(had == as_mask(all));  // what it had, without trailing zero words
   CHECK(CPU_EQUAL(&restored, &all));
 
-  // A thread on one CPU is left as it is. (Catch's assertions stay on this thread.)
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(0, &one);
+  // A thread on one CPU is left as it is.
+  const cpu_set_t one = only(cpus.front());
   std::promise<pid_t> tid1;
   std::promise<void> go;
-  std::thread pinned([&] {
-    ::sched_setaffinity(0, sizeof one, &one);
-    tid1.set_value(static_cast<pid_t>(::syscall(SYS_gettid)));
-    go.get_future().get();
-  });
+  joined pinned{std::thread([&] {
+                  ::sched_setaffinity(0, sizeof one, &one);
+                  tid1.set_value(this_tid());
+                  go.get_future().wait();
+                }),
+                [&] { go.set_value(); }};
   const pid_t t1 = tid1.get_future().get();
+  const cpu_set_t pinned_to = affinity(t1);
+  REQUIRE(CPU_EQUAL(&pinned_to, &one));
   CHECK(ser::hand_this_cpu_to(t1).empty());
   const cpu_set_t still = affinity(t1);
-  go.set_value();
-  pinned.join();
   CHECK(CPU_EQUAL(&still, &one));
 
-  // A mask that cannot be restored (a CPU that is not there) leaves every CPU allowed, never one.
+  // A mask that cannot be restored (a CPU that is not there) leaves every CPU the cpuset allows.
   ser::cpu_mask absent(16, 0);
   absent.back() = std::uint64_t{1} << 63;  // CPU 1023
-  cpu_set_t widened;
+  cpu_set_t was, widened;
   std::thread([&] {
     ::sched_setaffinity(0, sizeof one, &one);
-    ser::restore_cpus(absent);
-    CPU_ZERO(&widened);
-    ::sched_getaffinity(0, sizeof widened, &widened);
+    was = affinity(0);
+    ser::restore_cpus(absent, {});
+    widened = affinity(0);
   }).join();
-  CHECK(CPU_COUNT(&widened) >= CPU_COUNT(&all));  // (all the cpuset allows: more under taskset)
+  REQUIRE(CPU_EQUAL(&was, &one));
+  CHECK(CPU_COUNT(&widened) >= CPU_COUNT(&all));  // (more under taskset: all the cpuset allows)
+}
+
+TEST_CASE("a worker narrowed before it waited widens the threads its start made since, and only those", "[control]") {
+  const cpu_set_t all = affinity(0);
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &all)) cpus.push_back(cpu);
+  if (cpus.size() < 2) {
+    WARN("one CPU only: nothing is narrowed");
+    return;
+  }
+  // A "worker" thread: narrowed to one CPU while it still starts (by the supervisor's
+  // hand-over, here by itself), it starts a helper (which inherits that CPU); another thread of
+  // the process chose a different single CPU itself. Then it reads its mask, waits, and restores.
+  const int handed = cpus.front(), other = cpus.back();
+  std::promise<pid_t> helper_tid, other_tid;
+  std::promise<void> restored, release;
+  std::shared_future<void> released = release.get_future().share();
+  cpu_set_t worker_after;
+  joined other_thread{std::thread([&] {
+                        const cpu_set_t mine = only(other);
+                        ::sched_setaffinity(0, sizeof mine, &mine);
+                        other_tid.set_value(this_tid());
+                        released.wait();
+                      }),
+                      {}};
+  const pid_t o = other_tid.get_future().get();
+  joined worker{std::thread([&] {
+                  const cpu_set_t one = only(handed);
+                  ::sched_setaffinity(0, sizeof one, &one);  // the hand-over, landed early
+                  std::thread helper([&] {
+                    helper_tid.set_value(this_tid());
+                    released.wait();
+                  });
+                  const ser::cpu_mask before_wait = ser::this_thread_cpus();
+                  ser::restore_cpus(as_mask(all), before_wait);
+                  worker_after = affinity(0);
+                  restored.set_value();
+                  released.wait();
+                  helper.join();
+                }),
+                [&] { release.set_value(); }};
+  const pid_t h = helper_tid.get_future().get();
+  restored.get_future().wait();
+  const cpu_set_t helper_after = affinity(h), other_after = affinity(o), other_chose = only(other);
+  CHECK(CPU_EQUAL(&worker_after, &all));
+  CHECK(CPU_EQUAL(&helper_after, &all));                              // made on the one CPU, widened with the worker
+  if (other != handed) CHECK(CPU_EQUAL(&other_after, &other_chose));  // its own choice, kept
 }
 
 TEST_CASE("an assignment carries its segments' descriptors; stray descriptors are refused and closed", "[control]") {

@@ -24,20 +24,21 @@
 
 #include "isorun/alloc/config.hpp"
 #include "isorun/runner/errors.hpp"
+#include "isorun/runner/host_memory.hpp"
+#include "isorun/runner/launcher.hpp"
+#include "isorun/runner/placement.hpp"
 #include "isorun/runner/process.hpp"
+#include "isorun/runner/unique_fd.hpp"
+#include "isorun/runner/units.hpp"
+#include "isorun/runner/worker_env.hpp"
 #include "isorun/serialization/codec.hpp"
 #include "isorun/serialization/control.hpp"
+#include "isorun/serialization/cpu_handoff.hpp"
 #include "isorun/serialization/protocol.hpp"
 #include "isorun/serialization/request.hpp"
 #include "isorun/serialization/result_stream.hpp"
 #include "isorun/serialization/segment_pool.hpp"
 #include "isorun/serialization/shm_segment.hpp"
-#include "isorun/runner/unique_fd.hpp"
-#include "isorun/runner/units.hpp"
-#include "isorun/runner/placement.hpp"
-#include "isorun/runner/launcher.hpp"
-#include "isorun/runner/worker_env.hpp"
-#include "isorun/runner/host_memory.hpp"
 #include "stream_tail.hpp"
 
 namespace isorun::runner {
@@ -130,9 +131,9 @@ prepared_request prepare_request(job_spec& spec) {
 
 // Gives a launched worker its work: the device assignment, the two segments and, for
 // stdout_mode::file and stdout_mode::fd, its stdout; with `hand_cpu_to`, the worker's pid, this
-// thread's CPU for its wake-up. A worker that is already gone is not an error here; watching it
-// finds out how it ended.
-void assign(int control, const prepared_request& p, const job_spec& spec, pid_t hand_cpu_to = 0) {
+// thread's CPU for its wake-up (true if handed). A worker that is already gone is not an error
+// here; watching it finds out how it ended.
+bool assign(int control, const prepared_request& p, const job_spec& spec, pid_t hand_cpu_to = 0) {
   ser::assign_message a;
   a.env = assignment_environment(spec.gpus, spec.mem_limit);
   if (!spec.memory_timeline.empty())
@@ -167,6 +168,7 @@ void assign(int control, const prepared_request& p, const job_spec& spec, pid_t 
     ser::send_message(control, a, fds);
   } catch (const std::system_error&) {
   }
+  return !a.cpus.empty();
 }
 
 // The header of a streamed result (its payload came through the ring), read with pread: a copy
@@ -686,7 +688,8 @@ std::shared_ptr<job> job::assign_prepared(std::shared_ptr<state> s, job_spec spe
   s->worker.started = clock::now();
   if (spec.host_mem_limit) s->host_cap = std::make_unique<host_memory_cap>(s->worker.process, spec.host_mem_limit);
   if (!assigned) {
-    assign(s->worker.control.get(), s->segments, spec, spec.caller_waits && s->worker.waiting ? s->pid : 0);
+    s->trace.cpu_handed = assign(s->worker.control.get(), s->segments, spec,
+                                 spec.caller_waits && s->worker.waiting ? s->pid : 0);
     s->trace.assigned_ns = monotonic_ns();
   }
   s->spec = std::move(spec);

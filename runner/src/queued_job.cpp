@@ -77,7 +77,7 @@ bool queued_job::start_if_admitted() { return admit_and_start(std::chrono::stead
 
 bool queued_job::wait_for(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  if (!admit_and_start(deadline, timeout.count() > 0)) return false;
+  if (!admit_and_start(deadline, false)) return false;  // (its caller may go on at the timeout)
   std::shared_ptr<job> j;
   {
     std::lock_guard lock(mutex_);

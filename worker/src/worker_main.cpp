@@ -26,16 +26,17 @@
 #include <vector>
 
 #include "isorun/alloc/out_of_memory.hpp"
-#include "isorun/worker/init.hpp"
-#include "isorun/worker/segment_sink.hpp"
 #include "isorun/serialization/codec.hpp"
 #include "isorun/serialization/control.hpp"
+#include "isorun/serialization/cpu_handoff.hpp"
 #include "isorun/serialization/protocol.hpp"
 #include "isorun/serialization/request.hpp"
 #include "isorun/serialization/result_stream.hpp"
 #include "isorun/serialization/shm_segment.hpp"
 #include "isorun/serialization/whole_file.hpp"
 #include "isorun/serialization/wire.hpp"
+#include "isorun/worker/init.hpp"
+#include "isorun/worker/segment_sink.hpp"
 #include "isorun/worker/task.hpp"
 #include "isorun/worker/this_worker.hpp"
 
@@ -82,6 +83,7 @@ struct assignment {
 // Waits for the assignment and applies its environment before anything (a task library, the
 // CUDA module) can read it: CUDA takes CUDA_VISIBLE_DEVICES when it initialises, not at exec.
 assignment receive_assignment() {
+  const ser::cpu_mask before_wait = ser::this_thread_cpus();  // narrowed already if taken while starting
   ser::receive_result r;
   try {
     r = ser::receive_message(ser::control_fd, true);
@@ -91,7 +93,7 @@ assignment receive_assignment() {
   if (r.closed) die("the supervisor closed the channel before assigning work");
   auto* a = r.message ? std::get_if<ser::assign_message>(&*r.message) : nullptr;
   if (!a) die("expected an assignment first");
-  ser::restore_cpus(a->cpus);  // first: narrowed only for this wake-up
+  ser::restore_cpus(a->cpus, before_wait);  // first: narrowed only for this wake-up
   assignment out;
   std::size_t next = 0;
   if (a->request.empty()) out.request = ser::shm_file{r.fds[next++]};

@@ -63,7 +63,7 @@ struct job_spec {
   /// behind it (isolated_options::early_result).
   bool early_result = false;
   /// The thread that starts the job waits for it at once: a worker launched ahead is woken on
-  /// that thread's CPU (cpu_handoff.hpp). Set by queued_job for a start made by its waiter.
+  /// that thread's CPU (cpu_handoff.hpp). Set by queued_job for a start made in wait().
   bool caller_waits = false;
   /// The task's result is an `isorun::blob` (binary encoding): the worker gets a result ring, so
   /// a result made on the device can be streamed (worker_context::device_result).
@@ -88,6 +88,7 @@ struct call_trace {
   std::int64_t worker_request_ns = 0;   ///< the worker had mapped its request
   std::int64_t worker_sent_ns = 0;      ///< the worker sent done
   std::int64_t done_seen_ns = 0;        ///< the supervisor read done
+  bool cpu_handed = false;              ///< the worker was woken on the caller's CPU (job_spec::caller_waits)
 };
 
 /// A finished job: its outcome and, on success, the validated result payload.

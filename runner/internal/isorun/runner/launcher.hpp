@@ -58,8 +58,8 @@ struct launched_worker {
   unique_fd control;      ///< the supervisor's end of the control socket
   unique_fd stderr_read;  ///< the worker's stderr (and stdout with to_stderr), non-blocking
   std::chrono::steady_clock::time_point started;
-  /// Launched ahead of its call (a standby pool's), so most likely asleep waiting for its
-  /// assignment: the caller's CPU is handed to it for its wake-up (cpu_handoff.hpp).
+  /// Launched ahead of its call (a standby pool's): asleep waiting for its assignment, or still
+  /// starting. The caller's CPU is handed to it for its wake-up (cpu_handoff.hpp).
   bool waiting = false;
 };
 
