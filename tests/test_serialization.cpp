@@ -378,6 +378,13 @@ cpu_set_t affinity(pid_t tid) {
   return set;
 }
 pid_t this_tid() { return static_cast<pid_t>(::syscall(SYS_gettid)); }
+// The CPUs of `set`, in order.
+std::vector<int> cpus_in(const cpu_set_t& set) {
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  return cpus;
+}
 cpu_set_t only(int cpu) {
   cpu_set_t one;
   CPU_ZERO(&one);
@@ -403,9 +410,7 @@ struct joined {
 
 TEST_CASE("the caller's CPU is handed to a sleeping thread, which restores the mask it had", "[control]") {
   const cpu_set_t all = affinity(0);
-  std::vector<int> cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
-    if (CPU_ISSET(cpu, &all)) cpus.push_back(cpu);
+  const std::vector<int> cpus = cpus_in(all);
   if (cpus.size() < 2) {
     WARN("one CPU only: there is no CPU to hand over, and nothing is narrowed");
     return;
@@ -467,9 +472,7 @@ TEST_CASE("the caller's CPU is handed to a sleeping thread, which restores the m
 
 TEST_CASE("a worker narrowed before it waited widens the threads its start made since, and only those", "[control]") {
   const cpu_set_t all = affinity(0);
-  std::vector<int> cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
-    if (CPU_ISSET(cpu, &all)) cpus.push_back(cpu);
+  const std::vector<int> cpus = cpus_in(all);
   if (cpus.size() < 2) {
     WARN("one CPU only: nothing is narrowed");
     return;
