@@ -54,6 +54,14 @@ TEST_CASE("report axes: whole numbers for integer parameters, and tick labels th
   CHECK(fits(labels, 350));
   CHECK(labels.front() == "0");
 }
+
+TEST_CASE("report axes: a range narrower than its values' precision gets its two ends", "[sweep][report]") {
+  // 1e16 and the next doubles: a fifth of the range is a step that adding does not advance by
+  // (a fuzzed report once looped there, allocating ticks without end).
+  const double lo = 1e16, hi = std::nextafter(std::nextafter(lo, 2e16), 2e16);
+  const auto labels = sw::axis_tick_labels(sw::axis_for("v", {json(lo), json(hi)}), 350);
+  CHECK(labels.size() == 2);
+}
 TEST_CASE("report data: outcome counts and the slots' intervals come from the journal", "[sweep][report]") {
   const std::string dir = temp_dir();
   std::ofstream(dir + "/sweep.json") << json{{"task", "t"}, {"subject", "t"}, {"metric", {{"name", "acc"}, {"maximize", true}}},

@@ -84,8 +84,14 @@ std::vector<double> scale::ticks() const {
 
 std::vector<double> scale::ticks_every(double step) const {
   if (integer) step = std::max(1.0, std::round(step));
+  // A step below the precision of values this large (a range a few ulps wide) would not advance
+  // `v`, and a huge count of steps is no axis: the ends instead.
+  constexpr std::size_t most = 1000;
+  const double first = std::ceil(lo / step - 1e-9) * step;
+  if (!(step > 0) || !std::isfinite(first) || first + step == first || (hi - first) / step > static_cast<double>(most))
+    return {lo, hi};
   std::vector<double> t;
-  for (double v = std::ceil(lo / step - 1e-9) * step; v <= hi + step * 1e-9; v += step)
+  for (double v = first; v <= hi + step * 1e-9 && t.size() <= most; v += step)
     t.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
   return t;
 }
