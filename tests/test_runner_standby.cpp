@@ -284,6 +284,34 @@ TEST_CASE("an early result is handed over before the worker frees the task's res
   std::filesystem::remove_all(d);
 }
 
+TEST_CASE("after an early hand-over, a worker that does not exit is killed at the end of its grace, or at a cancel",
+          "[runner][early]") {
+  char dir[] = "/tmp/isorun-grace-XXXXXX";
+  REQUIRE(::mkdtemp(dir));
+  const std::string d = dir;
+  for (const char* name : {"/long", "/short"}) {
+    REQUIRE(std::filesystem::create_directory(d + name));
+    REQUIRE(::mkfifo((d + name + "/free").c_str(), 0600) == 0);
+  }
+  // Each result's destructor, in its worker, waits for a FIFO nobody opens: neither exits.
+  auto long_grace =
+      isorun::isolated(frees_slowly, {.grace = std::chrono::hours(1), .early_result = true}).async(d + "/long");
+  REQUIRE(long_grace.try_get().ok());
+  // A shorter grace after a longer one: the first is not the one to wait for.
+  auto short_grace = isorun::isolated(frees_slowly, {.grace = std::chrono::milliseconds(200), .early_result = true})
+                         .async(d + "/short");
+  auto r = short_grace.try_get();
+  REQUIRE(r.ok());
+  CHECK(r.status().exit_pending);
+  CHECK(process_gone(short_grace.pid()));
+  CHECK_FALSE(std::filesystem::exists(d + "/short/freed"));  // killed, not let finish
+  CHECK_FALSE(process_gone(long_grace.pid(), 0));
+  long_grace.cancel();  // its result was handed over: what is left of it goes now
+  CHECK(process_gone(long_grace.pid()));
+  CHECK_FALSE(std::filesystem::exists(d + "/long/freed"));
+  std::filesystem::remove_all(d);
+}
+
 TEST_CASE("after an early hand-over, the worker's request segment is reused only once the worker is reaped",
           "[runner][early]") {
   // A worker still exiting maps its request (read-only, but shared: the kernel refuses to seal a

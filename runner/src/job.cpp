@@ -3,23 +3,26 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <climits>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <map>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <utility>
 
 #include "isorun/alloc/config.hpp"
@@ -381,6 +384,15 @@ void release_worker(job::state& s) {
 // its grace period to exit (a CUDA context's teardown), a cancel or the end of the grace kills its
 // group, and then it is reaped. One long-lived thread rather than one per call: starting a thread
 // would sit on the call's path, before its return.
+//
+// Nor is that thread woken on the call's path. It sleeps on an epoll set, which the call adds its
+// worker's pidfd and cancel eventfd to without waking it, and on a timer for the earliest grace;
+// it wakes when a worker exits, a cancel comes or a grace ends. (Waking a sleeping thread costs
+// the waker the wake-up of the CPU that thread sleeps on: on an idle virtual CPU, about as long
+// as everything else the caller does after `done`.) The call tells its worker it may go itself:
+// the worker usually sleeps on the CPU the caller runs on (it woke the caller there), and a Unix
+// socket's wake-up stays there, so the worker runs its exit once the caller's thread lets go of
+// that CPU, or the kernel moves it.
 class exit_reaper {
  public:
   static exit_reaper& instance() {
@@ -390,69 +402,99 @@ class exit_reaper {
 
   void adopt(std::shared_ptr<job::state> s) {
     s->worker.stderr_read.reset();  // nothing more of it is reported
-    {
-      std::lock_guard lock(mutex_);
-      exiting_.push_back({std::move(s), clock::now(), false});
+    // Sent before the reaper knows the worker: from then on, a cancel may have it reaped.
+    if (s->worker.control) [[maybe_unused]]
+      auto sent = ::send(s->worker.control.get(), &ser::let_go, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    const auto end_of_grace = clock::now() + s->spec.grace;
+    const int pidfd = s->worker.process.pidfd();
+    const int cancel = s->cancel_event.get();
+    std::lock_guard lock(mutex_);
+    if (!watch(pidfd) || !watch(cancel)) {  // (no memory for it) it is looked at now instead
+      unwatch(pidfd);
+      alarm_at(clock::time_point::min());
+    } else if (end_of_grace < alarm_) {
+      alarm_at(end_of_grace);
     }
-    const std::uint64_t one = 1;
-    [[maybe_unused]] auto n = ::write(wake_.get(), &one, sizeof one);
+    exiting_.push_back({std::move(s), end_of_grace});
   }
 
  private:
   struct exiting {
     std::shared_ptr<job::state> state;
-    clock::time_point since;
-    bool let_go;  // told it may exit (protocol.hpp): from here, off the caller's path
+    clock::time_point end_of_grace;
   };
 
-  exit_reaper() : wake_{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)} {
-    if (!wake_) throw internal_error(std::string("eventfd: ") + std::strerror(errno));
+  exit_reaper()
+      : watched_{::epoll_create1(EPOLL_CLOEXEC)},
+        alarm_fd_{::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK)} {
+    static_assert(std::is_same_v<clock, std::chrono::steady_clock>, "the alarm is set on CLOCK_MONOTONIC");
+    if (!watched_ || !alarm_fd_ || !watch(alarm_fd_.get()))
+      throw internal_error(std::string("epoll/timerfd: ") + std::strerror(errno));
     std::thread([this] { run(); }).detach();
   }
 
+  bool watch(int fd) noexcept {
+    epoll_event e{.events = EPOLLIN, .data = {.fd = fd}};
+    return ::epoll_ctl(watched_.get(), EPOLL_CTL_ADD, fd, &e) == 0;
+  }
+  // Before the descriptor closes: a registration lives as long as the open file, which a copy of
+  // the descriptor (a pool's pidfd) can keep open.
+  void unwatch(int fd) noexcept { ::epoll_ctl(watched_.get(), EPOLL_CTL_DEL, fd, nullptr); }
+
+  // (Under the lock.) A grace ends seconds from now, beyond the next tick: arming it touches no
+  // hardware timer, unlike an alarm due within a tick.
+  void alarm_at(clock::time_point when) noexcept {
+    alarm_ = when;
+    const auto ns = std::max<std::int64_t>(
+        1, std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch()).count());
+    itimerspec at{};
+    at.it_value = {static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+    ::timerfd_settime(alarm_fd_.get(), TFD_TIMER_ABSTIME, &at, nullptr);
+  }
+
   void run() {
-    std::vector<pollfd> fds;
     std::vector<std::shared_ptr<job::state>> done;
     for (;;) {
-      int timeout_ms = -1;
       {
         std::lock_guard lock(mutex_);
         const auto now = clock::now();
+        auto next = clock::time_point::max();
         std::erase_if(exiting_, [&](exiting& e) {
           job::state& s = *e.state;
-          if (!std::exchange(e.let_go, true) && s.worker.control) [[maybe_unused]]
-            auto sent = ::send(s.worker.control.get(), &ser::let_go, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
           pollfd p[2] = {{s.worker.process.pidfd(), POLLIN, 0}, {s.cancel_event.get(), POLLIN, 0}};
-          const auto deadline = e.since + s.spec.grace;
-          if (::poll(p, 2, 0) == 0 && now < deadline) {
-            const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
-            timeout_ms = static_cast<int>(timeout_ms < 0 ? left : std::min<long long>(timeout_ms, left));
+          if (::poll(p, 2, 0) == 0 && now < e.end_of_grace) {
+            next = std::min(next, e.end_of_grace);
             return false;
           }
+          if (!(p[0].revents & POLLIN)) s.worker.process.signal(SIGKILL);  // a cancel, or its grace is over
+          unwatch(s.worker.process.pidfd());
+          unwatch(s.cancel_event.get());
           done.push_back(std::move(e.state));
           return true;
         });
-        fds.assign(1, pollfd{wake_.get(), POLLIN, 0});
-        for (const auto& e : exiting_) {
-          fds.push_back({e.state->worker.process.pidfd(), POLLIN, 0});
-          fds.push_back({e.state->cancel_event.get(), POLLIN, 0});
-        }
+        // An alarm is left armed once its workers are gone (it rings for nothing): a call then
+        // seldom has to arm it.
+        if (alarm_ <= now) alarm_ = clock::time_point::max();
+        if (next < alarm_) alarm_at(next);
       }
       for (auto& s : done) {  // outside the lock: a reap kills what is left of the group first
         s->worker.process.reap();
         release_worker(*s);
       }
       done.clear();
-      if (::poll(fds.data(), fds.size(), timeout_ms) > 0 && (fds[0].revents & POLLIN)) {
-        std::uint64_t n;
-        [[maybe_unused]] auto r = ::read(wake_.get(), &n, sizeof n);
+      epoll_event ready[16];
+      if (::epoll_wait(watched_.get(), ready, 16, -1) > 0) {
+        std::uint64_t rang;
+        [[maybe_unused]] auto n = ::read(alarm_fd_.get(), &rang, sizeof rang);
       }
     }
   }
 
   std::mutex mutex_;
   std::vector<exiting> exiting_;
-  unique_fd wake_;
+  unique_fd watched_;
+  unique_fd alarm_fd_;
+  clock::time_point alarm_ = clock::time_point::max();  // when the alarm rings (max: not armed)
 };
 
 // How the job ended, from what watching recorded: forced ends first (cancel, timeout, protocol
