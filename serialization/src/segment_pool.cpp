@@ -1,6 +1,8 @@
 #include "isorun/serialization/segment_pool.hpp"
 
 #include <algorithm>
+#include <cstddef>
+#include <vector>
 
 #include "isorun/serialization/result_stream.hpp"
 
@@ -46,24 +48,29 @@ std::shared_ptr<pooled_segment> segment_pool::acquire(std::uint64_t min_capacity
   std::unique_ptr<pooled_segment> picked;
   {
     std::lock_guard lock(mutex_);
-    const auto end = idle_.end();
-    auto biggest = end, fitting = end, short_of = end;  // largest; smallest that fits; largest that does not
-    for (auto it = idle_.begin(); it != end; ++it) {
-      const auto cap = (*it)->capacity();
-      if (biggest == end || cap > (*biggest)->capacity()) biggest = it;
+    // Each size read once (an fstat: a worker holding a segment may have grown it).
+    std::vector<std::uint64_t> caps;
+    caps.reserve(idle_.size());
+    for (const auto& s : idle_) caps.push_back(s->capacity());
+    constexpr auto none = std::size_t(-1);
+    std::size_t biggest = none, fitting = none, short_of = none;  // largest; smallest that fits; largest that does not
+    for (std::size_t i = 0; i < caps.size(); ++i) {
+      const auto cap = caps[i];
+      if (biggest == none || cap > caps[biggest]) biggest = i;
       if (cap >= min_capacity) {
-        if (fitting == end || cap < (*fitting)->capacity()) fitting = it;
-      } else if (short_of == end || cap > (*short_of)->capacity()) {
-        short_of = it;
+        if (fitting == none || cap < caps[fitting]) fitting = i;
+      } else if (short_of == none || cap > caps[short_of]) {
+        short_of = i;
       }
     }
     // A small segment grown is cheap; a large one given to a small request is not: the next
     // large result would find only fresh pages to fault in, each a fault and a zero-fill.
-    const bool wasteful = fitting != end && (*fitting)->capacity() > std::max<std::uint64_t>(4 * min_capacity, 1 << 20);
-    const auto pick = largest ? biggest : fitting != end && !wasteful ? fitting : short_of;
-    if (pick != end) {
-      picked = std::move(*pick);
-      idle_.erase(pick);
+    const bool wasteful = fitting != none && caps[fitting] > std::max<std::uint64_t>(4 * min_capacity, 1 << 20);
+    const auto pick = largest ? biggest : fitting != none && !wasteful ? fitting : short_of;
+    if (pick != none) {
+      const auto at = idle_.begin() + static_cast<std::ptrdiff_t>(pick);
+      picked = std::move(*at);
+      idle_.erase(at);
     }
   }
   if (!picked) picked = std::make_unique<pooled_segment>(shm_file::create(0));
