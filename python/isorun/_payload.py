@@ -261,6 +261,9 @@ def encode_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> bytes:
     Raises :class:`UsageError` naming the argument for an open file, a socket, a lock or a
     generator among them; warns (:class:`LargeCallWarning`, once per function) past
     :data:`LARGE_CALL_BYTES`."""
+    call = _plain_call(fn, args, kwargs)
+    if call is not None:
+        return pickle.dumps((list(sys.path), call, ({}, {})), protocol=5)
     try:
         call = _dumps_call((fn, args, kwargs))
     except _Refused as exc:
@@ -270,6 +273,27 @@ def encode_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> bytes:
     if len(call) > LARGE_CALL_BYTES:
         _warn_large(fn, args, kwargs, len(call))
     return pickle.dumps((list(sys.path), call, _origins(fn)), protocol=5)
+
+
+#: Argument types the standard pickler writes as cloudpickle does, and which can be neither
+#: refused nor large enough to warn about.
+_PLAIN = frozenset({int, float, complex, bool, str, type(None)})
+
+
+def _plain_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Optional[bytes]:
+    """The call pickled by the standard (C) pickler, where that is what cloudpickle would write: a
+    function sent by reference, with arguments of plain types; else None. The common call, a
+    module-level function given numbers or strings, then skips cloudpickle's per-object Python
+    hooks and the search for code sent by value: each call runs them cold, after the caller's
+    idle wait, at many times their warm cost."""
+    if type(fn) is not types.FunctionType or not all(type(a) in _PLAIN for a in args):
+        return None
+    if not all(type(v) in _PLAIN for v in kwargs.values()) or _by_value(fn):
+        return None
+    try:
+        return pickle.dumps((fn, args, kwargs), protocol=5)
+    except Exception:  # noqa: BLE001 - whatever it is, cloudpickle's path says it better
+        return None
 
 
 class _RaisedInWorker:

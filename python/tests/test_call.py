@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import select
+import sys
 
+import cloudpickle
 import pytest
 
 import isorun
@@ -12,6 +14,22 @@ import isorun
 
 def add(a, b):
     return a + b
+
+
+def test_a_module_registered_to_travel_by_value_does_so_with_plain_arguments_too(tmp_path, monkeypatch):
+    # The worker cannot import the module (its file is gone by the call): only the code sent by
+    # value can run there.
+    (tmp_path / "unimportable_task.py").write_text("def triple(x):\n    return 3 * x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import unimportable_task
+
+    cloudpickle.register_pickle_by_value(unimportable_task)
+    try:
+        (tmp_path / "unimportable_task.py").unlink()
+        assert isorun.isolated(unimportable_task.triple)(7) == 21
+    finally:
+        cloudpickle.unregister_pickle_by_value(unimportable_task)
+        sys.modules.pop("unimportable_task", None)
 
 
 def whoami():
