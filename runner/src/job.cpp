@@ -382,8 +382,8 @@ void release_worker(job::state& s) {
 // After an early hand-over the worker has reported and let go of its result, and now exits; its
 // call has returned. One thread for the whole process sees such workers to their end: each gets
 // its grace period to exit (a CUDA context's teardown), a cancel or the end of the grace kills its
-// group, and then it is reaped. One long-lived thread rather than one per call: starting a thread
-// would sit on the call's path, before its return.
+// group (at once: its call is over), and it is reaped once it is gone. One long-lived thread rather than one per call:
+// starting a thread would sit on the call's path, before its return.
 //
 // Nor is that thread woken on the call's path. It sleeps on an epoll set, which the call adds its
 // worker's pidfd and cancel eventfd to without waking it, and on a timer for the earliest grace;
@@ -400,28 +400,35 @@ class exit_reaper {
     return *r;
   }
 
-  void adopt(std::shared_ptr<job::state> s) {
+  void adopt(const std::shared_ptr<job::state>& s) {
     s->worker.stderr_read.reset();  // nothing more of it is reported
-    // Sent before the reaper knows the worker: from then on, a cancel may have it reaped.
+    const auto now = clock::now();
+    // (A grace too long for the clock is no end.)
+    const auto end_of_grace = s->spec.grace < std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                  clock::time_point::max() - now)
+                                  ? now + s->spec.grace
+                                  : clock::time_point::max();
+    std::lock_guard lock(mutex_);
+    exiting_.reserve(exiting_.size() + 1);  // (so that nothing throws once its descriptors are watched)
+    exiting e{s, end_of_grace};
+    e.watched = watch(e);
+    if (const auto look = e.watched ? end_of_grace : now + retry; look < alarm_) alarm_at(look);
+    exiting_.push_back(std::move(e));
+    // Last, under the lock: the reaper cannot let go of the worker before it is told.
     if (s->worker.control) [[maybe_unused]]
       auto sent = ::send(s->worker.control.get(), &ser::let_go, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-    const auto end_of_grace = clock::now() + s->spec.grace;
-    const int pidfd = s->worker.process.pidfd();
-    const int cancel = s->cancel_event.get();
-    std::lock_guard lock(mutex_);
-    if (!watch(pidfd) || !watch(cancel)) {  // (no memory for it) it is looked at now instead
-      unwatch(pidfd);
-      alarm_at(clock::time_point::min());
-    } else if (end_of_grace < alarm_) {
-      alarm_at(end_of_grace);
-    }
-    exiting_.push_back({std::move(s), end_of_grace});
   }
 
  private:
+  // How soon a worker whose descriptors could not be watched (no memory for them) is looked at
+  // again: nothing else would wake the reaper for it.
+  static constexpr auto retry = std::chrono::milliseconds(10);
+
   struct exiting {
     std::shared_ptr<job::state> state;
     clock::time_point end_of_grace;
+    bool watched = false;  // its pidfd (and, until it is killed, its cancel eventfd) in the epoll set
+    bool killed = false;   // killed at a cancel or at the end of its grace, and not gone yet
   };
 
   exit_reaper()
@@ -436,6 +443,13 @@ class exit_reaper {
   bool watch(int fd) noexcept {
     epoll_event e{.events = EPOLLIN, .data = {.fd = fd}};
     return ::epoll_ctl(watched_.get(), EPOLL_CTL_ADD, fd, &e) == 0;
+  }
+  bool watch(const exiting& e) noexcept {
+    const int pidfd = e.state->worker.process.pidfd();
+    if (!watch(pidfd)) return false;
+    if (e.killed || watch(e.state->cancel_event.get())) return true;
+    unwatch(pidfd);
+    return false;
   }
   // Before the descriptor closes: a registration lives as long as the open file, which a copy of
   // the descriptor (a pool's pidfd) can keep open.
@@ -452,6 +466,33 @@ class exit_reaper {
     ::timerfd_settime(alarm_fd_.get(), TFD_TIMER_ABSTIME, &at, nullptr);
   }
 
+  // (Under the lock.) Whether the worker is gone; otherwise kills it at a cancel or at the end of
+  // its grace, and says by `next` when to look at it again. A killed worker stays until its
+  // pidfd says it is gone, so that reaping it never waits (SIGKILL does not end a process in an
+  // uninterruptible sleep, a driver's teardown).
+  bool gone(exiting& e, clock::time_point now, clock::time_point& next) noexcept {
+    job::state& s = *e.state;
+    const int pidfd = s.worker.process.pidfd(), cancel = s.cancel_event.get();
+    pollfd p[2] = {{pidfd, POLLIN, 0}, {e.killed ? -1 : cancel, POLLIN, 0}};
+    const int ready = ::poll(p, 2, 0);
+    if (ready > 0 && (p[0].revents & POLLIN)) {
+      if (e.watched) {
+        unwatch(pidfd);
+        if (!e.killed) unwatch(cancel);
+      }
+      return true;
+    }
+    if (!e.killed && ((ready > 0 && (p[1].revents & POLLIN)) || now >= e.end_of_grace)) {
+      s.worker.process.signal(SIGKILL);
+      e.killed = true;
+      if (e.watched) unwatch(cancel);  // (never read: it would stay ready)
+    }
+    if (!e.watched) e.watched = watch(e);
+    if (!e.watched || ready < 0) next = std::min(next, now + retry);
+    else if (!e.killed) next = std::min(next, e.end_of_grace);
+    return false;
+  }
+
   void run() {
     std::vector<std::shared_ptr<job::state>> done;
     for (;;) {
@@ -460,15 +501,7 @@ class exit_reaper {
         const auto now = clock::now();
         auto next = clock::time_point::max();
         std::erase_if(exiting_, [&](exiting& e) {
-          job::state& s = *e.state;
-          pollfd p[2] = {{s.worker.process.pidfd(), POLLIN, 0}, {s.cancel_event.get(), POLLIN, 0}};
-          if (::poll(p, 2, 0) == 0 && now < e.end_of_grace) {
-            next = std::min(next, e.end_of_grace);
-            return false;
-          }
-          if (!(p[0].revents & POLLIN)) s.worker.process.signal(SIGKILL);  // a cancel, or its grace is over
-          unwatch(s.worker.process.pidfd());
-          unwatch(s.cancel_event.get());
+          if (!gone(e, now, next)) return false;
           done.push_back(std::move(e.state));
           return true;
         });
@@ -477,7 +510,7 @@ class exit_reaper {
         if (alarm_ <= now) alarm_ = clock::time_point::max();
         if (next < alarm_) alarm_at(next);
       }
-      for (auto& s : done) {  // outside the lock: a reap kills what is left of the group first
+      for (auto& s : done) {  // outside the lock; each is gone: the reap does not wait
         s->worker.process.reap();
         release_worker(*s);
       }

@@ -39,7 +39,8 @@ struct job_spec {
   std::uint64_t mem_limit = 0;              ///< bytes per device, 0 = none
   std::uint64_t host_mem_limit = 0;         ///< bytes of host memory (isolated_options::host_mem_limit)
   std::chrono::milliseconds timeout{0};     ///< 0 = none
-  std::chrono::milliseconds grace{5000};    ///< first signal → SIGKILL delay
+  /// First signal → SIGKILL delay; after an early hand-over, how long the worker may take to exit.
+  std::chrono::milliseconds grace{5000};
   /// The first signal of a stop (the timeout, cancel()): SIGTERM; a sweep whose trials keep
   /// checkpoints sends its warning, which gives the task the grace period to save.
   int stop_signal = SIGTERM;
@@ -161,7 +162,8 @@ class ISORUN_API job {
   bool wait_for(std::chrono::milliseconds timeout);
 
   /// @brief Asks for the worker to be stopped (`first_signal`, 0: the spec's stop_signal; then
-  ///        SIGKILL after the grace period); a second call sends SIGKILL at once. Thread-safe
+  ///        SIGKILL after the grace period); a second call sends SIGKILL at once. After an
+  ///        early hand-over (the call is over, its worker exiting), SIGKILL at once. Thread-safe
   ///        and async-signal-safe; returns at once.
   void cancel(int first_signal = 0) noexcept;
 

@@ -32,7 +32,9 @@ struct isolated_options {
   /// by the calls that may run beside it (one, for a call of the process's admission).
   unsigned cpus_per_call = 0;
   std::chrono::milliseconds timeout{0};   ///< 0 = none
-  std::chrono::milliseconds grace{5000};  ///< between SIGTERM and SIGKILL when stopping
+  /// Between SIGTERM and SIGKILL when stopping; with early_result, also how long the worker may
+  /// take to exit after its result was handed over.
+  std::chrono::milliseconds grace{5000};
   std::string alloc_conf;                 ///< allocator configuration (ISORUN_ALLOC_CONF syntax)
   std::vector<std::string> env;           ///< extra "KEY=VALUE" for the worker
   bool echo_stderr = true;                ///< copy the worker's stderr to ours, live
