@@ -262,21 +262,21 @@ def encode_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> bytes:
     generator among them; warns (:class:`LargeCallWarning`, once per function) past
     :data:`LARGE_CALL_BYTES`."""
     call = _plain_call(fn, args, kwargs)
-    if call is not None:
-        return pickle.dumps((list(sys.path), call, ({}, {})), protocol=5)
-    try:
-        call = _dumps_call((fn, args, kwargs))
-    except _Refused as exc:
-        raise UsageError(f"{_refused_where(fn, args, kwargs)} is {exc.what} ({exc.type_name}), which cannot "
-                         "travel to another process: pass what the worker needs to open or make it "
-                         "(a path, the data) instead") from None
+    origins: tuple[dict[tuple[str, int], str], dict[str, list[str]]] = ({}, {})  # none sent by value
+    if call is None:
+        try:
+            call = _dumps_call((fn, args, kwargs))
+        except _Refused as exc:
+            raise UsageError(f"{_refused_where(fn, args, kwargs)} is {exc.what} ({exc.type_name}), which cannot "
+                             "travel to another process: pass what the worker needs to open or make it "
+                             "(a path, the data) instead") from None
+        origins = _origins(fn)
     if len(call) > LARGE_CALL_BYTES:
         _warn_large(fn, args, kwargs, len(call))
-    return pickle.dumps((list(sys.path), call, _origins(fn)), protocol=5)
+    return pickle.dumps((list(sys.path), call, origins), protocol=5)
 
 
-#: Argument types the standard pickler writes as cloudpickle does, and which can be neither
-#: refused nor large enough to warn about.
+#: Argument types the standard pickler writes as cloudpickle does, none of which is refused.
 _PLAIN = frozenset({int, float, complex, bool, str, type(None)})
 
 

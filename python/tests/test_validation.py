@@ -89,6 +89,16 @@ def test_in_memory_streams_still_travel():
     assert isorun.isolated(lambda b: b.getvalue())(io.BytesIO(b"abc")) == b"abc"
 
 
+def length(text):
+    return len(text)
+
+
+def test_a_call_over_64_mib_of_plain_arguments_warns_naming_the_argument():
+    # A module-level function given a string: the standard pickler's path, which warns as well.
+    with pytest.warns(isorun.LargeCallWarning, match="its largest argument is argument 0"):
+        assert isorun.isolated(length)("x" * ((64 << 20) + 1)) == (64 << 20) + 1
+
+
 def test_a_call_over_64_mib_warns_once_naming_the_largest_global():
     # A function of __main__ (a script, a notebook) travels by value, with the globals it uses.
     ns = {"__name__": "__main__", "BIG_TABLE": b"\0" * ((64 << 20) + 1), "SMALL": 1}
