@@ -1,8 +1,6 @@
 #include "isorun/serialization/segment_pool.hpp"
 
 #include <algorithm>
-#include <cstddef>
-#include <vector>
 
 #include "isorun/serialization/result_stream.hpp"
 
@@ -48,29 +46,30 @@ std::shared_ptr<pooled_segment> segment_pool::acquire(std::uint64_t min_capacity
   std::unique_ptr<pooled_segment> picked;
   {
     std::lock_guard lock(mutex_);
-    // Each size read once (an fstat: a worker holding a segment may have grown it).
-    std::vector<std::uint64_t> caps;
-    caps.reserve(idle_.size());
-    for (const auto& s : idle_) caps.push_back(s->capacity());
-    constexpr auto none = std::size_t(-1);
-    std::size_t biggest = none, fitting = none, short_of = none;  // largest; smallest that fits; largest that does not
-    for (std::size_t i = 0; i < caps.size(); ++i) {
-      const auto cap = caps[i];
-      if (biggest == none || cap > caps[biggest]) biggest = i;
-      if (cap >= min_capacity) {
-        if (fitting == none || cap < caps[fitting]) fitting = i;
-      } else if (short_of == none || cap > caps[short_of]) {
-        short_of = i;
+    // Each size read once (an fstat: a worker holding a segment may have grown it), and kept
+    // beside the segment it was read for.
+    struct candidate {
+      decltype(idle_)::iterator at;
+      std::uint64_t capacity = 0;
+    };
+    const auto end = idle_.end();
+    candidate biggest{end}, fitting{end}, short_of{end};  // largest; smallest that fits; largest that does not
+    for (auto it = idle_.begin(); it != end; ++it) {
+      const candidate c{it, (*it)->capacity()};
+      if (biggest.at == end || c.capacity > biggest.capacity) biggest = c;
+      if (c.capacity >= min_capacity) {
+        if (fitting.at == end || c.capacity < fitting.capacity) fitting = c;
+      } else if (short_of.at == end || c.capacity > short_of.capacity) {
+        short_of = c;
       }
     }
     // A small segment grown is cheap; a large one given to a small request is not: the next
     // large result would find only fresh pages to fault in, each a fault and a zero-fill.
-    const bool wasteful = fitting != none && caps[fitting] > std::max<std::uint64_t>(4 * min_capacity, 1 << 20);
-    const auto pick = largest ? biggest : fitting != none && !wasteful ? fitting : short_of;
-    if (pick != none) {
-      const auto at = idle_.begin() + static_cast<std::ptrdiff_t>(pick);
-      picked = std::move(*at);
-      idle_.erase(at);
+    const bool wasteful = fitting.at != end && fitting.capacity > std::max<std::uint64_t>(4 * min_capacity, 1 << 20);
+    const auto pick = largest ? biggest.at : fitting.at != end && !wasteful ? fitting.at : short_of.at;
+    if (pick != end) {
+      picked = std::move(*pick);
+      idle_.erase(pick);
     }
   }
   if (!picked) picked = std::make_unique<pooled_segment>(shm_file::create(0));
