@@ -382,8 +382,8 @@ void release_worker(job::state& s) {
 // After an early hand-over the worker has reported and let go of its result, and now exits; its
 // call has returned. One thread for the whole process sees such workers to their end: each gets
 // its grace period to exit (a CUDA context's teardown), a cancel or the end of the grace kills its
-// group (at once: its call is over), and it is reaped once it is gone. One long-lived thread rather than one per call:
-// starting a thread would sit on the call's path, before its return.
+// group (at once: its call is over), and it is reaped once it is gone. One long-lived thread
+// rather than one per call: starting a thread would sit on the call's path, before its return.
 //
 // Nor is that thread woken on the call's path. It sleeps on an epoll set, which the call adds its
 // worker's pidfd and cancel eventfd to without waking it, and on a timer for the earliest grace;
