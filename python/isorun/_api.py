@@ -471,9 +471,11 @@ class IsolatedFunction(Generic[R]):
         self._options = options
         functools.update_wrapper(self, fn)
 
-    def _start(self, args: tuple, kwargs: dict, executor: Optional[_core.Admission] = None) -> _core.Job:
+    def _start(self, args: tuple, kwargs: dict, executor: Optional[_core.Admission] = None,
+               caller_waits: bool = False) -> _core.Job:
         """Queues the call for admission (at ``executor``, then the process's) and returns its
-        job; it has started where it fit at once."""
+        job; it has started where it fit at once. ``caller_waits``: this thread waits for it
+        next (``job.wait(None)``), and watches it there."""
         if _exiting.is_set():
             raise Cancelled("the interpreter is exiting: no call is started", None)
         o = self._options
@@ -490,7 +492,7 @@ class IsolatedFunction(Generic[R]):
         output = _output.for_call(o.capture_output, o.echo_stderr, o.early_result)
         try:
             job = _core.start(request, o.argv(), o.launch_env(), output.apply(o.core()) if output else o.core(),
-                              executor)
+                              executor, caller_waits)
         except BaseException:
             if output is not None:
                 output.close()
@@ -505,7 +507,7 @@ class IsolatedFunction(Generic[R]):
         """Runs the function in a fresh interpreter and returns how it ended as a :class:`Result`,
         without raising for failures of the function or its worker (a :class:`UsageError` or
         KeyboardInterrupt still raises)."""
-        job = self._start(args, kwargs)
+        job = self._start(args, kwargs, caller_waits=True)
         try:
             job.wait(None)
         except BaseException:

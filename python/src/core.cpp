@@ -32,6 +32,7 @@
 
 #include <linux/sched.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -44,6 +45,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -153,20 +155,35 @@ std::string cap_preload_variable() {
   return "LD_PRELOAD=" + preload;
 }
 
-/// One isolated call in flight: a runner::queued_job (waiting for admission, then its job) watched
-/// by a thread of its own (job::wait is what pumps the worker's stderr, reads its reports and
-/// enforces the timeout), waited on from Python with the GIL released and Ctrl-C answered.
+/// Who watches a call to its end (job::wait pumps the worker's stderr, reads its reports and
+/// enforces the timeout), once: the thread that waits for it first without a timeout, or a
+/// thread of its own, started where a wait must return at its timeout or the caller does not wait
+/// next (a future).
+struct call_watcher {
+  std::atomic<bool> claimed{false};
+  std::promise<void> ended;
+  std::shared_future<void> done{ended.get_future().share()};
+  std::thread thread;  // the watcher's own thread, where it has one
+  call_watcher() = default;
+  call_watcher(const call_watcher&) = delete;
+  call_watcher& operator=(const call_watcher&) = delete;
+  ~call_watcher() {
+    if (thread.joinable()) thread.join();
+  }
+};
+
+/// One isolated call in flight: a runner::queued_job (waiting for admission, then its job),
+/// waited on from Python with the GIL released and Ctrl-C answered. A plain call (`caller_waits`:
+/// started and waited for on the same thread) is watched on that thread, without a second thread
+/// to start and wake on the way: each costs tens of µs on the call's path.
 class py_job {
  public:
-  explicit py_job(std::shared_ptr<isorun::runner::queued_job> call, std::shared_ptr<driver_cap> cap = nullptr)
-      : job_{std::move(call)}, cap_{std::move(cap)} {
-    job_->start_if_admitted();  // admitted at once: started here, its pid known on return
-    done_ = std::async(std::launch::async, [j = job_] {
-              try {
-                j->wait();
-              } catch (...) {  // a start that failed: result() raises it
-              }
-            }).share();
+  py_job(std::shared_ptr<isorun::runner::queued_job> call, std::shared_ptr<driver_cap> cap, bool caller_waits)
+      : job_{std::move(call)}, cap_{std::move(cap)}, watcher_{std::make_shared<call_watcher>()} {
+    // Admitted at once: started here, its pid known on return; its worker woken on this thread's
+    // CPU where this thread waits next (job_spec::caller_waits).
+    const bool started = job_->start_if_admitted(caller_waits);
+    if (!caller_waits || !started) watch_elsewhere();
   }
   py_job(py_job&&) noexcept = default;
   py_job& operator=(py_job&&) noexcept = default;
@@ -174,7 +191,8 @@ class py_job {
   py_job& operator=(const py_job&) = delete;
   /// A call dropped before its end is stopped: nothing runs on that no one waits for.
   ~py_job() {
-    if (job_ && done_.valid() && done_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) job_->cancel();
+    if (job_ && watcher_ && watcher_->done.wait_for(std::chrono::seconds(0)) != std::future_status::ready)
+      job_->cancel();
   }
 
   /// Waits up to `timeout_s` seconds (None: until done) for the worker's end, with the GIL
@@ -182,6 +200,11 @@ class py_job {
   /// KeyboardInterrupt) stops the worker and waits for its end before the exception goes on, so
   /// nothing is left running.
   bool wait(std::optional<double> timeout_s) {
+    if (!timeout_s && !watcher_->claimed.exchange(true)) {
+      watch_here();
+      return true;
+    }
+    watch_elsewhere();
     using clock = std::chrono::steady_clock;
     const auto deadline = timeout_s ? clock::now() + std::chrono::duration_cast<clock::duration>(
                                                          std::chrono::duration<double>(*timeout_s))
@@ -196,7 +219,7 @@ class py_job {
       bool done;
       {
         nb::gil_scoped_release unlocked;
-        done = done_.wait_for(slice) == std::future_status::ready;
+        done = watcher_->done.wait_for(slice) == std::future_status::ready;
       }
       if (done) return true;
       if (PyErr_CheckSignals() != 0) {
@@ -206,7 +229,7 @@ class py_job {
           nb::gil_scoped_release unlocked;
           // A second Ctrl-C here is not seen (the GIL is released): the stop plan's grace
           // period ends in SIGKILL anyway.
-          done_.wait();
+          watcher_->done.wait();
         }
         throw interrupted;
       }
@@ -217,11 +240,11 @@ class py_job {
   /// The finished call: its outcome as a dict and, on success, the payload as a read-only
   /// uint8 array over the mapped result segment (the segment stays mapped while it lives).
   nb::tuple result() {
+    wait(std::nullopt);
     const isorun::runner::job_result* r;
     {
       nb::gil_scoped_release unlocked;
-      done_.wait();
-      r = &job_->wait();  // rethrows a start that failed: UsageError, InternalError
+      r = &job_->wait();  // done: its result, or a start that failed rethrown (UsageError, InternalError)
     }
     const isorun::outcome& o = r->status;
     // The task's own text, decoded so that no byte can fail the call (backslashreplace: a byte
@@ -275,9 +298,44 @@ class py_job {
   [[nodiscard]] bool started() const noexcept { return job_->started(); }
 
  private:
+  /// Watches the call on this thread, the GIL released but taken back every
+  /// job::interruption_interval (and after a signal) for Python's signal handlers: one that
+  /// raises stops the worker (a second, the next step of the stop) and the exception goes on once
+  /// it is gone.
+  void watch_here() {
+    std::optional<nb::python_error> interrupted;
+    {
+      nb::gil_scoped_release unlocked;
+      try {
+        job_->wait([&interrupted] {
+          nb::gil_scoped_acquire locked;
+          if (PyErr_CheckSignals() == 0) return false;
+          if (interrupted) PyErr_Clear();  // the first is the one raised
+          else interrupted.emplace();
+          return true;
+        });
+      } catch (...) {  // a start that failed: result() raises it
+      }
+      watcher_->ended.set_value();
+    }
+    if (interrupted) throw std::move(*interrupted);
+  }
+
+  /// The call watched by a thread of its own, unless someone watches it already.
+  void watch_elsewhere() {
+    if (watcher_->claimed.exchange(true)) return;
+    watcher_->thread = std::thread([j = job_, w = watcher_.get()] {
+      try {
+        j->wait();
+      } catch (...) {  // a start that failed: result() raises it
+      }
+      w->ended.set_value();
+    });
+  }
+
   std::shared_ptr<isorun::runner::queued_job> job_;
   std::shared_ptr<driver_cap> cap_;  // lives until the worker is gone
-  std::shared_future<void> done_;  // the watcher thread's end
+  std::shared_ptr<call_watcher> watcher_;
 };
 
 /// The job_spec of one call of `request` in a fresh `argv` (a Python interpreter running
@@ -352,7 +410,7 @@ isorun::blob framed_request(const std::string& variables, const nb::bytes& reque
 /// Queues one isolated call of the pickled `request` (see python_job_spec) for admission, at
 /// `executor` then the process's, or the process's alone; it starts at once where it fits.
 py_job start(nb::bytes request, std::vector<std::string> argv, std::vector<std::string> launch_env, call_options o,
-             const py_admission* executor) {
+             const py_admission* executor, bool caller_waits) {
   nb::gil_scoped_release unlocked;  // placement may read NVML; launching waits for the exec
   auto& process = isorun::runner::admission::process();
   auto& first = executor ? *executor->admission : process;
@@ -374,7 +432,7 @@ py_job start(nb::bytes request, std::vector<std::string> argv, std::vector<std::
   }
   auto call = isorun::runner::queue_call(first, executor ? &process : nullptr, std::move(admission_request),
                                          std::move(spec), opts.standby, o.zygote);
-  return py_job(std::move(call), std::move(cap));
+  return py_job(std::move(call), std::move(cap), caller_waits);
 }
 
 /// Launches the standby interpreters of calls like these now and waits until they are all
@@ -768,7 +826,9 @@ NB_MODULE(_core, m) {
       .def_prop_ro("started", &py_job::started);
 
   m.def("start", &start, "request"_a, "argv"_a, "launch_env"_a, "options"_a, "executor"_a = nb::none(),
-        "Queues one isolated call of a pickled request for admission; it starts in a fresh interpreter.");
+        "caller_waits"_a = false,
+        "Queues one isolated call of a pickled request for admission; it starts in a fresh interpreter. "
+        "caller_waits: this thread waits for it next, and watches it.");
   m.def("fill_standby", &fill_standby, "argv"_a, "launch_env"_a, "options"_a, "executor"_a = nb::none(),
         "Launches the standby interpreters of such calls now; returns once they are launched.");
   m.def("executor_admission", &executor_admission, "gpus"_a, "all_gpus"_a, "mem_limit"_a, "per_gpu"_a, "cpu_slots"_a,

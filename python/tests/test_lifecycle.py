@@ -78,6 +78,28 @@ def test_ctrl_c_stops_the_worker_and_raises_keyboard_interrupt():
     os.close(fd)
 
 
+def test_a_second_ctrl_c_kills_a_worker_that_ignores_the_first():
+    # The function ignores SIGTERM and the grace is an hour: the first Ctrl-C's stop would wait
+    # that long; the second takes the stop's next step, SIGKILL, at once.
+    p = _caller("""
+        import os, signal, threading, isorun
+        def stubborn():
+            signal.signal(signal.SIGTERM, lambda *_: print("term", flush=True))
+            print(os.getpid(), flush=True)
+            threading.Event().wait()
+        isorun.isolated(stubborn, grace=3600)()
+    """)
+    worker = int(p.stdout.readline())
+    fd = os.pidfd_open(worker)
+    p.send_signal(signal.SIGINT)
+    assert p.stdout.readline() == "term\n"  # the first Ctrl-C's SIGTERM reached the function
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate()
+    assert p.returncode != 0 and "KeyboardInterrupt" in err
+    assert select.select([fd], [], [], 0)[0] == [fd]  # killed, and waited for
+    os.close(fd)
+
+
 def _running(pid: int) -> bool:
     """Whether `pid` is a live process (a zombie no one reaped yet is not)."""
     try:

@@ -273,8 +273,9 @@ bool read_control(job::state& s, watch_record& w) {
 }
 
 // Watches the worker until it is gone: echoes and keeps the tail of its stderr, enforces the
-// timeout, carries out cancels, then reaps it and collects its messages.
-watch_record watch(job::state& s) {
+// timeout, carries out cancels (and the caller's `interrupted`, as cancels), then reaps it and
+// collects its messages.
+watch_record watch(job::state& s, const job::interruption& interrupted) {
   watch_record w;
   line_tail tail(s.spec.stderr_tail_lines);
   launched_worker& worker = s.worker;
@@ -300,8 +301,16 @@ watch_record watch(job::state& s) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
       timeout_ms = static_cast<int>(std::clamp<long long>(left + 1, 0, INT_MAX));
     }
+    if (interrupted) {
+      const auto every = static_cast<int>(job::interruption_interval.count());
+      timeout_ms = timeout_ms < 0 ? every : std::min(timeout_ms, every);
+    }
     int rc = ::poll(fds, 5, timeout_ms);
     if (rc < 0 && errno != EINTR) break;
+    if (rc <= 0 && interrupted && interrupted()) {  // a cancel, read by the next poll
+      const std::uint64_t one = 1;
+      [[maybe_unused]] auto n = ::write(s.cancel_event.get(), &one, sizeof one);
+    }
     if (fds[2].revents & POLLIN) {
       std::uint64_t requests = 1;  // the eventfd counts cancels that arrived since the last read
       [[maybe_unused]] auto n = ::read(s.cancel_event.get(), &requests, sizeof requests);
@@ -777,8 +786,8 @@ namespace {
 // which must return at its timeout, starts one): for a call that waits at once, the common case,
 // no thread is started on its path. It watches to the hand-over (or the worker's end), publishes
 // the result, and leaves the exit to the exit reaper.
-void watch_early(const std::shared_ptr<job::state>& s) {
-  watch_record w = watch(*s);
+void watch_early(const std::shared_ptr<job::state>& s, const job::interruption& interrupted) {
+  watch_record w = watch(*s, interrupted);
   const bool early = w.early;
   // A CPU call's core is free once its result is handed over (the exit takes little of it): let
   // go of it before the caller hears of the result. A GPU call's memory is not, until its worker
@@ -802,7 +811,7 @@ bool job::wait_for(std::chrono::milliseconds timeout) {
     if (!state_->finished && !state_->watched) {
       // Not watched yet, and this must return at its timeout: a thread watches.
       state_->watched = true;
-      std::thread([s = state_] { watch_early(s); }).detach();
+      std::thread([s = state_] { watch_early(s, {}); }).detach();
     }
     return state_->ready.wait_for(lock, timeout, [&] { return state_->finished.load(); });
   }
@@ -815,14 +824,16 @@ bool job::wait_for(std::chrono::milliseconds timeout) {
   return true;
 }
 
-const job_result& job::wait() {
+const job_result& job::wait() { return wait(interruption{}); }
+
+const job_result& job::wait(const interruption& interrupted) {
   state& s = *state_;
   if (s.spec.early_result) {
     std::unique_lock lock(s.wait_mutex);
     if (!s.finished && !s.watched) {
       s.watched = true;
       lock.unlock();
-      watch_early(state_);
+      watch_early(state_, interrupted);
       lock.lock();
     }
     s.ready.wait(lock, [&] { return s.finished.load(); });
@@ -830,7 +841,7 @@ const job_result& job::wait() {
   }
   std::lock_guard lock(s.wait_mutex);
   if (s.finished) return s.result;
-  s.result = classify(watch(s), s.spec, s.segments.result, s.trace);
+  s.result = classify(watch(s, interrupted), s.spec, s.segments.result, s.trace);
   release_worker(s);
   s.finished = true;
   return s.result;

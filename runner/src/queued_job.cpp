@@ -61,8 +61,15 @@ bool queued_job::admit_and_start(std::chrono::steady_clock::time_point deadline,
   return true;
 }
 
-const job_result& queued_job::wait() {
-  admit_and_start(std::chrono::steady_clock::time_point::max(), true);
+const job_result& queued_job::wait() { return wait(job::interruption{}); }
+
+const job_result& queued_job::wait(const job::interruption& interrupted) {
+  if (!interrupted) {
+    admit_and_start(std::chrono::steady_clock::time_point::max(), true);
+  } else {
+    while (!admit_and_start(std::chrono::steady_clock::now() + job::interruption_interval, true))
+      if (interrupted()) cancel();
+  }
   std::shared_ptr<job> j;
   {
     std::lock_guard lock(mutex_);
@@ -70,10 +77,12 @@ const job_result& queued_job::wait() {
     if (!job_) return unstarted_;
     j = job_;
   }
-  return j->wait();
+  return j->wait(interrupted);
 }
 
-bool queued_job::start_if_admitted() { return admit_and_start(std::chrono::steady_clock::now(), false) && started(); }
+bool queued_job::start_if_admitted(bool then_waits) {
+  return admit_and_start(std::chrono::steady_clock::now(), then_waits) && started();
+}
 
 bool queued_job::wait_for(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;

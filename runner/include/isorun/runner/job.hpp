@@ -6,6 +6,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -157,6 +158,17 @@ class ISORUN_API job {
   ///        whichever comes first. Safe to call again, and from several threads; all get the
   ///        same result.
   const job_result& wait();
+
+  /// @brief What a wait asks on its own thread, at least every interruption_interval and after a
+  ///        signal interrupts it: true stops the job as cancel() does (each true, the next step of
+  ///        the stop) and the wait goes on to the job's end. How a caller whose signal handlers
+  ///        only set a flag (Python's Ctrl-C) waits without a second thread to watch the job.
+  using interruption = std::function<bool()>;
+  static constexpr std::chrono::milliseconds interruption_interval{100};
+
+  /// @brief Like wait(), asking `interrupted` while it watches the job (a wait that finds
+  ///        another thread watching it waits for that thread, asking nothing).
+  const job_result& wait(const interruption& interrupted);
 
   /// @brief Waits up to `timeout`. @return true once the result is available via wait().
   bool wait_for(std::chrono::milliseconds timeout);

@@ -45,10 +45,15 @@ class ISORUN_API queued_job {
   /// @throws usage_error or internal_error from the start (nothing is left running).
   const job_result& wait();
 
+  /// @brief Like wait(), asking `interrupted` (job::interruption) while it waits, for admission
+  ///        too: true cancels the call.
+  const job_result& wait(const job::interruption& interrupted);
+
   /// @brief Starts the job on this thread if the call is admitted already (there was room when
   ///        it was queued), without waiting: its pid is then known at once. True if started.
+  ///        `then_waits`: this thread waits for the job next (job_spec::caller_waits).
   /// @throws usage_error or internal_error from the start.
-  bool start_if_admitted();
+  bool start_if_admitted(bool then_waits = false);
 
   /// @brief Waits up to `timeout` for the end; true once wait() returns at once.
   bool wait_for(std::chrono::milliseconds timeout);
