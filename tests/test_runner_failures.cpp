@@ -2,6 +2,10 @@
 // workers, and resources running out; each classified, nothing left behind.
 #include <catch2/catch.hpp>
 
+#include <thread>
+
+#include "isorun/runner/admission.hpp"
+#include "isorun/runner/queued_job.hpp"
 #include "runner_tasks.hpp"
 
 using namespace runner_tests;
@@ -92,6 +96,44 @@ TEST_CASE("a second cancel() kills at once, without waiting out the grace period
   CHECK(r.status().exit.signal == SIGKILL);
   CHECK(process_gone(worker));
   CHECK(process_gone(grandchild));
+}
+
+TEST_CASE("a wait asks its interruption on its own thread; each true takes the stop's next step", "[runner]") {
+  const temp_fifo tf;
+  isorun::runner::job_spec spec;
+  spec.task = "hang_with_grandchild";
+  spec.args = isorun::detail::encode_args(tf.path);
+  spec.grace = std::chrono::hours(1);  // the task ignores SIGTERM: only the stop's second step ends it
+  auto job = isorun::runner::job::start(std::move(spec));
+  auto [worker, grandchild] = read_pids(tf.path);
+  const auto waiter = std::this_thread::get_id();
+  int asked = 0;
+  bool elsewhere = false;
+  const auto& r = job->wait([&] {
+    elsewhere = elsewhere || std::this_thread::get_id() != waiter;
+    return ++asked >= 2;  // the second answer stops it (SIGTERM), the third kills it
+  });
+  CHECK(asked >= 3);
+  CHECK_FALSE(elsewhere);
+  CHECK(r.status.kind == isorun::outcome_kind::cancelled);
+  CHECK(r.status.exit.signal == SIGKILL);
+  CHECK(process_gone(worker));
+  CHECK(process_gone(grandchild));
+}
+
+TEST_CASE("a call interrupted while it waits for admission ends cancelled, without a worker", "[runner][admission]") {
+  auto a = std::make_shared<isorun::runner::admission>(
+      isorun::runner::admission::limits{.gpus = {}, .cpu_slots = 1, .name = "the test"});
+  auto slot = a->admit({});  // the only CPU slot is taken
+  auto spec = std::make_shared<isorun::runner::job_spec>();
+  spec->task = "hang_with_grandchild";  // never started
+  auto call = isorun::runner::queue_call(*a, nullptr, {}, spec, 0);
+  int asked = 0;
+  const auto& r = call->wait([&] { return ++asked == 2; });
+  CHECK(asked == 2);
+  CHECK(r.status.kind == isorun::outcome_kind::cancelled);
+  CHECK_FALSE(call->started());
+  CHECK(a->waiting() == 0);
 }
 
 TEST_CASE("dropping an unfinished async handle cancels the worker", "[runner]") {
