@@ -27,11 +27,13 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <linux/sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -593,48 +595,80 @@ void register_python_task() {
   registry.add(std::move(info));
 }
 
-/// The environment when serve() began, which os.environ agreed with (its writes go through putenv).
-std::unordered_map<std::string, std::string>& environment_at_serve() {
-  static std::unordered_map<std::string, std::string> at;
-  return at;
+/// The environment's entries when serve() began (sorted by address), which os.environ agreed
+/// with, and os.environ's mapping. setenv puts a new entry in place of a variable it changes (or
+/// one that held the same text before) and unsetenv takes one out, so what the worker changed
+/// since is the entries not among these, and the variables of these no longer set: compared by
+/// address, not text, because the call's path runs cold after an idle wait, where every byte
+/// looked at costs.
+struct environment_snapshot {
+  std::vector<const char*> entries;
+  nb::object environ_data;  // os.environ._data (bytes -> bytes, shared with os.environb), where it is a dict
+};
+
+environment_snapshot& environment_at_serve() {
+  static auto* at = new environment_snapshot;  // never destroyed: it holds a Python object
+  return *at;
 }
 
+std::vector<const char*> environment_entries() {
+  std::vector<const char*> entries;
+  for (char** e = environ; e && *e; ++e) entries.push_back(*e);
+  std::sort(entries.begin(), entries.end(), std::less<>());  // std::less: a total order of addresses
+  return entries;
+}
+
+/// With the GIL held.
 void snapshot_environment() {
   auto& at = environment_at_serve();
-  at.clear();
-  for (char** e = environ; e && *e; ++e)
-    if (const char* eq = std::strchr(*e, '='); eq && eq != *e)
-      at.emplace(std::string(*e, static_cast<std::size_t>(eq - *e)), std::string(eq + 1));
+  at.entries = environment_entries();
+  nb::object data = nb::getattr(nb::module_::import_("os").attr("environ"), "_data", nb::none());
+  at.environ_data = PyDict_Check(data.ptr()) ? data : nb::none();
 }
 
-/// What the worker changed in the environment with setenv and unsetenv since serve() began (the
-/// assignment's GPUs and cap, its own variables removed), unseen by os.environ: name -> value,
-/// or None for a variable removed. Computed here, not by comparing every variable in Python: the
-/// call's path runs cold after an idle wait, and each Python step costs tens of µs then.
-nb::dict environment_changes() {
-  nb::dict out;
+/// Brings os.environ up to date with what the worker changed with setenv and unsetenv since
+/// serve() began (the assignment's GPUs and cap, the call's variables, its own variables removed).
+/// Written into os.environ's mapping itself: the C environment has them already, and os.environ's
+/// own writes would set each again. (Through os.environb where that mapping is not a dict.)
+void sync_environ() {
   const auto& at = environment_at_serve();
-  std::size_t kept = 0;
-  for (char** e = environ; e && *e; ++e) {
-    const char* eq = std::strchr(*e, '=');
-    if (!eq || eq == *e) continue;
-    const std::string_view name(*e, static_cast<std::size_t>(eq - *e));
-    const auto it = at.find(std::string(name));
-    if (it != at.end()) ++kept;
-    if (it == at.end() || it->second != eq + 1) out[nb::bytes(name.data(), name.size())] = nb::bytes(eq + 1);
+  const std::vector<const char*> now = environment_entries();
+  const bool direct = !at.environ_data.is_none();
+  nb::object environb = direct ? nb::none() : nb::module_::import_("os").attr("environb");
+  auto name_of = [](const char* entry) -> std::optional<std::string_view> {
+    const char* eq = std::strchr(entry, '=');
+    if (!eq || eq == entry) return std::nullopt;
+    return std::string_view(entry, static_cast<std::size_t>(eq - entry));
+  };
+  for (const char* e : now) {
+    if (std::binary_search(at.entries.begin(), at.entries.end(), e, std::less<>())) continue;
+    const auto name = name_of(e);
+    if (!name) continue;
+    nb::bytes key(name->data(), name->size()), value(e + name->size() + 1);
+    if (direct) {
+      if (PyDict_SetItem(at.environ_data.ptr(), key.ptr(), value.ptr()) != 0) throw nb::python_error();
+    } else {
+      environb[key] = value;
+    }
   }
-  if (kept < at.size()) {  // some were removed
-    for (const auto& [name, value] : at)
-      if (!::getenv(name.c_str())) out[nb::bytes(name.data(), name.size())] = nb::none();
+  for (const char* e : at.entries) {
+    if (std::binary_search(now.begin(), now.end(), e, std::less<>())) continue;
+    const auto name = name_of(e);
+    if (!name || ::getenv(std::string(*name).c_str())) continue;  // changed, not removed
+    nb::bytes key(name->data(), name->size());
+    if (direct) {
+      if (PyDict_DelItem(at.environ_data.ptr(), key.ptr()) != 0) PyErr_Clear();  // not there: nothing to remove
+    } else {
+      environb.attr("pop")(key, nb::none());
+    }
   }
-  return out;
 }
 
 /// Serves the assignment this interpreter was launched for, calling `entry` for the call, and
 /// exits the process: never returns.
 [[noreturn]] void serve(nb::callable entry, nb::callable json_entry) {
   if (!isorun::is_worker_process()) throw isorun::usage_error("isorun._worker runs only as a worker that isorun launched");
-  snapshot_environment();  // before the worker's own changes, which environment_changes() tells
+  snapshot_environment();  // before the worker's own changes, which sync_environ() brings to os.environ
   ::unsetenv(isorun::serialization::env::worker.data());  // the function's own children are ordinary processes
   python_entry = entry.release().ptr();
   python_json_entry = json_entry.release().ptr();
@@ -853,9 +887,16 @@ NB_MODULE(_core, m) {
   }, "bytes"_a, "Most bytes of idle result and request segments kept for reuse; the rest are closed.");
   m.def("segment_idle_bytes", [] { return isorun::serialization::segment_pool::instance().idle_bytes(); },
         "Bytes of the idle segments the pool keeps now (memory that stays resident).");
-  m.def("environment_changes", &environment_changes,
-        "In a worker: what it set (name -> value) or removed (name -> None) in the C environment since serve() "
-        "began, as bytes.");
+  m.def("sync_environ", &sync_environ,
+        "In a worker: os.environ brought up to date with what it set or removed in the C environment since "
+        "serve() began.");
+  m.def(
+      "stdout_is_pipe",
+      [] {
+        struct stat st {};
+        return ::fstat(STDOUT_FILENO, &st) == 0 && S_ISFIFO(st.st_mode);
+      },
+      "Whether this process's fd 1 is a pipe.");
   m.def("zygote_serve", &zygote_serve,
         "A zygote's loop: forks a worker per request of the supervisor; returns in each forked child.");
   m.def("cap_thaw", &cap_thaw, "capped"_a, "A zygote's child: CUDA allowed from now on (under the deferred cap).");
