@@ -100,6 +100,8 @@ class _Options:
     cpus_per_call: int = 0
     capture_output: bool = False
     zygote: bool = False  # start="zygote": workers forked from one zygote interpreter
+    # launch()'s last answer and the sys.path it was made for: [(path, answer)].
+    _launch: list = dataclasses.field(default_factory=list, init=False, repr=False, compare=False)
 
     @property
     def on_gpu(self) -> bool:
@@ -175,6 +177,17 @@ class _Options:
             capture_output=bool(capture_output),
             zygote=start == "zygote",
         )
+
+    def launch(self) -> tuple[list[str], list[str], _core.CallOptions]:
+        """A call's worker argv, launch environment and C++ options: made once for as long as
+        sys.path stays the same (each call's path runs cold, where building them anew costs tens
+        of µs). The options are shared: a call that sets its own descriptors takes core()."""
+        cached = self._launch[:1]  # [(sys.path, made)], read at once: another thread may replace it
+        if cached and cached[0][0] == sys.path and self.gpus != "all":
+            return cached[0][1]
+        made = (self.argv(), self.launch_env(), self.core())
+        self._launch[:] = [(list(sys.path), made)]
+        return made
 
     def core(self) -> _core.CallOptions:
         o = _core.CallOptions()
@@ -491,8 +504,9 @@ class IsolatedFunction(Generic[R]):
         o = self._options
         output = _output.for_call(o.capture_output, o.echo_stderr, o.early_result)
         try:
-            job = _core.start(request, o.argv(), o.launch_env(), output.apply(o.core()) if output else o.core(),
-                              executor, caller_waits)
+            argv, launch_env, options = o.launch()
+            job = _core.start(request, argv, launch_env, output.apply(o.core()) if output else options, executor,
+                              caller_waits)
         except BaseException:
             if output is not None:
                 output.close()
@@ -548,7 +562,7 @@ class IsolatedFunction(Generic[R]):
         ``start="zygote"`` it returns once the zygote has imported the preloads (or failed) and
         forked the ``standby`` workers: until then, calls get exec'd workers rather than wait."""
         o = self._options
-        _core.fill_standby(o.argv(), o.launch_env(), o.core(), None)
+        _core.fill_standby(*o.launch(), None)
 
     def options(self, **changes: Any) -> IsolatedFunction[R]:
         """The same function with some options changed."""

@@ -316,7 +316,9 @@ class py_job {
           else interrupted.emplace();
           return true;
         });
-      } catch (...) {  // a start that failed: result() raises it
+      } catch (const std::exception&) {  // a start that failed: result() raises it
+        // (Not catch (...): a thread ended at the interpreter's exit, as it takes the GIL back,
+        // unwinds through here, and that unwinding must go on.)
       }
       watcher_->ended.set_value();
     }

@@ -46,6 +46,22 @@ def test_each_standby_interpreter_serves_one_call():
     assert len({r["pid"] for r in results}) == 4
 
 
+def late_report():
+    import isorun._worker as worker
+
+    return "late_probe" in worker.modules_at_entry
+
+
+def test_a_folder_put_on_sys_path_after_a_call_is_where_the_next_call_preloads_from(tmp_path, monkeypatch):
+    # The call's launch (its interpreters' environment) is made once per sys.path: a changed path
+    # is seen by the next call, whose interpreters are launched anew.
+    (tmp_path / "late_probe.py").write_text("")
+    f = isorun.isolated(late_report, preload=["late_probe"], standby=1, echo_stderr=False)
+    assert f() is False  # not found: it is not on the path yet
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert f() is True
+
+
 def test_without_preload_the_module_is_not_there():
     f = isorun.isolated(report, standby=1)
     f.warm_up()
