@@ -566,7 +566,7 @@ class IsolatedFunction(Generic[R]):
 
     def options(self, **changes: Any) -> IsolatedFunction[R]:
         """The same function with some options changed."""
-        fields = dataclasses.asdict(self._options)
+        fields = {f.name: getattr(self._options, f.name) for f in dataclasses.fields(self._options)}
         unknown = set(changes) - {"gpu", "gpus", "gpu_count", "cpu", "mem_limit", "timeout", "grace", "env",
                                    "standby", "warm_context", "early_result", "alloc_conf", "preload", "python",
                                    "echo_stderr", "host_mem_limit", "cpus_per_call", "capture_output", "start"}
