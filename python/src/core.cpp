@@ -227,11 +227,17 @@ class py_job {
       if (PyErr_CheckSignals() != 0) {
         nb::python_error interrupted;  // fetched now, with the GIL
         job_->cancel();
-        {
-          nb::gil_scoped_release unlocked;
-          // A second Ctrl-C here is not seen (the GIL is released): the stop plan's grace
-          // period ends in SIGKILL anyway.
-          watcher_->done.wait();
+        for (;;) {  // until the worker is gone; each further Ctrl-C takes the stop's next step
+          bool ended;
+          {
+            nb::gil_scoped_release unlocked;
+            ended = watcher_->done.wait_for(isorun::runner::job::interruption_interval) == std::future_status::ready;
+          }
+          if (ended) break;
+          if (PyErr_CheckSignals() != 0) {
+            PyErr_Clear();  // the first is the one raised
+            job_->cancel();
+          }
         }
         throw interrupted;
       }
