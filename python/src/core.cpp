@@ -182,9 +182,12 @@ class py_job {
  public:
   py_job(std::shared_ptr<isorun::runner::queued_job> call, std::shared_ptr<driver_cap> cap, bool caller_waits)
       : job_{std::move(call)}, cap_{std::move(cap)}, watcher_{std::make_shared<call_watcher>()} {
-    // Admitted at once: started here, its pid known on return; its worker woken on this thread's
-    // CPU where this thread waits next (job_spec::caller_waits).
-    const bool started = job_->start_if_admitted(caller_waits);
+    // Admitted at once: started here, its pid known on return. Its worker is not handed this
+    // thread's CPU (job_spec::caller_waits), though this thread waits next: a standby interpreter
+    // taken while it still imports its preloads would finish them on this one CPU. Measured on 2
+    // cores (bench/README.md): spaced calls the same either way, back to back half as many calls
+    // found an interpreter ready with the hand-over.
+    const bool started = job_->start_if_admitted(false);
     if (!caller_waits || !started) watch_elsewhere();
   }
   py_job(py_job&&) noexcept = default;
