@@ -157,6 +157,15 @@ std::string cap_preload_variable() {
   return "LD_PRELOAD=" + preload;
 }
 
+/// Whether the interpreter is finalizing: a thread that takes the GIL then is ended by Python.
+bool is_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
+
 /// Who watches a call to its end (job::wait pumps the worker's stderr, reads its reports and
 /// enforces the timeout), once: the thread that waits for it first without a timeout, or a
 /// thread of its own, started where a wait must return at its timeout or the caller does not wait
@@ -319,6 +328,7 @@ class py_job {
       nb::gil_scoped_release unlocked;
       try {
         job_->wait([&interrupted] {
+          if (is_finalizing()) return false;  // taking the GIL now would end this thread here
           nb::gil_scoped_acquire locked;
           if (PyErr_CheckSignals() == 0) return false;
           if (interrupted) PyErr_Clear();  // the first is the one raised
@@ -326,8 +336,6 @@ class py_job {
           return true;
         });
       } catch (const std::exception&) {  // a start that failed: result() raises it
-        // (Not catch (...): a thread ended at the interpreter's exit, as it takes the GIL back,
-        // unwinds through here, and that unwinding must go on.)
       }
       watcher_->ended.set_value();
     }

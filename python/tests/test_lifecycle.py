@@ -78,6 +78,27 @@ def test_ctrl_c_stops_the_worker_and_raises_keyboard_interrupt():
     os.close(fd)
 
 
+def test_ctrl_c_stops_a_worker_that_keeps_writing_to_stderr():
+    # The caller's thread watching the call is kept busy reading the worker's stderr: Ctrl-C is
+    # still seen.
+    p = _caller("""
+        import os, isorun
+        def flood():
+            print(os.getpid(), flush=True)
+            line = b"x" * 4096
+            while True:
+                os.write(2, line)
+        isorun.isolated(flood, grace=0.5, echo_stderr=False)()
+    """)
+    worker = int(p.stdout.readline())
+    fd = os.pidfd_open(worker)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate()
+    assert p.returncode != 0 and "KeyboardInterrupt" in err
+    assert select.select([fd], [], [], 0)[0] == [fd]
+    os.close(fd)
+
+
 def test_a_second_ctrl_c_kills_a_worker_that_ignores_the_first():
     # The function ignores SIGTERM and the grace is an hour: the first Ctrl-C's stop would wait
     # that long; the second takes the stop's next step, SIGKILL, at once.

@@ -287,6 +287,9 @@ watch_record watch(job::state& s, const job::interruption& interrupted) {
 
   bool stderr_open = true;
   bool await_done = s.spec.early_result;
+  // Asked on time, not only when poll comes back empty: a worker that keeps its stderr busy
+  // keeps poll from ever timing out, and a signal that lands outside poll interrupts nothing.
+  clock::time_point next_ask = interrupted ? clock::now() + job::interruption_interval : never;
   for (;;) {
     // The control socket is read while the worker lives: the task runs in the worker's process
     // and can write to it too. Left unread, what it wrote would fill the buffer the worker's
@@ -297,19 +300,18 @@ watch_record watch(job::state& s, const job::interruption& interrupted) {
                      {worker.control ? worker.control.get() : -1, POLLIN, 0},
                      {s.segments.stream_event && !w.stream ? s.segments.stream_event.get() : -1, POLLIN, 0}};
     int timeout_ms = -1;
-    if (deadline != never) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
+    if (const auto wake = std::min(deadline, next_ask); wake != never) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - clock::now()).count();
       timeout_ms = static_cast<int>(std::clamp<long long>(left + 1, 0, INT_MAX));
-    }
-    if (interrupted) {
-      const auto every = static_cast<int>(job::interruption_interval.count());
-      timeout_ms = timeout_ms < 0 ? every : std::min(timeout_ms, every);
     }
     int rc = ::poll(fds, 5, timeout_ms);
     if (rc < 0 && errno != EINTR) break;
-    if (rc <= 0 && interrupted && interrupted()) {  // a cancel, read by the next poll
-      const std::uint64_t one = 1;
-      [[maybe_unused]] auto n = ::write(s.cancel_event.get(), &one, sizeof one);
+    if (interrupted && (rc < 0 || clock::now() >= next_ask)) {
+      next_ask = clock::now() + job::interruption_interval;
+      if (interrupted()) {  // a cancel, read by the next poll
+        const std::uint64_t one = 1;
+        [[maybe_unused]] auto n = ::write(s.cancel_event.get(), &one, sizeof one);
+      }
     }
     if (fds[2].revents & POLLIN) {
       std::uint64_t requests = 1;  // the eventfd counts cancels that arrived since the last read
