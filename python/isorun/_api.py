@@ -103,6 +103,10 @@ class _Options:
     # launch()'s last answer and the sys.path it was made for: [(path, answer)].
     _launch: list = dataclasses.field(default_factory=list, init=False, repr=False, compare=False)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Without the launch kept for calls (its C++ options do not pickle): made again where used.
+        return {**self.__dict__, "_launch": []}
+
     @property
     def on_gpu(self) -> bool:
         """Whether the call names its GPUs (else it runs where an executor puts it, or on the CPU)."""

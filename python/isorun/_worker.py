@@ -121,7 +121,7 @@ def _line_buffered_stdout() -> None:
     try:
         if not sys.stdout.line_buffering:  # type: ignore[union-attr]
             sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-    except (ValueError, AttributeError):  # a stdout replaced by the preloads
+    except (OSError, ValueError, AttributeError):  # a closed pipe, or a stdout replaced by the preloads
         pass
 
 

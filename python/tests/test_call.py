@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import os
+import pickle
 import select
 import sys
 
@@ -65,6 +67,14 @@ def test_env_is_given_to_the_worker_and_overrides_what_it_inherits(monkeypatch):
     assert isorun.isolated(read_env)("ISORUN_TEST_VARIABLE") == "inherited"
     given = isorun.isolated(read_env, env={"ISORUN_TEST_VARIABLE": "given"})
     assert given("ISORUN_TEST_VARIABLE") == "given"
+
+
+def test_an_isolated_function_pickles_and_copies_after_it_has_been_called():
+    # What a call keeps for the next (its launch, its C++ options) does not travel or copy.
+    f = isorun.isolated(add)
+    assert f(1, 2) == 3
+    assert pickle.loads(cloudpickle.dumps(f))(2, 3) == 5
+    assert copy.deepcopy(f)(3, 4) == 7
 
 
 def gpu_env():
