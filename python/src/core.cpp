@@ -223,10 +223,12 @@ class py_job {
     const auto deadline = timeout_s ? clock::now() + std::chrono::duration_cast<clock::duration>(
                                                          std::chrono::duration<double>(*timeout_s))
                                     : clock::time_point::max();
+    std::optional<nb::python_error> interrupted;
     for (;;) {
-      // Short slices, so that Python's signal handlers run while the worker works.
-      auto slice = std::chrono::milliseconds(100);
-      if (timeout_s) {
+      // Short slices, so that Python's signal handlers run while the worker works; once
+      // interrupted, until the worker is gone, whatever the timeout.
+      auto slice = std::chrono::milliseconds(isorun::runner::job::interruption_interval);
+      if (timeout_s && !interrupted) {
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
         slice = std::max(std::chrono::milliseconds(0), std::min(slice, left));
       }
@@ -235,26 +237,12 @@ class py_job {
         nb::gil_scoped_release unlocked;
         done = watcher_->done.wait_for(slice) == std::future_status::ready;
       }
-      if (done) return true;
-      if (PyErr_CheckSignals() != 0) {
-        nb::python_error interrupted;  // fetched now, with the GIL
-        job_->cancel();
-        for (;;) {  // until the worker is gone; each further Ctrl-C takes the stop's next step
-          bool ended;
-          {
-            nb::gil_scoped_release unlocked;
-            ended = watcher_->done.wait_for(isorun::runner::job::interruption_interval) == std::future_status::ready;
-          }
-          if (ended) break;
-          if (PyErr_CheckSignals() != 0) {
-            PyErr_Clear();  // the first is the one raised
-            job_->cancel();
-          }
-        }
-        throw interrupted;
-      }
-      if (timeout_s && clock::now() >= deadline) return false;
+      if (done) break;
+      if (signal_raised(interrupted)) job_->cancel();
+      if (!interrupted && timeout_s && clock::now() >= deadline) return false;
     }
+    if (interrupted) throw std::move(*interrupted);
+    return true;
   }
 
   /// The finished call: its outcome as a dict and, on success, the payload as a read-only
@@ -330,16 +318,22 @@ class py_job {
         job_->wait([&interrupted] {
           if (is_finalizing()) return false;  // taking the GIL now would end this thread here
           nb::gil_scoped_acquire locked;
-          if (PyErr_CheckSignals() == 0) return false;
-          if (interrupted) PyErr_Clear();  // the first is the one raised
-          else interrupted.emplace();
-          return true;
+          return signal_raised(interrupted);
         });
       } catch (const std::exception&) {  // a start that failed: result() raises it
       }
       watcher_->ended.set_value();
     }
     if (interrupted) throw std::move(*interrupted);
+  }
+
+  /// With the GIL: runs Python's signal handlers; true if one raised (Ctrl-C's
+  /// KeyboardInterrupt), kept in `first` unless an earlier one is: the first is the one raised.
+  static bool signal_raised(std::optional<nb::python_error>& first) {
+    if (PyErr_CheckSignals() == 0) return false;
+    if (first) PyErr_Clear();
+    else first.emplace();
+    return true;
   }
 
   /// The call watched by a thread of its own, unless someone watches it already.

@@ -66,11 +66,17 @@ BLOCKING_CALLER = """
 """
 
 
-def test_ctrl_c_stops_the_worker_and_raises_keyboard_interrupt():
-    p = _caller(BLOCKING_CALLER)
+def _interrupt(script: str, second_after: str = "") -> None:
+    """Runs `script`, whose function prints its worker's pid first, sends Ctrl-C (and a second
+    one once the function has printed `second_after`), and checks that the caller raised
+    KeyboardInterrupt only once the worker was gone."""
+    p = _caller(script)
     worker = int(p.stdout.readline())  # the function runs: its worker printed its pid
     fd = os.pidfd_open(worker)
     p.send_signal(signal.SIGINT)
+    if second_after:
+        assert p.stdout.readline() == second_after
+        p.send_signal(signal.SIGINT)
     out, err = p.communicate()
     assert p.returncode != 0 and "KeyboardInterrupt" in err
     # The caller waited for the worker before the exception went on: it is gone already.
@@ -78,10 +84,14 @@ def test_ctrl_c_stops_the_worker_and_raises_keyboard_interrupt():
     os.close(fd)
 
 
+def test_ctrl_c_stops_the_worker_and_raises_keyboard_interrupt():
+    _interrupt(BLOCKING_CALLER)
+
+
 def test_ctrl_c_stops_a_worker_that_keeps_writing_to_stderr():
     # The caller's thread watching the call is kept busy reading the worker's stderr: Ctrl-C is
     # still seen.
-    p = _caller("""
+    _interrupt("""
         import os, isorun
         def flood():
             print(os.getpid(), flush=True)
@@ -90,35 +100,20 @@ def test_ctrl_c_stops_a_worker_that_keeps_writing_to_stderr():
                 os.write(2, line)
         isorun.isolated(flood, grace=0.5, echo_stderr=False)()
     """)
-    worker = int(p.stdout.readline())
-    fd = os.pidfd_open(worker)
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate()
-    assert p.returncode != 0 and "KeyboardInterrupt" in err
-    assert select.select([fd], [], [], 0)[0] == [fd]
-    os.close(fd)
 
 
 def test_a_second_ctrl_c_kills_a_worker_that_ignores_the_first():
     # The function ignores SIGTERM and the grace is an hour: the first Ctrl-C's stop would wait
-    # that long; the second takes the stop's next step, SIGKILL, at once.
-    p = _caller("""
+    # that long; the second (once the first's SIGTERM reached the function) takes the stop's next
+    # step, SIGKILL, at once.
+    _interrupt("""
         import os, signal, threading, isorun
         def stubborn():
             signal.signal(signal.SIGTERM, lambda *_: print("term", flush=True))
             print(os.getpid(), flush=True)
             threading.Event().wait()
         isorun.isolated(stubborn, grace=3600)()
-    """)
-    worker = int(p.stdout.readline())
-    fd = os.pidfd_open(worker)
-    p.send_signal(signal.SIGINT)
-    assert p.stdout.readline() == "term\n"  # the first Ctrl-C's SIGTERM reached the function
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate()
-    assert p.returncode != 0 and "KeyboardInterrupt" in err
-    assert select.select([fd], [], [], 0)[0] == [fd]  # killed, and waited for
-    os.close(fd)
+    """, second_after="term\n")
 
 
 def _running(pid: int) -> bool:

@@ -221,6 +221,12 @@ struct job::state {
   bool watched = false;           // early_result: someone watches (under wait_mutex)
   std::atomic<bool> finished{false};
   job_result result;
+
+  // A cancel, for the watcher's next poll: the eventfd counts them (each, the stop's next step).
+  void request_cancel() noexcept {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(cancel_event.get(), &one, sizeof one);
+  }
 };
 
 namespace {
@@ -308,10 +314,7 @@ watch_record watch(job::state& s, const job::interruption& interrupted) {
     if (rc < 0 && errno != EINTR) break;
     if (interrupted && (rc < 0 || clock::now() >= next_ask)) {
       next_ask = clock::now() + job::interruption_interval;
-      if (interrupted()) {  // a cancel, read by the next poll
-        const std::uint64_t one = 1;
-        [[maybe_unused]] auto n = ::write(s.cancel_event.get(), &one, sizeof one);
-      }
+      if (interrupted()) s.request_cancel();
     }
     if (fds[2].revents & POLLIN) {
       std::uint64_t requests = 1;  // the eventfd counts cancels that arrived since the last read
@@ -656,8 +659,7 @@ void job::cancel(int first_signal) noexcept {
     int none = 0;
     state_->cancel_signal.compare_exchange_strong(none, first_signal);
   }
-  const std::uint64_t one = 1;
-  [[maybe_unused]] auto n = ::write(state_->cancel_event.get(), &one, sizeof one);
+  state_->request_cancel();
 }
 
 job_spec job_spec_for(std::string task, serialization::encoding encoding, blob args, std::vector<gpu_info> gpus,
