@@ -183,7 +183,7 @@ const option_row table[] = {
        check_alloc_conf(f, v);
        o.alloc_conf = v;
      }},
-    {"--max-result", "SIZE", in_main, "reject results larger than SIZE (default 1T)",
+    {"--max-result", "SIZE", in_main, "reject results larger than SIZE (default: this machine's memory)",
      [](cli_options& o, const std::string&, const std::string& v) { o.max_result = parse_size(v); }},
     {"--json", nullptr, in_main, "print a JSON record (outcome, result, timings) instead of only the result",
      [](cli_options& o, const std::string&, const std::string&) { o.json = true; }},

@@ -72,7 +72,7 @@ struct cli_options {
   std::chrono::milliseconds grace{5000};
   std::vector<std::string> task_libraries;  ///< --tasks
   std::string alloc_conf;
-  std::uint64_t max_result = 1ULL << 40;
+  std::uint64_t max_result = 0;  // 0: the machine's physical memory
   bool json = false;
   bool quiet = false;
   std::string memory_timeline;       ///< --memory-timeline FILE.html

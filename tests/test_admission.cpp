@@ -6,7 +6,7 @@
 #include "isorun/runner/admission.hpp"
 #include "isorun/runner/executor.hpp"
 #include "isorun/runner/host_memory.hpp"
-#include "isorun/serialization/cores.hpp"
+#include "isorun/serialization/machine.hpp"
 #include "runner_tasks.hpp"
 
 using namespace runner_tests;

@@ -5,14 +5,17 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -29,6 +32,7 @@
 #include "test_support.hpp"
 
 using namespace std::chrono_literals;
+using namespace isorun::literals;
 using isorun::test::process_gone;
 
 namespace {
@@ -106,6 +110,60 @@ std::string rejected_then_writes(const std::string& dir) {
   return "returned";
 }
 
+// The descriptors of the isorun segments this process holds (its request, result, ring).
+std::vector<int> held_segments() {
+  std::vector<int> segments;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    if (std::filesystem::read_symlink(e.path(), ec).string().starts_with("/memfd:isorun-segment"))
+      segments.push_back(std::stoi(e.path().filename().string()));
+  }
+  return segments;
+}
+
+// Grows every segment it holds to `to` bytes (sparse: it costs this process nothing), then
+// returns a result that goes through the result segment (larger than what `done` carries).
+std::string grows_segments(std::uint64_t to) {
+  for (int fd : held_segments())
+    if (::ftruncate(fd, static_cast<off_t>(to)) != 0) throw std::runtime_error("ftruncate");
+  return std::string(64 << 10, 'r');
+}
+
+// Forks a child that leaves the worker's group, maps every segment the worker holds writable
+// (so the worker cannot seal its result) and says so; then the worker returns a 1 MiB blob of
+// 'a' written in place. Once the FIFO `dir`/go is opened, the child unmaps and tries to shrink
+// each segment to nothing, and writes "refused changed" to the FIFO `dir`/report.
+isorun::blob shrinks_later(const std::string& dir) {
+  int mapped[2];
+  if (::pipe(mapped) != 0) throw std::runtime_error("pipe");
+  isorun::blob b = isorun::this_worker().output_blob(1 << 20);  // the result segment, grown and mapped
+  std::memset(b.mutable_data(), 'a', b.size());
+  if (::fork() == 0) {
+    ::setsid();
+    std::vector<std::pair<int, void*>> maps;
+    for (int fd : held_segments()) {
+      struct stat st {};
+      if (::fstat(fd, &st) == 0 && st.st_size > 0)
+        maps.emplace_back(fd, ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    }
+    ::close(mapped[0]);
+    ::close(mapped[1]);                 // the worker's read returns
+    { std::ifstream go(dir + "/go"); }  // blocks until the test opens it
+    int refused = 0, changed = 0;
+    for (auto [fd, m] : maps) {
+      if (m != MAP_FAILED) ::munmap(m, 4096);
+      (::ftruncate(fd, 0) == 0 ? changed : refused) += 1;
+    }
+    std::ofstream(dir + "/report") << refused << " " << changed << std::endl;
+    ::_exit(0);
+  }
+  ::close(mapped[1]);
+  char none;
+  [[maybe_unused]] auto n = ::read(mapped[0], &none, 1);
+  ::close(mapped[0]);
+  return b;
+}
+
 // Forks a child that tries to move itself into the cgroup `where` (the supervisor's, named from
 // outside) and, if it moved, leaves the worker's process group too and waits for ever. Returns
 // "CGROUP ERRNO PID": the worker's cgroup as it sees it, the errno of the move (0: it moved) and
@@ -144,6 +202,8 @@ ISORUN_TASK(forges_done);
 ISORUN_TASK(forges_done_and_exits);
 ISORUN_TASK(rejected_then_writes);
 ISORUN_TASK(leaves_cgroup);
+ISORUN_TASK(grows_segments);
+ISORUN_TASK(shrinks_later);
 
 namespace {
 
@@ -240,6 +300,56 @@ TEST_CASE("a rejected early result's segment is not used again while its worker 
   bool intact = true;
   for (std::size_t i = 0; i < b.size(); ++i) intact &= b.data()[i] == runner_tests::pattern_byte(i, 5);
   CHECK(intact);
+  std::filesystem::remove_all(d);
+}
+
+TEST_CASE("a result segment grown far past any result is refused, and the caller maps none of it",
+          "[runner][hostile]") {
+  REQUIRE(isorun::test::reset_peak_resident());
+  const std::size_t before = isorun::test::peak_resident_kib();
+  for (const bool early : {false, true}) {
+    INFO((early ? "early result" : "result after the exit"));
+    auto r = isorun::isolated(grows_segments, {.echo_stderr = false, .max_result = 1_GiB, .early_result = early})
+                 .try_call(64_GiB);
+    CHECK(r.status().kind == isorun::outcome_kind::invalid_result);
+    CHECK_THAT(r.status().message, Catch::Contains("segment grew to 68719476736 bytes") &&
+                                       Catch::Contains("largest payload it may hold (1073741824 bytes)"));
+  }
+  // Mapped whole and faulted in, each would have cost this process 64 GiB.
+  CHECK(isorun::test::peak_resident_kib() < before + 64 * 1024);
+  // The pool hands out none of them again: the next calls, given the largest idle segment for
+  // their result, succeed and map no more than they need.
+  for (int i = 0; i < 3; ++i)
+    CHECK(isorun::isolated(grows_segments, {.echo_stderr = false})(512_MiB).size() == 64 << 10);
+  CHECK(isorun::test::peak_resident_kib() < before + 64 * 1024);
+}
+
+TEST_CASE("a result segment grown within the limit costs the caller only the result it declares", "[runner][hostile]") {
+  REQUIRE(isorun::test::reset_peak_resident());
+  const std::size_t before = isorun::test::peak_resident_kib();
+  const std::string got = isorun::isolated(grows_segments, {.echo_stderr = false})(512_MiB);
+  CHECK(got == std::string(64 << 10, 'r'));
+  CHECK(isorun::test::peak_resident_kib() < before + 64 * 1024);  // not the 512 MiB the worker left
+}
+
+TEST_CASE("a process the worker left behind cannot shrink the result the caller holds", "[runner][hostile]") {
+  runner_tests::process_group_containment pinned;  // (no cgroup kill: the child must outlive the worker)
+  char dir[] = "/tmp/isorun-shrink-XXXXXX";
+  REQUIRE(::mkdtemp(dir));
+  const std::string d = dir;
+  REQUIRE(::mkfifo((d + "/go").c_str(), 0600) == 0);
+  REQUIRE(::mkfifo((d + "/report").c_str(), 0600) == 0);
+  auto r = isorun::isolated(shrinks_later, {.echo_stderr = false}).try_call(d);
+  REQUIRE(r.ok());
+  { std::ofstream go(d + "/go"); }  // the child now tries to shrink every segment to nothing
+  int refused = -1, changed = -1;
+  std::ifstream(d + "/report") >> refused >> changed;
+  CHECK(refused >= 1);  // its result segment at least
+  CHECK(changed == 0);
+  // Shrunk under the caller's mapping, reading the result would kill this process (SIGBUS).
+  const auto& b = r.value();
+  REQUIRE(b.size() == 1 << 20);
+  CHECK(std::all_of(b.bytes().begin(), b.bytes().end(), [](std::byte c) { return c == std::byte{'a'}; }));
   std::filesystem::remove_all(d);
 }
 

@@ -590,18 +590,123 @@ TEST_CASE("the segment pool recycles warm segments within its idle limit", "[poo
   pool.set_idle_limit(2ULL << 30);
 }
 
+namespace {
+
+// Writes a result (header and `n` bytes of 'p') through `fd`, as a worker does.
+void write_result(int fd, std::uint64_t n) {
+  std::vector<std::byte> bytes(ser::header_size + n, std::byte{'p'});
+  ser::write_header(bytes.data(), ser::result_magic, ser::encoding::binary, n,
+                    ser::checksum({bytes.data() + ser::header_size, n}));
+  REQUIRE(::pwrite(fd, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size()));
+}
+
+// Rewrites the header through `fd` to claim `n` bytes of payload.
+void claim_payload(int fd, std::uint64_t n) {
+  std::byte header[ser::header_size];
+  ser::write_header(header, ser::result_magic, ser::encoding::binary, n, 0);
+  REQUIRE(::pwrite(fd, header, sizeof header, 0) == static_cast<ssize_t>(sizeof header));
+}
+
+}  // namespace
+
 TEST_CASE("the segment pool never hands out a segment its worker sealed", "[pool]") {
   auto& pool = ser::segment_pool::instance();
   pool.clear();
   {
     auto s = pool.acquire(4096);
     ser::shm_file worker{::dup(s->fd())};  // the worker's descriptor, no mapping on this side
-    worker.reserve(4096);                  // it wrote its result
+    worker.reserve(4096);
+    write_result(worker.fd(), 4096 - ser::header_size);  // it wrote its result
     REQUIRE(worker.seal());
-    CHECK(s->sealed());                  // seen, though this side never sealed it
-    CHECK(s->current().size() == 4096);  // mapped read-only: a writable mapping would be refused
+    CHECK(s->sealed());  // seen, though this side never sealed it
+    ser::encoding enc{};
+    // Mapped read-only: a writable mapping would be refused.
+    CHECK(s->payload(ser::result_magic, 1 << 20, enc).size() == 4096 - ser::header_size);
   }
   CHECK(pool.idle_bytes() == 0);  // dropped, not kept for a request it could not hold
+}
+
+TEST_CASE("a segment can grow but never shrink, whoever holds it", "[shm]") {
+  auto f = ser::shm_file::create(1 << 20);
+  const int other = ::fcntl(f.fd(), F_DUPFD_CLOEXEC, 0);  // a worker's descriptor
+  REQUIRE(other >= 0);
+  errno = 0;
+  CHECK(::ftruncate(other, 4096) == -1);
+  CHECK(errno == EPERM);
+  CHECK(::ftruncate(other, 2 << 20) == 0);
+  CHECK(f.size() == 2 << 20);
+  ::close(other);
+}
+
+TEST_CASE("a worker's payload is checked before more than its header is mapped", "[pool]") {
+  auto& pool = ser::segment_pool::instance();
+  pool.clear();
+  ser::encoding enc{};
+  SECTION("grown far past its payload, within the limit: only the payload is mapped") {
+    auto s = pool.acquire(0, true);
+    ser::shm_file worker{::dup(s->fd())};
+    write_result(worker.fd(), 100);
+    worker.reserve(64ULL << 30);  // sparse: the worker grew it for nothing
+    const auto p = s->payload(ser::result_magic, 128ULL << 30, enc);
+    CHECK(p.size() == 100);
+    CHECK(std::all_of(p.begin(), p.end(), [](std::byte b) { return b == std::byte{'p'}; }));
+    CHECK(::ftruncate(worker.fd(), 0) == -1);  // nor can it shrink under the mapping now
+  }
+  SECTION("grown past the largest payload it may hold: refused") {
+    auto s = pool.acquire(0, true);
+    ser::shm_file worker{::dup(s->fd())};
+    write_result(worker.fd(), 100);
+    worker.reserve(64ULL << 30);
+    CHECK_THROWS_WITH(s->payload(ser::result_magic, 1 << 20, enc),
+                      Catch::Contains("segment grew to 68719476736 bytes") && Catch::Contains("(1048576 bytes)"));
+  }
+  SECTION("a header that claims more than the segment holds: refused before anything is mapped") {
+    auto s = pool.acquire(0, true);
+    ser::shm_file worker{::dup(s->fd())};
+    write_result(worker.fd(), 100);
+    REQUIRE(::ftruncate(worker.fd(), 4096) == 0);
+    claim_payload(worker.fd(), 1ULL << 30);
+    CHECK_THROWS_WITH(s->payload(ser::result_magic, 2ULL << 30, enc),
+                      Catch::Contains("payload claims 1073741824 bytes but the segment holds only 4032"));
+  }
+  SECTION("a file that could shrink under the mapping: refused") {
+    ser::pooled_segment s{ser::shm_file{::memfd_create("not-isorun", MFD_CLOEXEC)}};
+    write_result(s.fd(), 100);
+    CHECK_THROWS_WITH(s.payload(ser::result_magic, 1 << 20, enc), Catch::Contains("not sealed against shrinking"));
+  }
+  SECTION("no header at all") {
+    auto s = pool.acquire(0, true);
+    CHECK_THROWS_WITH(s->payload(ser::result_magic, 1 << 20, enc), Catch::Contains("smaller than its 64-byte header"));
+  }
+  pool.clear();
+}
+
+TEST_CASE("a segment grown while idle, by a process still holding it, is not handed out again", "[pool]") {
+  auto& pool = ser::segment_pool::instance();
+  pool.clear();
+  pool.set_idle_limit(8 << 20);
+  int held = -1;
+  {
+    auto s = pool.acquire(1 << 20);
+    s->writable(1 << 20);
+    held = ::dup(s->fd());  // a process a worker left behind
+  }
+  auto inode = [](int fd) {
+    struct stat st {};
+    REQUIRE(::fstat(fd, &st) == 0);
+    return st.st_ino;
+  };
+  REQUIRE(pool.idle_bytes() == 1 << 20);
+  REQUIRE(::ftruncate(held, (1 << 20) + 4096) == 0);  // (within the idle limit)
+  {
+    auto s = pool.acquire(0, true);
+    CHECK(inode(s->fd()) != inode(held));
+    CHECK(s->capacity() == 0);
+  }
+  CHECK(pool.idle_bytes() == 0);  // the grown one was closed; the new one, never grown, is kept as none
+  ::close(held);
+  pool.clear();
+  pool.set_idle_limit(2ULL << 30);
 }
 
 TEST_CASE("a small request does not take the large idle segment a result needs", "[pool]") {

@@ -34,6 +34,19 @@ inline int shm_entries() {
   return n;
 }
 
+/// Starts a new peak of this process's resident memory (VmHWM); false where the kernel refuses.
+inline bool reset_peak_resident() {
+  return static_cast<bool>(std::ofstream("/proc/self/clear_refs") << "5" << std::flush);
+}
+
+/// This process's peak resident memory (VmHWM) in KiB since it started or the last reset.
+inline std::size_t peak_resident_kib() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoul(line.substr(6));
+  return 0;
+}
+
 /// Which mapping of this process holds `p`, as /proc/self/maps names it ("" for an anonymous one).
 inline std::string mapping_of(const void* p) {
   std::ifstream maps("/proc/self/maps");

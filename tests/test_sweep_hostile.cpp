@@ -59,6 +59,32 @@ TEST_CASE("a trial's deeply nested result or report line is its invalid_result, 
   fs::remove_all(dir);
 }
 
+TEST_CASE("a trial that grows its result segment past any result is its invalid_result; the sweep goes on",
+          "[sweep][hostile]") {
+  const std::string dir = temp_dir();
+  // Odd trials grow their segments past this machine's memory: mapped whole, each would have
+  // taken the supervisor with every trial in flight.
+  std::ofstream(dir + "/spec.yaml") << "task: grows_result\nparams:\n  arg0: [0, 1, 2, 3]\n"
+                                    << "resources: {cpu_slots: 2}\nout: \"" << dir << "/out\"\n";
+  auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+  INFO(r.err);
+  CHECK(r.code == 1);  // two trials failed; the supervisor did not
+  const auto journal = read_journal(dir + "/out/results.jsonl");
+  REQUIRE(journal.size() == 4);
+  for (int i = 0; i < 4; ++i) {
+    const json rec = journal[json{{"arg0", i}}.dump()];
+    INFO(rec.dump());
+    if (i % 2) {
+      CHECK(rec["outcome"] == "invalid_result");
+      CHECK_THAT(rec["error"].get<std::string>(), Catch::Contains("segment grew to"));
+    } else {
+      CHECK(rec["outcome"] == "success");
+      CHECK(rec["result"] == std::string(32 << 10, 'r'));
+    }
+  }
+  fs::remove_all(dir);
+}
+
 TEST_CASE("a failing trial's bytes that are not UTF-8 are journaled as U+FFFD, and the sweep finishes",
           "[sweep][command][hostile]") {
   const std::string dir = temp_dir();

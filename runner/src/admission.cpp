@@ -9,7 +9,7 @@
 #include "isorun/runner/isolated.hpp"
 #include "isorun/runner/placement.hpp"
 #include "isorun/runner/units.hpp"
-#include "isorun/serialization/cores.hpp"
+#include "isorun/serialization/machine.hpp"
 
 namespace isorun::runner {
 

@@ -37,6 +37,7 @@
 #include "isorun/serialization/codec.hpp"
 #include "isorun/serialization/control.hpp"
 #include "isorun/serialization/cpu_handoff.hpp"
+#include "isorun/serialization/machine.hpp"
 #include "isorun/serialization/protocol.hpp"
 #include "isorun/serialization/request.hpp"
 #include "isorun/serialization/result_stream.hpp"
@@ -88,6 +89,7 @@ class result_sizes {
 };
 
 prepared_request prepare_request(job_spec& spec) {
+  if (!spec.max_result) spec.max_result = ser::physical_memory();
   ser::request req;
   req.task = spec.task;
   req.encoding = static_cast<std::uint32_t>(spec.encoding);
@@ -599,8 +601,7 @@ job_result classify(watch_record w, const job_spec& spec, const std::shared_ptr<
         r.payload = got.payload;
         r.owner = std::move(got.owner);
       } else {
-        const ser::mapping& m = result_segment->current();
-        r.payload = ser::open_payload(m.data(), m.size(), ser::result_magic, spec.max_result, enc);
+        r.payload = result_segment->payload(ser::result_magic, spec.max_result, enc);
         r.owner = result_segment;
       }
       if (enc != spec.encoding) throw ser::wire_error("result has a different encoding than requested");

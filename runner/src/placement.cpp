@@ -5,7 +5,7 @@
 
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/units.hpp"
-#include "isorun/serialization/cores.hpp"
+#include "isorun/serialization/machine.hpp"
 
 namespace isorun::runner {
 

@@ -18,7 +18,7 @@
 
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/zygote.hpp"
-#include "isorun/serialization/cores.hpp"
+#include "isorun/serialization/machine.hpp"
 #include "isorun/serialization/protocol.hpp"
 
 namespace isorun::runner {

@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "isorun/serialization/cores.hpp"
+#include "isorun/serialization/machine.hpp"
 
 namespace isorun::serialization::detail {
 

@@ -18,6 +18,7 @@
 #include <system_error>
 
 #include "isorun/serialization/control.hpp"
+#include "isorun/serialization/machine.hpp"
 #include "isorun/serialization/segment_pool.hpp"
 #include "parallel.hpp"
 
@@ -126,8 +127,7 @@ class private_memory {
 
   std::mutex mutex_;
   std::vector<std::pair<void*, std::uint64_t>> idle_;
-  const std::uint64_t limit_ = std::min<std::uint64_t>(
-      8ULL << 30, static_cast<std::uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE)) / 8);
+  const std::uint64_t limit_ = std::min<std::uint64_t>(8ULL << 30, physical_memory() / 8);
 };
 
 }  // namespace

@@ -1,6 +1,10 @@
 #include "isorun/serialization/segment_pool.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <string>
 
 #include "isorun/serialization/result_stream.hpp"
 
@@ -8,16 +12,34 @@ namespace isorun::serialization {
 
 std::byte* pooled_segment::writable(std::uint64_t size, bool populate) {
   file_.reserve(size);
-  if (map_.size() < size) map_ = mapping::map(file_.fd(), file_.size(), mapping::access::read_write, populate);
+  if (map_.size() < size) map_ = mapping::map(file_.fd(), size, mapping::access::read_write, populate);
   return map_.data();
 }
 
-const mapping& pooled_segment::current() {
+std::span<const std::byte> pooled_segment::payload(std::uint64_t magic, std::uint64_t max_payload, encoding& enc) {
+  // The worker wrote the file and may have grown it to any size (a sparse terabyte costs it
+  // nothing): mapped whole, with its pages faulted in, it would cost this process that much
+  // memory. Only the header and the payload it declares are mapped: the file cannot shrink under
+  // that mapping (born sealed against it), and what it grows by afterwards is never mapped here.
+  if (!(file_.seals() & F_SEAL_SHRINK)) throw wire_error("segment is not sealed against shrinking");
   const std::uint64_t size = file_.size();
-  if (map_.size() != size)
-    map_ = mapping::map(file_.fd(), size, sealed() ? mapping::access::read_only : mapping::access::read_write, true);
-  return map_;
+  if (size > header_size && size - header_size > max_payload)
+    throw wire_error("segment grew to " + std::to_string(size) +
+                     " bytes, past its 64-byte header and the largest payload it may hold (" +
+                     std::to_string(max_payload) + " bytes)");
+  segment_header h{};
+  if (size < header_size || ::pread(file_.fd(), &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h))
+    throw wire_error("segment of " + std::to_string(size) + " bytes is smaller than its 64-byte header");
+  h = read_header(reinterpret_cast<const std::byte*>(&h), sizeof h, magic, max_payload);
+  if (h.payload_size > size - header_size)
+    throw wire_error("payload claims " + std::to_string(h.payload_size) + " bytes but the segment holds only " +
+                     std::to_string(size - header_size));
+  map_ = mapping::map(file_.fd(), header_size + h.payload_size,
+                      sealed() ? mapping::access::read_only : mapping::access::read_write, true);
+  return open_payload(map_.data(), map_.size(), magic, max_payload, enc);
 }
+
+bool pooled_segment::reusable() const noexcept { return !sealed_ && (file_.seals() & ~F_SEAL_SHRINK) == 0; }
 
 bool pooled_segment::seal() {
   map_ = {};  // our own writable mapping would refuse the seal too
@@ -54,8 +76,15 @@ std::shared_ptr<pooled_segment> segment_pool::acquire(std::uint64_t min_capacity
     };
     const auto end = idle_.end();
     candidate biggest{end}, fitting{end}, short_of{end};  // largest; smallest that fits; largest that does not
+    bool grown = false;
     for (auto it = idle_.begin(); it != end; ++it) {
       const candidate c{it, (*it)->capacity()};
+      // Grown while idle, by a process a worker left behind that still holds it: never handed
+      // out larger than it came back.
+      if (c.capacity != (*it)->released_capacity_) {
+        grown = true;
+        continue;
+      }
       if (biggest.at == end || c.capacity > biggest.capacity) biggest = c;
       if (c.capacity >= min_capacity) {
         if (fitting.at == end || c.capacity < fitting.capacity) fitting = c;
@@ -71,19 +100,23 @@ std::shared_ptr<pooled_segment> segment_pool::acquire(std::uint64_t min_capacity
       picked = std::move(*pick);
       idle_.erase(pick);
     }
+    if (grown) std::erase_if(idle_, [](const auto& s) { return s->capacity() != s->released_capacity_; });
   }
   if (!picked) picked = std::make_unique<pooled_segment>(shm_file::create(0));
   return {picked.release(), [this](pooled_segment* s) { release(std::unique_ptr<pooled_segment>(s)); }};
 }
 
 void segment_pool::release(std::unique_ptr<pooled_segment> segment) noexcept {
-  if (segment->any_seal()) return;  // it may never be written or grown again
+  if (!segment->reusable()) return;  // it may never be written or grown again
   try {
     const auto cap = segment->capacity();
     std::lock_guard lock(mutex_);
     std::uint64_t idle = 0;
     for (const auto& s : idle_) idle += s->capacity();
-    if (idle_.size() < max_idle_count_ && idle + cap <= idle_limit_) idle_.push_back(std::move(segment));
+    if (idle_.size() < max_idle_count_ && idle + cap <= idle_limit_) {
+      segment->released_capacity_ = cap;
+      idle_.push_back(std::move(segment));
+    }
   } catch (...) {
     // fstat failed: drop the segment.
   }

@@ -41,6 +41,7 @@ shm_file shm_file::create(std::uint64_t size) {
   const int fd = ::memfd_create("isorun-segment", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) throw_errno("memfd_create");
   shm_file file{fd};
+  if (::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) throw_errno("sealing a shared memory segment against shrinking");
   if (size > 0) file.reserve(size);
   return file;
 }
@@ -48,7 +49,7 @@ shm_file shm_file::create(std::uint64_t size) {
 bool shm_file::seal() {
   if (sealed()) return true;  // (by the worker that wrote it: early_result)
   if (::fcntl(fd_, F_ADD_SEALS, all_write_seals) != 0) {
-    if (errno == EBUSY) return false;  // mapped writable somewhere
+    if (errno == EBUSY || errno == EPERM) return false;  // mapped writable somewhere; F_SEAL_SEAL already on
     throw_errno("sealing a shared memory segment");
   }
   ::fcntl(fd_, F_ADD_SEALS, F_SEAL_SEAL);  // and no seal can be added or removed any more

@@ -20,7 +20,7 @@
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/placement.hpp"
 #include "isorun/runner/worker_env.hpp"
-#include "isorun/serialization/cores.hpp"
+#include "isorun/serialization/machine.hpp"
 #include "isorun/sweep/report_lines.hpp"
 #include "trial_program.hpp"
 

@@ -80,6 +80,22 @@ int chaos(int i) {
 }
 ISORUN_TASK(chaos);
 
+// With an odd `grow`, first grows every isorun segment its worker holds past this machine's memory
+// (sparse: it costs nothing), so past the default largest result; returns 32 KiB of text either
+// way (more than a worker's report carries: it goes through the result segment).
+std::string grows_result(int grow) {
+  if (grow % 2) {
+    const auto past = static_cast<off_t>(::sysconf(_SC_PHYS_PAGES) * ::sysconf(_SC_PAGESIZE)) + (off_t{64} << 30);
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+      std::error_code ec;
+      if (std::filesystem::read_symlink(e.path(), ec).string().starts_with("/memfd:isorun-segment"))
+        if (::ftruncate(std::stoi(e.path().filename().string()), past) != 0) throw std::runtime_error("ftruncate");
+    }
+  }
+  return std::string(32 << 10, 'r');
+}
+ISORUN_TASK(grows_result);
+
 namespace {
 // A result type that is not default-constructible: its fields are only known from a result.
 struct scored {

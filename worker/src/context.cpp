@@ -23,6 +23,7 @@
 #include "isorun/alloc/host_backend.hpp"
 #include "isorun/alloc/out_of_memory.hpp"
 #include "isorun/alloc/simulated_device.hpp"
+#include "isorun/serialization/machine.hpp"
 #include "isorun/serialization/wire.hpp"
 
 namespace isorun {
@@ -69,7 +70,7 @@ selected_backend select_backend(const worker_context& w, std::size_t i, const al
     case device_kind::cpu: break;
   }
   // CPU worker, or a process outside isorun: the host backend, capped like a device would be.
-  const std::uint64_t ram = static_cast<std::uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  const std::uint64_t ram = serialization::physical_memory();
   const std::uint64_t cap = w.mem_limit() ? w.mem_limit() : ram;
   return {std::make_unique<alloc::host_backend>(cap), cap, w.mem_limit() ? limit + ", host backend" : "host memory"};
 }

@@ -56,7 +56,7 @@ struct job_spec {
   int stdout_fd = -1;                ///< stdout_mode::fd
   int stderr_echo_fd = 2;            ///< live copy of the worker's stderr; -1 = none
   std::size_t stderr_tail_lines = 20;
-  std::uint64_t max_result = 1ULL << 40;  ///< larger results are rejected
+  std::uint64_t max_result = 0;           ///< larger results are rejected; 0: the machine's physical memory
   std::vector<std::string> extra_env;     ///< "KEY=VALUE" added to the worker's environment
   /// On a GPU: the worker creates its CUDA context and capped allocator as soon as it is
   /// launched, before its assignment (isolated_options::warm_context).

@@ -38,7 +38,9 @@ struct isolated_options {
   std::string alloc_conf;                 ///< allocator configuration (ISORUN_ALLOC_CONF syntax)
   std::vector<std::string> env;           ///< extra "KEY=VALUE" for the worker
   bool echo_stderr = true;                ///< copy the worker's stderr to ours, live
-  std::uint64_t max_result = 1ULL << 40;  ///< larger results are rejected
+  /// Larger results are rejected (invalid_result); 0: this machine's physical memory, the most
+  /// a result could take in the caller's memory.
+  std::uint64_t max_result = 0;
   /// Workers to keep launched ahead of need for calls like this one (same `env`); each is used
   /// for exactly one call, and its replacement is launched in the background. 0: launch a
   /// worker when the call is made.

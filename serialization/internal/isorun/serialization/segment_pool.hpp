@@ -9,10 +9,12 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <vector>
 
-#include "isorun/serialization/shm_segment.hpp"
 #include "isorun/internal_api.hpp"
+#include "isorun/serialization/shm_segment.hpp"
+#include "isorun/serialization/wire.hpp"
 
 namespace isorun::serialization {
 
@@ -25,15 +27,22 @@ class ISORUN_INTERNAL_API pooled_segment {
   /// @brief Current size of the underlying file. @throws std::system_error
   [[nodiscard]] std::uint64_t capacity() const { return file_.size(); }
 
-  /// @brief Grows the file to `size` bytes if needed and maps it read-write; with `populate`
-  ///        the whole mapping is faulted in at once (pages are created where they do not exist).
+  /// @brief Grows the file to `size` bytes if needed and maps `size` bytes of it read-write
+  ///        (never more: a worker given the segment earlier may have grown it); with `populate`
+  ///        the mapping is faulted in at once (pages are created where they do not exist).
   /// @throws std::system_error on ftruncate/mmap failure.
   std::byte* writable(std::uint64_t size, bool populate = true);
 
-  /// @brief Maps the whole file as it is now (a worker may have grown it) and returns the mapping
-  ///        (read-only once sealed).
+  /// @brief The payload a worker left here, checked before more than its header is mapped:
+  ///        the file's size against the largest payload (header + `max_payload`: a worker may
+  ///        have grown it), the header read from the file (read_header), then only the header and
+  ///        the payload it declares mapped, read-only once sealed, and checked again from the
+  ///        mapping (open_payload). The file cannot shrink under that mapping (shm_file::create);
+  ///        what it grows by afterwards is never mapped here.
+  /// @throws wire_error for a segment not sealed against shrinking, one grown past any payload,
+  ///         or a header or payload that fails its checks.
   /// @throws std::system_error on mmap failure.
-  const mapping& current();
+  std::span<const std::byte> payload(std::uint64_t magic, std::uint64_t max_payload, encoding& enc);
 
   /// @brief Seals the segment (shm_file::seal) after dropping this side's writable mapping: from
   ///        then on no process can change it. A sealed segment is not reused by the pool.
@@ -43,14 +52,18 @@ class ISORUN_INTERNAL_API pooled_segment {
   /// @brief Sealed here, or by the worker that wrote it (an early_result worker seals its result
   ///        itself, whatever the supervisor then does with it).
   [[nodiscard]] bool sealed() const noexcept { return sealed_ || file_.sealed(); }
-  /// @brief Whether any seal is on it (a task may add one to a descriptor it was given): such a
-  ///        segment cannot be trusted to grow or be written again, and is not reused.
-  [[nodiscard]] bool any_seal() const noexcept { return sealed_ || file_.seals() != 0; }
+  /// @brief Whether no seal but the one against shrinking, which every segment is born with, is
+  ///        on it (a task may add one to a descriptor it was given): only such a segment can be
+  ///        grown and written again, and so reused.
+  [[nodiscard]] bool reusable() const noexcept;
 
  private:
+  friend class segment_pool;
+
   shm_file file_;
   mapping map_;
   bool sealed_ = false;
+  std::uint64_t released_capacity_ = 0;  // its size when it went back to the pool
 };
 
 class ISORUN_INTERNAL_API segment_pool {
@@ -64,7 +77,9 @@ class ISORUN_INTERNAL_API segment_pool {
   ///        than 4 × `min_capacity` and 1 MiB (large segments are kept for results); else the
   ///        largest idle one smaller than that (grown, then warm); else a new one. With
   ///        `largest`, simply the largest idle one: for results, whose size is unknown in
-  ///        advance. It returns to the pool when the last reference goes.
+  ///        advance. It returns to the pool when the last reference goes. An idle segment
+  ///        that grew since it came back (a process a worker left behind holds it) is closed,
+  ///        never handed out.
   /// @throws std::system_error if a new segment cannot be created.
   std::shared_ptr<pooled_segment> acquire(std::uint64_t min_capacity, bool largest = false);
 

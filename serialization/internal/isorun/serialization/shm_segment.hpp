@@ -5,7 +5,9 @@
 /// Segments are anonymous memory files (memfd_create): they never have a name, in /dev/shm or
 /// anywhere, so only descriptors reach them (the supervisor hands them to its worker over the
 /// control socket) and a crash of either side can leave nothing behind. They can be *sealed*:
-/// once sealed, the kernel refuses every change to their bytes, whoever tries.
+/// once sealed, the kernel refuses every change to their bytes, whoever tries. None can ever
+/// shrink: a mapping of a file shrunk under it faults (SIGBUS) where it reads past the new end,
+/// and a worker, or a process it left behind, holds a descriptor of each segment it was given.
 
 #include <cstddef>
 #include <cstdint>
@@ -27,8 +29,9 @@ class ISORUN_INTERNAL_API shm_file {
   shm_file& operator=(const shm_file&) = delete;
   ~shm_file();
 
-  /// @brief Creates a segment of `size` bytes, close-on-exec, sealable, with no name.
-  /// @throws std::system_error when memfd_create/ftruncate fail (e.g. out of memory).
+  /// @brief Creates a segment of `size` bytes, close-on-exec, sealable, with no name, sealed
+  ///        against shrinking (F_SEAL_SHRINK) from the start.
+  /// @throws std::system_error when memfd_create/ftruncate/the seal fail (e.g. out of memory).
   static shm_file create(std::uint64_t size);
 
   /// @brief Current size of the file in bytes (fstat).
@@ -42,8 +45,9 @@ class ISORUN_INTERNAL_API shm_file {
   /// @brief Forbids every further change to the file's bytes and size, by any process, through
   ///        any descriptor or mapping (F_SEAL_WRITE, F_SEAL_GROW, F_SEAL_SHRINK, then F_SEAL_SEAL).
   ///        The kernel grants it only while no writable shared mapping of the file exists.
-  /// @return false if a writable mapping still exists somewhere (nothing is sealed then).
-  /// @throws std::system_error for any other failure (a file that cannot be sealed).
+  /// @return false if a writable mapping still exists somewhere, or a seal already on the file
+  ///         forbids adding any (F_SEAL_SEAL): nothing is sealed then.
+  /// @throws std::system_error for any other failure.
   bool seal();
 
   /// @brief Whether seal() succeeded on this file (by any descriptor).

@@ -1,11 +1,13 @@
 #pragma once
-/// @file cores.hpp
-/// How many cores this process may run on: what parallel passes over a payload and the packing
-/// of CPU slots are sized by.
+/// @file machine.hpp
+/// The machine as this process may use it: the cores it may run on (what parallel passes over a
+/// payload and the packing of CPU slots are sized by) and the memory it has.
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <thread>
 
 namespace isorun::serialization {
@@ -18,6 +20,11 @@ namespace isorun::serialization {
   CPU_ZERO(&set);
   if (::sched_getaffinity(0, sizeof set, &set) == 0) return static_cast<unsigned>(std::max(1, CPU_COUNT(&set)));
   return std::max(1u, std::thread::hardware_concurrency());
+}
+
+/// @brief The machine's physical memory in bytes: no result larger than it could be held.
+[[nodiscard]] inline std::uint64_t physical_memory() noexcept {
+  return static_cast<std::uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
 }
 
 }  // namespace isorun::serialization
