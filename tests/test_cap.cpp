@@ -4,11 +4,13 @@
 // process slots and counted CUDA arrays. What the cap does for a cooperative program is in
 // test_cli.cpp.
 #include <fcntl.h>
+#include <gnu/libc-version.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,6 +72,16 @@ TEST_CASE("a child started with a clean environment is capped too", "[cap][hosti
     auto r = capped({CAP_PROBE, "execveat-clean", "fill", "64", "direct"});
     INFO(r.err);
     REQUIRE(r.code == 0);
+    CHECK(r.out == "filled 4 code 2\n");
+  }
+  SECTION("pidfd_spawn with an environment of its own") {
+    auto r = capped({CAP_PROBE, "pidfd-spawn-clean", "fill", "64", "direct"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    if (r.out == "pidfd_spawn absent\n") {
+      WARN("skipped: this C library (glibc " << gnu_get_libc_version() << ") has no pidfd_spawn (glibc 2.39)");
+      return;
+    }
     CHECK(r.out == "filled 4 code 2\n");
   }
   SECTION("env -i: execvp from a program that is not CUDA's") {

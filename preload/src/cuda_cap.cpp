@@ -21,7 +21,7 @@
 // not set then, when the worker that sets them calls isorun_cap_bind, before the call's code
 // runs: a standby Python worker gets its call's cap with the call; one that was pinned cannot be
 // changed afterwards), and handed on to
-// every program a process of the command starts through exec*() or posix_spawn*(), with itself
+// every program a process of the command starts through exec*(), posix_spawn*() or pidfd_spawn*(), with itself
 // put back into LD_PRELOAD, so a child started with a clean environment is capped too. What it
 // does not stop (a program that sets out to escape) is said in cap_region.hpp.
 #include <alloca.h>
@@ -127,10 +127,13 @@ struct load_time {
   using fexecve_t = int (*)(int, char* const*, char* const*);
   using spawn_t = int (*)(pid_t*, const char*, const posix_spawn_file_actions_t*, const posix_spawnattr_t*,
                           char* const*, char* const*);
+  using pidfd_spawn_t = int (*)(int*, const char*, const posix_spawn_file_actions_t*, const posix_spawnattr_t*,
+                                char* const*, char* const*);
   execve_t execve = nullptr, execvpe = nullptr;
   execveat_t execveat = nullptr;
   fexecve_t fexecve = nullptr;
   spawn_t posix_spawn = nullptr, posix_spawnp = nullptr;
+  pidfd_spawn_t pidfd_spawn = nullptr, pidfd_spawnp = nullptr;  // (glibc 2.39 and later)
 };
 load_time loaded;
 
@@ -156,6 +159,8 @@ __attribute__((constructor)) void pin_at_load() {
   loaded.fexecve = reinterpret_cast<load_time::fexecve_t>(next("fexecve"));
   loaded.posix_spawn = reinterpret_cast<load_time::spawn_t>(next("posix_spawn"));
   loaded.posix_spawnp = reinterpret_cast<load_time::spawn_t>(next("posix_spawnp"));
+  loaded.pidfd_spawn = reinterpret_cast<load_time::pidfd_spawn_t>(next("pidfd_spawn"));
+  loaded.pidfd_spawnp = reinterpret_cast<load_time::pidfd_spawn_t>(next("pidfd_spawnp"));
 }
 
 // Runs `start(env)` with `envp` changed as the cap needs (on this stack: no allocation). The
@@ -1057,7 +1062,7 @@ extern "C" __attribute__((visibility("default"))) void isorun_cap_thaw(int cappe
 }
 
 // ---- Starting programs: the cap goes with them --------------------------------------------------
-// Every exec*() and posix_spawn*() of the C library, so a child started with a clean or edited
+// Every exec*(), posix_spawn*() and pidfd_spawn*() of the C library, so a child started with a clean or edited
 // environment (subprocess with env=..., `env -i`) is capped too (with_cap_env). The C library's
 // own internal starts (system(), popen()) pass the caller's environment as it is.
 extern "C" {
@@ -1094,6 +1099,22 @@ int posix_spawn(pid_t* pid, const char* path, const posix_spawn_file_actions_t* 
 int posix_spawnp(pid_t* pid, const char* file, const posix_spawn_file_actions_t* actions, const posix_spawnattr_t* attr,
                  char* const argv[], char* const envp[]) {
   return with_cap_env(envp, [&](char* const* env) { return loaded.posix_spawnp(pid, file, actions, attr, argv, env); });
+}
+
+// glibc 2.39's posix_spawn that returns a pidfd (Python 3.13's subprocess may use it). On an older
+// C library the program that calls it could not have loaded: answered as it would be there.
+int pidfd_spawn(int* pidfd, const char* path, const posix_spawn_file_actions_t* actions, const posix_spawnattr_t* attr,
+                char* const argv[], char* const envp[]) {
+  if (!loaded.pidfd_spawn) return ENOSYS;  // (an error number, as posix_spawn returns its errors)
+  return with_cap_env(envp,
+                      [&](char* const* env) { return loaded.pidfd_spawn(pidfd, path, actions, attr, argv, env); });
+}
+
+int pidfd_spawnp(int* pidfd, const char* file, const posix_spawn_file_actions_t* actions, const posix_spawnattr_t* attr,
+                 char* const argv[], char* const envp[]) {
+  if (!loaded.pidfd_spawnp) return ENOSYS;
+  return with_cap_env(envp,
+                      [&](char* const* env) { return loaded.pidfd_spawnp(pidfd, file, actions, attr, argv, env); });
 }
 
 }  // extern "C"

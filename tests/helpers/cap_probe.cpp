@@ -45,6 +45,8 @@
 //   spawn-clean STEPS... runs itself with STEPS in a child whose environment has only
 //                        LD_LIBRARY_PATH (no LD_PRELOAD, no isorun variables) and waits for it
 //   execveat-clean STEPS... the same, started with fork and execveat
+//   pidfd-spawn-clean STEPS... the same, started with pidfd_spawn (glibc 2.39), found as a program
+//                        built there finds it; "pidfd_spawn absent" where the C library lacks it
 // Before libcuda is loaded, a leading "unset NAME" removes variable NAME from the environment.
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -338,7 +340,7 @@ int main(int argc, char** argv) {
       const auto bind = reinterpret_cast<bind_t>(::dlsym(RTLD_DEFAULT, "isorun_cap_bind"));
       if (bind) std::printf("bind %d\n", bind());
       else std::printf("bind none\n");
-    } else if (step == "spawn-clean" || step == "execveat-clean") {
+    } else if (step == "spawn-clean" || step == "execveat-clean" || step == "pidfd-spawn-clean") {
       std::vector<char*> child = {argv[0]};
       for (int k = i + 1; k < argc; ++k) child.push_back(argv[k]);
       child.push_back(nullptr);
@@ -348,6 +350,22 @@ int main(int argc, char** argv) {
       pid_t pid;
       if (step == "spawn-clean") {
         if (::posix_spawn(&pid, argv[0], nullptr, nullptr, child.data(), env) != 0) return 1;
+      } else if (step == "pidfd-spawn-clean") {
+        // The C library's own, asked of it alone (the cap library defines the name everywhere);
+        // then called by its name, through whatever is preloaded, as a program would.
+        using pidfd_spawn_t = int (*)(int*, const char*, const posix_spawn_file_actions_t*, const posix_spawnattr_t*,
+                                      char* const*, char* const*);
+        void* libc = ::dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+        if (!libc || !::dlsym(libc, "pidfd_spawn")) {
+          std::printf("pidfd_spawn absent\n");
+          return 0;
+        }
+        const auto spawn = reinterpret_cast<pidfd_spawn_t>(::dlsym(RTLD_DEFAULT, "pidfd_spawn"));
+        int pidfd = -1;
+        if (spawn(&pidfd, argv[0], nullptr, nullptr, child.data(), env) != 0) return 1;
+        siginfo_t info{};
+        ::waitid(P_PIDFD, static_cast<id_t>(pidfd), &info, WEXITED);
+        break;
       } else if ((pid = ::fork()) == 0) {
         ::execveat(AT_FDCWD, argv[0], child.data(), env, 0);
         ::_exit(127);
