@@ -22,6 +22,9 @@
 #include <thread>
 #include <vector>
 
+#include <cereal/types/deque.hpp>
+#include <cereal/types/forward_list.hpp>
+#include <cereal/types/list.hpp>
 #include <cereal/types/map.hpp>
 #include <cereal/types/string.hpp>
 #include <cereal/types/vector.hpp>
@@ -146,6 +149,8 @@ TEST_CASE("codec round trip, exact sizing and rejection of malformed payloads", 
 }
 
 namespace {
+using isorun::test::allocated_now;
+using isorun::test::allocated_peak;
 using isorun::test::counting_allocator;
 using isorun::test::largest_allocation;
 struct wide {  // 48 bytes in memory, 8 in the payload
@@ -176,6 +181,32 @@ TEST_CASE("a length in a payload claims no more memory than its bytes could fill
   check(std::vector<wide, counting_allocator<wide>>());
   check(std::vector<std::string, counting_allocator<std::string>>());
   check(std::vector<std::vector<double>, counting_allocator<std::vector<double>>>());
+  // Deques and lists allocate node by node: all their memory together is what is bounded, at the
+  // elements the bytes hold with a node's two links each.
+  auto check_nodes = [&](auto c) {
+    using T = typename decltype(c)::value_type;
+    allocated_now = allocated_peak = 0;
+    CHECK_THROWS_AS(ser::decode(payload, nullptr, c), ser::wire_error);
+    INFO(sizeof(T));
+    CHECK(allocated_peak <= 2 * (payload.size() / 8) * (sizeof(T) + 2 * sizeof(void*)));
+  };
+  check_nodes(std::deque<wide, counting_allocator<wide>>());
+  check_nodes(std::list<wide, counting_allocator<wide>>());
+  check_nodes(std::forward_list<std::string, counting_allocator<std::string>>());
+  {
+    const std::deque<wide> d(100, wide{.x = 3});
+    const std::list<std::string> l{"a", "bc", ""};
+    const std::forward_list<int> f{1, 2, 3};
+    std::vector<std::byte> buf(ser::encoded_size(d, l, f));
+    ser::encode_into(buf.data(), buf.size(), d, l, f);
+    std::deque<wide> d2(5);
+    std::list<std::string> l2{"old"};
+    std::forward_list<int> f2{9};
+    ser::decode(buf, nullptr, d2, l2, f2);  // replaced, not appended to
+    CHECK((d2.size() == 100 && d2.back().x == 3));
+    CHECK(l2 == l);
+    CHECK(f2 == f);
+  }
   // What does fit decodes as before.
   std::vector<wide, counting_allocator<wide>> in(1000), out;
   for (std::size_t i = 0; i < in.size(); ++i) in[i].x = static_cast<double>(i);

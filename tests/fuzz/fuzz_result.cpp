@@ -1,16 +1,20 @@
 // The supervisor's reading of a result segment a worker wrote: header validation, then the
 // decode of each kind of result the task API supports, and the CLI's JSON encoding (parsed with
 // the bound on nesting the supervisor uses, and dumped again, as a sweep's journal does). A
-// vector decoded from it may take memory in proportion to the elements the payload holds, not to
-// the length it claims: more traps.
+// vector, deque or list decoded from it may take memory in proportion to the elements the payload
+// holds, not to the length it claims: more traps.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <deque>
+#include <list>
 #include <map>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include <cereal/types/deque.hpp>
+#include <cereal/types/list.hpp>
 #include <nlohmann/json.hpp>
 
 #include "../counting_allocator.hpp"
@@ -32,6 +36,8 @@ struct point {
   }
 };
 
+using isorun::test::allocated_now;
+using isorun::test::allocated_peak;
 using isorun::test::counting_allocator;
 using isorun::test::largest_allocation;
 
@@ -76,5 +82,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   largest_allocation = 0;
   try_decode<std::vector<point, counting_allocator<point>>>(payload);
   if (largest_allocation > 2 * (payload.size() / 24 + 1) * sizeof(point)) std::abort();
+  // Node by node: all of it together, at the elements the bytes hold with two links each.
+  const std::size_t node_bound = 2 * (payload.size() / 24 + 1) * (sizeof(point) + 2 * sizeof(void*)) + 4096;
+  allocated_now = allocated_peak = 0;
+  try_decode<std::deque<point, counting_allocator<point>>>(payload);
+  if (allocated_peak > node_bound) std::abort();
+  allocated_now = allocated_peak = 0;
+  try_decode<std::list<point, counting_allocator<point>>>(payload);
+  if (allocated_peak > node_bound) std::abort();
   return 0;
 }

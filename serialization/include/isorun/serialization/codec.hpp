@@ -8,10 +8,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <deque>
+#include <forward_list>
+#include <istream>
 #include <iterator>
+#include <list>
 #include <memory>
 #include <ostream>
-#include <istream>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -130,6 +133,34 @@ std::enable_if_t<!std::is_arithmetic_v<T>> CEREAL_LOAD_FUNCTION_NAME(BinaryInput
   else
     v.reserve(static_cast<std::size_t>(n));
   for (size_type i = 0; i < n; ++i) ar(v.emplace_back());
+}
+
+/// Deques and lists, for the reason vectors of anything but numbers are loaded as above:
+/// cereal's generic loads resize to the claimed length first, at sizeof(T) and more per element
+/// (a list node's links) for each byte left. They grow by the elements decoded instead.
+template <class T, class A>
+void CEREAL_LOAD_FUNCTION_NAME(BinaryInputArchive& ar, std::deque<T, A>& d) {
+  size_type n = 0;
+  ar(make_size_tag(n));
+  d.clear();
+  for (size_type i = 0; i < n; ++i) ar(d.emplace_back());
+}
+
+template <class T, class A>
+void CEREAL_LOAD_FUNCTION_NAME(BinaryInputArchive& ar, std::list<T, A>& l) {
+  size_type n = 0;
+  ar(make_size_tag(n));
+  l.clear();
+  for (size_type i = 0; i < n; ++i) ar(l.emplace_back());
+}
+
+template <class T, class A>
+void CEREAL_LOAD_FUNCTION_NAME(BinaryInputArchive& ar, std::forward_list<T, A>& l) {
+  size_type n = 0;
+  ar(make_size_tag(n));
+  l.clear();
+  auto last = l.before_begin();
+  for (size_type i = 0; i < n; ++i) ar(*(last = l.emplace_after(last)));
 }
 
 template <class Traits, class A>
