@@ -68,6 +68,7 @@ TEST_CASE("a failed exec throws spawn_error and leaves no zombie", "[process]") 
       CHECK(e.error() == ENOENT);
       CHECK(std::string(e.what()).find("/nonexistent/program") != std::string::npos);
     }
+    isorun::runner::wait_for_watcher_idle();  // (its workers are its to reap)
     CHECK(::waitpid(-1, nullptr, WNOHANG) == -1);
     CHECK(errno == ECHILD);
     if (!cgroup.empty()) CHECK_FALSE(std::filesystem::exists(cgroup));  // removed with the failed start

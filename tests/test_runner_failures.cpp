@@ -2,6 +2,8 @@
 // workers, and resources running out; each classified, nothing left behind.
 #include <catch2/catch.hpp>
 
+#include <sys/eventfd.h>
+
 #include <thread>
 
 #include "isorun/runner/admission.hpp"
@@ -98,7 +100,32 @@ TEST_CASE("a second cancel() kills at once, without waiting out the grace period
   CHECK(process_gone(grandchild));
 }
 
-TEST_CASE("a wait asks its interruption on its own thread; each true takes the stop's next step", "[runner]") {
+namespace {
+// An interruption whose descriptor is readable again after each ask until it has been asked
+// `rearm` times: asked as a wait begins, then as often as the test says, never on a clock.
+struct test_interruption {
+  int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  int asked = 0;
+  bool elsewhere = false;
+  std::thread::id waiter = std::this_thread::get_id();
+  ~test_interruption() { ::close(fd); }
+  isorun::runner::job::interruption ask(int rearm, int true_from) {
+    return {fd, [=, this] {
+              std::uint64_t n = 0;
+              [[maybe_unused]] auto r = ::read(fd, &n, sizeof n);
+              elsewhere = elsewhere || std::this_thread::get_id() != waiter;
+              if (++asked < rearm) [[maybe_unused]]
+                auto w = ::write(fd, &(n = 1), sizeof n);
+              return asked >= true_from;
+            }};
+  }
+};
+}  // namespace
+
+TEST_CASE(
+    "a wait asks its interruption as it begins and when its descriptor is readable; each true takes the "
+    "stop's next step",
+    "[runner]") {
   const temp_fifo tf;
   isorun::runner::job_spec spec;
   spec.task = "hang_with_grandchild";
@@ -106,19 +133,40 @@ TEST_CASE("a wait asks its interruption on its own thread; each true takes the s
   spec.grace = std::chrono::hours(1);  // the task ignores SIGTERM: only the stop's second step ends it
   auto job = isorun::runner::job::start(std::move(spec));
   auto [worker, grandchild] = read_pids(tf.path);
-  const auto waiter = std::this_thread::get_id();
-  int asked = 0;
-  bool elsewhere = false;
-  const auto& r = job->wait([&] {
-    elsewhere = elsewhere || std::this_thread::get_id() != waiter;
-    return ++asked >= 2;  // the second answer stops it (SIGTERM), the third kills it
-  });
-  CHECK(asked >= 3);
-  CHECK_FALSE(elsewhere);
+  test_interruption i;
+  // The second answer stops it (SIGTERM), the third kills it; nothing asks a fourth time.
+  const auto& r = job->wait(i.ask(3, 2));
+  CHECK(i.asked == 3);
+  CHECK_FALSE(i.elsewhere);
   CHECK(r.status.kind == isorun::outcome_kind::cancelled);
   CHECK(r.status.exit.signal == SIGKILL);
   CHECK(process_gone(worker));
   CHECK(process_gone(grandchild));
+}
+
+TEST_CASE("a wait is not asked on a clock: a call that runs a while is asked once, as its wait begins", "[runner]") {
+  char dir[] = "/tmp/isorun-quiet-XXXXXX";
+  REQUIRE(::mkdtemp(dir));
+  const std::string d = dir;
+  REQUIRE(::mkfifo((d + "/pids").c_str(), 0600) == 0);
+  REQUIRE(::mkfifo((d + "/go").c_str(), 0600) == 0);
+  isorun::runner::job_spec spec;
+  spec.task = "runs_until_told";
+  spec.args = isorun::detail::encode_args(d);
+  auto job = isorun::runner::job::start(std::move(spec));
+  { std::ifstream(d + "/pids") >> std::ws; }
+  // Told to return a while from now: a wait that looked on a clock (every 100 ms, as it did)
+  // would ask several times meanwhile.
+  std::thread teller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    std::ofstream(d + "/go") << 7 << std::endl;
+  });
+  test_interruption i;
+  const auto& r = job->wait(i.ask(1, 99));
+  teller.join();
+  CHECK(r.status.ok());
+  CHECK(i.asked == 1);
+  std::filesystem::remove_all(d);
 }
 
 TEST_CASE("a call interrupted while it waits for admission ends cancelled, without a worker", "[runner][admission]") {
@@ -128,9 +176,9 @@ TEST_CASE("a call interrupted while it waits for admission ends cancelled, witho
   auto spec = std::make_shared<isorun::runner::job_spec>();
   spec->task = "hang_with_grandchild";  // never started
   auto call = isorun::runner::queue_call(*a, nullptr, {}, spec, 0);
-  int asked = 0;
-  const auto& r = call->wait([&] { return ++asked == 2; });
-  CHECK(asked == 2);
+  test_interruption i;
+  const auto& r = call->wait(i.ask(2, 2));
+  CHECK(i.asked == 2);
   CHECK(r.status.kind == isorun::outcome_kind::cancelled);
   CHECK_FALSE(call->started());
   CHECK(a->waiting() == 0);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "isorun/runner/process.hpp"
+#include "isorun/runner/watcher_idle.hpp"
 
 extern char** environ;
 
@@ -62,8 +63,10 @@ inline std::string mapping_of(const void* p) {
   return "unmapped";
 }
 
-/// Open descriptors of this process.
+/// Open descriptors of this process, once the call watcher let go of what it held: the calls it
+/// watched hold descriptors until it has seen them through.
 inline int open_fds() {
+  isorun::runner::wait_for_watcher_idle();
   int n = 0;
   if (DIR* d = ::opendir("/proc/self/fd")) {
     while (dirent* e = ::readdir(d))

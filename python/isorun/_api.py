@@ -6,6 +6,7 @@ import atexit
 import concurrent.futures
 import dataclasses
 import functools
+import itertools
 import math
 import os
 import sys
@@ -243,33 +244,37 @@ _BOOTSTRAP = "import sys; sys.path.append({root!r}); from isorun._worker import 
 _pool.apply_default()  # a caller keeps at most 256 MiB of idle segments, unless set_segment_pool says
 
 
-# Calls in flight, and the threads that wait for them (submit's, map's slots), so that the
-# interpreter's exit stops them before it finalizes: a daemon thread still waiting inside the C++
-# runner when the interpreter ends would be ended through a destructor that may not throw.
+# Calls in flight, so that the interpreter's exit stops them before it finalizes; and the futures
+# of calls the process's watcher watches (isorun._core), by token, which one thread completes as
+# their calls end: a call in flight costs no thread of its own.
 _live_jobs: set[_core.Job] = set()
-_live_threads: set[threading.Event] = set()  # each thread's end
 _live_lock = threading.Lock()
 _exiting = threading.Event()  # set at the interpreter's exit: no new call is started
+_futures: dict[int, IsolatedFuture] = {}
+_futures_lock = threading.Lock()  # held while a call is started and its future recorded
+_tokens = itertools.count(1)
+_completer: Optional[threading.Thread] = None
 
 
-def _spawn(target: Callable[[], None], name: str) -> threading.Event:
-    """Starts a daemon thread that the interpreter's exit waits for (after stopping its call);
-    returns the event its end sets. (An event, not Thread.join: a join that Ctrl-C interrupts
-    marks the thread as stopped while it runs on, and a later join returns at once.)"""
-    ended = threading.Event()
+def _complete_futures() -> None:
+    """The completer thread: completes the futures of the calls that ended, in the order they
+    ended, until the interpreter's exit closes the completions."""
+    while True:
+        tokens = _core.take_completed()
+        if tokens is None:
+            return
+        for token in tokens:
+            with _futures_lock:  # (recorded once its start returned)
+                future = _futures.pop(token)
+            future._complete()
 
-    def run() -> None:
-        try:
-            target()
-        finally:
-            with _live_lock:
-                _live_threads.discard(ended)
-            ended.set()
 
+def _start_completer() -> None:
+    global _completer
     with _live_lock:
-        _live_threads.add(ended)
-    threading.Thread(target=run, name=name, daemon=True).start()
-    return ended
+        if _completer is None:
+            _completer = threading.Thread(target=_complete_futures, name="isorun-completions", daemon=True)
+            _completer.start()
 
 
 def _track(job: _core.Job) -> None:
@@ -306,14 +311,14 @@ def _stop_everything() -> None:
     with _live_lock:
         _exiting.set()
         jobs = list(_live_jobs)
+        completer = _completer
     for job in jobs:
         job.cancel()
     for job in jobs:
         job.wait(None)
-    with _live_lock:
-        threads = list(_live_threads)
-    for ended in threads:  # each is past its call now, or starts none
-        ended.wait()
+    _core.close_completions()  # the futures of those calls are completed, then the completer ends
+    if completer is not None:
+        completer.join()
     _core.stop_standby()
 
 
@@ -489,10 +494,11 @@ class IsolatedFunction(Generic[R]):
         functools.update_wrapper(self, fn)
 
     def _start(self, args: tuple, kwargs: dict, executor: Optional[_core.Admission] = None,
-               caller_waits: bool = False) -> _core.Job:
+               caller_waits: bool = False, token: int = 0) -> _core.Job:
         """Queues the call for admission (at ``executor``, then the process's) and returns its
         job; it has started where it fit at once. ``caller_waits``: this thread waits for it
-        next (``job.wait(None)``), and watches it there."""
+        next (``job.wait(None)``), and watches it there; else the process's watcher watches it
+        and hands ``token`` to the completer thread once it has ended."""
         if _exiting.is_set():
             raise Cancelled("the interpreter is exiting: no call is started", None)
         o = self._options
@@ -510,7 +516,7 @@ class IsolatedFunction(Generic[R]):
         try:
             argv, launch_env, options = o.launch()
             job = _core.start(request, argv, launch_env, output.apply(o.core()) if output else options, executor,
-                              caller_waits)
+                              caller_waits, token)
         except BaseException:
             if output is not None:
                 output.close()
@@ -546,9 +552,13 @@ class IsolatedFunction(Generic[R]):
         return self._submit(args, kwargs, None)
 
     def _submit(self, args: tuple, kwargs: dict, executor: Optional[_core.Admission]) -> IsolatedFuture:
-        job = self._start(args, kwargs, executor)
-        future = IsolatedFuture(job)
-        _spawn(future._complete, "isorun-call")
+        _start_completer()
+        token = next(_tokens)
+        # The completer takes the token only once the future is recorded: the call may end before
+        # its start returns here.
+        with _futures_lock:
+            future = IsolatedFuture(self._start(args, kwargs, executor, token=token))
+            _futures[token] = future
         return future
 
     async def acall(self, *args: Any, **kwargs: Any) -> R:

@@ -34,14 +34,16 @@
 #include <linux/sched.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <future>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -166,80 +168,161 @@ bool is_finalizing() {
 #endif
 }
 
-/// Who watches a call to its end (job::wait pumps the worker's stderr, reads its reports and
-/// enforces the timeout), once: the thread that waits for it first without a timeout, or a
-/// thread of its own, started where a wait must return at its timeout or the caller does not wait
-/// next (a future).
-struct call_watcher {
-  std::atomic<bool> claimed{false};
-  std::promise<void> ended;
-  std::shared_future<void> done{ended.get_future().share()};
-  std::thread thread;  // the watcher's own thread, where it has one
-  call_watcher() = default;
-  call_watcher(const call_watcher&) = delete;
-  call_watcher& operator=(const call_watcher&) = delete;
-  ~call_watcher() {
-    if (thread.joinable()) thread.join();
+/// Calls whose futures wait for their end: the watcher (runner/src/watcher.hpp) pushes a call's
+/// token as the call ends, on its own thread and without the GIL; one Python thread takes them
+/// and completes the futures (isorun._api). Calls in flight cost no thread of their own.
+class completions {
+ public:
+  static completions& instance() {
+    static auto* c = new completions;  // never destroyed: calls may end while the interpreter exits
+    return *c;
   }
+  void push(std::uint64_t token) {
+    {
+      std::lock_guard lock(mutex_);
+      ended_.push_back(token);
+    }
+    changed_.notify_one();
+  }
+  /// The tokens of the calls ended since the last take, once there is one; None once closed
+  /// with none left. With the GIL released while it waits.
+  std::optional<std::vector<std::uint64_t>> take() {
+    nb::gil_scoped_release unlocked;
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return !ended_.empty() || closed_; });
+    if (ended_.empty()) return std::nullopt;
+    return std::exchange(ended_, {});
+  }
+  /// take() returns None once the tokens left are taken.
+  void close() {
+    {
+      std::lock_guard lock(mutex_);
+      closed_ = true;
+    }
+    changed_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<std::uint64_t> ended_;
+  bool closed_ = false;
 };
 
-/// One isolated call in flight: a runner::queued_job (waiting for admission, then its job),
-/// waited on from Python with the GIL released and Ctrl-C answered. A plain call (`caller_waits`:
-/// started and waited for on the same thread) is watched on that thread, without a second thread
-/// to start and wake on the way: each costs tens of µs on the call's path.
+/// How a wait on the main thread hears of Ctrl-C (and any signal with a Python handler) without
+/// looking on a clock: Python's C signal handler writes the signal's number to the wakeup
+/// descriptor (signal.set_wakeup_fd), from whichever thread the signal lands on, and a signal
+/// that lands on the waiting thread interrupts its poll (EINTR). While the wait
+/// lasts that descriptor is this pipe's; what was set before (asyncio's) is set back after, and
+/// gets the bytes that came meanwhile.
+class signal_wakeup {
+ public:
+  /// With the GIL, on the main thread.
+  signal_wakeup() {
+    static const std::array<int, 2> pipe = [] {
+      std::array<int, 2> fds{-1, -1};
+      if (::pipe2(fds.data(), O_NONBLOCK | O_CLOEXEC) != 0) fds = {-1, -1};
+      return fds;
+    }();
+    if (pipe[0] < 0) return;
+    try {
+      before_ = nb::cast<int>(set_wakeup_fd()(pipe[1]));
+      read_ = pipe[0];
+    } catch (nb::python_error&) {  // (not the main thread after all): no wake-up, EINTR alone
+    }
+  }
+  /// With the GIL.
+  ~signal_wakeup() {
+    if (read_ < 0) return;
+    drain();
+    try {
+      // A caller that set one (asyncio) asked for no warning on a full pipe.
+      if (before_ < 0) set_wakeup_fd()(-1);
+      else set_wakeup_fd()(before_, "warn_on_full_buffer"_a = false);
+    } catch (nb::python_error&) {
+    }
+  }
+  signal_wakeup(const signal_wakeup&) = delete;
+  signal_wakeup& operator=(const signal_wakeup&) = delete;
+  [[nodiscard]] int fd() const noexcept { return read_; }
+  /// Empties the pipe, handing its bytes on to the descriptor set before.
+  void drain() noexcept {
+    char bytes[64];
+    for (ssize_t n; (n = ::read(read_, bytes, sizeof bytes)) > 0;) {
+      // A full pipe of the handler set before loses these bytes, as it would have lost them anyway.
+      if (before_ >= 0 && ::write(before_, bytes, static_cast<std::size_t>(n)) < 0) continue;
+    }
+  }
+
+ private:
+  // signal.set_wakeup_fd (the C function behind it is not exported), kept for the process.
+  static nb::handle set_wakeup_fd() {
+    static auto* f = new nb::object(nb::module_::import_("signal").attr("set_wakeup_fd"));
+    return *f;
+  }
+
+  int read_ = -1;
+  int before_ = -1;
+};
+
+/// Whether this thread is the interpreter's main thread: the one Python runs signal handlers on.
+bool on_main_thread() {
+  static const unsigned long main_ident = nb::cast<unsigned long>(
+      nb::module_::import_("threading").attr("main_thread")().attr("ident"));
+  return PyThread_get_thread_ident() == main_ident;
+}
+
+/// One isolated call in flight: a runner::queued_job (waiting for admission, then its job). A
+/// plain call (`caller_waits`: started and waited for on the same thread) is watched on that
+/// thread, without a second thread to wake on the way; any other (a future's) is handed to the
+/// process's watcher, which pushes `token` to the completions when it ends.
 class py_job {
  public:
-  py_job(std::shared_ptr<isorun::runner::queued_job> call, std::shared_ptr<driver_cap> cap, bool caller_waits)
-      : job_{std::move(call)}, cap_{std::move(cap)}, watcher_{std::make_shared<call_watcher>()} {
+  py_job(std::shared_ptr<isorun::runner::queued_job> call, std::shared_ptr<driver_cap> cap, bool caller_waits,
+         std::uint64_t token)
+      : job_{std::move(call)}, cap_{std::move(cap)} {
     // Admitted at once: started here, its pid known on return. Its worker is not handed this
     // thread's CPU (job_spec::caller_waits), though this thread waits next: a standby interpreter
     // taken while it still imports its preloads would finish them on this one CPU. Measured on 2
     // cores (bench/README.md): spaced calls the same either way, back to back half as many calls
     // found an interpreter ready with the hand-over.
-    const bool started = job_->start_if_admitted(false);
-    if (!caller_waits || !started) watch_elsewhere();
+    if (caller_waits) job_->start_if_admitted(false);
+    else job_->watch_elsewhere([token] { completions::instance().push(token); }, true);
   }
   py_job(py_job&&) noexcept = default;
   py_job& operator=(py_job&&) noexcept = default;
   py_job(const py_job&) = delete;
   py_job& operator=(const py_job&) = delete;
-  /// A call dropped before its end is stopped: nothing runs on that no one waits for.
-  ~py_job() {
-    if (job_ && watcher_ && watcher_->done.wait_for(std::chrono::seconds(0)) != std::future_status::ready)
-      job_->cancel();
-  }
+  // (Dropped before its end, the call is stopped: nothing runs on that no one waits for.)
+  ~py_job() = default;
 
-  /// Waits up to `timeout_s` seconds (None: until done) for the worker's end, with the GIL
-  /// released. Returns whether it is done. A signal handler that raises (Ctrl-C's
-  /// KeyboardInterrupt) stops the worker and waits for its end before the exception goes on, so
-  /// nothing is left running.
+  /// Waits up to `timeout_s` seconds (None: until done), with the GIL released. Returns whether
+  /// it is done. On the main thread a signal handler that raises (Ctrl-C's KeyboardInterrupt)
+  /// stops the worker, and the wait goes on until it is gone before the exception goes on, so
+  /// nothing is left running; a second one takes the stop's next step.
   bool wait(std::optional<double> timeout_s) {
-    if (!timeout_s && !watcher_->claimed.exchange(true)) {
-      watch_here();
+    if (timeout_s) {
+      nb::gil_scoped_release unlocked;
+      return job_->wait_for(
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(*timeout_s)));
+    }
+    if (job_->done()) return true;
+    if (!on_main_thread()) {  // no signal handler runs here: nothing to ask
+      nb::gil_scoped_release unlocked;
+      wait_quietly();
       return true;
     }
-    watch_elsewhere();
-    using clock = std::chrono::steady_clock;
-    const auto deadline = timeout_s ? clock::now() + std::chrono::duration_cast<clock::duration>(
-                                                         std::chrono::duration<double>(*timeout_s))
-                                    : clock::time_point::max();
     std::optional<nb::python_error> interrupted;
-    for (;;) {
-      // Short slices, so that Python's signal handlers run while the worker works; once
-      // interrupted, until the worker is gone, whatever the timeout.
-      auto slice = std::chrono::milliseconds(isorun::runner::job::interruption_interval);
-      if (timeout_s && !interrupted) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
-        slice = std::max(std::chrono::milliseconds(0), std::min(slice, left));
-      }
-      bool done;
-      {
-        nb::gil_scoped_release unlocked;
-        done = watcher_->done.wait_for(slice) == std::future_status::ready;
-      }
-      if (done) break;
-      if (signal_raised(interrupted)) job_->cancel();
-      if (!interrupted && timeout_s && clock::now() >= deadline) return false;
+    {
+      signal_wakeup wakeup;
+      nb::gil_scoped_release unlocked;
+      const isorun::runner::job::interruption ask{wakeup.fd(), [&] {
+                                                    wakeup.drain();
+                                                    if (is_finalizing()) return false;  // the GIL would end this thread
+                                                    nb::gil_scoped_acquire locked;
+                                                    return signal_raised(interrupted);
+                                                  }};
+      wait_quietly(ask);
     }
     if (interrupted) throw std::move(*interrupted);
     return true;
@@ -306,25 +389,13 @@ class py_job {
   [[nodiscard]] bool started() const noexcept { return job_->started(); }
 
  private:
-  /// Watches the call on this thread, the GIL released but taken back every
-  /// job::interruption_interval (and after a signal) for Python's signal handlers: one that
-  /// raises stops the worker (a second, the next step of the stop) and the exception goes on once
-  /// it is gone.
-  void watch_here() {
-    std::optional<nb::python_error> interrupted;
-    {
-      nb::gil_scoped_release unlocked;
-      try {
-        job_->wait([&interrupted] {
-          if (is_finalizing()) return false;  // taking the GIL now would end this thread here
-          nb::gil_scoped_acquire locked;
-          return signal_raised(interrupted);
-        });
-      } catch (const std::exception&) {  // a start that failed: result() raises it
-      }
-      watcher_->ended.set_value();
+  /// Waits for the end, the call watched on this thread where it was started here; a start that
+  /// failed is raised by result().
+  void wait_quietly(const isorun::runner::job::interruption& ask = {}) {
+    try {
+      job_->wait(ask);
+    } catch (const std::exception&) {
     }
-    if (interrupted) throw std::move(*interrupted);
   }
 
   /// With the GIL: runs Python's signal handlers; true if one raised (Ctrl-C's
@@ -336,21 +407,8 @@ class py_job {
     return true;
   }
 
-  /// The call watched by a thread of its own, unless someone watches it already.
-  void watch_elsewhere() {
-    if (watcher_->claimed.exchange(true)) return;
-    watcher_->thread = std::thread([j = job_, w = watcher_.get()] {
-      try {
-        j->wait();
-      } catch (...) {  // a start that failed: result() raises it
-      }
-      w->ended.set_value();
-    });
-  }
-
   std::shared_ptr<isorun::runner::queued_job> job_;
   std::shared_ptr<driver_cap> cap_;  // lives until the worker is gone
-  std::shared_ptr<call_watcher> watcher_;
 };
 
 /// The job_spec of one call of `request` in a fresh `argv` (a Python interpreter running
@@ -425,7 +483,7 @@ isorun::blob framed_request(const std::string& variables, const nb::bytes& reque
 /// Queues one isolated call of the pickled `request` (see python_job_spec) for admission, at
 /// `executor` then the process's, or the process's alone; it starts at once where it fits.
 py_job start(nb::bytes request, std::vector<std::string> argv, std::vector<std::string> launch_env, call_options o,
-             const py_admission* executor, bool caller_waits) {
+             const py_admission* executor, bool caller_waits, std::uint64_t token) {
   nb::gil_scoped_release unlocked;  // placement may read NVML; launching waits for the exec
   auto& process = isorun::runner::admission::process();
   auto& first = executor ? *executor->admission : process;
@@ -447,7 +505,7 @@ py_job start(nb::bytes request, std::vector<std::string> argv, std::vector<std::
   }
   auto call = isorun::runner::queue_call(first, executor ? &process : nullptr, std::move(admission_request),
                                          std::move(spec), opts.standby, o.zygote);
-  return py_job(std::move(call), std::move(cap), caller_waits);
+  return py_job(std::move(call), std::move(cap), caller_waits, token);
 }
 
 /// Launches the standby interpreters of calls like these now and waits until they are all
@@ -862,6 +920,9 @@ NB_MODULE(_core, m) {
   nb::class_<py_admission>(m, "Admission")
       .def_prop_ro("waiting", [](const py_admission& a) { return a.admission->waiting(); })
       .def_prop_ro("running", [](const py_admission& a) { return a.admission->running(); })
+      .def_prop_ro(
+          "slots",
+          [](const py_admission& a) { return a.admission->shares().cpu_slots + a.admission->shares().gpu_slots; })
       .def_ro("plan", &py_admission::plan);
 
   nb::class_<py_job>(m, "Job")
@@ -873,9 +934,17 @@ NB_MODULE(_core, m) {
       .def_prop_ro("started", &py_job::started);
 
   m.def("start", &start, "request"_a, "argv"_a, "launch_env"_a, "options"_a, "executor"_a = nb::none(),
-        "caller_waits"_a = false,
+        "caller_waits"_a = false, "token"_a = 0,
         "Queues one isolated call of a pickled request for admission; it starts in a fresh interpreter. "
-        "caller_waits: this thread waits for it next, and watches it.");
+        "caller_waits: this thread waits for it next, and watches it; otherwise the process's watcher "
+        "watches it and take_completed() returns its token once it has ended.");
+  m.def(
+      "take_completed", [] { return completions::instance().take(); },
+      "The tokens of the calls (started without caller_waits) that ended since the last take, once there is "
+      "one; None once close_completions() was called and none is left.");
+  m.def(
+      "close_completions", [] { completions::instance().close(); },
+      "take_completed() returns None once the tokens left are taken.");
   m.def("fill_standby", &fill_standby, "argv"_a, "launch_env"_a, "options"_a, "executor"_a = nb::none(),
         "Launches the standby interpreters of such calls now; returns once they are launched.");
   m.def("executor_admission", &executor_admission, "gpus"_a, "all_gpus"_a, "mem_limit"_a, "per_gpu"_a, "cpu_slots"_a,

@@ -17,9 +17,16 @@ struct admission::entry {
   admission_request request;
   std::vector<std::size_t> positions;  // explicit GPUs, resolved at enqueue
   std::condition_variable changed;     // granted or cancelled
+  std::function<void()> notify;        // waiter::set_notify's, told as `changed` is
   bool granted = false;
   bool cancelled = false;
+  std::list<std::shared_ptr<entry>>::iterator at;  // its place in the queue while it waits
   std::shared_ptr<ticket> ready;  // made at the grant, until the waiter takes it
+
+  void changed_now() {
+    changed.notify_all();
+    if (notify) notify();
+  }
 };
 
 admission_request admission_request_for(const isolated_options& opts) {
@@ -95,9 +102,12 @@ std::shared_ptr<admission::waiter> admission::enqueue(admission_request request,
     throw usage_error("a call asks for " + plural(request.cpus, "CPU slot") + ", but " + limits_.name + " has " +
                       plural(cpu_slots(), "CPU slot") + "; lower cpus_per_call or raise cpu_slots");
   e->request = std::move(request);
-  queue_.push_back(e);
+  e->at = queue_.insert(queue_.end(), e);
+  queued_on_gpu_ += e->request.on_gpu();
   pump();
-  return std::shared_ptr<waiter>(new waiter(shared_from_this(), std::move(e), then ? then->shared_from_this() : nullptr));
+  std::shared_ptr<waiter> w(new waiter(shared_from_this(), std::move(e), then ? then->shared_from_this() : nullptr));
+  w->listed_ = waiters_.insert(waiters_.end(), w);
+  return w;
 }
 
 std::shared_ptr<admission::ticket> admission::admit(admission_request request, admission* then) {
@@ -130,6 +140,27 @@ std::shared_ptr<void> admission::widen_cpu_slots(std::size_t cpu_slots) {
             std::lock_guard lock(self->mutex_);
             self->widened_.erase(at);
           }};
+}
+
+void admission::remove(entry& e) noexcept {
+  queued_on_gpu_ -= e.request.on_gpu();
+  queue_.erase(e.at);
+}
+
+void admission::cancel_waiting() {
+  std::vector<std::shared_ptr<waiter>> all;
+  {
+    std::lock_guard lock(mutex_);
+    all.reserve(waiters_.size());
+    for (const auto& w : waiters_)
+      if (auto alive = w.lock()) all.push_back(std::move(alive));
+  }
+  for (const auto& w : all) w->cancel();  // (one admitted and taken runs on)
+}
+
+void admission::wait_idle() {
+  std::unique_lock lock(mutex_);
+  idle_.wait(lock, [&] { return queue_.empty() && running_ == 0; });
 }
 
 std::size_t admission::waiting() const {
@@ -179,18 +210,27 @@ bool admission::try_grant(entry& e, const std::vector<bool>& gpu_blocked) {
   ++running_;
   e.granted = true;
   e.ready = std::shared_ptr<ticket>(new ticket(shared_from_this(), std::move(g), std::move(gpus)));
-  e.changed.notify_all();
+  e.changed_now();
   return true;
 }
 
 // In arrival order, each request that fits is granted; one that does not blocks its resources
 // for the requests behind it (a CPU call waits behind the CPU call before it, never behind a GPU
 // call), so no request is overtaken on what it waits for, and none starves.
+//
+// Once every resource is blocked, or what is blocked is all that the rest of the queue asks for,
+// nothing behind can be granted: a queue of many calls waiting for the CPU costs a look at its
+// head, not at each of them.
 void admission::pump() {
   std::vector<bool> gpu_blocked(limits_.gpus.size(), false);
   bool cpu_blocked = false;
+  std::size_t gpu_entries_left = queued_on_gpu_, cpu_entries_left = queue_.size() - queued_on_gpu_;
   for (auto it = queue_.begin(); it != queue_.end();) {
     entry& e = **it;
+    const bool gpus_stuck = gpu_entries_left == 0 ||
+                            std::all_of(gpu_blocked.begin(), gpu_blocked.end(), [](bool b) { return b; });
+    if (gpus_stuck && (cpu_blocked || cpu_entries_left == 0)) break;
+    (e.request.on_gpu() ? gpu_entries_left : cpu_entries_left) -= 1;
     bool granted = false;
     if (!e.request.on_gpu()) {
       granted = !cpu_blocked && try_grant(e, gpu_blocked);
@@ -205,8 +245,14 @@ void admission::pump() {
       if (!granted)
         for (std::size_t i : e.positions) gpu_blocked[i] = true;
     }
-    it = granted ? queue_.erase(it) : std::next(it);
+    if (granted) {
+      queued_on_gpu_ -= e.request.on_gpu();
+      it = queue_.erase(it);
+    } else {
+      ++it;
+    }
   }
+  if (queue_.empty()) idle_.notify_all();
 }
 
 void admission::release(const grant& g) noexcept {
@@ -221,6 +267,7 @@ void admission::release(const grant& g) noexcept {
     pump();
   } catch (...) {  // (allocation in a grant: the next release tries again)
   }
+  idle_.notify_all();
 }
 
 admission::ticket::ticket(std::shared_ptr<admission> from, grant taken, std::vector<gpu_info> gpus)
@@ -238,8 +285,9 @@ admission::waiter::~waiter() {
   std::shared_ptr<ticket> unused;  // dropped after the lock: its release takes the lock
   {
     std::lock_guard lock(at_->mutex_);
-    if (!entry_->granted) {
-      at_->queue_.remove(entry_);
+    at_->waiters_.erase(listed_);
+    if (!entry_->granted && !entry_->cancelled) {
+      at_->remove(*entry_);
       at_->pump();  // what waited behind it may fit now
     }
     unused = std::move(entry_->ready);
@@ -253,12 +301,12 @@ void admission::waiter::cancel() noexcept {
     cancel_asked_ = true;
     if (!entry_->granted && !entry_->cancelled) {
       entry_->cancelled = true;
-      at_->queue_.remove(entry_);
+      at_->remove(*entry_);
       try {
         at_->pump();
       } catch (...) {
       }
-      entry_->changed.notify_all();
+      entry_->changed_now();
       return;
     }
     there = inner_;  // granted here: the place behind it is left (once queued there)
@@ -291,6 +339,7 @@ bool admission::waiter::advance(std::unique_lock<std::mutex>& lock, std::chrono:
       return true;
     }
     inner_ = std::move(there);
+    if (notify_) inner_->set_notify(notify_);
     if (cancel_asked_) inner_->cancel();
   }
   auto there = inner_;
@@ -300,6 +349,18 @@ bool admission::waiter::advance(std::unique_lock<std::mutex>& lock, std::chrono:
   const bool done = there->wait_for(forever ? std::chrono::milliseconds::max() : std::max(left, std::chrono::milliseconds(0)));
   lock.lock();
   return done;
+}
+
+void admission::waiter::set_notify(std::function<void()> notify) {
+  std::shared_ptr<waiter> there;
+  {
+    std::lock_guard lock(at_->mutex_);
+    notify_ = notify;
+    entry_->notify = notify;
+    if (entry_->granted || entry_->cancelled || failed_) notify();
+    there = inner_;
+  }
+  if (there) there->set_notify(std::move(notify));
 }
 
 bool admission::waiter::wait_for(std::chrono::milliseconds timeout) {

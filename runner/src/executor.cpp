@@ -1,7 +1,7 @@
 #include "isorun/runner/executor.hpp"
 
 #include <algorithm>
-#include <mutex>
+#include <atomic>
 
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/placement.hpp"
@@ -10,11 +10,9 @@ namespace isorun {
 
 struct executor::state {
   executor_options options;
-  std::shared_ptr<runner::admission> admission;
+  std::shared_ptr<runner::admission> admission;  // its calls' queue, and what they hold
   std::string plan;
-  std::mutex mutex;
-  bool shut = false;
-  std::vector<std::weak_ptr<runner::queued_job>> calls;  // to cancel and wait for at the end
+  std::atomic<bool> shut{false};
 };
 
 namespace detail {
@@ -64,43 +62,26 @@ executor::executor(executor_options options) : state_{std::make_shared<state>()}
 
 executor::~executor() {
   shutdown(true);
-  std::vector<std::shared_ptr<runner::queued_job>> left;
-  {
-    std::lock_guard lock(state_->mutex);
-    for (auto& w : state_->calls)
-      if (auto c = w.lock()) left.push_back(std::move(c));
-  }
-  for (auto& c : left) {
-    try {
-      c->wait();
-    } catch (...) {  // a call that could not start: nothing of it runs, and a destructor must not throw
-    }
-  }
+  state_->admission->wait_idle();  // the running calls' workers are gone
 }
 
 std::shared_ptr<runner::queued_job> executor::queue(const void* fn, blob args) {
-  std::lock_guard lock(state_->mutex);
   if (state_->shut) throw usage_error("this executor was shut down: it takes no more calls");
-  auto call = detail::submit_isolated(fn, std::move(args), state_->options.call, state_->admission.get());
-  std::erase_if(state_->calls, [](const auto& w) { return w.expired(); });
-  state_->calls.push_back(call);
-  return call;
+  return detail::submit_isolated(fn, std::move(args), state_->options.call, state_->admission.get());
 }
 
 void executor::shutdown(bool cancel_waiting) {
-  std::vector<std::shared_ptr<runner::queued_job>> waiting;
-  {
-    std::lock_guard lock(state_->mutex);
-    state_->shut = true;
-    if (!cancel_waiting) return;
-    for (auto& w : state_->calls)
-      if (auto c = w.lock(); c && !c->started()) waiting.push_back(std::move(c));
-  }
-  for (auto& c : waiting) c->cancel();  // one that started meanwhile is not waiting: it runs on
+  state_->shut = true;
+  if (cancel_waiting) state_->admission->cancel_waiting();  // one that started meanwhile runs on
 }
 
 std::size_t executor::waiting() const { return state_->admission->waiting(); }
 std::size_t executor::running() const { return state_->admission->running(); }
 const std::string& executor::plan() const noexcept { return state_->plan; }
+
+std::size_t executor::window() const noexcept {
+  const auto& l = state_->admission->shares();
+  return std::max<std::size_t>(8, 4 * (l.cpu_slots + l.gpu_slots));
+}
 
 }  // namespace isorun

@@ -3,12 +3,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/timerfd.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,11 +15,8 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <mutex>
-#include <thread>
-#include <type_traits>
 #include <utility>
 
 #include "isorun/alloc/config.hpp"
@@ -43,25 +37,16 @@
 #include "isorun/serialization/result_stream.hpp"
 #include "isorun/serialization/segment_pool.hpp"
 #include "isorun/serialization/shm_segment.hpp"
-#include "stream_tail.hpp"
+#include "job_state.hpp"
+#include "watcher.hpp"
 
 namespace isorun::runner {
 namespace ser = isorun::serialization;
-using clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 namespace {
 
 using ser::monotonic_ns;
-using detail::line_tail;
-
-// A worker's request and result segments, ready to be handed over, and for a blob result its
-// ring (mapped on this side) and the eventfd that announces a stream.
-struct prepared_request {
-  std::string inline_request;  // the request's bytes, when it is small enough to be carried (control.hpp)
-  std::shared_ptr<ser::pooled_segment> request, result, ring;  // (request: when it is not)
-  unique_fd stream_event;
-};
 
 // Encodes what `spec` asks for (into a request segment unless it is small enough to be carried by
 // the assignment), and takes a result segment.
@@ -176,380 +161,10 @@ bool assign(int control, const prepared_request& p, const job_spec& spec, pid_t 
   return !a.cpus.empty();
 }
 
-// The header of a streamed result (its payload came through the ring), read with pread: a copy
-// the worker cannot change afterwards, and no mapping of a segment the pool may have grown
-// large. nullopt if the segment holds anything else.
-std::optional<ser::segment_header> streamed_header(const ser::pooled_segment& segment) {
-  ser::segment_header h{};
-  if (::pread(segment.fd(), &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h) || h.magic != ser::streamed_result_magic)
-    return std::nullopt;
-  return h;
-}
-
-// What watching a worker until it is gone records; classify() turns it into an outcome.
-struct watch_record {
-  exit_status exited;
-  std::optional<std::pair<outcome_kind, std::string>> forced;  // the first of cancel, timeout, violation
-  std::optional<ser::done_message> done;
-  std::vector<std::string> stderr_tail;
-  clock::duration wall{};
-  std::uint64_t memory_peak = 0;  // the worker's cgroup's memory.peak, else its largest resident set
-  host_memory_cap::reading host;  // its host memory cap's cgroup, where it has one
-  std::int64_t reaped_ns = 0;     // CLOCK_MONOTONIC when the worker was reaped (not for an early hand-over)
-  std::int64_t done_seen_ns = 0;  // CLOCK_MONOTONIC when its done was read
-  bool early = false;  // the result was handed over (sealed, or streamed); the worker has not exited yet
-  std::unique_ptr<ser::stream_reader> stream;  // receiving a result the worker streams
-  std::optional<ser::segment_header> streamed;  // a snapshot of a streamed result's header
-
-  void force(outcome_kind k, std::string why) {
-    if (!forced) forced.emplace(k, std::move(why));
-  }
-};
-
-}  // namespace
-
-struct job::state {
-  job_spec spec;
-  prepared_request segments;
-  launched_worker worker;
-  pid_t pid = -1;  // the worker's, kept once it is reaped (the watcher may reap it at any time)
-  unique_fd cancel_event;
-  std::atomic<int> cancel_signal{0};          // the first cancel()'s signal, where it named one
-  std::unique_ptr<host_memory_cap> host_cap;  // until the worker is reaped
-  call_trace trace;                           // the supervisor's steps until the assignment
-
-  std::mutex wait_mutex;
-  std::condition_variable ready;  // early_result: whoever watches set `result`
-  bool watched = false;           // early_result: someone watches (under wait_mutex)
-  std::atomic<bool> finished{false};
-  job_result result;
-
-  // A cancel, for the watcher's next poll: the eventfd counts them (each, the stop's next step).
-  void request_cancel() noexcept {
-    const std::uint64_t one = 1;
-    [[maybe_unused]] auto n = ::write(cancel_event.get(), &one, sizeof one);
-  }
-};
-
-namespace {
-
-// Reads the worker's messages that are waiting, and checks each against the protocol: one done,
-// from the worker assigned (its pid, the devices it sees). Anything else (a malformed frame, a
-// second done, a message only the supervisor sends) is a violation: it is recorded as invalid_result,
-// the socket is closed (nothing more of it is read) and true is returned, for the caller to stop
-// the worker at once.
-bool read_control(job::state& s, watch_record& w) {
-  const std::string expected_devices = visible_devices_for(s.spec.gpus);
-  auto violation = [&](std::string why) {
-    w.force(outcome_kind::invalid_result, std::move(why));
-    s.worker.control.reset();
-    return true;
-  };
-  // What the worker's task may have written there, if it was not the worker.
-  const std::string culprit = " (a task must not write to descriptor " + std::to_string(ser::control_fd) +
-                              ", the worker's control socket)";
-  while (s.worker.control) {
-    ser::receive_result r;
-    try {
-      r = ser::try_receive(s.worker.control.get());
-    } catch (const std::exception& e) {
-      return violation(std::string("malformed control message from worker: ") + e.what() + culprit);
-    }
-    for (int fd : r.fds) ::close(fd);  // only an assignment carries descriptors, and workers send none
-    if (r.closed) {
-      s.worker.control.reset();
-      return false;
-    }
-    if (!r.message) return false;
-    if (auto* d = std::get_if<ser::done_message>(&*r.message)) {
-      if (w.done) return violation("worker sent a second done" + culprit);
-      std::string bad;
-      if (d->protocol != ser::protocol_version) bad = "protocol version " + std::to_string(d->protocol);
-      else if (d->pid != s.worker.process.pid())
-        bad = "pid " + std::to_string(d->pid) + " (spawned " + std::to_string(s.worker.process.pid()) + ")";
-      else if (d->visible_devices != expected_devices)
-        bad = "CUDA_VISIBLE_DEVICES='" + d->visible_devices + "' (assigned '" + expected_devices + "')";
-      else if (d->device_order != "PCI_BUS_ID") bad = "CUDA_DEVICE_ORDER='" + d->device_order + "'";
-      if (!bad.empty()) return violation("worker handshake mismatch: it reports " + bad);
-      w.done = std::move(*d);
-      w.done_seen_ns = monotonic_ns();
-    } else {
-      return violation("worker sent a message only the supervisor may send");
-    }
-  }
-  return false;
-}
-
-// Watches the worker until it is gone: echoes and keeps the tail of its stderr, enforces the
-// timeout, carries out cancels (and the caller's `interrupted`, as cancels), then reaps it and
-// collects its messages.
-watch_record watch(job::state& s, const job::interruption& interrupted) {
-  watch_record w;
-  line_tail tail(s.spec.stderr_tail_lines);
-  launched_worker& worker = s.worker;
-  stop_escalation stopping(stop_plan::graceful(s.spec.grace, s.spec.stop_signal));
-  constexpr auto never = clock::time_point::max();
-  clock::time_point deadline = s.spec.timeout.count() > 0 ? worker.started + s.spec.timeout : never;
-
-  auto read_stderr = [&] { return detail::drain(worker.stderr_read.get(), tail, s.spec.stderr_echo_fd); };
-
-  bool stderr_open = true;
-  bool await_done = s.spec.early_result;
-  // Asked on time, not only when poll comes back empty: a worker that keeps its stderr busy
-  // keeps poll from ever timing out, and a signal that lands outside poll interrupts nothing.
-  clock::time_point next_ask = interrupted ? clock::now() + job::interruption_interval : never;
-  for (;;) {
-    // The control socket is read while the worker lives: the task runs in the worker's process
-    // and can write to it too. Left unread, what it wrote would fill the buffer the worker's
-    // own `done` needs, and a violation would wait for an exit that may never come.
-    pollfd fds[5] = {{worker.process.pidfd(), POLLIN, 0},
-                     {stderr_open ? worker.stderr_read.get() : -1, POLLIN, 0},
-                     {s.cancel_event.get(), POLLIN, 0},
-                     {worker.control ? worker.control.get() : -1, POLLIN, 0},
-                     {s.segments.stream_event && !w.stream ? s.segments.stream_event.get() : -1, POLLIN, 0}};
-    int timeout_ms = -1;
-    if (const auto wake = std::min(deadline, next_ask); wake != never) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - clock::now()).count();
-      timeout_ms = static_cast<int>(std::clamp<long long>(left + 1, 0, INT_MAX));
-    }
-    int rc = ::poll(fds, 5, timeout_ms);
-    if (rc < 0 && errno != EINTR) break;
-    if (interrupted && (rc < 0 || clock::now() >= next_ask)) {
-      next_ask = clock::now() + job::interruption_interval;
-      if (interrupted()) s.request_cancel();
-    }
-    if (fds[2].revents & POLLIN) {
-      std::uint64_t requests = 1;  // the eventfd counts cancels that arrived since the last read
-      [[maybe_unused]] auto n = ::read(s.cancel_event.get(), &requests, sizeof requests);
-      w.force(outcome_kind::cancelled, "cancelled by the caller");
-      if (const int sig = s.cancel_signal.load(); sig && !stopping.started())
-        stopping = stop_escalation(stop_plan::graceful(s.spec.grace, sig));
-      // Each cancel takes the next step of the stop: a second one does not wait for the grace.
-      for (std::uint64_t i = 0; i < std::min<std::uint64_t>(requests, 2); ++i) deadline = stopping.advance(worker.process);
-    }
-    if (fds[1].revents) stderr_open = read_stderr();
-    if (fds[4].revents & POLLIN) {  // the worker starts streaming its result: receive it alongside
-      std::uint64_t starts = 0;
-      [[maybe_unused]] auto n = ::read(s.segments.stream_event.get(), &starts, sizeof starts);
-      try {
-        w.stream = std::make_unique<ser::stream_reader>(s.segments.ring, s.spec.max_result);
-      } catch (const std::exception& e) {  // a bad size, or no memory for it: the result is lost
-        w.force(outcome_kind::invalid_result, std::string("worker result rejected: ") + e.what());
-        if (!stopping.started()) deadline = stopping.advance(worker.process);
-      }
-    }
-    if (deadline != never && clock::now() >= deadline) {
-      if (!stopping.started())
-        w.force(outcome_kind::timeout, "timed out after " + format_duration(s.spec.timeout) + "; stopped");
-      deadline = stopping.advance(worker.process);
-    }
-    if (fds[3].revents) {  // before the exit: `done` came first, even if both are ready now
-      // A violation stops the worker at once: nothing it does afterwards can count.
-      if (read_control(s, w)) worker.process.signal(SIGKILL);
-      if (await_done && w.done) {
-        await_done = false;
-        // Sealed, the result can no longer change, whoever still runs: hand it over now. A
-        // result sent in `done`, or streamed, needs no seal: its payload is in this process's
-        // memory (a streamed one's header is copied now). A failure, or a seal refused because something still maps it
-        // writable, waits for the exit.
-        if (w.done->status == ser::task_status::ok && !w.forced) {
-          if (w.done->inline_result.empty()) w.streamed = streamed_header(*s.segments.result);
-          if (!w.done->inline_result.empty() || w.streamed || s.segments.result->seal()) {
-            w.early = true;
-            break;
-          }
-        }
-      }
-    }
-    if (fds[0].revents & POLLIN) break;
-  }
-
-  // The worker reported or is gone: no more of a stream will come (what it published is
-  // still copied).
-  if (w.stream) w.stream->stop_waiting();
-  if (!w.early) {
-    read_control(s, w);
-    if (s.host_cap) w.host = s.host_cap->read();  // before the reap removes the cgroup
-    w.exited = worker.process.reap();  // also kills what is left of the group and the cgroup
-    w.reaped_ns = monotonic_ns();
-    w.memory_peak = worker.process.memory_peak().value_or(w.host.peak.value_or(worker.process.max_rss()));
-  }
-  if (stderr_open) read_stderr();
-  w.wall = clock::now() - worker.started;
-  w.stderr_tail = tail.lines();
-  return w;
-}
-
-// What a job holds of its worker once the worker is reaped goes. Only then do its segments go
-// back to the pool: a worker still exiting maps its request (read-only, yet a shared mapping of a
-// file it could write, which the kernel counts as a writer) and holds its descriptor; handed to
-// the next call as its result segment, that segment could not be sealed, and the early hand-over
-// would silently wait for the exit; a task could even write into it.
-void release_worker(job::state& s) {
-  s.segments.request.reset();
-  s.segments.result.reset();  // (kept by the result where it lies there) a worker still exiting could write it
-  s.segments.ring.reset();  // a worker still exiting could have written to it
-  s.worker.control.reset();
-  s.worker.stderr_read.reset();
-  s.host_cap.reset();
-  s.spec.admitted.reset();  // its GPU memory and its core are free: the next call may start
-}
-
-// After an early hand-over the worker has reported and let go of its result, and now exits; its
-// call has returned. One thread for the whole process sees such workers to their end: each gets
-// its grace period to exit (a CUDA context's teardown), a cancel or the end of the grace kills its
-// group (at once: its call is over), and it is reaped once it is gone. One long-lived thread
-// rather than one per call: starting a thread would sit on the call's path, before its return.
-//
-// Nor is that thread woken on the call's path. It sleeps on an epoll set, which the call adds its
-// worker's pidfd and cancel eventfd to without waking it, and on a timer for the earliest grace;
-// it wakes when a worker exits, a cancel comes or a grace ends. (Waking a sleeping thread costs
-// the waker the wake-up of the CPU that thread sleeps on: on an idle virtual CPU, about as long
-// as everything else the caller does after `done`.) The call tells its worker it may go itself:
-// the worker usually sleeps on the CPU the caller runs on (it woke the caller there), and a Unix
-// socket's wake-up stays there, so the worker runs its exit once the caller's thread lets go of
-// that CPU, or the kernel moves it.
-class exit_reaper {
- public:
-  static exit_reaper& instance() {
-    static auto* r = new exit_reaper;  // never destroyed: calls may end while the process exits
-    return *r;
-  }
-
-  void adopt(const std::shared_ptr<job::state>& s) {
-    s->worker.stderr_read.reset();  // nothing more of it is reported
-    const auto now = clock::now();
-    // (A grace too long for the clock is no end.)
-    const auto end_of_grace = s->spec.grace < std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                  clock::time_point::max() - now)
-                                  ? now + s->spec.grace
-                                  : clock::time_point::max();
-    std::lock_guard lock(mutex_);
-    exiting_.reserve(exiting_.size() + 1);  // (so that nothing throws once its descriptors are watched)
-    exiting e{s, end_of_grace};
-    e.watched = watch(e);
-    if (const auto look = e.watched ? end_of_grace : now + retry; look < alarm_) alarm_at(look);
-    exiting_.push_back(std::move(e));
-    // Last, under the lock: the reaper cannot let go of the worker before it is told.
-    if (s->worker.control) [[maybe_unused]]
-      auto sent = ::send(s->worker.control.get(), &ser::let_go, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-  }
-
- private:
-  // How soon a worker whose descriptors could not be watched (no memory for them) is looked at
-  // again: nothing else would wake the reaper for it.
-  static constexpr auto retry = std::chrono::milliseconds(10);
-
-  struct exiting {
-    std::shared_ptr<job::state> state;
-    clock::time_point end_of_grace;
-    bool watched = false;  // its pidfd (and, until it is killed, its cancel eventfd) in the epoll set
-    bool killed = false;   // killed at a cancel or at the end of its grace, and not gone yet
-  };
-
-  exit_reaper()
-      : watched_{::epoll_create1(EPOLL_CLOEXEC)},
-        alarm_fd_{::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK)} {
-    static_assert(std::is_same_v<clock, std::chrono::steady_clock>, "the alarm is set on CLOCK_MONOTONIC");
-    if (!watched_ || !alarm_fd_ || !watch(alarm_fd_.get()))
-      throw internal_error(std::string("epoll/timerfd: ") + std::strerror(errno));
-    std::thread([this] { run(); }).detach();
-  }
-
-  bool watch(int fd) noexcept {
-    epoll_event e{.events = EPOLLIN, .data = {.fd = fd}};
-    return ::epoll_ctl(watched_.get(), EPOLL_CTL_ADD, fd, &e) == 0;
-  }
-  bool watch(const exiting& e) noexcept {
-    const int pidfd = e.state->worker.process.pidfd();
-    if (!watch(pidfd)) return false;
-    if (e.killed || watch(e.state->cancel_event.get())) return true;
-    unwatch(pidfd);
-    return false;
-  }
-  // Before the descriptor closes: a registration lives as long as the open file, which a copy of
-  // the descriptor (a pool's pidfd) can keep open.
-  void unwatch(int fd) noexcept { ::epoll_ctl(watched_.get(), EPOLL_CTL_DEL, fd, nullptr); }
-
-  // (Under the lock.) A grace ends seconds from now, beyond the next tick: arming it touches no
-  // hardware timer, unlike an alarm due within a tick.
-  void alarm_at(clock::time_point when) noexcept {
-    alarm_ = when;
-    const auto ns = std::max<std::int64_t>(
-        1, std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch()).count());
-    itimerspec at{};
-    at.it_value = {static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-    ::timerfd_settime(alarm_fd_.get(), TFD_TIMER_ABSTIME, &at, nullptr);
-  }
-
-  // (Under the lock.) Whether the worker is gone; otherwise kills it at a cancel or at the end of
-  // its grace, and says by `next` when to look at it again. A killed worker stays until its
-  // pidfd says it is gone, so that reaping it never waits (SIGKILL does not end a process in an
-  // uninterruptible sleep, a driver's teardown).
-  bool gone(exiting& e, clock::time_point now, clock::time_point& next) noexcept {
-    job::state& s = *e.state;
-    const int pidfd = s.worker.process.pidfd(), cancel = s.cancel_event.get();
-    pollfd p[2] = {{pidfd, POLLIN, 0}, {e.killed ? -1 : cancel, POLLIN, 0}};
-    const int ready = ::poll(p, 2, 0);
-    if (ready > 0 && (p[0].revents & POLLIN)) {
-      if (e.watched) {
-        unwatch(pidfd);
-        if (!e.killed) unwatch(cancel);
-      }
-      return true;
-    }
-    if (!e.killed && ((ready > 0 && (p[1].revents & POLLIN)) || now >= e.end_of_grace)) {
-      s.worker.process.signal(SIGKILL);
-      e.killed = true;
-      if (e.watched) unwatch(cancel);  // (never read: it would stay ready)
-    }
-    if (!e.watched) e.watched = watch(e);
-    if (!e.watched || ready < 0) next = std::min(next, now + retry);
-    else if (!e.killed) next = std::min(next, e.end_of_grace);
-    return false;
-  }
-
-  void run() {
-    std::vector<std::shared_ptr<job::state>> done;
-    for (;;) {
-      {
-        std::lock_guard lock(mutex_);
-        const auto now = clock::now();
-        auto next = clock::time_point::max();
-        std::erase_if(exiting_, [&](exiting& e) {
-          if (!gone(e, now, next)) return false;
-          done.push_back(std::move(e.state));
-          return true;
-        });
-        // An alarm is left armed once its workers are gone (it rings for nothing): a call then
-        // seldom has to arm it.
-        if (alarm_ <= now) alarm_ = clock::time_point::max();
-        if (next < alarm_) alarm_at(next);
-      }
-      for (auto& s : done) {  // outside the lock; each is gone: the reap does not wait
-        s->worker.process.reap();
-        release_worker(*s);
-      }
-      done.clear();
-      epoll_event ready[16];
-      if (::epoll_wait(watched_.get(), ready, 16, -1) > 0) {
-        std::uint64_t rang;
-        [[maybe_unused]] auto n = ::read(alarm_fd_.get(), &rang, sizeof rang);
-      }
-    }
-  }
-
-  std::mutex mutex_;
-  std::vector<exiting> exiting_;
-  unique_fd watched_;
-  unique_fd alarm_fd_;
-  clock::time_point alarm_ = clock::time_point::max();  // when the alarm rings (max: not armed)
-};
-
 // How the job ended, from what watching recorded: forced ends first (cancel, timeout, protocol
 // violation), then the worker's own report, validated; no report means it crashed.
-job_result classify(watch_record w, const job_spec& spec, const std::shared_ptr<ser::pooled_segment>& result_segment,
-                    const call_trace& trace) {
+job_result classify(watch_record w, const job_spec& spec, const call_trace& trace) {
+  const auto& result_segment = w.result_segment;
   job_result r;
   r.trace = trace;
   r.trace.done_seen_ns = w.done_seen_ns;
@@ -642,20 +257,27 @@ job::job(std::shared_ptr<state> s) : state_{std::move(s)} {}
 
 job::~job() {
   if (!state_) return;
-  if (!state_->finished) {
-    cancel();
-    wait();
+  if (!state_->ended) {
+    if (!state_->cancel_asked) cancel();  // (a second cancel would skip the grace)
+    // The watcher sees the stop through and reaps: a dropped job costs its owner no wait.
+    try {
+      watch_elsewhere();
+    } catch (...) {  // (no memory to hand it over) seen through here
+      wait();
+    }
   }
-  // After an early hand-over the exit reaper keeps the state until the worker is reaped; the
-  // result's memory goes back now (values decoded from it hold their own reference).
+  // The watcher keeps the state until the worker is reaped; the result's memory goes back now
+  // (values decoded from it hold their own reference).
   std::lock_guard lock(state_->wait_mutex);
   state_->result.payload = {};
   state_->result.owner.reset();
+  state_->record.reset();
 }
 
 pid_t job::pid() const noexcept { return state_->pid; }
 
 void job::cancel(int first_signal) noexcept {
+  state_->cancel_asked = true;
   if (first_signal) {
     int none = 0;
     state_->cancel_signal.compare_exchange_strong(none, first_signal);
@@ -785,71 +407,74 @@ std::shared_ptr<job> job::assign_prepared(std::shared_ptr<state> s, job_spec spe
   return std::shared_ptr<job>(new job(std::move(s)));
 }
 
-namespace {
-
-// An early_result job is watched by the first to wait for it, on their own thread (wait_for,
-// which must return at its timeout, starts one): for a call that waits at once, the common case,
-// no thread is started on its path. It watches to the hand-over (or the worker's end), publishes
-// the result, and leaves the exit to the exit reaper.
-void watch_early(const std::shared_ptr<job::state>& s, const job::interruption& interrupted) {
-  watch_record w = watch(*s, interrupted);
-  const bool early = w.early;
+// Watches the job on this thread (claimed by this wait) and publishes its end; after an early
+// hand-over the watcher sees the worker's exit.
+void job::watch_here(const interruption& interrupted) {
+  state& s = *state_;
+  watch_record r = runner::watch_here(s, interrupted);
+  const bool early = r.early;
   // A CPU call's core is free once its result is handed over (the exit takes little of it): let
   // go of it before the caller hears of the result. A GPU call's memory is not, until its worker
   // is gone.
-  if (early && s->spec.gpus.empty()) s->spec.admitted.reset();
-  {
-    std::lock_guard lock(s->wait_mutex);
-    s->result = classify(std::move(w), s->spec, s->segments.result, s->trace);
-    s->finished = true;
-  }
-  s->ready.notify_all();
-  if (early) exit_reaper::instance().adopt(s);
-  else release_worker(*s);
+  if (early && s.spec.gpus.empty()) s.spec.admitted.reset();
+  if (!early) release_worker(s);
+  publish_end(s, std::move(r));
+  if (early) watcher::instance().adopt(state_);
 }
 
-}  // namespace
+void job::watch_elsewhere(std::function<void()> on_end) {
+  state& s = *state_;
+  {
+    std::lock_guard lock(s.wait_mutex);
+    if (!s.ended) {
+      if (on_end) s.on_end = std::move(on_end);
+      on_end = nullptr;
+    }
+  }
+  if (on_end) on_end();  // ended already
+  else if (!s.claimed.exchange(true)) watcher::instance().watch(state_);
+}
+
+bool job::ended() const noexcept { return state_->ended; }
+
+int job::end_fd() {
+  state& s = *state_;
+  std::lock_guard lock(s.wait_mutex);
+  if (!s.end_event) {
+    s.end_event.reset(::eventfd(s.ended ? 1 : 0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!s.end_event) throw internal_error(std::string("eventfd: ") + std::strerror(errno));
+  }
+  return s.end_event.get();
+}
 
 bool job::wait_for(std::chrono::milliseconds timeout) {
-  if (state_->spec.early_result) {
-    std::unique_lock lock(state_->wait_mutex);
-    if (!state_->finished && !state_->watched) {
-      // Not watched yet, and this must return at its timeout: a thread watches.
-      state_->watched = true;
-      std::thread([s = state_] { watch_early(s, {}); }).detach();
-    }
-    return state_->ready.wait_for(lock, timeout, [&] { return state_->finished.load(); });
-  }
-  {
-    std::unique_lock lock(state_->wait_mutex, std::try_to_lock);
-    if (lock.owns_lock() && state_->finished) return true;
-  }
-  if (!state_->worker.process.wait_for(timeout) && !state_->finished) return false;
-  wait();
-  return true;
+  watch_elsewhere();
+  state& s = *state_;
+  std::unique_lock lock(s.wait_mutex);
+  return s.ready.wait_for(lock, timeout, [&] { return s.ended.load(); });
 }
 
 const job_result& job::wait() { return wait(interruption{}); }
 
 const job_result& job::wait(const interruption& interrupted) {
   state& s = *state_;
-  if (s.spec.early_result) {
-    std::unique_lock lock(s.wait_mutex);
-    if (!s.finished && !s.watched) {
-      s.watched = true;
-      lock.unlock();
-      watch_early(state_, interrupted);
-      lock.lock();
-    }
-    s.ready.wait(lock, [&] { return s.finished.load(); });
-    return s.result;
-  }
+  if (!s.claimed.exchange(true)) watch_here(interrupted);
+  else if (!s.ended) wait_elsewhere(interrupted);
   std::lock_guard lock(s.wait_mutex);
-  if (s.finished) return s.result;
-  s.result = classify(watch(s, interrupted), s.spec, s.segments.result, s.trace);
-  release_worker(s);
-  s.finished = true;
+  if (!s.classified) {
+    s.result = classify(std::move(*s.record), s.spec, s.trace);
+    s.record.reset();
+    s.classified = true;
+  }
   return s.result;
+}
+
+// Waits for the watch another thread (or the watcher) carries out.
+void job::wait_elsewhere(const interruption& interrupted) {
+  state& s = *state_;
+  wait_until_done(
+      s.wait_mutex, s.ready, interrupted ? end_fd() : -1, [&] { return s.ended.load(); }, interrupted,
+      [this] { cancel(); });
 }
 
 }  // namespace isorun::runner

@@ -1,10 +1,18 @@
 #include "isorun/runner/queued_job.hpp"
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
 
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/launcher.hpp"
 #include "isorun/runner/standby.hpp"
+#include "job_state.hpp"
+#include "watcher.hpp"
 
 namespace isorun::runner {
 
@@ -28,26 +36,18 @@ queued_job::queued_job(std::shared_ptr<admission::waiter> place, starter start)
     : place_{std::move(place)}, start_{std::move(start)} {}
 
 queued_job::~queued_job() {
-  std::lock_guard lock(mutex_);
-  if (!job_) place_->cancel();
-}
-
-bool queued_job::admit_and_start(std::chrono::steady_clock::time_point deadline, bool then_waits) {
   {
     std::lock_guard lock(mutex_);
-    if (job_ || ended_) return true;
+    if (!job_) place_->cancel();
   }
-  const bool forever = deadline == std::chrono::steady_clock::time_point::max();
-  for (;;) {
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (place_->wait_for(forever ? std::chrono::milliseconds::max() : std::max(left, std::chrono::milliseconds(0))))
-      break;
-    if (!forever && std::chrono::steady_clock::now() >= deadline) return false;
-  }
-  std::lock_guard lock(mutex_);  // one waiter starts the job; others find it started
-  if (job_ || ended_) return true;
+  if (done_event_ >= 0) ::close(done_event_);
+}
+
+bool queued_job::admitted_now() { return place_->wait_for(std::chrono::milliseconds(0)); }
+
+void queued_job::start_locked(bool then_waits) {
   try {
-    std::shared_ptr<admission::ticket> ticket = place_->get();
+    std::shared_ptr<admission::ticket> ticket = place_->get();  // ready: it does not wait
     if (cancelled_) throw cancelled("cancelled while waiting for admission");
     job_ = start_(std::move(ticket), then_waits);
   } catch (const cancelled& e) {
@@ -58,18 +58,100 @@ bool queued_job::admit_and_start(std::chrono::steady_clock::time_point deadline,
     ended_ = true;
     failed_ = std::current_exception();
   }
-  return true;
+}
+
+bool queued_job::start_if_admitted(bool then_waits) {
+  std::lock_guard lock(mutex_);
+  if (!job_ && !ended_ && !handed_ && admitted_now()) start_locked(then_waits);  // (a failure: wait() says)
+  return job_ != nullptr;
+}
+
+// Posted by the admission's notify: the call may be admitted now. Started on the watcher's
+// thread, and watched there.
+void queued_job::start_from_watcher() {
+  std::shared_ptr<job> j;
+  {
+    std::lock_guard lock(mutex_);
+    if (job_ || ended_ || !admitted_now()) return;  // (behind an executor: the process's admission is next)
+    start_locked(false);
+    j = job_;
+  }
+  changed_.notify_all();
+  if (!j) return mark_done();  // cancelled, or it could not start
+  j->watch_elsewhere([self = weak_from_this()] {
+    if (auto q = self.lock()) q->mark_done();
+  });
+}
+
+void queued_job::watch_elsewhere(std::function<void()> on_done, bool until_started) {
+  std::shared_ptr<job> j;
+  bool ended, handed, done;
+  {
+    std::lock_guard lock(mutex_);
+    done = done_;
+    if (on_done && !done) on_done_ = std::exchange(on_done, nullptr);
+    handed = std::exchange(handed_, true);
+    j = job_;
+    ended = ended_;
+  }
+  if (done && on_done) on_done();  // over already
+  if (handed) return;
+  const std::weak_ptr<queued_job> self = weak_from_this();
+  if (j) {  // started on a caller's thread, which does not watch it
+    j->watch_elsewhere([self] {
+      if (auto q = self.lock()) q->mark_done();
+    });
+    return;
+  }
+  if (ended) return mark_done();
+  place_->set_notify([self] {
+    watcher::instance().post([self] {
+      if (auto q = self.lock()) q->start_from_watcher();
+    });
+  });
+  if (!until_started) return;
+  std::unique_lock lock(mutex_);
+  if (admitted_now()) changed_.wait(lock, [&] { return job_ || ended_; });
+}
+
+void queued_job::mark_done() {
+  std::function<void()> on_done;
+  {
+    std::lock_guard lock(mutex_);
+    if (done_) return;
+    done_ = true;
+    on_done = std::move(on_done_);
+    if (done_event_ >= 0) {
+      const std::uint64_t one = 1;
+      [[maybe_unused]] auto n = ::write(done_event_, &one, sizeof one);
+    }
+  }
+  changed_.notify_all();
+  if (on_done) on_done();
+}
+
+void queued_job::wait_done(const job::interruption& interrupted) {
+  wait_until_done(
+      mutex_, changed_, interrupted ? done_fd() : -1, [this] { return done_.load(); }, interrupted,
+      [this] { cancel(); });
 }
 
 const job_result& queued_job::wait() { return wait(job::interruption{}); }
 
 const job_result& queued_job::wait(const job::interruption& interrupted) {
-  if (!interrupted) {
-    admit_and_start(std::chrono::steady_clock::time_point::max(), true);
-  } else {
-    while (!admit_and_start(std::chrono::steady_clock::now() + job::interruption_interval, true))
-      if (interrupted()) cancel();
+  std::shared_ptr<job> here;
+  {
+    std::lock_guard lock(mutex_);
+    if (!handed_ && !job_ && !ended_ && admitted_now()) start_locked(true);
+    if (!handed_ && job_) here = job_;
   }
+  if (here) {  // started on this thread (now, or by start_if_admitted): watched here
+    const job_result& r = here->wait(interrupted);
+    mark_done();
+    return r;
+  }
+  watch_elsewhere();
+  wait_done(interrupted);
   std::shared_ptr<job> j;
   {
     std::lock_guard lock(mutex_);
@@ -77,24 +159,13 @@ const job_result& queued_job::wait(const job::interruption& interrupted) {
     if (!job_) return unstarted_;
     j = job_;
   }
-  return j->wait(interrupted);
-}
-
-bool queued_job::start_if_admitted(bool then_waits) {
-  return admit_and_start(std::chrono::steady_clock::now(), then_waits) && started();
+  return j->wait();  // ended: its result, classified here
 }
 
 bool queued_job::wait_for(std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  if (!admit_and_start(deadline, false)) return false;  // (its caller may go on at the timeout)
-  std::shared_ptr<job> j;
-  {
-    std::lock_guard lock(mutex_);
-    if (!job_) return true;
-    j = job_;
-  }
-  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-  return j->wait_for(std::max(left, std::chrono::milliseconds(0)));
+  watch_elsewhere();
+  std::unique_lock lock(mutex_);
+  return changed_.wait_for(lock, timeout, [&] { return done_.load(); });
 }
 
 void queued_job::cancel() noexcept {
@@ -116,6 +187,17 @@ pid_t queued_job::pid() const noexcept {
 bool queued_job::started() const noexcept {
   std::lock_guard lock(mutex_);
   return job_ != nullptr;
+}
+
+bool queued_job::done() const noexcept { return done_; }
+
+int queued_job::done_fd() {
+  std::lock_guard lock(mutex_);
+  if (done_event_ < 0) {
+    done_event_ = ::eventfd(done_ ? 1 : 0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (done_event_ < 0) throw internal_error(std::string("eventfd: ") + std::strerror(errno));
+  }
+  return done_event_;
 }
 
 }  // namespace isorun::runner

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <string>
 #include <vector>
@@ -61,21 +62,24 @@ class line_tail {
   std::deque<std::string> lines_;
 };
 
-/// @brief Reads what the non-blocking `fd` holds now: keeps its tail in `tail`, copies it to
-///        `echo_fd` (-1: nowhere). @return false once the stream has ended (EOF).
-inline bool drain(int fd, line_tail& tail, int echo_fd) {
+/// @brief Reads what the non-blocking `fd` holds now, up to about `most` bytes: keeps its tail in
+///        `tail`, copies it to `echo_fd` (-1: nowhere). @return false once the stream has ended
+///        (EOF).
+inline bool drain(int fd, line_tail& tail, int echo_fd, std::size_t most = SIZE_MAX) {
   char buf[16384];
-  for (;;) {
+  for (std::size_t read = 0; read < most;) {
     const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n > 0) {
       tail.feed(buf, static_cast<std::size_t>(n));
       if (echo_fd >= 0) write_all(echo_fd, buf, static_cast<std::size_t>(n));
+      read += static_cast<std::size_t>(n);
       continue;
     }
     if (n == 0) return false;
     if (errno == EINTR) continue;
     return true;  // EAGAIN: more may come
   }
+  return true;  // more may be there: the next look reads on
 }
 
 }  // namespace isorun::runner::detail

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -104,6 +105,12 @@ class ISORUN_API admission : public std::enable_shared_from_this<admission> {
   ///        this admission lives.
   void keep(std::shared_ptr<void> lease) noexcept { kept_ = std::move(lease); }
 
+  /// @brief Cancels every call that waits here now, or was admitted here and waits behind (each
+  ///        waiter's get() throws `cancelled`); admitted calls run on.
+  void cancel_waiting();
+  /// @brief Waits until no call waits here and none holds a ticket of it.
+  void wait_idle();
+
   /// @brief Calls waiting here now.
   [[nodiscard]] std::size_t waiting() const;
   /// @brief Calls holding a ticket of this admission now.
@@ -129,9 +136,14 @@ class ISORUN_API admission : public std::enable_shared_from_this<admission> {
   [[nodiscard]] std::size_t cpu_slots() const noexcept;  // limits_.cpu_slots, or wider; under mutex_
   bool try_grant(entry& e, const std::vector<bool>& gpu_blocked);
 
+  void remove(entry& e) noexcept;  // from the queue, in O(1); under mutex_
+
   limits limits_;
   mutable std::mutex mutex_;
+  std::condition_variable idle_;             // a ticket was released, or the queue emptied
   std::list<std::shared_ptr<entry>> queue_;  // arrival order
+  std::list<std::weak_ptr<waiter>> waiters_;  // every waiter made here, until it goes
+  std::size_t queued_on_gpu_ = 0;             // entries of queue_ that ask for GPUs
   std::vector<std::uint64_t> used_bytes_;    // per limits_.gpus[i]
   std::vector<std::size_t> used_calls_;
   std::size_t used_cpus_ = 0;
@@ -171,6 +183,11 @@ class ISORUN_API admission::waiter {
   std::shared_ptr<ticket> get();
   /// @brief Leaves the queue: get() throws `cancelled`. Does nothing once admitted.
   void cancel() noexcept;
+  /// @brief `notify` runs (at once, if it is so already) each time the waiter may have become
+  ///        ready: admitted here, admitted or refused behind, cancelled. It runs under the
+  ///        admission's lock: it must only hand the news on (post it to a thread), never call
+  ///        back into an admission. Whoever it tells then asks wait_for(0ms).
+  void set_notify(std::function<void()> notify);
 
  private:
   friend class admission;
@@ -186,6 +203,8 @@ class ISORUN_API admission::waiter {
   std::shared_ptr<ticket> ready_;
   bool taken_ = false;
   bool cancel_asked_ = false;  // under at_'s mutex: reaches `inner_` once it exists
+  std::function<void()> notify_;                       // set_notify's, for `inner_` once it exists (under at_'s mutex)
+  std::list<std::weak_ptr<waiter>>::iterator listed_;  // in at_->waiters_
 };
 
 }  // namespace isorun::runner

@@ -11,7 +11,9 @@
 ///     for (auto& c : calls) use(c.get());                                  // in order, or poll wait_for
 ///     auto results = pool.map(train, grid);   // all of them, each a result<R>, in input order
 
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -60,17 +62,50 @@ class ISORUN_API executor {
     return call_handle<R>(queue(reinterpret_cast<const void*>(fn), detail::encode_args(args...)));
   }
 
-  /// @brief Runs `fn` on every input and returns each call's result, in input order.
+  /// @brief Runs `fn` on every input and returns each call's result, in input order (each
+  ///        failure a result too); a window of a few calls per slot is submitted at a time.
   template <class R, class A>
   std::vector<result<R>> map(R (*fn)(A), const std::vector<std::decay_t<A>>& inputs) {
-    std::vector<call_handle<R>> calls;
-    calls.reserve(inputs.size());
-    for (const auto& input : inputs) calls.push_back(submit(fn, input));
     std::vector<result<R>> results;
     results.reserve(inputs.size());
-    for (auto& c : calls) results.push_back(c.try_get());
+    std::size_t next = 0;
+    map_each(
+        fn, [&]() -> const std::decay_t<A>* { return next < inputs.size() ? &inputs[next++] : nullptr; },
+        [&](std::size_t, result<R> r) { results.push_back(std::move(r)); });
     return results;
   }
+
+  /// @brief The streaming form: `fn` on each input `next()` gives (a pointer to it, valid until
+  ///        the next call; nullptr: no more), taken only as calls end, so that at most a window
+  ///        of calls (a few per slot) is submitted; `take(index, result)` gets each result in
+  ///        input order. Whatever throws (a failed submission, `next` or `take`) cancels the calls
+  ///        in flight, waits for them, and goes on.
+  template <class R, class A, class Next, class Take>
+  void map_each(R (*fn)(A), Next&& next, Take&& take) {
+    std::deque<call_handle<R>> in_flight;
+    std::size_t taken = 0;
+    try {
+      for (;;) {
+        while (in_flight.size() < window()) {
+          const auto* input = next();
+          if (!input) break;
+          in_flight.push_back(submit(fn, *input));
+        }
+        if (in_flight.empty()) return;
+        result<R> r = in_flight.front().try_get();
+        in_flight.pop_front();
+        take(taken++, std::move(r));
+      }
+    } catch (...) {
+      for (auto& c : in_flight) c.cancel();
+      for (auto& c : in_flight) c.wait_for(std::chrono::milliseconds::max());
+      throw;
+    }
+  }
+
+  /// @brief The calls a streaming map keeps submitted: a few per slot, so that every slot has
+  ///        its next call as one ends, and no more.
+  [[nodiscard]] std::size_t window() const noexcept;
 
   /// @brief No more calls are accepted; with `cancel_waiting`, calls still waiting for a slot
   ///        end `cancelled`. Running calls go on (cancel their handles to stop them).

@@ -14,7 +14,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -113,34 +112,27 @@ result<R> to_result(const runner::job_result& r) {
 }
 }  // namespace detail
 
-/// A call in flight: waiting for admission, then running. Dropping it before it finished
-/// cancels it: nothing is left waiting or running.
+/// A call in flight: waiting for admission, then running. The process's watcher starts it once
+/// admitted (at once, here, when there is room: its pid is then known) and watches it to its end:
+/// a call in flight costs no thread. Dropping it before it finished cancels it: nothing is left
+/// waiting or running.
 template <class R>
 class call_handle {
  public:
-  /// Started here when admitted at once (its pid is then known), else on the waiting thread.
   explicit call_handle(std::shared_ptr<runner::queued_job> call) : call_{std::move(call)} {
-    call_->start_if_admitted();
-    done_ = std::async(std::launch::async, [c = call_] { c->wait(); }).share();
+    call_->watch_elsewhere({}, true);
   }
   call_handle(call_handle&&) noexcept = default;
   call_handle& operator=(call_handle&&) noexcept = default;
-  ~call_handle() {
-    if (call_ && done_.valid() && done_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) call_->cancel();
-  }
+  ~call_handle() = default;  // (the call, dropped, leaves the queue or is stopped: queued_job)
 
   /// @brief Waits for the result. @throws the outcome's exception on failure.
   R get() { return try_get().value(); }  // rvalue: moves the result out
   /// @brief Waits for the result or outcome, without throwing for task failures (a failure to
   ///        start the worker, internal_error, still throws).
-  result<R> try_get() {
-    done_.get();
-    return detail::to_result<R>(call_->wait());
-  }
+  result<R> try_get() { return detail::to_result<R>(call_->wait()); }
   /// @return true once finished.
-  bool wait_for(std::chrono::milliseconds timeout) const {
-    return done_.wait_for(timeout) == std::future_status::ready;
-  }
+  bool wait_for(std::chrono::milliseconds timeout) const { return call_->wait_for(timeout); }
   /// Leaves the admission queue, or stops the worker (SIGTERM, then SIGKILL after the grace
   /// period); get() then throws `cancelled`.
   void cancel() noexcept { call_->cancel(); }
@@ -152,7 +144,6 @@ class call_handle {
 
  private:
   std::shared_ptr<runner::queued_job> call_;
-  std::shared_future<void> done_;
 };
 
 /// A task wrapped to run isolated, with the task's own signature.

@@ -149,29 +149,50 @@ class ISORUN_API job {
   /// @throws usage_error for an impossible spec (the worker is stopped); internal_error.
   static std::shared_ptr<job> start(job_spec spec, launched_worker worker);
 
+  /// Stops a job that has not ended (cancel()) and leaves it to the watcher to see to its end.
   ~job();
   job(const job&) = delete;
   job& operator=(const job&) = delete;
 
   /// @brief Blocks until the worker is gone (enforcing the timeout) and classifies its end;
   ///        with `early_result`, until its result is sealed and validated or it is gone,
-  ///        whichever comes first. Safe to call again, and from several threads; all get the
-  ///        same result.
+  ///        whichever comes first. The first wait of a job no one watches yet watches it on its
+  ///        own thread; later ones, and any wait of a job the process's watcher watches, wait for
+  ///        that watch to end. Safe to call again, and from several threads; all get the same
+  ///        result.
   const job_result& wait();
 
-  /// @brief What a wait asks on its own thread, at least every interruption_interval and after a
-  ///        signal interrupts it: true stops the job as cancel() does (each true, the next step of
-  ///        the stop) and the wait goes on to the job's end. How a caller whose signal handlers
-  ///        only set a flag (Python's Ctrl-C) waits without a second thread to watch the job.
-  using interruption = std::function<bool()>;
-  static constexpr std::chrono::milliseconds interruption_interval{100};
+  /// What a wait that watches the job itself asks, for a caller whose signal handlers only set a
+  /// flag (Python's Ctrl-C): `ask` is asked as the wait begins, and again each time `fd` turns
+  /// readable or a signal interrupts the wait on its thread; `ask` drains `fd`. Each true stops
+  /// the job as cancel() does (each, the next step of the stop) and the wait goes on to the job's
+  /// end. Nothing is asked on a clock: waiting costs nothing.
+  struct interruption {
+    int fd = -1;
+    std::function<bool()> ask;
+    explicit operator bool() const noexcept { return static_cast<bool>(ask); }
+  };
 
-  /// @brief Like wait(), asking `interrupted` while it watches the job (a wait that finds
-  ///        another thread watching it waits for that thread, asking nothing).
+  /// @brief Like wait(), asking `interrupted` while it waits.
   const job_result& wait(const interruption& interrupted);
 
-  /// @brief Waits up to `timeout`. @return true once the result is available via wait().
+  /// @brief Hands the job to the process's watcher, unless a wait watches it already: from now
+  ///        on one thread for the whole process pumps its stderr, enforces its timeout and
+  ///        carries out its cancels, with every other such job's. `on_end` runs on that thread
+  ///        once the watch is over (before any wait() returns); it must not block. What a job
+  ///        that no thread waits for next (a future) is watched through.
+  void watch_elsewhere(std::function<void()> on_end = {});
+
+  /// @brief Waits up to `timeout` (handing the job to the watcher first, unless a wait watches
+  ///        it). @return true once wait() returns at once.
   bool wait_for(std::chrono::milliseconds timeout);
+
+  /// @brief Whether the watch is over: wait() then returns without waiting.
+  [[nodiscard]] bool ended() const noexcept;
+
+  /// @brief A descriptor that turns readable once the watch is over, for a caller that waits for
+  ///        several things at once. Made on first use; it lives as long as the job.
+  int end_fd();
 
   /// @brief Asks for the worker to be stopped (`first_signal`, 0: the spec's stop_signal; then
   ///        SIGKILL after the grace period); a second call sends SIGKILL at once. After an
@@ -194,7 +215,9 @@ class ISORUN_API job {
   static std::shared_ptr<state> prepare_state(job_spec& spec);
   static std::shared_ptr<job> assign_prepared(std::shared_ptr<state> s, job_spec spec, launched_worker worker,
                                               bool assigned);
-  std::shared_ptr<state> state_;  // shared with whoever sees an early_result worker to its end
+  void watch_here(const interruption& interrupted);
+  void wait_elsewhere(const interruption& interrupted);
+  std::shared_ptr<state> state_;  // shared with the watcher while it watches the worker
 };
 
 }  // namespace isorun::runner

@@ -10,15 +10,11 @@
 /// For hyperparameter searches, pass the parameter sets as `inputs`; `isorun sweep` (the CLI)
 /// adds specs, the journal and resume on top.
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <mutex>
-#include <optional>
 #include <vector>
 
-#include "isorun/runner/isolated.hpp"
-#include "isorun/runner/placement.hpp"
+#include "isorun/runner/executor.hpp"
 
 namespace isorun {
 
@@ -35,43 +31,22 @@ struct map_options {
   bool warm_context = false;             ///< standby workers prepare their GPU (isolated_options::warm_context)
 };
 
-/// @brief Runs `fn` on every input, in parallel on planned slots; returns results in input order.
+/// @brief Runs `fn` on every input, in parallel on planned slots (an executor's: executor.hpp);
+///        returns results in input order. At most a window of calls is submitted at a time.
 /// @throws usage_error for an impossible plan (no GPUs, cap above every GPU, unregistered task).
 template <class R, class A>
 std::vector<result<R>> map(R (*fn)(A), const std::vector<std::decay_t<A>>& inputs, const map_options& o = {}) {
-  const auto slots = runner::plan_slots(
-                         {.gpus = o.gpus, .all_gpus = o.all_gpus, .mem_limit = o.mem_limit, .per_gpu = o.per_gpu, .cpu_slots = o.cpu_slots},
-                         gpus())
-                         .slots;
-  std::vector<std::optional<result<R>>> out(inputs.size());
-  std::mutex error_mutex;
-  std::exception_ptr error;
-  std::atomic<bool> failed{false};
-  runner::run_on_slots(
-      slots, inputs.size(),
-      [&](const runner::slot& sl, std::size_t i) {
-        isolated_options opts;
-        for (const auto& g : sl.gpus) opts.gpus.push_back(g.index);
-        opts.mem_limit = o.mem_limit;
-        opts.timeout = o.timeout;
-        opts.alloc_conf = o.alloc_conf;
-        opts.echo_stderr = o.echo_stderr;
-        opts.standby = o.standby;
-        opts.warm_context = o.warm_context;
-        try {
-          out[i].emplace(isolated(fn, opts).try_call(inputs[i]));
-        } catch (...) {  // not the task's failure (that is a result): the call could not be made
-          std::lock_guard lock(error_mutex);
-          if (!error) error = std::current_exception();
-          failed = true;
-        }
-      },
-      [&] { return failed.load(); });
-  if (error) std::rethrow_exception(error);
-  std::vector<result<R>> results;
-  results.reserve(inputs.size());
-  for (auto& r : out) results.push_back(std::move(*r));
-  return results;
+  executor ex({.gpus = o.gpus,
+               .all_gpus = o.all_gpus,
+               .mem_limit = o.mem_limit,
+               .per_gpu = o.per_gpu,
+               .cpu_slots = o.cpu_slots,
+               .call = {.timeout = o.timeout,
+                        .alloc_conf = o.alloc_conf,
+                        .echo_stderr = o.echo_stderr,
+                        .standby = o.standby,
+                        .warm_context = o.warm_context}});
+  return ex.map(fn, inputs);
 }
 
 }  // namespace isorun

@@ -3,11 +3,9 @@
 /// Where work runs: the GPU (or none) one job gets, and the slots a batch of jobs (a sweep,
 /// `map`) is spread over. The one place that checks a cap against a GPU and packs caps per GPU.
 
-#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "isorun/runner/gpu_inventory.hpp"
@@ -80,21 +78,6 @@ inline constexpr std::uint64_t warm_context_room = 1ULL << 30;
 [[nodiscard]] inline bool warm_standby_fits(const gpu_info& gpu, std::size_t jobs, std::uint64_t mem_limit,
                                             std::size_t waiting) {
   return mem_limit && jobs * mem_limit + waiting * warm_context_room <= gpu.free_memory;
-}
-
-/// @brief Runs items 0..count-1 on `slots`, one thread per slot: a slot that comes free takes
-///        the next item at once (work-conserving). No item is handed out once `stop()` is true.
-///        `run(slot, item)` is what runs and must not throw; this is who runs it.
-template <class Run, class Stop>
-void run_on_slots(const std::vector<slot>& slots, std::size_t count, Run&& run, Stop&& stop) {
-  std::atomic<std::size_t> next{0};
-  std::vector<std::thread> threads;
-  threads.reserve(slots.size());
-  for (const slot& s : slots)
-    threads.emplace_back([&, s] {
-      for (std::size_t item; !stop() && (item = next++) < count;) run(s, item);
-    });
-  for (auto& t : threads) t.join();
 }
 
 }  // namespace isorun::runner

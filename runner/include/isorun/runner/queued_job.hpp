@@ -4,7 +4,9 @@
 /// admitted. What every API's call is (C++ `isolated` and executors, Python), so that waiting,
 /// cancelling while waiting and the hand-over to the job are written once.
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -27,21 +29,24 @@ ISORUN_API std::shared_ptr<queued_job> queue_call(admission& first, admission* t
                                                   std::shared_ptr<job_spec> spec, std::size_t standby,
                                                   bool zygote = false);
 
-class ISORUN_API queued_job {
+class ISORUN_API queued_job : public std::enable_shared_from_this<queued_job> {
  public:
   /// Starts the job on what the ticket holds (its GPUs); the job keeps the ticket
   /// (job_spec::admitted) until its worker is gone. The flag: the starting thread waits for the
   /// job next (job_spec::caller_waits).
   using starter = std::function<std::shared_ptr<job>(std::shared_ptr<admission::ticket>, bool)>;
 
-  /// @brief A call waiting at `place`, started by `start` once admitted (by whoever waits first).
+  /// @brief A call waiting at `place`, started by `start` once admitted. (Made with
+  ///        std::make_shared: the watcher holds on to it while it starts it.)
   queued_job(std::shared_ptr<admission::waiter> place, starter start);
   ~queued_job();  // a call dropped while it waits leaves the queue; one that runs is cancelled
   queued_job(const queued_job&) = delete;
   queued_job& operator=(const queued_job&) = delete;
 
-  /// @brief Waits for admission, starts the job and waits for its end (job::wait). A call
-  ///        cancelled before it started ends `cancelled` without a worker.
+  /// @brief Waits for the end (job::wait). A call admitted already, and not handed to the
+  ///        watcher, is started and watched on this thread; any other is handed to the watcher
+  ///        (watch_elsewhere) and waited for. A call cancelled before it started ends
+  ///        `cancelled` without a worker.
   /// @throws usage_error or internal_error from the start (nothing is left running).
   const job_result& wait();
 
@@ -55,7 +60,15 @@ class ISORUN_API queued_job {
   /// @throws usage_error or internal_error from the start.
   bool start_if_admitted(bool then_waits = false);
 
-  /// @brief Waits up to `timeout` for the end; true once wait() returns at once.
+  /// @brief Hands the call to the process's watcher (watcher.hpp): the watcher starts it once it
+  ///        is admitted, on its own thread (a worker dies with the thread that started it), and
+  ///        watches it to its end; `on_done` then runs on the watcher's thread (it must not
+  ///        block). With `until_started`, a call admitted now has started (its pid is known) when
+  ///        this returns. What a call that no thread waits for next (a future) is.
+  void watch_elsewhere(std::function<void()> on_done = {}, bool until_started = false);
+
+  /// @brief Waits up to `timeout` for the end (handing the call to the watcher first); true once
+  ///        wait() returns at once.
   bool wait_for(std::chrono::milliseconds timeout);
 
   /// @brief Cancels: leaves the queue, or stops the job (job::cancel). Thread-safe.
@@ -67,19 +80,33 @@ class ISORUN_API queued_job {
   /// @brief Whether the call has been admitted and its job started.
   [[nodiscard]] bool started() const noexcept;
 
+  /// @brief Whether the call has ended: wait() returns at once.
+  [[nodiscard]] bool done() const noexcept;
+
+  /// @brief A descriptor that turns readable once the call has ended, for a caller that waits
+  ///        for several things at once. Made on first use; it lives as long as the call.
+  int done_fd();
+
  private:
-  // Admission, then the start, on the waiting thread (which waits for the job next where
-  // `then_waits`); true once there is a job or an end.
-  bool admit_and_start(std::chrono::steady_clock::time_point deadline, bool then_waits);
+  bool admitted_now();                 // ready (admitted, cancelled or refused) without waiting
+  void start_locked(bool then_waits);  // the job started, or the call ended; under mutex_
+  void start_from_watcher();
+  void mark_done();
+  void wait_done(const job::interruption& interrupted);
 
   std::shared_ptr<admission::waiter> place_;
   starter start_;
   mutable std::mutex mutex_;
+  std::condition_variable changed_;  // started, ended or done
   std::shared_ptr<job> job_;
   std::exception_ptr failed_;  // the start threw
   bool cancelled_ = false;
   bool ended_ = false;         // cancelled before the start, or the start failed
+  bool handed_ = false;        // to the watcher
+  std::atomic<bool> done_{false};  // its job's watch is over, or it ended without one
   job_result unstarted_;       // the result of a call that never started
+  int done_event_ = -1;        // done_fd()'s eventfd
+  std::function<void()> on_done_;
 };
 
 }  // namespace isorun::runner

@@ -84,7 +84,7 @@ namespace isorun::runner {
 /// @brief Runs items 0..count-1, at most `lanes` at a time, each on `need(item)` GPUs taken from
 ///        `packer` for as long as it runs: `run(slot{gpus, lane}, item)`, which must not throw.
 ///        Nothing new is handed out once `stop()` is true; close the packer to wake lanes that
-///        wait for GPUs. The multi-GPU counterpart of run_on_slots: this is who runs it.
+///        wait for GPUs. This is who runs it.
 template <class Need, class Run, class Stop>
 void run_on_packed_gpus(gpu_packer& packer, std::size_t lanes, std::size_t count, Need&& need, Run&& run, Stop&& stop) {
   std::atomic<std::size_t> next{0};
