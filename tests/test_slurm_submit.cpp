@@ -146,6 +146,25 @@ TEST_CASE("a Slurm setting that could leave sbatch's options is refused before a
   CHECK(setting_problem("extra", "--exclusive").empty());
   CHECK(setting_problem("extra", "--comment=several words").empty());
   CHECK(setting_problem("extra", "--output-extra-looking=1").empty());
+  // Short options clustered (getopt_long): each letter an option, until one that takes an
+  // argument, the rest of the entry (sbatch's -Q and -H take none; -p, -J and -k, optionally, do).
+  CHECK_THAT(
+      setting_problem("extra", "-Qo/elsewhere/%a.log"),
+      Catch::Contains("sets -o (--output, as sbatch reads it: -Q -o /elsewhere/%a.log), which isorun sets itself"));
+  CHECK_THAT(setting_problem("extra", "-Ha0-999"),
+             Catch::Contains("sets -a (--array, as sbatch reads it: -H -a 0-999)"));
+  CHECK_THAT(setting_problem("extra", "-He/elsewhere/err"), Catch::Contains("sets -e (--error"));
+  CHECK_THAT(setting_problem("extra", "-QHva"), Catch::Contains("as sbatch reads it: -Q -H -v -a)"));
+  CHECK_THAT(setting_problem("extra", "-o/tmp/x"), Catch::Contains("sets -o (--output), which isorun sets itself"));
+  CHECK(setting_problem("extra", "-QH").empty());
+  CHECK(setting_problem("extra", "-po").empty());     // --partition=o
+  CHECK(setting_problem("extra", "-J-o").empty());    // --job-name=-o
+  CHECK(setting_problem("extra", "-kQo/x").empty());  // --no-kill=Qo/x
+  // Slurm's warning and requeueing are isorun's: checkpoints set them.
+  for (const char* own : {"--signal=B:USR1@60", "--sig=USR1", "--requeue", "--no-requeue", "--no-req"})
+    CHECK_THAT(setting_problem("extra", own),
+               Catch::Contains("which isorun sets itself") && Catch::Contains("checkpoints"));
+  CHECK_THAT(setting_problem("extra", "--"), Catch::Contains("not an sbatch option"));
   CHECK(setting_problem("partition", "gpu-a100").empty());
 
   fake_sbatch sbatch;
@@ -194,6 +213,27 @@ TEST_CASE("a spec whose Slurm settings hold a YAML-escaped newline exits 2 namin
   CHECK_THAT(r.err, Catch::Contains("line 7") && Catch::Contains("account holds control character 9"));
   CHECK(!sbatch.called());
   CHECK(!fs::exists(dir / "f"));
+  CHECK(!fs::exists(dir / "out" / "slurm"));
+}
+
+TEST_CASE(
+    "a spec whose extra sbatch options hold one of isorun's, clustered, exits 2 naming the line; nothing is "
+    "submitted",
+    "[sweep][slurm-submit][hostile]") {
+  fake_sbatch sbatch;
+  const fs::path dir = sbatch.dir();
+  // The review's example: short options clustered behind ones that take no argument.
+  std::ofstream(dir / "spec.yaml") << "command: [/bin/echo, \"{name}\"]\nparams:\n  name: [a, b]\nresources:\n"
+                                   << "  backend: slurm\n"
+                                   << "  extra: [\"--qos=long\", \"-Qo" << (dir / "elsewhere").string()
+                                   << "/%a.log\", \"-Ha0-999\"]\n"
+                                   << "out: \"" << (dir / "out").string() << "\"\n";
+  const auto r = isorun::test::run_captured(ISORUN_CLI,
+                                            {"sweep", (dir / "spec.yaml").string(), "--no-progress", "--detach"});
+  INFO(r.err);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("line 6") && Catch::Contains("sets -o (--output, as sbatch reads it: -Q -o "));
+  CHECK(!sbatch.called());
   CHECK(!fs::exists(dir / "out" / "slurm"));
 }
 
