@@ -18,6 +18,7 @@
 #include "isorun/sweep/journal.hpp"
 #include "isorun/sweep/journal_writer.hpp"
 #include "isorun/sweep/remote_folder.hpp"
+#include "isorun/sweep/report_lines.hpp"
 #include "isorun/sweep/scheduler.hpp"
 #include "isorun/sweep/stop_source.hpp"
 #include "isorun/sweep/trial_backend.hpp"
@@ -119,7 +120,7 @@ class folder_backend final : public sw::trial_backend {
           at = offset_[id];
         }
         std::int64_t last = 0;
-        for (auto& [step, metrics] : folder_.reports_since(id, at)) {
+        for (auto& [step, metrics] : folder_.reports_since(id, at).reports) {
           sink_->on_report(t, step, metrics);
           last = step;
         }
@@ -237,11 +238,11 @@ TEST_CASE("remote_folder: what is not a record or a report is skipped, never fol
     std::ofstream(folder.dir() / "reports" / "t1.jsonl", std::ios::app) << "not json\n{\"step\": 2, \"metrics\": {\"lo";
   }
   std::uint64_t at = 0;
-  auto reports = folder.reports_since("t1", at);
+  auto reports = folder.reports_since("t1", at).reports;
   REQUIRE(reports.size() == 1);  // the junk line skipped, the line still being written left
   CHECK(reports[0].first == 1);
   std::ofstream(folder.dir() / "reports" / "t1.jsonl", std::ios::app) << "ss\": 0.4}}\n";
-  reports = folder.reports_since("t1", at);
+  reports = folder.reports_since("t1", at).reports;
   REQUIRE(reports.size() == 1);
   CHECK(reports[0].first == 2);
   // Records: a junk file goes, a link goes, a record stays.
@@ -266,5 +267,89 @@ TEST_CASE("remote_folder: what is not a record or a report is skipped, never fol
   folder.stop("t1");
   CHECK(folder.stop_requested("t1"));
   CHECK(folder.error_record("77", 0) == folder.errors() / "77_0.json");
+  fs::remove_all(out);
+}
+
+TEST_CASE(
+    "remote_folder: a reports line longer than a report is skipped to its newline, a look at a time, never read "
+    "again",
+    "[scheduler][remote-folder][hostile]") {
+  char dir[] = "/tmp/isorun-remote-folder-XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  const fs::path out = dir;
+  const sw::remote_folder folder(out, "cluster");
+  folder.create();
+  const fs::path file = folder.dir() / "reports" / "t1.jsonl";
+  constexpr std::uint64_t look = sw::remote_folder::max_report_look;
+  auto append = [&](const std::string& text) { std::ofstream(file, std::ios::app) << text; };
+  auto steps = [](const sw::remote_folder::reports_read& read) {
+    std::vector<std::int64_t> out;
+    for (const auto& [step, metrics] : read.reports) out.push_back(step);
+    return out;
+  };
+
+  SECTION("a sparse file with no newline: each look reads at most its bound, and moves past it") {
+    folder.report("t1", 1, {{"loss", 0.5}});
+    const std::uint64_t first = fs::file_size(file);
+    // 16 looks' worth of zeros, no newline: a hole, as `truncate` makes it.
+    fs::resize_file(file, first + 16 * look);
+    std::uint64_t at = 0;
+    auto read = folder.reports_since("t1", at);
+    CHECK(steps(read) == std::vector<std::int64_t>{1});
+    CHECK_THAT(read.skipped, Catch::Contains("t1.jsonl holds a line longer than 1 MiB"));
+    CHECK(at == look);  // not left before the line, to be read again at every look
+    int looks = 1;
+    for (std::uint64_t before = 0; at != before; ++looks) {
+      before = at;
+      read = folder.reports_since("t1", at);
+      CHECK(read.reports.empty());
+      CHECK(at - before <= look);
+    }
+    CHECK(at == first + 16 * look);
+    CHECK(looks == 18);  // the first, 16 more to the end, one that finds nothing new
+    // The rest of that line, report-like as it may be, is skipped with it; the next lines are read.
+    append(R"({"step": 99, "metrics": {"loss": 0.1}})"
+           "\n");
+    folder.report("t1", 2, {{"loss", 0.4}});
+    read = folder.reports_since("t1", at);
+    CHECK(steps(read) == std::vector<std::int64_t>{2});
+    CHECK(at == fs::file_size(file));
+  }
+  SECTION("a long line that ends within a look: skipped and said so, the reports around it read") {
+    folder.report("t1", 1, {{"loss", 0.5}});
+    append(std::string(sw::report_lines::max_line + 1, 'x') + "\n");
+    folder.report("t1", 2, {{"loss", 0.4}});
+    append(R"({"step": 3, "metrics": {"lo)");  // still being written
+    const std::uint64_t complete = fs::file_size(file) - std::string(R"({"step": 3, "metrics": {"lo)").size();
+    std::uint64_t at = 0;
+    auto read = folder.reports_since("t1", at);
+    CHECK(steps(read) == std::vector<std::int64_t>{1, 2});
+    CHECK_THAT(read.skipped, Catch::Contains("longer than 1 MiB"));
+    CHECK(at == complete);  // the line being written waits, whole, for the next look
+    append(R"(ss": 0.3}})"
+           "\n");
+    read = folder.reports_since("t1", at);
+    CHECK(steps(read) == std::vector<std::int64_t>{3});
+    CHECK(read.skipped.empty());
+    CHECK(at == fs::file_size(file));
+  }
+  SECTION("a report line of the largest size is read, though a look ends inside it") {
+    // Lines that fill a look but for the start of the next, which is whole only at the next look.
+    const std::string pad = R"({"step": 1, "metrics": {"pad": ")";
+    std::string line = pad + std::string(sw::report_lines::max_line - pad.size() - 3, 'p') + "\"}}";
+    REQUIRE(line.size() == sw::report_lines::max_line);
+    for (std::uint64_t n = 0; n + line.size() + 1 <= look; n += line.size() + 1) append(line + "\n");
+    const std::uint64_t whole = fs::file_size(file);
+    line[9] = '2';
+    append(line + "\n");
+    std::uint64_t at = 0;
+    auto read = folder.reports_since("t1", at);
+    CHECK(read.reports.size() == look / (line.size() + 1));
+    CHECK(read.skipped.empty());
+    CHECK(at == whole);
+    read = folder.reports_since("t1", at);
+    CHECK(steps(read) == std::vector<std::int64_t>{2});
+    CHECK(at == fs::file_size(file));
+  }
   fs::remove_all(out);
 }

@@ -146,6 +146,25 @@ TEST_CASE("a Slurm setting that could leave sbatch's options is refused before a
   CHECK(setting_problem("extra", "--exclusive").empty());
   CHECK(setting_problem("extra", "--comment=several words").empty());
   CHECK(setting_problem("extra", "--output-extra-looking=1").empty());
+  // Short options clustered (getopt_long): each letter an option, until one that takes an
+  // argument, the rest of the entry (sbatch's -Q and -H take none; -p, -J and -k, optionally, do).
+  CHECK_THAT(
+      setting_problem("extra", "-Qo/elsewhere/%a.log"),
+      Catch::Contains("sets -o (--output, as sbatch reads it: -Q -o /elsewhere/%a.log), which isorun sets itself"));
+  CHECK_THAT(setting_problem("extra", "-Ha0-999"),
+             Catch::Contains("sets -a (--array, as sbatch reads it: -H -a 0-999)"));
+  CHECK_THAT(setting_problem("extra", "-He/elsewhere/err"), Catch::Contains("sets -e (--error"));
+  CHECK_THAT(setting_problem("extra", "-QHva"), Catch::Contains("as sbatch reads it: -Q -H -v -a)"));
+  CHECK_THAT(setting_problem("extra", "-o/tmp/x"), Catch::Contains("sets -o (--output), which isorun sets itself"));
+  CHECK(setting_problem("extra", "-QH").empty());
+  CHECK(setting_problem("extra", "-po").empty());     // --partition=o
+  CHECK(setting_problem("extra", "-J-o").empty());    // --job-name=-o
+  CHECK(setting_problem("extra", "-kQo/x").empty());  // --no-kill=Qo/x
+  // Slurm's warning and requeueing are isorun's: checkpoints set them.
+  for (const char* own : {"--signal=B:USR1@60", "--sig=USR1", "--requeue", "--no-requeue", "--no-req"})
+    CHECK_THAT(setting_problem("extra", own),
+               Catch::Contains("which isorun sets itself") && Catch::Contains("checkpoints"));
+  CHECK_THAT(setting_problem("extra", "--"), Catch::Contains("not an sbatch option"));
   CHECK(setting_problem("partition", "gpu-a100").empty());
 
   fake_sbatch sbatch;
@@ -194,6 +213,27 @@ TEST_CASE("a spec whose Slurm settings hold a YAML-escaped newline exits 2 namin
   CHECK_THAT(r.err, Catch::Contains("line 7") && Catch::Contains("account holds control character 9"));
   CHECK(!sbatch.called());
   CHECK(!fs::exists(dir / "f"));
+  CHECK(!fs::exists(dir / "out" / "slurm"));
+}
+
+TEST_CASE(
+    "a spec whose extra sbatch options hold one of isorun's, clustered, exits 2 naming the line; nothing is "
+    "submitted",
+    "[sweep][slurm-submit][hostile]") {
+  fake_sbatch sbatch;
+  const fs::path dir = sbatch.dir();
+  // The review's example: short options clustered behind ones that take no argument.
+  std::ofstream(dir / "spec.yaml") << "command: [/bin/echo, \"{name}\"]\nparams:\n  name: [a, b]\nresources:\n"
+                                   << "  backend: slurm\n"
+                                   << "  extra: [\"--qos=long\", \"-Qo" << (dir / "elsewhere").string()
+                                   << "/%a.log\", \"-Ha0-999\"]\n"
+                                   << "out: \"" << (dir / "out").string() << "\"\n";
+  const auto r = isorun::test::run_captured(ISORUN_CLI,
+                                            {"sweep", (dir / "spec.yaml").string(), "--no-progress", "--detach"});
+  INFO(r.err);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("line 6") && Catch::Contains("sets -o (--output, as sbatch reads it: -Q -o "));
+  CHECK(!sbatch.called());
   CHECK(!fs::exists(dir / "out" / "slurm"));
 }
 
@@ -286,18 +326,24 @@ TEST_CASE("Slurm files planted in the folder (a FIFO as a record, a link as a st
     CHECK_THAT(r.err, Catch::Contains("2 succeeded"));
     CHECK_FALSE(fs::exists(out / "slurm" / "results" / "planted.json"));
   }
-  SECTION("a link where the submitter writes a trial's stop file: refused, the file it names untouched") {
-    std::ofstream(victim) << "precious\n";
-    const std::string sweep = "command: [sh, -c, 'for i in 1 2 3; do echo \"{\\\"step\\\": $i, \\\"loss\\\": {x}}\"; done']\n"
-                              "params: {x: [1, 2]}\nmetric: {name: loss, goal: minimize}\n"
-                              "scheduler: {type: asha, grace_period: 1, max_t: 100, reduction_factor: 2}\n";
-    // The trials' ids, from the same sweep run here (an id depends on the sweep and the trial only).
+  // A sweep whose trials report, and their ids, from the same sweep run here (an id depends on
+  // the sweep and the trial only).
+  const std::string sweep =
+      "command: [sh, -c, 'for i in 1 2 3; do echo \"{\\\"step\\\": $i, \\\"loss\\\": {x}}\"; done']\n"
+      "params: {x: [1, 2]}\nmetric: {name: loss, goal: minimize}\n"
+      "scheduler: {type: asha, grace_period: 1, max_t: 100, reduction_factor: 2}\n";
+  auto trial_ids = [&] {
     std::ofstream(bin / "local.yaml") << sweep << "resources: {cpu_slots: 1}\nout: \"" << (bin / "local").string() << "\"\n";
     REQUIRE(isorun::test::run_captured(ISORUN_CLI, {"sweep", (bin / "local.yaml").string(), "--no-progress"}).code == 0);
-    std::string links = "mkdir -p \"$out/slurm/stop\"";
+    std::vector<std::string> ids;
     std::istringstream journal(read_all(bin / "local" / "results.jsonl"));
-    for (std::string line; std::getline(journal, line);)
-      links += "; ln -s '" + victim.string() + "' \"$out/slurm/stop/" + json::parse(line)["id"].get<std::string>() + "\"";
+    for (std::string line; std::getline(journal, line);) ids.push_back(json::parse(line)["id"].get<std::string>());
+    return ids;
+  };
+  SECTION("a link where the submitter writes a trial's stop file: refused, the file it names untouched") {
+    std::ofstream(victim) << "precious\n";
+    std::string links = "mkdir -p \"$out/slurm/stop\"";
+    for (const auto& id : trial_ids()) links += "; ln -s '" + victim.string() + "' \"$out/slurm/stop/" + id + "\"";
     // Every trial's stop file is a link to the victim before any report exists.
     slurm_running_tasks_after(bin, links);
     std::ofstream(bin / "spec.yaml") << sweep << "resources: {backend: slurm, cpu_slots: 1}\nout: \"" << out.string() << "\"\n";
@@ -306,6 +352,26 @@ TEST_CASE("Slurm files planted in the folder (a FIFO as a record, a link as a st
     CHECK(read_all(victim) == "precious\n");
     CHECK(r.code == 2);
     CHECK_THAT(r.err, Catch::Contains("is a symbolic link"));
+  }
+  SECTION("a reports file grown to a sparse line with no newline: skipped, said once, the sweep ends") {
+    // 64 MiB of a hole before the nodes' reports, which it makes one line far longer than a report.
+    std::string grown = "mkdir -p \"$out/slurm/reports\"";
+    const auto ids = trial_ids();
+    for (const auto& id : ids) grown += "; truncate -s 64M \"$out/slurm/reports/" + id + ".jsonl\"";
+    slurm_running_tasks_after(bin, grown);
+    std::ofstream(bin / "spec.yaml") << sweep << "resources: {backend: slurm, cpu_slots: 1}\nout: \"" << out.string()
+                                     << "\"\n";
+    auto r = isorun::test::run_captured(ISORUN_CLI, {"sweep", (bin / "spec.yaml").string(), "--no-progress"});
+    INFO(r.err);
+    CHECK(r.code == 0);
+    CHECK_THAT(r.err, Catch::Contains("0 failed"));
+    for (const auto& id : ids) {
+      const std::string warning = "isorun: warning: " + (out / "slurm" / "reports" / (id + ".jsonl")).string() +
+                                  " holds a line longer than 1 MiB, which no report is; it is skipped\n";
+      const auto first = r.err.find(warning);
+      CHECK(first != std::string::npos);
+      CHECK(r.err.find(warning, first + 1) == std::string::npos);
+    }
   }
 }
 

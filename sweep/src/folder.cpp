@@ -5,8 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 
 #include "isorun/runner/errors.hpp"
 #include "isorun/serialization/whole_file.hpp"
@@ -93,18 +95,18 @@ std::string read_all(int fd, std::size_t limit, const fs::path& shown) {
   }
 }
 
-std::size_t for_each_line(int fd, std::size_t max_line, const fs::path& shown,
-                          const std::function<void(std::string_view, int, bool)>& line) {
+lines_read read_lines(int fd, std::size_t max_line, std::size_t budget, bool in_long_line, const fs::path& shown,
+                      const std::function<void(std::string_view, int, bool)>& line) {
+  lines_read r;
   std::string current;
-  bool too_long = false;
+  bool too_long = in_long_line;
   int number = 0;
-  std::size_t offset = 0, complete = 0;
   char buf[65536];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
+  while (r.read < budget) {
+    const ssize_t n = ::read(fd, buf, std::min(sizeof buf, budget - r.read));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) throw internal_error("cannot read " + shown.string() + ": " + std::strerror(errno));
-    if (n == 0) return complete;
+    if (n == 0) break;
     for (std::string_view chunk(buf, static_cast<std::size_t>(n)); !chunk.empty();) {
       const std::size_t nl = chunk.find('\n');
       const std::string_view part = chunk.substr(0, nl);
@@ -114,17 +116,24 @@ std::size_t for_each_line(int fd, std::size_t max_line, const fs::path& shown,
       }
       if (!too_long) current.append(part);
       if (nl == std::string_view::npos) {
-        offset += chunk.size();
+        r.read += chunk.size();
         break;
       }
-      offset += nl + 1;
-      complete = offset;
+      r.read += nl + 1;
+      r.complete = r.read;
       line(too_long ? std::string_view() : std::string_view(current), ++number, too_long);
       current.clear();
       too_long = false;
       chunk.remove_prefix(nl + 1);
     }
   }
+  r.long_tail = too_long && r.read > r.complete;
+  return r;
+}
+
+std::size_t for_each_line(int fd, std::size_t max_line, const fs::path& shown,
+                          const std::function<void(std::string_view, int, bool)>& line) {
+  return read_lines(fd, max_line, std::numeric_limits<std::size_t>::max(), false, shown, line).complete;
 }
 
 void drop_cut_line(int fd, std::size_t complete, const fs::path& shown) {

@@ -48,10 +48,26 @@ void write_durably(int dir, const std::string& name, std::string_view content, c
 /// @throws usage_error naming `shown` if it is larger; internal_error if it cannot be read.
 std::string read_all(int fd, std::size_t limit, const std::filesystem::path& shown);
 
-/// @brief Reads `fd` line by line from its start, holding one line at a time: `line` gets each
+/// What read_lines read.
+struct lines_read {
+  std::size_t complete = 0;  ///< the bytes up to the end of the last complete line
+  std::size_t read = 0;      ///< the bytes read: those, and the start of a line with no newline yet
+  bool long_tail = false;    ///< that last, unended line is already longer than `max_line`
+};
+
+/// @brief Reads `fd` line by line from where it is, holding one line at a time: `line` gets each
 ///        complete line (without its newline) and its number, or, for a line longer than
 ///        `max_line`, an empty view and `too_long` (its bytes are skipped, not kept). A last line
-///        without its newline is not passed: it is being written, or was cut short.
+///        without its newline is not passed: it is being written, or was cut short. Reads at
+///        most `budget` bytes, stopping there as at the file's end. With `in_long_line`, the
+///        bytes up to the first newline are the rest of a line already found too long (an
+///        earlier read's long_tail), passed as too long.
+/// @throws internal_error naming `shown` if a read fails.
+lines_read read_lines(int fd, std::size_t max_line, std::size_t budget, bool in_long_line,
+                      const std::filesystem::path& shown,
+                      const std::function<void(std::string_view line, int number, bool too_long)>& line);
+
+/// @brief read_lines over the whole of `fd` from its start.
 /// @return the bytes up to the end of the last complete line.
 /// @throws internal_error naming `shown` if a read fails.
 std::size_t for_each_line(int fd, std::size_t max_line, const std::filesystem::path& shown,

@@ -10,6 +10,7 @@
 #include "folder.hpp"
 #include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/errors.hpp"
+#include "isorun/sweep/report_lines.hpp"
 
 namespace isorun::sweep {
 
@@ -35,23 +36,41 @@ void remote_folder::stop(const std::string& id) const {
   detail::open_file(folder.get(), id, O_WRONLY | O_CREAT, dir_ / "stop" / id);
 }
 
-std::vector<std::pair<std::int64_t, json>> remote_folder::reports_since(const std::string& id,
-                                                                        std::uint64_t& offset) const {
-  std::vector<std::pair<std::int64_t, json>> reports;
+remote_folder::reports_read remote_folder::reports_since(const std::string& id, std::uint64_t& offset) const {
+  reports_read out;
   const unique_fd folder = detail::open_subfolders(out_, {name_.c_str(), "reports"}, false);
-  if (!folder) return reports;
+  if (!folder) return out;
   const std::string name = id + ".jsonl";
-  const unique_fd fd = detail::open_file(folder.get(), name, O_RDONLY, dir_ / "reports" / name);
-  if (!fd || ::lseek(fd.get(), static_cast<off_t>(offset), SEEK_SET) < 0) return reports;
-  offset += detail::for_each_line(fd.get(), journal::max_line, dir_ / "reports" / name,
-                                  [&](std::string_view line, int, bool too_long) {
-                                    if (too_long) return;
-                                    json j = parse_bounded_json(line);
-                                    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
-                                        j.contains("metrics") && j["metrics"].is_object())
-                                      reports.emplace_back(j["step"].get<std::int64_t>(), std::move(j["metrics"]));
-                                  });
-  return reports;
+  const fs::path shown = dir_ / "reports" / name;
+  const unique_fd fd = detail::open_file(folder.get(), name, O_RDONLY, shown);
+  if (!fd) return out;
+  // A look that stopped inside a line too long for a report left `offset` past a byte that is no
+  // newline: the rest of that line is skipped too, not read as a line of its own.
+  char before = '\n';
+  if (offset > 0 && ::pread(fd.get(), &before, 1, static_cast<off_t>(offset - 1)) != 1) before = '\n';
+  if (::lseek(fd.get(), static_cast<off_t>(offset), SEEK_SET) < 0) return out;
+  // The cap of the reports a local trial prints (report_lines): what a node appends is the same
+  // report, so a longer line is none, and is not held.
+  bool skipped = false;
+  const auto read = detail::read_lines(fd.get(), report_lines::max_line, max_report_look, before != '\n', shown,
+                                       [&](std::string_view line, int, bool too_long) {
+                                         if (too_long) {
+                                           skipped = true;
+                                           return;
+                                         }
+                                         json j = parse_bounded_json(line);
+                                         if (j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
+                                             j.contains("metrics") && j["metrics"].is_object())
+                                           out.reports.emplace_back(j["step"].get<std::int64_t>(),
+                                                                    std::move(j["metrics"]));
+                                       });
+  // A line still being written waits for the next look, unless it is already too long to be a
+  // report: then what was read of it is skipped, so that no look reads it again.
+  offset += read.long_tail ? read.read : read.complete;
+  if (skipped || read.long_tail)
+    out.skipped = shown.string() + " holds a line longer than " + std::to_string(report_lines::max_line >> 20) +
+                  " MiB, which no report is; it is skipped";
+  return out;
 }
 
 std::vector<remote_folder::found_record> remote_folder::records() const {

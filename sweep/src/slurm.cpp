@@ -51,6 +51,32 @@ std::string trim(std::string s) {
   return s;
 }
 
+// sbatch's short options, as its getopt_long reads them: Slurm's slurm_opt.c builds this string
+// from sbatch's option table (slurm_option_table_create; the same from Slurm 20.11 to 25.x). A
+// letter before ':' takes an argument, before "::" an optional one: either way, in a cluster,
+// the rest of the argument is its value.
+constexpr std::string_view sbatch_short_options = "A:B:C:D:F:G:HJ:L:M:N:OQS:VWa:b:c:d:e:hi:k::m:n:o:p:q:st:vw:x:";
+
+// The sbatch options isorun sets itself for its job arrays (sbatch_arguments), or that would
+// undo what it reads back: the array, where its output goes (isorun reads the logs), the script,
+// the job id it parses, and whether and how Slurm warns and requeues a task (checkpoints).
+struct own_option {
+  std::string_view name;
+  char letter;               // its short form, or 0
+  std::string_view instead;  // what the spec says instead, if anything
+};
+constexpr std::string_view requeue_instead = " (whether array tasks are requeued follows the spec's checkpoints:)";
+constexpr own_option own_options[] = {
+    {"--array", 'a', ""},
+    {"--output", 'o', ""},
+    {"--error", 'e', ""},
+    {"--wrap", 0, ""},
+    {"--parsable", 0, ""},
+    {"--signal", 0, " (the warning before a time limit is the spec's checkpoints: signal and warn_before)"},
+    {"--requeue", 0, requeue_instead},
+    {"--no-requeue", 0, requeue_instead},
+};
+
 }  // namespace
 
 std::string setting_problem(const std::string& key, const std::string& value) {
@@ -65,17 +91,43 @@ std::string setting_problem(const std::string& key, const std::string& value) {
   }
   if (value.size() < 2 || value[0] != '-')
     return "extra entry \"" + value + "\" is not an sbatch option; each entry is one option, e.g. \"--qos=long\"";
-  // The option's name: up to '=' for a long option, the letter for a short one ("-a0-3").
-  const std::string name = value[1] == '-' ? value.substr(0, value.find('=')) : value.substr(0, 2);
-  for (const char* own : {"--array", "-a", "--output", "-o", "--error", "-e", "--wrap", "--parsable"}) {
-    // sbatch reads its options with getopt_long, which takes any unambiguous abbreviation of a
-    // long one (--outp= is --output=): every prefix of one of these is refused (one that is
-    // ambiguous sbatch would refuse anyway).
-    const std::string_view mine(own);
-    const bool abbreviated = name.size() > 2 && mine.size() > 2 && mine.starts_with(name);
-    if (name == mine || abbreviated)
-      return "extra entry \"" + value + "\" sets " + std::string(mine) + (abbreviated ? " (abbreviated)" : "") +
-             ", which isorun sets itself for its job arrays";
+  if (value == "--")
+    return "extra entry \"--\" is not an sbatch option but the end of them; each entry is one option, e.g. "
+           "\"--qos=long\"";
+  auto refused = [&](const own_option& own, const std::string& as) {
+    return "extra entry \"" + value + "\" sets " + as + ", which isorun sets itself for its job arrays: leave it out" +
+           std::string(own.instead);
+  };
+  if (value[1] == '-') {
+    // A long option, named up to its '='. sbatch reads its options with getopt_long, which takes
+    // any unambiguous abbreviation of a long one (--outp= is --output=): every prefix of one of
+    // isorun's is refused (one that is ambiguous sbatch would refuse anyway).
+    const std::string name = value.substr(0, value.find('='));
+    for (const own_option& own : own_options) {
+      const bool abbreviated = name.size() > 2 && own.name.size() > name.size() && own.name.starts_with(name);
+      if (name == own.name || abbreviated)
+        return refused(own, std::string(own.name) + (abbreviated ? " (abbreviated)" : ""));
+    }
+    return "";
+  }
+  // Short options, which getopt_long reads as a cluster: each letter an option, until one that
+  // takes an argument, which is the rest of the entry ("-Qo/x" is -Q, then -o /x).
+  std::string before;  // the cluster's options so far, as sbatch reads them
+  for (std::size_t i = 1; i < value.size(); ++i) {
+    const char c = value[i];
+    const std::string letter = std::string("-") + c;
+    for (const own_option& own : own_options)
+      if (own.letter == c) {
+        std::string as = letter + " (" + std::string(own.name);
+        if (i > 1)  // within a cluster: how sbatch reads it
+          as += ", as sbatch reads it: " + before + letter + (i + 1 < value.size() ? " " + value.substr(i + 1) : "");
+        return refused(own, as + ")");
+      }
+    // (A letter sbatch does not know it refuses; read on as if it took no argument.)
+    const std::size_t at = c == ':' ? std::string_view::npos : sbatch_short_options.find(c);
+    if (at != std::string_view::npos && at + 1 < sbatch_short_options.size() && sbatch_short_options[at + 1] == ':')
+      return "";  // the rest is its argument, required or optional
+    before += letter + " ";
   }
   return "";
 }

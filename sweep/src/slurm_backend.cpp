@@ -186,15 +186,17 @@ void slurm_backend::deliver_reports() {
   }
   if (running.empty()) return;
   for (auto& [t, at] : running) {
-    std::vector<std::pair<std::int64_t, json>> reports;
+    remote_folder::reports_read read;
     try {
-      reports = folder_.reports_since(t.id, at);
+      read = folder_.reports_since(t.id, at);
     } catch (const usage_error& e) {  // a link or a FIFO planted there: not the node's reports
       if (warned_.insert(t.id).second)
         std::fprintf(stderr, "isorun: warning: %s; its reports are ignored\n", printable(e.what()).c_str());
       continue;
     }
-    for (auto& [step, metrics] : reports) sink_->on_report(t, step, metrics);
+    if (!read.skipped.empty() && warned_.insert(t.id).second)
+      std::fprintf(stderr, "isorun: warning: %s\n", printable(read.skipped).c_str());
+    for (auto& [step, metrics] : read.reports) sink_->on_report(t, step, metrics);
     std::lock_guard lock(mutex_);
     report_offset_[t.index] = at;
   }

@@ -82,7 +82,7 @@ class slurm_backend final : public trial_backend {
   [[nodiscard]] std::int64_t latest_checkpoint(const std::string& id) const;
   std::set<std::size_t> done_trials_;                  // under mutex_: delivered, and not started again
   bool cancelled_ = false, done_ = false;
-  std::set<std::string> warned_;                       // poller: report files found unusable, said once
+  std::set<std::string> warned_;                        // poller: report files unusable or skipped in, said once
   std::map<std::size_t, std::uint64_t> report_offset_;  // under mutex_: how much of each trial's reports was read
   std::thread poller_;
 };

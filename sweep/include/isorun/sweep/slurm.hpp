@@ -35,8 +35,10 @@ struct submission {
 /// batch script, so no value can end a directive and start a shell line. What is refused is what
 /// would still mislead: control characters anywhere (a newline, an escape), whitespace in a
 /// partition, account or time (Slurm's names and durations have none), an extra entry that is not
-/// one option (it must start with '-'), and the options isorun sets itself (--array, --output,
-/// --error, --wrap, --parsable).
+/// one option (it must start with '-'; "--" ends them), and the options isorun sets itself
+/// (--array, --output, --error, --wrap, --parsable, --signal, --requeue, --no-requeue), read as
+/// sbatch's getopt_long reads them: a long one abbreviated, a short one within a cluster ("-Qo/x"
+/// is -Q -o /x).
 std::string setting_problem(const std::string& key, const std::string& value);
 
 /// @brief The command line sbatch gets for a job array of `array_tasks` tasks whose output goes

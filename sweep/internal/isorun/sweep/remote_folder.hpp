@@ -16,6 +16,7 @@
 /// here, and what they write can make a sweep's results wrong, never make isorun hang, crash or
 /// write elsewhere.
 
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -46,11 +47,23 @@ class remote_folder {
   /// @brief Stops trial `id` alone: an empty file the node looks for, created, never truncated
   ///        nor written through a link. @throws usage_error if a link or another kind of file is there.
   void stop(const std::string& id) const;
+  /// What one look at a trial's reports found.
+  struct reports_read {
+    std::vector<std::pair<std::int64_t, nlohmann::json>> reports;
+    /// Why bytes were skipped (a line longer than any report, report_lines::max_line), for a
+    /// warning; "" if none were.
+    std::string skipped;
+  };
   /// @brief Trial `id`'s reports appended since byte `offset`, which moves past the whole lines
-  ///        read (a line still being written waits for the next look; one longer than a report
-  ///        can be, or not a report, is skipped). @throws usage_error if a link or a FIFO is there.
-  std::vector<std::pair<std::int64_t, nlohmann::json>> reports_since(const std::string& id,
-                                                                     std::uint64_t& offset) const;
+  ///        read (a line still being written waits for the next look; one that is not a report
+  ///        is passed over), and past the bytes skipped of a line longer than a report can be,
+  ///        its newline or not. Reads at most max_report_look bytes a look.
+  /// @throws usage_error if a link or a FIFO is there.
+  reports_read reports_since(const std::string& id, std::uint64_t& offset) const;
+  /// The bytes one look reads at most: a file that grows without end (or a sparse one) costs each
+  /// look that much, and the rest waits for the next. Room for several whole reports of the
+  /// largest size, so that each look ends at least one line.
+  static constexpr std::size_t max_report_look = std::size_t{4} << 20;
   /// A record found in results/, by its file's name.
   struct found_record {
     std::string file;
