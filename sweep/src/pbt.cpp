@@ -2,10 +2,14 @@
 #include "pbt.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <mutex>
 
+#include "isorun/runner/printable.hpp"
+#include "isorun/sweep/checkpoint_copy.hpp"
 #include "isorun/sweep/journal.hpp"
 #include "isorun/worker/checkpoint.hpp"
 
@@ -171,9 +175,12 @@ json pbt_population::mutate(const json& params) {
 }
 
 std::int64_t pbt_population::hand_down(const std::string& parent, const std::string& child) const {
+  static const std::atomic<bool> never{false};
+  std::string why;
   // Twice at most: the parent, still running, may commit a newer one and remove this one while
   // it is copied (keep: 1); the copy is then made of the newer.
   for (int attempt = 0; attempt < 2; ++attempt) {
+    fs::path staged;
     try {
       const checkpoint_folder from(out_ / "checkpoints" / parent, s_.checkpoints.keep);
       const auto latest = from.latest();
@@ -181,13 +188,18 @@ std::int64_t pbt_population::hand_down(const std::string& parent, const std::str
       checkpoint_folder to(out_ / "checkpoints" / child, s_.checkpoints.keep);
       if (const auto has = to.latest()) return has->step;  // copied before (a resumed sweep's replay)
       to.clear_staging();
-      const fs::path staged = to.stage(latest->step);
-      fs::copy(latest->path, staged, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+      staged = to.stage(latest->step);
+      copy_checkpoint(latest->path, staged, never);
       return to.commit(staged, latest->step).step;
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
+      why = e.what();
+      std::error_code ec;
+      if (!staged.empty()) fs::remove_all(staged, ec);  // nothing half copied is left
     }
   }
-  return -1;  // (the child then starts afresh: its origin says so, step -1)
+  std::fprintf(stderr, "isorun: warning: pbt: trial %s starts afresh, without its parent %s's checkpoint: %s\n",
+               child.c_str(), parent.c_str(), printable(why).c_str());
+  return -1;  // (its origin says so, step -1)
 }
 
 new_trial pbt_population::child_of(const member& parent, const member& replaced) {
