@@ -1,14 +1,18 @@
 // Population-based training's hand-down of a parent's checkpoint to its child: a copy that keeps
-// holes and links and refuses what a checkpoint cannot hold or could not fit, in sweeps that
-// really run.
+// holes and links and refuses what a checkpoint cannot hold or could not fit, made with no lock
+// of the population's held, in sweeps that really run.
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 
 #include "isorun/sweep/checkpoint_copy.hpp"
+#include "isorun/sweep/pbt.hpp"
 #include "isorun/worker/checkpoint.hpp"
 #include "sweep_test_support.hpp"
 
@@ -129,6 +133,82 @@ TEST_CASE(
   const std::atomic<bool> stop{true};
   fs::create_directory(dir / "stopped");
   CHECK_THROWS_WITH(sw::copy_checkpoint(from, dir / "stopped", stop), Catch::Contains("stopped"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE(
+    "pbt copies a parent's checkpoint with no lock held; meanwhile reports are judged and the source answers; "
+    "the child is given out once its copy is done",
+    "[sweep][pbt][checkpoints]") {
+  const std::string dir = temp_dir(), out = dir + "/out";
+  fs::create_directories(out);
+  const sw::sweep_spec s = sw::parse_spec(
+      "command: [echo, '{x}']\nparams: {x: [1, 2]}\nmetric: {name: loss, goal: minimize}\ncheckpoints: {keep: 1}\n"
+      "scheduler: {type: pbt, interval: 1, quantile: 0.5, seed: 0, mutations: {x: perturb}}\n",
+      dir + "/spec.yaml");
+  // The copy waits until the test lets it go on; one made on the thread that reported (under
+  // the population's lock) does not wait, and says so.
+  struct {
+    std::mutex m;
+    std::condition_variable changed;
+    bool started = false, go_on = false, woken = false, on_reporting_thread = false;
+  } gate;
+  const auto reporting_thread = std::this_thread::get_id();
+  sw::pbt_population population(s, out, "t",
+                                [&](const fs::path& from, const fs::path& to, const std::atomic<bool>& stop) {
+                                  {
+                                    std::unique_lock lock(gate.m);
+                                    gate.started = true;
+                                    gate.changed.notify_all();
+                                    if (std::this_thread::get_id() == reporting_thread) gate.on_reporting_thread = true;
+                                    else gate.changed.wait(lock, [&] { return gate.go_on || stop; });
+                                  }
+                                  sw::copy_checkpoint(from, to, stop);
+                                });
+  std::vector<sw::new_trial> listed;
+  for (std::size_t i = 0; i < s.trials.size(); ++i) listed.push_back({i, sw::trial_id("t", s.trials[i]), s.trials[i]});
+  const std::string a = listed[0].id, b = listed[1].id;
+  const auto rule = population.rule();
+  const auto source = population.source(std::make_unique<sw::list_source>(listed));
+  source->on_ready([&] {
+    std::lock_guard lock(gate.m);
+    gate.woken = true;
+    gate.changed.notify_all();
+  });
+  REQUIRE(source->next()->id == a);
+  REQUIRE(source->next()->id == b);
+  isorun::checkpoint_folder folder(out + "/checkpoints/" + a, 1);
+  const fs::path staged = folder.stage(1);
+  std::ofstream(staged / "state") << "a at step 1";
+  folder.commit(staged, 1);
+
+  CHECK_FALSE(rule->report(a, 1, 0.1));
+  CHECK_FALSE(rule->report(b, 1, 0.9));  // the decision: b is replaced by a child of a
+  {
+    std::unique_lock lock(gate.m);
+    gate.changed.wait(lock, [&] { return gate.started; });
+  }
+  REQUIRE_FALSE(gate.on_reporting_thread);
+  // While the copy is under way:
+  CHECK(rule->report(b, 2, 0.9));  // b is stopped at its next report
+  CHECK_FALSE(rule->report(a, 2, 0.1));
+  CHECK_FALSE(source->next());  // the child waits for its copy
+  CHECK(source->busy());
+  CHECK_FALSE(source->exhausted());
+  {
+    std::unique_lock lock(gate.m);
+    gate.go_on = true;
+    gate.changed.notify_all();
+    gate.changed.wait(lock, [&] { return gate.woken; });
+  }
+  const auto child = source->next();
+  REQUIRE(child);
+  CHECK(child->origin["parent"] == a);
+  CHECK(child->origin["replaces"] == b);
+  CHECK(child->origin["step"] == 1);
+  CHECK(read_file(out + "/checkpoints/" + child->id + "/step-000000000001/state") == "a at step 1");
+  CHECK_FALSE(source->busy());
+  CHECK(source->exhausted());
   fs::remove_all(dir);
 }
 
