@@ -373,3 +373,38 @@ TEST_CASE(
   }
   fs::remove_all(dir);
 }
+
+TEST_CASE(
+    "a checkpoint at the largest step a command can announce, INT64_MAX, is listed, resumed from, and the one "
+    "before it pruned",
+    "[sweep][checkpoints]") {
+  const std::string dir = temp_dir(), out = dir + "/out";
+  // Checkpoints 5 and INT64_MAX, then a failure; the retry writes down where it resumed from.
+  std::ofstream(dir + "/trial.sh")
+      << "if [ -n \"$ISORUN_RESUME_FROM\" ]; then\n"
+         "  echo \"$ISORUN_RESUME_STEP $(cat \"$ISORUN_RESUME_FROM/state\")\" > \"$1\"; exit 0\n"
+         "fi\n"
+         "for s in 5 9223372036854775807; do\n"
+         "  mkdir \"$ISORUN_CHECKPOINT_DIR/tmp-$s\" && echo $s > \"$ISORUN_CHECKPOINT_DIR/tmp-$s/state\"\n"
+         "  echo \"{\\\"checkpoint\\\": $s}\"\n"
+         "done\n"
+         "exit 1\n";
+  std::ofstream(dir + "/spec.yaml") << "command: [sh, \"" << dir << "/trial.sh\", \"" << dir
+                                    << "/resumed\", '{i}']\nparams: {i: [0]}\ncheckpoints: {keep: 1}\n"
+                                       "policy: {retries: {task_error: 1}}\nout: \""
+                                    << out << "\"\n";
+  const auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(lines(dir + "/resumed") == std::vector<std::string>{"9223372036854775807 9223372036854775807"});
+  const auto records = journal_records(out + "/results.jsonl");
+  REQUIRE(records.size() == 1);
+  CHECK(records[0]["attempts"] == 2);
+  CHECK(records[0]["checkpoint"] == INT64_MAX);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(out + "/checkpoints/" + records[0]["id"].get<std::string>()))
+    if (e.path().filename() != "resumes.jsonl") names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"step-9223372036854775807", "tmp"});  // step 5 pruned (keep: 1)
+  fs::remove_all(dir);
+}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 import shutil
 import signal
 from collections.abc import Iterator
@@ -21,6 +22,8 @@ from typing import Any, NamedTuple
 __all__ = ["Checkpoint", "checkpoint", "latest_checkpoint", "should_checkpoint"]
 
 _PREFIX = "step-"
+_DIGITS = re.compile("[0-9]+")
+_MAX_STEP = 2**63 - 1  # the supervisor's steps are 64-bit
 _STAGING = ".writing-"
 _serial = itertools.count()
 _warned = False
@@ -39,13 +42,23 @@ def _folder() -> Path | None:
     return Path(where) if where else None
 
 
+def _step_of(name: str) -> int | None:
+    """The step a committed folder's name says, read as the supervisor reads it (checkpoint.cpp's
+    step_of): ASCII digits only (``str.isdigit()`` also takes ``²`` and ``٣``, which the
+    supervisor does not list), at most ``2**63 - 1``; ``None`` for any other name."""
+    if not name.startswith(_PREFIX) or not _DIGITS.fullmatch(name, len(_PREFIX)):
+        return None
+    step = int(name[len(_PREFIX):])
+    return step if step <= _MAX_STEP else None
+
+
 def _committed(folder: Path) -> list[Checkpoint]:
     found = []
     with contextlib.suppress(FileNotFoundError):
         for entry in os.scandir(folder):
-            name = entry.name
-            if name.startswith(_PREFIX) and name[len(_PREFIX):].isdigit() and entry.is_dir(follow_symlinks=False):
-                found.append(Checkpoint(int(name[len(_PREFIX):]), Path(entry.path)))
+            step = _step_of(entry.name)
+            if step is not None and entry.is_dir(follow_symlinks=False):
+                found.append(Checkpoint(step, Path(entry.path)))
     return sorted(found)
 
 
@@ -94,13 +107,17 @@ def checkpoint(step: int) -> Iterator[Path]:
     Steps only go forward.
 
     :raises RuntimeError: outside a sweep with ``checkpoints:``.
-    :raises ValueError: for a step not after the latest committed one (nothing is written)."""
+    :raises ValueError: for a step not after the latest committed one, or past ``2**63 - 1``
+        (nothing is written)."""
     folder = _folder()
     if folder is None:
         raise RuntimeError("isorun.checkpoint(): this function does not run in a sweep with checkpoints "
                            "(add checkpoints: {keep: 2} to the spec)")
     if isinstance(step, bool) or not isinstance(step, int):
         raise TypeError(f"checkpoint: step is a whole number, not {type(step).__name__}")
+    if step > _MAX_STEP:
+        raise ValueError(f"checkpoint step {step} is larger than the largest step a checkpoint can have, "
+                         f"{_MAX_STEP} (2**63 - 1); nothing was written")
     last = latest_checkpoint()
     if step < 0 or (last is not None and step <= last.step):
         raise ValueError(f"checkpoint step {step} is not after the latest committed one, "

@@ -135,3 +135,18 @@ def test_a_step_that_goes_back_is_refused_and_a_failed_block_commits_nothing(mon
     with pytest.raises(TypeError):
         with isorun.checkpoint("6"):  # type: ignore[arg-type]
             pass
+
+
+def test_only_folders_the_supervisor_lists_are_checkpoints(monkeypatch, tmp_path):
+    # The supervisor reads step-N with N in ASCII digits, at most 2**63 - 1 (checkpoint.cpp).
+    monkeypatch.setenv("ISORUN_CHECKPOINT_DIR", str(tmp_path))
+    for name in ("step-²", "step-٣٣", "step-9223372036854775808", "step-", "step-5"):
+        (tmp_path / name).mkdir()
+    latest = isorun.latest_checkpoint()
+    assert latest is not None and latest.step == 5 and latest.path == tmp_path / "step-5"
+    (tmp_path / "step-9223372036854775807").mkdir()
+    latest = isorun.latest_checkpoint()
+    assert latest is not None and latest.step == 2**63 - 1
+    with pytest.raises(ValueError, match=f"checkpoint step {2**63} is larger than the largest step"):
+        with isorun.checkpoint(2**63):
+            pass

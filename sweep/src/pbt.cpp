@@ -1,11 +1,14 @@
 // Population-based training (pbt.hpp).
-#include "pbt.hpp"
+#include "isorun/sweep/pbt.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <mutex>
 
+#include "isorun/runner/printable.hpp"
+#include "isorun/sweep/checkpoint_copy.hpp"
 #include "isorun/sweep/journal.hpp"
 #include "isorun/worker/checkpoint.hpp"
 
@@ -37,8 +40,9 @@ class pbt_source final : public trial_source {
     std::lock_guard lock(p_.mutex_);
     while (std::optional<new_trial> t = listed_->next())
       if (!p_.replaced_.count(t->id)) return t;  // (a member replaced before a stop is not run again)
-    if (p_.born_.empty()) return std::nullopt;
-    new_trial t = std::move(p_.born_.front());
+    // (In the order made: the next child waits for its copy, the ones after it for it.)
+    if (p_.born_.empty() || p_.born_.front().copying) return std::nullopt;
+    new_trial t = std::move(p_.born_.front().trial);
     p_.born_.pop_front();
     return t;
   }
@@ -47,18 +51,49 @@ class pbt_source final : public trial_source {
     return listed_->exhausted() && p_.born_.empty();
   }
   void tell(const trial_record& record) override { p_.ended(record.id); }
+  // A copy under way: the sweep waits for its child, even with nothing running.
+  [[nodiscard]] bool busy() const override {
+    std::lock_guard lock(p_.mutex_);
+    return std::any_of(p_.born_.begin(), p_.born_.end(), [](const auto& b) { return b.copying; });
+  }
+  void on_ready(const std::function<void()>& wake) override { p_.on_ready(wake); }
 
  private:
   pbt_population& p_;
   std::unique_ptr<list_source> listed_;
 };
 
-pbt_population::pbt_population(const sweep_spec& s, fs::path out, std::string subject)
-    : s_{s}, out_{std::move(out)}, subject_{std::move(subject)}, next_index_{s.trials.size()}, random_{s.pbt.seed} {
+pbt_population::pbt_population(const sweep_spec& s, fs::path out, std::string subject, copy_fn copy)
+    : s_{s},
+      out_{std::move(out)},
+      subject_{std::move(subject)},
+      copy_{copy ? std::move(copy) : copy_fn(copy_checkpoint)},
+      next_index_{s.trials.size()},
+      random_{s.pbt.seed} {
   for (const auto& params : s.trials) {
     place_[trial_id(subject_, params)] = members_.size();
     members_.push_back({trial_id(subject_, params), params, 0, {}, 0, false});
   }
+  copier_ = std::thread([this] { copy_children(); });
+}
+
+pbt_population::~pbt_population() {
+  {
+    std::lock_guard lock(mutex_);
+    quit_ = true;
+  }
+  copy_queued_.notify_all();
+  copier_.join();
+}
+
+void pbt_population::on_ready(const std::function<void()>& wake) {
+  std::lock_guard lock(wake_mutex_);
+  wake_ = wake;
+}
+
+void pbt_population::wake() {
+  std::lock_guard lock(wake_mutex_);
+  if (wake_) wake_();
 }
 
 std::unique_ptr<stop_rule> pbt_population::rule() { return std::make_unique<pbt_rule>(*this); }
@@ -127,14 +162,16 @@ void pbt_population::decide(std::int64_t step) {
     const member replaced = members_[place];
     if (replaced.ended) continue;  // done already: nothing to replace
     const member& parent = top[random_() % k];
-    new_trial child = child_of(parent, replaced);
+    newborn child = child_of(parent, replaced);
     place_.erase(replaced.id);
     doomed_.insert(replaced.id);
     replaced_.insert(replaced.id);
-    const std::int64_t from = child.origin.value("step", std::int64_t{-1});
-    members_[place] = {child.id, child.params, parent.generation + 1, {}, std::max<std::int64_t>(0, from), false};
-    place_[child.id] = place;
+    const std::int64_t from = child.trial.origin.value("step", std::int64_t{-1});
+    members_[place] = {child.trial.id, child.trial.params, parent.generation + 1, {}, std::max<std::int64_t>(0, from),
+                       false};
+    place_[child.trial.id] = place;
     born_.push_back(std::move(child));
+    copy_queued_.notify_all();
   }
 }
 
@@ -170,35 +207,93 @@ json pbt_population::mutate(const json& params) {
   return out;
 }
 
+std::int64_t pbt_population::plan_hand_down(const std::string& parent, const std::string& child, bool& copy) const {
+  copy = false;
+  try {
+    const checkpoint_folder to(out_ / "checkpoints" / child, s_.checkpoints.keep);
+    if (const auto has = to.latest()) return has->step;  // copied before (a resumed sweep's replay)
+    const checkpoint_folder from(out_ / "checkpoints" / parent, s_.checkpoints.keep);
+    if (const auto latest = from.latest()) {
+      copy = true;
+      return latest->step;
+    }
+  } catch (const std::exception&) {  // (hand_down() meets it again, and says it)
+    copy = true;
+  }
+  return -1;
+}
+
 std::int64_t pbt_population::hand_down(const std::string& parent, const std::string& child) const {
+  std::string why = "it has none";
   // Twice at most: the parent, still running, may commit a newer one and remove this one while
   // it is copied (keep: 1); the copy is then made of the newer.
   for (int attempt = 0; attempt < 2; ++attempt) {
+    fs::path staged;
     try {
       const checkpoint_folder from(out_ / "checkpoints" / parent, s_.checkpoints.keep);
       const auto latest = from.latest();
-      if (!latest) return -1;
+      if (!latest) break;
       checkpoint_folder to(out_ / "checkpoints" / child, s_.checkpoints.keep);
-      if (const auto has = to.latest()) return has->step;  // copied before (a resumed sweep's replay)
       to.clear_staging();
-      const fs::path staged = to.stage(latest->step);
-      fs::copy(latest->path, staged, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+      staged = to.stage(latest->step);
+      copy_(latest->path, staged, quit_);
       return to.commit(staged, latest->step).step;
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
+      why = e.what();
+      std::error_code ec;
+      if (!staged.empty()) fs::remove_all(staged, ec);  // nothing half copied is left
+      if (quit_) return -1;                             // (the sweep is ending: the child is not given out)
     }
   }
-  return -1;  // (the child then starts afresh: its origin says so, step -1)
+  std::fprintf(stderr, "isorun: warning: pbt: trial %s starts afresh, without its parent %s's checkpoint: %s\n",
+               child.c_str(), parent.c_str(), printable(why).c_str());
+  return -1;  // (its origin says so, step -1)
 }
 
-new_trial pbt_population::child_of(const member& parent, const member& replaced) {
+// Each newborn whose parent's checkpoint is to be copied, in the order they were made: copied
+// with no lock held, then the child is ready to be given out (and the sweep woken for it). Where
+// the copy is not the checkpoint planned (the parent committed a newer one meanwhile, or the
+// copy failed), the child's origin and the steps it is waited for at follow what it got.
+void pbt_population::copy_children() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    const auto next = [&] {
+      return std::find_if(born_.begin(), born_.end(), [](const newborn& b) { return b.copying; });
+    };
+    copy_queued_.wait(lock, [&] { return quit_ || next() != born_.end(); });
+    if (quit_) return;
+    // (A reference stays valid while others are added behind it and given out before it, and it
+    // is not given out itself while it is copying.)
+    newborn& child = *next();
+    const std::string parent = child.parent, id = child.trial.id;
+    lock.unlock();
+    const std::int64_t step = hand_down(parent, id);
+    lock.lock();
+    if (quit_) return;
+    child.copying = false;
+    if (step != child.trial.origin.value("step", std::int64_t{-1})) {
+      child.trial.origin["step"] = step;
+      if (const auto at = place_.find(id); at != place_.end()) {
+        members_[at->second].first_step = std::max<std::int64_t>(0, step);
+        decide_ready();  // (a step that waited for it only may be decided now)
+      }
+    }
+    lock.unlock();
+    wake();
+    lock.lock();
+  }
+}
+
+pbt_population::newborn pbt_population::child_of(const member& parent, const member& replaced) {
   const std::size_t index = next_index_++;
   json params = mutate(parent.params);
   // The index makes the id: two children may have the same parameters.
   std::string id = trial_id(subject_, json{{"pbt", index}, {"params", params}});
-  const std::int64_t step = hand_down(parent.id, id);
+  bool copy = false;
+  const std::int64_t step = plan_hand_down(parent.id, id, copy);
   json origin = {
       {"parent", parent.id}, {"replaces", replaced.id}, {"step", step}, {"generation", parent.generation + 1}};
-  return {index, std::move(id), std::move(params), std::move(origin)};
+  return {{index, std::move(id), std::move(params), std::move(origin)}, parent.id, copy};
 }
 
 }  // namespace isorun::sweep

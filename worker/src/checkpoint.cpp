@@ -47,12 +47,17 @@ void sync_tree(const fs::path& root) {
   sync_path(root, true);
 }
 
+// The step a committed folder's name says: ASCII digits, any step from 0 to INT64_MAX (every
+// step a checkpoint can be committed at is listed again: one never listed would be neither
+// resumed from nor pruned); nullopt for any other name.
 std::optional<std::int64_t> step_of(const std::string& name) {
   if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
   std::int64_t step = 0;
   for (std::size_t i = prefix.size(); i < name.size(); ++i) {
-    if (name[i] < '0' || name[i] > '9' || step > (INT64_MAX - 9) / 10) return std::nullopt;
-    step = step * 10 + (name[i] - '0');
+    if (name[i] < '0' || name[i] > '9') return std::nullopt;
+    const int digit = name[i] - '0';
+    if (step > (INT64_MAX - digit) / 10) return std::nullopt;
+    step = step * 10 + digit;
   }
   return step;
 }

@@ -83,8 +83,9 @@ class ISORUN_API checkpoint_folder {
   int keep_;
 };
 
-/// @brief The name of checkpoint `step`'s folder: `step-` and the step in 12 digits, so that
-///        names sort as steps do.
+/// @brief The name of checkpoint `step`'s folder: `step-` and the step in at least 12 digits, so
+///        that names of steps below 10^12 sort as steps do. Any step from 0 to INT64_MAX is read
+///        back from its name (committed() orders by the step, not the name).
 ISORUN_API std::string checkpoint_name(std::int64_t step);
 
 }  // namespace isorun
