@@ -18,6 +18,7 @@
 #include "isorun/runner/printable.hpp"
 #include "isorun/runner/process.hpp"
 #include "isorun/runner/worker_env.hpp"
+#include "isorun/sweep/run.hpp"
 #include "python_trials.hpp"
 
 namespace isorun::sweep {
@@ -237,8 +238,8 @@ void searcher_source::converse() {
 }
 
 [[noreturn]] void searcher_source::fail(const std::string& what) const {
-  throw std::runtime_error("the searcher (" + words(setup_.argv) + ") " + what + "; its stderr is in " +
-                           (setup_.out / stderr_file).string());
+  throw search_error("the searcher (" + words(setup_.argv) + ") " + what + "; its stderr is in " +
+                     (setup_.out / stderr_file).string());
 }
 
 [[noreturn]] void searcher_source::exited(const std::string& instead_of) {
