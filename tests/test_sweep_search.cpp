@@ -113,6 +113,9 @@ TEST_CASE("a searcher that crashes, hangs or prints what is not an answer stops 
       {"crash:3", "exited (status 3) instead of answering ask"},
       {"hang:3", "did not answer ask within 1000 ms"},
       {"garbage:3", "answered ask with a line that is not a JSON object: proposing x now"},
+      {"waitstr:3", "answered ask with {\"wait\":\"yes\"}, where \"wait\" takes true or false"},
+      {"doneint:3", "answered ask with {\"done\":1}, where \"done\" takes true or false"},
+      {"noparams:3", "proposed no parameter 'x', which search: params: declares"},
       {"exit", "exited (status 5) instead of answering hello"},
   }));
   INFO(mode);
@@ -204,6 +207,42 @@ TEST_CASE("a resumed search replays the conversation to a new searcher, then goe
   const auto again = sweep_cli(args);
   CHECK(again.code == 0);
   CHECK(records_of(dir).size() == 8);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a resumed search refuses a search.jsonl line isorun does not write, naming it",
+          "[sweep][search][resume][hostile]") {
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/spec.yaml") << searched(dir, 2, "");
+  const std::vector<std::string> args = {"sweep", dir + "/spec.yaml", "--no-progress"};
+  REQUIRE(sweep_cli(args).code == 0);
+  const auto conversation = lines(dir + "/out/search.jsonl");
+  REQUIRE(conversation.size() == 4);  // two asks, two tells
+  // Each as a live answer would be refused, or not a line of the protocol's at all; the next line
+  // is number 5.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"ask": "x", "params": {"x": 1}})", "line 5 asks \"x\", where the ask's number is a whole number"},
+      {R"({"ask": -1, "params": {"x": 7}})", "line 5 asks -1, where the ask's number is a whole number"},
+      {R"({"ask": 2, "params": {"x": [1, 2]}})", "line 5 holds parameter 'x' as [1,2]; a parameter is a number"},
+      {R"({"ask": 2, "params": {}})", "line 5 holds no parameter 'x', which search: params: declares"},
+      {R"({"ask": 2, "params": {"x": 1, "y": 2}})", "line 5 holds parameter 'y', which search: params: does not"},
+      {R"({"ask": 2})", "line 5 is an ask without its params"},
+      {R"({"tell": 0, "id": 5})", "line 5 is a tell without the trial's id"},
+      {R"({"tell": "0", "id": "a"})", "line 5 tells \"0\", where the ask's number is a whole number"},
+      {"[1, 2]", "line 5 is not a JSON object"},
+  };
+  for (const auto& [crafted, said] : cases) {
+    INFO(crafted);
+    {
+      std::ofstream out(dir + "/out/search.jsonl");
+      for (const auto& l : conversation) out << l << "\n";
+      out << crafted << "\n";
+    }
+    const auto r = sweep_cli(args);
+    CHECK(r.code == 1);
+    CHECK_THAT(r.err, Catch::Contains("isorun: error: " + dir + "/out/search.jsonl " + said));
+    CHECK(records_of(dir).size() == 2);  // nothing ran for it
+  }
   fs::remove_all(dir);
 }
 

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 #include "folder.hpp"
 #include "isorun/runner/bounded_json.hpp"
@@ -31,11 +32,32 @@ constexpr const char* conversation_file = "search.jsonl";
 constexpr const char* stderr_file = "search.err";
 constexpr std::size_t max_answer = 1 << 20;
 constexpr int protocol = 1;
+// Ask numbers go up to the budget (search: trials:, an int).
+constexpr std::uint64_t max_asks = std::numeric_limits<int>::max();
 
 std::string words(const std::vector<std::string>& argv) {
   std::string all;
   for (const auto& w : argv) all += (all.empty() ? "" : " ") + w;
   return all;
+}
+
+// What is wrong with `params` as the parameters of a trial the searcher chose, or "": an object
+// with every name `declared` (search: params:) and no other, each a number, a string or a
+// boolean. Live answers and replayed ones are checked alike.
+std::string params_problem(const json& params, const json& declared) {
+  if (!params.is_object()) return "parameters that are not an object: " + printable(params.dump().substr(0, 80));
+  for (const auto& [k, v] : params.items()) {
+    if (!declared.empty() && !declared.contains(k))
+      return "parameter '" + printable(k) + "', which search: params: does not declare";
+    if (v.is_object() || v.is_array() || v.is_null())
+      return "parameter '" + printable(k) + "' as " + printable(v.dump().substr(0, 80)) +
+             "; a parameter is a number, a string or a boolean";
+  }
+  // (Else the trial would run with a placeholder of its command or an argument of its function missing.)
+  for (const auto& [k, d] : declared.items())
+    if (!params.contains(k))
+      return "no parameter '" + printable(k) + "', which search: params: declares (every trial gets each one)";
+  return "";
 }
 }  // namespace
 
@@ -80,13 +102,18 @@ searcher_source::searcher_source(searcher_setup setup) : setup_{std::move(setup)
   if (!dir) throw internal_error("cannot open " + setup_.out.string());
   // What an earlier run said to the searcher, and it answered, in order.
   log_ = detail::open_file(dir.get(), conversation_file, O_RDWR | O_CREAT | O_APPEND, setup_.out / conversation_file);
+  // Each line checked first, as a live answer is: nothing starts for a file that is not what isorun wrote.
   std::vector<json> earlier;
   const std::size_t complete = detail::for_each_line(log_.get(), max_answer, setup_.out / conversation_file,
-                                                     [&](std::string_view line, int, bool too_long) {
+                                                     [&](std::string_view line, int number, bool too_long) {
                                                        if (too_long) return;
                                                        json j = parse_bounded_json(line);
-                                                       if (j.is_object() && (j.contains("ask") || j.contains("tell")))
-                                                         earlier.push_back(std::move(j));
+                                                       if (!j.is_object())
+                                                         replay_failed(number, "is not a JSON object");
+                                                       if (!j.contains("ask") && !j.contains("tell"))
+                                                         return;  // (a later version's: this one says nothing of it)
+                                                       check_replayed(j, number);
+                                                       earlier.push_back(std::move(j));
                                                      });
   detail::drop_cut_line(log_.get(), complete, setup_.out / conversation_file);
   const unique_fd err = detail::open_file(dir.get(), stderr_file, O_WRONLY | O_CREAT | O_APPEND,
@@ -130,9 +157,9 @@ searcher_source::searcher_source(searcher_setup setup) : setup_{std::move(setup)
   // tell told again.
   bool differed = false;
   for (const auto& line : earlier) {
-    if (line.contains("ask")) {
-      const std::size_t number = line.value("ask", std::size_t{0});
-      const json params = line.value("params", json::object());
+    if (line.contains("ask")) {  // (both checked: check_replayed)
+      const auto number = line["ask"].get<std::size_t>();
+      const json& params = line["params"];
       // (With what it answered then: a searcher that would not propose it again keeps it.)
       const json answer = exchange({{"op", "ask"}, {"number", number}, {"replay", true}, {"params", params}});
       if (!answer.contains("params") || answer["params"] != params) differed = true;
@@ -147,7 +174,7 @@ searcher_source::searcher_source(searcher_setup setup) : setup_{std::move(setup)
       message["op"] = "tell";
       message["replay"] = true;
       exchange(message);
-      told_.insert(line.value("id", ""));
+      told_.insert(line["id"].get<std::string>());
     }
   }
   if (differed)
@@ -242,6 +269,30 @@ void searcher_source::converse() {
                      (setup_.out / stderr_file).string());
 }
 
+[[noreturn]] void searcher_source::replay_failed(int line, const std::string& what) const {
+  throw search_error((setup_.out / conversation_file).string() + " line " + std::to_string(line) + " " + what +
+                     "; a resumed search replays that file as isorun wrote it: restore it, or run the sweep into "
+                     "another folder (--out)");
+}
+
+// A line of search.jsonl as isorun writes it: {"ask": N, "params": {...}, ...}, the parameters
+// as a live answer's are checked, or {"tell": N, "id": "...", ...}.
+void searcher_source::check_replayed(const json& line, int number) const {
+  const bool ask = line.contains("ask");
+  const json& n = line[ask ? "ask" : "tell"];
+  if (!n.is_number_unsigned() || n.get<std::uint64_t>() >= max_asks)
+    replay_failed(number, std::string(ask ? "asks" : "tells") + " " + printable(n.dump().substr(0, 80)) +
+                              ", where the ask's number is a whole number from 0");
+  if (ask) {
+    const auto params = line.find("params");
+    if (params == line.end()) replay_failed(number, "is an ask without its params");
+    if (const std::string problem = params_problem(*params, setup_.spec->search.params); !problem.empty())
+      replay_failed(number, "holds " + problem);
+  } else if (const auto id = line.find("id"); id == line.end() || !id->is_string()) {
+    replay_failed(number, "is a tell without the trial's id (a string)");
+  }
+}
+
 [[noreturn]] void searcher_source::exited(const std::string& instead_of) {
   const auto status = process_->stop(runner::stop_plan::graceful(std::chrono::seconds(1)));
   fail("exited (" +
@@ -331,26 +382,24 @@ std::optional<new_trial> searcher_source::next() {
 // The answer to ask `number`, checked; a trial's ask journaled.
 searcher_source::answer_to_ask searcher_source::answered(std::size_t number, const json& answer) {
   answer_to_ask got;
-  if (answer.value("done", false)) {
-    got.done = true;
-    return got;
-  }
-  if (answer.value("wait", false)) {
-    got.wait = true;
-    return got;
-  }
+  // {"done": true} and {"wait": true}: a flag that is there is a boolean.
+  const auto flag = [&](const char* name) {
+    const auto it = answer.find(name);
+    if (it == answer.end()) return false;
+    if (!it->is_boolean())
+      fail("answered ask with " + printable(answer.dump().substr(0, 200)) + ", where \"" + name +
+           "\" takes true or false");
+    return it->get<bool>();
+  };
+  got.done = flag("done");
+  got.wait = !got.done && flag("wait");
+  if (got.done || got.wait) return got;
   const auto params = answer.find("params");
   if (params == answer.end() || !params->is_object())
     fail("answered ask with " + printable(answer.dump().substr(0, 200)) +
          ", which is none of {\"params\": {...}}, {\"wait\": true}, {\"done\": true}");
-  const json& declared = setup_.spec->search.params;
-  for (const auto& [k, v] : params->items()) {
-    if (!declared.empty() && !declared.contains(k))
-      fail("proposed parameter '" + printable(k) + "', which search: params: does not declare");
-    if (v.is_object() || v.is_array() || v.is_null())
-      fail("proposed parameter '" + printable(k) + "' as " + printable(v.dump().substr(0, 80)) +
-           "; a parameter is a number, a string or a boolean");
-  }
+  if (const std::string problem = params_problem(*params, setup_.spec->search.params); !problem.empty())
+    fail("proposed " + problem);
   got.trial = made(number, *params);
   got.params = *params;
   log({{"ask", number}, {"id", got.trial->id}, {"params", *params}});

@@ -113,6 +113,9 @@ class searcher_source final : public trial_source {
   nlohmann::json exchange(const nlohmann::json& message);
   void log(const nlohmann::json& line);
   [[noreturn]] void fail(const std::string& what) const;
+  // Line `line` of OUT/search.jsonl cannot be replayed: the sweep stops, naming the file and line.
+  [[noreturn]] void replay_failed(int line, const std::string& what) const;
+  void check_replayed(const nlohmann::json& line, int number) const;
   // It is gone (its end of the socket closed): reaped, and the sweep stopped saying how it ended.
   [[noreturn]] void exited(const std::string& instead_of);
   new_trial made(std::size_t number, const nlohmann::json& params) const;

@@ -8,6 +8,9 @@ line each, and {"answered": ...} for each answer) and answers as the protocol sa
   hang:N     never answers ask N
   journaled:N  answers ask N once the sweep's journal (out/results.jsonl beside LOG) holds N records
   garbage:N  answers ask N with a line that is not JSON
+  waitstr:N  answers ask N with {"wait": "yes"} (not a boolean)
+  doneint:N  answers ask N with {"done": 1} (not a boolean)
+  noparams:N answers ask N with {"params": {}} (none of the parameters it was given)
   exit       exits (status 5) at hello
 
 Usage: searcher.py LOG [MODE]"""
@@ -58,6 +61,12 @@ for line in sys.stdin:
         elif kind == "garbage" and number == n:
             sys.stdout.write("proposing x now\n")
             sys.stdout.flush()
+        elif kind == "waitstr" and number == n:
+            answer({"wait": "yes"})
+        elif kind == "doneint" and number == n:
+            answer({"done": 1})
+        elif kind == "noparams" and number == n:
+            answer({"params": {}})
         else:
             outstanding.add(number)
             answer({"params": {"x": 2 * number}})
