@@ -4,6 +4,7 @@
 // specs that are refused.
 #include <catch2/catch.hpp>
 
+#include "isorun/runner/containment.hpp"
 #include "sweep_test_support.hpp"
 
 namespace {
@@ -127,6 +128,30 @@ TEST_CASE("a searcher that crashes, hangs or prints what is not an answer stops 
   // What ended before it is journaled, and stays.
   for (const auto& rec : records_of(dir)) CHECK(rec["outcome"] == "success");
   CHECK(records_of(dir).size() <= 3);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a searcher's exit is seen though a descendant holds its stdout, and nothing it started outlives the sweep",
+          "[sweep][search][hostile]") {
+  const std::string dir = temp_dir();
+  // Its descendant keeps the socket open: without a watch on the searcher itself the sweep would
+  // wait the whole timeout for an answer, and fail saying it did not answer.
+  std::ofstream(dir + "/spec.yaml") << searched(dir, 6, "orphan:3", "0", ", timeout: 1m");
+  const auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+  INFO(r.err);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Catch::Contains("exited (status 3) instead of answering ask"));
+  const auto orphan = lines(dir + "/heard.orphan");
+  REQUIRE(orphan.size() == 1);
+  const pid_t pid = std::stoi(orphan.front());
+  // Gone, or a zombie its new parent has not reaped yet.
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string state;
+  if (stat) stat.ignore(1 << 12, ')') >> state;
+  const bool gone = !stat || state == "Z";
+  if (!gone) ::kill(pid, SIGKILL);                        // (the test leaves nothing behind either)
+  if (isorun::runner::containment().cgroup) CHECK(gone);  // its cgroup was killed whole
+  else WARN("contained by process groups alone here: a descendant that called setsid() outlives the searcher");
   fs::remove_all(dir);
 }
 

@@ -15,6 +15,7 @@
 
 #include "folder.hpp"
 #include "isorun/runner/bounded_json.hpp"
+#include "isorun/runner/containment.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/printable.hpp"
 #include "isorun/runner/process.hpp"
@@ -132,12 +133,16 @@ searcher_source::searcher_source(searcher_setup setup) : setup_{std::move(setup)
   o.args.assign(setup_.argv.begin() + 1, setup_.argv.end());
   o.env = runner::inherited_environment();
   o.fds = {{0, theirs.get()}, {1, theirs.get()}, {2, err.get()}};
+  // A process group of its own (spawn's default) and, where children are contained so, a cgroup:
+  // what it starts goes with it when it is reaped (at its exit or the sweep's end), also a
+  // descendant that left the group with setsid().
+  o.cgroup = runner::new_child_cgroup();
   try {
     process_ = std::make_unique<runner::child>(runner::spawn(o));
   } catch (const std::exception& e) {
     fail(std::string("cannot be started: ") + e.what());
   }
-  theirs.reset();  // the searcher's alone now: its exit is our end of file
+  theirs.reset();  // the searcher's (and its descendants') alone now: its exit is watched too (exchange)
   to_ = std::move(mine);
 
   json objectives = json::array();
@@ -303,19 +308,23 @@ void searcher_source::check_replayed(const json& line, int number) const {
 json searcher_source::exchange(const json& message) {
   const std::string line = message.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
   const auto deadline = clock::now() + setup_.spec->search.timeout;
-  // Waits for `events` on the socket until the deadline; false where the source is being
-  // destroyed (its eventfd written).
+  enum class waited { ready, exited, quit };
+  // Waits for `events` on the socket until the deadline. The searcher's own exit (its pidfd) ends
+  // the wait too: a descendant holding its stdout keeps the socket open, and must neither stand in
+  // for it nor hide its exit until the timeout. `quit`: the source is being destroyed (its
+  // eventfd written).
   const auto ready = [&](short events, const char* doing) {
     for (;;) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
       if (left <= 0)
         fail("did not " + std::string(doing) + " " + printable(message.value("op", "")) + " within " +
              std::to_string(setup_.spec->search.timeout.count()) + " ms (search: timeout)");
-      pollfd p[2] = {{to_.get(), events, 0}, {quit_ ? quit_.get() : -1, POLLIN, 0}};
-      const int rc = ::poll(p, 2, static_cast<int>(std::min<long long>(left, 1 << 30)));
+      pollfd p[3] = {{to_.get(), events, 0}, {quit_ ? quit_.get() : -1, POLLIN, 0}, {process_->pidfd(), POLLIN, 0}};
+      const int rc = ::poll(p, 3, static_cast<int>(std::min<long long>(left, 1 << 30)));
       if (rc < 0 && errno != EINTR) fail(std::string("cannot be reached: ") + std::strerror(errno));
       if (rc <= 0) continue;
-      return p[1].revents == 0;
+      if (p[1].revents) return waited::quit;
+      return p[0].revents ? waited::ready : waited::exited;
     }
   };
   // Sent without blocking: a searcher that stops reading holds the sweep no longer than its timeout.
@@ -323,7 +332,9 @@ json searcher_source::exchange(const json& message) {
     const ssize_t n = ::send(to_.get(), line.data() + sent, line.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (!ready(POLLOUT, "read")) return nullptr;
+      const waited w = ready(POLLOUT, "read");
+      if (w == waited::quit) return nullptr;
+      if (w == waited::exited) exited("reading " + printable(message.value("op", "")));
       continue;
     }
     if (n <= 0) exited("reading " + printable(message.value("op", "")));
@@ -340,10 +351,13 @@ json searcher_source::exchange(const json& message) {
       return j;
     }
     if (buffer_.size() > max_answer) fail("answered with a line longer than 1 MiB");
-    if (!ready(POLLIN, "answer")) return nullptr;  // the source is being destroyed: no answer is waited for
+    const waited w = ready(POLLIN, "answer");
+    if (w == waited::quit) return nullptr;  // the source is being destroyed: no answer is waited for
     char buf[1 << 14];
-    const ssize_t n = ::read(to_.get(), buf, sizeof buf);
+    // (Once it has exited, what it wrote is in the socket: an answer it gave before is still read.)
+    const ssize_t n = ::recv(to_.get(), buf, sizeof buf, MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && w == waited::ready) continue;
     if (n <= 0) exited("answering " + printable(message.value("op", "")));
     buffer_.append(buf, static_cast<std::size_t>(n));
   }

@@ -23,7 +23,8 @@
 //
 // A searcher that exits, prints a line that is not an answer, or takes longer than the search's
 // timeout stops the sweep with an error naming it and its stderr log (OUT/search.err); what was
-// journaled stays.
+// journaled stays. It runs in a process group (and, where isorun has them, a cgroup) of its own,
+// killed whole when it exits or the source is destroyed: nothing it started outlives the sweep.
 
 #include <chrono>
 #include <condition_variable>
@@ -116,7 +117,8 @@ class searcher_source final : public trial_source {
   // Line `line` of OUT/search.jsonl cannot be replayed: the sweep stops, naming the file and line.
   [[noreturn]] void replay_failed(int line, const std::string& what) const;
   void check_replayed(const nlohmann::json& line, int number) const;
-  // It is gone (its end of the socket closed): reaped, and the sweep stopped saying how it ended.
+  // It is gone (exited, or its end of the socket closed): reaped with its process group and
+  // cgroup, and the sweep stopped saying how it ended.
   [[noreturn]] void exited(const std::string& instead_of);
   new_trial made(std::size_t number, const nlohmann::json& params) const;
   nlohmann::json tell_message(std::size_t number, const nlohmann::json& params, const trial_record& r) const;

@@ -12,6 +12,8 @@ line each, and {"answered": ...} for each answer) and answers as the protocol sa
   doneint:N  answers ask N with {"done": 1} (not a boolean)
   noparams:N answers ask N with {"params": {}} (none of the parameters it was given)
   exit       exits (status 5) at hello
+  orphan:N   when asked for trial N, leaves a child that calls setsid() and keeps its stdout
+             open (its pid in LOG.orphan), then exits (status 3)
 
 Usage: searcher.py LOG [MODE]"""
 
@@ -50,6 +52,17 @@ for line in sys.stdin:
             answer({"wait": True})
         elif kind == "crash" and number == n:
             sys.exit(3)
+        elif kind == "orphan" and number == n:
+            written, wrote = os.pipe()
+            if os.fork() == 0:
+                os.setsid()  # out of the searcher's process group too
+                with open(log_path + ".orphan", "w") as f:
+                    f.write(f"{os.getpid()}\n")
+                os.write(wrote, b"1")
+                time.sleep(3600)
+                os._exit(0)
+            os.read(written, 1)  # its pid is in the file before the searcher exits
+            os._exit(3)
         elif kind == "hang" and number == n:
             time.sleep(3600)
         elif kind == "journaled" and number == n:
