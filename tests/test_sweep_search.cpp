@@ -36,6 +36,29 @@ std::vector<json> records_of(const std::string& dir) {
   return out;
 }
 
+// A sweep whose command trials write a result of `pad` bytes and more to $ISORUN_RESULT, chosen
+// by the scripted searcher, which logs what it hears to DIR/heard.
+std::string padded(const std::string& dir, int trials, std::size_t pad) {
+  return "command: [python3, -c, \"import json, os, sys; x = int(sys.argv[1]); json.dump(dict(y=x * x, pad='p' * " +
+         std::to_string(pad) +
+         "), open(os.environ['ISORUN_RESULT'], 'w'), separators=(',', ':'))\", \"{x}\"]\n"
+         "metric: {name: y, goal: minimize}\n"
+         "search: {type: command, command: [python3, " +
+         std::string(SEARCHER) + ", \"" + dir + "/heard\"], params: [x], trials: " + std::to_string(trials) +
+         "}\nresources: {cpu_slots: 2}\nout: \"" + dir + "/out\"\n";
+}
+
+std::vector<json> heard_in_run(const std::string& dir, int run) {  // run 1, 2, ...: from its hello on
+  std::vector<json> out;
+  int hellos = 0;
+  for (const auto& m : messages(dir + "/heard")) {
+    if (!m.contains("op")) continue;  // (its own answers)
+    hellos += m["op"] == "hello";
+    if (hellos == run) out.push_back(m);
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("a searcher is asked for each trial and told each result", "[sweep][search]") {
@@ -232,6 +255,59 @@ TEST_CASE("a resumed search replays the conversation to a new searcher, then goe
   const auto again = sweep_cli(args);
   CHECK(again.code == 0);
   CHECK(records_of(dir).size() == 8);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a tell over 1 MiB is replayed on resume, not told and journaled again", "[sweep][search][resume]") {
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/spec.yaml") << padded(dir, 2, 1500000);
+  const std::vector<std::string> args = {"sweep", dir + "/spec.yaml", "--no-progress"};
+  const auto first = sweep_cli(args);
+  INFO(first.err);
+  REQUIRE(first.code == 0);
+  const auto conversation = lines(dir + "/out/search.jsonl");
+  REQUIRE(conversation.size() == 4);  // two asks, two tells of 1.5 MiB
+  const auto again = sweep_cli(args);
+  INFO(again.err);
+  CHECK(again.code == 0);
+  const auto after = lines(dir + "/out/search.jsonl");
+  CHECK(after.size() == conversation.size());  // nothing told again
+  CHECK((after == conversation));              // (not printed: lines of 1.5 MiB)
+  std::size_t replayed_tells = 0;
+  const auto second = heard_in_run(dir, 2);
+  REQUIRE(!second.empty());
+  CHECK(second[0]["replay"] == 4);  // hello: the whole conversation is replayed
+  for (std::size_t i = 1; i < second.size(); ++i) {
+    CHECK(second[i].value("replay", false));  // and nothing else is said
+    replayed_tells += second[i]["op"] == "tell" && second[i]["result"]["pad"].get<std::string>().size() == 1500000;
+  }
+  CHECK(replayed_tells == 2);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a tell longer than a line of search.jsonl may be is told and journaled without its result",
+          "[sweep][search][resume][large]") {
+  const std::string dir = temp_dir();
+  // The result file within what a trial's result may be (journal::max_line); its tell past it.
+  std::ofstream(dir + "/spec.yaml") << padded(dir, 1, sw::journal::max_line - 100);
+  const std::vector<std::string> args = {"sweep", dir + "/spec.yaml", "--no-progress"};
+  const auto first = sweep_cli(args);
+  INFO(first.err);
+  REQUIRE(first.code == 0);
+  const auto conversation = lines(dir + "/out/search.jsonl");
+  REQUIRE(conversation.size() == 2);
+  const json told = json::parse(conversation[1]);
+  CHECK(told["tell"] == 0);
+  CHECK(told["result"].is_null());
+  CHECK(told["values"] == json::array({0}));  // what a searcher goes by is there
+  std::size_t tells = 0;
+  for (const auto& m : heard_in_run(dir, 1))
+    if (m["op"] == "tell") tells += m["result"].is_null() ? 1 : 100;  // as journaled, so that a replay tells the same
+  CHECK(tells == 1);
+  sweep_cli(args);  // a resume replays it (and runs the trial again: the journal skips its record, as long)
+  const auto after = lines(dir + "/out/search.jsonl");
+  CHECK(after.size() == conversation.size());
+  CHECK((after == conversation));
   fs::remove_all(dir);
 }
 

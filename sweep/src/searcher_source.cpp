@@ -20,6 +20,7 @@
 #include "isorun/runner/printable.hpp"
 #include "isorun/runner/process.hpp"
 #include "isorun/runner/worker_env.hpp"
+#include "isorun/sweep/journal.hpp"
 #include "isorun/sweep/run.hpp"
 #include "python_trials.hpp"
 
@@ -32,6 +33,10 @@ using clock = std::chrono::steady_clock;
 constexpr const char* conversation_file = "search.jsonl";
 constexpr const char* stderr_file = "search.err";
 constexpr std::size_t max_answer = 1 << 20;
+// A line of search.jsonl: as long as a line of the journal may be, since a tell carries the trial's
+// result. What log() writes is within it, so that a resume replays every line it wrote (a line
+// it skipped would be a tell told and journaled again on each resume).
+constexpr std::size_t max_line = journal::max_line;
 constexpr int protocol = 1;
 // Ask numbers go up to the budget (search: trials:, an int).
 constexpr std::uint64_t max_asks = std::numeric_limits<int>::max();
@@ -105,17 +110,15 @@ searcher_source::searcher_source(searcher_setup setup) : setup_{std::move(setup)
   log_ = detail::open_file(dir.get(), conversation_file, O_RDWR | O_CREAT | O_APPEND, setup_.out / conversation_file);
   // Each line checked first, as a live answer is: nothing starts for a file that is not what isorun wrote.
   std::vector<json> earlier;
-  const std::size_t complete = detail::for_each_line(log_.get(), max_answer, setup_.out / conversation_file,
-                                                     [&](std::string_view line, int number, bool too_long) {
-                                                       if (too_long) return;
-                                                       json j = parse_bounded_json(line);
-                                                       if (!j.is_object())
-                                                         replay_failed(number, "is not a JSON object");
-                                                       if (!j.contains("ask") && !j.contains("tell"))
-                                                         return;  // (a later version's: this one says nothing of it)
-                                                       check_replayed(j, number);
-                                                       earlier.push_back(std::move(j));
-                                                     });
+  const auto take = [&](std::string_view line, int number, bool too_long) {
+    if (too_long) replay_failed(number, "is longer than " + std::to_string(max_line >> 20) + " MiB");
+    json j = parse_bounded_json(line);
+    if (!j.is_object()) replay_failed(number, "is not a JSON object");
+    if (!j.contains("ask") && !j.contains("tell")) return;  // (a later version's: this one says nothing of it)
+    check_replayed(j, number);
+    earlier.push_back(std::move(j));
+  };
+  const std::size_t complete = detail::for_each_line(log_.get(), max_line, setup_.out / conversation_file, take);
   detail::drop_cut_line(log_.get(), complete, setup_.out / conversation_file);
   const unique_fd err = detail::open_file(dir.get(), stderr_file, O_WRONLY | O_CREAT | O_APPEND,
                                           setup_.out / stderr_file);
@@ -235,7 +238,14 @@ void searcher_source::converse() {
       sending_ = true;
     }
     try {
-      if (!out.line.is_null()) log(out.line);  // first: a tell the searcher heard is one a resumed sweep replays
+      if (!out.line.is_null()) {  // first: a tell the searcher heard is one a resumed sweep replays
+        if (log(out.line) == logged::too_long) {
+          // Its result left out, in the line and in what the searcher hears alike (a replay tells
+          // what was told): all of it is in the journal's record.
+          out.line["result"] = out.message["result"] = nullptr;
+          log(out.line);  // (which fits: its parameters are an answer's, at most 1 MiB)
+        }
+      }
       const json answer = exchange(out.message);
       if (answer.is_null()) return;  // the source is being destroyed
       const bool ask = out.line.is_null();
@@ -363,10 +373,12 @@ json searcher_source::exchange(const json& message) {
   }
 }
 
-void searcher_source::log(const json& line) {
+searcher_source::logged searcher_source::log(const json& line) {
   const std::string text = line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  if (text.size() > max_line) return logged::too_long;  // (with its newline: within what is read back)
   if (detail::write_all(log_.get(), text) != 0 || ::fdatasync(log_.get()) != 0)
     throw internal_error("cannot write " + (setup_.out / conversation_file).string() + ": " + std::strerror(errno));
+  return logged::written;
 }
 
 new_trial searcher_source::made(std::size_t number, const json& params) const {

@@ -112,7 +112,9 @@ class searcher_source final : public trial_source {
   void wake();
   // One message, and its answer (an object). Returns null where the source is being destroyed.
   nlohmann::json exchange(const nlohmann::json& message);
-  void log(const nlohmann::json& line);
+  // Appends `line` to OUT/search.jsonl, fsync'ed; nothing where it is longer than a line there may be.
+  enum class logged { written, too_long };
+  logged log(const nlohmann::json& line);
   [[noreturn]] void fail(const std::string& what) const;
   // Line `line` of OUT/search.jsonl cannot be replayed: the sweep stops, naming the file and line.
   [[noreturn]] void replay_failed(int line, const std::string& what) const;
