@@ -31,6 +31,7 @@
 #include "isorun/runner/launcher.hpp"
 #include "isorun/runner/placement.hpp"
 #include "isorun/runner/process.hpp"
+#include "isorun/runner/stream_tail.hpp"
 #include "isorun/runner/unique_fd.hpp"
 #include "isorun/runner/units.hpp"
 #include "isorun/runner/worker_env.hpp"
@@ -43,7 +44,6 @@
 #include "isorun/serialization/result_stream.hpp"
 #include "isorun/serialization/segment_pool.hpp"
 #include "isorun/serialization/shm_segment.hpp"
-#include "stream_tail.hpp"
 
 namespace isorun::runner {
 namespace ser = isorun::serialization;
@@ -291,7 +291,8 @@ watch_record watch(job::state& s, const job::interruption& interrupted) {
   constexpr auto never = clock::time_point::max();
   clock::time_point deadline = s.spec.timeout.count() > 0 ? worker.started + s.spec.timeout : never;
 
-  auto read_stderr = [&] { return detail::drain(worker.stderr_read.get(), tail, s.spec.stderr_echo_fd); };
+  detail::capped_echo echo(s.spec.stderr_echo_fd, s.spec.stderr_echo_limit);
+  auto read_stderr = [&] { return detail::drain(worker.stderr_read.get(), &tail, echo); };
 
   bool stderr_open = true;
   bool await_done = s.spec.early_result;
