@@ -178,6 +178,30 @@ TEST_CASE("a searcher's exit is seen though a descendant holds its stdout, and n
   fs::remove_all(dir);
 }
 
+TEST_CASE("OUT/search.err keeps the first 8 MiB a run of the searcher writes, then says it was cut",
+          "[sweep][search][hostile]") {
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/spec.yaml") << searched(dir, 2, "flood:10");
+  const auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+  INFO(r.err);
+  CHECK(r.code == 0);  // its stderr is read while it runs: a searcher that writes much is not held up
+  const std::string note = "isorun: truncated at 8.00 MiB: what it wrote after this was not kept\n";
+  const auto size = fs::file_size(dir + "/out/search.err");
+  CHECK(size == (std::uintmax_t{8} << 20) + note.size());
+  std::ifstream err(dir + "/out/search.err", std::ios::binary);
+  std::string first, last(note.size(), '\0');
+  std::getline(err, first);
+  CHECK(first == std::string(1023, 'e'));
+  err.seekg(static_cast<std::streamoff>(size - note.size()));
+  err.read(last.data(), static_cast<std::streamsize>(last.size()));
+  CHECK(last == note);
+  // A run that finds it full starts it afresh (this one floods it again).
+  const auto again = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+  CHECK(again.code == 0);
+  CHECK(fs::file_size(dir + "/out/search.err") == size);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("while the searcher thinks, the sweep goes on: trials end and are journaled, Ctrl-C stops it",
           "[sweep][search]") {
   const std::string dir = temp_dir();

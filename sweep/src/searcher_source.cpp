@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/printable.hpp"
 #include "isorun/runner/process.hpp"
+#include "isorun/runner/stream_tail.hpp"
 #include "isorun/runner/worker_env.hpp"
 #include "isorun/sweep/journal.hpp"
 #include "isorun/sweep/run.hpp"
@@ -120,8 +122,20 @@ searcher_source::searcher_source(searcher_setup setup) : setup_{std::move(setup)
   };
   const std::size_t complete = detail::for_each_line(log_.get(), max_line, setup_.out / conversation_file, take);
   detail::drop_cut_line(log_.get(), complete, setup_.out / conversation_file);
-  const unique_fd err = detail::open_file(dir.get(), stderr_file, O_WRONLY | O_CREAT | O_APPEND,
-                                          setup_.out / stderr_file);
+  // Its stderr goes through a pipe this process copies into OUT/search.err, so that the file
+  // stays within detail::max_log a run (the searcher's own descendants write there too). Each run
+  // appends; a file that has reached the bound starts afresh.
+  unique_fd err = detail::open_file(dir.get(), stderr_file, O_WRONLY | O_CREAT | O_APPEND, setup_.out / stderr_file);
+  struct stat st = {};
+  const bool full = ::fstat(err.get(), &st) == 0 && static_cast<std::uint64_t>(st.st_size) >= detail::max_log;
+  if (full && ::ftruncate(err.get(), 0) != 0)
+    throw internal_error("cannot empty " + (setup_.out / stderr_file).string() + ": " + std::strerror(errno));
+  int pipe_ends[2];
+  if (::pipe2(pipe_ends, O_CLOEXEC) != 0)
+    throw internal_error(std::string("cannot make the searcher's stderr pipe: ") + std::strerror(errno));
+  unique_fd err_read(pipe_ends[0]), err_write(pipe_ends[1]);
+  ::fcntl(err_read.get(), F_SETFL, O_NONBLOCK);
+  stderr_ = std::make_unique<stderr_copy>(std::move(err_read), std::move(err));
 
   // Its stdin and stdout are one socket: a message to a searcher that has exited is then an
   // error to report (send with MSG_NOSIGNAL), not a SIGPIPE that would end isorun.
@@ -135,7 +149,7 @@ searcher_source::searcher_source(searcher_setup setup) : setup_{std::move(setup)
   o.executable = *exe;
   o.args.assign(setup_.argv.begin() + 1, setup_.argv.end());
   o.env = runner::inherited_environment();
-  o.fds = {{0, theirs.get()}, {1, theirs.get()}, {2, err.get()}};
+  o.fds = {{0, theirs.get()}, {1, theirs.get()}, {2, err_write.get()}};
   // A process group of its own (spawn's default) and, where children are contained so, a cgroup:
   // what it starts goes with it when it is reaped (at its exit or the sweep's end), also a
   // descendant that left the group with setsid().
@@ -146,6 +160,7 @@ searcher_source::searcher_source(searcher_setup setup) : setup_{std::move(setup)
     fail(std::string("cannot be started: ") + e.what());
   }
   theirs.reset();  // the searcher's (and its descendants') alone now: its exit is watched too (exchange)
+  err_write.reset();
   to_ = std::move(mine);
 
   json objectives = json::array();
@@ -211,6 +226,29 @@ searcher_source::~searcher_source() {
   }
   to_.reset();  // its stdin ends: a searcher reading it exits
   if (process_) process_->stop(runner::stop_plan::graceful(std::chrono::seconds(2)));
+}
+
+searcher_source::stderr_copy::stderr_copy(unique_fd from, unique_fd to)
+    : from_{std::move(from)}, to_{std::move(to)}, stop_{::eventfd(0, EFD_CLOEXEC)} {
+  if (!stop_)
+    throw internal_error(std::string("cannot make an eventfd for the searcher's stderr: ") + std::strerror(errno));
+  thread_ = std::thread([this] { run(); });
+}
+
+searcher_source::stderr_copy::~stderr_copy() {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const auto n = ::write(stop_.get(), &one, sizeof one);
+  thread_.join();
+}
+
+void searcher_source::stderr_copy::run() {
+  runner::detail::capped_echo file(to_.get(), detail::max_log);
+  for (;;) {
+    pollfd p[2] = {{from_.get(), POLLIN, 0}, {stop_.get(), POLLIN, 0}};
+    if (::poll(p, 2, -1) < 0 && errno != EINTR) return;
+    // (Stopped once what it started is gone too, where a cgroup holds them: nothing more comes.)
+    if (!runner::detail::drain(from_.get(), nullptr, file) || p[1].revents) return;
+  }
 }
 
 void searcher_source::on_ready(const std::function<void()>& wake) {

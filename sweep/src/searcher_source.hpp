@@ -125,7 +125,23 @@ class searcher_source final : public trial_source {
   new_trial made(std::size_t number, const nlohmann::json& params) const;
   nlohmann::json tell_message(std::size_t number, const nlohmann::json& params, const trial_record& r) const;
 
+  // Copies the searcher's stderr (a pipe) into OUT/search.err, within detail::max_log, on a thread
+  // of its own: until the pipe ends, or this is destroyed (what the pipe holds then copied first).
+  class stderr_copy {
+   public:
+    stderr_copy(unique_fd from, unique_fd to);
+    ~stderr_copy();
+    stderr_copy(const stderr_copy&) = delete;
+    stderr_copy& operator=(const stderr_copy&) = delete;
+
+   private:
+    void run();
+    unique_fd from_, to_, stop_;  // the pipe's read end, the file, an eventfd written once to stop
+    std::thread thread_;
+  };
+
   searcher_setup setup_;
+  std::unique_ptr<stderr_copy> stderr_;  // before process_: stopped once the searcher and its descendants are gone
   std::unique_ptr<runner::child> process_;
   unique_fd to_, log_;  // its stdin and stdout (one socket); OUT/search.jsonl (the thread's, after the replay)
   unique_fd quit_;      // an eventfd: written once, when the source is destroyed, to end a wait for an answer

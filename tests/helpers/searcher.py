@@ -12,6 +12,7 @@ line each, and {"answered": ...} for each answer) and answers as the protocol sa
   doneint:N  answers ask N with {"done": 1} (not a boolean)
   noparams:N answers ask N with {"params": {}} (none of the parameters it was given)
   exit       exits (status 5) at hello
+  flood:N    writes N MiB of lines to its stderr at hello, then goes on as usual
   orphan:N   when asked for trial N, leaves a child that calls setsid() and keeps its stdout
              open (its pid in LOG.orphan), then exits (status 3)
 
@@ -44,6 +45,10 @@ for line in sys.stdin:
     op = message["op"]
     if op == "hello" and kind == "exit":
         sys.exit(5)
+    if op == "hello" and kind == "flood":
+        for _ in range(n * 1024):
+            sys.stderr.write("e" * 1023 + "\n")
+        sys.stderr.flush()
     if op == "ask":
         number = message["number"]
         if kind == "done" and told >= n:
