@@ -15,6 +15,7 @@
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/printable.hpp"
 #include "isorun/runner/units.hpp"
+#include "isorun/sweep/run.hpp"
 #include "options.hpp"
 
 namespace isorun::cli {
@@ -38,7 +39,7 @@ std::string take_error_file() {
 int report_failure(bool as_json, const std::string& error_file, const char* outcome, int code,
                    const std::string& what) {
   // The message may quote what others wrote: a spec, a folder's files, a task's words.
-  std::fprintf(stderr, "isorun: %s: %s\n", code == 2 ? "error" : "internal error", printable(what).c_str());
+  std::fprintf(stderr, "isorun: %s: %s\n", code == 125 ? "internal error" : "error", printable(what).c_str());
   const std::string record =
       nlohmann::json{{"outcome", outcome}, {"exit_code", code}, {"message", valid_utf8(what)}}.dump() + "\n";
   if (as_json) std::cout << record << std::flush;
@@ -77,6 +78,8 @@ int guarded(int argc, char** argv, const std::function<int()>& work) {
     return report_failure(as_json, error_file, "usage", 2, e.what());
   } catch (const parse_error& e) {
     return report_failure(as_json, error_file, "usage", 2, e.what());
+  } catch (const sweep::search_error& e) {  // the searcher's failure, not isorun's: exit 1 (docs/sweeps.md)
+    return report_failure(as_json, error_file, "search_error", 1, e.what());
   } catch (const std::exception& e) {
     return report_failure(as_json, error_file, "internal_error", 125, e.what());
   }

@@ -167,6 +167,32 @@ TEST_CASE("logs/ID.err and .out: a link planted there is not written through; th
   fs::remove_all(dir);
 }
 
+TEST_CASE("logs/ID.err keeps the first 8 MiB of a trial's stderr, then says it was cut", "[sweep][hostile]") {
+  const std::string dir = temp_dir(), out = dir + "/out";
+  const std::string note = "isorun: truncated at 8.00 MiB: what it wrote after this was not kept\n";
+  const auto cut = [&](const std::string& id) {
+    const std::string err = read_file(out + "/logs/" + id + ".err");
+    CHECK(err.size() == (std::size_t{8} << 20) + note.size());
+    CHECK(err.compare(0, 1024, std::string(1023, 'e') + "\n") == 0);  // its start is kept
+    CHECK(err.substr(err.size() - note.size()) == note);
+  };
+  SECTION("a task's worker") {
+    const auto r = cli({"sweep", "spew", "--grid", "arg0=10", "--cpu-slots", "1", "--out", out, "--no-progress"});
+    INFO(r.err);
+    CHECK(r.code == 0);  // the trial itself is not the worse for it
+    cut(sw::trial_id("spew", json{{"arg0", 10}}));
+  }
+  SECTION("a command") {
+    const auto r = cli({"sweep", "--grid", "n=10", "--cpu-slots", "1", "--out", out, "--no-progress", "--", "sh", "-c",
+                        "yes $(printf 'e%.0s' $(seq 1023)) | head -n $(({n} * 1024)) >&2; echo '{\"n\": {n}}'"});
+    INFO(r.err);
+    CHECK(r.code == 0);
+    const auto records = read_file(out + "/results.jsonl");
+    cut(json::parse(records.substr(0, records.find('\n')))["id"].get<std::string>());
+  }
+  fs::remove_all(dir);
+}
+
 TEST_CASE("an output folder that is itself a link to a folder still works", "[sweep][hostile]") {
   const std::string dir = temp_dir();
   fs::create_directories(dir + "/real");

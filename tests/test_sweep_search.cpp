@@ -4,6 +4,7 @@
 // specs that are refused.
 #include <catch2/catch.hpp>
 
+#include "isorun/runner/containment.hpp"
 #include "sweep_test_support.hpp"
 
 namespace {
@@ -32,6 +33,29 @@ std::vector<json> messages(const std::string& file) {
 std::vector<json> records_of(const std::string& dir) {
   std::vector<json> out;
   for (const auto& l : lines(dir + "/out/results.jsonl")) out.push_back(json::parse(l));
+  return out;
+}
+
+// A sweep whose command trials write a result of `pad` bytes and more to $ISORUN_RESULT, chosen
+// by the scripted searcher, which logs what it hears to DIR/heard.
+std::string padded(const std::string& dir, int trials, std::size_t pad) {
+  return "command: [python3, -c, \"import json, os, sys; x = int(sys.argv[1]); json.dump(dict(y=x * x, pad='p' * " +
+         std::to_string(pad) +
+         "), open(os.environ['ISORUN_RESULT'], 'w'), separators=(',', ':'))\", \"{x}\"]\n"
+         "metric: {name: y, goal: minimize}\n"
+         "search: {type: command, command: [python3, " +
+         std::string(SEARCHER) + ", \"" + dir + "/heard\"], params: [x], trials: " + std::to_string(trials) +
+         "}\nresources: {cpu_slots: 2}\nout: \"" + dir + "/out\"\n";
+}
+
+std::vector<json> heard_in_run(const std::string& dir, int run) {  // run 1, 2, ...: from its hello on
+  std::vector<json> out;
+  int hellos = 0;
+  for (const auto& m : messages(dir + "/heard")) {
+    if (!m.contains("op")) continue;  // (its own answers)
+    hellos += m["op"] == "hello";
+    if (hellos == run) out.push_back(m);
+  }
   return out;
 }
 
@@ -113,18 +137,68 @@ TEST_CASE("a searcher that crashes, hangs or prints what is not an answer stops 
       {"crash:3", "exited (status 3) instead of answering ask"},
       {"hang:3", "did not answer ask within 1000 ms"},
       {"garbage:3", "answered ask with a line that is not a JSON object: proposing x now"},
+      {"waitstr:3", "answered ask with {\"wait\":\"yes\"}, where \"wait\" takes true or false"},
+      {"doneint:3", "answered ask with {\"done\":1}, where \"done\" takes true or false"},
+      {"noparams:3", "proposed no parameter 'x', which search: params: declares"},
       {"exit", "exited (status 5) instead of answering hello"},
   }));
   INFO(mode);
   std::ofstream(dir + "/spec.yaml") << searched(dir, 6, mode, "0", ", timeout: 1s");
   const auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
-  CHECK(r.code != 0);
-  CHECK(r.code != 2);  // not a usage error: the sweep started
-  CHECK_THAT(r.err, Catch::Contains("the searcher (python3 " + std::string(SEARCHER)) && Catch::Contains(said) &&
-                        Catch::Contains(dir + "/out/search.err"));
+  CHECK(r.code == 1);  // as docs/sweeps.md says: the searcher's failure, not isorun's (125)
+  CHECK_THAT(r.err, Catch::Contains("isorun: error: the searcher (python3 " + std::string(SEARCHER)) &&
+                        Catch::Contains(said) && Catch::Contains(dir + "/out/search.err"));
   // What ended before it is journaled, and stays.
   for (const auto& rec : records_of(dir)) CHECK(rec["outcome"] == "success");
   CHECK(records_of(dir).size() <= 3);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a searcher's exit is seen though a descendant holds its stdout, and nothing it started outlives the sweep",
+          "[sweep][search][hostile]") {
+  const std::string dir = temp_dir();
+  // Its descendant keeps the socket open: without a watch on the searcher itself the sweep would
+  // wait the whole timeout for an answer, and fail saying it did not answer.
+  std::ofstream(dir + "/spec.yaml") << searched(dir, 6, "orphan:3", "0", ", timeout: 1m");
+  const auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+  INFO(r.err);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Catch::Contains("exited (status 3) instead of answering ask"));
+  const auto orphan = lines(dir + "/heard.orphan");
+  REQUIRE(orphan.size() == 1);
+  const pid_t pid = std::stoi(orphan.front());
+  // Gone, or a zombie its new parent has not reaped yet.
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string state;
+  if (stat) stat.ignore(1 << 12, ')') >> state;
+  const bool gone = !stat || state == "Z";
+  if (!gone) ::kill(pid, SIGKILL);                        // (the test leaves nothing behind either)
+  if (isorun::runner::containment().cgroup) CHECK(gone);  // its cgroup was killed whole
+  else WARN("contained by process groups alone here: a descendant that called setsid() outlives the searcher");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("OUT/search.err keeps the first 8 MiB a run of the searcher writes, then says it was cut",
+          "[sweep][search][hostile]") {
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/spec.yaml") << searched(dir, 2, "flood:10");
+  const auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+  INFO(r.err);
+  CHECK(r.code == 0);  // its stderr is read while it runs: a searcher that writes much is not held up
+  const std::string note = "isorun: truncated at 8.00 MiB: what it wrote after this was not kept\n";
+  const auto size = fs::file_size(dir + "/out/search.err");
+  CHECK(size == (std::uintmax_t{8} << 20) + note.size());
+  std::ifstream err(dir + "/out/search.err", std::ios::binary);
+  std::string first, last(note.size(), '\0');
+  std::getline(err, first);
+  CHECK(first == std::string(1023, 'e'));
+  err.seekg(static_cast<std::streamoff>(size - note.size()));
+  err.read(last.data(), static_cast<std::streamsize>(last.size()));
+  CHECK(last == note);
+  // A run that finds it full starts it afresh (this one floods it again).
+  const auto again = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+  CHECK(again.code == 0);
+  CHECK(fs::file_size(dir + "/out/search.err") == size);
   fs::remove_all(dir);
 }
 
@@ -205,6 +279,95 @@ TEST_CASE("a resumed search replays the conversation to a new searcher, then goe
   const auto again = sweep_cli(args);
   CHECK(again.code == 0);
   CHECK(records_of(dir).size() == 8);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a tell over 1 MiB is replayed on resume, not told and journaled again", "[sweep][search][resume]") {
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/spec.yaml") << padded(dir, 2, 1500000);
+  const std::vector<std::string> args = {"sweep", dir + "/spec.yaml", "--no-progress"};
+  const auto first = sweep_cli(args);
+  INFO(first.err);
+  REQUIRE(first.code == 0);
+  const auto conversation = lines(dir + "/out/search.jsonl");
+  REQUIRE(conversation.size() == 4);  // two asks, two tells of 1.5 MiB
+  const auto again = sweep_cli(args);
+  INFO(again.err);
+  CHECK(again.code == 0);
+  const auto after = lines(dir + "/out/search.jsonl");
+  CHECK(after.size() == conversation.size());  // nothing told again
+  CHECK((after == conversation));              // (not printed: lines of 1.5 MiB)
+  std::size_t replayed_tells = 0;
+  const auto second = heard_in_run(dir, 2);
+  REQUIRE(!second.empty());
+  CHECK(second[0]["replay"] == 4);  // hello: the whole conversation is replayed
+  for (std::size_t i = 1; i < second.size(); ++i) {
+    CHECK(second[i].value("replay", false));  // and nothing else is said
+    replayed_tells += second[i]["op"] == "tell" && second[i]["result"]["pad"].get<std::string>().size() == 1500000;
+  }
+  CHECK(replayed_tells == 2);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a tell longer than a line of search.jsonl may be is told and journaled without its result",
+          "[sweep][search][resume][large]") {
+  const std::string dir = temp_dir();
+  // The result file within what a trial's result may be (journal::max_line); its tell past it.
+  std::ofstream(dir + "/spec.yaml") << padded(dir, 1, sw::journal::max_line - 100);
+  const std::vector<std::string> args = {"sweep", dir + "/spec.yaml", "--no-progress"};
+  const auto first = sweep_cli(args);
+  INFO(first.err);
+  REQUIRE(first.code == 0);
+  const auto conversation = lines(dir + "/out/search.jsonl");
+  REQUIRE(conversation.size() == 2);
+  const json told = json::parse(conversation[1]);
+  CHECK(told["tell"] == 0);
+  CHECK(told["result"].is_null());
+  CHECK(told["values"] == json::array({0}));  // what a searcher goes by is there
+  std::size_t tells = 0;
+  for (const auto& m : heard_in_run(dir, 1))
+    if (m["op"] == "tell") tells += m["result"].is_null() ? 1 : 100;  // as journaled, so that a replay tells the same
+  CHECK(tells == 1);
+  sweep_cli(args);  // a resume replays it (and runs the trial again: the journal skips its record, as long)
+  const auto after = lines(dir + "/out/search.jsonl");
+  CHECK(after.size() == conversation.size());
+  CHECK((after == conversation));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a resumed search refuses a search.jsonl line isorun does not write, naming it",
+          "[sweep][search][resume][hostile]") {
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/spec.yaml") << searched(dir, 2, "");
+  const std::vector<std::string> args = {"sweep", dir + "/spec.yaml", "--no-progress"};
+  REQUIRE(sweep_cli(args).code == 0);
+  const auto conversation = lines(dir + "/out/search.jsonl");
+  REQUIRE(conversation.size() == 4);  // two asks, two tells
+  // Each as a live answer would be refused, or not a line of the protocol's at all; the next line
+  // is number 5.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"ask": "x", "params": {"x": 1}})", "line 5 asks \"x\", where the ask's number is a whole number"},
+      {R"({"ask": -1, "params": {"x": 7}})", "line 5 asks -1, where the ask's number is a whole number"},
+      {R"({"ask": 2, "params": {"x": [1, 2]}})", "line 5 holds parameter 'x' as [1,2]; a parameter is a number"},
+      {R"({"ask": 2, "params": {}})", "line 5 holds no parameter 'x', which search: params: declares"},
+      {R"({"ask": 2, "params": {"x": 1, "y": 2}})", "line 5 holds parameter 'y', which search: params: does not"},
+      {R"({"ask": 2})", "line 5 is an ask without its params"},
+      {R"({"tell": 0, "id": 5})", "line 5 is a tell without the trial's id"},
+      {R"({"tell": "0", "id": "a"})", "line 5 tells \"0\", where the ask's number is a whole number"},
+      {"[1, 2]", "line 5 is not a JSON object"},
+  };
+  for (const auto& [crafted, said] : cases) {
+    INFO(crafted);
+    {
+      std::ofstream out(dir + "/out/search.jsonl");
+      for (const auto& l : conversation) out << l << "\n";
+      out << crafted << "\n";
+    }
+    const auto r = sweep_cli(args);
+    CHECK(r.code == 1);
+    CHECK_THAT(r.err, Catch::Contains("isorun: error: " + dir + "/out/search.jsonl " + said));
+    CHECK(records_of(dir).size() == 2);  // nothing ran for it
+  }
   fs::remove_all(dir);
 }
 

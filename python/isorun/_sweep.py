@@ -282,35 +282,38 @@ def _run(spec: Spec, options: list[str], progress: bool, search: Any = None,
                 if not ended:  # the caller left the iterator, or its on_record raised
                     _stop(proc)
                     echo.join()  # (before the pipe it reads is closed)
-        refusal = _refusal(error_file)
+        failure, said_why = _failure(error_file)
     if interrupted:
         raise KeyboardInterrupt
     code = proc.returncode
     said = "".join(lines[-5:]).strip()
     if code == 2:
         # The command's own words, from its failure record, and "the spec" for the file written here.
-        message = refusal or said or "isorun sweep refused the spec"
+        message = (said_why if failure == "usage" else "") or said or "isorun sweep refused the spec"
         if isinstance(spec, dict):
             message = message.replace(path + ": ", "spec: ")
         raise UsageError(message)
     if code == 130:
         raise KeyboardInterrupt
+    if code == 1 and failure == "search_error":  # (failed trials exit 1 too; the record tells them apart)
+        raise Error(said_why)
     if code not in (0, 1) or tail is None or out is None:  # (out is known once tail is)
         raise Error(f"isorun sweep ended with exit code {code}: {said}")
     return out
 
 
-def _refusal(error_file: str) -> str:
-    """The message of the command's usage-error record (ISORUN_ERROR_FILE); "" if it wrote none."""
+def _failure(error_file: str) -> tuple[str, str]:
+    """The outcome and message of the command's failure record (ISORUN_ERROR_FILE): ("usage",
+    ...) for a refusal, ("search_error", ...) where the searcher failed; ("", "") if it wrote
+    none."""
     try:
         with open(error_file, encoding="utf-8", errors="replace") as f:
             record = json.load(f)
     except (OSError, ValueError):
-        return ""
-    if not isinstance(record, dict) or record.get("outcome") != "usage":
-        return ""
-    message = record.get("message")
-    return message if isinstance(message, str) else ""
+        return "", ""
+    if not isinstance(record, dict) or not isinstance(record.get("message"), str):
+        return "", ""
+    return str(record.get("outcome")), record["message"]
 
 
 def _echo(proc: subprocess.Popen[str], lines: list[str]) -> None:

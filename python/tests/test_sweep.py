@@ -275,6 +275,19 @@ def test_a_spec_isorun_refuses_is_a_usage_error_and_starts_nothing(trials, tmp_p
     assert not out.exists()
 
 
+def test_a_searcher_that_fails_is_an_error_naming_it(trials, tmp_path):
+    # The command exits 1 for it, as for failed trials: its failure record tells them apart.
+    out = tmp_path / "out"
+    searcher = [sys.executable, "-c", "import sys; sys.exit(5)"]
+    with pytest.raises(isorun.Error, match=r"the searcher \(.*\) exited \(status 5\).*search\.err") as raised:
+        isorun.sweep({"python": f"{trials}:train", "params": {"hidden": 8},
+                      "metric": {"name": "loss", "goal": "minimize"},
+                      "search": {"type": "command", "command": searcher, "params": ["lr"], "trials": 2},
+                      "out": str(out)})
+    assert not isinstance(raised.value, isorun.UsageError)
+    assert "exit code" not in str(raised.value)  # the record's message, not the last lines scraped
+
+
 FAKE_CUDA_DIR = os.environ.get("ISORUN_TEST_FAKE_CUDA_DIR", "")
 
 

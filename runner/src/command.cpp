@@ -16,19 +16,19 @@
 
 #include "isorun/preload/cap_region.hpp"
 #include "isorun/runner/command_shim.hpp"
+#include "isorun/runner/containment.hpp"
+#include "isorun/runner/driver_cap.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/host_memory.hpp"
 #include "isorun/runner/job.hpp"
-#include "isorun/runner/containment.hpp"
-#include "isorun/runner/driver_cap.hpp"
 #include "isorun/runner/process.hpp"
+#include "isorun/runner/stream_tail.hpp"
 #include "isorun/runner/unique_fd.hpp"
 #include "isorun/runner/units.hpp"
 #include "isorun/runner/worker_env.hpp"
 #include "isorun/serialization/control.hpp"
 #include "isorun/serialization/protocol.hpp"
 #include "isorun/serialization/shm_segment.hpp"
-#include "stream_tail.hpp"
 
 extern char** environ;
 
@@ -235,7 +235,8 @@ const command_result& command::wait() {
   state& s = *state_;
   if (s.result) return *s.result;
   detail::line_tail tail(s.spec.stderr_tail_lines);
-  auto read_stderr = [&] { return detail::drain(s.stderr_read.get(), tail, s.spec.stderr_fd); };
+  detail::capped_echo echo(s.spec.stderr_fd, s.spec.stderr_limit);
+  auto read_stderr = [&] { return detail::drain(s.stderr_read.get(), &tail, echo); };
   const wait_end end = wait_for_shim(s, read_stderr);
   command_shim_report report{-1, 0};
   const bool reported = ::recv(s.report_read.get(), &report, sizeof report, MSG_DONTWAIT) == sizeof report;

@@ -25,6 +25,7 @@
 #include "isorun/runner/launcher.hpp"
 #include "isorun/runner/placement.hpp"
 #include "isorun/runner/process.hpp"
+#include "isorun/runner/stream_tail.hpp"
 #include "isorun/runner/unique_fd.hpp"
 #include "isorun/runner/units.hpp"
 #include "isorun/runner/worker_env.hpp"

@@ -20,12 +20,12 @@
 #include "isorun/runner/job.hpp"
 #include "isorun/runner/launcher.hpp"
 #include "isorun/runner/process.hpp"
+#include "isorun/runner/stream_tail.hpp"
 #include "isorun/runner/unique_fd.hpp"
 #include "isorun/serialization/control.hpp"
 #include "isorun/serialization/result_stream.hpp"
 #include "isorun/serialization/segment_pool.hpp"
 #include "isorun/serialization/wire.hpp"
-#include "stream_tail.hpp"
 
 namespace isorun::runner {
 
@@ -125,6 +125,7 @@ class worker_watch {
   job::state& s_;
   watch_record w_;
   detail::line_tail tail_;
+  detail::capped_echo echo_;  // where its stderr is copied, within job_spec::stderr_echo_limit
   stop_escalation stopping_;
   clock::time_point deadline_;
   bool stderr_open_ = true;

@@ -36,6 +36,7 @@ std::optional<ser::segment_header> streamed_header(const ser::pooled_segment& se
 worker_watch::worker_watch(job::state& s)
     : s_{s},
       tail_{s.spec.stderr_tail_lines},
+      echo_{s.spec.stderr_echo_fd, s.spec.stderr_echo_limit},
       stopping_{stop_plan::graceful(s.spec.grace, s.spec.stop_signal)},
       deadline_{s.spec.timeout.count() > 0 ? s.worker.started + s.spec.timeout : clock::time_point::max()},
       await_done_{s.spec.early_result} {}
@@ -112,8 +113,7 @@ bool worker_watch::step(const events& ready) {
     for (std::uint64_t i = 0; i < std::min<std::uint64_t>(requests, 2); ++i)
       deadline_ = stopping_.advance(worker.process);
   }
-  if (ready[stderr_slot])
-    stderr_open_ = detail::drain(worker.stderr_read.get(), tail_, s_.spec.stderr_echo_fd, stderr_per_step);
+  if (ready[stderr_slot]) stderr_open_ = detail::drain(worker.stderr_read.get(), &tail_, echo_, stderr_per_step);
   if (ready[stream_slot] & POLLIN) {  // the worker starts streaming its result: receive it alongside
     std::uint64_t starts = 0;
     [[maybe_unused]] auto n = ::read(s_.segments.stream_event.get(), &starts, sizeof starts);
@@ -172,7 +172,7 @@ watch_record worker_watch::finish() {
     w_.memory_peak = worker.process.memory_peak().value_or(w_.host.peak.value_or(worker.process.max_rss()));
   }
   // What is there now: a process that left the worker's group may write on without end.
-  if (stderr_open_) detail::drain(worker.stderr_read.get(), tail_, s_.spec.stderr_echo_fd, stderr_per_step);
+  if (stderr_open_) detail::drain(worker.stderr_read.get(), &tail_, echo_, stderr_per_step);
   w_.wall = clock::now() - worker.started;
   w_.stderr_tail = tail_.lines();
   w_.result_segment = s_.segments.result;

@@ -4,6 +4,7 @@
 // but a regular file, read with bounds. The folder itself may be a link (a user's own).
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <initializer_list>
@@ -13,6 +14,13 @@
 #include "isorun/runner/unique_fd.hpp"
 
 namespace isorun::sweep::detail {
+
+/// What isorun keeps of a child's stderr in a log file of the folder (a trial's OUT/logs/ID.err,
+/// each attempt; the searcher's OUT/search.err, each run), then a line saying it was cut there.
+/// 8 MiB is some 100,000 lines: more than anyone reads of one trial's log, and what a progress bar
+/// redrawn a few times a second writes in hours, while 10,000 trials' logs stay within 80 GiB.
+/// The start is kept, where things first went wrong; a failed trial's record quotes the end.
+inline constexpr std::uint64_t max_log = std::uint64_t{8} << 20;
 
 /// @brief Opens the folder `dir`, following a symbolic link to it (the one link allowed).
 /// @return an empty descriptor if it does not exist or is not a folder.

@@ -649,6 +649,7 @@ void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec
     rec.timeline = "logs/" + name;
   }
   spec.stderr_echo_fd = err;
+  spec.stderr_echo_limit = detail::max_log;
   spec.admitted = std::move(admitted);  // until the worker is reaped
   std::shared_ptr<runner::job> job;
   try {
@@ -730,6 +731,7 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
                                   .stdout_fd = stdout_file.get(),
                                   .stderr_fd = err,
                                   .stderr_tail_lines = 20,
+                                  .stderr_limit = detail::max_log,
                                   .memory_events = timeline ? command_memory_events : 0});
   } catch (const std::exception& e) {
     rec.kind = outcome_kind::internal_error;

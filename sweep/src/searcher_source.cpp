@@ -5,19 +5,25 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 #include "folder.hpp"
 #include "isorun/runner/bounded_json.hpp"
+#include "isorun/runner/containment.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/printable.hpp"
 #include "isorun/runner/process.hpp"
+#include "isorun/runner/stream_tail.hpp"
 #include "isorun/runner/worker_env.hpp"
+#include "isorun/sweep/journal.hpp"
+#include "isorun/sweep/run.hpp"
 #include "python_trials.hpp"
 
 namespace isorun::sweep {
@@ -29,12 +35,37 @@ using clock = std::chrono::steady_clock;
 constexpr const char* conversation_file = "search.jsonl";
 constexpr const char* stderr_file = "search.err";
 constexpr std::size_t max_answer = 1 << 20;
+// A line of search.jsonl: as long as a line of the journal may be, since a tell carries the trial's
+// result. What log() writes is within it, so that a resume replays every line it wrote (a line
+// it skipped would be a tell told and journaled again on each resume).
+constexpr std::size_t max_line = journal::max_line;
 constexpr int protocol = 1;
+// Ask numbers go up to the budget (search: trials:, an int).
+constexpr std::uint64_t max_asks = std::numeric_limits<int>::max();
 
 std::string words(const std::vector<std::string>& argv) {
   std::string all;
   for (const auto& w : argv) all += (all.empty() ? "" : " ") + w;
   return all;
+}
+
+// What is wrong with `params` as the parameters of a trial the searcher chose, or "": an object
+// with every name `declared` (search: params:) and no other, each a number, a string or a
+// boolean. Live answers and replayed ones are checked alike.
+std::string params_problem(const json& params, const json& declared) {
+  if (!params.is_object()) return "parameters that are not an object: " + printable(params.dump().substr(0, 80));
+  for (const auto& [k, v] : params.items()) {
+    if (!declared.empty() && !declared.contains(k))
+      return "parameter '" + printable(k) + "', which search: params: does not declare";
+    if (v.is_object() || v.is_array() || v.is_null())
+      return "parameter '" + printable(k) + "' as " + printable(v.dump().substr(0, 80)) +
+             "; a parameter is a number, a string or a boolean";
+  }
+  // (Else the trial would run with a placeholder of its command or an argument of its function missing.)
+  for (const auto& [k, d] : declared.items())
+    if (!params.contains(k))
+      return "no parameter '" + printable(k) + "', which search: params: declares (every trial gets each one)";
+  return "";
 }
 }  // namespace
 
@@ -79,17 +110,32 @@ searcher_source::searcher_source(searcher_setup setup) : setup_{std::move(setup)
   if (!dir) throw internal_error("cannot open " + setup_.out.string());
   // What an earlier run said to the searcher, and it answered, in order.
   log_ = detail::open_file(dir.get(), conversation_file, O_RDWR | O_CREAT | O_APPEND, setup_.out / conversation_file);
+  // Each line checked first, as a live answer is: nothing starts for a file that is not what isorun wrote.
   std::vector<json> earlier;
-  const std::size_t complete = detail::for_each_line(log_.get(), max_answer, setup_.out / conversation_file,
-                                                     [&](std::string_view line, int, bool too_long) {
-                                                       if (too_long) return;
-                                                       json j = parse_bounded_json(line);
-                                                       if (j.is_object() && (j.contains("ask") || j.contains("tell")))
-                                                         earlier.push_back(std::move(j));
-                                                     });
+  const auto take = [&](std::string_view line, int number, bool too_long) {
+    if (too_long) replay_failed(number, "is longer than " + std::to_string(max_line >> 20) + " MiB");
+    json j = parse_bounded_json(line);
+    if (!j.is_object()) replay_failed(number, "is not a JSON object");
+    if (!j.contains("ask") && !j.contains("tell")) return;  // (a later version's: this one says nothing of it)
+    check_replayed(j, number);
+    earlier.push_back(std::move(j));
+  };
+  const std::size_t complete = detail::for_each_line(log_.get(), max_line, setup_.out / conversation_file, take);
   detail::drop_cut_line(log_.get(), complete, setup_.out / conversation_file);
-  const unique_fd err = detail::open_file(dir.get(), stderr_file, O_WRONLY | O_CREAT | O_APPEND,
-                                          setup_.out / stderr_file);
+  // Its stderr goes through a pipe this process copies into OUT/search.err, so that the file
+  // stays within detail::max_log a run (the searcher's own descendants write there too). Each run
+  // appends; a file that has reached the bound starts afresh.
+  unique_fd err = detail::open_file(dir.get(), stderr_file, O_WRONLY | O_CREAT | O_APPEND, setup_.out / stderr_file);
+  struct stat st = {};
+  const bool full = ::fstat(err.get(), &st) == 0 && static_cast<std::uint64_t>(st.st_size) >= detail::max_log;
+  if (full && ::ftruncate(err.get(), 0) != 0)
+    throw internal_error("cannot empty " + (setup_.out / stderr_file).string() + ": " + std::strerror(errno));
+  int pipe_ends[2];
+  if (::pipe2(pipe_ends, O_CLOEXEC) != 0)
+    throw internal_error(std::string("cannot make the searcher's stderr pipe: ") + std::strerror(errno));
+  unique_fd err_read(pipe_ends[0]), err_write(pipe_ends[1]);
+  ::fcntl(err_read.get(), F_SETFL, O_NONBLOCK);
+  stderr_ = std::make_unique<stderr_copy>(std::move(err_read), std::move(err));
 
   // Its stdin and stdout are one socket: a message to a searcher that has exited is then an
   // error to report (send with MSG_NOSIGNAL), not a SIGPIPE that would end isorun.
@@ -103,13 +149,18 @@ searcher_source::searcher_source(searcher_setup setup) : setup_{std::move(setup)
   o.executable = *exe;
   o.args.assign(setup_.argv.begin() + 1, setup_.argv.end());
   o.env = runner::inherited_environment();
-  o.fds = {{0, theirs.get()}, {1, theirs.get()}, {2, err.get()}};
+  o.fds = {{0, theirs.get()}, {1, theirs.get()}, {2, err_write.get()}};
+  // A process group of its own (spawn's default) and, where children are contained so, a cgroup:
+  // what it starts goes with it when it is reaped (at its exit or the sweep's end), also a
+  // descendant that left the group with setsid().
+  o.cgroup = runner::new_child_cgroup();
   try {
     process_ = std::make_unique<runner::child>(runner::spawn(o));
   } catch (const std::exception& e) {
     fail(std::string("cannot be started: ") + e.what());
   }
-  theirs.reset();  // the searcher's alone now: its exit is our end of file
+  theirs.reset();  // the searcher's (and its descendants') alone now: its exit is watched too (exchange)
+  err_write.reset();
   to_ = std::move(mine);
 
   json objectives = json::array();
@@ -129,9 +180,9 @@ searcher_source::searcher_source(searcher_setup setup) : setup_{std::move(setup)
   // tell told again.
   bool differed = false;
   for (const auto& line : earlier) {
-    if (line.contains("ask")) {
-      const std::size_t number = line.value("ask", std::size_t{0});
-      const json params = line.value("params", json::object());
+    if (line.contains("ask")) {  // (both checked: check_replayed)
+      const auto number = line["ask"].get<std::size_t>();
+      const json& params = line["params"];
       // (With what it answered then: a searcher that would not propose it again keeps it.)
       const json answer = exchange({{"op", "ask"}, {"number", number}, {"replay", true}, {"params", params}});
       if (!answer.contains("params") || answer["params"] != params) differed = true;
@@ -146,7 +197,7 @@ searcher_source::searcher_source(searcher_setup setup) : setup_{std::move(setup)
       message["op"] = "tell";
       message["replay"] = true;
       exchange(message);
-      told_.insert(line.value("id", ""));
+      told_.insert(line["id"].get<std::string>());
     }
   }
   if (differed)
@@ -177,6 +228,29 @@ searcher_source::~searcher_source() {
   if (process_) process_->stop(runner::stop_plan::graceful(std::chrono::seconds(2)));
 }
 
+searcher_source::stderr_copy::stderr_copy(unique_fd from, unique_fd to)
+    : from_{std::move(from)}, to_{std::move(to)}, stop_{::eventfd(0, EFD_CLOEXEC)} {
+  if (!stop_)
+    throw internal_error(std::string("cannot make an eventfd for the searcher's stderr: ") + std::strerror(errno));
+  thread_ = std::thread([this] { run(); });
+}
+
+searcher_source::stderr_copy::~stderr_copy() {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const auto n = ::write(stop_.get(), &one, sizeof one);
+  thread_.join();
+}
+
+void searcher_source::stderr_copy::run() {
+  runner::detail::capped_echo file(to_.get(), detail::max_log);
+  for (;;) {
+    pollfd p[2] = {{from_.get(), POLLIN, 0}, {stop_.get(), POLLIN, 0}};
+    if (::poll(p, 2, -1) < 0 && errno != EINTR) return;
+    // (Stopped once what it started is gone too, where a cgroup holds them: nothing more comes.)
+    if (!runner::detail::drain(from_.get(), nullptr, file) || p[1].revents) return;
+  }
+}
+
 void searcher_source::on_ready(const std::function<void()>& wake) {
   std::lock_guard lock(wake_mutex_);
   wake_ = wake;
@@ -202,7 +276,14 @@ void searcher_source::converse() {
       sending_ = true;
     }
     try {
-      if (!out.line.is_null()) log(out.line);  // first: a tell the searcher heard is one a resumed sweep replays
+      if (!out.line.is_null()) {  // first: a tell the searcher heard is one a resumed sweep replays
+        if (log(out.line) == logged::too_long) {
+          // Its result left out, in the line and in what the searcher hears alike (a replay tells
+          // what was told): all of it is in the journal's record.
+          out.line["result"] = out.message["result"] = nullptr;
+          log(out.line);  // (which fits: its parameters are an answer's, at most 1 MiB)
+        }
+      }
       const json answer = exchange(out.message);
       if (answer.is_null()) return;  // the source is being destroyed
       const bool ask = out.line.is_null();
@@ -237,8 +318,32 @@ void searcher_source::converse() {
 }
 
 [[noreturn]] void searcher_source::fail(const std::string& what) const {
-  throw std::runtime_error("the searcher (" + words(setup_.argv) + ") " + what + "; its stderr is in " +
-                           (setup_.out / stderr_file).string());
+  throw search_error("the searcher (" + words(setup_.argv) + ") " + what + "; its stderr is in " +
+                     (setup_.out / stderr_file).string());
+}
+
+[[noreturn]] void searcher_source::replay_failed(int line, const std::string& what) const {
+  throw search_error((setup_.out / conversation_file).string() + " line " + std::to_string(line) + " " + what +
+                     "; a resumed search replays that file as isorun wrote it: restore it, or run the sweep into "
+                     "another folder (--out)");
+}
+
+// A line of search.jsonl as isorun writes it: {"ask": N, "params": {...}, ...}, the parameters
+// as a live answer's are checked, or {"tell": N, "id": "...", ...}.
+void searcher_source::check_replayed(const json& line, int number) const {
+  const bool ask = line.contains("ask");
+  const json& n = line[ask ? "ask" : "tell"];
+  if (!n.is_number_unsigned() || n.get<std::uint64_t>() >= max_asks)
+    replay_failed(number, std::string(ask ? "asks" : "tells") + " " + printable(n.dump().substr(0, 80)) +
+                              ", where the ask's number is a whole number from 0");
+  if (ask) {
+    const auto params = line.find("params");
+    if (params == line.end()) replay_failed(number, "is an ask without its params");
+    if (const std::string problem = params_problem(*params, setup_.spec->search.params); !problem.empty())
+      replay_failed(number, "holds " + problem);
+  } else if (const auto id = line.find("id"); id == line.end() || !id->is_string()) {
+    replay_failed(number, "is a tell without the trial's id (a string)");
+  }
 }
 
 [[noreturn]] void searcher_source::exited(const std::string& instead_of) {
@@ -251,19 +356,23 @@ void searcher_source::converse() {
 json searcher_source::exchange(const json& message) {
   const std::string line = message.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
   const auto deadline = clock::now() + setup_.spec->search.timeout;
-  // Waits for `events` on the socket until the deadline; false where the source is being
-  // destroyed (its eventfd written).
+  enum class waited { ready, exited, quit };
+  // Waits for `events` on the socket until the deadline. The searcher's own exit (its pidfd) ends
+  // the wait too: a descendant holding its stdout keeps the socket open, and must neither stand in
+  // for it nor hide its exit until the timeout. `quit`: the source is being destroyed (its
+  // eventfd written).
   const auto ready = [&](short events, const char* doing) {
     for (;;) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
       if (left <= 0)
         fail("did not " + std::string(doing) + " " + printable(message.value("op", "")) + " within " +
              std::to_string(setup_.spec->search.timeout.count()) + " ms (search: timeout)");
-      pollfd p[2] = {{to_.get(), events, 0}, {quit_ ? quit_.get() : -1, POLLIN, 0}};
-      const int rc = ::poll(p, 2, static_cast<int>(std::min<long long>(left, 1 << 30)));
+      pollfd p[3] = {{to_.get(), events, 0}, {quit_ ? quit_.get() : -1, POLLIN, 0}, {process_->pidfd(), POLLIN, 0}};
+      const int rc = ::poll(p, 3, static_cast<int>(std::min<long long>(left, 1 << 30)));
       if (rc < 0 && errno != EINTR) fail(std::string("cannot be reached: ") + std::strerror(errno));
       if (rc <= 0) continue;
-      return p[1].revents == 0;
+      if (p[1].revents) return waited::quit;
+      return p[0].revents ? waited::ready : waited::exited;
     }
   };
   // Sent without blocking: a searcher that stops reading holds the sweep no longer than its timeout.
@@ -271,7 +380,9 @@ json searcher_source::exchange(const json& message) {
     const ssize_t n = ::send(to_.get(), line.data() + sent, line.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (!ready(POLLOUT, "read")) return nullptr;
+      const waited w = ready(POLLOUT, "read");
+      if (w == waited::quit) return nullptr;
+      if (w == waited::exited) exited("reading " + printable(message.value("op", "")));
       continue;
     }
     if (n <= 0) exited("reading " + printable(message.value("op", "")));
@@ -288,19 +399,24 @@ json searcher_source::exchange(const json& message) {
       return j;
     }
     if (buffer_.size() > max_answer) fail("answered with a line longer than 1 MiB");
-    if (!ready(POLLIN, "answer")) return nullptr;  // the source is being destroyed: no answer is waited for
+    const waited w = ready(POLLIN, "answer");
+    if (w == waited::quit) return nullptr;  // the source is being destroyed: no answer is waited for
     char buf[1 << 14];
-    const ssize_t n = ::read(to_.get(), buf, sizeof buf);
+    // (Once it has exited, what it wrote is in the socket: an answer it gave before is still read.)
+    const ssize_t n = ::recv(to_.get(), buf, sizeof buf, MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && w == waited::ready) continue;
     if (n <= 0) exited("answering " + printable(message.value("op", "")));
     buffer_.append(buf, static_cast<std::size_t>(n));
   }
 }
 
-void searcher_source::log(const json& line) {
+searcher_source::logged searcher_source::log(const json& line) {
   const std::string text = line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  if (text.size() > max_line) return logged::too_long;  // (with its newline: within what is read back)
   if (detail::write_all(log_.get(), text) != 0 || ::fdatasync(log_.get()) != 0)
     throw internal_error("cannot write " + (setup_.out / conversation_file).string() + ": " + std::strerror(errno));
+  return logged::written;
 }
 
 new_trial searcher_source::made(std::size_t number, const json& params) const {
@@ -330,26 +446,24 @@ std::optional<new_trial> searcher_source::next() {
 // The answer to ask `number`, checked; a trial's ask journaled.
 searcher_source::answer_to_ask searcher_source::answered(std::size_t number, const json& answer) {
   answer_to_ask got;
-  if (answer.value("done", false)) {
-    got.done = true;
-    return got;
-  }
-  if (answer.value("wait", false)) {
-    got.wait = true;
-    return got;
-  }
+  // {"done": true} and {"wait": true}: a flag that is there is a boolean.
+  const auto flag = [&](const char* name) {
+    const auto it = answer.find(name);
+    if (it == answer.end()) return false;
+    if (!it->is_boolean())
+      fail("answered ask with " + printable(answer.dump().substr(0, 200)) + ", where \"" + name +
+           "\" takes true or false");
+    return it->get<bool>();
+  };
+  got.done = flag("done");
+  got.wait = !got.done && flag("wait");
+  if (got.done || got.wait) return got;
   const auto params = answer.find("params");
   if (params == answer.end() || !params->is_object())
     fail("answered ask with " + printable(answer.dump().substr(0, 200)) +
          ", which is none of {\"params\": {...}}, {\"wait\": true}, {\"done\": true}");
-  const json& declared = setup_.spec->search.params;
-  for (const auto& [k, v] : params->items()) {
-    if (!declared.empty() && !declared.contains(k))
-      fail("proposed parameter '" + printable(k) + "', which search: params: does not declare");
-    if (v.is_object() || v.is_array() || v.is_null())
-      fail("proposed parameter '" + printable(k) + "' as " + printable(v.dump().substr(0, 80)) +
-           "; a parameter is a number, a string or a boolean");
-  }
+  if (const std::string problem = params_problem(*params, setup_.spec->search.params); !problem.empty())
+    fail("proposed " + problem);
   got.trial = made(number, *params);
   got.params = *params;
   log({{"ask", number}, {"id", got.trial->id}, {"params", *params}});

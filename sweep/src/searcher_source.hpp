@@ -23,7 +23,8 @@
 //
 // A searcher that exits, prints a line that is not an answer, or takes longer than the search's
 // timeout stops the sweep with an error naming it and its stderr log (OUT/search.err); what was
-// journaled stays.
+// journaled stays. It runs in a process group (and, where isorun has them, a cgroup) of its own,
+// killed whole when it exits or the source is destroyed: nothing it started outlives the sweep.
 
 #include <chrono>
 #include <condition_variable>
@@ -111,14 +112,36 @@ class searcher_source final : public trial_source {
   void wake();
   // One message, and its answer (an object). Returns null where the source is being destroyed.
   nlohmann::json exchange(const nlohmann::json& message);
-  void log(const nlohmann::json& line);
+  // Appends `line` to OUT/search.jsonl, fsync'ed; nothing where it is longer than a line there may be.
+  enum class logged { written, too_long };
+  logged log(const nlohmann::json& line);
   [[noreturn]] void fail(const std::string& what) const;
-  // It is gone (its end of the socket closed): reaped, and the sweep stopped saying how it ended.
+  // Line `line` of OUT/search.jsonl cannot be replayed: the sweep stops, naming the file and line.
+  [[noreturn]] void replay_failed(int line, const std::string& what) const;
+  void check_replayed(const nlohmann::json& line, int number) const;
+  // It is gone (exited, or its end of the socket closed): reaped with its process group and
+  // cgroup, and the sweep stopped saying how it ended.
   [[noreturn]] void exited(const std::string& instead_of);
   new_trial made(std::size_t number, const nlohmann::json& params) const;
   nlohmann::json tell_message(std::size_t number, const nlohmann::json& params, const trial_record& r) const;
 
+  // Copies the searcher's stderr (a pipe) into OUT/search.err, within detail::max_log, on a thread
+  // of its own: until the pipe ends, or this is destroyed (what the pipe holds then copied first).
+  class stderr_copy {
+   public:
+    stderr_copy(unique_fd from, unique_fd to);
+    ~stderr_copy();
+    stderr_copy(const stderr_copy&) = delete;
+    stderr_copy& operator=(const stderr_copy&) = delete;
+
+   private:
+    void run();
+    unique_fd from_, to_, stop_;  // the pipe's read end, the file, an eventfd written once to stop
+    std::thread thread_;
+  };
+
   searcher_setup setup_;
+  std::unique_ptr<stderr_copy> stderr_;  // before process_: stopped once the searcher and its descendants are gone
   std::unique_ptr<runner::child> process_;
   unique_fd to_, log_;  // its stdin and stdout (one socket); OUT/search.jsonl (the thread's, after the replay)
   unique_fd quit_;      // an eventfd: written once, when the source is destroyed, to end a wait for an answer

@@ -8,7 +8,13 @@ line each, and {"answered": ...} for each answer) and answers as the protocol sa
   hang:N     never answers ask N
   journaled:N  answers ask N once the sweep's journal (out/results.jsonl beside LOG) holds N records
   garbage:N  answers ask N with a line that is not JSON
+  waitstr:N  answers ask N with {"wait": "yes"} (not a boolean)
+  doneint:N  answers ask N with {"done": 1} (not a boolean)
+  noparams:N answers ask N with {"params": {}} (none of the parameters it was given)
   exit       exits (status 5) at hello
+  flood:N    writes N MiB of lines to its stderr at hello, then goes on as usual
+  orphan:N   when asked for trial N, leaves a child that calls setsid() and keeps its stdout
+             open (its pid in LOG.orphan), then exits (status 3)
 
 Usage: searcher.py LOG [MODE]"""
 
@@ -39,6 +45,10 @@ for line in sys.stdin:
     op = message["op"]
     if op == "hello" and kind == "exit":
         sys.exit(5)
+    if op == "hello" and kind == "flood":
+        for _ in range(n * 1024):
+            sys.stderr.write("e" * 1023 + "\n")
+        sys.stderr.flush()
     if op == "ask":
         number = message["number"]
         if kind == "done" and told >= n:
@@ -47,6 +57,17 @@ for line in sys.stdin:
             answer({"wait": True})
         elif kind == "crash" and number == n:
             sys.exit(3)
+        elif kind == "orphan" and number == n:
+            written, wrote = os.pipe()
+            if os.fork() == 0:
+                os.setsid()  # out of the searcher's process group too
+                with open(log_path + ".orphan", "w") as f:
+                    f.write(f"{os.getpid()}\n")
+                os.write(wrote, b"1")
+                time.sleep(3600)
+                os._exit(0)
+            os.read(written, 1)  # its pid is in the file before the searcher exits
+            os._exit(3)
         elif kind == "hang" and number == n:
             time.sleep(3600)
         elif kind == "journaled" and number == n:
@@ -58,6 +79,12 @@ for line in sys.stdin:
         elif kind == "garbage" and number == n:
             sys.stdout.write("proposing x now\n")
             sys.stdout.flush()
+        elif kind == "waitstr" and number == n:
+            answer({"wait": "yes"})
+        elif kind == "doneint" and number == n:
+            answer({"done": 1})
+        elif kind == "noparams" and number == n:
+            answer({"params": {}})
         else:
             outstanding.add(number)
             answer({"params": {"x": 2 * number}})

@@ -190,6 +190,16 @@ int fill_mib(int mib) {
 ISORUN_TASK(fill_mib);
 
 namespace {
+// Writes `mib` MiB of lines to its stderr (a trial's log past its bound).
+int spew(int mib) {
+  const std::string line(1023, 'e');
+  for (int i = 0; i < mib * 1024; ++i) std::fprintf(stderr, "%s\n", line.c_str());
+  return mib;
+}
+}  // namespace
+ISORUN_TASK(spew);
+
+namespace {
 // The first time (no marker `dir`/`i`.died yet), kills the isorun that runs it (on a Slurm node:
 // the array task's, so the task ends without the trial's record); afterwards, succeeds.
 int die_once(int i, const std::string& dir) {

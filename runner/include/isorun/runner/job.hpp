@@ -55,6 +55,9 @@ struct job_spec {
   std::string stdout_path;
   int stdout_fd = -1;                ///< stdout_mode::fd
   int stderr_echo_fd = 2;            ///< live copy of the worker's stderr; -1 = none
+  /// Bytes of it copied there at most, then a line saying it was cut (for a file: a sweep's
+  /// trial log); 0: no bound.
+  std::uint64_t stderr_echo_limit = 0;
   std::size_t stderr_tail_lines = 20;
   std::uint64_t max_result = 0;           ///< larger results are rejected; 0: the machine's physical memory
   std::vector<std::string> extra_env;     ///< "KEY=VALUE" added to the worker's environment

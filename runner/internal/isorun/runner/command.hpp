@@ -42,6 +42,9 @@ struct command_spec {
   /// supervisor (a pipe), which keeps its last lines for the outcome; else it goes straight there.
   int stderr_fd = 2;
   std::size_t stderr_tail_lines = 0;
+  /// With stderr_tail_lines > 0: bytes of its stderr copied to stderr_fd at most, then a line
+  /// saying it was cut (for a file: a sweep's trial log); 0: no bound.
+  std::uint64_t stderr_limit = 0;
   /// With an enforced cap: keep the last this many changes of what the command's processes hold
   /// (command_result::memory_timeline); 0: none.
   std::size_t memory_events = 0;

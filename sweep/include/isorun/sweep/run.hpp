@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "isorun/runner/errors.hpp"
 #include "isorun/sweep/journal.hpp"
 #include "isorun/sweep/spec.hpp"
 
@@ -23,6 +24,16 @@ namespace isorun::sweep {
 
 class trial_source;
 class list_source;
+
+/// The searcher (`search:`) failed: it could not be started, exited, answered what is not an
+/// answer, or took longer than its timeout; or OUT/search.jsonl, which a resumed search replays,
+/// holds a line isorun does not write. The message names the searcher and OUT/search.err (or the
+/// file and line). The sweep stopped; what was journaled stays, and running it again resumes it.
+/// The CLI exits with 1 (docs/sweeps.md).
+class search_error : public isorun::error {
+ public:
+  using error::error;
+};
 
 /// How a sweep runs, beyond its spec.
 struct sweep_options {
@@ -110,7 +121,8 @@ class sweep_run {
   /// @brief Runs the pending trials; call once. Writes OUT/results.jsonl (fsync'ed per trial),
   ///        OUT/results.csv and OUT/logs/ID.{out,err}.
   /// @throws usage_error if the metric turns out not to be a numeric field of the result (first
-  ///         success; running trials are stopped); internal_error if the journal cannot be written.
+  ///         success; running trials are stopped); search_error if the searcher failed;
+  ///         internal_error if the journal cannot be written.
   sweep_summary run();
 
   struct state;

@@ -1,6 +1,7 @@
 #pragma once
-// A child's stderr as the supervisor passes it on: copied to where it should go, its last lines
-// kept for the outcome. Shared by jobs (workers) and commands.
+// A child's stderr as the supervisor passes it on: copied to where it should go (within a bound,
+// for a file isorun keeps), its last lines kept for the outcome. Shared by jobs (workers),
+// commands and a sweep's searcher.
 
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "isorun/runner/printable.hpp"
+#include "isorun/runner/units.hpp"
 
 namespace isorun::runner::detail {
 
@@ -62,16 +64,46 @@ class line_tail {
   std::deque<std::string> lines_;
 };
 
-/// @brief Reads what the non-blocking `fd` holds now, up to about `most` bytes: keeps its tail in
-///        `tail`, copies it to `echo_fd` (-1: nowhere). @return false once the stream has ended
-///        (EOF).
-inline bool drain(int fd, line_tail& tail, int echo_fd, std::size_t most = SIZE_MAX) {
+// Where a stream is copied: `fd` (-1: nowhere), its first `limit` bytes (0: all of it), then a
+// line saying it was cut there, and nothing more. The bound is for the files a sweep keeps (a
+// trial's OUT/logs/ID.err, OUT/search.err): a child that writes without end must not fill the
+// disk through them. A terminal gets all of it.
+class capped_echo {
+ public:
+  capped_echo(int fd, std::uint64_t limit) : fd_{fd}, limit_{limit} {}
+  void write(const char* data, std::size_t n) {
+    if (fd_ < 0 || cut_ || n == 0) return;
+    if (limit_ == 0 || n <= limit_ - written_) {
+      write_all(fd_, data, n);
+      written_ += n;
+      ends_line_ = data[n - 1] == '\n';
+      return;
+    }
+    const auto room = static_cast<std::size_t>(limit_ - written_);
+    write_all(fd_, data, room);
+    if (room) ends_line_ = data[room - 1] == '\n';
+    const std::string note = std::string(ends_line_ ? "" : "\n") + "isorun: truncated at " + format_size(limit_) +
+                             ": what it wrote after this was not kept\n";
+    write_all(fd_, note.data(), note.size());
+    cut_ = true;
+  }
+
+ private:
+  int fd_;
+  std::uint64_t limit_, written_ = 0;
+  bool ends_line_ = true, cut_ = false;
+};
+
+/// @brief Reads what the non-blocking `fd` holds now, up to about `most` bytes (one look must not
+///        starve the other streams a loop watches): keeps its tail in `tail` (nullptr: none),
+///        copies it to `echo`. @return false once the stream has ended (EOF).
+inline bool drain(int fd, line_tail* tail, capped_echo& echo, std::size_t most = SIZE_MAX) {
   char buf[16384];
   for (std::size_t read = 0; read < most;) {
     const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n > 0) {
-      tail.feed(buf, static_cast<std::size_t>(n));
-      if (echo_fd >= 0) write_all(echo_fd, buf, static_cast<std::size_t>(n));
+      if (tail) tail->feed(buf, static_cast<std::size_t>(n));
+      echo.write(buf, static_cast<std::size_t>(n));
       read += static_cast<std::size_t>(n);
       continue;
     }
