@@ -296,6 +296,7 @@ admission::waiter::~waiter() {
 
 void admission::waiter::cancel() noexcept {
   std::shared_ptr<waiter> there;
+  std::shared_ptr<ticket> unused, unused_outer;  // released after the lock: a release takes it
   {
     std::lock_guard lock(at_->mutex_);
     cancel_asked_ = true;
@@ -309,7 +310,14 @@ void admission::waiter::cancel() noexcept {
       entry_->changed_now();
       return;
     }
-    there = inner_;  // granted here: the place behind it is left (once queued there)
+    if (!taken_) {
+      // Granted here but never to be taken: what it holds goes now, for the calls behind it, not
+      // when its waiter is dropped (which a thread about to look at it may delay).
+      entry_->cancelled = true;
+      unused = std::move(entry_->ready);
+      unused_outer = std::move(outer_);
+    }
+    there = inner_;  // the place behind it is left (once queued there)
   }
   if (there) there->cancel();
 }
