@@ -115,12 +115,15 @@ def _line_buffered_stdout() -> None:
     """A stdout that is a pipe (the caller forwards or captures it, isorun._output) is written
     line by line, as to a terminal: Python chose block buffering at startup, for what fd 1 was
     then, and the caller would see nothing before the function's end. (Asked of fd 1 in C: an
-    os.fstat costs tens of µs on the call's cold path.)"""
+    os.fstat costs tens of µs on the call's cold path.) Not write-through, even under
+    PYTHONUNBUFFERED: calls forwarding into one stream share a pipe, and a line written in one
+    piece (up to PIPE_BUF) is not cut into by another call's."""
     if not _core.stdout_is_pipe():
         return
     try:
-        if not sys.stdout.line_buffering:  # type: ignore[union-attr]
-            sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+        out = sys.stdout
+        if not out.line_buffering or out.write_through:  # type: ignore[union-attr]
+            out.reconfigure(line_buffering=True, write_through=False)  # type: ignore[union-attr]
     except (OSError, ValueError, AttributeError):  # a closed pipe, or a stdout replaced by the preloads
         pass
 
