@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._api import IsolatedFunction, IsolatedFuture, isolated, map, stop_standby
     from ._checkpoint import Checkpoint, checkpoint, latest_checkpoint, should_checkpoint
-    from ._executor import Executor
+    from ._executor import Executor, imap
     from ._outcome import Outcome, Result
     from ._pool import segment_pool_stats, set_segment_pool
     from ._report import report, should_stop
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 # package, on every call's critical path; it needs none of the caller's machinery.
 _WHERE = {
     **dict.fromkeys(["IsolatedFunction", "IsolatedFuture", "isolated", "map", "stop_standby"], "_api"),
-    **dict.fromkeys(["Executor"], "_executor"),
+    **dict.fromkeys(["Executor", "imap"], "_executor"),
     **dict.fromkeys(["Outcome", "Result"], "_outcome"),
     **dict.fromkeys(["set_segment_pool", "segment_pool_stats"], "_pool"),
     **dict.fromkeys(["sweep", "sweep_iter", "SweepResults"], "_sweep"),
@@ -95,6 +95,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "isolated",
     "map",
+    "imap",
     "Executor",
     "stop_standby",
     "set_segment_pool",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
-import itertools
+import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -14,7 +14,7 @@ from ._api import IsolatedFunction, IsolatedFuture, Size, _Options, _size
 from ._outcome import Result
 from .errors import UsageError
 
-__all__ = ["Executor", "map"]
+__all__ = ["Executor", "imap", "map"]
 
 R = TypeVar("R")
 
@@ -135,24 +135,28 @@ class Executor(concurrent.futures.Executor):
             self._futures.discard(future)  # type: ignore[arg-type]
 
     def map(self, fn: Callable[..., R], *iterables: Iterable[Any], timeout: Optional[float] = None,
-            chunksize: int = 1, progress: bool = False) -> Iterator[R]:
-        """Like ``concurrent.futures.Executor.map``: ``fn`` over the items of ``iterables`` (one
-        call each, queued at once), results yielded lazily in input order, the first failure
-        raised where its result would be; leaving the iterator early cancels the calls left.
+            chunksize: int = 1, progress: bool = False, ordered: bool = True) -> Iterator[R]:
+        """Like ``concurrent.futures.Executor.map``: ``fn`` over the items of ``iterables``, one
+        call each, the results yielded in input order, the first failure raised where its result
+        would be; ``timeout`` counts from this call. The items are taken lazily (a generator of a
+        million is fine): a window of a few calls per slot is submitted now, and each result
+        taken lets the next item in. Leaving the iterator early cancels the calls in flight.
 
-        ``progress=True`` (isorun's own) shows the calls ended of all, the failures and the rate
-        on stderr as they end, whether or not the results are consumed yet: a tqdm bar where tqdm
-        is installed, else a line of isorun's own."""
-        if not _progress.check(progress):
-            return super().map(fn, *iterables, timeout=timeout, chunksize=chunksize)
-        futures = [self.submit(fn, *args) for args in zip(*iterables)]
-        if not futures:
-            return iter([])
-        bar = _progress.Progress(len(futures), "calls")
-        for f in futures:
-            # (a cancelled call counts as a failure: it did not give its result)
-            f.add_done_callback(lambda f: bar.advance(f.cancelled() or f.exception() is not None))
-        return _in_order(futures, timeout, bar)
+        ``ordered=False`` (isorun's own) yields the results as their calls end instead.
+        ``progress=True`` shows the calls ended (of all, where ``iterables`` have a length), the
+        failures and the rate on stderr as they end: a tqdm bar where tqdm is installed, else a
+        line of isorun's own."""
+        _progress.check(progress)
+        if not isinstance(chunksize, int) or chunksize < 1:
+            raise ValueError("chunksize must be >= 1.")
+        bar = _progress.Progress(_length(iterables), "calls") if progress else None
+        stream = _Stream(lambda args: self.submit(fn, *args), zip(*iterables), self._window(), ordered, timeout, bar)
+        return (f.result() for _, f in _drain(stream, wait=False))
+
+    def _window(self) -> int:
+        """Calls kept submitted by a streaming map: enough to keep every slot busy as results are
+        taken, few enough that a million inputs cost no memory."""
+        return max(8, 4 * self._admission.slots)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """No more calls are taken; ``cancel_futures`` cancels the calls still waiting for a slot
@@ -171,19 +175,87 @@ class Executor(concurrent.futures.Executor):
         return f"<isorun.Executor {self.plan}: {self.running} running, {self.waiting} waiting>"
 
 
-def _in_order(futures: list[IsolatedFuture], timeout: Optional[float], bar: _progress.Progress) -> Iterator[Any]:
-    """The results of ``futures`` in order, as ``concurrent.futures.Executor.map`` yields them
-    (the deadline counted from now); the calls left are cancelled when the iterator is left."""
-    deadline = None if timeout is None else time.monotonic() + timeout
+def _length(iterables: Sequence[Iterable[Any]]) -> Optional[int]:
+    """How many calls a map over ``iterables`` makes, where each has a length; else None."""
     try:
-        for f in futures:
-            yield f.result(None if deadline is None else max(deadline - time.monotonic(), 0.0))
-        # A future's result is there before its callbacks have run: the bar's last line is
-        # written before the caller goes on.
-        bar.wait()
-    finally:
+        return min(len(i) for i in iterables)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
+class _Stream:
+    """The calls of a streaming map: each item of ``items`` submitted (``submit(item)`` returns
+    its future), at most ``window`` in flight, the first window at once; taken (``take()``) in
+    input order or, not ``ordered``, as they end, each taken one letting the next item in."""
+
+    def __init__(self, submit: Callable[[Any], IsolatedFuture], items: Iterable[Any], window: int, ordered: bool,
+                 timeout: Optional[float], bar: Optional[_progress.Progress]) -> None:
+        self._submit, self._items, self._window, self._ordered, self._bar = submit, iter(items), window, ordered, bar
+        self._deadline = None if timeout is None else time.monotonic() + timeout
+        self._in_flight: dict[IsolatedFuture, int] = {}  # (insertion order: input order)
+        self._ended: queue.SimpleQueue[concurrent.futures.Future[Any]] = queue.SimpleQueue()
+        self._next = 0
+        try:
+            self._fill()
+        except BaseException:
+            self.close(wait=True)  # a failed submission leaves nothing queued
+            raise
+
+    def _fill(self) -> None:
+        while len(self._in_flight) < self._window:
+            try:
+                item = next(self._items)
+            except StopIteration:
+                return
+            future = self._submit(item)
+            self._in_flight[future] = self._next
+            self._next += 1
+            future.add_done_callback(self._ended.put)
+
+    def take(self) -> Optional[tuple[int, IsolatedFuture]]:
+        """The next finished call (index, future), None once all are taken. Raises
+        ``TimeoutError`` past the map's timeout."""
+        if not self._in_flight:
+            return None
+        left = None if self._deadline is None else max(self._deadline - time.monotonic(), 0.0)
+        if self._ordered:
+            future = next(iter(self._in_flight))
+            if not concurrent.futures.wait([future], left).done:
+                raise TimeoutError()
+        else:
+            try:
+                future = cast(IsolatedFuture, self._ended.get(timeout=left))
+                while future not in self._in_flight:  # (one taken in order before: skip it)
+                    future = cast(IsolatedFuture, self._ended.get(timeout=left))
+            except queue.Empty:
+                raise TimeoutError() from None
+        index = self._in_flight.pop(future)
+        if self._bar is not None:
+            self._bar.advance(future.cancelled() or future.exception() is not None)
+        self._fill()
+        return index, future
+
+    def close(self, wait: bool) -> None:
+        """Cancels the calls in flight (a running one's worker is stopped); ``wait``: until they
+        have ended, so that nothing of them is left."""
+        futures = list(self._in_flight)
+        self._in_flight.clear()
         for f in futures:
             f.cancel()
+        if wait:
+            concurrent.futures.wait(futures)
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _drain(stream: _Stream, wait: bool) -> Iterator[tuple[int, IsolatedFuture]]:
+    """What ``stream`` takes, until all are taken; left early (an error, a closed iterator,
+    Ctrl-C), the calls in flight are cancelled (and waited for, with ``wait``)."""
+    try:
+        while (taken := stream.take()) is not None:
+            yield taken
+    finally:
+        stream.close(wait)
 
 
 def _args_of(item: Any) -> tuple[tuple, dict]:
@@ -196,22 +268,11 @@ def _args_of(item: Any) -> tuple[tuple, dict]:
     return (item,), {}
 
 
-def map(fn: Union[Callable[..., R], IsolatedFunction[R]], inputs: Iterable[Any], *,
-        gpus: Union[str, Sequence[int], None] = None, mem_limit: Optional[Size] = None, per_gpu: Optional[int] = None,
-        cpu_slots: Optional[int] = None, on_result: Optional[Callable[[int, Result[R]], None]] = None,
-        progress: bool = False, **options: Any) -> list[Result[R]]:
-    """Runs ``fn`` on every input, each call in a fresh interpreter, in parallel on the slots of an
-    :class:`Executor`, and returns a :class:`Result` per input, in input order (failures are
-    results too). A dict input is passed as keyword arguments, a tuple as positional ones,
-    anything else as the one argument. ``on_result(index, result)`` is called as each ends;
-    ``progress=True`` shows the calls ended of all, the failures and the rate on stderr (a tqdm bar
-    where tqdm is installed, else a line of isorun's own).
-
-    Where calls run: ``gpus``, ``mem_limit``, ``per_gpu``, ``cpu_slots`` as for
-    :class:`Executor`; an :func:`isolated` function's own ``gpu``/``gpus`` and ``mem_limit``
-    are kept where this call gives none, and a :class:`UsageError` says where they conflict. Other
-    keyword options are those of :func:`isolated`.
-    """
+def _imap(fn: Union[Callable[..., R], IsolatedFunction[R]], inputs: Iterable[Any], *,
+          gpus: Union[str, Sequence[int], None], mem_limit: Optional[Size], per_gpu: Optional[int],
+          cpu_slots: Optional[int], on_result: Optional[Callable[[int, Result[R]], None]], progress: bool,
+          ordered: bool, **options: Any) -> Iterator[tuple[int, Result[R]]]:
+    """:func:`imap` as (index, result) pairs: what :func:`map` needs when it takes them as they end."""
     _progress.check(progress)
     if on_result is not None and not callable(on_result):
         raise UsageError(f"on_result takes a function of (index, result), not {on_result!r}")
@@ -244,29 +305,81 @@ def map(fn: Union[Callable[..., R], IsolatedFunction[R]], inputs: Iterable[Any],
     cap = cap or own.mem_limit
     if own_gpus or own_all or own.mem_limit:
         base = base.options(gpu=None, gpus=None, gpu_count=0, mem_limit=None)
-    items = list(inputs)
     executor = Executor(gpus, mem_limit=cap or None, per_gpu=per_gpu, cpu_slots=cpu_slots)
-    futures = [executor.submit(base, *_args_of(item)[0], **_args_of(item)[1]) for item in items]
-    results: list[Optional[Result[R]]] = [None] * len(items)
-    bar = _progress.Progress(len(items), "calls") if progress and items else None
+
+    def submit(item: Any) -> IsolatedFuture:
+        args, kwargs = _args_of(item)
+        return executor.submit(base, *args, **kwargs)
+
     try:
-        pending = dict(zip(futures, itertools.count()))
-        for done in concurrent.futures.as_completed(futures):
-            fut = cast(IsolatedFuture, done)
-            i = pending[fut]
-            results[i] = fut._call_result
-            if bar is not None:
-                bar.advance(not fut._call_result.ok)  # type: ignore[union-attr]
-            if on_result is not None:
-                on_result(i, fut._call_result)  # type: ignore[arg-type]
+        bar = _progress.Progress(_length([inputs]), "calls") if progress else None
+        stream = _Stream(submit, inputs, executor._window(), ordered, None, bar)
     except BaseException:
-        # Ctrl-C (or a callback that raised): the calls left stop, and are waited for.
-        for fut in futures:
-            fut.cancel()
-        concurrent.futures.wait(futures)
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
         executor.shutdown(wait=False)
-    return [r for r in results if r is not None]
+        raise
+    return _results(stream, executor, on_result)
+
+
+def imap(fn: Union[Callable[..., R], IsolatedFunction[R]], inputs: Iterable[Any], *,
+         gpus: Union[str, Sequence[int], None] = None, mem_limit: Optional[Size] = None, per_gpu: Optional[int] = None,
+         cpu_slots: Optional[int] = None, on_result: Optional[Callable[[int, Result[R]], None]] = None,
+         progress: bool = False, ordered: bool = True, **options: Any) -> Iterator[Result[R]]:
+    """Runs ``fn`` on every input, each call in a fresh interpreter, in parallel on the slots of an
+    :class:`Executor`, and yields a :class:`Result` per input, in input order (failures are
+    results too). A dict input is passed as keyword arguments, a tuple as positional ones,
+    anything else as the one argument. ``on_result(index, result)`` is called as each ends;
+    ``progress=True`` shows the calls ended of all, the failures and the rate on stderr (a tqdm bar
+    where tqdm is installed, else a line of isorun's own).
+
+    Where calls run: ``gpus``, ``mem_limit``, ``per_gpu``, ``cpu_slots`` as for
+    :class:`Executor`; an :func:`isolated` function's own ``gpu``/``gpus`` and ``mem_limit``
+    are kept where this call gives none, and a :class:`UsageError` says where they conflict. Other
+    keyword options are those of :func:`isolated`.
+
+    The inputs are taken lazily (a generator of a million is fine), a few calls per slot kept
+    submitted; ``ordered=False`` yields each result as its call ends. Options are checked, and the
+    first calls submitted, before this returns; leaving the iterator early stops the calls in
+    flight and waits for them.
+    """
+    calls = _imap(fn, inputs, gpus=gpus, mem_limit=mem_limit, per_gpu=per_gpu, cpu_slots=cpu_slots,
+                  on_result=on_result, progress=progress, ordered=ordered, **options)
+    return (result for _, result in calls)
+
+
+def _results(stream: _Stream, executor: Executor,
+             on_result: Optional[Callable[[int, Result[R]], None]]) -> Iterator[tuple[int, Result[R]]]:
+    """(index, result) as ``stream`` takes them, each told to ``on_result`` first."""
+    try:
+        # Ctrl-C (or a callback that raised): the calls left stop, and are waited for.
+        for index, future in _drain(stream, wait=True):
+            result = cast(Result[R], future._call_result)
+            if on_result is not None:
+                on_result(index, result)
+            yield index, result
+    finally:
+        executor.shutdown(wait=False)
+
+
+def map(fn: Union[Callable[..., R], IsolatedFunction[R]], inputs: Iterable[Any], *,
+        gpus: Union[str, Sequence[int], None] = None, mem_limit: Optional[Size] = None, per_gpu: Optional[int] = None,
+        cpu_slots: Optional[int] = None, on_result: Optional[Callable[[int, Result[R]], None]] = None,
+        progress: bool = False, **options: Any) -> list[Result[R]]:
+    """Runs ``fn`` on every input, each call in a fresh interpreter, in parallel on the slots of an
+    :class:`Executor`, and returns a :class:`Result` per input, in input order (failures are
+    results too): ``list(imap(...))``. A dict input is passed as keyword arguments, a tuple as
+    positional ones, anything else as the one argument. ``on_result(index, result)`` is called as
+    each ends; ``progress=True`` shows the calls ended of all, the failures and the rate on stderr
+    (a tqdm bar where tqdm is installed, else a line of isorun's own).
+
+    Where calls run: ``gpus``, ``mem_limit``, ``per_gpu``, ``cpu_slots`` as for
+    :class:`Executor`; an :func:`isolated` function's own ``gpu``/``gpus`` and ``mem_limit``
+    are kept where this call gives none, and a :class:`UsageError` says where they conflict. Other
+    keyword options are those of :func:`isolated`. For more inputs than results you want to hold
+    at once, use :func:`imap`.
+    """
+    results: list[Optional[Result[R]]] = []
+    for index, result in _imap(fn, inputs, gpus=gpus, mem_limit=mem_limit, per_gpu=per_gpu, cpu_slots=cpu_slots,
+                               on_result=on_result, progress=progress, ordered=False, **options):
+        results.extend([None] * (index + 1 - len(results)))
+        results[index] = result
+    return cast(list[Result[R]], results)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Optional
 
 from .errors import UsageError
 
@@ -32,9 +32,10 @@ def _tqdm() -> Any:
 class Progress:
     """Done of total, failures and the rate, shown as they change; safe to update from any
     thread (futures' callbacks run on the runner's threads). ``done`` and ``failed`` may start
-    above 0 (a resumed sweep), and the rate counts only what ended since."""
+    above 0 (a resumed sweep), and the rate counts only what ended since. ``total`` is None where
+    it is not known (inputs from a generator)."""
 
-    def __init__(self, total: int, unit: str, done: int = 0, failed: int = 0) -> None:
+    def __init__(self, total: Optional[int], unit: str, done: int = 0, failed: int = 0) -> None:
         self._total, self._unit = total, unit
         self._done, self._failed, self._start_done = done, failed, done
         self._start = time.monotonic()
@@ -66,7 +67,7 @@ class Progress:
             self._bar.update(done - self._done)
         self._done, self._failed = done, failed
         self._show()
-        if done >= self._total:
+        if self._total is not None and done >= self._total:
             self._close()
 
     def close(self) -> None:
@@ -93,7 +94,8 @@ class Progress:
     def _line(self) -> str:
         elapsed = time.monotonic() - self._start
         rate = (self._done - self._start_done) / elapsed if elapsed > 0 else 0.0
-        return f"isorun: {self._done}/{self._total} {self._unit}, {self._failed} failed, {rate:.2f}/s"
+        of = "" if self._total is None else f"/{self._total}"
+        return f"isorun: {self._done}{of} {self._unit}, {self._failed} failed, {rate:.2f}/s"
 
     def _show(self) -> None:
         if self._bar is not None:
@@ -103,8 +105,9 @@ class Progress:
         if self._terminal:
             self._write("\r" + self._line() + "\033[K")  # rewritten in place; the end of a longer line erased
             return
-        # A log, not a terminal: a line per tenth, not one per update.
-        tenth = 10 * self._done // max(self._total, 1)
+        # A log, not a terminal: a line per tenth (without a total, each time the count doubles),
+        # not one per update.
+        tenth = 10 * self._done // max(self._total, 1) if self._total is not None else self._done.bit_length()
         if tenth > self._tenth:
             self._tenth, self._written = tenth, self._done
             self._write(self._line() + "\n")

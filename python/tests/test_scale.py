@@ -1,0 +1,127 @@
+"""Calls in numbers: a queued call is a record and a running one a few descriptors of the process's
+watcher, so thousands in flight cost no thread each; maps take their inputs lazily; a failure, a
+closed iterator or Ctrl-C cancels what was queued and leaves nothing behind."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import isorun
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def wait_for(path):
+    """Runs until the FIFO `path` is opened for writing (a call that lasts as long as the test wants)."""
+    with open(path) as f:
+        return f.read()
+
+
+def square(x):
+    return x * x
+
+
+def test_thousands_of_queued_calls_cost_no_thread_each_and_are_cancelled_at_once(tmp_path):
+    go = str(tmp_path / "go")
+    os.mkfifo(go)
+    before = _threads()
+    with isorun.Executor(cpu_slots=1) as ex:
+        running = ex.submit(wait_for, go)
+        queued = [ex.submit(square, i) for i in range(2000)]
+        assert ex.waiting >= 1999
+        # The watcher's thread and the completer's: not one (or two) per call.
+        assert _threads() <= before + 4
+        ex.shutdown(wait=False, cancel_futures=True)
+        assert ex.waiting == 0
+        assert all(f.cancelled() for f in queued)
+        with open(go, "w") as f:
+            f.write("done")
+        assert running.result() == "done"
+
+
+def test_imap_takes_its_inputs_as_results_are_taken():
+    given = 0
+
+    def inputs():
+        nonlocal given
+        for i in itertools.count():
+            given += 1
+            yield i
+
+    results = isorun.imap(square, inputs(), cpu_slots=2)
+    ahead = []
+    for i, r in zip(range(40), results):
+        assert r.value == i * i
+        ahead.append(given - i)
+    results.close()  # the calls in flight are stopped and waited for
+    assert max(ahead) <= 16  # the window: a few calls per slot, not the whole (endless) input
+
+
+def test_imap_unordered_yields_every_result():
+    assert sorted(r.value for r in isorun.imap(square, range(30), cpu_slots=2, ordered=False)) == [
+        i * i for i in range(30)]
+
+
+def test_executor_map_is_lazy_and_in_order():
+    with isorun.Executor(cpu_slots=2) as ex:
+        out = ex.map(square, (i for i in range(25)))
+        assert list(out) == [i * i for i in range(25)]
+        assert sorted(ex.map(square, range(10), ordered=False)) == [i * i for i in range(10)]
+
+
+def test_a_map_whose_inputs_fail_cancels_what_it_queued(tmp_path):
+    go = str(tmp_path / "go")
+    os.mkfifo(go)
+
+    def inputs():
+        yield go  # runs until the test (never) opens the FIFO: only the cancel ends it
+        yield go
+        raise ValueError("the inputs ran out badly")
+
+    with pytest.raises(ValueError, match="ran out badly"):
+        isorun.map(wait_for, inputs(), cpu_slots=1)
+    # (conftest: no worker of it is left)
+
+
+def test_ctrl_c_during_a_10000_call_map_leaves_nothing_behind():
+    script = textwrap.dedent("""
+        import os, signal, isorun
+        def square(x):
+            return x * x
+        def on_result(i, r):
+            if i == 20:
+                os.kill(os.getpid(), signal.SIGINT)
+        try:
+            isorun.map(square, range(10000), cpu_slots=2, on_result=on_result)
+        except KeyboardInterrupt:
+            me = os.getpid()
+            children = [p for p in os.listdir("/proc") if p.isdigit() and
+                        open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1] == str(me)]
+            print("interrupted", len(children), flush=True)
+    """)
+    shm = {e for e in os.listdir("/dev/shm") if e.startswith("isorun")}
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["interrupted", "0"]  # every call in flight stopped and reaped first
+    assert {e for e in os.listdir("/dev/shm") if e.startswith("isorun")} == shm
+
+
+def test_a_future_completes_from_a_thread_that_ended():
+    # The worker belongs to the watcher's thread, not to the thread that submitted it: a worker
+    # dies with the thread that started it (PR_SET_PDEATHSIG).
+    import threading
+
+    f = isorun.isolated(square)
+    futures = []
+    t = threading.Thread(target=lambda: futures.append(f.submit(7)))
+    t.start()
+    t.join()
+    assert futures[0].result() == 49
