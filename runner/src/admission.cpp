@@ -325,7 +325,12 @@ void admission::waiter::cancel() noexcept {
 // Waits for the grant here, then (behind an executor) queues in `then_` for the same GPUs and
 // waits there; true once admitted everywhere or cancelled.
 bool admission::waiter::advance(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point deadline) {
-  if (!entry_->changed.wait_until(lock, deadline, [&] { return entry_->granted || entry_->cancelled; })) return false;
+  const auto decided = [&] { return entry_->granted || entry_->cancelled; };
+  // A look (a deadline already past) does not wait: a futex wait with a timeout sleeps for the
+  // timer slack (tens of µs) even when the timeout has passed, on every submit.
+  if (!decided() &&
+      (deadline <= std::chrono::steady_clock::now() || !entry_->changed.wait_until(lock, deadline, decided)))
+    return false;
   if (entry_->cancelled || !then_ || failed_) return true;
   if (!inner_) {
     if (!outer_) outer_ = std::move(entry_->ready);
