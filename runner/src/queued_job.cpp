@@ -52,8 +52,9 @@ void queued_job::start_locked(bool then_waits) {
     job_ = start_(std::move(ticket), then_waits);
   } catch (const cancelled& e) {
     ended_ = true;
-    unstarted_.status.kind = outcome_kind::cancelled;
-    unstarted_.status.message = e.what();
+    unstarted_ = std::make_unique<job_result>();
+    unstarted_->status.kind = outcome_kind::cancelled;
+    unstarted_->status.message = e.what();
   } catch (...) {
     ended_ = true;
     failed_ = std::current_exception();
@@ -156,7 +157,7 @@ const job_result& queued_job::wait(const job::interruption& interrupted) {
   {
     std::lock_guard lock(mutex_);
     if (failed_) std::rethrow_exception(failed_);
-    if (!job_) return unstarted_;
+    if (!job_) return *unstarted_;
     j = job_;
   }
   return j->wait();  // ended: its result, classified here

@@ -104,7 +104,8 @@ class ISORUN_API queued_job : public std::enable_shared_from_this<queued_job> {
   bool ended_ = false;         // cancelled before the start, or the start failed
   bool handed_ = false;        // to the watcher
   std::atomic<bool> done_{false};  // its job's watch is over, or it ended without one
-  job_result unstarted_;       // the result of a call that never started
+  // The result of a call cancelled before its start; made only then: a queued call is small.
+  std::unique_ptr<job_result> unstarted_;
   int done_event_ = -1;        // done_fd()'s eventfd
   std::function<void()> on_done_;
 };
