@@ -210,7 +210,8 @@ class _Stream:
             future = self._submit(item)
             self._in_flight[future] = self._next
             self._next += 1
-            future.add_done_callback(self._ended.put)
+            if not self._ordered:  # (in order, the head is waited for: a queue of all would hold every future)
+                future.add_done_callback(self._ended.put)
 
     def take(self) -> Optional[tuple[int, IsolatedFuture]]:
         """The next finished call (index, future), None once all are taken. Raises
@@ -225,8 +226,6 @@ class _Stream:
         else:
             try:
                 future = cast(IsolatedFuture, self._ended.get(timeout=left))
-                while future not in self._in_flight:  # (one taken in order before: skip it)
-                    future = cast(IsolatedFuture, self._ended.get(timeout=left))
             except queue.Empty:
                 raise TimeoutError() from None
         index = self._in_flight.pop(future)

@@ -4,6 +4,7 @@ closed iterator or Ctrl-C cancels what was queued and leaves nothing behind."""
 
 from __future__ import annotations
 
+import gc
 import itertools
 import os
 import subprocess
@@ -125,3 +126,20 @@ def test_a_future_completes_from_a_thread_that_ended():
     t.start()
     t.join()
     assert futures[0].result() == 49
+
+
+def test_an_ordered_imap_holds_only_its_window_of_futures():
+    # A finished call's future (and its descriptors) goes once its result is taken: a long map
+    # must not keep every future it made until it ends.
+    from isorun._api import IsolatedFuture
+
+    gc.disable()  # what stays alive stays by reference, not for want of a collection
+    try:
+        results = isorun.imap(square, range(200), cpu_slots=2)
+        for _ in zip(range(120), results):
+            pass
+        alive = sum(1 for o in gc.get_objects() if isinstance(o, IsolatedFuture))
+        results.close()
+    finally:
+        gc.enable()
+    assert alive <= 16  # the window (a few calls per slot), not the 120 taken
