@@ -388,7 +388,11 @@ void watcher::wait_idle() {
 
 void watcher::post(std::function<void()> task) {
   std::lock_guard lock(impl_->mutex);
+  // Tasks already waiting have their wake-up pending (it is read, and they are taken, under this
+  // lock): thousands of calls cancelled at once cost one write, not a system call each.
+  const bool wake = impl_->posted.empty();
   impl_->posted.push_back(std::move(task));
+  if (!wake) return;
   const std::uint64_t one = 1;
   [[maybe_unused]] auto n = ::write(impl_->wake.get(), &one, sizeof one);
 }
