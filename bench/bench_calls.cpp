@@ -22,8 +22,13 @@
 // Each latency is measured back to back and with calls 5 ms apart. Usage: bench_calls [--quick]
 // bench_calls --breakdown: where a call's time goes, step by step (the internal job API, for the
 // timestamps the protocol carries).
+// bench_calls --queued N: N calls queued on an executor of one slot behind one running call:
+// threads, the caller's CPU while they wait, each submit, memory per queued call, the cancel.
+#include <dirent.h>
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,6 +38,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <thread>
@@ -58,8 +64,17 @@ using clk = std::chrono::steady_clock;
 
 namespace {
 int noop(int x) { return x; }
+// Runs until `path` (a FIFO) is opened for writing: the call the queue waits behind.
+int hold(std::string path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  char c;
+  const bool told = fd >= 0 && ::read(fd, &c, 1) >= 0;
+  if (fd >= 0) ::close(fd);
+  return told ? 0 : 1;
+}
 }  // namespace
 ISORUN_TASK(noop);
+ISORUN_TASK(hold);
 
 namespace {
 
@@ -301,8 +316,83 @@ void breakdown(int n) {
       wake, idle_wake, memfd, summarize(kinds[2][rows - 1]).median / memfd);
 }
 
+
+// What the process holds now, from /proc/self: threads and resident bytes.
+std::size_t threads_now() {
+  std::size_t n = 0;
+  if (DIR* d = ::opendir("/proc/self/task")) {
+    while (const dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+    ::closedir(d);
+  }
+  return n;
+}
+double rss_mib() {
+  std::ifstream statm("/proc/self/statm");
+  double size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * static_cast<double>(::sysconf(_SC_PAGESIZE)) / (1 << 20);
+}
+double cpu_s() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+void queued(std::size_t n) {
+  const std::string fifo = "/tmp/bench_calls-hold-" + std::to_string(::getpid());
+  ::mkfifo(fifo.c_str(), 0600);
+  std::printf("%zu calls queued behind one running call, executor({.cpu_slots = 1}), %ld cores\n", n,
+              ::sysconf(_SC_NPROCESSORS_ONLN));
+  const std::size_t threads_before = threads_now();
+  const double rss_before = rss_mib();
+  {
+    executor pool({.cpu_slots = 1, .call = {.echo_stderr = false}});
+    auto running = pool.submit(hold, fifo);
+    std::vector<call_handle<int>> calls;
+    calls.reserve(n);
+    std::vector<double> submit_us;
+    submit_us.reserve(n);
+    const auto t0 = clk::now();
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto t = clk::now();
+      calls.push_back(pool.submit(noop, static_cast<int>(i)));
+      submit_us.push_back(std::chrono::duration<double, std::micro>(clk::now() - t).count());
+    }
+    const double all_ms = ms_since(t0);
+    const std::size_t threads = threads_now();
+    const double rss = rss_mib();
+    // The caller's CPU over a second of waiting (nothing polls: the loop sleeps in epoll).
+    const double c0 = cpu_s();
+    const auto w0 = clk::now();
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    const double idle_cpu = (cpu_s() - c0) / (ms_since(w0) / 1e3);
+    const auto s0 = clk::now();
+    pool.shutdown(true);
+    const double cancel_ms = ms_since(s0);
+    std::size_t cancelled = 0;
+    for (auto& c : calls) cancelled += c.try_get().status().kind == outcome_kind::cancelled;
+    { std::ofstream(fifo) << 'x'; }
+    running.get();
+    const summary su = summarize(submit_us);
+    std::printf("  threads in the caller          %zu before, %zu with them queued   goal <= cores + 16\n",
+                threads_before, threads);
+    std::printf("  each submit                    median %.2f us (p10 %.2f, p90 %.2f); all %.0f ms   goal <= 50 us\n",
+                su.median, su.p10, su.p90, all_ms);
+    std::printf("  memory per queued call         %.0f bytes (RSS +%.1f MiB)   goal <= 2 KiB\n",
+                (rss - rss_before) * (1 << 20) / static_cast<double>(n), rss - rss_before);
+    std::printf("  caller CPU while they wait     %.2f%% of a core   goal <= 1%%\n", idle_cpu * 100);
+    std::printf("  shutdown(cancel_waiting)       %.1f ms, %zu of %zu cancelled   goal <= 1 s\n", cancel_ms, cancelled,
+                n);
+  }
+  std::remove(fifo.c_str());
+}
+
 int main(int argc, char** argv) {
   isorun::init(argc, argv);
+  if (argc == 3 && std::strcmp(argv[1], "--queued") == 0) {
+    queued(static_cast<std::size_t>(std::atoll(argv[2])));
+    return 0;
+  }
   if (argc == 2 && std::strcmp(argv[1], "--breakdown") == 0) {
     peers = std::make_unique<ipc_peers>();  // (first: a fork copies the whole process)
     breakdown(200);

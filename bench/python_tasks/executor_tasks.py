@@ -8,6 +8,11 @@ def trivial():
     return 1
 
 
+def square(x):
+    """A trivial function of its input: what a map calls a million times."""
+    return x * x
+
+
 def with_numpy():
     import numpy
 

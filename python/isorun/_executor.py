@@ -165,9 +165,14 @@ class Executor(concurrent.futures.Executor):
             self._shutdown = True
             futures = list(self._futures)
         if cancel_futures:
-            for f in futures:
-                if not f._job.started:
-                    f.cancel()
+            # Each waiting future is marked cancelled first (so that no end the runner reports
+            # meanwhile completes it otherwise), then the runner cancels every waiting call in one
+            # pass, instead of a call into it per future; one that started in between is stopped.
+            marked = [f for f in futures if not f._job.started and concurrent.futures.Future.cancel(f)]
+            self._admission.cancel_waiting()
+            for f in marked:
+                if f._job.started:
+                    f._job.cancel()
         if wait:
             concurrent.futures.wait(futures)
 

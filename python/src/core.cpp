@@ -920,6 +920,13 @@ NB_MODULE(_core, m) {
   nb::class_<py_admission>(m, "Admission")
       .def_prop_ro("waiting", [](const py_admission& a) { return a.admission->waiting(); })
       .def_prop_ro("running", [](const py_admission& a) { return a.admission->running(); })
+      .def(
+          "cancel_waiting",
+          [](const py_admission& a) {
+            nb::gil_scoped_release unlocked;
+            a.admission->cancel_waiting();
+          },
+          "Cancels every call waiting here for a slot, at once (an executor's shutdown).")
       .def_prop_ro(
           "slots",
           [](const py_admission& a) { return a.admission->shares().cpu_slots + a.admission->shares().gpu_slots; })
