@@ -30,6 +30,7 @@ ISORUN_TASK(on_devices);
 ISORUN_TASK(pid_and_calls);
 ISORUN_TASK(sleeps_long);
 ISORUN_TASK(runs_until_told);
+ISORUN_TASK(floods_until_told);
 ISORUN_TASK(hang_with_grandchild);
 ISORUN_TASK(no_result);
 ISORUN_TASK(hold);

@@ -2,6 +2,8 @@
 // watcher; no thread per call, streaming maps with a window, cancels that leave nothing behind.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -117,4 +119,51 @@ TEST_CASE("a streaming map whose inputs fail cancels the calls it has in flight 
   CHECK(isorun::test::process_gone(first));  // cancelled, and waited for
   CHECK(pool.waiting() == 0);
   CHECK(pool.running() == 0);
+}
+
+TEST_CASE("a worker flooding its stderr does not starve the other calls the watcher holds", "[runner][scale]") {
+  isorun::executor pool({.cpu_slots = 2, .call = {.echo_stderr = false}});
+  const told_dir d;
+  auto flood = pool.submit(floods_until_told, d.path);
+  // Both run at once: the second ends, and is handed over, while the first still writes.
+  auto other = pool.submit(pid_and_calls, 0);
+  CHECK(other.get().ends_with(" 1"));
+  CHECK_FALSE(flood.wait_for(0ms));
+  d.tell(1);
+  CHECK(flood.get() > 0);
+}
+
+TEST_CASE("a queued call that cannot start for want of descriptors fails alone, with the reason", "[runner][scale]") {
+  auto& segments = isorun::serialization::segment_pool::instance();
+  isorun::executor pool({.cpu_slots = 1, .call = {.echo_stderr = false}});
+  const told_dir d;
+  auto running = pool.submit(runs_until_told, d.path);
+  const pid_t first = d.started();
+  REQUIRE(first > 0);
+  auto starved = pool.submit(pid_and_calls, 0);  // queued: it starts (on the watcher) as the first ends
+  const int go = ::open((d.path + "/go").c_str(), O_WRONLY | O_CLOEXEC);
+  REQUIRE(go >= 0);
+  segments.clear();  // idle pooled segments would serve the start without a new descriptor
+  rlimit old{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &old) == 0);
+  rlimit low = old;
+  // (Counted as they are: open_fds() would wait for the watcher to hold nothing.)
+  std::size_t open_now = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++open_now;
+  low.rlim_cur = static_cast<rlim_t>(open_now - 1);  // (less the iterator's own)
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  REQUIRE(::write(go, "7\n", 2) == 2);
+  ::close(go);  // one descriptor to spare: the start needs several
+  std::string why;
+  try {
+    starved.get();
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &old) == 0);
+  CHECK(running.get() == 7);
+  CHECK_THAT(why, Catch::Contains("Too many open files"));
+  // The next call runs, and nothing is left behind.
+  CHECK(pool.submit(pid_and_calls, 0).get().ends_with(" 1"));
+  CHECK(isorun::test::shm_entries() == 0);
 }
