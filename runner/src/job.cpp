@@ -452,7 +452,13 @@ bool job::wait_for(std::chrono::milliseconds timeout) {
   watch_elsewhere();
   state& s = *state_;
   std::unique_lock lock(s.wait_mutex);
-  return s.ready.wait_for(lock, timeout, [&] { return s.ended.load(); });
+  const auto ended = [&] { return s.ended.load(); };
+  // (milliseconds::max(): no deadline; added to now, it would overflow and not wait at all)
+  if (timeout == std::chrono::milliseconds::max()) {
+    s.ready.wait(lock, ended);
+    return true;
+  }
+  return s.ready.wait_for(lock, timeout, ended);
 }
 
 const job_result& job::wait() { return wait(interruption{}); }

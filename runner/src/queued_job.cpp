@@ -166,7 +166,13 @@ const job_result& queued_job::wait(const job::interruption& interrupted) {
 bool queued_job::wait_for(std::chrono::milliseconds timeout) {
   watch_elsewhere();
   std::unique_lock lock(mutex_);
-  return changed_.wait_for(lock, timeout, [&] { return done_.load(); });
+  const auto done = [&] { return done_.load(); };
+  // (milliseconds::max(): no deadline; added to now, it would overflow and not wait at all)
+  if (timeout == std::chrono::milliseconds::max()) {
+    changed_.wait(lock, done);
+    return true;
+  }
+  return changed_.wait_for(lock, timeout, done);
 }
 
 void queued_job::cancel() noexcept {
