@@ -179,7 +179,7 @@ struct watcher::impl {
       pollfd p[slots];
       for (std::size_t k = 0; k < slots; ++k) p[k] = {wanted(it, k), POLLIN, 0};
       if (::poll(p, slots, 0) > 0)
-        for (std::size_t k = 0; k < slots; ++k) ready[k] |= p[k].revents;
+        for (std::size_t k = 0; k < slots; ++k) ready[k] = static_cast<short>(ready[k] | p[k].revents);
     }
     if (it.running) {
       if (it.running->step(ready)) return end_watch(id, it);
@@ -290,7 +290,8 @@ struct watcher::impl {
             const auto id = static_cast<std::uint32_t>((data >> 8) & 0xffffff);
             item& it = *items[id];
             if (!it.state || it.generation != static_cast<std::uint32_t>(data >> 32)) continue;  // gone since
-            it.ready[data & 0xff] |= static_cast<short>(events[i].events);  // (EPOLLIN is POLLIN, ...)
+            short& r = it.ready[data & 0xff];
+            r = static_cast<short>(r | static_cast<short>(events[i].events));  // (EPOLLIN is POLLIN, ...)
             if (!it.touched) touched.emplace_back(id, &it);
             it.touched = true;
           }

@@ -197,7 +197,7 @@ watch_record watch_here(job::state& s, const job::interruption& interrupted) {
     // A signal on this thread, or one another thread saw (the interruption's descriptor).
     if (interrupted && (rc < 0 || (fds[n].revents & POLLIN)) && interrupted.ask()) s.request_cancel();
     worker_watch::events ready{};
-    for (std::size_t k = 0; k < n; ++k) ready[k] = rc > 0 ? fds[k].revents : 0;
+    for (std::size_t k = 0; k < n; ++k) ready[k] = rc > 0 ? fds[k].revents : short{0};
     if (w.step(ready)) break;
   }
   return w.finish();

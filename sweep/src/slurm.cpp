@@ -119,8 +119,10 @@ std::string setting_problem(const std::string& key, const std::string& value) {
     for (const own_option& own : own_options)
       if (own.letter == c) {
         std::string as = letter + " (" + std::string(own.name);
-        if (i > 1)  // within a cluster: how sbatch reads it
-          as += ", as sbatch reads it: " + before + letter + (i + 1 < value.size() ? " " + value.substr(i + 1) : "");
+        if (i > 1) {  // within a cluster: how sbatch reads it
+          as.append(", as sbatch reads it: ").append(before).append(letter);
+          if (i + 1 < value.size()) as.append(" ").append(value, i + 1);
+        }
         return refused(own, as + ")");
       }
     // (A letter sbatch does not know it refuses; read on as if it took no argument.)
