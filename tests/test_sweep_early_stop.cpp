@@ -230,6 +230,37 @@ TEST_CASE("kill -9 in the middle of an ASHA sweep, then the same command: journa
   fs::remove_all(dir);
 }
 
+// Reports are made durable in groups, before the records that follow them (report_log::sync):
+// a pruned trial's record, durable without the report that got it pruned, would be replayed on
+// resume without it. Here the disk stops making reports.jsonl durable from its first fsync on.
+TEST_CASE(
+    "reports that cannot be made durable: the sweep stops saying so, with no record journaled after them; "
+    "the same command then runs every trial",
+    "[sweep][early-stopping][faults]") {
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/spec.yaml") << curve_spec(dir, "{type: asha, max_t: 9, grace_period: 1, reduction_factor: 3}",
+                                                  9, {0, 0.3, 0.8}, {0.2, 0.6});
+  const std::vector<std::string> args = {"sweep", dir + "/spec.yaml", "--no-progress"};
+  const char* asan = std::getenv("ASAN_OPTIONS");
+  auto first = isorun::test::run_captured(
+      ISORUN_CLI, args,
+      {std::string("LD_PRELOAD=") + FAIL_FSYNC, "FAIL_FSYNC_SUFFIX=/out/reports.jsonl", "FAIL_FSYNC_AFTER=0",
+       std::string("ASAN_OPTIONS=") + (asan ? std::string(asan) + ":" : "") + "verify_asan_link_order=0"});
+  INFO(first.err);
+  CHECK(first.code != 0);
+  CHECK_THAT(first.err, Catch::Contains("cannot write the sweep's reports to") &&
+                            Catch::Contains("reports.jsonl: Input/output error"));
+  CHECK(lines(dir + "/out/results.jsonl").empty());        // no trial's record: each came after reports not durable
+  CHECK_FALSE(lines(dir + "/out/reports.jsonl").empty());  // (they were written, and judged)
+
+  auto second = isorun::test::run_captured(ISORUN_CLI, args);
+  INFO(second.err);
+  CHECK(second.code == 0);
+  CHECK(count(dir + "/out/results.jsonl").records == 6);
+  CHECK(lines(dir + "/out/results.jsonl").size() == 6);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("bad early-stopping input: exit 2 before anything starts, naming the line", "[sweep][early-stopping][spec]") {
   const std::string dir = temp_dir();
   struct bad {

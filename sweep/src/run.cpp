@@ -519,7 +519,7 @@ sweep_summary sweep_run::run() {
   std::unique_ptr<record_store> store;
   const remote_folder shared(st.out, "slurm");  // a node's records, reports and verdicts
   if (node) store = shared.records_store();
-  else store = std::make_unique<journal_store>(*st.journal);
+  else store = std::make_unique<journal_store>(*st.journal, st.reports ? &*st.reports : nullptr);
   progress live(s, st.opt.progress, st.queue.size(), st.slots.size());
   std::unique_ptr<trial_backend> backend = make_backend(st, run_number, run_start);
   stop_source stop;
@@ -582,6 +582,11 @@ sweep_summary sweep_run::run() {
   }
   stop.close();
   writer.close();
+  try {  // the reports of trials that ended without a record (Ctrl-C): durable too, for a resume
+    if (st.reports) st.reports->sync();
+  } catch (...) {
+    if (!sched.error()) throw;  // (an earlier error is the one to tell)
+  }
   conclude(st, sched, stop, live, summary);
   if (node || summary.detached) return summary;  // the submitter journals and tabulates
   tabulate(st, identity, run_start, summary);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "isorun/sweep/journal.hpp"
+#include "isorun/sweep/report_log.hpp"
 
 namespace isorun::sweep {
 
@@ -24,14 +25,20 @@ class record_store {
   virtual void write(const std::vector<trial_record>& batch) = 0;
 };
 
-/// The sweep's journal (OUT/results.jsonl).
+/// The sweep's journal (OUT/results.jsonl). With `reports`, the reports appended so far are made
+/// durable before each batch: a record is never durable before the reports that came before it
+/// (a pruned trial's verdict is replayed from them on resume).
 class journal_store final : public record_store {
  public:
-  explicit journal_store(journal& j) : journal_{j} {}
-  void write(const std::vector<trial_record>& batch) override { journal_.append(batch); }
+  explicit journal_store(journal& j, report_log* reports = nullptr) : journal_{j}, reports_{reports} {}
+  void write(const std::vector<trial_record>& batch) override {
+    if (reports_) reports_->sync();
+    journal_.append(batch);
+  }
 
  private:
   journal& journal_;
+  report_log* reports_;
 };
 
 /// A Slurm array task's records, each a file OUT/slurm/results/ID.json (written whole, then
