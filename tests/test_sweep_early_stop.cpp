@@ -3,6 +3,8 @@
 // pruned trials journaled once and never rerun, a resume after kill -9, and the bad inputs.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
 #include <cmath>
 
 #include "sweep_test_support.hpp"
@@ -127,6 +129,68 @@ TEST_CASE("ASHA on learning curves finds the grid's best at a third of its steps
   auto rerun = isorun::test::run_captured(ISORUN_CLI, {"sweep", dir + "/spec.yaml", "--no-progress", "--rerun-failed"});
   CHECK(rerun.code == 0);
   CHECK(lines(dir + "/runs").size() == 81);
+  fs::remove_all(dir);
+}
+
+// When a stop lands, without a clock: the pruned trial waits after the report that gets it
+// pruned and goes no further by itself, so that it ends only if the stop comes while it waits.
+// A stop that waited for anything more of the trial (its next line, its exit) would find it
+// still waiting. The spec's timeout only ends such a wait, failing the test rather than hanging
+// it: a trial it stops is journaled pruned all the same, but with its 2 minutes as its wall time.
+// With 2 slots the other slot is busy while the stop is decided: its trial reports every
+// millisecond until the pruned one's SIGTERM handler releases it through a FIFO.
+TEST_CASE(
+    "a pruned trial is stopped on the report that decides it, with one slot and with both busy: it waits "
+    "after that report and never reports again",
+    "[sweep][early-stopping]") {
+  const bool both_busy = GENERATE(false, true);
+  INFO((both_busy ? "2 slots, the other busy" : "1 slot"));
+  const std::string dir = temp_dir();
+  const std::string fifo = dir + "/release";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // G (x=0.4) reaches rung 1 first and goes on or is pruned there, by S's place; B (x=0.8), worse
+  // than both, starts on G's slot once G has ended, so that G's report at rung 1 always precedes
+  // its own: B is pruned at step 1 whatever the order. S (x=0.3, the best, never pruned) holds
+  // the other slot from step 2 until B's stop releases it.
+  std::string x = "[0.4, 0.8]", y = "[0.6, 0.2]", hold = "[0, 1]", release = "[\"\", \"\"]", stopped = "[\"\", \"\"]";
+  if (both_busy) {
+    x = "[0.4, 0.3, 0.8]", y = "[0.6, 0.6, 0.2]", hold = "[0, 2, 1]";
+    release = "[\"\", \"" + fifo + "\", \"\"]", stopped = "[\"\", \"\", \"" + fifo + "\"]";
+  }
+  const std::string spec = "command: [python3, " CURVE_SCRIPT
+                           ", --x, \"{x}\", --y, \"{y}\", --max-t, 3, --sleep-ms, 1, --hold-at, "
+                           "\"{hold}\", --release, \"{release}\", --stopped, \"{stopped}\"]\n"
+                           "metric: {name: loss, goal: minimize}\n"
+                           "scheduler: {type: asha, max_t: 3, grace_period: 1, reduction_factor: 3}\n"
+                           "zip:\n  - {x: " +
+                           x + ", y: " + y + ", hold: " + hold + ", release: " + release + ", stopped: " + stopped +
+                           "}\nresources: {cpu_slots: " + (both_busy ? "2" : "1") +
+                           "}\npolicy: {timeout: 2m}\nout: \"" + dir + "/out\"\n";
+  std::ofstream(dir + "/spec.yaml") << spec;
+  auto r = isorun::test::run_captured(ISORUN_CLI, {"sweep", dir + "/spec.yaml", "--no-progress"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const json records = read_journal(dir + "/out/results.jsonl");
+  REQUIRE(records.size() == (both_busy ? 3u : 2u));
+  for (const auto& [params, rec] : records.items()) {
+    const double px = json::parse(params)["x"];
+    INFO(rec.dump());
+    const auto log = lines(dir + "/out/logs/" + rec["id"].get<std::string>() + ".out");
+    if (px == 0.8) {
+      // B: stopped while it waited after step 1, the step that got it pruned; that report alone
+      // in its log (no step after it), and stopped by its prune, not by the timeout.
+      CHECK(rec["outcome"] == "pruned");
+      CHECK(rec["step"] == 1);
+      CHECK(log.size() == 1);
+      CHECK(rec["wall_s"].get<double>() < 120);
+    } else if (px == 0.3) {
+      // S: released by B's stop, then it went on to its end.
+      CHECK(rec["outcome"] == "success");
+      CHECK(rec["step"] == 3);
+    } else {
+      CHECK((rec["outcome"] == "success" || rec["outcome"] == "pruned"));
+    }
+  }
   fs::remove_all(dir);
 }
 
