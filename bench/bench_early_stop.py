@@ -30,9 +30,12 @@ def loss(x, y, t):
 
 def isorun_sweep(isorun, scheduler, max_t, sleep_ms, slots, xs=XS, ys=YS, stamp=False, order=None):
     """Runs one sweep (the grid xs × ys, x outer, or the configurations `order` in that order);
-    returns (steps, best params, best loss, wall seconds, pruned, folder)."""
+    returns (steps, best params, best loss, wall seconds, pruned, folder). With `stamp`, each
+    report carries the wall clock it was printed at, each trial notes when it started (in
+    FOLDER/starts) and when a SIGTERM reached it (in FOLDER/stopped)."""
     d = tempfile.mkdtemp(prefix="isorun-bench-es-")
-    curve = "python3 %s --x {x} --y {y} --max-t %d --sleep-ms %s%s" % (CURVE, max_t, sleep_ms, " --stamp" if stamp else "")
+    curve = "python3 %s --x {x} --y {y} --max-t %d --sleep-ms %s%s" % (
+        CURVE, max_t, sleep_ms, " --stamp --stopped %s/stopped" % d if stamp else "")
     # With --stamp each trial says when it started (bash's clock, before Python starts).
     command = ("[bash, -c, 'echo \"$EPOCHREALTIME\" >> %s/starts; exec %s']" % (d, curve)) if stamp else \
         "[" + ", ".join('"%s"' % w for w in curve.split()) + "]"
@@ -133,6 +136,29 @@ def stop_latency(isorun, sleep_ms):
     return gaps
 
 
+def stop_delivery(isorun, sleep_ms, slots):
+    """Report written -> stop delivered: for each pruned trial, from the wall clock its deciding
+    report was printed at to the wall clock its SIGTERM handler ran at (the pipe, the report's
+    append, the follower's wake-up, the rule's verdict, the signal and Python's handler)."""
+    _, _, _, _, _, d = isorun_sweep(isorun, ASHA % 27, 27, sleep_ms, slots, stamp=True)
+    stopped = {}
+    if os.path.exists(os.path.join(d, "stopped")):
+        for line in open(os.path.join(d, "stopped")):
+            x, y, t = line.split()
+            stopped[(float(x), float(y))] = float(t)
+    last = {}
+    for line in open(os.path.join(d, "out", "reports.jsonl")):
+        r = json.loads(line)
+        last[r["trial"]] = r["metrics"]["t"]
+    gaps = []
+    for line in open(os.path.join(d, "out", "results.jsonl")):
+        rec = json.loads(line)
+        key = (float(rec["params"]["x"]), float(rec["params"]["y"]))
+        if rec["outcome"] == "pruned" and key in stopped and rec["id"] in last:
+            gaps.append((stopped[key] - last[rec["id"]]) * 1000)
+    return sorted(gaps)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--isorun", default=os.path.join(ROOT, "build", "bin", "isorun"))
@@ -171,6 +197,12 @@ def main():
             for slots in (1, 2):
                 isorun_row("isorun, %s, %d slot%s" % (sched.split(",")[0][7:], slots, "s" if slots > 1 else ""), sched,
                            slots, order=f["order"])
+    for slots in (1, 2):
+        gaps = stop_delivery(a.isorun, a.sleep_ms, slots)
+        if gaps:
+            print("report written -> stop delivered (%d slot%s, %d stops): median %.2f ms, p90 %.2f, max %.2f" %
+                  (slots, "s" if slots > 1 else "", len(gaps), statistics.median(gaps), gaps[(len(gaps) * 9) // 10],
+                   gaps[-1]))
     gaps = stop_latency(a.isorun, a.sleep_ms)
     if gaps:
         gaps.sort()
