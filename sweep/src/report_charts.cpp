@@ -8,6 +8,7 @@
 #include <map>
 #include <numeric>
 #include <sstream>
+#include <unordered_map>
 
 #include "isorun/sweep/spec.hpp"
 #include "report_data.hpp"
@@ -19,8 +20,16 @@ using namespace svg;
 
 namespace {
 
-// At most this many marks per chart: beyond, charts sample (lines) or merge (slots).
-constexpr std::size_t max_lines = 800, max_bars = 4000;
+// At most this many marks per chart: beyond, charts sample (lines) or merge (slots); a parameter
+// with more distinct words than max_categories gets no boxes or labels (they could not be read).
+constexpr std::size_t max_lines = 800, max_bars = 4000, max_categories = 60;
+
+// Each category's place on its axis, found without a search per trial.
+std::unordered_map<std::string, std::size_t> places(const param_axis& ax) {
+  std::unordered_map<std::string, std::size_t> at;
+  for (std::size_t c = 0; c < ax.categories.size(); ++c) at.emplace(ax.categories[c], c);
+  return at;
+}
 
 // Parameter `name` of `r`, null where it has none: a journal's trials need not share their
 // parameters (a crafted or damaged one, records of an older spec).
@@ -71,13 +80,18 @@ std::string detail::param_chart(const report_data& d, const param_axis& ax) {
       o << "<circle cx=\"" << px(x(v.get<double>())) << "\" cy=\"" << px(y(m)) << "\" r=\"3\"><title>" << esc(r->id)
         << ": " << esc(ax.name) << "=" << esc(v.dump()) << ", " << num(m) << "</title></circle>";
     }
+  } else if (ax.categories.size() > max_categories) {
+    o << "<text x=\"20\" y=\"40\">" << ax.categories.size() << " distinct values of " << esc(ax.name)
+      << ": too many to draw</text>";
   } else {
     axes(o, scale{0, 1, L, R}, y, T, B, L, R, "", metric_label(d));
     const double band = (R - L) / static_cast<double>(std::max<std::size_t>(1, ax.categories.size()));
+    std::vector<std::vector<double>> of(ax.categories.size());
+    const auto at = places(ax);
+    for (auto& [r, m] : pts)
+      if (const auto c = at.find(value_text(param_of(*r, ax.name))); c != at.end()) of[c->second].push_back(m);
     for (std::size_t c = 0; c < ax.categories.size(); ++c) {
-      std::vector<double> v;
-      for (auto& [r, m] : pts)
-        if (value_text(param_of(*r, ax.name)) == ax.categories[c]) v.push_back(m);
+      std::vector<double>& v = of[c];
       const double cx = L + band * (static_cast<double>(c) + 0.5);
       o << "<text x=\"" << px(cx) << "\" y=\"" << px(B + 14) << "\" text-anchor=\"middle\">" << esc(ax.categories[c])
         << "</text>";
@@ -115,13 +129,15 @@ std::string detail::parallel_chart(const report_data& d) {
     ys.push_back(ax.numeric ? padded(ax.lo, ax.hi, B, T, ax.log)
                             : scale{-0.5, static_cast<double>(ax.categories.size()) - 0.5, B, T, false});
   const scale my = padded(lo, hi, B, T, false);
+  std::vector<std::unordered_map<std::string, std::size_t>> at;
+  for (const auto& ax : d.params) at.push_back(ax.numeric ? std::unordered_map<std::string, std::size_t>{} : places(ax));
   auto yof = [&](std::size_t i, const trial_record& r, double m) {
     if (i == d.params.size()) return my(m);
     const auto& ax = d.params[i];
     const json& v = param_of(r, ax.name);
     if (ax.numeric) return v.is_number() ? ys[i](v.get<double>()) : B;
-    const auto at = std::find(ax.categories.begin(), ax.categories.end(), value_text(v));
-    return ys[i](static_cast<double>(at - ax.categories.begin()));
+    const auto c = at[i].find(value_text(v));
+    return ys[i](static_cast<double>(c == at[i].end() ? ax.categories.size() : c->second));
   };
   // The best trials are always drawn (last, on top); the rest sampled.
   std::vector<std::size_t> order(pts.size());
@@ -145,7 +161,7 @@ std::string detail::parallel_chart(const report_data& d) {
       << "<text x=\"" << px(x) << "\" y=\"" << px(T - 8) << "\" text-anchor=\"middle\" class=\"label\">"
       << esc(i == d.params.size() ? (d.metric.empty() ? "wall_s" : d.metric) : d.params[i].name) << "</text>";
     if (i < d.params.size() && !d.params[i].numeric) {
-      for (std::size_t c = 0; c < d.params[i].categories.size(); ++c)
+      for (std::size_t c = 0; d.params[i].categories.size() <= max_categories && c < d.params[i].categories.size(); ++c)
         o << "<text x=\"" << px(x + 4) << "\" y=\"" << px(ys[i](static_cast<double>(c)) + 3) << "\">"
           << esc(d.params[i].categories[c]) << "</text>";
     } else {

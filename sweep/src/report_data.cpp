@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <unordered_set>
 #include <cctype>
 #include <climits>
 #include <cmath>
@@ -244,10 +245,9 @@ param_axis axis_for(const std::string& name, const std::vector<json>& values) {
     ax.log = ax.lo > 0 && ax.hi / ax.lo >= 10 && spaced_by_ratio(values);  // (one value: hi == lo, no log)
     return ax;
   }
+  std::unordered_set<std::string> seen;  // (a sweep of 100,000 distinct words: no search per value)
   for (const auto& v : values)
-    if (const std::string w = value_text(v);
-        std::find(ax.categories.begin(), ax.categories.end(), w) == ax.categories.end())
-      ax.categories.push_back(w);
+    if (std::string w = value_text(v); seen.insert(w).second) ax.categories.push_back(std::move(w));
   return ax;
 }
 
