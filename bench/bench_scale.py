@@ -8,16 +8,20 @@
   imap: isorun.imap over a generator of M trivial inputs (start="zygote", the fastest start the
     package offers for a pure-Python function): the caller's RSS growth, and the throughput of the
     last 10 % of the results against the first 10 %.
+  sweep: `isorun sweep` of N trials of the example task `hello` on 2 CPU slots: trials/s, the
+    last 10 % against the first 10 % (from the journal's start and wall times), the resume of
+    the finished sweep (nothing to run) and `isorun report`.
 
 Run from the repository root with the package importable:
 
-    python3 bench/bench_scale.py [--queued 100000] [--imap 20000]
+    python3 bench/bench_scale.py [--queued 100000] [--imap 20000] [--sweep 100000]
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import json
 import os
 import resource
 import statistics
@@ -28,6 +32,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "python_tasks"))
 import executor_tasks  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 import isorun  # noqa: E402
 
@@ -115,6 +121,34 @@ def imap_line(m: int) -> None:
           f"{m * 32 / (1 << 20):.1f} MiB of it)   goal <= 100 MB", flush=True)
 
 
+def sweep_line(n: int, cli: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        names = ", ".join(f"t{i}" for i in range(n))
+        with open(os.path.join(tmp, "spec.yaml"), "w") as f:
+            f.write(f"task: hello\nparams:\n  name: [{names}]\nresources: {{cpu_slots: 2}}\nout: {tmp}/out\n")
+        timed = []
+        for args in (["sweep", f"{tmp}/spec.yaml", "--no-progress"], ["sweep", f"{tmp}/spec.yaml", "--no-progress"],
+                     ["report", f"{tmp}/out"]):
+            t = time.perf_counter()
+            r = subprocess.run([cli] + args, capture_output=True, text=True)
+            if r.returncode != 0:
+                sys.exit(f"{cli} {' '.join(args)} failed ({r.returncode}): {r.stderr}")
+            timed.append(time.perf_counter() - t)
+        with open(os.path.join(tmp, "out", "results.jsonl")) as f:
+            ends = sorted(r["start_s"] + r["wall_s"] for r in map(json.loads, f))
+    if len(ends) != n:
+        sys.exit(f"isorun sweep journaled {len(ends)} trials of {n}")
+    tenth = max(1, n // 10)
+    first = tenth / ends[tenth - 1]
+    last = tenth / (ends[-1] - ends[-tenth - 1])
+    print(f"isorun sweep: {n} trials of hello on 2 CPU slots")
+    print(f"  {n / timed[0]:.0f} trials/s in all ({timed[0]:.1f} s)")
+    print(f"  trials/s, last 10 % / first 10 %    {last:.0f} / {first:.0f} = {last / first:.2f}   goal >= 0.9")
+    print(f"  resume with nothing to run   {timed[1]:.2f} s")
+    print(f"  isorun report                {timed[2]:.2f} s")
+    print(f"guard: scale.sweep_last_over_first_trials_per_s {last / first:.3f} >= 0.9", flush=True)
+
+
 def future_floor(n: int) -> None:
     """What a bare concurrent.futures.Future costs: every Python future is one."""
     before = rss_mib()
@@ -127,14 +161,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--queued", type=int, default=100_000, help="calls queued behind the running one")
     ap.add_argument("--imap", type=int, default=20_000, help="inputs of the imap line (0: skip it)")
-    ap.add_argument("--section", choices=["isorun", "peer", "future", "imap"], help=argparse.SUPPRESS)
+    ap.add_argument("--sweep", type=int, default=100_000, help="trials of the sweep line (0: skip it)")
+    ap.add_argument("--isorun", default=os.path.join(ROOT, "build", "bin", "isorun"), help="the CLI, for the sweep line")
+    ap.add_argument("--section", choices=["isorun", "peer", "future", "imap", "sweep"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.section is None:
         # Each section in a process of its own: memory one freed would be reused by the next.
         print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores\n", flush=True)
-        for section in ("isorun", "peer", "future") + (("imap",) if args.imap else ()):
+        sections = (("isorun", "peer", "future") if args.queued else ()) + (("imap",) if args.imap else ())
+        for section in sections:
             subprocess.run([sys.executable, __file__, "--queued", str(args.queued), "--imap", str(args.imap),
                             "--section", section], check=True)
+        if args.sweep:
+            print()
+            sweep_line(args.sweep, args.isorun)
         return
     if args.section == "future":
         future_floor(args.queued)
