@@ -263,7 +263,7 @@ int main(int argc, char** argv) {
           process, nullptr, std::move(request),
           std::make_shared<runner::job_spec>(
               runner::job_spec_for("trivial_gpu", serialization::encoding::binary, detail::encode_args(0), {gpu}, o)),
-          o.standby);
+          {.standby = o.standby});
       const auto& r = job->wait();
       const std::int64_t back = monotonic_ns();
       if (!r.status.ok()) {

@@ -499,6 +499,33 @@ TEST_CASE("a standby pool grows while calls come back to back, and shrinks back 
   CHECK(pool.waiting_pids().size() == 1);
 }
 
+TEST_CASE("an adaptive pool starts once its first call's worker has exited, and holds nothing after its linger",
+          "[runner][standby]") {
+  namespace r = isorun::runner;
+  r::standby_pool pool(plain_standby(), 1, 0, std::chrono::hours(1), std::chrono::milliseconds(300));
+  auto s = pool.snapshot();
+  CHECK((s.adaptive && s.dormant && s.waiting.empty() && s.misses == 0));
+  pid_t first_pid = -1;
+  {
+    r::launched_worker first = pool.take();  // launched for it: nothing was waiting
+    first_pid = first.process.pid();
+    CHECK_FALSE(first.waiting);
+    s = pool.snapshot();
+    CHECK((!s.dormant && s.misses == 1));
+    CHECK(s.waiting.empty());  // nothing launched beside the first call while it runs
+  }                            // that call is over (its worker stopped and reaped): the pool starts
+  pool.fill();
+  s = pool.snapshot();
+  REQUIRE(s.waiting.size() == 1);
+  CHECK(s.waiting.front() != first_pid);
+  CHECK(process_gone(s.waiting.front()));  // stopped 300 ms after the last call (the fill)
+  s = pool.snapshot();
+  CHECK((s.dormant && s.waiting.empty()));
+  r::launched_worker again = pool.take();  // the next call wakes it as the first did
+  CHECK_FALSE(again.waiting);
+  CHECK(pool.snapshot().misses == 2);
+}
+
 TEST_CASE("a zygote is launched with the cap library preloaded to refuse CUDA, its children told what to restore",
           "[runner][standby][zygote]") {
   namespace wire = isorun::runner::zygote_wire;

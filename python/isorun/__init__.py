@@ -1,5 +1,6 @@
-"""isorun for Python: each call of a function in a fresh, exec'd Python interpreter, supervised
-by isorun's C++ runner in this process, under a GPU memory cap, with results over shared memory.
+"""isorun for Python: each call of a function in a fresh Python process (forked from a zygote
+that never touched CUDA, or exec'd), supervised by isorun's C++ runner in this process, under a
+GPU memory cap, with results over shared memory.
 
     import isorun
 
@@ -22,7 +23,7 @@ See docs/python.md.
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._api import IsolatedFunction, IsolatedFuture, isolated, map, stop_standby
+    from ._api import IsolatedFunction, IsolatedFuture, PoolStats, isolated, map, pool_stats, stop_standby
     from ._checkpoint import Checkpoint, checkpoint, latest_checkpoint, should_checkpoint
     from ._executor import Executor, imap
     from ._outcome import Outcome, Result
@@ -47,7 +48,8 @@ if TYPE_CHECKING:
 # Imported on first use (PEP 562): a worker interpreter imports isorun._worker, and with it this
 # package, on every call's critical path; it needs none of the caller's machinery.
 _WHERE = {
-    **dict.fromkeys(["IsolatedFunction", "IsolatedFuture", "isolated", "map", "stop_standby"], "_api"),
+    **dict.fromkeys(["IsolatedFunction", "IsolatedFuture", "isolated", "map", "stop_standby", "pool_stats",
+                     "PoolStats"], "_api"),
     **dict.fromkeys(["Executor", "imap"], "_executor"),
     **dict.fromkeys(["Outcome", "Result"], "_outcome"),
     **dict.fromkeys(["set_segment_pool", "segment_pool_stats"], "_pool"),
@@ -98,6 +100,8 @@ __all__ = [
     "imap",
     "Executor",
     "stop_standby",
+    "pool_stats",
+    "PoolStats",
     "set_segment_pool",
     "segment_pool_stats",
     "sweep",

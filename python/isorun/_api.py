@@ -11,6 +11,7 @@ import math
 import os
 import sys
 import threading
+import types
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Callable, Generic, Optional, TypeVar, Union, overload
 
@@ -30,7 +31,7 @@ from .errors import (
     WorkerExited,
 )
 
-__all__ = ["isolated", "IsolatedFunction", "IsolatedFuture", "map", "stop_standby"]
+__all__ = ["isolated", "IsolatedFunction", "IsolatedFuture", "map", "stop_standby", "pool_stats", "PoolStats"]
 
 R = TypeVar("R")
 Size = Union[int, str]
@@ -100,13 +101,24 @@ class _Options:
     host_mem_limit: int = 0
     cpus_per_call: int = 0
     capture_output: bool = False
-    zygote: bool = False  # start="zygote": workers forked from one zygote interpreter
+    start: str = "auto"  # "auto" (an adaptive zygote pool), "exec" or "zygote"
     # launch()'s last answer and the sys.path it was made for: [(path, answer)].
     _launch: list = dataclasses.field(default_factory=list, init=False, repr=False, compare=False)
 
     def __getstate__(self) -> dict[str, Any]:
         # Without the launch kept for calls (its C++ options do not pickle): made again where used.
         return {**self.__dict__, "_launch": []}
+
+    @property
+    def adaptive(self) -> bool:
+        """start="auto" as it applies: an adaptive pool of workers forked from a zygote (not with
+        warm_context, whose waiting workers hold a CUDA context a zygote never has)."""
+        return self.start == "auto" and not self.warm_context
+
+    @property
+    def zygote(self) -> bool:
+        """Workers forked from a zygote interpreter, not exec'd each."""
+        return self.start == "zygote" or self.adaptive
 
     @property
     def on_gpu(self) -> bool:
@@ -120,7 +132,7 @@ class _Options:
                 standby: int = 0, warm_context: bool = False, early_result: bool = False, alloc_conf: str = "",
                 preload: Sequence[str] = (), python: Optional[str] = None, echo_stderr: bool = True,
                 host_mem_limit: Optional[Size] = None, cpus_per_call: Optional[int] = None,
-                capture_output: bool = False, start: str = "exec") -> _Options:
+                capture_output: bool = False, start: str = "auto") -> _Options:
         if cpu and (gpu is not None or gpus or gpu_count):
             raise UsageError("cpu=True excludes gpu, gpus and gpu_count")
         if gpu is not None and (isinstance(gpu, bool) or not isinstance(gpu, int)):
@@ -134,7 +146,8 @@ class _Options:
         if isinstance(standby, bool) or not isinstance(standby, int) or standby < 0:
             raise UsageError(f"standby takes a number of workers, not {standby!r}")
         if start not in _STARTS:
-            raise UsageError(f"start takes 'exec' (each worker an exec'd interpreter: the default) or 'zygote' "
+            raise UsageError(f"start takes 'auto' (the default: workers forked from a zygote the first call starts, "
+                             f"kept while calls come), 'exec' (each worker an exec'd interpreter) or 'zygote' "
                              f"(each worker forked from one interpreter that imported the preloads), not {start!r}")
         if start == "zygote" and warm_context:
             raise UsageError("start='zygote' excludes warm_context=True: a zygote never initializes CUDA (its "
@@ -180,7 +193,7 @@ class _Options:
             host_mem_limit=host_cap,
             cpus_per_call=cpus_per_call or 0,
             capture_output=bool(capture_output),
-            zygote=start == "zygote",
+            start=start,
         )
 
     def launch(self) -> tuple[list[str], list[str], _core.CallOptions]:
@@ -211,6 +224,11 @@ class _Options:
         o.host_mem_limit = self.host_mem_limit
         o.cpus_per_call = self.cpus_per_call
         o.zygote = self.zygote
+        if self.adaptive and not self.standby:
+            # One worker kept forked and waiting (more while calls come back to back), from the
+            # end of the first call until calls stop coming for a while.
+            o.standby = 1
+            o.linger_ms = _idle_ms()
         return o
 
     def argv(self) -> list[str]:
@@ -237,7 +255,22 @@ def _all_gpus() -> list[int]:
     return found
 
 
-_STARTS = ("exec", "zygote")
+_STARTS = ("auto", "exec", "zygote")
+IDLE_ENV = "ISORUN_IDLE"
+_DEFAULT_IDLE_S = 10.0
+
+
+def _idle_ms() -> int:
+    """How long start="auto" keeps its zygote and waiting worker without a call: ISORUN_IDLE
+    seconds, else 10 s."""
+    text = os.environ.get(IDLE_ENV, "")
+    try:
+        seconds = float(text) if text else _DEFAULT_IDLE_S
+    except ValueError:
+        raise UsageError(f"{IDLE_ENV}={text!r} is not a number of seconds (e.g. 10 or 0.5)") from None
+    if not seconds > 0:
+        raise UsageError(f"{IDLE_ENV}={text!r}: give a number of seconds above 0 (start='exec' keeps no pool)")
+    return max(1, int(seconds * 1000))
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _BOOTSTRAP = "import sys; sys.path.append({root!r}); from isorun._worker import main; main()"
 
@@ -478,6 +511,33 @@ def _importable_module_of(fn: Callable[..., Any]) -> Optional[str]:
     return module
 
 
+@functools.lru_cache(maxsize=256)
+def _packages_named_by(fn: Callable[..., Any]) -> tuple[str, ...]:
+    """The third-party packages ``fn``'s code names (``np.`` of a global ``np``, an ``import
+    torch`` in its body, in nested functions too) that this process has imported: what a zygote
+    preloads for it. Not the standard library (cheap to import), not isorun, not ``__main__``."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return ()
+    names: set[str] = set()
+    todo = [code]
+    while todo:
+        c = todo.pop()
+        names.update(c.co_names)
+        todo.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    glob = getattr(fn, "__globals__", {})
+    found = []
+    for name in sorted(names):
+        value = glob.get(name)
+        module = getattr(value, "__name__", None) if isinstance(value, types.ModuleType) else \
+            (name if name in sys.modules else None)
+        top = module.partition(".")[0] if module else None
+        if top and top in sys.modules and top not in sys.stdlib_module_names and \
+                top not in ("isorun", "__main__", "builtins") and top not in found:
+            found.append(top)
+    return tuple(found)
+
+
 class IsolatedFunction(Generic[R]):
     """A function wrapped to run in a fresh Python interpreter per call (see :func:`isolated`)."""
 
@@ -485,11 +545,17 @@ class IsolatedFunction(Generic[R]):
         if not callable(fn):
             raise UsageError(f"isolated() wraps a callable, not {fn!r}")
         self.__wrapped__ = fn
-        module = _importable_module_of(fn) if options.standby or options.zygote else None
-        if module and module not in options.preload:
-            # A standby interpreter imports the function's own module while it waits: the call
-            # then pays neither its import nor that of what the module imports.
-            options = dataclasses.replace(options, preload=options.preload + (module,))
+        if options.standby or options.zygote:
+            # A standby interpreter (or a zygote) imports the function's own module while it
+            # waits (and with it what the module imports), or for a function that travels by value
+            # (of __main__, a lambda) the packages its code names that this process has imported
+            # (numpy, torch, ...): the call then pays neither. (By module, not by function: the
+            # functions of one module share a pool.)
+            module = _importable_module_of(fn)
+            wanted = (module,) if module else _packages_named_by(fn)
+            extra = tuple(name for name in wanted if name not in options.preload)
+            if extra:
+                options = dataclasses.replace(options, preload=options.preload + extra)
         self._options = options
         functools.update_wrapper(self, fn)
 
@@ -593,7 +659,7 @@ class IsolatedFunction(Generic[R]):
                     alloc_conf=fields["alloc_conf"], preload=fields["preload"], python=fields["python"],
                     echo_stderr=fields["echo_stderr"], host_mem_limit=fields["host_mem_limit"] or None,
                     cpus_per_call=fields["cpus_per_call"] or None, capture_output=fields["capture_output"],
-                    start="zygote" if fields["zygote"] else "exec")
+                    start=fields["start"])
         if changes.keys() & {"gpu", "gpus", "gpu_count", "cpu"}:
             # Where it runs is given anew, as a whole: the old placement does not stay beside it.
             base.update(gpu=None, gpus=None, gpu_count=0)
@@ -618,9 +684,10 @@ def isolated(fn: Optional[Callable[..., R]] = None, /, *, gpu: Optional[int] = N
              warm_context: bool = False, early_result: bool = False, alloc_conf: str = "",
              preload: Sequence[str] = (), python: Optional[str] = None, echo_stderr: bool = True,
              host_mem_limit: Optional[Size] = None, cpus_per_call: Optional[int] = None,
-             capture_output: bool = False, start: str = "exec") -> Any:
-    """Wraps ``fn`` so that each call runs in a fresh Python interpreter, exec'd (never forked),
-    supervised by isorun's C++ runner in this process. As a decorator, with or without options::
+             capture_output: bool = False, start: str = "auto") -> Any:
+    """Wraps ``fn`` so that each call runs in a fresh Python process no call ran in before,
+    forked from a zygote that never initialized CUDA or exec'd (``start``), supervised by
+    isorun's C++ runner in this process. As a decorator, with or without options::
 
         @isorun.isolated(gpu=0, mem_limit="2G", timeout="10m")
         def train(lr, hidden): ...
@@ -645,9 +712,11 @@ def isolated(fn: Optional[Callable[..., R]] = None, /, *, gpu: Optional[int] = N
       worker's cgroup; refused where no cgroup can enforce it); cpus_per_call: the cores a call
       may use (its OMP/BLAS thread limits, and the CPU slots it takes; default its share);
       capture_output: keep the worker's stdout and stderr in the outcome (``outcome.stdout``,
-      ``outcome.stderr``) instead of writing them out; start: "exec" (the default) or "zygote":
-      workers forked from one interpreter that imported ``preload`` and never initialized
-      CUDA, instead of each exec'd (docs/python.md says what siblings share).
+      ``outcome.stderr``) instead of writing them out; start: how workers are made, each
+      running one call: "auto" (the default) forks them from a zygote interpreter that the end
+      of the first call starts, which imports the function's module and the packages its code
+      names, never initializes CUDA, and is stopped after ``ISORUN_IDLE`` seconds (10) without
+      a call; "zygote" keeps it; "exec" execs each (docs/python.md says what siblings share).
 
     What the worker prints goes to this process's stdout and stderr; where ``sys.stdout`` or
     ``sys.stderr`` is not fd 1 or 2 (Jupyter, ``contextlib.redirect_stdout``), into those
@@ -673,6 +742,51 @@ def map(fn: Union[Callable[..., R], IsolatedFunction[R]], inputs: Iterable[Any],
     from ._executor import map as run
 
     return run(fn, inputs, **options)
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolStats:
+    """One pool of workers kept waiting in this process (:func:`pool_stats`)."""
+
+    start: str
+    """How its workers are made: "zygote" (forked from its zygote) or "exec"."""
+    adaptive: bool
+    """Made by ``start="auto"``: started by the end of a first call, stopped after idle seconds."""
+    dormant: bool
+    """Adaptive and holding nothing now (no call came for ``ISORUN_IDLE`` seconds)."""
+    pids: tuple[int, ...]
+    """Its interpreters alive now: the zygote first (if it has one), then the waiting workers."""
+    rss_bytes: int
+    """Their resident memory, summed (a forked worker's pages shared with its zygote count in
+    each, so this is an upper bound)."""
+    hits: int
+    """Calls that found a worker waiting."""
+    misses: int
+    """Calls that had a worker launched for them (the first, and those past what was waiting)."""
+    preload: tuple[str, ...]
+    """The modules its interpreters import while they wait."""
+
+
+def _rss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGESIZE")
+    except (OSError, IndexError, ValueError):
+        return 0  # gone meanwhile
+
+
+def pool_stats() -> list[PoolStats]:
+    """The pools of waiting workers this process keeps now (``start="auto"``'s adaptive ones,
+    ``start="zygote"``'s, ``standby=N``'s): what they hold, the memory it takes and the calls
+    they served."""
+    out = []
+    for raw in _core.pool_stats():
+        pids = ((raw["zygote_pid"],) if raw["zygote_pid"] > 0 else ()) + tuple(raw["waiting"])
+        preload = next((e.partition("=")[2] for e in raw["env"] if e.startswith("ISORUN_PY_PRELOAD=")), "")
+        out.append(PoolStats(start="zygote" if raw["zygote"] else "exec", adaptive=raw["adaptive"],
+                             dormant=raw["dormant"], pids=pids, rss_bytes=sum(_rss(p) for p in pids),
+                             hits=raw["hits"], misses=raw["misses"], preload=tuple(filter(None, preload.split(",")))))
+    return out
 
 
 def stop_standby() -> None:

@@ -136,6 +136,12 @@ struct call_options {
   unsigned cpus_per_call = 0;
   /// Workers forked from a zygote (start="zygote"), kept `standby` waiting, not exec'd each.
   bool zygote = false;
+  /// Not 0: the pool is adaptive (start="auto"): dormant after this long without a call.
+  std::int64_t linger_ms = 0;
+
+  [[nodiscard]] isorun::runner::warm_start warm(std::size_t standby_workers) const {
+    return {.standby = standby_workers, .zygote = zygote, .linger = std::chrono::milliseconds(linger_ms)};
+  }
 };
 
 /// An executor's admission (isorun.Executor), in front of the process's.
@@ -504,7 +510,7 @@ py_job start(nb::bytes request, std::vector<std::string> argv, std::vector<std::
     spec->args = framed_request(variables, request);
   }
   auto call = isorun::runner::queue_call(first, executor ? &process : nullptr, std::move(admission_request),
-                                         std::move(spec), opts.standby, o.zygote);
+                                         std::move(spec), o.warm(opts.standby));
   return py_job(std::move(call), std::move(cap), caller_waits, token);
 }
 
@@ -522,7 +528,7 @@ void fill_standby(std::vector<std::string> argv, std::vector<std::string> launch
   if (request.on_gpu() && spec.gpus.empty() && opts.warm_context) return;  // its GPU is known only when admitted
   auto launch = isorun::runner::launch_spec_for(spec);
   launch.zygote = o.zygote;
-  isorun::runner::standby_for(launch, opts.standby).fill();
+  isorun::runner::standby_for(launch, opts.standby, std::chrono::milliseconds(o.linger_ms)).fill();
 }
 
 /// An executor's admission for these slots (isorun.Executor), and how they were decided.
@@ -915,7 +921,8 @@ NB_MODULE(_core, m) {
       .def_rw("early_result", &call_options::early_result)
       .def_rw("host_mem_limit", &call_options::host_mem_limit)
       .def_rw("cpus_per_call", &call_options::cpus_per_call)
-      .def_rw("zygote", &call_options::zygote);
+      .def_rw("zygote", &call_options::zygote)
+      .def_rw("linger_ms", &call_options::linger_ms);
 
   nb::class_<py_admission>(m, "Admission")
       .def_prop_ro("waiting", [](const py_admission& a) { return a.admission->waiting(); })
@@ -968,6 +975,27 @@ NB_MODULE(_core, m) {
     nb::gil_scoped_release unlocked;
     isorun::stop_standby();
   }, "Stops every standby worker and waits until they are gone.");
+  m.def(
+      "pool_stats",
+      [] {
+        nb::list out;
+        for (const auto& s : isorun::runner::standby_stats()) {
+          nb::dict d;
+          d["zygote"] = s.zygote;
+          d["adaptive"] = s.adaptive;
+          d["dormant"] = s.dormant;
+          d["waiting"] = s.waiting;
+          d["zygote_pid"] = s.zygote_pid;
+          d["hits"] = s.hits;
+          d["misses"] = s.misses;
+          d["env"] = s.env;
+          out.append(d);
+        }
+        return out;
+      },
+      "Per standby pool of this process: whether it forks from a zygote, is adaptive and dormant now, its "
+      "waiting workers' pids, its zygote's pid (-1: none), calls that found a worker waiting (hits) or not "
+      "(misses), and its launch environment.");
   m.def("place_numpy_arrays", &isorun_python::place_numpy_arrays,
         "In a worker: NumPy's large arrays are made from now on where the result goes (False where NumPy is "
         "not imported or older than 1.22).");

@@ -55,10 +55,12 @@ def test_queued_calls_under_a_redirected_stdout_cost_no_thread_or_descriptor_eac
     os.mkfifo(go)
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        with isorun.Executor(cpu_slots=1) as ex:  # (the reader thread and the rest started once)
+        # Exec'd workers: the default's pool (a thread and a zygote's descriptors, once) would come
+        # and go while the descriptors are counted.
+        with isorun.Executor(cpu_slots=1, start="exec") as ex:  # (the reader thread and the rest started once)
             assert ex.submit(say, "warm").result() == 4
         threads, fds = _threads(), _fds()
-        with isorun.Executor(cpu_slots=1) as ex:
+        with isorun.Executor(cpu_slots=1, start="exec") as ex:
             running = ex.submit(wait_for, go)
             try:
                 first = [ex.submit(square, i) for i in range(10)]

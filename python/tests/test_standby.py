@@ -1,5 +1,6 @@
 """Standby interpreters: launched ahead of the call, their preload modules imported while they
-wait; each still serves exactly one call."""
+wait; each still serves exactly one call. These are exec'd ones (start="exec"); forked ones are
+test_zygote.py's and the default's test_auto_start.py's."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def helpers_on_path(monkeypatch):
 
 
 def test_a_preloaded_module_is_in_sys_modules_when_the_call_begins():
-    f = isorun.isolated(report, preload=["preload_probe"], standby=1)
+    f = isorun.isolated(report, preload=["preload_probe"], standby=1, start="exec")
     f.warm_up()
     first = f()
     assert first["at_entry"]
@@ -39,7 +40,7 @@ def test_a_preloaded_module_is_in_sys_modules_when_the_call_begins():
 
 
 def test_each_standby_interpreter_serves_one_call():
-    f = isorun.isolated(report, preload=["preload_probe"], standby=2)
+    f = isorun.isolated(report, preload=["preload_probe"], standby=2, start="exec")
     f.warm_up()
     results = [f() for _ in range(4)]
     assert all(r["at_entry"] for r in results)
@@ -56,14 +57,14 @@ def test_a_folder_put_on_sys_path_after_a_call_is_where_the_next_call_preloads_f
     # The call's launch (its interpreters' environment) is made once per sys.path: a changed path
     # is seen by the next call, whose interpreters are launched anew.
     (tmp_path / "late_probe.py").write_text("")
-    f = isorun.isolated(late_report, preload=["late_probe"], standby=1, echo_stderr=False)
+    f = isorun.isolated(late_report, preload=["late_probe"], standby=1, echo_stderr=False, start="exec")
     assert f() is False  # not found: it is not on the path yet
     monkeypatch.syspath_prepend(str(tmp_path))
     assert f() is True
 
 
 def test_without_preload_the_module_is_not_there():
-    f = isorun.isolated(report, standby=1)
+    f = isorun.isolated(report, standby=1, start="exec")
     f.warm_up()
     assert not f()["at_entry"]
 

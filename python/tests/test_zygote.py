@@ -41,8 +41,8 @@ def state():
             "zygote_var": os.environ.get("ISORUN_CAP_ZYGOTE"), "preload": os.environ.get("LD_PRELOAD", "")}
 
 
-def test_start_takes_exec_or_zygote():
-    with pytest.raises(isorun.UsageError, match="start takes 'exec'.*'zygote'.*'fork'"):
+def test_start_takes_auto_exec_or_zygote():
+    with pytest.raises(isorun.UsageError, match="start takes 'auto'.*'exec'.*'zygote'.*'fork'"):
         isorun.isolated(state, start="fork")
     with pytest.raises(isorun.UsageError, match="start takes"):
         isorun.Executor(cpu_slots=1, start=None)

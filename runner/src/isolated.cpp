@@ -42,7 +42,8 @@ std::shared_ptr<runner::queued_job> submit_isolated(const void* fn, blob args, c
       runner::place_job(gpus(), runner::gpu_request_for(o), false, o.mem_limit), o));
   spec->result_stream = task->result_type == "isorun::blob";
   runner::check_job_spec(*spec);
-  return runner::queue_call(first, executor ? &process : nullptr, std::move(request), std::move(spec), o.standby);
+  return runner::queue_call(first, executor ? &process : nullptr, std::move(request), std::move(spec),
+                            {.standby = o.standby});
 }
 
 }  // namespace detail

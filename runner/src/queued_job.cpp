@@ -17,18 +17,17 @@
 namespace isorun::runner {
 
 std::shared_ptr<queued_job> queue_call(admission& first, admission* then, admission_request request,
-                                       std::shared_ptr<job_spec> spec, std::size_t standby, bool zygote) {
+                                       std::shared_ptr<job_spec> spec, warm_start warm) {
   auto place = first.enqueue(std::move(request), then);
   return std::make_shared<queued_job>(
-      std::move(place),
-      [spec = std::move(spec), standby, zygote](std::shared_ptr<admission::ticket> ticket, bool caller_waits) {
+      std::move(place), [spec = std::move(spec), warm](std::shared_ptr<admission::ticket> ticket, bool caller_waits) {
         spec->gpus = ticket->gpus();
         spec->caller_waits = caller_waits;
         spec->admitted = std::move(ticket);
-        if (!standby && !zygote) return job::start(std::move(*spec));
+        if (!warm.standby && !warm.zygote) return job::start(std::move(*spec));
         launch_spec launch = launch_spec_for(*spec);
-        launch.zygote = zygote;
-        return job::start(std::move(*spec), standby_for(launch, standby));
+        launch.zygote = warm.zygote;
+        return job::start(std::move(*spec), standby_for(launch, warm.standby, warm.linger));
       });
 }
 

@@ -41,6 +41,12 @@ bool same_launch(const launch_spec& a, const launch_spec& b) {
          (!a.warm || serialization::to_env(*a.warm) == serialization::to_env(*b.warm));
 }
 
+// Whether the process of `pidfd` has exited (its pidfd is readable then), without waiting.
+bool exited(const unique_fd& pidfd) {
+  pollfd p{pidfd.get(), POLLIN, 0};
+  return ::poll(&p, 1, 0) != 0;
+}
+
 // A worker launched ahead binds its symbols while it waits (LD_BIND_NOW for its start), not at
 // the first call of each on the call's path: a standby call's worker-side steps take ~30% less.
 // The worker removes the variable at once (serialization::env::bind_now), so that what its task
@@ -56,19 +62,31 @@ launch_spec ahead_of_time(const launch_spec& s) {
 }
 }  // namespace
 
-standby_pool::standby_pool(launch_spec spec, std::size_t size, std::size_t max_size, std::chrono::milliseconds idle)
+standby_pool::standby_pool(launch_spec spec, std::size_t size, std::size_t max_size, std::chrono::milliseconds idle,
+                           std::chrono::milliseconds linger)
     : spec_{std::move(spec)},
       wanted_{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)},
       size_{size},
       target_{size},
       max_size_{std::max(size, max_size ? max_size : serialization::usable_cores())},
-      idle_{idle} {
+      idle_{idle},
+      linger_{linger} {
   if (!wanted_) throw internal_error(std::string("eventfd: ") + std::strerror(errno));
   if (!watched_ || !watch(wanted_)) throw internal_error(std::string("epoll: ") + std::strerror(errno));
-  if (!spec_.zygote) launcher_ = std::make_unique<local_launcher>();
-  zygote_settled_ = !spec_.zygote;
   spec_.label = "standby";  // its task is not known yet
   spec_.before_start = nullptr;  // a call's, not the pool's
+  if (linger_.count() > 0) {
+    // Adaptive: nothing until the first call has come and gone. Calls meanwhile get exec'd workers.
+    dormant_ = true;
+    target_ = 0;
+    need_zygote_ = spec_.zygote;
+    launcher_ = std::make_shared<local_launcher>();
+  } else if (!spec_.zygote) {
+    launcher_ = std::make_shared<local_launcher>();
+  } else {
+    need_zygote_ = true;  // the filler starts it
+    zygote_settled_ = false;
+  }
   filler_ = std::thread([this] { refill(); });
 }
 
@@ -86,9 +104,9 @@ standby_pool::~standby_pool() {
 }
 
 // The launcher, once there is one: a zygote pool's take() may come before the filler started it.
-launcher& standby_pool::source(std::unique_lock<std::mutex>& lock) {
+std::shared_ptr<launcher> standby_pool::source(std::unique_lock<std::mutex>& lock) {
   changed_.wait(lock, [&] { return launcher_ != nullptr; });
-  return *launcher_;
+  return launcher_;
 }
 
 bool standby_pool::watch(const unique_fd& fd) const noexcept {
@@ -107,75 +125,122 @@ void standby_pool::wake_filler() const noexcept {
   [[maybe_unused]] auto n = ::write(wanted_.get(), &one, sizeof one);
 }
 
+// Started on the filler's thread, which lives as long as the pool: the zygote's parent-death
+// signal, and its children's (made this process's children), follow it. (A zygote that cannot
+// start leaves exec'd workers: zygote_launcher says so.) Its imports are waited for here, not by
+// calls (which get exec'd workers meanwhile): the pool is then filled with forked workers.
+// Interrupted when the pool stops, or asked to.
+void standby_pool::start_zygote() {
+  auto zygote = std::make_shared<zygote_launcher>(spec_);
+  {
+    std::lock_guard lock(mutex_);
+    zygote_settled_ = false;
+    launcher_ = zygote;
+    if (interrupted_) zygote->interrupt();  // (before there was a launcher to tell)
+    changed_.notify_all();
+  }
+  zygote->wait_ready();
+  std::lock_guard lock(mutex_);
+  zygote_settled_ = true;
+  changed_.notify_all();
+}
+
+// An adaptive pool's linger has passed without a take: its waiting workers and its zygote are
+// stopped (outside the lock), and calls get exec'd workers until one wakes it.
+void standby_pool::go_dormant(std::unique_lock<std::mutex>& lock) {
+  std::deque<launched_worker> waiting = std::move(ready_);
+  ready_.clear();
+  std::shared_ptr<launcher> previous;
+  if (spec_.zygote) {
+    previous = std::exchange(launcher_, std::make_shared<local_launcher>());
+    need_zygote_ = true;
+  }
+  dormant_ = true;
+  target_ = 0;
+  changed_.notify_all();
+  lock.unlock();
+  waiting.clear();   // each handle stops its worker's process group and reaps it
+  previous.reset();  // the zygote, unless a take() is launching through it now (then after that)
+  lock.lock();
+}
+
 // The filler launches a worker when the pool is short of one that no running call owes it: a
 // worker taken is owed back once it has exited (its call is over, or nearly: with early_result
 // the exit follows the hand-over), and at once if no worker is left waiting, since the next call
 // would otherwise launch its own on its path. Between launches it sleeps on an epoll set of the
 // wake-up eventfd and the pidfds of the workers owed, which take() adds to without waking it.
 void standby_pool::refill() {
-  if (spec_.zygote) {
-    // Started on this thread, which lives as long as the pool: the zygote's parent-death signal,
-    // and its children's (made this process's children), follow it. (A zygote that cannot start
-    // leaves exec'd workers: zygote_launcher says so.)
-    auto zygote = std::make_unique<zygote_launcher>(spec_);
-    zygote_launcher* z = zygote.get();
-    {
-      std::lock_guard lock(mutex_);
-      launcher_ = std::move(zygote);
-      if (interrupted_) z->interrupt();  // (before there was a launcher to tell)
-      changed_.notify_all();
-    }
-    // Its imports are waited for here, not by calls (which get exec'd workers meanwhile): the
-    // pool is then filled with forked workers. Interrupted when the pool stops, or asked to.
-    z->wait_ready();
-    std::lock_guard lock(mutex_);
-    zygote_settled_ = true;
-    changed_.notify_all();
-  }
-  const launch_spec bound = ahead_of_time(spec_);
   std::unique_lock lock(mutex_);
+  std::optional<launch_spec> bound;  // (made once, by this thread)
   for (;;) {
     if (stopping_) return;
-    // Owed workers that have exited are owed no longer: their replacements are due.
-    std::erase_if(owed_, [&](const unique_fd& pidfd) {
-      pollfd p{pidfd.get(), POLLIN, 0};
-      if (::poll(&p, 1, 0) == 0) return false;
-      unwatch(pidfd);
-      return true;
-    });
-    if (ready_.empty() && !owed_.empty()) {  // nothing waits: launch now
-      unwatch(owed_.front());
-      owed_.pop_front();
+    int timeout_ms = -1;
+    // A dormant pool waits for a take, and then for that call's worker to exit.
+    if (waking_ && exited(waking_)) {
+      unwatch(waking_);
+      waking_.reset();
     }
-    if (!failing_ && ready_.size() + owed_.size() < target_) {
-      // With none waiting, or the pool grown for calls that come back to back, calls are taking
-      // workers as fast as they come: this one is soon needed, and starts as quickly and as
-      // cheaply as it can (binding every symbol takes CPU the calls want).
-      const launch_spec& how = ready_.empty() || target_ > size_ ? spec_ : bound;
+    const bool woken = !dormant_ && !waking_pending_ && !waking_;
+    if (woken && need_zygote_) {
+      need_zygote_ = false;
+      zygote_settled_ = false;  // (fill() waits for it from now)
       lock.unlock();
-      // Launched outside the lock: take() never waits for a launch that is not its own.
-      std::optional<launched_worker> w;
-      try {
-        w.emplace(launcher_->launch(how));
-      } catch (const std::exception&) {
-      }
+      start_zygote();
       lock.lock();
-      if (w) ready_.push_back(std::move(*w));
-      else failing_ = true;
-      changed_.notify_all();
       continue;
     }
-    // Grown under load: back to `size` once no call has come for `idle`.
-    int timeout_ms = -1;
-    if (target_ > size_) {
-      const auto left = last_take_ + idle_ - std::chrono::steady_clock::now();
-      if (left <= std::chrono::steady_clock::duration::zero()) {
+    if (woken) {
+      if (!bound) bound = ahead_of_time(spec_);
+      // Owed workers that have exited are owed no longer: their replacements are due.
+      std::erase_if(owed_, [&](const unique_fd& pidfd) {
+        if (!exited(pidfd)) return false;
+        unwatch(pidfd);
+        return true;
+      });
+      if (ready_.empty() && !owed_.empty()) {  // nothing waits: launch now
+        unwatch(owed_.front());
+        owed_.pop_front();
+      }
+      if (!failing_ && ready_.size() + owed_.size() < target_) {
+        // With none waiting, or the pool grown for calls that come back to back, calls are taking
+        // workers as fast as they come: this one is soon needed, and starts as quickly and as
+        // cheaply as it can (binding every symbol takes CPU the calls want).
+        const launch_spec& how = ready_.empty() || target_ > size_ ? spec_ : *bound;
+        std::shared_ptr<launcher> from = launcher_;
         lock.unlock();
-        trim();
+        // Launched outside the lock: take() never waits for a launch that is not its own.
+        std::optional<launched_worker> w;
+        try {
+          w.emplace(from->launch(how));
+        } catch (const std::exception&) {
+        }
         lock.lock();
+        if (w && !dormant_) ready_.push_back(std::move(*w));
+        else if (!w) failing_ = true;
+        changed_.notify_all();
         continue;
       }
-      timeout_ms = static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count());
+      const auto now = std::chrono::steady_clock::now();
+      if (linger_.count() > 0) {  // adaptive: dormant once no call has come for `linger`
+        const auto left = last_take_ + linger_ - now;
+        if (left <= std::chrono::steady_clock::duration::zero()) {
+          go_dormant(lock);
+          continue;
+        }
+        timeout_ms = static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count());
+      }
+      // Grown under load: back to `size` once no call has come for `idle`.
+      if (target_ > size_) {
+        const auto left = last_take_ + idle_ - now;
+        if (left <= std::chrono::steady_clock::duration::zero()) {
+          lock.unlock();
+          trim();
+          lock.lock();
+          continue;
+        }
+        const int ms = static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count());
+        timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms);
+      }
     }
     lock.unlock();
     epoll_event ready[8];
@@ -192,21 +257,25 @@ void standby_pool::refill() {
 }
 
 launched_worker standby_pool::take() {
+  bool waking = false;
   {
     std::unique_lock lock(mutex_);
     last_take_ = std::chrono::steady_clock::now();
+    if (dormant_) {  // the first call in a while: its own worker now, the pool once it has exited
+      dormant_ = false;
+      waking = waking_pending_ = true;
+      target_ = size_;
+    }
     // A call taken while an earlier one still runs: they come back to back, and the replacement
     // is launched at once instead of after that exit.
-    std::erase_if(running_, [](const unique_fd& pidfd) {
-      pollfd p{pidfd.get(), POLLIN, 0};
-      return ::poll(&p, 1, 0) != 0;
-    });
+    std::erase_if(running_, exited);
     const bool back_to_back = !running_.empty();
-    if (back_to_back) target_ = std::min(max_size_, target_ + 1);  // calls overlap: keep more waiting
+    if (back_to_back && !waking) target_ = std::min(max_size_, target_ + 1);  // calls overlap: keep more waiting
     while (!ready_.empty()) {
       launched_worker w = std::move(ready_.front());
       ready_.pop_front();
       if (!w.process.peek()) {
+        ++hits_;
         // Owed back once it exits (spaced calls): its pidfd joins what the filler sleeps on, which
         // wakes it then, not now (a wake-up now would put the filler on a core just as this call's
         // worker wants one). Without a pidfd to watch it is owed no longer, and the filler is told.
@@ -225,12 +294,37 @@ launched_worker standby_pool::take() {
       // It died while waiting: `w` is reaped as it goes, and the next one is tried.
       wake_filler();
     }
+    ++misses_;
   }
-  wake_filler();
+  if (!waking) wake_filler();
   std::unique_lock lock(mutex_);
-  launcher& source = this->source(lock);
+  std::shared_ptr<launcher> from = source(lock);
+  const bool forks = dynamic_cast<zygote_launcher*>(from.get()) != nullptr;
   lock.unlock();
-  return source.launch(spec_);  // none ready: launched now, as without standby (forked, or exec'd)
+  launch_spec exec_spec;
+  if (!forks && spec_.zygote) (exec_spec = spec_).zygote = false;  // a dormant zygote pool's call: exec'd
+  std::optional<launched_worker> w;
+  try {
+    w.emplace(from->launch(!forks && spec_.zygote ? exec_spec : spec_));  // none ready: launched now
+  } catch (...) {
+    if (waking) {
+      lock.lock();
+      waking_pending_ = false;  // the pool starts now, without that exit to wait for
+      lock.unlock();
+      wake_filler();
+    }
+    throw;
+  }
+  if (waking) {
+    lock.lock();
+    waking_pending_ = false;
+    if (unique_fd pidfd{::fcntl(w->process.pidfd(), F_DUPFD_CLOEXEC, 0)}; pidfd && watch(pidfd))
+      waking_ = std::move(pidfd);
+    if (unique_fd pidfd{::fcntl(w->process.pidfd(), F_DUPFD_CLOEXEC, 0)}) running_.push_back(std::move(pidfd));
+    lock.unlock();
+    wake_filler();
+  }
+  return std::move(*w);
 }
 
 std::size_t standby_pool::target() const {
@@ -277,7 +371,31 @@ void standby_pool::interrupt() noexcept {
 
 void standby_pool::fill() {
   std::unique_lock lock(mutex_);
-  changed_.wait(lock, [&] { return zygote_settled_ && (failing_ || ready_.size() >= target_); });
+  if (linger_.count() > 0) {  // a warm-up counts as a call: the linger starts now
+    last_take_ = std::chrono::steady_clock::now();
+    if (dormant_) {  // woken as by a call, without one to wait for
+      dormant_ = false;
+      target_ = size_;
+      wake_filler();
+    }
+  }
+  // (Dormant again meanwhile, its linger past before it filled: nothing more to wait for.)
+  changed_.wait(
+      lock, [&] { return dormant_ || (!need_zygote_ && zygote_settled_ && (failing_ || ready_.size() >= target_)); });
+}
+
+standby_pool::stats standby_pool::snapshot() const {
+  std::lock_guard lock(mutex_);
+  stats out;
+  out.zygote = spec_.zygote;
+  out.adaptive = linger_.count() > 0;
+  out.dormant = dormant_;
+  for (const auto& w : ready_) out.waiting.push_back(w.process.pid());
+  if (auto* z = dynamic_cast<zygote_launcher*>(launcher_.get())) out.zygote_pid = z->zygote_pid();
+  out.hits = hits_;
+  out.misses = misses_;
+  out.env = spec_.extra_env;
+  return out;
 }
 
 std::vector<pid_t> standby_pool::waiting_pids() const {
@@ -290,7 +408,8 @@ std::vector<pid_t> standby_pool::waiting_pids() const {
 namespace {
 struct pools {
   std::mutex mutex;
-  std::map<std::pair<launch_key, bool>, std::unique_ptr<standby_pool>> by_spec;  // (launch, zygote)
+  // (launch, zygote, adaptive)
+  std::map<std::tuple<launch_key, bool, bool>, std::unique_ptr<standby_pool>> by_spec;
 };
 pools& all_pools() {
   static pools p;
@@ -298,13 +417,21 @@ pools& all_pools() {
 }
 }  // namespace
 
-standby_pool& standby_for(const launch_spec& spec, std::size_t size) {
+standby_pool& standby_for(const launch_spec& spec, std::size_t size, std::chrono::milliseconds linger) {
   auto& p = all_pools();
   std::lock_guard lock(p.mutex);
-  auto& pool = p.by_spec[{key_of(spec), spec.zygote}];
-  if (!pool) pool = std::make_unique<standby_pool>(spec, size);
+  auto& pool = p.by_spec[{key_of(spec), spec.zygote, linger.count() > 0}];
+  if (!pool) pool = std::make_unique<standby_pool>(spec, size, 0, std::chrono::seconds(2), linger);
   else pool->reserve(size);
   return *pool;
+}
+
+std::vector<standby_pool::stats> standby_stats() {
+  auto& p = all_pools();
+  std::lock_guard lock(p.mutex);
+  std::vector<standby_pool::stats> out;
+  for (const auto& [key, pool] : p.by_spec) out.push_back(pool->snapshot());
+  return out;
 }
 
 void stop_standby() {

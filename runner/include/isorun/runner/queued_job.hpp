@@ -20,14 +20,22 @@ namespace isorun::runner {
 
 class queued_job;
 
+/// Where a call's worker comes from, beside a worker launched for it.
+struct warm_start {
+  std::size_t standby = 0;  ///< workers launched like its own kept waiting (a standby pool); 0: none
+  bool zygote = false;      ///< its workers forked from a zygote, not exec'd
+  /// Not 0: an adaptive pool, which starts once the first call that took from it has ended and,
+  /// after this long without a call, stops its waiting workers and its zygote until the next.
+  std::chrono::milliseconds linger{0};
+};
+
 /// @brief A call of `spec` queued for `request` at `first` (then at `then`: the process's
 ///        admission behind an executor's). Once admitted it starts on the ticket's GPUs, in a
-///        worker of the standby pool of calls launched like it where `standby` or `zygote` (its
-///        workers forked from a zygote) asks for one, else in a worker launched for it. What
-///        every API's call is queued through.
+///        worker of the standby pool of calls launched like it where `warm` asks for one (a
+///        zygote or standby workers), else in a worker launched for it. What every API's call
+///        is queued through.
 ISORUN_API std::shared_ptr<queued_job> queue_call(admission& first, admission* then, admission_request request,
-                                                  std::shared_ptr<job_spec> spec, std::size_t standby,
-                                                  bool zygote = false);
+                                                  std::shared_ptr<job_spec> spec, warm_start warm = {});
 
 class ISORUN_API queued_job : public std::enable_shared_from_this<queued_job> {
  public:

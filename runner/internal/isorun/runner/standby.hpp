@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -31,6 +32,11 @@ namespace isorun::runner {
 ///    waiting for exits would leave the next call without a worker, slower than a cold one;
 ///  - and such a take grows the pool by one (up to `max_size`) for the calls that follow; after
 ///    `idle` without a take it shrinks back to `size`, stopping the surplus.
+/// With a `linger` (an adaptive pool: Python's default start) the pool begins dormant, holding
+/// nothing: the first take() gets a worker launched for it, and once that worker has exited (the
+/// first call is over: the pool's start does not compete with it for the cores) the pool starts
+/// its zygote and fills. After `linger` without a take it stops its waiting workers and its
+/// zygote and is dormant again: what it keeps warm costs nothing while no calls come.
 /// With spec.zygote the workers are forked from one zygote (zygote.hpp) the pool starts, not each
 /// exec'd. Waiting workers are stopped with the pool; they also die with the supervisor (their control
 /// socket hangs up), like any worker.
@@ -38,8 +44,9 @@ class ISORUN_INTERNAL_API standby_pool final : public launcher {
  public:
   /// @brief Starts filling the pool in the background with workers launched as `spec` says.
   /// @param max_size the most workers it grows to under load; 0: the cores (one CPU slot each)
+  /// @param linger 0: the pool is kept; else it is adaptive (above)
   standby_pool(launch_spec spec, std::size_t size, std::size_t max_size = 0,
-               std::chrono::milliseconds idle = std::chrono::seconds(2));
+               std::chrono::milliseconds idle = std::chrono::seconds(2), std::chrono::milliseconds linger = {});
   /// @brief Stops the background thread and every waiting worker.
   ~standby_pool() override;
   standby_pool(const standby_pool&) = delete;
@@ -77,19 +84,35 @@ class ISORUN_INTERNAL_API standby_pool final : public launcher {
   ///        period does (the filler calls it); callable at any time.
   void trim();
 
+  /// What a pool holds and has served (isorun.pool_stats() in Python).
+  struct stats {
+    bool zygote = false;           ///< its workers are forked from a zygote
+    bool adaptive = false;         ///< it has a linger
+    bool dormant = false;          ///< adaptive and holding nothing now
+    std::vector<pid_t> waiting;    ///< its waiting workers
+    pid_t zygote_pid = -1;         ///< its zygote, while there is one
+    std::uint64_t hits = 0;        ///< calls that found a worker waiting
+    std::uint64_t misses = 0;      ///< calls that had one launched on their path
+    std::vector<std::string> env;  ///< what its workers are launched with, beside the process's
+  };
+  [[nodiscard]] stats snapshot() const;
+
  private:
   void refill();
+  void start_zygote();
+  void go_dormant(std::unique_lock<std::mutex>& lock);
   void wake_filler() const noexcept;
   bool watch(const unique_fd& fd) const noexcept;    // adds `fd` to what the filler sleeps on
   void unwatch(const unique_fd& fd) const noexcept;  // and takes it out
 
-  launcher& source(std::unique_lock<std::mutex>& lock);
+  std::shared_ptr<launcher> source(std::unique_lock<std::mutex>& lock);
 
   launch_spec spec_;
   // Where workers come from: a local_launcher, or with spec.zygote a zygote_launcher, which the
   // filler thread starts (its children's parent-death signal follows the thread that started
-  // it): null until then.
-  std::unique_ptr<launcher> launcher_;
+  // it): null until then. Shared with a take() that launches through it outside the lock, for
+  // a dormant pool stops its zygote meanwhile.
+  std::shared_ptr<launcher> launcher_;
   mutable std::mutex mutex_;
   unique_fd wanted_;  // an eventfd: wakes the filler (a take, a resize, the stop)
   unique_fd watched_{::epoll_create1(EPOLL_CLOEXEC)};  // what the filler sleeps on: wanted_, owed_
@@ -101,7 +124,13 @@ class ISORUN_INTERNAL_API standby_pool final : public launcher {
   std::size_t target_;    // size_, or more while calls come back to back
   std::size_t max_size_;
   std::chrono::milliseconds idle_;
+  std::chrono::milliseconds linger_;
   std::chrono::steady_clock::time_point last_take_{};
+  bool dormant_ = false;         // adaptive, and holding nothing until a take
+  bool waking_pending_ = false;  // a take woke it and is launching its own worker
+  bool need_zygote_ = false;     // the filler is to start the zygote (once woken)
+  unique_fd waking_;             // a dormant pool's waking call's worker: the pool starts once it exits
+  std::uint64_t hits_ = 0, misses_ = 0;
   bool stopping_ = false;
   bool interrupted_ = false;    // interrupt(): the zygote is not waited for
   bool zygote_settled_ = true;  // with a zygote: it is ready (its imports done), or failed
@@ -110,8 +139,13 @@ class ISORUN_INTERNAL_API standby_pool final : public launcher {
 };
 
 /// @brief The process-wide pool for workers launched as `spec` says, keeping at least `size`
-///        waiting; created on first use and kept until the program exits.
-ISORUN_INTERNAL_API standby_pool& standby_for(const launch_spec& spec, std::size_t size);
+///        waiting; created on first use and kept until the program exits (adaptive with a
+///        `linger`: such pools are apart from those without).
+ISORUN_INTERNAL_API standby_pool& standby_for(const launch_spec& spec, std::size_t size,
+                                              std::chrono::milliseconds linger = {});
+
+/// @brief What every process-wide pool holds and has served.
+ISORUN_INTERNAL_API std::vector<standby_pool::stats> standby_stats();
 
 /// @brief Stops every process-wide pool and its waiting workers; the next call that asks for
 ///        standby workers starts its pool afresh. No call may be taking from a pool meanwhile.
