@@ -95,6 +95,64 @@ def timed(label, fn, reps, before=None):
     return med
 
 
+def default_section(args) -> None:
+    """What the obvious code gets: isolated(f)() and isorun.map(f, inputs) with no options,
+    against concurrent.futures.ProcessPoolExecutor with max_tasks_per_child=1 (a fresh process per
+    task too), spaced and back to back, in this program's first calls."""
+    import concurrent.futures as cf
+    import os
+
+    reps, gap = args.reps, args.spaced
+    print(f"the default, isolated(f)() with no options (f uses numpy); calls {gap * 1000:.0f} ms apart, or back to back")
+    f = isorun.isolated(with_numpy)
+    t = time.perf_counter()
+    f()
+    first = (time.perf_counter() - t) * 1e3
+    print(f"{'isorun default, the first call of the program':<58} {first:9.2f} ms")
+    spaced = lambda: time.sleep(gap)  # noqa: E731
+    d_spaced = timed("isorun default, spaced", f, reps, before=spaced)
+    d_b2b = timed("isorun default, back to back", f, reps)
+    # Without waiting for the worker's exit (as ProcessPoolExecutor does not wait for its own):
+    early = isorun.isolated(with_numpy, early_result=True)
+    d_early = timed("isorun default + early_result=True, spaced", early, reps, before=spaced)
+    with cf.ProcessPoolExecutor(1, max_tasks_per_child=1) as ppe:
+        ppe.submit(with_numpy).result()
+        p_spaced = timed("ProcessPoolExecutor(1, max_tasks_per_child=1), spaced",
+                         lambda: ppe.submit(with_numpy).result(), reps, before=spaced)
+        p_b2b = timed("ProcessPoolExecutor(1, max_tasks_per_child=1), back to back",
+                      lambda: ppe.submit(with_numpy).result(), reps)
+    cores = os.cpu_count() or 1
+    n = 200
+    maps = []
+    for _ in range(3):
+        t = time.perf_counter()
+        assert all(r.ok for r in isorun.map(trivial_arg, range(n)))
+        i_rate = n / (time.perf_counter() - t)
+        with cf.ProcessPoolExecutor(cores, max_tasks_per_child=1) as ppe:
+            t = time.perf_counter()
+            list(ppe.map(trivial_arg, range(n)))
+            p_rate = n / (time.perf_counter() - t)
+        maps.append((i_rate, p_rate))
+    i_rate = statistics.median(m[0] for m in maps)
+    p_rate = statistics.median(m[1] for m in maps)
+    print(f"{'isorun.map(f, range(200)), no options':<58} {i_rate:9.1f} calls/s (runs: "
+          f"{', '.join(f'{m[0]:.0f}' for m in maps)})")
+    print(f"{f'ProcessPoolExecutor({cores}, max_tasks_per_child=1).map':<58} {p_rate:9.1f} calls/s (runs: "
+          f"{', '.join(f'{m[1]:.0f}' for m in maps)})")
+    print(f"  default spaced / PPE fresh spaced {d_spaced / p_spaced:.2f}x (goal <= 1.5x; with early_result "
+          f"{d_early / p_spaced:.2f}x); back to back: "
+          f"{p_b2b / d_b2b:.2f}x PPE fresh's throughput (goal >= 3x); map {i_rate / p_rate:.2f}x PPE fresh's "
+          f"(goal >= 3x)")
+    guard("python.default_spaced_over_ppe_fresh", d_spaced / p_spaced, "<=", 1.5)
+    guard("python.default_b2b_throughput_over_ppe_fresh", p_b2b / d_b2b, ">=", 3)
+    guard("python.default_map_over_ppe_fresh", i_rate / p_rate, ">=", 3)
+    isorun.stop_standby()
+
+
+def trivial_arg(x):
+    return x
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=30, help="calls per trivial-call line")
@@ -103,6 +161,8 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=1.0,
                     help="seconds between standby calls (untimed) for the replacement interpreter to get "
                          "ready, as it would between a program's calls")
+    ap.add_argument("--spaced", type=float, default=0.3, help="seconds between the default's spaced calls")
+    ap.add_argument("--default-only", action="store_true", help="only the default's lines")
     ap.add_argument("--gpu", action="store_true",
                     help="only the GPU figure: PyTorch on a warm standby interpreter against torch.multiprocessing")
     args = ap.parse_args()
@@ -114,23 +174,27 @@ def main() -> None:
     print(f"python {sys.version.split()[0]}, numpy {np.__version__}, {reps} calls per line "
           f"({args.big_reps} for the large result)\n")
 
-    print("trivial call in a fresh process")
-    cold = isorun.isolated(trivial)
+    default_section(args)
+    if args.default_only:
+        return
+
+    print("\ntrivial call in a fresh process, each way pinned (start=\"exec\": an exec'd interpreter per worker)")
+    cold = isorun.isolated(trivial, start="exec")
     timed("isorun cold", cold, reps)
-    standby = isorun.isolated(trivial, standby=1)
+    standby = isorun.isolated(trivial, standby=1, start="exec")
     standby.warm_up()
     settle = lambda: time.sleep(args.settle)  # noqa: E731
     med_standby = timed("isorun standby", standby, reps, before=settle)
-    np_standby = isorun.isolated(with_numpy, standby=1, preload=["numpy"])
+    np_standby = isorun.isolated(with_numpy, standby=1, preload=["numpy"], start="exec")
     np_standby.warm_up()
     med_np_standby = timed('isorun standby, preload=["numpy"], function uses numpy', np_standby, reps,
                            before=settle)
     # The same, its result handed over before the interpreter's exit (early_result): the exit of
     # an interpreter with numpy loaded is a millisecond or more, off the call's path here.
-    np_early = isorun.isolated(with_numpy, standby=1, preload=["numpy"], early_result=True)
+    np_early = isorun.isolated(with_numpy, standby=1, preload=["numpy"], early_result=True, start="exec")
     np_early.warm_up()
     med_np_early = timed('isorun standby, preload=["numpy"], early_result=True', np_early, reps, before=settle)
-    np_cold = isorun.isolated(with_numpy)
+    np_cold = isorun.isolated(with_numpy, start="exec")
     med_np_cold = timed("isorun cold, function uses numpy", np_cold, reps)
     med_spawn = timed("multiprocessing spawn Process, function uses numpy",
                       lambda: spawn_process_call(ctx, with_numpy), reps)
@@ -145,7 +209,7 @@ def main() -> None:
     print(f"\n{args.gib:g} GiB numpy result")
     # On a standby interpreter with numpy imported, so that the figure is the result's way back,
     # not the interpreter's start.
-    big = isorun.isolated(big_array, standby=1, preload=["numpy"])
+    big = isorun.isolated(big_array, standby=1, preload=["numpy"], start="exec")
     # The pool keeps the result's segment between calls (a caller keeps 256 MiB by default): what
     # a program that makes such results again and again sets.
     isorun.set_segment_pool(max_idle_bytes=nbytes + (256 << 20))

@@ -18,7 +18,9 @@ joblib has no entry points for backends, so the import is what registers it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import sys
 import threading
 from typing import Any, Callable, Optional
 
@@ -28,7 +30,7 @@ try:
 except ImportError as e:  # joblib is an optional dependency
     raise ImportError("isorun.joblib needs joblib: pip install 'isorun[joblib]' (or pip install joblib)") from e
 
-from ._api import IsolatedFuture
+from ._api import IsolatedFunction, IsolatedFuture, _importable_module_of
 from ._executor import Executor
 from .errors import UsageError
 
@@ -89,13 +91,35 @@ class IsorunBackend(AutoBatchingMixin, ParallelBackendBase):
     def submit(self, func: Callable[[], Any], callback: Optional[Callable[[Any], None]] = None) -> IsolatedFuture:
         """Runs ``func`` (a batch of joblib calls) in a fresh interpreter; its future."""
         assert self._executor is not None, "configure() comes first"
-        future = self._executor.submit(func)
+        future = self._executor.submit(self._with_preloads(func))
         with self._lock:
             self._futures.add(future)
         future.add_done_callback(self._forget)
         if callback is not None:
             future.add_done_callback(callback)
         return future
+
+    def _with_preloads(self, batch: Callable[[], Any]) -> Any:
+        """The batch as a call whose workers import, while they wait, joblib's own module and
+        the modules of its functions (scikit-learn's ``_fit_and_score``) and of its arguments'
+        types (the estimator's): a batch then pays none of those imports, which are most of a
+        small fit's time. One set of modules per kind of batch, so batches of one search share a pool."""
+        assert self._executor is not None
+        options = self._executor._options
+        if not (options.zygote or options.standby):
+            return batch
+        modules: list[str] = [type(batch).__module__]  # joblib's own (BatchedCalls), which unpickling imports
+        for item in getattr(batch, "items", ()):
+            if not isinstance(item, tuple) or len(item) != 3:
+                continue
+            fn, args, kwargs = item
+            fn = getattr(fn, "function", fn)  # scikit-learn's delayed() wraps it (_FuncWrapper)
+            found = [_importable_module_of(fn)] + [type(a).__module__ for a in (*args, *kwargs.values())]
+            modules += [m for m in found if m and m not in modules and _preloadable(m)]
+        extra = tuple(m for m in modules if _preloadable(m) and m not in options.preload)
+        if not extra:
+            return batch
+        return IsolatedFunction(batch, dataclasses.replace(options, preload=options.preload + extra))
 
     def _forget(self, future: Any) -> None:
         with self._lock:
@@ -127,6 +151,12 @@ class IsorunBackend(AutoBatchingMixin, ParallelBackendBase):
         # A batch runs in a worker limited to its share of the cores: a joblib call inside it runs
         # sequentially rather than start threads (or processes) past that share.
         return SequentialBackend(nesting_level=(self.nesting_level or 0) + 1), None
+
+
+def _preloadable(module: str) -> bool:
+    """A module a worker can import by name: loaded here, not __main__ or a builtin one."""
+    return module in sys.modules and module not in ("__main__", "builtins") and \
+        getattr(sys.modules[module], "__file__", None) is not None
 
 
 def register() -> None:

@@ -29,7 +29,7 @@ def test_batches_run_in_fresh_interpreters_of_other_processes(config):
     pids = {pid for _, pid, _ in out}
     assert os.getpid() not in pids
     assert len(pids) == 4  # a batch of one each at first: each in a fresh interpreter
-    # Workers are this process's children: the runner execs them, no pool of another process.
+    # Workers are this process's children (exec'd, or forked from its zygote), no pool of another process.
     assert {ppid for _, _, ppid in out} == {os.getpid()}
 
 
@@ -50,6 +50,43 @@ def test_grid_search_gives_the_default_backend_s_results():
         isolated = search(2)
     assert isolated.best_params_ == default.best_params_
     assert list(isolated.cv_results_["mean_test_score"]) == list(default.cv_results_["mean_test_score"])
+
+
+LOKY_SCORES = """
+import json, joblib
+from sklearn.datasets import load_iris
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import cross_val_score
+X, y = load_iris(return_X_y=True)
+with joblib.parallel_backend("loky", n_jobs=2):
+    print(json.dumps(list(cross_val_score(LogisticRegression(max_iter=500), X, y, cv=3, n_jobs=2))))
+"""
+
+
+def test_cross_val_score_equals_loky_s_and_batches_preload_the_search_s_modules():
+    pytest.importorskip("sklearn")
+    import json
+    import subprocess
+
+    import isorun.joblib  # noqa: F401
+    from sklearn.datasets import load_iris
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import cross_val_score
+
+    # loky in a program of its own: its workers and helpers outlive its executor's shutdown.
+    loky = json.loads(subprocess.run([sys.executable, "-c", LOKY_SCORES], capture_output=True, text=True,
+                                     check=True).stdout)
+    X, y = load_iris(return_X_y=True)
+    isorun.stop_standby()
+    with joblib.parallel_backend("isorun", n_jobs=2):
+        isolated = cross_val_score(LogisticRegression(max_iter=500), X, y, cv=3, n_jobs=2)
+    assert list(isolated) == loky
+    # The default's workers (forked from a zygote) import joblib's module, scikit-learn's
+    # function and the estimator's module while they wait, not on each batch's path.
+    (pool,) = [p for p in isorun.pool_stats() if "joblib.parallel" in p.preload]
+    assert "sklearn.model_selection._validation" in pool.preload
+    assert "sklearn.linear_model._logistic" in pool.preload
+    assert pool.start == "zygote" and pool.adaptive
 
 
 def fail_on(i):

@@ -180,7 +180,7 @@ void standby_pool::refill() {
       unwatch(waking_);
       waking_.reset();
     }
-    const bool woken = !dormant_ && !waking_pending_ && !waking_;
+    const bool woken = !dormant_ && (hurry_ || (!waking_pending_ && !waking_));
     if (woken && need_zygote_) {
       need_zygote_ = false;
       zygote_settled_ = false;  // (fill() waits for it from now)
@@ -263,8 +263,18 @@ launched_worker standby_pool::take() {
     last_take_ = std::chrono::steady_clock::now();
     if (dormant_) {  // the first call in a while: its own worker now, the pool once it has exited
       dormant_ = false;
+      hurry_ = false;
       waking = waking_pending_ = true;
       target_ = size_;
+    } else if (waking_pending_ || waking_) {
+      // A second call while the first still runs: they come in a burst, which the pool serves
+      // best started at once (the first call's own start is behind it).
+      hurry_ = true;
+      if (waking_) {
+        unwatch(waking_);
+        waking_.reset();
+      }
+      wake_filler();
     }
     // A call taken while an earlier one still runs: they come back to back, and the replacement
     // is launched at once instead of after that exit.
@@ -318,7 +328,7 @@ launched_worker standby_pool::take() {
   if (waking) {
     lock.lock();
     waking_pending_ = false;
-    if (unique_fd pidfd{::fcntl(w->process.pidfd(), F_DUPFD_CLOEXEC, 0)}; pidfd && watch(pidfd))
+    if (unique_fd pidfd{::fcntl(w->process.pidfd(), F_DUPFD_CLOEXEC, 0)}; pidfd && !hurry_ && watch(pidfd))
       waking_ = std::move(pidfd);
     if (unique_fd pidfd{::fcntl(w->process.pidfd(), F_DUPFD_CLOEXEC, 0)}) running_.push_back(std::move(pidfd));
     lock.unlock();

@@ -34,9 +34,9 @@ namespace isorun::runner {
 ///    `idle` without a take it shrinks back to `size`, stopping the surplus.
 /// With a `linger` (an adaptive pool: Python's default start) the pool begins dormant, holding
 /// nothing: the first take() gets a worker launched for it, and once that worker has exited (the
-/// first call is over: the pool's start does not compete with it for the cores) the pool starts
-/// its zygote and fills. After `linger` without a take it stops its waiting workers and its
-/// zygote and is dormant again: what it keeps warm costs nothing while no calls come.
+/// first call is over: the pool's start does not compete with it for the cores), or at a second
+/// take() while it runs (calls come in a burst), the pool starts its zygote and fills. After `linger` without a take it
+/// stops its waiting workers and its zygote and is dormant again: what it keeps warm costs nothing while no calls come.
 /// With spec.zygote the workers are forked from one zygote (zygote.hpp) the pool starts, not each
 /// exec'd. Waiting workers are stopped with the pool; they also die with the supervisor (their control
 /// socket hangs up), like any worker.
@@ -128,6 +128,7 @@ class ISORUN_INTERNAL_API standby_pool final : public launcher {
   std::chrono::steady_clock::time_point last_take_{};
   bool dormant_ = false;         // adaptive, and holding nothing until a take
   bool waking_pending_ = false;  // a take woke it and is launching its own worker
+  bool hurry_ = false;           // a second take came meanwhile: it starts without that exit
   bool need_zygote_ = false;     // the filler is to start the zygote (once woken)
   unique_fd waking_;             // a dormant pool's waking call's worker: the pool starts once it exits
   std::uint64_t hits_ = 0, misses_ = 0;
