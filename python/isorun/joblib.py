@@ -112,10 +112,10 @@ class IsorunBackend(AutoBatchingMixin, ParallelBackendBase):
         for item in getattr(batch, "items", ()):
             if not isinstance(item, tuple) or len(item) != 3:
                 continue
-            fn, args, kwargs = item
-            fn = getattr(fn, "function", fn)  # scikit-learn's delayed() wraps it (_FuncWrapper)
+            wrapped, args, kwargs = item
+            fn: Callable[..., Any] = getattr(wrapped, "function", wrapped)  # scikit-learn's delayed() wraps it
             found = [_importable_module_of(fn)] + [type(a).__module__ for a in (*args, *kwargs.values())]
-            modules += [m for m in found if m and m not in modules and _preloadable(m)]
+            modules += [m for m in found if m and m not in modules]
         extra = tuple(m for m in modules if _preloadable(m) and m not in options.preload)
         if not extra:
             return batch
