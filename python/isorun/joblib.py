@@ -22,7 +22,7 @@ import dataclasses
 import os
 import sys
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, cast
 
 try:
     import joblib
@@ -113,7 +113,7 @@ class IsorunBackend(AutoBatchingMixin, ParallelBackendBase):
             if not isinstance(item, tuple) or len(item) != 3:
                 continue
             wrapped, args, kwargs = item
-            fn: Callable[..., Any] = getattr(wrapped, "function", wrapped)  # scikit-learn's delayed() wraps it
+            fn = cast(Callable[..., Any], getattr(wrapped, "function", wrapped))  # scikit-learn's delayed() wraps it
             found = [_importable_module_of(fn)] + [type(a).__module__ for a in (*args, *kwargs.values())]
             modules += [m for m in found if m and m not in modules]
         extra = tuple(m for m in modules if _preloadable(m) and m not in options.preload)
