@@ -69,3 +69,51 @@ def test_a_module_the_worker_imports_is_still_sent_by_reference():
 
     assert _payload.importable("os") and _payload.importable("isorun._payload")
     assert not _payload.importable("__main__") and not _payload.importable("__mp_main__")
+
+
+# B3: max_workers as concurrent.futures has it; an unknown keyword is a UsageError naming the valid ones.
+
+def test_executor_takes_max_workers_by_keyword_and_by_position():
+    for make in (lambda: isorun.Executor(max_workers=3), lambda: isorun.Executor(3)):
+        with make() as ex:
+            assert ex.plan.startswith("3 CPU slots"), ex.plan
+            assert list(ex.map(abs, [-1, -2])) == [1, 2]
+
+
+def test_executor_still_takes_its_gpus_first():
+    with isorun.Executor("all", per_gpu=1) as ex:
+        assert "GPU" in ex.plan
+    with isorun.Executor([0], per_gpu=1) as ex:
+        assert "GPU" in ex.plan
+
+
+def test_map_takes_max_workers():
+    assert [r.value for r in isorun.map(abs, [-1, -2, -3], max_workers=2)] == [1, 2, 3]
+    assert [r.value for r in isorun.imap(abs, [-4], max_workers=1)] == [4]
+
+
+@pytest.mark.parametrize("call", [
+    lambda: isorun.Executor(n_jobs=4),
+    lambda: isorun.map(abs, [1], n_jobs=4),
+    lambda: isorun.isolated(abs, n_jobs=4),
+    lambda: isorun.isolated(abs).options(n_jobs=4),
+])
+def test_an_unknown_keyword_is_a_usage_error(call):
+    with pytest.raises(isorun.UsageError, match="n_jobs"):
+        call()
+
+
+def test_the_refusal_lists_the_valid_options():
+    with pytest.raises(isorun.UsageError) as caught:
+        isorun.map(abs, [1], n_jobs=4)
+    assert "use max_workers" in str(caught.value)
+    assert "cpu_slots" in str(caught.value) and "host_mem_limit" in str(caught.value)
+
+
+def test_max_workers_conflicts_are_refused():
+    with pytest.raises(isorun.UsageError, match="same"):
+        isorun.Executor(max_workers=2, cpu_slots=2)
+    with pytest.raises(isorun.UsageError, match="per_gpu"):
+        isorun.Executor(max_workers=2, gpus="all")
+    with pytest.raises(isorun.UsageError, match="max_workers"):
+        isorun.Executor(max_workers=0)
