@@ -117,3 +117,40 @@ def test_max_workers_conflicts_are_refused():
         isorun.Executor(max_workers=2, gpus="all")
     with pytest.raises(isorun.UsageError, match="max_workers"):
         isorun.Executor(max_workers=0)
+
+
+# B5: the sweep's rank table goes through sys.stdout, after the records; quiet=True drops it.
+
+def squared_distance(x):
+    return {"loss": (x - 3) ** 2}
+
+
+def _sweep_spec(out):
+    return {"python": squared_distance, "params": {"x": [1, 3]}, "metric": {"name": "loss", "goal": "minimize"},
+            "out": str(out)}
+
+
+def test_the_sweep_table_goes_through_sys_stdout(tmp_path, capfd):
+    import contextlib
+    import io
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        isorun.sweep(_sweep_spec(tmp_path / "a"))
+    assert buffer.getvalue().startswith("rank") and "x=3" in buffer.getvalue()
+    assert capfd.readouterr().out == ""  # nothing on fd 1 past sys.stdout
+
+
+def test_quiet_sweeps_print_no_table(tmp_path, capfd):
+    assert len(isorun.sweep(_sweep_spec(tmp_path / "a"), quiet=True)) == 2
+    assert [r["outcome"] for r in isorun.sweep_iter(_sweep_spec(tmp_path / "b"), quiet=True)] == ["success"] * 2
+    assert capfd.readouterr().out == ""
+    with pytest.raises(isorun.UsageError, match="quiet"):
+        isorun.sweep(_sweep_spec(tmp_path / "c"), quiet="yes")
+
+
+def test_the_table_of_sweep_iter_comes_after_the_loops_output(tmp_path, capsys):
+    for record in isorun.sweep_iter(_sweep_spec(tmp_path / "a")):
+        print("got", record["params"]["x"])
+    lines = capsys.readouterr().out.splitlines()
+    assert sorted(lines[:2]) == ["got 1", "got 3"] and lines[2].startswith("rank"), lines
