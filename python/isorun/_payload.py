@@ -24,7 +24,7 @@ from typing import Any, Callable, NoReturn, Optional
 
 import cloudpickle
 
-from .errors import LargeCallWarning, UsageError
+from .errors import InvalidResult, LargeCallWarning, UsageError
 
 __all__ = ["encode_call", "run_call", "decode_result", "VALUE", "RAISED", "LARGE_CALL_BYTES"]
 
@@ -481,9 +481,17 @@ def run_call(request: bytes, before_call: Optional[Callable[[], object]] = None)
     except Exception:
         try:
             buffers.clear()
-            body = cloudpickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+            out = io.BytesIO()
+            # Refusing as for arguments: cloudpickle would make an open file a StringIO, silently.
+            _CallPickler(out, protocol=5, buffer_callback=buffers.append).dump(value)
+            body = out.getvalue()
+        except _Refused as exc:
+            return _raised(InvalidResult(f"the function returned {exc.what} ({exc.type_name}), which cannot travel "
+                                         "to another process: return what the caller needs to open or make it "
+                                         "(a path, the data) instead"))
         except Exception as exc:
-            err = TypeError(f"the function's result could not be pickled: {exc}")
+            err = InvalidResult(f"the function's result ({type(value).__module__}.{type(value).__qualname__}) "
+                                f"could not be pickled: {exc}")
             err.__cause__ = exc
             return _raised(err)
     return VALUE, body, [b.raw() for b in buffers]

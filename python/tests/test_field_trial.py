@@ -154,3 +154,32 @@ def test_the_table_of_sweep_iter_comes_after_the_loops_output(tmp_path, capsys):
         print("got", record["params"]["x"])
     lines = capsys.readouterr().out.splitlines()
     assert sorted(lines[:2]) == ["got 1", "got 3"] and lines[2].startswith("rank"), lines
+
+
+# What a result cannot be: refused with InvalidResult saying why, as arguments are.
+
+def _open_file():
+    return open(__file__)
+
+
+def _a_lock():
+    import threading
+
+    return threading.Lock()
+
+
+def test_a_returned_open_file_is_refused():
+    with pytest.raises(isorun.InvalidResult, match="returned an open file"):
+        isorun.isolated(_open_file)()
+
+
+def test_an_unpicklable_result_is_an_invalid_result_naming_its_type():
+    with pytest.raises(isorun.InvalidResult, match="lock"):
+        isorun.isolated(_a_lock)()
+
+    class Local:  # noqa: B903 - a class pickle cannot find; its __reduce__ fails
+        def __reduce__(self):
+            raise TypeError("not today")
+
+    with pytest.raises(isorun.InvalidResult, match="Local.*not today"):
+        isorun.isolated(lambda: Local())()
