@@ -79,8 +79,15 @@ class Executor(concurrent.futures.Executor):
                              "use gpus=[...] or gpus='all' (with mem_limit or per_gpu), or cpu_slots")
         gpu_list, all_gpus = _gpu_list(gpus)
         self._mem_limit = _size(mem_limit, "mem_limit")
-        self._admission = _core.executor_admission(gpu_list, all_gpus, self._mem_limit,
-                                                   _count(per_gpu, "per_gpu"), _count(cpu_slots, "cpu_slots"))
+        try:
+            self._admission = _core.executor_admission(gpu_list, all_gpus, self._mem_limit,
+                                                       _count(per_gpu, "per_gpu"), _count(cpu_slots, "cpu_slots"))
+        except UsageError as exc:
+            if "--mem-limit" not in str(exc):
+                raise
+            # (the runner's words are the command line's)
+            raise UsageError("calls packed on GPUs need a cap per call or a number per GPU: give mem_limit "
+                             "(e.g. mem_limit='6G') or per_gpu (per_gpu=1: each call has its GPU to itself)") from None
         self._on_gpu = bool(gpu_list) or all_gpus
         if self._mem_limit and not self._on_gpu:
             raise UsageError("mem_limit caps GPU memory, and this executor has no GPUs (give gpus=); to cap the "

@@ -183,3 +183,15 @@ def test_an_unpicklable_result_is_an_invalid_result_naming_its_type():
 
     with pytest.raises(isorun.InvalidResult, match="Local.*not today"):
         isorun.isolated(lambda: Local())()
+
+
+def _where(i):
+    return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def test_map_on_a_gpu_without_a_cap_names_the_python_arguments():
+    with pytest.raises(isorun.UsageError) as caught:
+        isorun.map(isorun.isolated(_where, gpu=0), range(2))
+    assert "mem_limit=" in str(caught.value) and "per_gpu" in str(caught.value)
+    assert "--mem-limit" not in str(caught.value)
+    assert [r.value for r in isorun.map(isorun.isolated(_where, gpu=0), range(2), per_gpu=1)] == ["GPU-sim-0"] * 2
