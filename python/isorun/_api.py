@@ -496,7 +496,8 @@ def check_option_names(given: Iterable[str], where: str, own: Sequence[str] = ()
     if not unknown:
         return
     hints = [f"{name}: use {_OPTION_HINTS[name]}" for name in unknown if _OPTION_HINTS.get(name)]
-    raise UsageError(f"{where} has no option{'s' if len(unknown) > 1 else ''} {', '.join(repr(name) for name in unknown)}"
+    names = ", ".join(repr(name) for name in unknown)
+    raise UsageError(f"{where} has no option{'s' if len(unknown) > 1 else ''} {names}"
                      f"{' (' + '; '.join(hints) + ')' if hints else ''}; its options are: {', '.join(valid)}")
 
 
