@@ -469,10 +469,11 @@ class IsolatedFuture(concurrent.futures.Future):
 
 def _importable_module_of(fn: Callable[..., Any]) -> Optional[str]:
     """The module a module-level function is found in by the worker's import, else None (a
-    function of ``__main__`` or of a module no finder knows, a lambda, a closure, a method: those travel by value)."""
+    function of ``__main__`` or of a module no finder knows, a lambda, a closure, a method:
+    those travel by value)."""
     module = getattr(fn, "__module__", None)
     qualname = getattr(fn, "__qualname__", "")
-    if not importable(module) or "<" in qualname or "." in qualname:
+    if not isinstance(module, str) or not importable(module) or "<" in qualname or "." in qualname:
         return None
     loaded = sys.modules.get(module)
     if loaded is None or getattr(loaded, qualname, None) is not fn:
