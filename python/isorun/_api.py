@@ -17,7 +17,7 @@ from typing import Any, Callable, Generic, Optional, TypeVar, Union, overload
 
 from . import _core, _output, _pool
 from ._outcome import Outcome, Result
-from ._payload import RAISED, decode_result, encode_call
+from ._payload import RAISED, decode_result, encode_call, importable
 from .errors import (
     Cancelled,
     InternalError,
@@ -132,7 +132,9 @@ class _Options:
                 standby: int = 0, warm_context: bool = False, early_result: bool = False, alloc_conf: str = "",
                 preload: Sequence[str] = (), python: Optional[str] = None, echo_stderr: bool = True,
                 host_mem_limit: Optional[Size] = None, cpus_per_call: Optional[int] = None,
-                capture_output: bool = False, start: str = "auto") -> _Options:
+                capture_output: bool = False, start: str = "auto", **unknown: Any) -> _Options:
+        if unknown:
+            check_option_names(unknown, "isolated()")
         if cpu and (gpu is not None or gpus or gpu_count):
             raise UsageError("cpu=True excludes gpu, gpus and gpu_count")
         if gpu is not None and (isinstance(gpu, bool) or not isinstance(gpu, int)):
@@ -500,10 +502,11 @@ class IsolatedFuture(concurrent.futures.Future):
 
 def _importable_module_of(fn: Callable[..., Any]) -> Optional[str]:
     """The module a module-level function is found in by the worker's import, else None (a
-    function of ``__main__``, a lambda, a closure, a method: those travel by value)."""
+    function of ``__main__`` or of a module no finder knows, a lambda, a closure, a method:
+    those travel by value)."""
     module = getattr(fn, "__module__", None)
     qualname = getattr(fn, "__qualname__", "")
-    if not module or module == "__main__" or "<" in qualname or "." in qualname:
+    if not isinstance(module, str) or not importable(module) or "<" in qualname or "." in qualname:
         return None
     loaded = sys.modules.get(module)
     if loaded is None or getattr(loaded, qualname, None) is not fn:
@@ -536,6 +539,27 @@ def _packages_named_by(fn: Callable[..., Any]) -> tuple[str, ...]:
                 top not in ("isorun", "__main__", "builtins") and top not in found:
             found.append(top)
     return tuple(found)
+
+
+#: Keywords of other APIs that users bring along, and what isorun calls them.
+_OPTION_HINTS = {"n_jobs": "max_workers", "max_tasks_per_child": None, "mp_context": None, "initializer": "preload",
+                 "gpu_id": "gpu", "device": "gpu", "memory_limit": "mem_limit"}
+
+
+def check_option_names(given: Iterable[str], where: str, own: Sequence[str] = ()) -> None:
+    """Raises :class:`UsageError` for the names in ``given`` that are neither ``own`` (the caller's
+    own options) nor :func:`isolated`'s, listing the valid ones: the one check of option names."""
+    import inspect
+
+    valid = list(dict.fromkeys([*own, *(p for p in inspect.signature(_Options.resolve).parameters
+                                         if p != "unknown")]))
+    unknown = [name for name in given if name not in valid]
+    if not unknown:
+        return
+    hints = [f"{name}: use {_OPTION_HINTS[name]}" for name in unknown if _OPTION_HINTS.get(name)]
+    names = ", ".join(repr(name) for name in unknown)
+    raise UsageError(f"{where} has no option{'s' if len(unknown) > 1 else ''} {names}"
+                     f"{' (' + '; '.join(hints) + ')' if hints else ''}; its options are: {', '.join(valid)}")
 
 
 class IsolatedFunction(Generic[R]):
@@ -684,7 +708,7 @@ def isolated(fn: Optional[Callable[..., R]] = None, /, *, gpu: Optional[int] = N
              warm_context: bool = False, early_result: bool = False, alloc_conf: str = "",
              preload: Sequence[str] = (), python: Optional[str] = None, echo_stderr: bool = True,
              host_mem_limit: Optional[Size] = None, cpus_per_call: Optional[int] = None,
-             capture_output: bool = False, start: str = "auto") -> Any:
+             capture_output: bool = False, start: str = "auto", **unknown: Any) -> Any:
     """Wraps ``fn`` so that each call runs in a fresh Python process no call ran in before,
     forked from a zygote that never initialized CUDA or exec'd (``start``), supervised by
     isorun's C++ runner in this process. As a decorator, with or without options::
@@ -731,7 +755,7 @@ def isolated(fn: Optional[Callable[..., R]] = None, /, *, gpu: Optional[int] = N
                             grace=grace, env=env, standby=standby, warm_context=warm_context,
                             early_result=early_result, alloc_conf=alloc_conf, preload=preload, python=python,
                             echo_stderr=echo_stderr, host_mem_limit=host_mem_limit, cpus_per_call=cpus_per_call,
-                            capture_output=capture_output, start=start)
+                            capture_output=capture_output, start=start, **unknown)
     if fn is None:
         return lambda f: IsolatedFunction(f, opts)
     return IsolatedFunction(fn, opts)

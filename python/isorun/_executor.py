@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Callable, Optional, TypeVar, Union, cast
 
 from . import _core, _progress
-from ._api import IsolatedFunction, IsolatedFuture, Size, _Options, _size
+from ._api import IsolatedFunction, IsolatedFuture, Size, _Options, _size, check_option_names
 from ._outcome import Result
 from .errors import UsageError
 
@@ -64,16 +64,30 @@ class Executor(concurrent.futures.Executor):
     Raises :class:`UsageError` for options that cannot work (nothing is started).
     """
 
-    def __init__(self, gpus: Union[str, Sequence[int], None] = None, *, mem_limit: Optional[Size] = None,
+    def __init__(self, max_workers: Union[int, str, Sequence[int], None] = None, *,
+                 gpus: Union[str, Sequence[int], None] = None, mem_limit: Optional[Size] = None,
                  per_gpu: Optional[int] = None, cpu_slots: Optional[int] = None, **options: Any) -> None:
+        # Executor(4) and Executor(max_workers=4) as concurrent.futures has them; Executor("all")
+        # and Executor([0, 1]) name the GPUs, as before.
+        if isinstance(max_workers, (str, list, tuple)) and gpus is None:
+            gpus, max_workers = max_workers, None
+        cpu_slots = _max_workers(max_workers, cpu_slots, gpus)
+        check_option_names(options, "Executor", _EXECUTOR_OPTIONS)
         placed = sorted(options.keys() & {"gpu", "gpu_count", "cpu"})
         if placed:
             raise UsageError(f"an Executor places its calls itself: {', '.join(placed)} cannot be given to it; "
                              "use gpus=[...] or gpus='all' (with mem_limit or per_gpu), or cpu_slots")
         gpu_list, all_gpus = _gpu_list(gpus)
         self._mem_limit = _size(mem_limit, "mem_limit")
-        self._admission = _core.executor_admission(gpu_list, all_gpus, self._mem_limit,
-                                                   _count(per_gpu, "per_gpu"), _count(cpu_slots, "cpu_slots"))
+        try:
+            self._admission = _core.executor_admission(gpu_list, all_gpus, self._mem_limit,
+                                                       _count(per_gpu, "per_gpu"), _count(cpu_slots, "cpu_slots"))
+        except UsageError as exc:
+            if "--mem-limit" not in str(exc):
+                raise
+            # (the runner's words are the command line's)
+            raise UsageError("calls packed on GPUs need a cap per call or a number per GPU: give mem_limit "
+                             "(e.g. mem_limit='6G') or per_gpu (per_gpu=1: each call has its GPU to itself)") from None
         self._on_gpu = bool(gpu_list) or all_gpus
         if self._mem_limit and not self._on_gpu:
             raise UsageError("mem_limit caps GPU memory, and this executor has no GPUs (give gpus=); to cap the "
@@ -272,12 +286,31 @@ def _args_of(item: Any) -> tuple[tuple, dict]:
     return (item,), {}
 
 
+_EXECUTOR_OPTIONS = ("max_workers", "gpus", "mem_limit", "per_gpu", "cpu_slots")
+
+
+def _max_workers(max_workers: Any, cpu_slots: Optional[int], gpus: Any) -> Optional[int]:
+    """``cpu_slots`` where ``max_workers`` (concurrent.futures' name for it) is given instead."""
+    if max_workers is None:
+        return cpu_slots
+    if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
+        raise UsageError(f"max_workers takes a number of calls at once (1 or more), not {max_workers!r}")
+    if cpu_slots is not None:
+        raise UsageError("max_workers and cpu_slots are the same (the CPU calls at once): give one of them")
+    if gpus is not None:
+        raise UsageError("max_workers is the number of CPU calls at once (cpu_slots); with gpus, the calls on "
+                         "each GPU are set by mem_limit or per_gpu")
+    return max_workers
+
+
 def _imap(fn: Union[Callable[..., R], IsolatedFunction[R]], inputs: Iterable[Any], *,
           gpus: Union[str, Sequence[int], None], mem_limit: Optional[Size], per_gpu: Optional[int],
           cpu_slots: Optional[int], on_result: Optional[Callable[[int, Result[R]], None]], progress: bool,
           ordered: bool, **options: Any) -> Iterator[tuple[int, Result[R]]]:
     """:func:`imap` as (index, result) pairs: what :func:`map` needs when it takes them as they end."""
     _progress.check(progress)
+    check_option_names(options, "map", (*_EXECUTOR_OPTIONS, "on_result", "progress"))
+    cpu_slots = _max_workers(options.pop("max_workers", None), cpu_slots, gpus)
     if on_result is not None and not callable(on_result):
         raise UsageError(f"on_result takes a function of (index, result), not {on_result!r}")
     placed = sorted(options.keys() & {"gpu", "gpu_count", "cpu"})

@@ -24,7 +24,7 @@ from typing import Any, Callable, NoReturn, Optional
 
 import cloudpickle
 
-from .errors import LargeCallWarning, UsageError
+from .errors import InvalidResult, LargeCallWarning, UsageError
 
 __all__ = ["encode_call", "run_call", "decode_result", "VALUE", "RAISED", "LARGE_CALL_BYTES"]
 
@@ -72,11 +72,69 @@ class _Refused(Exception):
         self.type_name = type(obj).__qualname__
 
 
+_importable_modules: dict[tuple[str, int], bool] = {}  # (name, id(module)) -> importable
+
+
+def importable(name: Optional[str]) -> bool:
+    """Whether the worker finds module ``name`` by importing it from the caller's ``sys.path`` (it
+    gets that path): not ``__main__``, not a script's ``__mp_main__`` in a multiprocessing spawn
+    or forkserver child, not a module loaded from a file path that no finder knows. Asked of the
+    finders themselves (``sys.meta_path``), not of ``sys.modules``; remembered per module."""
+    if not name or name in ("__main__", "__mp_main__"):
+        return False
+    module = sys.modules.get(name)
+    if module is None:
+        return True  # not loaded here: cloudpickle sends nothing of it by reference
+    key = (name, id(module))
+    known = _importable_modules.get(key)
+    if known is None:
+        known = _found_by_import(name, module)
+        _importable_modules[key] = known
+    return known
+
+
+def _found_by_import(name: str, module: types.ModuleType) -> bool:
+    spec = getattr(module, "__spec__", None)
+    if spec is None or spec.name != name:
+        return name in sys.builtin_module_names
+    top = name.partition(".")[0]
+    top_module = sys.modules.get(top)
+    top_spec = getattr(top_module, "__spec__", None)
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if find is None:
+            continue
+        try:
+            found = find(top, None)
+        except Exception:  # noqa: BLE001 - a finder that fails cannot be what imports it
+            continue
+        if found is not None:
+            # The same file (or no file: a builtin, a namespace package) as the one loaded here.
+            return top_spec is None or getattr(found, "origin", None) == getattr(top_spec, "origin", None)
+    return False
+
+
+def _send_by_value_if_not_importable(obj: Any) -> None:
+    """A function or class of a module the worker cannot import travels by value, as those of
+    ``__main__`` do (cloudpickle's register_pickle_by_value: no process can import it by name)."""
+    name = getattr(obj, "__module__", None)
+    if isinstance(name, str) and name != "__main__" and not importable(name):
+        module = sys.modules.get(name)
+        if module is not None and name not in _registered_by_value:
+            cloudpickle.register_pickle_by_value(module)
+            _registered_by_value.add(name)
+
+
+_registered_by_value: set[str] = set()
+
+
 class _CallPickler(cloudpickle.Pickler):
     """cloudpickle, refusing what cannot travel (_REFUSED) wherever it lies in the call."""
 
     def reducer_override(self, obj: Any) -> Any:
         kind = type(obj)
+        if kind is types.FunctionType or isinstance(obj, type):
+            _send_by_value_if_not_importable(obj)
         what = _verdicts.get(kind, _UNSEEN)
         if what is _UNSEEN:  # once per type: this runs for every object of the call
             what = next((text for base, text in _refused_types().items() if issubclass(kind, base)), None)
@@ -113,6 +171,7 @@ def _refused_where(fn: Callable[..., Any], args: tuple, kwargs: dict) -> str:
 
 def _by_value(fn: Any) -> bool:
     """Whether cloudpickle sends this function by value (its code, not its module and name)."""
+    _send_by_value_if_not_importable(fn)
     check = getattr(getattr(cloudpickle, "cloudpickle", None), "_should_pickle_by_reference", None)
     if check is not None:
         try:
@@ -422,9 +481,17 @@ def run_call(request: bytes, before_call: Optional[Callable[[], object]] = None)
     except Exception:
         try:
             buffers.clear()
-            body = cloudpickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+            out = io.BytesIO()
+            # Refusing as for arguments: cloudpickle would make an open file a StringIO, silently.
+            _CallPickler(out, protocol=5, buffer_callback=buffers.append).dump(value)
+            body = out.getvalue()
+        except _Refused as exc:
+            return _raised(InvalidResult(f"the function returned {exc.what} ({exc.type_name}), which cannot travel "
+                                         "to another process: return what the caller needs to open or make it "
+                                         "(a path, the data) instead"))
         except Exception as exc:
-            err = TypeError(f"the function's result could not be pickled: {exc}")
+            err = InvalidResult(f"the function's result ({type(value).__module__}.{type(value).__qualname__}) "
+                                f"could not be pickled: {exc}")
             err.__cause__ = exc
             return _raised(err)
     return VALUE, body, [b.raw() for b in buffers]

@@ -210,7 +210,7 @@ def _options(out: Any, rerun_failed: Any, args: Any, progress: Any) -> list[str]
 
 
 def _run(spec: Spec, options: list[str], progress: bool, search: Any = None,
-         trials: Optional[int] = None) -> Generator[dict[str, Any], None, str]:
+         trials: Optional[int] = None, quiet: bool = False) -> Generator[dict[str, Any], None, str]:
     """Runs ``isorun sweep`` and yields each record as it is journaled, the records of earlier
     runs of the same sweep first; returns the output folder. Leaving the iterator early stops
     the sweep as Ctrl-C does (and waits for it). The one loop behind :func:`sweep` and
@@ -241,12 +241,16 @@ def _run(spec: Spec, options: list[str], progress: bool, search: Any = None,
         # A session of its own: a Ctrl-C at the terminal reaches this process alone, and it hands
         # the command exactly one SIGINT per interrupt, also where only this process is
         # interrupted (Jupyter's "interrupt the kernel").
+        table: list[str] = []  # its stdout: the rank table, written to sys.stdout once the records are
         with subprocess.Popen([program, "sweep", path, *options], stderr=subprocess.PIPE, text=True,
+                              stdout=subprocess.DEVNULL if quiet else subprocess.PIPE,
                               errors="replace", env=env, start_new_session=True) as proc:
             # The command's lines are echoed by a thread of their own, so that this one reads the
             # journal while they come (or do not).
             echo = threading.Thread(target=_echo, args=(proc, lines), name="isorun-sweep-stderr", daemon=True)
             echo.start()
+            keep = threading.Thread(target=_keep, args=(proc, table), name="isorun-sweep-stdout", daemon=True)
+            keep.start()
             tail: Optional[_JournalTail] = None
             tally, bar, counts = _Tally(), None, None
             interrupted = ended = False
@@ -260,6 +264,7 @@ def _run(spec: Spec, options: list[str], progress: bool, search: Any = None,
                         continue
                     if ended:
                         echo.join()  # its last lines, then the journal's last records
+                        keep.join()
                     if tail is None:
                         out = next((o for o in map(_out_of, lines) if o), None)
                         if out is None:
@@ -281,7 +286,8 @@ def _run(spec: Spec, options: list[str], progress: bool, search: Any = None,
                     bar.close()
                 if not ended:  # the caller left the iterator, or its on_record raised
                     _stop(proc)
-                    echo.join()  # (before the pipe it reads is closed)
+                    echo.join()  # (before the pipes they read are closed)
+                    keep.join()
         failure, said_why = _failure(error_file)
     if interrupted:
         raise KeyboardInterrupt
@@ -299,6 +305,9 @@ def _run(spec: Spec, options: list[str], progress: bool, search: Any = None,
         raise Error(said_why)
     if code not in (0, 1) or tail is None or out is None:  # (out is known once tail is)
         raise Error(f"isorun sweep ended with exit code {code}: {said}")
+    # Through sys.stdout (redirect_stdout, capsys, Jupyter), after the last record was handed over.
+    sys.stdout.write("".join(table))
+    sys.stdout.flush()
     return out
 
 
@@ -322,6 +331,12 @@ def _echo(proc: subprocess.Popen[str], lines: list[str]) -> None:
     for line in proc.stderr:
         lines.append(line)
         sys.stderr.write(line)
+
+
+def _keep(proc: subprocess.Popen[str], table: list[str]) -> None:
+    """Keeps the command's stdout (its rank table) until it ends; nothing where it is quiet."""
+    if proc.stdout is not None:
+        table.extend(proc.stdout)
 
 
 def _ended(proc: subprocess.Popen[str], within: float) -> bool:
@@ -349,7 +364,7 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 def sweep(spec: Spec, *, out: Union[str, os.PathLike[str], None] = None, rerun_failed: bool = False,
           args: tuple[str, ...] = (), progress: bool = False,
           on_record: Optional[Callable[[dict[str, Any]], None]] = None, search: Any = None,
-          trials: Optional[int] = None) -> SweepResults:
+          trials: Optional[int] = None, quiet: bool = False) -> SweepResults:
     """Runs a sweep and returns its records.
 
     ``spec`` is a sweep spec: the path of a YAML file, or a dict with the same keys
@@ -362,7 +377,8 @@ def sweep(spec: Spec, *, out: Union[str, os.PathLike[str], None] = None, rerun_f
 
     ``out`` overrides the spec's output folder; ``rerun_failed`` runs failed trials again;
     ``args`` are more ``isorun sweep`` options (``("--metric", "loss:min")``). The command's
-    lines go to stderr as it runs. ``progress=True`` shows the trials done of all, the failures
+    lines go to stderr as it runs; its rank table to ``sys.stdout`` when it ends, unless
+    ``quiet=True``. ``progress=True`` shows the trials done of all, the failures
     and the rate on stderr as they end (a tqdm bar where tqdm is installed, else a line of
     isorun's own). ``on_record(record)`` is called in this thread with each record as it is
     journaled, in journal order (those of earlier runs of the same sweep first); if it raises,
@@ -383,7 +399,7 @@ def sweep(spec: Spec, *, out: Union[str, os.PathLike[str], None] = None, rerun_f
     """
     if on_record is not None and not callable(on_record):
         raise UsageError(f"on_record takes a function of one record, not {on_record!r}")
-    stream = _run(spec, _options(out, rerun_failed, args, progress), progress, search, trials)
+    stream = _run(spec, _options(out, rerun_failed, args, progress), progress, search, trials, _quiet(quiet))
     while True:
         try:
             record = next(stream)
@@ -399,7 +415,7 @@ def sweep(spec: Spec, *, out: Union[str, os.PathLike[str], None] = None, rerun_f
 
 def sweep_iter(spec: Spec, *, out: Union[str, os.PathLike[str], None] = None, rerun_failed: bool = False,
                args: tuple[str, ...] = (), progress: bool = False, search: Any = None,
-               trials: Optional[int] = None) -> Iterator[dict[str, Any]]:
+               trials: Optional[int] = None, quiet: bool = False) -> Iterator[dict[str, Any]]:
     """Runs a sweep as :func:`sweep` does, and yields each trial's record as it is journaled in
     ``OUT/results.jsonl``, while the sweep runs: those of earlier runs of the same sweep first
     (resume), then each as its trial ends. A trial retried under a larger cap has a record per
@@ -412,4 +428,10 @@ def sweep_iter(spec: Spec, *, out: Union[str, os.PathLike[str], None] = None, re
     Ctrl-C does, and waits for its trials to stop. The options are :func:`sweep`'s; bad ones are
     a :class:`UsageError` at once, and the errors :func:`sweep` raises come from the iteration.
     """
-    return _run(spec, _options(out, rerun_failed, args, progress), progress, search, trials)
+    return _run(spec, _options(out, rerun_failed, args, progress), progress, search, trials, _quiet(quiet))
+
+
+def _quiet(quiet: Any) -> bool:
+    if not isinstance(quiet, bool):
+        raise UsageError(f"quiet takes True or False, not {quiet!r}")
+    return quiet

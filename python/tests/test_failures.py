@@ -124,8 +124,8 @@ def test_a_call_past_its_timeout_is_stopped_and_raises_timeout():
 def test_a_result_that_does_not_pickle_is_a_task_error():
     res = isorun.isolated(lambda: threading.Lock()).try_call()
     assert res.outcome.kind == "task_error"
-    assert isinstance(res.exception, TypeError)
-    assert "could not be pickled" in str(res.exception)
+    assert isinstance(res.exception, isorun.InvalidResult)
+    assert "returned a lock" in str(res.exception)
 
 
 @pytest.mark.parametrize("options, words", [
