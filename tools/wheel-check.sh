@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CI's wheel job: the wheel that tools/wheel.sh builds, installed into a fresh venv (no system
+# The wheel that tools/wheel.sh builds, installed into a fresh venv (no system
 # site-packages, no build tree on sys.path) and checked as a user meets it:
 #   - `pip install dist/isorun-*.whl` (its dependency, cloudpickle, from the index) timed: goal 15 s;
 #     the wheel's size: goal 40 MB (bench/README.md);
