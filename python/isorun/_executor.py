@@ -96,6 +96,7 @@ class Executor(concurrent.futures.Executor):
         self._lock = threading.Lock()
         self._shutdown = False
         self._futures: set[IsolatedFuture] = set()
+        self._last_call: Optional[tuple[Callable[..., Any], IsolatedFunction[Any]]] = None
 
     @property
     def plan(self) -> str:
@@ -115,6 +116,14 @@ class Executor(concurrent.futures.Executor):
     def _call_of(self, fn: Callable[..., Any]) -> IsolatedFunction[Any]:
         """``fn`` with this executor's options; an isolated function keeps its own but for where it
         runs, which must not conflict with the executor's."""
+        last = self._last_call  # (read once: another thread may replace it)
+        if last is not None and last[0] is fn:
+            return last[1]  # the same function again: its preloads are worked out once, not per submit
+        call = self._make_call(fn)
+        self._last_call = (fn, call)
+        return call
+
+    def _make_call(self, fn: Callable[..., Any]) -> IsolatedFunction[Any]:
         if not isinstance(fn, IsolatedFunction):
             call = IsolatedFunction(fn, self._options)
         else:
