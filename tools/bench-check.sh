@@ -15,12 +15,13 @@ build="${ISORUN_BUILD_DIR:-$root/build}"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 
-names=(core sweep calls python)
+names=(core sweep calls python scale)
 declare -A cmds=(
   [core]="$build/bin/bench_core --quick --resident-gib 1"
   [sweep]="$build/bin/bench_sweep --reps 2"
   [calls]="$build/bin/bench_calls --quick"
   [python]="env PYTHONPATH=$build/python python3 $root/bench/bench_python.py --reps 10 --big-reps 2 --gib 0.25 --settle 0.3"
+  [scale]="env PYTHONPATH=$build/python python3 $root/bench/bench_scale.py --queued 0 --imap 0 --sweep 20000 --isorun $build/bin/isorun"
 )
 
 # Runs benchmark $1 into $out/$1.txt; exits 2 if it fails to run (a broken benchmark is not a pass).
