@@ -178,7 +178,8 @@ TEST_CASE("each worker gets its share of the cores as thread limits; a user's ow
   CHECK(isorun::isolated(thread_vars)(0) == "1 1 1 1 1");
   const auto cores = std::to_string(isorun::serialization::usable_cores());
   CHECK(isorun::isolated(thread_vars, {.cpus_per_call = 1})(0) == "1 1 1 1 1");
-  CHECK(isorun::isolated(thread_vars, {.env = {"OMP_NUM_THREADS=7"}})(0) == "7 1 1 1 1");
+  CHECK(isorun::isolated(thread_vars, {.env = {"OMP_NUM_THREADS=7"}})(0) == "7 7 7 7 7");  // the user's, for all
+  CHECK(isorun::isolated(thread_vars, {.env = {"MKL_NUM_THREADS=5", "OMP_NUM_THREADS=2"}})(0) == "2 2 5 2 2");
   // An executor of one slot: all the cores.
   isorun::executor pool({.cpu_slots = 1});
   CHECK(pool.submit(thread_vars, 0).get() == cores + " " + cores + " " + cores + " " + cores + " " + cores);

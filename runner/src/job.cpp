@@ -17,6 +17,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include "isorun/alloc/config.hpp"
@@ -310,16 +311,25 @@ job_spec job_spec_for(std::string task, serialization::encoding encoding, blob a
   return spec;
 }
 
+// A value the user gave any of the five (the call's `env` first, then this process's) wins, and
+// for the ones not given too: OpenBLAS reads OPENBLAS_NUM_THREADS before OMP_NUM_THREADS, so a
+// user's OMP_NUM_THREADS=4 beside isorun's OPENBLAS_NUM_THREADS=1 would not reach it.
 std::vector<std::string> thread_limits(unsigned threads, const std::vector<std::string>& env) {
   static constexpr const char* names[] = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                                           "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS"};
-  std::vector<std::string> out;
-  for (const char* name : names) {
+  auto given = [&](const char* name) -> std::optional<std::string> {
     const std::string key = std::string(name) + "=";
-    const bool given = std::getenv(name) ||
-                       std::any_of(env.begin(), env.end(), [&](const std::string& e) { return e.rfind(key, 0) == 0; });
-    if (!given) out.push_back(key + std::to_string(std::max(1u, threads)));
-  }
+    for (const auto& e : env)
+      if (e.rfind(key, 0) == 0) return e.substr(key.size());
+    if (const char* v = std::getenv(name)) return std::string(v);
+    return std::nullopt;
+  };
+  std::optional<std::string> users;
+  for (const char* name : names)
+    if ((users = given(name))) break;
+  std::vector<std::string> out;
+  for (const char* name : names)
+    if (!given(name)) out.push_back(std::string(name) + "=" + users.value_or(std::to_string(std::max(1u, threads))));
   return out;
 }
 

@@ -118,7 +118,8 @@ ISORUN_API job_spec job_spec_for(std::string task, serialization::encoding encod
 
 /// @brief The thread-count variables (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, MKL_NUM_THREADS,
 ///        VECLIB_MAXIMUM_THREADS, NUMEXPR_NUM_THREADS) set to `threads`, but for those `env` or
-///        this process's environment already sets: a user's own value is kept, as loky and Ray do.
+///        this process's environment already sets: a user's own value is kept, as loky and Ray do,
+///        and where the user set only some, the others get the user's value too.
 ISORUN_API std::vector<std::string> thread_limits(unsigned threads, const std::vector<std::string>& env);
 
 /// @brief Checks that a host memory cap of `bytes` can work here: at least 16 MiB, and a cgroup
