@@ -232,16 +232,19 @@ inline int runs_until_told(const std::string& dir) {
 }
 
 // Writes to its stderr without pause until something is written to the FIFO `dir`/go, then
-// returns the bytes written: a worker that floods the stream its supervisor reads.
+// returns the bytes written: a worker that floods the stream its supervisor reads. It writes
+// before it first looks (a word that came before its first write would otherwise make it a
+// worker that wrote nothing).
 inline std::uint64_t floods_until_told(const std::string& dir) {
   const int go = ::open((dir + "/go").c_str(), O_RDONLY | O_NONBLOCK);
   static char chunk[1 << 16];
   std::memset(chunk, 'x', sizeof chunk);
   std::uint64_t written = 0;
-  for (char c; go >= 0 && ::read(go, &c, 1) != 1;) {
+  char c = 0;
+  do {
     const ssize_t n = ::write(2, chunk, sizeof chunk);
     if (n > 0) written += static_cast<std::uint64_t>(n);
-  }
+  } while (go >= 0 && ::read(go, &c, 1) != 1);
   return written;
 }
 
