@@ -4,6 +4,8 @@
 
 #include <fstream>
 #include <iterator>
+#include <optional>
+#include <thread>
 
 #include "isorun/runner/admission.hpp"
 #include "isorun/runner/driver_cap.hpp"
@@ -524,6 +526,24 @@ TEST_CASE("an adaptive pool starts once its first call's worker has exited, and 
   r::launched_worker again = pool.take();  // the next call wakes it as the first did
   CHECK_FALSE(again.waiting);
   CHECK(pool.snapshot().misses == 2);
+}
+
+TEST_CASE("an adaptive pool is kept while a call runs longer than its linger, and lets go after the call",
+          "[runner][standby]") {
+  namespace r = isorun::runner;
+  const auto linger = std::chrono::milliseconds(200);
+  r::standby_pool pool(plain_standby(), 1, 0, std::chrono::hours(1), linger);
+  { r::launched_worker first = pool.take(); }  // the first call: the pool starts after it
+  pool.fill();
+  std::optional<r::launched_worker> call = pool.take();  // a call on the waiting worker...
+  pool.fill();                                           // ...whose replacement waits beside it
+  const pid_t waiting = pool.snapshot().waiting.at(0);
+  std::this_thread::sleep_for(3 * linger);  // the call's work: longer than the linger
+  CHECK(::kill(waiting, 0) == 0);           // still waiting: the pool is not idle while a call runs
+  CHECK_FALSE(pool.snapshot().dormant);
+  call.reset();                                // the call ends
+  CHECK(isorun::test::process_gone(waiting));  // and the linger after it stops the pool
+  CHECK(pool.snapshot().dormant);
 }
 
 TEST_CASE("a zygote is launched with the cap library preloaded to refuse CUDA, its children told what to restore",

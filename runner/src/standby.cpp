@@ -179,6 +179,7 @@ void standby_pool::refill() {
     if (waking_ && exited(waking_)) {
       unwatch(waking_);
       waking_.reset();
+      last_end_ = std::chrono::steady_clock::now();  // the first call's end: the linger counts from here
     }
     const bool woken = !dormant_ && (hurry_ || (!waking_pending_ && !waking_));
     if (woken && need_zygote_) {
@@ -221,13 +222,19 @@ void standby_pool::refill() {
         continue;
       }
       const auto now = std::chrono::steady_clock::now();
-      if (linger_.count() > 0) {  // adaptive: dormant once no call has come for `linger`
-        const auto left = last_take_ + linger_ - now;
-        if (left <= std::chrono::steady_clock::duration::zero()) {
+      if (linger_.count() > 0) {
+        // Adaptive: dormant once no call has run for `linger`. A call that runs longer than that
+        // (a training run) keeps the pool: idleness counts from the end of the last call (seen
+        // at a look every `linger` while any runs), not from when it was taken.
+        if (std::erase_if(running_, exited) > 0) last_end_ = now;
+        const auto left = std::max(last_take_, last_end_) + linger_ - now;
+        if (running_.empty() && left <= std::chrono::steady_clock::duration::zero()) {
           go_dormant(lock);
           continue;
         }
-        timeout_ms = static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count());
+        timeout_ms = static_cast<int>(
+            std::chrono::ceil<std::chrono::milliseconds>(running_.empty() ? left : std::chrono::nanoseconds(linger_))
+                .count());
       }
       // Grown under load: back to `size` once no call has come for `idle`.
       if (target_ > size_) {

@@ -126,6 +126,7 @@ class ISORUN_INTERNAL_API standby_pool final : public launcher {
   std::chrono::milliseconds idle_;
   std::chrono::milliseconds linger_;
   std::chrono::steady_clock::time_point last_take_{};
+  std::chrono::steady_clock::time_point last_end_{};  // when a call taken from an adaptive pool was seen to end
   bool dormant_ = false;         // adaptive, and holding nothing until a take
   bool waking_pending_ = false;  // a take woke it and is launching its own worker
   bool hurry_ = false;           // a second take came meanwhile: it starts without that exit
