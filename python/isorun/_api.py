@@ -263,7 +263,7 @@ _DEFAULT_IDLE_S = 10.0
 
 
 def _idle_ms() -> int:
-    """How long start="auto" keeps its zygote and waiting worker without a call: ISORUN_IDLE
+    """How long start="auto" keeps its zygote and waiting worker with no call running: ISORUN_IDLE
     seconds, else 10 s."""
     text = os.environ.get(IDLE_ENV, "")
     try:
@@ -739,8 +739,8 @@ def isolated(fn: Optional[Callable[..., R]] = None, /, *, gpu: Optional[int] = N
       ``outcome.stderr``) instead of writing them out; start: how workers are made, each
       running one call: "auto" (the default) forks them from a zygote interpreter that the end
       of the first call starts, which imports the function's module and the packages its code
-      names, never initializes CUDA, and is stopped after ``ISORUN_IDLE`` seconds (10) without
-      a call; "zygote" keeps it; "exec" execs each (docs/python.md says what siblings share).
+      names, never initializes CUDA, and is stopped after ``ISORUN_IDLE`` seconds (10) with no
+      call running; "zygote" keeps it; "exec" execs each (docs/python.md says what siblings share).
 
     What the worker prints goes to this process's stdout and stderr; where ``sys.stdout`` or
     ``sys.stderr`` is not fd 1 or 2 (Jupyter, ``contextlib.redirect_stdout``), into those
