@@ -21,7 +21,9 @@ importable (`pip install .`, or PYTHONPATH=build/python after a CMake build):
 from __future__ import annotations
 
 import argparse
+import concurrent.futures as cf
 import multiprocessing as mp
+import os
 import statistics
 import subprocess
 import sys
@@ -99,9 +101,6 @@ def default_section(args) -> None:
     """What the obvious code gets: isolated(f)() and isorun.map(f, inputs) with no options,
     against concurrent.futures.ProcessPoolExecutor with max_tasks_per_child=1 (a fresh process per
     task too), spaced and back to back, in this program's first calls."""
-    import concurrent.futures as cf
-    import os
-
     reps, gap = args.reps, args.spaced
     print(f"the default, isolated(f)() with no options (f uses numpy); calls {gap * 1000:.0f} ms apart, or back to back")
     f = isorun.isolated(with_numpy)

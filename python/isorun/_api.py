@@ -17,7 +17,7 @@ from typing import Any, Callable, Generic, Optional, TypeVar, Union, overload
 
 from . import _core, _output, _pool
 from ._outcome import Outcome, Result
-from ._payload import RAISED, decode_result, encode_call, importable
+from ._payload import RAISED, code_names, decode_result, encode_call, importable
 from .errors import (
     Cancelled,
     InternalError,
@@ -522,12 +522,7 @@ def _packages_named_by(fn: Callable[..., Any]) -> tuple[str, ...]:
     code = getattr(fn, "__code__", None)
     if code is None:
         return ()
-    names: set[str] = set()
-    todo = [code]
-    while todo:
-        c = todo.pop()
-        names.update(c.co_names)
-        todo.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    names = code_names(code)
     glob = getattr(fn, "__globals__", {})
     found = []
     for name in sorted(names):
@@ -535,10 +530,19 @@ def _packages_named_by(fn: Callable[..., Any]) -> tuple[str, ...]:
         module = getattr(value, "__name__", None) if isinstance(value, types.ModuleType) else \
             (name if name in sys.modules else None)
         top = module.partition(".")[0] if module else None
-        if top and top in sys.modules and top not in sys.stdlib_module_names and \
-                top not in ("isorun", "__main__", "builtins") and top not in found:
+        if top and top not in _STDLIB and top != "isorun" and top not in found and preloadable(top):
             found.append(top)
     return tuple(found)
+
+
+_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))  # (Python 3.10+; before, stdlib ones are kept)
+
+
+def preloadable(module: str) -> bool:
+    """Whether a worker can preload ``module``: loaded here from a file (not a built-in one) and
+    found by the worker's import (:func:`importable`: not ``__main__``, not loaded by path)."""
+    loaded = sys.modules.get(module)
+    return loaded is not None and getattr(loaded, "__file__", None) is not None and importable(module)
 
 
 #: Keywords of other APIs that users bring along, and what isorun calls them.

@@ -252,17 +252,23 @@ def _restore_origins(fn: Any, files: dict[tuple[str, int], str], sources: dict[s
 _warned_large: set[tuple[str, str]] = set()
 
 
-def _captured(fn: Callable[..., Any]) -> list[tuple[str, Any]]:
-    """The globals and closure variables a function refers to (its nested functions' too)."""
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return []
+def code_names(code: types.CodeType) -> set[str]:
+    """The global names (and imported modules) ``code`` and the functions nested in it use."""
     names: set[str] = set()
     stack = [code]
     while stack:
         c = stack.pop()
         names.update(c.co_names)
         stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    return names
+
+
+def _captured(fn: Callable[..., Any]) -> list[tuple[str, Any]]:
+    """The globals and closure variables a function refers to (its nested functions' too)."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return []
+    names = code_names(code)
     glb = getattr(fn, "__globals__", {})
     found = [(f"global {n!r}", glb[n]) for n in sorted(names) if n in glb]
     cells = getattr(fn, "__closure__", None) or ()

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import threading
 from typing import Any, Callable, Optional, cast
 
@@ -30,7 +29,7 @@ try:
 except ImportError as e:  # joblib is an optional dependency
     raise ImportError("isorun.joblib needs joblib: pip install 'isorun[joblib]' (or pip install joblib)") from e
 
-from ._api import IsolatedFunction, IsolatedFuture, _importable_module_of
+from ._api import IsolatedFunction, IsolatedFuture, _importable_module_of, preloadable
 from ._executor import Executor
 from .errors import UsageError
 
@@ -116,7 +115,7 @@ class IsorunBackend(AutoBatchingMixin, ParallelBackendBase):
             fn = cast(Callable[..., Any], getattr(wrapped, "function", wrapped))  # scikit-learn's delayed() wraps it
             found = [_importable_module_of(fn)] + [type(a).__module__ for a in (*args, *kwargs.values())]
             modules += [m for m in found if m and m not in modules]
-        extra = tuple(m for m in modules if _preloadable(m) and m not in options.preload)
+        extra = tuple(m for m in modules if preloadable(m) and m not in options.preload)
         if not extra:
             return batch
         return IsolatedFunction(batch, dataclasses.replace(options, preload=options.preload + extra))
@@ -151,12 +150,6 @@ class IsorunBackend(AutoBatchingMixin, ParallelBackendBase):
         # A batch runs in a worker limited to its share of the cores: a joblib call inside it runs
         # sequentially rather than start threads (or processes) past that share.
         return SequentialBackend(nesting_level=(self.nesting_level or 0) + 1), None
-
-
-def _preloadable(module: str) -> bool:
-    """A module a worker can import by name: loaded here, not __main__ or a builtin one."""
-    return module in sys.modules and module not in ("__main__", "builtins") and \
-        getattr(sys.modules[module], "__file__", None) is not None
 
 
 def register() -> None:
