@@ -64,6 +64,16 @@ inline bool wait_for_lines(const std::string& path, std::size_t n) {
   return ok;
 }
 
+/// The environment under which every fsync of a file whose path ends in `suffix` fails with EIO
+/// after the first `after` (tests/helpers' fail_fsync library). The library goes before a
+/// sanitizer runtime, which must then be told not to mind.
+inline std::vector<std::string> failing_fsync(const std::string& suffix, int after) {
+  const char* asan = std::getenv("ASAN_OPTIONS");
+  return {std::string("LD_PRELOAD=") + FAIL_FSYNC, "FAIL_FSYNC_SUFFIX=" + suffix,
+          "FAIL_FSYNC_AFTER=" + std::to_string(after),
+          std::string("ASAN_OPTIONS=") + (asan ? std::string(asan) + ":" : "") + "verify_asan_link_order=0"};
+}
+
 inline void load_test_tasks() {
   static bool loaded = ::dlopen(SWEEP_TEST_TASKS, RTLD_NOW | RTLD_GLOBAL) != nullptr;
   REQUIRE(loaded);

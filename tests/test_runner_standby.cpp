@@ -20,7 +20,7 @@ TEST_CASE("a standby worker serves exactly one call, and calls take standby work
   std::set<std::string> pids;
   for (int i = 0; i < 6; ++i) {
     pool.fill();
-    const auto waiting = pool.waiting_pids();
+    const auto waiting = pool.snapshot().waiting;
     REQUIRE(waiting.size() >= 2);
     const std::string got = isorun::isolated(pid_and_calls, {.standby = 2})(0);
     const auto space = got.find(' ');
@@ -96,11 +96,11 @@ TEST_CASE("a standby pool launches like any launcher: waiting workers for its sp
   stop_standby_at_end guard;
   auto& pool = isorun::runner::standby_for(plain_standby(), 2);
   pool.fill();
-  const auto waiting = pool.waiting_pids();
+  const auto waiting = pool.snapshot().waiting;
   // Another spec (an extra variable): launched now, the waiting workers untouched.
   auto other = pool.launch({.label = "other", .extra_env = {"ISORUN_TEST_OTHER=1"}});
   CHECK(std::find(waiting.begin(), waiting.end(), other.process.pid()) == waiting.end());
-  CHECK(pool.waiting_pids() == waiting);
+  CHECK(pool.snapshot().waiting == waiting);
   // The pool's own spec, whatever the label: the oldest waiting worker.
   auto same_spec = plain_standby();
   same_spec.label = "some_task";
@@ -112,7 +112,7 @@ TEST_CASE("a standby worker that died while waiting is skipped, and the call sti
   stop_standby_at_end guard;
   auto& pool = isorun::runner::standby_for(plain_standby(), 2);
   pool.fill();
-  const pid_t victim = pool.waiting_pids().front();
+  const pid_t victim = pool.snapshot().waiting.front();
   ::kill(victim, SIGKILL);
   REQUIRE(process_gone(victim));  // exited (a zombie until the pool reaps it)
   const std::string got = isorun::isolated(pid_and_calls, {.standby = 2})(0);
@@ -142,16 +142,16 @@ TEST_CASE("a warm standby worker has its GPU and capped allocator ready before i
       r::job_spec_for("warm_state", isorun::serialization::encoding::binary, {}, {isorun::gpus().gpus.at(1)}, launched);
   auto& pool = r::standby_for(r::launch_spec_for(probe), 1);  // the pool isolated() uses below
   pool.fill();
-  const pid_t waiting = pool.waiting_pids().front();
+  const pid_t waiting = pool.snapshot().waiting.front();
   CHECK(isorun::isolated(warm_state, warm)(0) == "ready|GPU-sim-1|" + std::to_string(6_GiB));
   CHECK(isorun::test::process_gone(waiting));  // it served that call and exited
 
   // Another cap cannot use a worker prepared for this one: a worker is launched for it, and the
   // prepared one keeps waiting.
   pool.fill();
-  const auto before = pool.waiting_pids();
+  const auto before = pool.snapshot().waiting;
   CHECK(isorun::isolated(warm_state, {.gpu = 1, .mem_limit = 4_GiB})(0) == "cold|GPU-sim-1|" + std::to_string(4_GiB));
-  CHECK(pool.waiting_pids() == before);
+  CHECK(pool.snapshot().waiting == before);
 
   // A worker prepared for one GPU refuses an assignment for another (the supervisor never makes
   // one; a worker checks anyway): it stops, and the job is classified, not run on the wrong GPU.
@@ -387,7 +387,7 @@ TEST_CASE("a standby worker's replacement is launched once the worker taken has 
   REQUIRE(::mkfifo((pids.dir + "/go").c_str(), 0600) == 0);
   auto& pool = isorun::runner::standby_for(plain_standby(), 2);
   pool.fill();
-  const auto waiting = pool.waiting_pids();
+  const auto waiting = pool.snapshot().waiting;
   REQUIRE(waiting.size() == 2);
   auto h = isorun::isolated(runs_until_told, {.standby = 2}).async(pids.dir);
   long running = 0;
@@ -395,11 +395,11 @@ TEST_CASE("a standby worker's replacement is launched once the worker taken has 
   CHECK(running == waiting[0]);
   // While the call runs, the pool keeps the worker it has left and launches nothing that would
   // compete with the call for the cores.
-  CHECK(pool.waiting_pids() == std::vector<pid_t>{waiting[1]});
+  CHECK(pool.snapshot().waiting == std::vector<pid_t>{waiting[1]});
   std::ofstream(pids.dir + "/go") << 7 << std::endl;
   CHECK(h.get() == 7);
   pool.fill();  // the replacement, launched after the exit
-  const auto after = pool.waiting_pids();
+  const auto after = pool.snapshot().waiting;
   REQUIRE(after.size() == 2);
   CHECK(after[0] == waiting[1]);
   CHECK(after[1] != waiting[0]);
@@ -412,13 +412,13 @@ TEST_CASE("a standby pool with no worker left waiting launches the replacement a
   REQUIRE(::mkfifo((pids.dir + "/go").c_str(), 0600) == 0);
   auto& pool = isorun::runner::standby_for(plain_standby(), 1);
   pool.fill();
-  const pid_t first = pool.waiting_pids().at(0);
+  const pid_t first = pool.snapshot().waiting.at(0);
   auto h = isorun::isolated(runs_until_told, {.standby = 1}).async(pids.dir);
   long running = 0;
   std::ifstream(pids.path) >> running;
   CHECK(running == first);
   pool.fill();  // returns while the call still runs: the next call would otherwise launch cold
-  const auto waiting = pool.waiting_pids();
+  const auto waiting = pool.snapshot().waiting;
   REQUIRE(waiting.size() == 1);
   CHECK(waiting[0] != first);
   std::ofstream(pids.dir + "/go") << 1 << std::endl;
@@ -440,7 +440,7 @@ TEST_CASE("a call on a standby worker succeeds when its replacement cannot be la
   spec.executable = link;
   auto& pool = r::standby_for(r::launch_spec_for(spec), 1);
   pool.fill();
-  const auto waiting = pool.waiting_pids();
+  const auto waiting = pool.snapshot().waiting;
   REQUIRE(waiting.size() == 1);
   REQUIRE(::unlink(link.c_str()) == 0);
 
@@ -449,7 +449,7 @@ TEST_CASE("a call on a standby worker succeeds when its replacement cannot be la
   REQUIRE(result.status.kind == isorun::outcome_kind::success);
   CHECK(j->pid() == waiting[0]);
   pool.fill();  // returns: launching failed, and the pool stopped trying
-  CHECK(pool.waiting_pids().empty());
+  CHECK(pool.snapshot().waiting.empty());
   // The next call has no worker to take and none can be launched: it says so.
   CHECK_THROWS_AS(r::job::start(spec, pool), isorun::internal_error);
   ::rmdir(dir);
@@ -466,7 +466,7 @@ TEST_CASE("a standby worker's cgroup, made when it was launched, goes with it wh
     auto& pool = isorun::runner::standby_for(plain_standby(), 2);
     pool.fill();
     // Each waiting worker's cgroup: the directory under `where` whose cgroup.procs lists it.
-    for (pid_t pid : pool.waiting_pids())
+    for (pid_t pid : pool.snapshot().waiting)
       for (const auto& e : std::filesystem::directory_iterator(contained.where)) {
         if (!e.is_directory()) continue;
         std::ifstream procs(e.path() / "cgroup.procs");
@@ -495,10 +495,10 @@ TEST_CASE("a standby pool grows while calls come back to back, and shrinks back 
   CHECK(pool.target() == 3);  // up to its maximum
   taken.clear();              // those calls end (each worker stopped and reaped)
   pool.fill();
-  CHECK(pool.waiting_pids().size() == 3);
+  CHECK(pool.snapshot().waiting.size() == 3);
   pool.trim();  // what an idle period does
   CHECK(pool.target() == 1);
-  CHECK(pool.waiting_pids().size() == 1);
+  CHECK(pool.snapshot().waiting.size() == 1);
 }
 
 TEST_CASE("an adaptive pool starts once its first call's worker has exited, and holds nothing after its linger",

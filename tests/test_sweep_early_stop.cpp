@@ -305,11 +305,7 @@ TEST_CASE(
   std::ofstream(dir + "/spec.yaml") << curve_spec(dir, "{type: asha, max_t: 9, grace_period: 1, reduction_factor: 3}",
                                                   9, {0, 0.3, 0.8}, {0.2, 0.6});
   const std::vector<std::string> args = {"sweep", dir + "/spec.yaml", "--no-progress"};
-  const char* asan = std::getenv("ASAN_OPTIONS");
-  auto first = isorun::test::run_captured(
-      ISORUN_CLI, args,
-      {std::string("LD_PRELOAD=") + FAIL_FSYNC, "FAIL_FSYNC_SUFFIX=/out/reports.jsonl", "FAIL_FSYNC_AFTER=0",
-       std::string("ASAN_OPTIONS=") + (asan ? std::string(asan) + ":" : "") + "verify_asan_link_order=0"});
+  auto first = isorun::test::run_captured(ISORUN_CLI, args, failing_fsync("/out/reports.jsonl", 0));
   INFO(first.err);
   CHECK(first.code != 0);
   CHECK_THAT(first.err, Catch::Contains("cannot write the sweep's reports to") &&

@@ -167,13 +167,8 @@ TEST_CASE("a journal whose fsync fails: the sweep stops saying so, the journal k
   std::ofstream(dir + "/spec.yaml") << "task: step\nparams:\n  i: {range: [0, 199], step: 1}\n"
                                        "resources: {cpu_slots: 2}\nout: \"" << dir << "/out\"\n";
   const std::vector<std::string> args = {"--tasks", SWEEP_TEST_TASKS, "sweep", dir + "/spec.yaml", "--no-progress"};
-  // The disk goes bad after the journal's fifth fsync: every later one fails with EIO. (The
-  // library goes before a sanitizer runtime, which must then be told not to mind.)
-  const char* asan = std::getenv("ASAN_OPTIONS");
-  auto first = isorun::test::run_captured(
-      ISORUN_CLI, args,
-      {std::string("LD_PRELOAD=") + FAIL_FSYNC, "FAIL_FSYNC_SUFFIX=/out/results.jsonl", "FAIL_FSYNC_AFTER=5",
-       std::string("ASAN_OPTIONS=") + (asan ? std::string(asan) + ":" : "") + "verify_asan_link_order=0"});
+  // The disk goes bad after the journal's fifth fsync: every later one fails with EIO.
+  auto first = isorun::test::run_captured(ISORUN_CLI, args, failing_fsync("/out/results.jsonl", 5));
   INFO(first.err);
   CHECK(first.code == 125);  // stopped: it cannot record results
   const auto journaled = lines(dir + "/out/results.jsonl");

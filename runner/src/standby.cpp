@@ -415,13 +415,6 @@ standby_pool::stats standby_pool::snapshot() const {
   return out;
 }
 
-std::vector<pid_t> standby_pool::waiting_pids() const {
-  std::lock_guard lock(mutex_);
-  std::vector<pid_t> pids;
-  for (const auto& w : ready_) pids.push_back(w.process.pid());
-  return pids;
-}
-
 namespace {
 struct pools {
   std::mutex mutex;

@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   if (argc == 2 && std::string(argv[1]) == "standby") {
     auto& pool = isorun::runner::standby_for({.label = "standby"}, 3);
     pool.fill();
-    for (pid_t pid : pool.waiting_pids()) std::printf("%d ", static_cast<int>(pid));
+    for (pid_t pid : pool.snapshot().waiting) std::printf("%d ", static_cast<int>(pid));
     std::printf("\n");
     std::fflush(stdout);
     for (;;) ::pause();

@@ -74,9 +74,6 @@ class ISORUN_INTERNAL_API standby_pool final : public launcher {
   ///        waits in fill()): fill() returns, and workers are exec'd from then on.
   void interrupt() noexcept;
 
-  /// @brief The pids of the workers waiting now, oldest first (the next take() gets the first).
-  [[nodiscard]] std::vector<pid_t> waiting_pids() const;
-
   /// @brief How many workers it keeps now (`size`, or more under load).
   [[nodiscard]] std::size_t target() const;
 
@@ -89,7 +86,7 @@ class ISORUN_INTERNAL_API standby_pool final : public launcher {
     bool zygote = false;           ///< its workers are forked from a zygote
     bool adaptive = false;         ///< it has a linger
     bool dormant = false;          ///< adaptive and holding nothing now
-    std::vector<pid_t> waiting;    ///< its waiting workers
+    std::vector<pid_t> waiting;    ///< its waiting workers, oldest first (the next take() gets the first)
     pid_t zygote_pid = -1;         ///< its zygote, while there is one
     std::uint64_t hits = 0;        ///< calls that found a worker waiting
     std::uint64_t misses = 0;      ///< calls that had one launched on their path
