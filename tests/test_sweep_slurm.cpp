@@ -331,8 +331,8 @@ TEST_CASE(
   CHECK(std::count(sbatch.begin(), sbatch.end(), "--signal=B:" + std::to_string(SIGUSR1) + "@55") == 1);
   const std::string task = read_json(dir + "/out/slurm/jobs.json")[0]["job"].get<std::string>() + "_0";
   // Slurm warns the array task within its minute; its isorun warns the trial, which saves, and
-  // requeues the task. Started again (once Slurm's delay for a requeued job, ~2 minutes, has
-  // passed: what a user's requeue gets), the trial goes on from the step it saved.
+  // requeues the task. Started again (once Slurm's delay for a requeued job, the test cluster's
+  // cred_expire, has passed: what a user's requeue gets), the trial goes on from the step it saved.
   auto done = isorun::test::finish_captured(sweep);
   INFO(done.err);
   INFO("journal: " << read_file(dir + "/out/results.jsonl"));
