@@ -259,11 +259,10 @@ int main(int argc, char** argv) {
       isolated_options o = waited;
       auto& process = runner::admission::process();
       auto request = runner::admission_request_at(process, false, o);
-      auto job = runner::queue_call(
-          process, nullptr, std::move(request),
-          std::make_shared<runner::job_spec>(
-              runner::job_spec_for("trivial_gpu", serialization::encoding::binary, detail::encode_args(0), {gpu}, o)),
-          {.standby = o.standby});
+      auto job = runner::queue_call(process, nullptr, std::move(request),
+                                    std::make_shared<runner::job_spec>(runner::job_spec_for(
+                                        "trivial_gpu", serialization::encoding::binary, blob(), {gpu}, o)),
+                                    detail::encode_args(0), {.standby = o.standby});
       const auto& r = job->wait();
       const std::int64_t back = monotonic_ns();
       if (!r.status.ok()) {

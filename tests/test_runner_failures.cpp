@@ -175,7 +175,7 @@ TEST_CASE("a call interrupted while it waits for admission ends cancelled, witho
   auto slot = a->admit({});  // the only CPU slot is taken
   auto spec = std::make_shared<isorun::runner::job_spec>();
   spec->task = "hang_with_grandchild";  // never started
-  auto call = isorun::runner::queue_call(*a, nullptr, {}, spec);
+  auto call = isorun::runner::queue_call(*a, nullptr, {}, spec, {});
   test_interruption i;
   const auto& r = call->wait(i.ask(2, 2));
   CHECK(i.asked == 2);

@@ -13,6 +13,9 @@ import sys
 import threading
 import types
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures._base import CANCELLED as _CANCELLED
+from concurrent.futures._base import CANCELLED_AND_NOTIFIED as _CANCELLED_AND_NOTIFIED
+from concurrent.futures._base import PENDING as _PENDING
 from typing import Any, Callable, Generic, Optional, TypeVar, Union, overload
 
 from . import _core, _output, _pool
@@ -198,15 +201,20 @@ class _Options:
             start=start,
         )
 
-    def launch(self) -> tuple[list[str], list[str], _core.CallOptions]:
-        """A call's worker argv, launch environment and C++ options: made once for as long as
-        sys.path stays the same (each call's path runs cold, where building them anew costs tens
-        of µs). The options are shared: a call that sets its own descriptors takes core()."""
-        cached = self._launch[:1]  # [(sys.path, made)], read at once: another thread may replace it
-        if cached and cached[0][0] == sys.path and self.gpus != "all":
-            return cached[0][1]
-        made = (self.argv(), self.launch_env(), self.core())
-        self._launch[:] = [(list(sys.path), made)]
+    def launch(self, output: Optional[_output.CallOutput] = None) -> _core.Launch:
+        """How a call's worker is launched (its argv, launch environment and C++ options, the
+        descriptors of ``output`` where the caller reads its output), which the calls share: made
+        once for as long as sys.path and the descriptors stay the same (each call's path runs
+        cold, where building it anew costs tens of µs), and a queued call holds a reference to
+        it, not a copy. (Calls that forward their output into the caller's ``sys.stdout`` share
+        its pipe; calls that capture theirs have pipes, and so a launch, of their own.)"""
+        fds = output.fds() if output is not None else None
+        cached = self._launch[:1]  # [(sys.path, fds, made)], read at once: another thread may replace it
+        if cached and cached[0][0] == sys.path and cached[0][1] == fds and self.gpus != "all":
+            return cached[0][2]
+        options = self.core() if output is None else output.apply(self.core())
+        made = _core.Launch(self.argv(), self.launch_env(), options)
+        self._launch[:] = [(list(sys.path), fds, made)]
         return made
 
     def core(self) -> _core.CallOptions:
@@ -300,8 +308,18 @@ def _complete_futures() -> None:
             return
         for token in tokens:
             with _futures_lock:  # (recorded once its start returned)
-                future = _futures.pop(token)
-            future._complete()
+                future = _futures[token]
+            try:
+                future._complete()
+            finally:
+                with _futures_lock:  # (in flight until complete: an executor's shutdown waits for it)
+                    del _futures[token]
+
+
+def _in_flight(owner: object) -> list[IsolatedFuture]:
+    """The futures of ``owner``'s calls (an executor's) that are not complete yet."""
+    with _futures_lock:
+        return [f for f in _futures.values() if f._owner is owner]
 
 
 def _start_completer() -> None:
@@ -446,6 +464,9 @@ def _finish(job: _core.Job) -> Result[Any]:
     return Result(outcome, error=error)
 
 
+_MAKING = threading.Lock()  # makes futures' conditions (IsolatedFuture._condition)
+
+
 class IsolatedFuture(concurrent.futures.Future):
     """The future of one isolated call (:meth:`IsolatedFunction.submit`).
 
@@ -454,11 +475,50 @@ class IsolatedFuture(concurrent.futures.Future):
     cancelled. ``result()`` raises the call's exception as calling the function would.
     """
 
-    def __init__(self, job: _core.Job) -> None:
-        super().__init__()
+    def __init__(self, job: _core.Job, owner: object = None) -> None:
+        # concurrent.futures.Future.__init__, but for its condition, made on first use
+        # (_condition): a Condition is most of a future's size, and a hundred thousand queued
+        # calls' futures are mostly never waited on one by one.
+        self._state = _PENDING
+        self._result = None
+        self._exception: Optional[BaseException] = None
+        self._waiters: list[Any] = []
+        self._done_callbacks: list[Callable[[concurrent.futures.Future], object]] = []
         self._job = job
+        self._owner = owner  # the executor that submitted it (_in_flight)
         self._outcome: Optional[Outcome] = None
         self._call_result: Optional[Result[Any]] = None
+
+    @property
+    def _condition(self) -> threading.Condition:  # type: ignore[override]
+        made = self.__dict__.get("_made_condition")
+        if made is None:
+            with _MAKING:
+                made = self.__dict__.get("_made_condition")
+                if made is None:
+                    made = self.__dict__["_made_condition"] = threading.Condition()
+        return made
+
+    def _cancel_queued(self) -> bool:
+        """``Future.cancel()`` for a call that has not started, without making the condition
+        where none is made yet: then no thread waits on it and no callback was added, and
+        while ``_MAKING`` is held none can be. (An executor's shutdown cancels a hundred
+        thousand at once.)"""
+        with _MAKING:
+            if "_made_condition" not in self.__dict__:
+                if self._state == _PENDING:
+                    self._state = _CANCELLED
+                return self._state in (_CANCELLED, _CANCELLED_AND_NOTIFIED)
+        return concurrent.futures.Future.cancel(self)
+
+    def _running_or_notify_cancel(self) -> bool:
+        """``set_running_or_notify_cancel()``, for a call cancelled by _cancel_queued without
+        making its condition."""
+        with _MAKING:
+            if "_made_condition" not in self.__dict__ and self._state == _CANCELLED:
+                self._state = _CANCELLED_AND_NOTIFIED
+                return False
+        return self.set_running_or_notify_cancel()
 
     @property
     def pid(self) -> int:
@@ -487,12 +547,12 @@ class IsolatedFuture(concurrent.futures.Future):
             result = _finish(self._job)
         except BaseException as exc:  # noqa: BLE001 - the worker could not be started at all
             self._call_result = Result(None, error=exc)  # type: ignore[arg-type]
-            if self.set_running_or_notify_cancel():
+            if self._running_or_notify_cancel():
                 self.set_exception(exc)
             return
         self._call_result = result
         self._outcome = result.outcome
-        if not self.set_running_or_notify_cancel():
+        if not self._running_or_notify_cancel():
             return  # cancelled: result() raises CancelledError
         if result.ok:
             self.set_result(result.value)
@@ -608,9 +668,7 @@ class IsolatedFunction(Generic[R]):
         o = self._options
         output = _output.for_call(o.capture_output, o.echo_stderr, o.early_result)
         try:
-            argv, launch_env, options = o.launch()
-            job = _core.start(request, argv, launch_env, output.apply(o.core()) if output else options, executor,
-                              caller_waits, token)
+            job = _core.start(request, o.launch(output), executor, caller_waits, token)
         except BaseException:
             if output is not None:
                 output.close()
@@ -645,13 +703,14 @@ class IsolatedFunction(Generic[R]):
         process's admission has room for it (a GPU's memory for its cap, a CPU slot)."""
         return self._submit(args, kwargs, None)
 
-    def _submit(self, args: tuple, kwargs: dict, executor: Optional[_core.Admission]) -> IsolatedFuture:
+    def _submit(self, args: tuple, kwargs: dict, executor: Optional[_core.Admission],
+                owner: object = None) -> IsolatedFuture:
         _start_completer()
         token = next(_tokens)
         # The completer takes the token only once the future is recorded: the call may end before
         # its start returns here.
         with _futures_lock:
-            future = IsolatedFuture(self._start(args, kwargs, executor, token=token))
+            future = IsolatedFuture(self._start(args, kwargs, executor, token=token), owner)
             _futures[token] = future
         return future
 
@@ -670,7 +729,7 @@ class IsolatedFunction(Generic[R]):
         ``start="zygote"`` it returns once the zygote has imported the preloads (or failed) and
         forked the ``standby`` workers: until then, calls get exec'd workers rather than wait."""
         o = self._options
-        _core.fill_standby(*o.launch(), None)
+        _core.fill_standby(o.launch(), None)
 
     def options(self, **changes: Any) -> IsolatedFunction[R]:
         """The same function with some options changed."""

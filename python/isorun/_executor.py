@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Callable, Optional, TypeVar, Union, cast
 
 from . import _core, _progress
-from ._api import IsolatedFunction, IsolatedFuture, Size, _Options, _size, check_option_names
+from ._api import IsolatedFunction, IsolatedFuture, Size, _in_flight, _Options, _size, check_option_names
 from ._outcome import Result
 from .errors import UsageError
 
@@ -95,7 +95,6 @@ class Executor(concurrent.futures.Executor):
         self._options = _Options.resolve(mem_limit=self._mem_limit or None, **options)
         self._lock = threading.Lock()
         self._shutdown = False
-        self._futures: set[IsolatedFuture] = set()
         self._last_call: Optional[tuple[Callable[..., Any], IsolatedFunction[Any]]] = None
 
     @property
@@ -148,14 +147,12 @@ class Executor(concurrent.futures.Executor):
         with self._lock:
             if self._shutdown:
                 raise RuntimeError("cannot schedule new calls after shutdown")
-            future = call._submit(args, kwargs, self._admission)
-            self._futures.add(future)
-        future.add_done_callback(self._forget)
-        return future
+            return call._submit(args, kwargs, self._admission, owner=self)
 
-    def _forget(self, future: concurrent.futures.Future) -> None:
-        with self._lock:
-            self._futures.discard(future)  # type: ignore[arg-type]
+    def _in_flight(self) -> list[IsolatedFuture]:
+        """Its calls' futures not complete yet (kept by the process's completer, not per future
+        here: a queued call's future stays small)."""
+        return _in_flight(self)
 
     def map(self, fn: Callable[..., R], *iterables: Iterable[Any], timeout: Optional[float] = None,
             chunksize: int = 1, progress: bool = False, ordered: bool = True) -> Iterator[R]:
@@ -186,12 +183,12 @@ class Executor(concurrent.futures.Executor):
         (running ones go on); ``wait`` waits for every call to end."""
         with self._lock:
             self._shutdown = True
-            futures = list(self._futures)
+        futures = self._in_flight()
         if cancel_futures:
             # Each waiting future is marked cancelled first (so that no end the runner reports
             # meanwhile completes it otherwise), then the runner cancels every waiting call in one
             # pass, instead of a call into it per future; one that started in between is stopped.
-            marked = [f for f in futures if not f._job.started and concurrent.futures.Future.cancel(f)]
+            marked = [f for f in futures if not f._job.started and f._cancel_queued()]
             self._admission.cancel_waiting()
             for f in marked:
                 if f._job.started:

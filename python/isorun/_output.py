@@ -24,6 +24,7 @@ must be its own), read by the same thread.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import fcntl
 import os
 import selectors
@@ -31,7 +32,7 @@ import sys
 import termios
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Optional, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Optional, TextIO
 
 if TYPE_CHECKING:
     from . import _core
@@ -292,13 +293,20 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+_NO_LOCK: Any = contextlib.nullcontext()  # (a forwarding call's: it keeps no text)
+
+
 class CallOutput:
     """The pipes of one call (see the module's doc)."""
 
+    # (Slots, and the text and its lock only where the output is captured: every call queued
+    # while sys.stdout is not fd 1, a hundred thousand of them, has one.)
+    __slots__ = ("capture", "_text", "_lock", "_open", "_pipes")
+
     def __init__(self, stdout: Optional[TextIO], stderr: Optional[TextIO], capture: bool) -> None:
         self.capture = capture
-        self._text: dict[str, list[str]] = {"stdout": [], "stderr": []}
-        self._lock = threading.Lock()
+        self._text: dict[str, list[str]] = {"stdout": [], "stderr": []} if capture else {}
+        self._lock = threading.Lock() if capture else _NO_LOCK
         self._open = True
         self._pipes: dict[str, _Pipe] = {}
         with _lock:
@@ -352,6 +360,11 @@ class CallOutput:
 
         return keep
 
+    def fds(self) -> tuple[int, int]:
+        """The descriptors apply() gives a call (-1: none)."""
+        return tuple(self._pipes[name].write_fd if name in self._pipes else -1  # type: ignore[return-value]
+                     for name in ("stdout", "stderr"))
+
     def apply(self, options: _core.CallOptions) -> _core.CallOptions:
         """``options`` with this call's descriptors."""
         if "stdout" in self._pipes:
@@ -382,9 +395,11 @@ class CallOutput:
             deadline = time.monotonic() + DRAIN_S
             for pipe, until in waits:
                 pipe.wait(until, deadline)
+        if not self.capture:
+            return None
         with self._lock:
             self._open = False
-            return ("".join(self._text["stdout"]), "".join(self._text["stderr"])) if self.capture else None
+            return "".join(self._text["stdout"]), "".join(self._text["stderr"])
 
 
 def for_call(capture: bool, echo_stderr: bool, early_result: bool) -> Optional[CallOutput]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import threading
 from typing import Any, Callable, Optional, cast
 
 try:
@@ -61,8 +60,6 @@ class IsorunBackend(AutoBatchingMixin, ParallelBackendBase):
         self._options = options
         Executor(**options)  # bad options are a UsageError here, before joblib starts anything
         self._executor: Optional[Executor] = None
-        self._futures: set[IsolatedFuture] = set()
-        self._lock = threading.Lock()
 
     def effective_n_jobs(self, n_jobs: Optional[int]) -> int:
         """``n_jobs`` as joblib counts it: -1 is one per core, -2 all cores but one, ..."""
@@ -91,9 +88,6 @@ class IsorunBackend(AutoBatchingMixin, ParallelBackendBase):
         """Runs ``func`` (a batch of joblib calls) in a fresh interpreter; its future."""
         assert self._executor is not None, "configure() comes first"
         future = self._executor.submit(self._with_preloads(func))
-        with self._lock:
-            self._futures.add(future)
-        future.add_done_callback(self._forget)
         if callback is not None:
             future.add_done_callback(callback)
         return future
@@ -120,21 +114,15 @@ class IsorunBackend(AutoBatchingMixin, ParallelBackendBase):
             return batch
         return IsolatedFunction(batch, dataclasses.replace(options, preload=options.preload + extra))
 
-    def _forget(self, future: Any) -> None:
-        with self._lock:
-            self._futures.discard(future)
-
     def retrieve_result_callback(self, future: IsolatedFuture) -> Any:
         """The batch's results, or what it raised."""
         return future.result()
 
     def abort_everything(self, ensure_ready: bool = True) -> None:
         """A batch failed: the others stop (running ones too) and are waited for."""
-        with self._lock:
-            futures = list(self._futures)
-        for f in futures:
-            f.cancel()
         if self._executor is not None:
+            for f in self._executor._in_flight():
+                f.cancel()
             self._executor.shutdown(wait=True)
             self._executor = None
         if ensure_ready:

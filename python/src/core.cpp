@@ -462,8 +462,9 @@ isorun::runner::job_spec python_job_spec(isorun::blob request, std::vector<std::
 }
 
 /// The admission request of a call with options `o` (behind an executor with GPUs, one of its
-/// GPUs), and the cores it gets: its thread limits, in `o`.
-isorun::runner::admission_request python_request(call_options& o, isorun::runner::admission& first, bool executor) {
+/// GPUs), and the cores it gets (its thread limits) in `cpus_per_call`.
+isorun::runner::admission_request python_request(const call_options& o, isorun::runner::admission& first, bool executor,
+                                                 unsigned& cpus_per_call) {
   isorun::isolated_options placement;
   placement.gpu = o.gpu;
   placement.gpus = o.gpus;
@@ -471,9 +472,63 @@ isorun::runner::admission_request python_request(call_options& o, isorun::runner
   placement.mem_limit = o.mem_limit;
   placement.cpus_per_call = o.cpus_per_call;
   auto request = isorun::runner::admission_request_at(first, executor, placement);
-  o.cpus_per_call = placement.cpus_per_call;
+  cpus_per_call = placement.cpus_per_call;
   return request;
 }
+
+/// How a function's calls are launched (isorun's Python _Options.launch()): the worker's argv and
+/// launch environment and the calls' options, made into the job_spec its calls share, once per
+/// kind of admission they are queued at (on a GPU or not, their share of the cores), not per
+/// call: a queued call holds its request and a reference to this.
+class py_launch {
+ public:
+  /// A call of these queued at `first` (`executor`: an executor's): its admission request, the
+  /// job_spec it shares, and where its workers come from.
+  struct prepared {
+    isorun::runner::admission_request request;
+    std::shared_ptr<const isorun::runner::job_spec> spec;
+    isorun::runner::warm_start warm;
+  };
+
+  py_launch(std::vector<std::string> argv, std::vector<std::string> launch_env, call_options o)
+      : argv_{std::move(argv)}, launch_env_{std::move(launch_env)}, o_{std::move(o)} {}
+
+  /// Without the GIL.
+  /// @throws usage_error for options that cannot work (a GPU that does not exist, a cap larger than it).
+  prepared at(isorun::runner::admission& first, bool executor) const {
+    unsigned cpus = 0;
+    auto request = python_request(o_, first, executor, cpus);
+    const bool on_gpu = request.on_gpu();
+    std::lock_guard lock(mutex_);
+    for (const auto& m : made_)
+      if (m.on_gpu == on_gpu && m.cpus == cpus) return {std::move(request), m.spec, m.warm};
+    call_options o = o_;
+    o.cpus_per_call = cpus;
+    isorun::isolated_options opts;
+    auto spec = std::make_shared<const isorun::runner::job_spec>(
+        python_job_spec(isorun::blob(), argv_, launch_env_, o, on_gpu, opts));
+    isorun::runner::check_job_spec(*spec);
+    // (A handful of kinds at most: the process's admission and an executor's or two.)
+    if (made_.size() == 8) made_.erase(made_.begin());
+    made_.push_back({on_gpu, cpus, spec, o.warm(opts.standby)});
+    return {std::move(request), std::move(spec), made_.back().warm};
+  }
+
+  [[nodiscard]] const call_options& options() const noexcept { return o_; }
+
+ private:
+  struct made {
+    bool on_gpu;
+    unsigned cpus;
+    std::shared_ptr<const isorun::runner::job_spec> spec;
+    isorun::runner::warm_start warm;
+  };
+  std::vector<std::string> argv_;
+  std::vector<std::string> launch_env_;
+  call_options o_;
+  mutable std::mutex mutex_;
+  mutable std::vector<made> made_;
+};
 
 /// The request as the worker gets it: u32 size and the variables the call sets before it runs
 /// ("KEY=VALUE\0"...), then the pickled call.
@@ -488,47 +543,40 @@ isorun::blob framed_request(const std::string& variables, const nb::bytes& reque
 
 /// Queues one isolated call of the pickled `request` (see python_job_spec) for admission, at
 /// `executor` then the process's, or the process's alone; it starts at once where it fits.
-py_job start(nb::bytes request, std::vector<std::string> argv, std::vector<std::string> launch_env, call_options o,
-             const py_admission* executor, bool caller_waits, std::uint64_t token) {
+py_job start(nb::bytes request, const py_launch& launch, const py_admission* executor, bool caller_waits,
+             std::uint64_t token) {
   nb::gil_scoped_release unlocked;  // placement may read NVML; launching waits for the exec
   auto& process = isorun::runner::admission::process();
   auto& first = executor ? *executor->admission : process;
-  auto admission_request = python_request(o, first, executor != nullptr);
-  isorun::isolated_options opts;
-  auto spec = std::make_shared<isorun::runner::job_spec>(
-      python_job_spec(isorun::blob(), std::move(argv), launch_env, o, admission_request.on_gpu(), opts));
-  isorun::runner::check_job_spec(*spec);
+  auto call = launch.at(first, executor != nullptr);
   std::shared_ptr<driver_cap> cap;
   std::string variables;
-  if (spec->mem_limit && admission_request.on_gpu()) {
+  if (call.spec->mem_limit && call.request.on_gpu()) {
     // The cap on the driver API, for whatever the function allocates on the device.
-    cap = std::make_shared<driver_cap>(spec->mem_limit);
+    cap = std::make_shared<driver_cap>(call.spec->mem_limit);
     for (const auto& v : cap->variables()) variables += v + '\0';
   }
+  isorun::blob args;
   {
     nb::gil_scoped_acquire locked;  // the request is a Python object
-    spec->args = framed_request(variables, request);
+    args = framed_request(variables, request);
   }
-  auto call = isorun::runner::queue_call(first, executor ? &process : nullptr, std::move(admission_request),
-                                         std::move(spec), o.warm(opts.standby));
-  return py_job(std::move(call), std::move(cap), caller_waits, token);
+  auto queued = isorun::runner::queue_call(first, executor ? &process : nullptr, std::move(call.request),
+                                           std::move(call.spec), std::move(args), call.warm);
+  return py_job(std::move(queued), std::move(cap), caller_waits, token);
 }
 
 /// Launches the standby interpreters of calls like these now and waits until they are all
 /// launched (each then imports its preloads and waits for its call).
-void fill_standby(std::vector<std::string> argv, std::vector<std::string> launch_env, call_options o,
-                  const py_admission* executor) {
-  if (!o.standby && !o.zygote) return;
+void fill_standby(const py_launch& launch, const py_admission* executor) {
+  if (!launch.options().standby && !launch.options().zygote) return;
   nb::gil_scoped_release unlocked;
-  auto& first = executor ? *executor->admission : isorun::runner::admission::process();
-  auto request = python_request(o, first, executor != nullptr);
-  isorun::isolated_options opts;
-  auto spec = python_job_spec(isorun::blob(), std::move(argv), launch_env, o, request.on_gpu(), opts);
-  isorun::runner::check_job_spec(spec);
-  if (request.on_gpu() && spec.gpus.empty() && opts.warm_context) return;  // its GPU is known only when admitted
-  auto launch = isorun::runner::launch_spec_for(spec);
-  launch.zygote = o.zygote;
-  isorun::runner::standby_for(launch, opts.standby, std::chrono::milliseconds(o.linger_ms)).fill();
+  auto call = launch.at(executor ? *executor->admission : isorun::runner::admission::process(), executor != nullptr);
+  if (call.request.on_gpu() && call.spec->gpus.empty() && call.spec->warm_context)
+    return;  // its GPU is known only when admitted
+  auto worker = isorun::runner::launch_spec_for(*call.spec);
+  worker.zygote = call.warm.zygote;
+  isorun::runner::standby_for(worker, call.warm.standby, call.warm.linger).fill();
 }
 
 /// An executor's admission for these slots (isorun.Executor), and how they were decided.
@@ -947,8 +995,13 @@ NB_MODULE(_core, m) {
       .def_prop_ro("pid", &py_job::pid)
       .def_prop_ro("started", &py_job::started);
 
-  m.def("start", &start, "request"_a, "argv"_a, "launch_env"_a, "options"_a, "executor"_a = nb::none(),
-        "caller_waits"_a = false, "token"_a = 0,
+  nb::class_<py_launch>(m, "Launch")
+      .def(nb::init<std::vector<std::string>, std::vector<std::string>, call_options>(), "argv"_a, "launch_env"_a,
+           "options"_a,
+           "How a function's calls are launched: the worker's argv (an interpreter) and launch environment, "
+           "and the calls' options; made into the job its calls share.");
+
+  m.def("start", &start, "request"_a, "launch"_a, "executor"_a = nb::none(), "caller_waits"_a = false, "token"_a = 0,
         "Queues one isolated call of a pickled request for admission; it starts in a fresh interpreter. "
         "caller_waits: this thread waits for it next, and watches it; otherwise the process's watcher "
         "watches it and take_completed() returns its token once it has ended.");
@@ -959,7 +1012,7 @@ NB_MODULE(_core, m) {
   m.def(
       "close_completions", [] { completions::instance().close(); },
       "take_completed() returns None once the tokens left are taken.");
-  m.def("fill_standby", &fill_standby, "argv"_a, "launch_env"_a, "options"_a, "executor"_a = nb::none(),
+  m.def("fill_standby", &fill_standby, "launch"_a, "executor"_a = nb::none(),
         "Launches the standby interpreters of such calls now; returns once they are launched.");
   m.def("executor_admission", &executor_admission, "gpus"_a, "all_gpus"_a, "mem_limit"_a, "per_gpu"_a, "cpu_slots"_a,
         "An executor's admission for these slots.");

@@ -48,6 +48,48 @@ def test_thousands_of_queued_calls_cost_no_thread_each_and_are_cancelled_at_once
         assert running.result() == "done"
 
 
+def test_a_queued_call_s_future_is_small_and_cancelled_as_concurrent_futures_cancels(tmp_path):
+    import concurrent.futures
+    import threading
+    import tracemalloc
+
+    # An isolated future has every field a concurrent.futures.Future has (it makes its condition
+    # on first use): Python's own wait() and as_completed() read them.
+    assert set(vars(concurrent.futures.Future())) - {"_condition"} <= set(vars(isorun.isolated(square).submit(2)))
+    go = str(tmp_path / "go")
+    os.mkfifo(go)
+    ex = isorun.Executor(cpu_slots=1)
+    running = ex.submit(wait_for, go)
+    try:
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        plain = [ex.submit(square, i) for i in range(1000)]
+        per_call = (tracemalloc.get_traced_memory()[0] - before) / len(plain)
+        tracemalloc.stop()
+        # (A concurrent.futures.Future alone is 1.7 KiB, most of it its Condition.)
+        assert per_call < 1024
+        called = []
+        with_callback = [ex.submit(square, i) for i in range(10)]
+        for f in with_callback:
+            f.add_done_callback(called.append)
+        waited = [ex.submit(square, i) for i in range(10)]
+        waiter = threading.Thread(target=concurrent.futures.wait, args=(waited,))
+        waiter.start()
+        ex.shutdown(wait=False, cancel_futures=True)
+        everything = plain + with_callback + waited
+        assert all(f.cancelled() for f in everything)
+        assert sorted(map(id, called)) == sorted(map(id, with_callback))
+        waiter.join()
+        done, not_done = concurrent.futures.wait(everything)
+        assert len(done) == len(everything) and not not_done
+        assert len(list(concurrent.futures.as_completed(everything))) == len(everything)
+    finally:
+        with open(go, "w") as f:
+            f.write("done")
+        ex.shutdown()
+    assert running.result() == "done"
+
+
 def test_imap_takes_its_inputs_as_results_are_taken():
     given = 0
 
@@ -134,6 +176,7 @@ def test_an_ordered_imap_holds_only_its_window_of_futures():
     # must not keep every future it made until it ends.
     from isorun._api import IsolatedFuture
 
+    gc.collect()  # (earlier tests' garbage: their futures in cycles)
     gc.disable()  # what stays alive stays by reference, not for want of a collection
     try:
         results = isorun.imap(square, range(200), cpu_slots=2)

@@ -37,12 +37,12 @@ std::shared_ptr<runner::queued_job> submit_isolated(const void* fn, blob args, c
   runner::admission_request request = runner::admission_request_at(first, executor != nullptr, o);
   // Checked now, on the GPUs it asks for (isolated() defaults to the CPU): a call that cannot work
   // is refused before it waits; admission then says which GPUs it gets.
-  auto spec = std::make_shared<runner::job_spec>(runner::job_spec_for(
-      task->name, serialization::encoding::binary, std::move(args),
-      runner::place_job(gpus(), runner::gpu_request_for(o), false, o.mem_limit), o));
+  auto spec = std::make_shared<runner::job_spec>(
+      runner::job_spec_for(task->name, serialization::encoding::binary, blob(),
+                           runner::place_job(gpus(), runner::gpu_request_for(o), false, o.mem_limit), o));
   spec->result_stream = task->result_type == "isorun::blob";
   runner::check_job_spec(*spec);
-  return runner::queue_call(first, executor ? &process : nullptr, std::move(request), std::move(spec),
+  return runner::queue_call(first, executor ? &process : nullptr, std::move(request), std::move(spec), std::move(args),
                             {.standby = o.standby});
 }
 

@@ -17,17 +17,20 @@
 namespace isorun::runner {
 
 std::shared_ptr<queued_job> queue_call(admission& first, admission* then, admission_request request,
-                                       std::shared_ptr<job_spec> spec, warm_start warm) {
+                                       std::shared_ptr<const job_spec> launch, blob args, warm_start warm) {
   auto place = first.enqueue(std::move(request), then);
   return std::make_shared<queued_job>(
-      std::move(place), [spec = std::move(spec), warm](std::shared_ptr<admission::ticket> ticket, bool caller_waits) {
-        spec->gpus = ticket->gpus();
-        spec->caller_waits = caller_waits;
-        spec->admitted = std::move(ticket);
-        if (!warm.standby && !warm.zygote) return job::start(std::move(*spec));
-        launch_spec launch = launch_spec_for(*spec);
-        launch.zygote = warm.zygote;
-        return job::start(std::move(*spec), standby_for(launch, warm.standby, warm.linger));
+      std::move(place), [launch = std::move(launch), args = std::move(args), warm](
+                            std::shared_ptr<admission::ticket> ticket, bool caller_waits) mutable {
+        job_spec spec = *launch;
+        spec.args = std::move(args);
+        spec.gpus = ticket->gpus();
+        spec.caller_waits = caller_waits;
+        spec.admitted = std::move(ticket);
+        if (!warm.standby && !warm.zygote) return job::start(std::move(spec));
+        launch_spec worker = launch_spec_for(spec);
+        worker.zygote = warm.zygote;
+        return job::start(std::move(spec), standby_for(worker, warm.standby, warm.linger));
       });
 }
 

@@ -29,13 +29,17 @@ struct warm_start {
   std::chrono::milliseconds linger{0};
 };
 
-/// @brief A call of `spec` queued for `request` at `first` (then at `then`: the process's
+/// @brief A call of `args` queued for `request` at `first` (then at `then`: the process's
 ///        admission behind an executor's). Once admitted it starts on the ticket's GPUs, in a
 ///        worker of the standby pool of calls launched like it where `warm` asks for one (a
 ///        zygote or standby workers), else in a worker launched for it. What every API's call
 ///        is queued through.
+/// @param launch How its worker is launched and watched (job_spec, its `args` unused): shared by
+///        the calls made alike, for a queued call to be small; each call's own copy, with its
+///        args, GPUs and ticket, is made as it starts.
 ISORUN_API std::shared_ptr<queued_job> queue_call(admission& first, admission* then, admission_request request,
-                                                  std::shared_ptr<job_spec> spec, warm_start warm = {});
+                                                  std::shared_ptr<const job_spec> launch, blob args,
+                                                  warm_start warm = {});
 
 class ISORUN_API queued_job : public std::enable_shared_from_this<queued_job> {
  public:
