@@ -21,7 +21,7 @@ declare -A cmds=(
   [sweep]="$build/bin/bench_sweep --reps 2"
   [calls]="$build/bin/bench_calls --quick"
   [python]="env PYTHONPATH=$build/python python3 $root/bench/bench_python.py --reps 10 --big-reps 2 --gib 0.25 --settle 0.3"
-  [scale]="env PYTHONPATH=$build/python python3 $root/bench/bench_scale.py --queued 0 --imap 0 --sweep 20000 --isorun $build/bin/isorun"
+  [scale]="env PYTHONPATH=$build/python python3 $root/bench/bench_scale.py --queued 20000 --imap 0 --sweep 20000 --isorun $build/bin/isorun"
 )
 
 # Runs benchmark $1 into $out/$1.txt; exits 2 if it fails to run (a broken benchmark is not a pass).
