@@ -543,7 +543,7 @@ isorun::blob framed_request(const std::string& variables, const nb::bytes& reque
 
 /// Queues one isolated call of the pickled `request` (see python_job_spec) for admission, at
 /// `executor` then the process's, or the process's alone; it starts at once where it fits.
-py_job start(nb::bytes request, const py_launch& launch, const py_admission* executor, bool caller_waits,
+py_job start(const nb::bytes& request, const py_launch& launch, const py_admission* executor, bool caller_waits,
              std::uint64_t token) {
   nb::gil_scoped_release unlocked;  // placement may read NVML; launching waits for the exec
   auto& process = isorun::runner::admission::process();
