@@ -151,11 +151,12 @@ const option_row table[] = {
      [](cli_options& o, const std::string&, const std::string&) { o.cpu = true; }},
     {"--mem-limit", "SIZE", in_main,
      "hard cap on the worker's device memory, on each of its GPUs (CUDA context included): 2G, "
-     "512M, 1.5GiB, 2GB, bytes. For -- CMD it is enforced on the CUDA driver API for the command "
-     "and every process it starts, together (allocations past it fail with "
-     "CUDA_ERROR_OUT_OF_MEMORY; cuMemGetInfo reports the cap): a guard every process stays "
-     "within, not a security boundary against a program that sets out to escape it (that is "
-     "cgroup dmem's); see docs/any-program.md",
+     "512M, 1.5GiB, 2GB, bytes; with --cpu, a TASK's cap on what isorun's allocator gives it. For "
+     "-- CMD it is enforced on the CUDA driver API for the command and every process it starts, "
+     "together (allocations past it fail with CUDA_ERROR_OUT_OF_MEMORY; cuMemGetInfo reports the "
+     "cap): a guard every process stays within, not a security boundary against a program that "
+     "sets out to escape it (that is cgroup dmem's); see docs/any-program.md. A -- CMD with no GPU "
+     "is refused it: its host memory is --host-mem-limit's",
      set_mem_limit},
     {"--host-mem-limit", "SIZE", in_main | in_sweep,
      "hard cap on the host memory of the worker (or -- CMD, or each trial) and every process it "

@@ -27,6 +27,12 @@ constexpr std::size_t memory_events = 1 << 18;
 
 int run_command(const cli_options& o) {
   auto gpus = pick_gpus(o);
+  // (As Python's isolated() refuses mem_limit without a GPU: a cap on nothing is not a cap.)
+  if (o.mem_limit && !o.mem_limit_advisory && gpus.empty())
+    throw usage_error("--mem-limit caps the GPU memory of -- CMD, and it runs with no GPU (" +
+                      std::string(o.cpu ? "--cpu" : "this machine has none") +
+                      "): nothing would be capped. Give it a GPU (--gpu N), or cap its host memory with "
+                      "--host-mem-limit SIZE");
   if (!o.memory_timeline.empty()) {
     if (gpus.empty()) throw usage_error("--memory-timeline with -- CMD draws what the cap sees on the command's GPUs: give it --gpu N");
     check_timeline_page(o.memory_timeline);

@@ -17,7 +17,7 @@ out=$("$work/consumer/consumer")
 # The installed CLI finds the installed example tasks without --tasks.
 "$work/prefix/bin/isorun" --cpu -q hello name=prefix | grep -q '"hello, prefix"'
 # ...and runs a command under the installed shim, with the installed cap library.
-"$work/prefix/bin/isorun" --cpu -q --mem-limit 64M -- /bin/sh -c 'echo "under $LD_PRELOAD"' | grep -q 'libisorun_cuda_cap.so'
+ISORUN_SIMULATE_GPUS=1x16G "$work/prefix/bin/isorun" --gpu 0 -q --mem-limit 64M -- /bin/sh -c 'echo "under $LD_PRELOAD"' | grep -q 'libisorun_cuda_cap.so'
 # Neither tree looks for its libraries in the current folder: from a folder holding a libstdc++.so.6
 # and a libisorun.so.0 that are not libraries, the CLI, the library and a task library still load
 # (an empty RUNPATH entry, as CMake pads a build RUNPATH with, would load them and fail).

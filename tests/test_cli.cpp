@@ -249,7 +249,9 @@ TEST_CASE("bad input: clear message, exit 2, no worker started", "[cli]") {
   const std::string touch = "arg0=" + m;
   const bad_case cases[] = {
       {{"--cpu", "no_such_task"}, {}, "unknown task 'no_such_task'"},
-      {{"--cpu", "touch", touch}, {"ISORUN_CONTAINMENT=cgroups"}, "ISORUN_CONTAINMENT=cgroups: expected cgroup (the default) or process-group"},
+      {{"--cpu", "touch", touch},
+       {"ISORUN_CONTAINMENT=cgroups"},
+       "ISORUN_CONTAINMENT=cgroups: expected cgroup (the default) or process-group"},
       {{"--cpu", "--mem-limit", "2X", "touch", touch}, {}, "invalid size '2X'"},
       {{"--cpu", "--timeout", "soon", "touch", touch}, {}, "invalid duration 'soon'"},
       {{"--cpu", "touch", "justaword"}, {}, "is not key=value"},
@@ -264,14 +266,23 @@ TEST_CASE("bad input: clear message, exit 2, no worker started", "[cli]") {
       {{"--cpu", "--gpu", "0", "touch", touch}, {}, "exclude each other"},
       {{"--cpu", "--", "no-such-command-isorun"}, {}, "command not found"},
       // found by fuzz_words: bytes that are not UTF-8 cannot become JSON arguments
-      {{"--cpu", "touch", "arg0=\xb3" "a"}, {}, "argument 1 of the task is not valid UTF-8 text"},
+      {{"--cpu", "touch",
+        "arg0=\xb3"
+        "a"},
+       {},
+       "argument 1 of the task is not valid UTF-8 text"},
       {{"--cpu", "--mem-limit", "2G", "--mem-limit-mode", "loose", "--", "true"}, {}, "expected enforced or advisory"},
       {{"--cpu", "--host-mem-limit", "lots", "touch", touch}, {}, "invalid size 'lots'"},
       {{"--cpu", "--host-mem-limit", "1M", "touch", touch}, {}, "below the smallest"},
-      {{"--cpu", "--host-mem-limit", "1G", "touch", touch}, {"ISORUN_CONTAINMENT=process-group"},
+      {{"--cpu", "--host-mem-limit", "1G", "touch", touch},
+       {"ISORUN_CONTAINMENT=process-group"},
        "host-mem-limit cannot be enforced here"},
-      {{"--cpu", "--host-mem-limit", "1G", "--", "true"}, {"ISORUN_CONTAINMENT=process-group"},
+      {{"--cpu", "--host-mem-limit", "1G", "--", "true"},
+       {"ISORUN_CONTAINMENT=process-group"},
        "host-mem-limit cannot be enforced here"},
+      // A cap on the GPU memory of a command that has no GPU caps nothing (as in Python).
+      {{"--cpu", "--mem-limit", "1G", "--", "true"}, {}, "cap its host memory with --host-mem-limit SIZE"},
+      {{"--mem-limit", "1G", "--", "true"}, {}, "(this machine has none)"},
   };
   for (const auto& c : cases) {
     INFO(c.args[0] << " " << c.args[1] << " ... expects: " << c.says);
@@ -732,7 +743,10 @@ TEST_CASE("a command's memory timeline draws what the command's processes held, 
   CHECK_THAT(no_cap.err, Catch::Contains("--memory-timeline with -- CMD draws what the cap sees"));
   auto no_gpu = run({"--cpu", "--mem-limit", "1G", "--memory-timeline", page, "--", "/bin/true"});
   CHECK(no_gpu.code == 2);
-  CHECK_THAT(no_gpu.err, Catch::Contains("give it --gpu N"));
+  CHECK_THAT(no_gpu.err, Catch::Contains("Give it a GPU (--gpu N)"));
+  auto no_cap_no_gpu = run({"--cpu", "--memory-timeline", page, "--", "/bin/true"});
+  CHECK(no_cap_no_gpu.code == 2);
+  CHECK_THAT(no_cap_no_gpu.err, Catch::Contains("draws what the cap sees"));
   auto nowhere = probe({"--mem-limit", "256M", "--memory-timeline", "/proc/isorun-no-such/memory.html"}, {"info"});
   CHECK(nowhere.code == 2);
   CHECK(nowhere.out.empty());  // the command never ran
