@@ -5,7 +5,8 @@ packages=(build-essential cmake pkg-config libboost1.81-dev libcereal-dev catch2
           libxxhash-dev libyaml-cpp-dev zlib1g-dev libbenchmark-dev libmimalloc-dev libjemalloc-dev
           libcli11-dev                 # the command line's parser (cli/options.cpp)
           clang-14 libclang-rt-14-dev  # for tools/fuzz.sh (libFuzzer)
-          python3 python3-numpy python3-dev)  # the Python example; the package (python/)
+          python3 python3-numpy python3-dev  # the Python example; the package (python/)
+          bc file)                     # tools/wheel-check.sh
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
