@@ -13,7 +13,12 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any, Callable
 
-__all__ = ["run_trial", "resolve"]
+__all__ = ["run_trial", "resolve", "ImportFailed"]
+
+
+class ImportFailed(Exception):
+    """The trial's module was found, and importing it raised (``__cause__``): a missing package it
+    imports, a ``SystemExit`` from its module-level ``argparse``, ..."""
 
 #: Set in a sweep trial's interpreter (sweep/src/python_trials.hpp, trial_env).
 TRIAL_ENV = "ISORUN_SWEEP_TRIAL"
@@ -52,13 +57,26 @@ def resolve(target: str, path: list[str]) -> Callable[..., Any]:
     ``sys.path``) or ``/path/to/file.py:function`` (loaded from the file, its folder first on
     ``sys.path`` as for a script). ``function`` may be dotted (``Class.method``)."""
     where, _, name = target.rpartition(":")
+    # Imported as the script would run with no arguments: module-level argparse sees none (not
+    # the worker's own argv).
+    sys.argv[:] = [where]
     if is_file(where):
-        module = load_file(where)
+        try:
+            module = load_file(where)
+        except BaseException as e:  # noqa: BLE001 - said as the trial's error, SystemExit included
+            raise ImportFailed(f"importing {where} raised {type(e).__name__}: {e}") from e
     else:
         for entry in reversed(path):
             if entry not in sys.path:
                 sys.path.insert(0, entry)
-        module = importlib.import_module(where)
+        try:
+            module = importlib.import_module(where)
+        except ModuleNotFoundError as e:
+            if e.name is not None and (where == e.name or where.startswith(e.name + ".")):
+                raise  # the module itself (or its package) is not found
+            raise ImportFailed(f"importing {where} raised {type(e).__name__}: {e}") from e
+        except BaseException as e:  # noqa: BLE001
+            raise ImportFailed(f"importing {where} raised {type(e).__name__}: {e}") from e
     found: Any = module
     for part in name.split("."):
         found = getattr(found, part)

@@ -195,3 +195,40 @@ def test_map_on_a_gpu_without_a_cap_names_the_python_arguments():
     assert "mem_limit=" in str(caught.value) and "per_gpu" in str(caught.value)
     assert "--mem-limit" not in str(caught.value)
     assert [r.value for r in isorun.map(isorun.isolated(_where, gpu=0), range(2), per_gpu=1)] == ["GPU-sim-0"] * 2
+
+
+# F4: a sweep's trials import the calling script as it would run with no arguments.
+
+_ARGV_SCRIPT = """
+    import argparse, sys
+    import isorun
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", type=int, {how})
+    args = parser.parse_args()
+
+    def objective(x):
+        return {{"loss": (x - 1) ** 2, "argv": len(sys.argv)}}
+
+    if __name__ == "__main__":
+        try:
+            records = isorun.sweep({{"python": objective, "params": {{"x": list(range(args.n))}},
+                                    "metric": {{"name": "loss", "goal": "minimize"}}, "out": "out"}}, quiet=True)
+            print(sorted((r["params"]["x"], r["result"]["argv"]) for r in records))
+        except isorun.UsageError as e:
+            print("UsageError:", e)
+"""
+
+
+def test_a_sweep_script_that_parses_its_command_line_at_module_level_runs_its_trials(tmp_path):
+    done = _run_script(tmp_path, _ARGV_SCRIPT.format(how="default=3"), "--n", "3")
+    assert done.stdout.strip() == "[(0, 1), (1, 1), (2, 1)]", done.stderr  # each trial: argv is [its file]
+
+
+def test_a_trial_module_that_fails_to_import_says_why(tmp_path):
+    done = _run_script(tmp_path, _ARGV_SCRIPT.format(how="required=True"), "--n", "3")
+    said = done.stdout
+    assert said.startswith("UsageError:") and "fails to import in a trial" in said, (said, done.stderr)
+    assert "the following arguments are required: --n" in said  # argparse's own words
+    assert "raised SystemExit: 2" in said and 'under if __name__ == "__main__"' in said
+    assert "is not found" not in said

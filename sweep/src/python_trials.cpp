@@ -24,30 +24,42 @@ bool is_file(const std::string& where) {
 }
 
 // Exit codes of the check below, beyond 0.
-constexpr int no_isorun = 3, no_module = 4;
+constexpr int no_isorun = 3, no_module = 4, import_failed = 5;
 
 // Run by the interpreter: can it serve trials, and does it find the function (by importing its
 // module or loading its file, as a trial does)?
 constexpr const char* check_script = R"(import os, sys
 try:
     import isorun._core, isorun._payload
-    from isorun._trial import resolve
+    from isorun._trial import resolve, ImportFailed
 except Exception as e:
     print(f"{type(e).__name__}: {e}", file=sys.stderr)
     sys.exit(3)
 try:
     resolve(sys.argv[1], [os.getcwd()])
+except ImportFailed as e:
+    print(e, file=sys.stderr)
+    sys.exit(5)
 except BaseException as e:
     print(f"{type(e).__name__}: {e}", file=sys.stderr)
     sys.exit(4)
 )";
+
+// The last `n` lines of `text` (what a module printed before it failed: argparse's usage and error).
+std::string last_lines(std::string text, std::size_t n) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  std::size_t from = text.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto nl = from == 0 ? std::string::npos : text.rfind('\n', from - 1);
+    if (nl == std::string::npos) return text;
+    from = nl;
+  }
+  return text.substr(from + 1);
+}
+
 }  // namespace
 
-std::string last_line(std::string text) {
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-  const auto nl = text.rfind('\n');
-  return nl == std::string::npos ? text : text.substr(nl + 1);
-}
+std::string last_line(std::string text) { return last_lines(std::move(text), 1); }
 
 std::string interpreter() {
   const char* chosen = std::getenv("ISORUN_PYTHON");
@@ -83,6 +95,11 @@ void check(const sweep_spec& s) {
     throw located(s, s.python_line, "python: " + python + " cannot import the isorun package (" + last_line(r.err) +
                                         "); install it there (pip install . in isorun's repository), or set "
                                         "ISORUN_PYTHON to a Python that has it");
+  if (r.code == import_failed)
+    throw located(s, s.python_line,
+                  "python: " + s.python + " fails to import in a trial:\n" + last_lines(r.err, 6) +
+                      "\n(a trial imports its module as a script run with no arguments, sys.argv "
+                      "being [its file]: parse the command line under if __name__ == \"__main__\":)");
   if (r.code == no_module)
     throw located(s, s.python_line, "python: " + s.python + " is not found by " + python +
                                         (r.err.empty() ? "" : " (" + last_line(r.err) + ")") +
