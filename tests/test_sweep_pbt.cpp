@@ -259,3 +259,46 @@ TEST_CASE(
   CHECK(children >= 1);
   fs::remove_all(dir);
 }
+
+TEST_CASE(
+    "a pbt population larger than the slots runs in turns: each member that starts late is ranked as it "
+    "reaches a decision step, and replaced where it falls in the bottom quantile",
+    "[sweep][pbt]") {
+  // Four members on one slot, in order x = 1, 2, 3, 4 (loss x: each later one is worse). x=1 runs
+  // to its end first; each of the others, at step 2, is ranked against the values there and
+  // replaced by a child (never left to run as in a plain sweep).
+  const std::string dir = temp_dir(), out = dir + "/out";
+  std::ofstream(dir + "/trial.sh")
+      << "x=$1\n"
+         "d=$ISORUN_CHECKPOINT_DIR/tmp-1\n"
+         "[ -n \"$ISORUN_RESUME_FROM\" ] || { mkdir \"$d\" && echo '{\"checkpoint\": 1}'; }\n"
+         "for s in 1 2 3 4; do echo \"{\\\"step\\\": $s, \\\"loss\\\": $x}\"; done\n"
+         "echo \"{\\\"loss\\\": $x}\"\n";
+  std::ofstream(dir + "/spec.yaml") << "command: [sh, \"" << dir << "/trial.sh\", '{x}']\nparams: {x: [1, 2, 3, 4]}\n"
+                                    << "metric: {name: loss, goal: minimize}\ncheckpoints: {keep: 1}\n"
+                                       "resources: {cpu_slots: 1}\nscheduler: {type: pbt, interval: 2, quantile: 0.25, "
+                                       "seed: 0, mutations: {x: perturb}}\nout: \""
+                                    << out << "\"\n";
+  const auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  std::map<int, json> members;
+  std::vector<json> children;
+  for (const auto& rec : records_of(out)) {
+    if (rec.contains("origin")) children.push_back(rec);
+    else members[rec["params"]["x"].get<int>()] = rec;
+  }
+  REQUIRE(members.size() == 4);
+  CHECK(members[1]["outcome"] == "success");
+  for (int x : {2, 3, 4}) {
+    INFO("x=" << x << ": " << members[x].dump());
+    CHECK(members[x]["outcome"] == "pruned");  // (stopped at its next report, or ended before it came)
+  }
+  // Each replaced by a child of x=1, the only member better than it at step 2.
+  REQUIRE(children.size() >= 3);
+  std::set<std::string> replaced;
+  for (const auto& c : children) replaced.insert(c["origin"]["replaces"].get<std::string>());
+  for (int x : {2, 3, 4}) CHECK(replaced.count(members[x]["id"].get<std::string>()) == 1);
+  CHECK(children[0]["origin"]["parent"] == members[1]["id"]);
+  fs::remove_all(dir);
+}

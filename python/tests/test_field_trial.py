@@ -232,3 +232,37 @@ def test_a_trial_module_that_fails_to_import_says_why(tmp_path):
     assert "the following arguments are required: --n" in said  # argparse's own words
     assert "raised SystemExit: 2" in said and 'under if __name__ == "__main__"' in said
     assert "is not found" not in said
+
+
+# B4: a PBT population larger than the slots evolves (its members run in turns).
+
+def test_a_pbt_population_larger_than_the_slots_makes_children(tmp_path):
+    done = _run_script(tmp_path, """
+        import json
+        import isorun
+
+        def train(x, steps=6):
+            score, start = 0.0, 0
+            ck = isorun.latest_checkpoint()
+            if ck is not None:
+                score, start = json.loads((ck.path / "s.json").read_text())["score"], ck.step
+            for step in range(start + 1, steps + 1):
+                score -= x  # each later member is worse
+                with isorun.checkpoint(step) as d:
+                    (d / "s.json").write_text(json.dumps({"score": score}))
+                isorun.report(step=step, score=score)
+            return {"score": score}
+
+        if __name__ == "__main__":
+            records = isorun.sweep({"python": train, "metric": {"name": "score", "goal": "maximize"}, "out": "out",
+                                    "params": {"x": [1, 2, 3, 4, 5, 6]}, "resources": {"cpu_slots": 2},
+                                    "checkpoints": {"keep": 2},
+                                    "scheduler": {"type": "pbt", "interval": 2, "quantile": 0.25, "seed": 0,
+                                                  "mutations": {"x": "perturb"}}}, quiet=True)
+            members = [r for r in records if not r.get("origin")]
+            print(len(members), sum(1 for r in records if r.get("origin")),
+                  sum(r["outcome"] == "pruned" for r in members))
+        """)
+    members, children, pruned = map(int, done.stdout.split())
+    # x=3 onwards start only as a slot frees; each, at step 2, is below x=1 (and x=2): replaced.
+    assert members == 6 and children >= 3 and pruned >= 3, done.stderr

@@ -106,9 +106,14 @@ bool pbt_population::report(const std::string& id, std::int64_t step, double val
   std::lock_guard lock(mutex_);
   if (doomed_.count(id)) return true;  // replaced at a decision: it stops at its next report
   const auto at = place_.find(id);
-  if (at == place_.end() || step <= 0 || step % s_.pbt.interval != 0) return false;
-  members_[at->second].at[step] = std::isnan(value) ? std::numeric_limits<double>::infinity() : value;
-  decide_ready();
+  if (at == place_.end()) return false;
+  member& m = members_[at->second];
+  m.reported = true;
+  // (A step reported again, by a retried attempt, was judged the first time.)
+  if (step <= 0 || step % s_.pbt.interval != 0 || m.at.count(step)) return false;
+  m.at[step] = std::isnan(value) ? std::numeric_limits<double>::infinity() : value;
+  if (decided_.count(step)) decide_late(at->second, step);
+  else decide_ready();
   return false;
 }
 
@@ -119,7 +124,8 @@ void pbt_population::ended(const std::string& id) {
 }
 
 // Each decision step every member that will report it has reported, in order: a step a member
-// that ended never reaches does not wait for it, nor one a child started past.
+// that ended never reaches does not wait for it, nor one a child started past, nor one that has
+// not reported yet (waiting for a slot, or starting): that one is judged as it reaches the step.
 void pbt_population::decide_ready() {
   std::set<std::int64_t> steps;
   for (const auto& m : members_)
@@ -127,7 +133,7 @@ void pbt_population::decide_ready() {
       if (!decided_.count(step)) steps.insert(step);
   for (const std::int64_t step : steps) {
     const bool waiting = std::any_of(members_.begin(), members_.end(), [&](const member& m) {
-      return !m.ended && m.first_step < step && !m.at.count(step);
+      return m.reported && !m.ended && m.first_step < step && !m.at.count(step);
     });
     if (waiting) return;  // (later steps wait their turn: decisions are made in step order)
     decided_.insert(step);
@@ -135,10 +141,7 @@ void pbt_population::decide_ready() {
   }
 }
 
-// At `step`: the members that reported it, by their metric there (ties in an order drawn for
-// this decision, so that equal members take turns); each of the bottom k is replaced by a child
-// of one of the top k, k the quantile of them (at least 1, at most half).
-void pbt_population::decide(std::int64_t step) {
+std::pair<std::vector<std::size_t>, std::size_t> pbt_population::ranking(std::int64_t step) {
   struct ranked_member {
     std::size_t place;
     double value;
@@ -147,7 +150,7 @@ void pbt_population::decide(std::int64_t step) {
   std::vector<ranked_member> ranked;
   for (std::size_t i = 0; i < members_.size(); ++i)
     if (const auto v = members_[i].at.find(step); v != members_[i].at.end()) ranked.push_back({i, v->second, 0});
-  if (ranked.size() < 2) return;
+  if (ranked.size() < 2) return {{}, 0};
   for (auto& r : ranked) r.tie = random_();
   std::sort(ranked.begin(), ranked.end(), [](const ranked_member& a, const ranked_member& b) {
     return a.value != b.value ? a.value < b.value : a.tie < b.tie;
@@ -155,24 +158,50 @@ void pbt_population::decide(std::int64_t step) {
   const std::size_t n = ranked.size();
   const std::size_t k = std::min(
       n / 2, std::max<std::size_t>(1, static_cast<std::size_t>(std::floor(static_cast<double>(n) * s_.pbt.quantile))));
-  std::vector<member> top;
-  for (std::size_t i = 0; i < k; ++i) top.push_back(members_[ranked[i].place]);
-  for (std::size_t i = n - k; i < n; ++i) {
-    const std::size_t place = ranked[i].place;
-    const member replaced = members_[place];
-    if (replaced.ended) continue;  // done already: nothing to replace
-    const member& parent = top[random_() % k];
-    newborn child = child_of(parent, replaced);
-    place_.erase(replaced.id);
-    doomed_.insert(replaced.id);
-    replaced_.insert(replaced.id);
-    const std::int64_t from = child.trial.origin.value("step", std::int64_t{-1});
-    members_[place] = {child.trial.id, child.trial.params, parent.generation + 1, {}, std::max<std::int64_t>(0, from),
-                       false};
-    place_[child.trial.id] = place;
-    born_.push_back(std::move(child));
-    copy_queued_.notify_all();
+  std::vector<std::size_t> places;
+  for (const auto& r : ranked) places.push_back(r.place);
+  return {std::move(places), k};
+}
+
+// At `step`: the members that reported it, by their metric there (ties in an order drawn for
+// this decision, so that equal members take turns); each of the bottom k is replaced by a child
+// of one of the top k, k the quantile of them (at least 1, at most half).
+void pbt_population::decide(std::int64_t step) {
+  const auto [ranked, k] = ranking(step);
+  if (ranked.empty()) return;
+  std::vector<member> top;  // (copies: a replaced member's place takes its child)
+  for (std::size_t i = 0; i < k; ++i) top.push_back(members_[ranked[i]]);
+  for (std::size_t i = ranked.size() - k; i < ranked.size(); ++i) {
+    if (members_[ranked[i]].ended) continue;  // done already: nothing to replace
+    replace(ranked[i], top[random_() % k]);
   }
+}
+
+// A member that reached `step` after its decision, ranked there among every value at the step.
+// (A child is judged once it has run an interval of its own, as Ray Tune's PBT waits: one made
+// at this step's decision, from a checkpoint just before it, is not replaced as it gets there.)
+void pbt_population::decide_late(std::size_t place, std::int64_t step) {
+  if (members_[place].first_step + s_.pbt.interval > step) return;
+  const auto [ranked, k] = ranking(step);
+  if (ranked.empty()) return;
+  const auto at = std::find(ranked.begin(), ranked.end(), place);
+  if (static_cast<std::size_t>(at - ranked.begin()) < ranked.size() - k) return;  // not in the bottom quantile
+  const member parent = members_[ranked[random_() % k]];
+  replace(place, parent);
+}
+
+void pbt_population::replace(std::size_t place, const member& parent) {
+  const member replaced = members_[place];
+  newborn child = child_of(parent, replaced);
+  place_.erase(replaced.id);
+  doomed_.insert(replaced.id);
+  replaced_.insert(replaced.id);
+  const std::int64_t from = child.trial.origin.value("step", std::int64_t{-1});
+  members_[place] = {
+      child.trial.id, child.trial.params, parent.generation + 1, {}, std::max<std::int64_t>(0, from), false, false};
+  place_[child.trial.id] = place;
+  born_.push_back(std::move(child));
+  copy_queued_.notify_all();
 }
 
 json pbt_population::mutate(const json& params) {

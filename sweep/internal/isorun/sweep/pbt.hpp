@@ -1,9 +1,12 @@
 #pragma once
 // Population-based training (Jaderberg et al. 2017), as a sweep runs it: the spec's trials are
-// the first population. Once every member still running has reported a step that is a multiple
-// of the interval, they are ranked by their metric there, and each member in the bottom quantile
-// is stopped at its next report (journaled as pruned; one that has ended is left alone) and
-// replaced by a new trial, a child of a member drawn from the top quantile: the parent's
+// the first population. Once every member running (it has reported) has reported a step that is a
+// multiple of the interval, they are ranked by their metric there, and each member in the bottom
+// quantile is stopped at its next report (journaled as pruned; one that has ended is left alone)
+// and replaced by a new trial, a child of a member drawn from the top quantile. A member that
+// reaches the step after its decision (it started later: a population larger than the slots
+// runs in turns) is ranked there on arrival, among every member's value at the step, and
+// replaced where it falls in the bottom quantile. A child is: the parent's
 // parameters mutated (perturbed x 0.8 or x 1.2, or drawn afresh), and the parent's latest
 // committed checkpoint copied into the child's checkpoint folder, which the child's first attempt
 // then resumes from. The child's record carries its lineage ("origin": parent, the member it
@@ -76,6 +79,7 @@ class pbt_population {
     int generation = 0;
     std::map<std::int64_t, double> at;  // its value at each decision step it reported (lower is better)
     std::int64_t first_step = 0;        // it reports the steps after this (a child: its parent's checkpoint's)
+    bool reported = false;              // it has reported a step: it runs (or ran), and decisions wait for it
     bool ended = false;                 // its final record came
   };
   // A child not given out yet.
@@ -88,6 +92,11 @@ class pbt_population {
   void ended(const std::string& id);
   void decide_ready();                                             // under mutex_
   void decide(std::int64_t step);                                  // under mutex_
+  void decide_late(std::size_t place, std::int64_t step);          // under mutex_
+  // Under mutex_: the members with a value at `step`, best first (ties in an order drawn now),
+  // and k, the size of the top and bottom quantiles of them.
+  std::pair<std::vector<std::size_t>, std::size_t> ranking(std::int64_t step);
+  void replace(std::size_t place, const member& parent);           // under mutex_: by a child of `parent`
   newborn child_of(const member& parent, const member& replaced);  // under mutex_
   nlohmann::json mutate(const nlohmann::json& params);
   // Under mutex_: the step the child will start from, as the folders say now: the checkpoint
