@@ -158,8 +158,8 @@ std::pair<std::vector<std::size_t>, std::size_t> pbt_population::ranking(std::in
   const std::size_t n = ranked.size();
   const std::size_t k = std::min(
       n / 2, std::max<std::size_t>(1, static_cast<std::size_t>(std::floor(static_cast<double>(n) * s_.pbt.quantile))));
-  std::vector<std::size_t> places;
-  for (const auto& r : ranked) places.push_back(r.place);
+  std::vector<std::size_t> places(n);
+  std::transform(ranked.begin(), ranked.end(), places.begin(), [](const ranked_member& r) { return r.place; });
   return {std::move(places), k};
 }
 
