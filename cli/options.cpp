@@ -241,10 +241,7 @@ const option_row table[] = {
     {"--metric", "NAME[:min|max]", in_sweep, "rank by this numeric field of the result (max if no goal given)",
      [](cli_options& o, const std::string&, const std::string& v) { o.sweep.metric = sweep::parse_metric_flag(v); }},
     {"--scheduler", "TYPE[:K=V,...]", in_sweep,
-     "stop bad trials early on the steps they report: asha (asynchronous successive halving; "
-     "max_t, grace_period, reduction_factor), hyperband (brackets of ASHA; the same settings) or median "
-     "(median stopping rule; grace_period, min_samples), e.g. asha:max_t=81,reduction_factor=3; none turns "
-     "the spec's off",
+     sweep::scheduler_flag_help().c_str(),  // (the registry's rules)
      [](cli_options& o, const std::string&, const std::string& v) {
        o.sweep.scheduler = sweep::parse_scheduler_flag(v);
      }},

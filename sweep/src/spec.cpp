@@ -71,6 +71,20 @@ std::uint64_t next_cap(const oom_retry_spec& r, std::uint64_t cap) {
   return grown >= static_cast<double>(r.max) ? r.max : std::max(cap + 1, static_cast<std::uint64_t>(grown));
 }
 
+const std::string& scheduler_flag_help() {
+  static const std::string help = [] {
+    std::string rules;
+    for (const auto& k : stop_rule_kinds()) {
+      rules += (rules.empty() ? "" : ", ") + std::string(k.name) + " (" + k.about;
+      for (std::size_t i = 0; i < k.settings.size(); ++i) rules += (i ? ", " : "; ") + std::string(k.settings[i].name);
+      rules += ")";
+    }
+    return "stop bad trials early on the steps they report: " + rules +
+           "; e.g. asha:max_t=81,reduction_factor=3; none turns the spec's off";
+  }();
+  return help;
+}
+
 early_stopping_spec parse_scheduler_flag(const std::string& text) {
   const auto colon = text.find(':');
   const std::string type = text.substr(0, colon);

@@ -68,6 +68,10 @@ struct early_stopping_spec {
 /// @throws spec_error naming what is wrong.
 early_stopping_spec parse_scheduler_flag(const std::string& text);
 
+/// @brief The --scheduler flag's help, from the registry of rules (stop_rule.hpp): each rule's
+///        name, what it is and its settings.
+const std::string& scheduler_flag_help();
+
 /// @brief What is wrong with an early-stopping spec on its own ("" if nothing): an unknown rule,
 ///        a setting out of its range, max_t below the grace period.
 std::string early_stopping_problem(const early_stopping_spec& s);
