@@ -1016,6 +1016,14 @@ NB_MODULE(_core, m) {
         "Launches the standby interpreters of such calls now; returns once they are launched.");
   m.def("executor_admission", &executor_admission, "gpus"_a, "all_gpus"_a, "mem_limit"_a, "per_gpu"_a, "cpu_slots"_a,
         "An executor's admission for these slots.");
+  m.def(
+      "wait_idle",
+      [] {
+        nb::gil_scoped_release unlocked;
+        isorun::runner::admission::process().wait_idle();
+      },
+      "Waits until no call of this process waits or holds a slot: every worker gone, one that exits "
+      "behind an early result too.");
   m.def("admission_counts", [] {
     auto& a = isorun::runner::admission::process();
     return std::make_pair(a.waiting(), a.running());
