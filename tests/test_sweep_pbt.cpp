@@ -51,10 +51,12 @@ std::string read_at(const fs::path& p, std::uint64_t at, std::size_t n) {
   return s;
 }
 
-// A sweep of two PBT members of trial.sh, one slot: x=1 runs to its end first, then x=2, which is
-// replaced at step 2 by a child of x=1 (the decision waits for every member that has not ended).
-// Each member's first attempt commits checkpoint 1 holding a sparse file of `size` bytes.
-std::string two_members(const std::string& dir, std::uint64_t size) {
+// A sweep of PBT members of trial.sh, x in `xs` (loss x), on one slot: x=1 runs to its end first,
+// then each other one, which reaches step 2 after its decision and is ranked there as it arrives:
+// below x=1, it is replaced by a child of x=1. Each member's first attempt commits checkpoint 1
+// holding a sparse file of `size` bytes.
+std::string members_on_one_slot(const std::string& dir, std::uint64_t size, const std::string& xs = "1, 2",
+                                const std::string& quantile = "0.5") {
   std::ofstream(dir + "/trial.sh")
       << "x=$1\n"
          "if [ -z \"$ISORUN_RESUME_FROM\" ]; then\n"
@@ -65,11 +67,10 @@ std::string two_members(const std::string& dir, std::uint64_t size) {
          "for s in 1 2 3 4; do echo \"{\\\"step\\\": $s, \\\"loss\\\": $x}\"; done\n"
          "echo \"{\\\"loss\\\": $x}\"\n";
   std::ofstream(dir + "/spec.yaml") << "command: [sh, \"" << dir << "/trial.sh\", '{x}', '" << size
-                                    << "']\nparams: {x: [1, 2]}\nmetric: {name: loss, goal: minimize}\n"
-                                       "checkpoints: {keep: 1}\nresources: {cpu_slots: 1}\n"
-                                       "scheduler: {type: pbt, interval: 2, quantile: 0.5, seed: 0, mutations: {x: "
-                                       "perturb}}\nout: \""
-                                    << dir << "/out\"\n";
+                                    << "']\nparams: {x: [" << xs << "]}\nmetric: {name: loss, goal: minimize}\n"
+                                    << "checkpoints: {keep: 1}\nresources: {cpu_slots: 1}\n"
+                                    << "scheduler: {type: pbt, interval: 2, quantile: " << quantile
+                                    << ", seed: 0, mutations: {x: perturb}}\nout: \"" << dir << "/out\"\n";
   return dir + "/spec.yaml";
 }
 
@@ -215,7 +216,7 @@ TEST_CASE(
 TEST_CASE("a pbt child gets its parent's sparse checkpoint as the parent has it, 1 GiB to read, a few KiB on disk",
           "[sweep][pbt][checkpoints]") {
   const std::string dir = temp_dir(), out = dir + "/out";
-  const auto r = sweep_cli({"sweep", two_members(dir, 1ULL << 30), "--no-progress"});
+  const auto r = sweep_cli({"sweep", members_on_one_slot(dir, 1ULL << 30), "--no-progress"});
   INFO(r.err);
   REQUIRE(r.code == 0);
   std::size_t children = 0;
@@ -239,7 +240,7 @@ TEST_CASE(
     "starts afresh, and the sweep says why",
     "[sweep][pbt][checkpoints]") {
   const std::string dir = temp_dir(), out = dir + "/out";
-  const auto r = sweep_cli({"sweep", two_members(dir, free_space(dir) + (1ULL << 40)), "--no-progress"});
+  const auto r = sweep_cli({"sweep", members_on_one_slot(dir, free_space(dir) + (1ULL << 40)), "--no-progress"});
   INFO(r.err);
   REQUIRE(r.code == 0);
   std::size_t children = 0;
@@ -268,18 +269,7 @@ TEST_CASE(
   // to its end first; each of the others, at step 2, is ranked against the values there and
   // replaced by a child (never left to run as in a plain sweep).
   const std::string dir = temp_dir(), out = dir + "/out";
-  std::ofstream(dir + "/trial.sh")
-      << "x=$1\n"
-         "d=$ISORUN_CHECKPOINT_DIR/tmp-1\n"
-         "[ -n \"$ISORUN_RESUME_FROM\" ] || { mkdir \"$d\" && echo '{\"checkpoint\": 1}'; }\n"
-         "for s in 1 2 3 4; do echo \"{\\\"step\\\": $s, \\\"loss\\\": $x}\"; done\n"
-         "echo \"{\\\"loss\\\": $x}\"\n";
-  std::ofstream(dir + "/spec.yaml") << "command: [sh, \"" << dir << "/trial.sh\", '{x}']\nparams: {x: [1, 2, 3, 4]}\n"
-                                    << "metric: {name: loss, goal: minimize}\ncheckpoints: {keep: 1}\n"
-                                       "resources: {cpu_slots: 1}\nscheduler: {type: pbt, interval: 2, quantile: 0.25, "
-                                       "seed: 0, mutations: {x: perturb}}\nout: \""
-                                    << out << "\"\n";
-  const auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+  const auto r = sweep_cli({"sweep", members_on_one_slot(dir, 0, "1, 2, 3, 4", "0.25"), "--no-progress"});
   INFO(r.err);
   REQUIRE(r.code == 0);
   std::map<int, json> members;
