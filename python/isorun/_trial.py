@@ -60,23 +60,17 @@ def resolve(target: str, path: list[str]) -> Callable[..., Any]:
     # Imported as the script would run with no arguments: module-level argparse sees none (not
     # the worker's own argv).
     sys.argv[:] = [where]
-    if is_file(where):
-        try:
-            module = load_file(where)
-        except BaseException as e:  # noqa: BLE001 - said as the trial's error, SystemExit included
-            raise ImportFailed(f"importing {where} raised {type(e).__name__}: {e}") from e
-    else:
+    if not is_file(where):
         for entry in reversed(path):
             if entry not in sys.path:
                 sys.path.insert(0, entry)
-        try:
-            module = importlib.import_module(where)
-        except ModuleNotFoundError as e:
-            if e.name is not None and (where == e.name or where.startswith(e.name + ".")):
-                raise  # the module itself (or its package) is not found
-            raise ImportFailed(f"importing {where} raised {type(e).__name__}: {e}") from e
-        except BaseException as e:  # noqa: BLE001
-            raise ImportFailed(f"importing {where} raised {type(e).__name__}: {e}") from e
+    try:
+        module = load_file(where) if is_file(where) else importlib.import_module(where)
+    except BaseException as e:  # noqa: BLE001 - said as the trial's error, SystemExit included
+        missing = getattr(e, "name", None) if isinstance(e, ModuleNotFoundError) else None
+        if missing is not None and (where == missing or where.startswith(missing + ".")):
+            raise  # the module itself (or its package) is not found
+        raise ImportFailed(f"importing {where} raised {type(e).__name__}: {e}") from e
     found: Any = module
     for part in name.split("."):
         found = getattr(found, part)
