@@ -712,6 +712,40 @@ TEST_CASE("a worker's payload is checked before more than its header is mapped",
   pool.clear();
 }
 
+TEST_CASE("beyond its idle limit the pool keeps the segments released lately, until their linger passes", "[pool]") {
+  auto& pool = ser::segment_pool::instance();
+  pool.clear();
+  pool.set_idle_limit(1 << 20);
+  pool.set_linger(64 << 20, std::chrono::hours(1));
+  int fd_big = -1;
+  {
+    auto small = pool.acquire(1 << 20);
+    small->writable(1 << 20);
+    auto big = pool.acquire(16 << 20);
+    big->writable(16 << 20);
+    fd_big = big->fd();
+  }
+  CHECK(pool.idle_bytes() == (17 << 20));  // both kept: the 16 MiB one lingers
+  {
+    auto again = pool.acquire(16 << 20);  // the next large result finds it warm
+    CHECK(again->fd() == fd_big);
+  }
+  CHECK(pool.idle_bytes() == (17 << 20));
+
+  pool.set_linger(64 << 20, std::chrono::milliseconds(1));  // the pool's thread closes it soon
+  while (pool.idle_bytes() > (1 << 20)) std::this_thread::yield();
+  CHECK(pool.idle_bytes() == (1 << 20));  // what is within the idle limit stays
+
+  pool.set_linger(64 << 20, std::chrono::hours(1));
+  {
+    auto huge = pool.acquire(128 << 20);  // (the idle one, grown)
+    huge->writable(128 << 20);
+  }
+  CHECK(pool.idle_bytes() == 0);  // more than may linger: closed at once
+  pool.clear();
+  pool.set_idle_limit(2ULL << 30);  // (and no linger, as a program starts)
+}
+
 TEST_CASE("a segment grown while idle, by a process still holding it, is not handed out again", "[pool]") {
   auto& pool = ser::segment_pool::instance();
   pool.clear();

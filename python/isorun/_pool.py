@@ -4,21 +4,27 @@ A result arrives in a segment (memfd, tmpfs pages: resident memory of this proce
 result is dropped, the segment goes back to a pool for the next call, whose result then lands on
 pages already faulted in; beyond the pool's limit, segments are closed and their memory goes
 back to the OS. The C++ runner keeps up to 2 GiB idle; a Python caller (a notebook kept open for
-hours) keeps :data:`DEFAULT_MAX_IDLE_BYTES` unless told otherwise.
+hours) keeps :data:`DEFAULT_MAX_IDLE_BYTES` unless told otherwise, and beyond it, by default, the
+segments released in the last ``ISORUN_IDLE`` seconds (10) up to :data:`DEFAULT_LINGER_BYTES` in
+all: a program that makes a large result again and again finds its pages warm, and one that
+stops gets the memory back within those seconds.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Union
 
 from . import _core
 from .errors import UsageError
 
-__all__ = ["set_segment_pool", "segment_pool_stats", "DEFAULT_MAX_IDLE_BYTES"]
+__all__ = ["set_segment_pool", "segment_pool_stats", "DEFAULT_MAX_IDLE_BYTES", "DEFAULT_LINGER_BYTES"]
 
 #: The most bytes of idle segments a Python caller keeps by default.
 DEFAULT_MAX_IDLE_BYTES = 256 << 20
+#: The most bytes of idle segments kept for the idle seconds after their release, by default.
+DEFAULT_LINGER_BYTES = 2 << 30
 
 _lock = threading.Lock()
 _max_idle: Union[int, None] = None  # None: the default not applied yet
@@ -28,7 +34,8 @@ def set_segment_pool(*, max_idle_bytes: Union[int, str]) -> None:
     """Keeps at most ``max_idle_bytes`` (bytes, or a size such as ``"512M"``; 0: none) of idle
     result and request segments for reuse; idle segments beyond it are closed at once, and their
     memory goes back to the OS. More makes repeated large results faster (no page faults);
-    less keeps this process smaller between calls. Default 256 MiB."""
+    less keeps this process smaller between calls. Default 256 MiB, and up to 2 GiB for the idle
+    seconds after a release; once set, nothing is kept beyond ``max_idle_bytes``."""
     global _max_idle
     if isinstance(max_idle_bytes, bool) or not isinstance(max_idle_bytes, (int, str)):
         raise UsageError(f"max_idle_bytes takes bytes (an int) or a size such as '256M', not {max_idle_bytes!r}")
@@ -53,3 +60,14 @@ def apply_default() -> None:
         if _max_idle is None:
             _max_idle = DEFAULT_MAX_IDLE_BYTES
             _core.set_segment_idle_limit(DEFAULT_MAX_IDLE_BYTES)
+            _core.set_segment_linger(DEFAULT_LINGER_BYTES, _linger_ms())
+
+
+def _linger_ms() -> int:
+    """ISORUN_IDLE seconds (the adaptive pool's; a bad value is refused there, at the first call),
+    else 10 s."""
+    try:
+        seconds = float(os.environ.get("ISORUN_IDLE", "") or 10.0)
+    except ValueError:
+        seconds = 10.0
+    return max(1, int(seconds * 1000)) if seconds > 0 else 10_000

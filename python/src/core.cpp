@@ -1060,9 +1060,17 @@ NB_MODULE(_core, m) {
   m.def("place_numpy_arrays", &isorun_python::place_numpy_arrays,
         "In a worker: NumPy's large arrays are made from now on where the result goes (False where NumPy is "
         "not imported or older than 1.22).");
-  m.def("set_segment_idle_limit", [](std::uint64_t bytes) {
-    isorun::serialization::segment_pool::instance().set_idle_limit(bytes);
-  }, "bytes"_a, "Most bytes of idle result and request segments kept for reuse; the rest are closed.");
+  m.def(
+      "set_segment_idle_limit",
+      [](std::uint64_t bytes) { isorun::serialization::segment_pool::instance().set_idle_limit(bytes); }, "bytes"_a,
+      "Most bytes of idle result and request segments kept for reuse; the rest are closed.");
+  m.def(
+      "set_segment_linger",
+      [](std::uint64_t bytes, std::int64_t linger_ms) {
+        isorun::serialization::segment_pool::instance().set_linger(bytes, std::chrono::milliseconds(linger_ms));
+      },
+      "bytes"_a, "linger_ms"_a,
+      "Beyond the idle limit, segments released in the last linger_ms are kept too, up to bytes idle in all.");
   m.def("segment_idle_bytes", [] { return isorun::serialization::segment_pool::instance().idle_bytes(); },
         "Bytes of the idle segments the pool keeps now (memory that stays resident).");
   m.def("sync_environ", &sync_environ,

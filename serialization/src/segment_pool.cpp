@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <string>
+#include <thread>
 
 #include "isorun/serialization/result_stream.hpp"
 
@@ -34,9 +35,14 @@ std::span<const std::byte> pooled_segment::payload(std::uint64_t magic, std::uin
   if (h.payload_size > size - header_size)
     throw wire_error("payload claims " + std::to_string(h.payload_size) + " bytes but the segment holds only " +
                      std::to_string(size - header_size));
-  map_ = mapping::map(file_.fd(), header_size + h.payload_size,
-                      sealed() ? mapping::access::read_only : mapping::access::read_write, true);
-  return open_payload(map_.data(), map_.size(), magic, max_payload, enc);
+  const std::uint64_t length = header_size + h.payload_size;
+  // This process's mapping from the segment's last use, where it covers the payload, serves as it
+  // is: its pages' entries are still in place, and mapping a warm gigabyte again (and unmapping
+  // the old one) costs more than copying it. It is never longer than this process chose to map.
+  // A sealed segment has no writable mapping anywhere (the seal is refused while one exists).
+  if (map_.size() < length)
+    map_ = mapping::map(file_.fd(), length, sealed() ? mapping::access::read_only : mapping::access::read_write, true);
+  return open_payload(map_.data(), length, magic, max_payload, enc);
 }
 
 bool pooled_segment::reusable() const noexcept { return !sealed_ && (file_.seals() & ~F_SEAL_SHRINK) == 0; }
@@ -111,25 +117,81 @@ void segment_pool::release(std::unique_ptr<pooled_segment> segment) noexcept {
   try {
     const auto cap = segment->capacity();
     std::lock_guard lock(mutex_);
-    std::uint64_t idle = 0;
-    for (const auto& s : idle_) idle += s->capacity();
-    if (idle_.size() < max_idle_count_ && idle + cap <= idle_limit_) {
+    const std::uint64_t idle = idle_locked() + cap;
+    const bool kept = idle <= idle_limit_;
+    if (idle_.size() < max_idle_count_ && (kept || idle <= linger_limit_)) {
       segment->released_capacity_ = cap;
+      segment->released_at_ = clock::now();
       idle_.push_back(std::move(segment));
+      if (!kept) {
+        if (trimmer_pid_ != ::getpid()) {
+          std::thread(&segment_pool::trim_loop, this).detach();  // the pool is never destroyed
+          trimmer_pid_ = ::getpid();
+        }
+        trim_wake_.notify_one();
+      }
     }
   } catch (...) {
-    // fstat failed: drop the segment.
+    // fstat failed, or no thread to trim with: the segment is closed.
+  }
+}
+
+std::uint64_t segment_pool::idle_locked() const {
+  std::uint64_t idle = 0;
+  for (const auto& s : idle_) idle += s->released_capacity_;
+  return idle;
+}
+
+segment_pool::clock::time_point segment_pool::expire_locked(clock::time_point now,
+                                                            std::vector<std::unique_ptr<pooled_segment>>& out) {
+  std::uint64_t idle = idle_locked();
+  while (idle > idle_limit_) {
+    auto oldest = clock::time_point::max();
+    auto largest = idle_.end();
+    for (auto it = idle_.begin(); it != idle_.end(); ++it) {
+      if (now - (*it)->released_at_ < linger_) oldest = std::min(oldest, (*it)->released_at_);
+      else if (largest == idle_.end() || (*it)->released_capacity_ > (*largest)->released_capacity_) largest = it;
+    }
+    if (largest == idle_.end()) return oldest == clock::time_point::max() ? oldest : oldest + linger_;
+    idle -= (*largest)->released_capacity_;
+    out.push_back(std::move(*largest));
+    idle_.erase(largest);
+  }
+  return clock::time_point::max();
+}
+
+void segment_pool::trim_loop() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    std::vector<std::unique_ptr<pooled_segment>> expired;
+    const auto next = expire_locked(clock::now(), expired);
+    if (!expired.empty()) {
+      lock.unlock();
+      expired.clear();
+      lock.lock();
+      continue;
+    }
+    if (next == clock::time_point::max()) trim_wake_.wait(lock);
+    else trim_wake_.wait_until(lock, next);
   }
 }
 
 void segment_pool::set_idle_limit(std::uint64_t bytes) {
   std::lock_guard lock(mutex_);
   idle_limit_ = bytes;
+  linger_limit_ = 0;  // a limit set is what is kept: nothing lingers beyond it unless set_linger says
   std::uint64_t idle = 0;
   std::erase_if(idle_, [&](const auto& s) {
-    idle += s->capacity();
+    idle += s->released_capacity_;
     return idle > idle_limit_;
   });
+}
+
+void segment_pool::set_linger(std::uint64_t bytes, std::chrono::milliseconds linger) {
+  std::lock_guard lock(mutex_);
+  linger_limit_ = bytes;
+  linger_ = linger;
+  trim_wake_.notify_one();
 }
 
 void segment_pool::clear() {
@@ -139,9 +201,7 @@ void segment_pool::clear() {
 
 std::uint64_t segment_pool::idle_bytes() const {
   std::lock_guard lock(mutex_);
-  std::uint64_t idle = 0;
-  for (const auto& s : idle_) idle += s->capacity();
-  return idle;
+  return idle_locked();
 }
 
 }  // namespace isorun::serialization

@@ -5,7 +5,12 @@
 /// A new tmpfs page costs a fault and a zero-fill on first touch (far slower than a copy); a page
 /// of a reused segment is already resident. The pool keeps finished segments (already unlinked, so
 /// nothing is visible in /dev/shm) up to an idle byte limit and hands them to the next worker.
+/// Beyond that limit it may keep the segments released lately for a while (set_linger): a
+/// program that makes a large result again and again finds its pages warm, and one that stops
+/// gets the memory back once the linger has passed.
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -64,6 +69,7 @@ class ISORUN_INTERNAL_API pooled_segment {
   mapping map_;
   bool sealed_ = false;
   std::uint64_t released_capacity_ = 0;  // its size when it went back to the pool
+  std::chrono::steady_clock::time_point released_at_{};
 };
 
 class ISORUN_INTERNAL_API segment_pool {
@@ -85,17 +91,31 @@ class ISORUN_INTERNAL_API segment_pool {
 
   /// @brief Most bytes kept idle; segments beyond it are closed when released (default 2 GiB).
   void set_idle_limit(std::uint64_t bytes);
+  /// @brief Beyond the idle limit, keeps segments for `linger` after their release, up to
+  ///        `bytes` idle in all; a thread of the pool closes each, largest first, once its linger
+  ///        has passed and the pool is above the idle limit. 0 bytes: none (the default).
+  void set_linger(std::uint64_t bytes, std::chrono::milliseconds linger);
   /// @brief Closes all idle segments.
   void clear();
   [[nodiscard]] std::uint64_t idle_bytes() const;
 
  private:
+  using clock = std::chrono::steady_clock;
   void release(std::unique_ptr<pooled_segment> segment) noexcept;
+  [[nodiscard]] std::uint64_t idle_locked() const;
+  // Takes out what is above the idle limit and has lingered long enough (closed by the caller,
+  // without the lock); returns when to look again.
+  clock::time_point expire_locked(clock::time_point now, std::vector<std::unique_ptr<pooled_segment>>& out);
+  void trim_loop();
 
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<pooled_segment>> idle_;
   std::uint64_t idle_limit_ = 2ULL << 30;
   std::size_t max_idle_count_ = 16;
+  std::uint64_t linger_limit_ = 0;
+  clock::duration linger_{};
+  std::condition_variable trim_wake_;
+  int trimmer_pid_ = 0;  // the process whose thread trims (a forked child starts its own)
 };
 
 }  // namespace isorun::serialization
