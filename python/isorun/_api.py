@@ -231,6 +231,9 @@ class _Options:
         o.standby = self.standby
         o.warm_context = self.warm_context
         o.early_result = self.early_result
+        # A small result comes back as the worker reports it, not after its exit, where its
+        # output goes straight to fds 1 and 2 (_output.CallOutput.apply turns this off).
+        o.early_small_result = not self.early_result
         o.host_mem_limit = self.host_mem_limit
         o.cpus_per_call = self.cpus_per_call
         o.zygote = self.zygote
@@ -793,7 +796,8 @@ def isolated(fn: Optional[Callable[..., R]] = None, /, *, gpu: Optional[int] = N
       env: extra environment (a dict or "KEY=VALUE" strings); standby: interpreters kept
       launched and waiting; preload: modules those interpreters import while they wait;
       warm_context: with one GPU, waiting interpreters also create the CUDA context;
-      early_result: hand the result over, sealed, before the worker has exited;
+      early_result: hand any result over, sealed, before the worker has exited (a small result
+        of a CPU call whose output goes to fds 1 and 2 comes back so without it);
       alloc_conf: the allocator's configuration; python: the interpreter (default
       ``sys.executable``); echo_stderr: copy the worker's stderr to ours, live;
       host_mem_limit: a hard cap on the worker's host memory, its children's included (the

@@ -366,7 +366,9 @@ class CallOutput:
                      for name in ("stdout", "stderr"))
 
     def apply(self, options: _core.CallOptions) -> _core.CallOptions:
-        """``options`` with this call's descriptors."""
+        """``options`` with this call's descriptors. The result then waits for the worker's exit,
+        after which its output is complete."""
+        options.early_small_result = False
         if "stdout" in self._pipes:
             options.stdout_fd = self._pipes["stdout"].write_fd
         if "stderr" in self._pipes:

@@ -132,6 +132,8 @@ struct call_options {
   std::size_t standby = 0;
   bool warm_context = false;
   bool early_result = false;
+  /// A small result of a CPU call handed over as it arrives (job_spec::early_small_result).
+  bool early_small_result = false;
   std::uint64_t host_mem_limit = 0;
   unsigned cpus_per_call = 0;
   /// Workers forked from a zygote (start="zygote"), kept `standby` waiting, not exec'd each.
@@ -456,6 +458,7 @@ isorun::runner::job_spec python_job_spec(isorun::blob request, std::vector<std::
   }
   if (o.stderr_fd >= 0) spec.stderr_echo_fd = o.stderr_fd;
   // argv[0] is the interpreter's own path: Python finds its prefix (and a venv) from it.
+  spec.early_small_result = o.early_small_result;
   spec.executable = argv.at(0);
   spec.worker_argv.assign(argv.begin() + 1, argv.end());
   return spec;
@@ -967,6 +970,7 @@ NB_MODULE(_core, m) {
       .def_rw("standby", &call_options::standby)
       .def_rw("warm_context", &call_options::warm_context)
       .def_rw("early_result", &call_options::early_result)
+      .def_rw("early_small_result", &call_options::early_small_result)
       .def_rw("host_mem_limit", &call_options::host_mem_limit)
       .def_rw("cpus_per_call", &call_options::cpus_per_call)
       .def_rw("zygote", &call_options::zygote)

@@ -117,6 +117,34 @@ def test_start_exec_keeps_an_exec_per_call_and_no_pool():
     assert isorun.pool_stats() == []
 
 
+EARLY = """
+import sys, isorun
+sys.path.insert(0, sys.argv[1])
+import zygote_probe
+def probe(i, size):
+    print("printed by call", i, flush=False)  # flushed by the worker before it reports
+    zygote_probe.counter += 1
+    return zygote_probe.counter, b"x" * size
+f = isorun.isolated(probe)
+for i, size in enumerate([10, 10, 10, 1 << 20, 10]):
+    r = f.try_call(i, size)
+    counter, data = r.value
+    print("returned", i, counter, len(data), r.outcome.exit_pending, flush=True)
+"""
+
+
+def test_a_small_result_comes_back_before_the_exit_and_the_output_before_it():
+    # Output straight to fds 1 and 2 (not pytest's capture, which the forwarding path serves).
+    out = subprocess.run([sys.executable, "-c", EARLY, HELPERS], stdout=subprocess.PIPE, text=True, check=True,
+                         env={**os.environ, isorun._api.IDLE_ENV: "3600"}).stdout.splitlines()
+    expected = []
+    for i, size in enumerate([10, 10, 10, 1 << 20, 10]):
+        # Handed over as the worker reports, unless too large for its report: that one waits for
+        # the exit, its segment pooled unsealed. Every call fresh all the same.
+        expected += [f"printed by call {i}", f"returned {i} 1 {size} {size < 16 << 10}"]
+    assert out == expected
+
+
 CALLER = """
 import os, sys, threading, isorun
 sys.path.insert(0, sys.argv[1])

@@ -86,6 +86,7 @@ prepared_request prepare_request(job_spec& spec) {
   req.alloc_conf = spec.alloc_conf;
   req.max_result = spec.max_result;
   req.early_result = spec.early_result;
+  req.early_small_result = spec.early_small_result;
   req.expected_result = result_sizes::instance().last(spec.task);
   req.args = std::move(spec.args);
   auto& pool = ser::segment_pool::instance();

@@ -39,7 +39,7 @@ worker_watch::worker_watch(job::state& s)
       echo_{s.spec.stderr_echo_fd, s.spec.stderr_echo_limit},
       stopping_{stop_plan::graceful(s.spec.grace, s.spec.stop_signal)},
       deadline_{s.spec.timeout.count() > 0 ? s.worker.started + s.spec.timeout : clock::time_point::max()},
-      await_done_{s.spec.early_result} {}
+      await_done_{s.spec.early_result || (s.spec.early_small_result && s.spec.gpus.empty())} {}
 
 int worker_watch::fd(slot k) const noexcept {
   switch (k) {
@@ -138,9 +138,12 @@ bool worker_watch::step(const events& ready) {
       // sent in `done`, or streamed, needs no seal: its payload is in this process's memory (a
       // streamed one's header is copied now). A failure, or a seal refused because something
       // still maps it writable, waits for the exit.
+      // A small result alone (early_small_result): the worker sealed nothing, and a larger one
+      // waits for the exit, its segment then pooled as it is.
       if (w_.done->status == ser::task_status::ok && !w_.forced) {
-        if (w_.done->inline_result.empty()) w_.streamed = streamed_header(*s_.segments.result);
-        if (!w_.done->inline_result.empty() || w_.streamed || s_.segments.result->seal()) {
+        const bool small = !w_.done->inline_result.empty();
+        if (!small && s_.spec.early_result) w_.streamed = streamed_header(*s_.segments.result);
+        if (small || w_.streamed || (s_.spec.early_result && s_.segments.result->seal())) {
           w_.early = true;
           return true;
         }

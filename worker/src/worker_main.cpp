@@ -341,7 +341,10 @@ namespace detail {
     done.encode_ns = static_cast<std::uint64_t>(sink.committed_ns_ - sink.run_end_ns_);
   }
   if (done.status == ser::task_status::ok) done.inline_result = sink.take_inline_result();
-  if (req.early_result) {
+  // The supervisor decides alike (worker_watch.cpp): a small CPU result goes early, nothing sealed.
+  const bool early = req.early_result || (req.early_small_result && req.gpus.empty() &&
+                                          done.status == ser::task_status::ok && !done.inline_result.empty());
+  if (early) {
     // The supervisor hands the result over on `done` while this process exits: a result in the
     // segment is sealed here, so nothing can still write it, and the task's device memory goes
     // back now.
@@ -359,7 +362,7 @@ namespace detail {
   } catch (const std::exception& e) {
     die(std::string("cannot report to the supervisor: ") + e.what());
   }
-  if (req.early_result) {
+  if (early) {
     // Asleep until the supervisor has handed the result over (protocol.hpp, let_go): not on the
     // CPU its thread was just woken onto, with this process's teardown.
     pollfd p{ser::control_fd, POLLIN, 0};

@@ -67,6 +67,10 @@ struct job_spec {
   /// Hand the result over as soon as the worker reports it, sealed, while the worker exits
   /// behind it (isolated_options::early_result).
   bool early_result = false;
+  /// A CPU call's result small enough to come in the worker's `done` is handed over at once, the
+  /// worker exiting behind it; a larger one waits for the exit, its segment pooled unsealed for
+  /// the next call (Python's calls, whose output goes straight to this process's fds 1 and 2).
+  bool early_small_result = false;
   /// The thread that starts the job waits for it at once: a worker launched ahead is woken on
   /// that thread's CPU (cpu_handoff.hpp). Set by queued_job for a start made in wait().
   bool caller_waits = false;

@@ -35,7 +35,7 @@
 namespace isorun::serialization {
 
 /// Bumped whenever a message, the request or the result ring's control page changes shape.
-inline constexpr std::uint32_t protocol_version = 11;
+inline constexpr std::uint32_t protocol_version = 12;
 
 /// The descriptor a worker (and the `-- CMD` shim) finds its control socket under.
 inline constexpr int control_fd = 3;

@@ -41,6 +41,10 @@ struct request {
   /// The supervisor may hand the result over before this process exits: release what the task
   /// held and unmap the result before reporting done, so the supervisor can seal it.
   bool early_result = false;
+  /// A CPU task's result small enough to travel in `done` is handed over at once, as with
+  /// early_result (this process then waits for let_go); a larger one waits for the exit, its
+  /// segment left unsealed for the supervisor to pool.
+  bool early_small_result = false;
   /// The size of this task's last result in this supervisor (0: none yet): a CPU worker maps
   /// that much of its result segment ahead, while the task runs, when it is large.
   std::uint64_t expected_result = 0;
@@ -48,8 +52,8 @@ struct request {
 
   template <class Archive>
   void serialize(Archive& ar) {
-    ar(protocol, task, encoding, task_libraries, mem_limit, gpus, alloc_conf, max_result,
-       early_result, expected_result, args);
+    ar(protocol, task, encoding, task_libraries, mem_limit, gpus, alloc_conf, max_result, early_result,
+       early_small_result, expected_result, args);
   }
 };
 
