@@ -207,6 +207,19 @@ def _zygote_child(children: dict[str, object]) -> None:
             pass
 
 
+def _rehearse() -> None:
+    """The call's path run once on a call of nothing: in the zygote, so that what a first call
+    makes once (pickle's and cloudpickle's caches) is made before the forks share it; in each
+    forked worker before it waits, so that the pages the path writes (reference counts, the
+    allocator's pools), shared with the zygote until written, are copied then rather than on the
+    call's path. ``ISORUN_REHEARSE=0`` skips it, to compare."""
+    if os.environ.get("ISORUN_REHEARSE") == "0":
+        return
+    from ._payload import encode_call
+
+    run_call(encode_call(int, (), {}))
+
+
 def main() -> None:
     import faulthandler
 
@@ -221,8 +234,10 @@ def main() -> None:
         # serves its one call as an exec'd worker would. What the preloads printed leaves the
         # buffers first: else every child would write it again.
         _flush()
+        _rehearse()
         _core.zygote_serve()
         _zygote_child(children)
+        _rehearse()
     global modules_at_entry
     modules_at_entry = frozenset(sys.modules)
     _core.serve(_entry, _sweep_entry)
