@@ -28,6 +28,7 @@ try:
 except ImportError as e:  # joblib is an optional dependency
     raise ImportError("isorun.joblib needs joblib: pip install 'isorun[joblib]' (or pip install joblib)") from e
 
+from . import _core
 from ._api import IsolatedFunction, IsolatedFuture, _importable_module_of, preloadable
 from ._executor import Executor
 from .errors import UsageError
@@ -60,6 +61,7 @@ class IsorunBackend(AutoBatchingMixin, ParallelBackendBase):
         self._options = options
         Executor(**options)  # bad options are a UsageError here, before joblib starts anything
         self._executor: Optional[Executor] = None
+        self._warm: set[tuple[str, ...]] = set()  # the preloads of the kinds of batch started this Parallel call
 
     def effective_n_jobs(self, n_jobs: Optional[int]) -> int:
         """``n_jobs`` as joblib counts it: -1 is one per core, -2 all cores but one, ..."""
@@ -81,6 +83,7 @@ class IsorunBackend(AutoBatchingMixin, ParallelBackendBase):
         if "gpus" not in options:
             options["cpu_slots"] = n
         self._executor = Executor(**options)
+        self._warm = set()  # (a pool gone dormant since the last Parallel call starts again)
         self.parallel = parallel
         return n
 
@@ -112,7 +115,14 @@ class IsorunBackend(AutoBatchingMixin, ParallelBackendBase):
         extra = tuple(m for m in modules if preloadable(m) and m not in options.preload)
         if not extra:
             return batch
-        return IsolatedFunction(batch, dataclasses.replace(options, preload=options.preload + extra))
+        call = IsolatedFunction(batch, dataclasses.replace(options, preload=options.preload + extra))
+        if call._options.preload not in self._warm:
+            # The first batch of its kind: more follow, so its pool starts now and the batch waits
+            # for a worker forked from it, rather than each of the first batches start an
+            # interpreter that imports the estimator's modules afresh beside the zygote doing so.
+            self._warm.add(call._options.preload)
+            _core.fill_standby(call._options.launch(), self._executor._admission)
+        return call
 
     def retrieve_result_callback(self, future: IsolatedFuture) -> Any:
         """The batch's results, or what it raised."""
