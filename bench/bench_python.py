@@ -209,9 +209,8 @@ def main() -> None:
     # On a standby interpreter with numpy imported, so that the figure is the result's way back,
     # not the interpreter's start.
     big = isorun.isolated(big_array, standby=1, preload=["numpy"], start="exec")
-    # The pool keeps the result's segment between calls (a caller keeps 256 MiB by default): what
-    # a program that makes such results again and again sets.
-    isorun.set_segment_pool(max_idle_bytes=nbytes + (256 << 20))
+    # The caller's segment pool as it is by default: a segment released lately lingers (up to
+    # 2 GiB, for ISORUN_IDLE seconds), so the result's pages are warm from the second call on.
     big.warm_up()
     big(nbytes)  # the segment pool's first use: later calls reuse its resident pages
     med_big = timed("isorun, standby+preload (zero-copy in the caller)", lambda: big(nbytes), args.big_reps,
