@@ -360,7 +360,7 @@ def _wait_all() -> None:
         jobs = list(_live_jobs)
     for job in jobs:
         job.wait(None)
-    _core.wait_idle()  # (a worker that handed its result over early exits behind it, holding its slot)
+    _core.wait_idle()  # (a GPU worker that handed its result over early exits behind it, holding its slot)
 
 
 @atexit.register
