@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import atexit
+import collections
 import concurrent.futures
 import dataclasses
 import functools
 import itertools
 import math
 import os
+import select
 import sys
 import threading
 import types
@@ -354,6 +356,31 @@ def _untrack(job: _core.Job) -> Optional[tuple[str, str]]:
     return output.close() if output is not None else None
 
 
+# The workers of the latest calls handed over before their exit (an early result), which the
+# watcher reaps as they end: what tests wait for before they count this process's children.
+_early_exits: collections.deque[int] = collections.deque(maxlen=256)
+
+
+def _wait_early_exits() -> None:
+    """Waits until each worker of a call handed over early, that is still this process's child,
+    has ended."""
+    while _early_exits:
+        pid = _early_exits.popleft()
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:  # gone already
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:  # (after the pidfd: the same process, or one gone)
+                mine = int(f.read().rsplit(")", 1)[1].split()[1]) == os.getpid()
+            if mine:
+                select.select([fd], [], [])
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
 def _wait_all() -> None:
     """Waits until every call in flight has ended and its worker is gone."""
     with _live_lock:
@@ -409,6 +436,8 @@ def _finish(job: _core.Job) -> Result[Any]:
     finally:
         captured = _untrack(job)
     outcome = Outcome._from_core(core_outcome)
+    if outcome.exit_pending and outcome.pid > 0:
+        _early_exits.append(outcome.pid)
     if captured is not None:
         outcome = dataclasses.replace(outcome, stdout=captured[0], stderr=captured[1])
     kind = outcome.kind

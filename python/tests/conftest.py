@@ -40,5 +40,6 @@ def no_worker_left_behind():
 
     _api._wait_all()  # a cancelled call's worker may still be stopping
     isorun.stop_standby()
+    _api._wait_early_exits()  # and one that handed its result over early, exiting
     left = _children() - before
     assert not left, f"processes left behind: {sorted(left)}"
