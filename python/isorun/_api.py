@@ -271,21 +271,8 @@ def _all_gpus() -> list[int]:
 
 
 _STARTS = ("auto", "exec", "zygote")
-IDLE_ENV = "ISORUN_IDLE"
-_DEFAULT_IDLE_S = 10.0
-
-
-def _idle_ms() -> int:
-    """How long start="auto" keeps its zygote and waiting worker with no call running: ISORUN_IDLE
-    seconds, else 10 s."""
-    text = os.environ.get(IDLE_ENV, "")
-    try:
-        seconds = float(text) if text else _DEFAULT_IDLE_S
-    except ValueError:
-        raise UsageError(f"{IDLE_ENV}={text!r} is not a number of seconds (e.g. 10 or 0.5)") from None
-    if not seconds > 0:
-        raise UsageError(f"{IDLE_ENV}={text!r}: give a number of seconds above 0 (start='exec' keeps no pool)")
-    return max(1, int(seconds * 1000))
+IDLE_ENV = _pool.IDLE_ENV
+_idle_ms = _pool.idle_ms
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _BOOTSTRAP = "import sys; sys.path.append({root!r}); from isorun._worker import main; main()"
 

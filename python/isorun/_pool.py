@@ -26,6 +26,23 @@ DEFAULT_MAX_IDLE_BYTES = 256 << 20
 #: The most bytes of idle segments kept for the idle seconds after their release, by default.
 DEFAULT_LINGER_BYTES = 2 << 30
 
+IDLE_ENV = "ISORUN_IDLE"
+_DEFAULT_IDLE_S = 10.0
+
+
+def idle_ms() -> int:
+    """How long start="auto" keeps its zygote and waiting worker with no call running, and a
+    released segment lingers: ISORUN_IDLE seconds, else 10 s."""
+    text = os.environ.get(IDLE_ENV, "")
+    try:
+        seconds = float(text) if text else _DEFAULT_IDLE_S
+    except ValueError:
+        raise UsageError(f"{IDLE_ENV}={text!r} is not a number of seconds (e.g. 10 or 0.5)") from None
+    if not seconds > 0:
+        raise UsageError(f"{IDLE_ENV}={text!r}: give a number of seconds above 0 (start='exec' keeps no pool)")
+    return max(1, int(seconds * 1000))
+
+
 _lock = threading.Lock()
 _max_idle: Union[int, None] = None  # None: the default not applied yet
 
@@ -60,14 +77,8 @@ def apply_default() -> None:
         if _max_idle is None:
             _max_idle = DEFAULT_MAX_IDLE_BYTES
             _core.set_segment_idle_limit(DEFAULT_MAX_IDLE_BYTES)
-            _core.set_segment_linger(DEFAULT_LINGER_BYTES, _linger_ms())
-
-
-def _linger_ms() -> int:
-    """ISORUN_IDLE seconds (the adaptive pool's; a bad value is refused there, at the first call),
-    else 10 s."""
-    try:
-        seconds = float(os.environ.get("ISORUN_IDLE", "") or 10.0)
-    except ValueError:
-        seconds = 10.0
-    return max(1, int(seconds * 1000)) if seconds > 0 else 10_000
+            try:
+                linger_ms = idle_ms()
+            except UsageError:  # (refused at the first call that starts a pool)
+                linger_ms = int(_DEFAULT_IDLE_S * 1000)
+            _core.set_segment_linger(DEFAULT_LINGER_BYTES, linger_ms)

@@ -457,8 +457,8 @@ isorun::runner::job_spec python_job_spec(isorun::blob request, std::vector<std::
     spec.stdout_fd = o.stdout_fd;
   }
   if (o.stderr_fd >= 0) spec.stderr_echo_fd = o.stderr_fd;
-  // argv[0] is the interpreter's own path: Python finds its prefix (and a venv) from it.
   spec.early_small_result = o.early_small_result;
+  // argv[0] is the interpreter's own path: Python finds its prefix (and a venv) from it.
   spec.executable = argv.at(0);
   spec.worker_argv.assign(argv.begin() + 1, argv.end());
   return spec;
