@@ -47,7 +47,8 @@ std::unique_ptr<alloc::backend> make_backend(bool cuda) {
   if (!cuda) return std::make_unique<alloc::host_backend>(1ULL << 40);
   char error[512] = {};
   alloc::cuda_context_info context;
-  std::unique_ptr<alloc::backend> b(alloc::load_cuda_module().create_backend(nullptr, 0, &context, error, sizeof error));
+  std::unique_ptr<alloc::backend> b(
+      alloc::load_cuda_module().create_backend(nullptr, 0, &context, error, sizeof error));
   if (!b) throw std::runtime_error(error);
   return b;
 }
@@ -95,12 +96,12 @@ double percentile(std::vector<double> v, double q) {
 void run(const std::string& name, const trace& t) {
   const std::uint64_t peak = peak_requested(t);
   std::printf("\n%s: %zu events, peak requested %.1f MiB\n", name.c_str(), t.size(), double(peak) / MiB);
-  std::printf("  %-16s %8s %8s %12s %14s %10s %14s %9s %9s\n", "strategy", "p50 ns", "p99 ns", "p99@1.05x ns", "peak reserved",
-              "frag@1.25x", "smallest cap", "cap/peak", "frag@min");
+  std::printf("  %-16s %8s %8s %12s %14s %10s %14s %9s %9s\n", "strategy", "p50 ns", "p99 ns", "p99@1.05x ns",
+              "peak reserved", "frag@1.25x", "smallest cap", "cap/peak", "frag@min");
   const std::pair<const char*, const char*> strategies[] = {{"auto_growth", "strategy:auto_growth"},
-                                                             {"expandable", "strategy:expandable"},
-                                                             {"preallocate", "strategy:preallocate"},
-                                                             {"pytorch_compat", "pytorch_compat:true"}};
+                                                            {"expandable", "strategy:expandable"},
+                                                            {"preallocate", "strategy:preallocate"},
+                                                            {"pytorch_compat", "pytorch_compat:true"}};
   for (auto [label, conf] : strategies) {
     // Measured under a realistic cap, 1.25x the peak request: a caching allocator with unlimited
     // room never releases anything, which says nothing about how well it packs.
@@ -116,9 +117,10 @@ void run(const std::string& name, const trace& t) {
     // a strategy must give memory back and take it again as it goes.
     const std::uint64_t pressed = std::max(min_cap, (peak + peak / 20 + 2 * MiB - 1) / (2 * MiB) * (2 * MiB));
     auto under = fixed ? r : replay(t, conf, pressed, true);
-    std::printf("  %-16s %8.0f %8.0f %12.0f %10.1f MiB %9.1f%% %10.1f MiB %9.3f %8.1f%%\n", label, percentile(r.ns, 0.5),
-                percentile(r.ns, 0.99), percentile(under.ns, 0.99), double(r.peak_reserved) / MiB, frag * 100,
-                double(min_cap) / MiB, double(min_cap) / double(peak), frag_min * 100);
+    std::printf("  %-16s %8.0f %8.0f %12.0f %10.1f MiB %9.1f%% %10.1f MiB %9.3f %8.1f%%\n", label,
+                percentile(r.ns, 0.5), percentile(r.ns, 0.99), percentile(under.ns, 0.99),
+                double(r.peak_reserved) / MiB, frag * 100, double(min_cap) / MiB, double(min_cap) / double(peak),
+                frag_min * 100);
   }
 }
 
@@ -137,11 +139,12 @@ std::map<std::string, trace> builtin(bool quick) {
 }  // namespace
 
 void print_header() {
-  std::printf("allocation trace replay on the %s backend; timings and peaks under a cap of 1.25x the peak request\n"
-              "(preallocate: its smallest cap), p99@1.05x under 1.05x; fragmentation = 1 - peak allocated / peak\n"
-              "reserved, under that cap (frag@1.25x: includes what the cache keeps because it may) and under the\n"
-              "smallest cap (frag@min)%s\n",
-              on_cuda ? "CUDA (GPU 0)" : "host", on_cuda ? "; smallest caps found on the host backend" : "");
+  std::printf(
+      "allocation trace replay on the %s backend; timings and peaks under a cap of 1.25x the peak request\n"
+      "(preallocate: its smallest cap), p99@1.05x under 1.05x; fragmentation = 1 - peak allocated / peak\n"
+      "reserved, under that cap (frag@1.25x: includes what the cache keeps because it may) and under the\n"
+      "smallest cap (frag@min)%s\n",
+      on_cuda ? "CUDA (GPU 0)" : "host", on_cuda ? "; smallest caps found on the host backend" : "");
 }
 
 int usage(const char* why) {

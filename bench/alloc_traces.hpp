@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <istream>
 #include <ostream>
+#include <random>
 #include <sstream>
 #include <stdexcept>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -159,17 +159,17 @@ inline trace gpt2_step() {
   auto keep = [&](std::uint64_t size) { saved.emplace_back(b.alloc(size), size); };
   keep(act);  // embeddings
   for (std::uint64_t l = 0; l < L; ++l) {
-    keep(act);          // ln1
-    keep(3 * act);      // qkv
-    keep(att);          // scores
-    keep(att);          // softmax
+    keep(act);                // ln1
+    keep(3 * act);            // qkv
+    keep(att);                // scores
+    keep(att);                // softmax
     auto tmp = b.alloc(act);  // attention output before projection
-    keep(act);          // projection
+    keep(act);                // projection
     b.free(tmp);
-    keep(act);          // residual + ln2
-    keep(4 * act);      // fc
-    keep(4 * act);      // gelu
-    keep(act);          // fc projection
+    keep(act);      // residual + ln2
+    keep(4 * act);  // fc
+    keep(4 * act);  // gelu
+    keep(act);      // fc projection
   }
   auto logits = b.alloc(B * T * V * f4);
   auto dlogits = b.alloc(B * T * V * f4);

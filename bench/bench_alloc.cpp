@@ -69,9 +69,13 @@ void pair_foreign(benchmark::State& state, foreign f) {
 BENCHMARK(pair_isorun)->Arg(256)->Arg(64 << 10)->Arg(4 << 20);
 BENCHMARK(pair_glibc)->Arg(256)->Arg(64 << 10)->Arg(4 << 20);
 BENCHMARK_CAPTURE(pair_foreign, mimalloc, load("libmimalloc.so.2", "mi_malloc", "mi_free"))
-    ->Arg(256)->Arg(64 << 10)->Arg(4 << 20);
+    ->Arg(256)
+    ->Arg(64 << 10)
+    ->Arg(4 << 20);
 BENCHMARK_CAPTURE(pair_foreign, jemalloc, load("libjemalloc.so.2", "malloc", "free"))
-    ->Arg(256)->Arg(64 << 10)->Arg(4 << 20);
+    ->Arg(256)
+    ->Arg(64 << 10)
+    ->Arg(4 << 20);
 
 int main(int argc, char** argv) {
   std::vector<char*> args(argv, argv + argc);

@@ -107,8 +107,9 @@ std::vector<double> python_pool_ms(int n, int pause_ms) {
   if (fd < 0) return v;
   const bool written = ::write(fd, script.data(), script.size()) == static_cast<ssize_t>(script.size());
   ::close(fd);
-  FILE* p = written ? ::popen(("python3 " + std::string(path) + " " + std::to_string(n) + " " + std::to_string(pause_ms) +
-                               " 2>/dev/null").c_str(),
+  FILE* p = written ? ::popen(("python3 " + std::string(path) + " " + std::to_string(n) + " " +
+                               std::to_string(pause_ms) + " 2>/dev/null")
+                                  .c_str(),
                               "r")
                     : nullptr;
   if (p) {
@@ -316,7 +317,6 @@ void breakdown(int n) {
       wake, idle_wake, memfd, summarize(kinds[2][rows - 1]).median / memfd);
 }
 
-
 // What the process holds now, from /proc/self: threads and resident bytes.
 std::size_t threads_now() {
   std::size_t n = 0;
@@ -447,8 +447,8 @@ int main(int argc, char** argv) {
     std::printf("  %-44s %7.0f /s  [%6.0f, %6.0f]  %.2fx cold   goal >= 1.2x\n", "standby = 4", w.median, w.p10, w.p90,
                 w.median / c.median);
     bench::guard("calls.map_standby_over_cold", w.median / c.median, ">=", 1.2);
-    std::printf("  %-44s %7.0f /s  [%6.0f, %6.0f]  standby %.2fx of it\n", "static C program spawns (ceiling)", s.median,
-                s.p10, s.p90, w.median / s.median);
+    std::printf("  %-44s %7.0f /s  [%6.0f, %6.0f]  standby %.2fx of it\n", "static C program spawns (ceiling)",
+                s.median, s.p10, s.p90, w.median / s.median);
   }
 
   {

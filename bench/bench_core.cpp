@@ -183,10 +183,11 @@ double channel_gbps(std::uint64_t size, const char* task = "produce", bool place
   if (!r.status.ok() || r.payload.size() < size) std::abort();
   if (std::getenv("BENCH_BREAKDOWN")) {  // the worker's exit includes freeing the task's memory
     const std::int64_t encoded = r.encode_begin_ns + static_cast<std::int64_t>(r.encode_ns);
-    std::printf("      %s: worker encode %.1f ms, supervisor side %.1f ms: the worker's exit %.1f ms, validation %.1f ms; "
-                "the whole call (start, task, result) %.1f ms\n",
-                place_blobs ? task : "copied", r.encode_ns / 1e6, (r.received_ns - encoded) / 1e6,
-                (r.reaped_ns - encoded) / 1e6, (r.received_ns - r.reaped_ns) / 1e6, (r.received_ns - called) / 1e6);
+    std::printf(
+        "      %s: worker encode %.1f ms, supervisor side %.1f ms: the worker's exit %.1f ms, validation %.1f ms; "
+        "the whole call (start, task, result) %.1f ms\n",
+        place_blobs ? task : "copied", r.encode_ns / 1e6, (r.received_ns - encoded) / 1e6,
+        (r.reaped_ns - encoded) / 1e6, (r.received_ns - r.reaped_ns) / 1e6, (r.received_ns - called) / 1e6);
   }
   return static_cast<double>(size) / static_cast<double>(r.received_ns - r.encode_begin_ns);
 }
@@ -364,18 +365,20 @@ int main(int argc, char** argv) {
     if (size == 1ULL << 20) small_first = placed;
     std::printf("    %5llu MiB  isorun %s   (blob result: made in the result segment from 32 MiB, by default)\n",
                 static_cast<unsigned long long>(size >> 20), show(placed, "GB/s").c_str());
-    std::printf("               isorun %s   (blob result in pages of its own, copied into shared memory: "
-                "ISORUN_PLACE_BLOBS=0)\n",
-                show(c, "GB/s").c_str());
+    std::printf(
+        "               isorun %s   (blob result in pages of its own, copied into shared memory: "
+        "ISORUN_PLACE_BLOBS=0)\n",
+        show(c, "GB/s").c_str());
     std::printf("               isorun %s   (output_blob, written in place)\n", show(in_place, "GB/s").c_str());
     std::printf("               isorun %s   (std::vector<float>, decoded into the caller's memory)\n",
                 show(vec, "GB/s").c_str());
     std::printf("               memcpy %s\n", show(m, "GB/s").c_str());
     std::printf("               pipe   %s\n", show(p, "GB/s").c_str());
-    std::printf("               isorun/memcpy: blob %.2f, copied %.2f, output_blob %.2f (goal >= 0.5 at 1 GiB); "
-                "isorun/pipe: blob %.1f, copied %.1f (goal >= 10)\n",
-                placed.median / m.median, c.median / m.median, in_place.median / m.median, placed.median / p.median,
-                c.median / p.median);
+    std::printf(
+        "               isorun/memcpy: blob %.2f, copied %.2f, output_blob %.2f (goal >= 0.5 at 1 GiB); "
+        "isorun/pipe: blob %.1f, copied %.1f (goal >= 10)\n",
+        placed.median / m.median, c.median / m.median, in_place.median / m.median, placed.median / p.median,
+        c.median / p.median);
     if (size == 1ULL << 30) bench::guard("core.result_1gib_over_memcpy", placed.median / m.median, ">=", 0.5);
   }
   // The pool now hands its 1 GiB segment to every result: a small one must not pay for it.

@@ -21,11 +21,11 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <thread>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench_gpu_cuda.hpp"
@@ -110,7 +110,7 @@ double result_gbps(const char* task, std::uint64_t size, bool early) {
   const std::int64_t handed = monotonic_ns();
   std::int64_t ready = 0;
   std::uint32_t word = 0;
-  std::memcpy(&ready, r.payload.data() + 8, sizeof ready);       // after the blob's length
+  std::memcpy(&ready, r.payload.data() + 8, sizeof ready);        // after the blob's length
   std::memcpy(&word, r.payload.data() + 8 + 3 * 4, sizeof word);  // the pattern's fourth word
   if (word != static_cast<std::uint32_t>(3u * 2654435761u)) {
     std::fprintf(stderr, "%s: wrong bytes came back\n", task);
@@ -143,20 +143,16 @@ int main(int argc, char** argv) {
   int reps = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--quick")
-      quick = true;
-    else if (a == "--only" && i + 1 < argc)
-      only = argv[++i];
+    if (a == "--quick") quick = true;
+    else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--sizes" && i + 1 < argc) {
       for (std::string list = argv[++i]; !list.empty();) {
         const auto comma = list.find(',');
         chosen_sizes.push_back(std::stoull(list.substr(0, comma)) * MiB);
         list = comma == std::string::npos ? "" : list.substr(comma + 1);
       }
-    } else if (a == "--reps" && i + 1 < argc)
-      reps = std::atoi(argv[++i]);
-    else if (a == "--streamed-only")
-      streamed_only = true;
+    } else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (a == "--streamed-only") streamed_only = true;
   }
   auto section = [&](char c) { return only.find(c) != std::string::npos; };
   if (gpus().source != runner::gpu_inventory::origin::nvml || gpus().gpus.empty()) {

@@ -16,7 +16,8 @@ void check(cudaError_t rc, const char* what) {
 }
 
 __global__ void pattern(std::uint32_t* p, std::size_t words) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < words; i += std::size_t(gridDim.x) * blockDim.x)
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < words;
+       i += std::size_t(gridDim.x) * blockDim.x)
     p[i] = static_cast<std::uint32_t>(i * 2654435761u);
 }
 

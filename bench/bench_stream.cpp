@@ -118,7 +118,8 @@ int main(int argc, char** argv) {
   }
   const char* threads = std::getenv("ISORUN_STREAM_THREADS");
   std::printf("result ring, %llu MiB from an exec'd writer (%s), threads %s, %ld cores\n",
-              static_cast<unsigned long long>(mib), hashed_before ? "chunk hashes known beforehand" : "hashed by the writer's CPU",
+              static_cast<unsigned long long>(mib),
+              hashed_before ? "chunk hashes known beforehand" : "hashed by the writer's CPU",
               threads ? threads : "default", ::sysconf(_SC_NPROCESSORS_ONLN));
   one_stream(argv[0], mib * MiB, hashed_before);  // the ring's pages and the receiving memory, made once
   std::vector<double> ms, switches;

@@ -74,7 +74,8 @@ int main(int argc, char** argv) {
     s.mem_limit = 2ULL << 30;
     s.per_gpu = per_gpu;
     s.standby = standby;
-    const auto dir = std::filesystem::temp_directory_path() / ("isorun-bench-sweep-" + std::to_string(::getpid()) + "-" + std::to_string(run));
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("isorun-bench-sweep-" + std::to_string(::getpid()) + "-" + std::to_string(run));
     s.out = dir.string();
     const auto slots = sweep::plan_slots(s, runner::gpu_inventory::simulated("2x16G")).slots;
     sweep::sweep_options ro;
@@ -110,9 +111,10 @@ int main(int argc, char** argv) {
     overheads[standby].push_back((busy_ms - total_ms) / trials);
     gaps[standby].push_back(gap_ms / static_cast<double>(trials - static_cast<int>(slots.size())));
     starts[standby].push_back(start_ms);
-    std::printf("run %d (%s): %d trials, %zu slots, makespan %.0f ms, ideal %.0f ms (%.3f), list schedule %.0f ms (%.3f)\n",
-                rep, standby ? "standby" : "no standby", trials, slots.size(), makespan_ms, ideal_ms,
-                makespan_ms / ideal_ms, list_ms, makespan_ms / list_ms);
+    std::printf(
+        "run %d (%s): %d trials, %zu slots, makespan %.0f ms, ideal %.0f ms (%.3f), list schedule %.0f ms (%.3f)\n",
+        rep, standby ? "standby" : "no standby", trials, slots.size(), makespan_ms, ideal_ms, makespan_ms / ideal_ms,
+        list_ms, makespan_ms / list_ms);
   }
   for (int standby : {1, 0}) {
     const char* name = standby ? "standby" : "no standby";

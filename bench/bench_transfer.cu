@@ -82,7 +82,8 @@ void hash(const std::byte* p, std::size_t n, unsigned threads) {
   std::atomic<std::size_t> next{0};
   std::vector<std::uint64_t> h(n / (4 * MiB) + 1);
   parallel(threads, [&](unsigned) {
-    for (std::size_t i; (i = next++) * 4 * MiB < n;) h[i] = XXH3_64bits(p + i * 4 * MiB, std::min(4 * MiB, n - i * 4 * MiB));
+    for (std::size_t i; (i = next++) * 4 * MiB < n;)
+      h[i] = XXH3_64bits(p + i * 4 * MiB, std::min(4 * MiB, n - i * 4 * MiB));
   });
 }
 
@@ -93,7 +94,8 @@ void staged(std::byte* dst, const std::byte* dev, std::size_t n, std::vector<std
             unsigned threads, cudaStream_t stream, std::vector<cudaEvent_t>& landed) {
   const std::size_t pieces = (n + slot - 1) / slot, k = ring.size();
   for (std::size_t i = 0; i < std::min(k, pieces); ++i)
-    check(cudaMemcpyAsync(ring[i], dev + i * slot, std::min(slot, n - i * slot), cudaMemcpyDeviceToHost, stream), "async"),
+    check(cudaMemcpyAsync(ring[i], dev + i * slot, std::min(slot, n - i * slot), cudaMemcpyDeviceToHost, stream),
+          "async"),
         check(cudaEventRecord(landed[i], stream), "event");
   for (std::size_t i = 0; i < pieces; ++i) {
     check(cudaEventSynchronize(landed[i % k]), "sync");
@@ -167,8 +169,10 @@ int main(int argc, char** argv) {
     std::printf("  resident pages, MADV_POPULATE_WRITE x%-2u %8.1f ms\n", std::min(16u, cores), median(remap16));
     std::printf("  cudaHostRegister of the mapping         %8.1f ms\n", median(reg));
     std::printf("  cudaHostUnregister                      %8.1f ms\n", median(unreg));
-    std::printf("  DMA into the registered mapping         %8.1f ms  %6.1f GB/s\n", median(dma_reg), rate(median(dma_reg)));
-    std::printf("  XXH3 4 MiB chunks, 16 threads           %8.1f ms  %6.1f GB/s\n", median(hash16), rate(median(hash16)));
+    std::printf("  DMA into the registered mapping         %8.1f ms  %6.1f GB/s\n", median(dma_reg),
+                rate(median(dma_reg)));
+    std::printf("  XXH3 4 MiB chunks, 16 threads           %8.1f ms  %6.1f GB/s\n", median(hash16),
+                rate(median(hash16)));
     std::printf("  XXH3 4 MiB chunks,  8 threads           %8.1f ms  %6.1f GB/s\n", median(hash8), rate(median(hash8)));
 
     // The pinned reference.
@@ -176,9 +180,11 @@ int main(int argc, char** argv) {
     check(cudaHostAlloc(reinterpret_cast<void**>(&pinned), n, cudaHostAllocDefault), "hostalloc");
     check(cudaMemcpy(pinned, dev, n, cudaMemcpyDeviceToHost), "warm");
     std::vector<double> ref;
-    for (int r = 0; r < reps; ++r) ref.push_back(ms_of([&] { check(cudaMemcpy(pinned, dev, n, cudaMemcpyDeviceToHost), "dma"); }));
+    for (int r = 0; r < reps; ++r)
+      ref.push_back(ms_of([&] { check(cudaMemcpy(pinned, dev, n, cudaMemcpyDeviceToHost), "dma"); }));
     check(cudaFreeHost(pinned), "freehost");
-    std::printf("  DMA into cudaHostAlloc memory           %8.1f ms  %6.1f GB/s  (the reference)\n", median(ref), rate(median(ref)));
+    std::printf("  DMA into cudaHostAlloc memory           %8.1f ms  %6.1f GB/s  (the reference)\n", median(ref),
+                rate(median(ref)));
 
     // Staged through a pinned ring into a resident, populated mapping.
     const int fd = ::memfd_create("bench", MFD_CLOEXEC);
@@ -197,9 +203,10 @@ int main(int argc, char** argv) {
         for (const unsigned threads : {4u, 8u, 16u}) {
           if (threads > cores) continue;
           std::vector<double> t;
-          for (int r = 0; r < reps; ++r) t.push_back(ms_of([&] { staged(p, dev, n, ring, slot, threads, stream, landed); }));
-          std::printf("  staged: %zu x %2zu MiB ring, %2u threads copy+hash %6.1f ms  %6.1f GB/s\n", k, slot / MiB, threads,
-                      median(t), rate(median(t)));
+          for (int r = 0; r < reps; ++r)
+            t.push_back(ms_of([&] { staged(p, dev, n, ring, slot, threads, stream, landed); }));
+          std::printf("  staged: %zu x %2zu MiB ring, %2u threads copy+hash %6.1f ms  %6.1f GB/s\n", k, slot / MiB,
+                      threads, median(t), rate(median(t)));
         }
         for (std::size_t i = 0; i < k; ++i) cudaFreeHost(ring[i]), cudaEventDestroy(landed[i]);
       }
@@ -218,8 +225,8 @@ int main(int argc, char** argv) {
         p = map(fd, n, 0);
         t.push_back(ms_of([&] { staged(p, dev, n, ring, 8 * MiB, std::min(16u, cores), stream, landed); }));
       }
-      std::printf("  staged into an unpopulated mapping (faults), 4 x 8 MiB, 16 threads %6.1f ms  %6.1f GB/s\n", median(t),
-                  rate(median(t)));
+      std::printf("  staged into an unpopulated mapping (faults), 4 x 8 MiB, 16 threads %6.1f ms  %6.1f GB/s\n",
+                  median(t), rate(median(t)));
       for (std::size_t i = 0; i < 4; ++i) cudaFreeHost(ring[i]), cudaEventDestroy(landed[i]);
     }
     ::munmap(p, n);

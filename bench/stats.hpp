@@ -20,8 +20,8 @@ inline summary summarize(std::vector<double> v) {
 
 inline std::string show(const summary& s, const char* unit, double scale = 1.0) {
   char buf[128];
-  std::snprintf(buf, sizeof buf, "median %8.3f %s  (p10 %.3f, p90 %.3f, n=%zu)", s.median * scale, unit,
-                s.p10 * scale, s.p90 * scale, s.n);
+  std::snprintf(buf, sizeof buf, "median %8.3f %s  (p10 %.3f, p90 %.3f, n=%zu)", s.median * scale, unit, s.p10 * scale,
+                s.p90 * scale, s.n);
   return buf;
 }
 

@@ -18,22 +18,27 @@ int list_gpus(const cli_options& o) {
   if (o.json) {
     json out = {{"source", inv.describe_source()}, {"gpus", json::array()}};
     for (const auto& g : inv.gpus)
-      out["gpus"].push_back({{"index", g.index}, {"uuid", g.uuid}, {"name", g.name},
-                             {"total_memory", g.total_memory}, {"free_memory", g.free_memory}});
-    out["containment"] = contained.cgroup
-                             ? json{{"mode", "cgroup"}, {"where", contained.where}, {"memory_peak", contained.memory_peak}}
-                             : json{{"mode", "process_group"}, {"reason", contained.why_not}};
+      out["gpus"].push_back({{"index", g.index},
+                             {"uuid", g.uuid},
+                             {"name", g.name},
+                             {"total_memory", g.total_memory},
+                             {"free_memory", g.free_memory}});
+    out["containment"] = contained.cgroup ? json{{"mode", "cgroup"},
+                                                 {"where", contained.where},
+                                                 {"memory_peak", contained.memory_peak}}
+                                          : json{{"mode", "process_group"}, {"reason", contained.why_not}};
     std::cout << out.dump(2) << "\n";
     return 0;
   }
   std::cout << "GPU inventory: " << inv.describe_source() << "\n";
   if (inv.gpus.empty()) std::cout << "no GPUs; tasks run with --cpu (or set ISORUN_SIMULATE_GPUS=2x16G to simulate)\n";
   for (const auto& g : inv.gpus)
-    std::cout << "  " << g.index << "  " << g.uuid << "  " << g.name << "  " << format_size(g.total_memory) << " total, "
-              << format_size(g.free_memory) << " free\n";
+    std::cout << "  " << g.index << "  " << g.uuid << "  " << g.name << "  " << format_size(g.total_memory)
+              << " total, " << format_size(g.free_memory) << " free\n";
   if (contained.cgroup)
-    std::cout << "containment: a cgroup v2 per worker (under " << std::filesystem::path(contained.where).parent_path().string()
-              << "), killed whole at its end" << (contained.memory_peak ? "; memory.peak reported" : "") << "\n";
+    std::cout << "containment: a cgroup v2 per worker (under "
+              << std::filesystem::path(contained.where).parent_path().string() << "), killed whole at its end"
+              << (contained.memory_peak ? "; memory.peak reported" : "") << "\n";
   else
     std::cout << "containment: the process group alone (" << contained.why_not
               << "); a descendant that calls setsid() escapes it\n";

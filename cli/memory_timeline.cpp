@@ -22,7 +22,8 @@ void check_timeline_page(const std::string& page) {
                       std::strerror(errno) + ")");
 }
 
-void write_timeline_page(const std::string& page, const nlohmann::json& timeline, const std::string& title, bool quiet) {
+void write_timeline_page(const std::string& page, const nlohmann::json& timeline, const std::string& title,
+                         bool quiet) {
   try {
     sweep::write_file_durably(page, sweep::render_memory_timeline(timeline, title));
   } catch (const std::exception& e) {

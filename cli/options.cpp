@@ -47,7 +47,8 @@ constexpr std::size_t help_column = 21;  // where option descriptions start
 
 // A whole number in 0..limit, or -1 if the text is not one.
 int small_number(std::string_view text, long limit = 1024) {
-  if (text.empty() || text.size() > 9 || !std::all_of(text.begin(), text.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+  if (text.empty() || text.size() > 9 ||
+      !std::all_of(text.begin(), text.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
     return -1;
   const long v = std::strtol(std::string(text).c_str(), nullptr, 10);
   return v > limit ? -1 : static_cast<int>(v);
@@ -309,8 +310,9 @@ bool named(const option_row& row, const std::vector<std::string>& words) {
     const std::string_view name = names.substr(0, comma);
     names = comma == std::string_view::npos ? std::string_view{} : names.substr(comma + 1);
     for (const auto& w : words) {
-      if (name.starts_with("--") ? w.starts_with(name) && (w.size() == name.size() || w[name.size()] == '=')
-                                 : w.size() > 1 && w[0] == '-' && w[1] != '-' && w.find(name[1], 1) != std::string::npos)
+      if (name.starts_with("--")
+              ? w.starts_with(name) && (w.size() == name.size() || w[name.size()] == '=')
+              : w.size() > 1 && w[0] == '-' && w[1] != '-' && w.find(name[1], 1) != std::string::npos)
         return true;
     }
   }
@@ -352,14 +354,14 @@ void add_rows(CLI::App& app, unsigned where, cli_options& o, const std::vector<s
     if (!(row.scopes & where) || !named(row, words)) continue;
     CLI::Option* opt = nullptr;
     if (row.value)
-      opt = app.add_option(row.names, [&o, &row](const CLI::results_t& values) {
-                 for (const auto& v : values) apply(row, o, v);
-                 return true;
-               })
+      opt = app.add_option(row.names,
+                           [&o, &row](const CLI::results_t& values) {
+                             for (const auto& v : values) apply(row, o, v);
+                             return true;
+                           })
                 ->type_name(row.value)
                 ->expected(1);
-    else
-      opt = app.add_flag_callback(row.names, [&o, &row] { apply(row, o, ""); });
+    else opt = app.add_flag_callback(row.names, [&o, &row] { apply(row, o, ""); });
     opt->trigger_on_parse();
   }
 }
@@ -539,11 +541,11 @@ struct parser {
     for (const auto& word : in.remaining()) {
       if (word.size() > 1 && word[0] == '-') {
         const std::string flag = word.substr(0, word.find('='));
-        throw usage_error(std::string(unknown) + " '" + word + "'" + did_you_mean(flag, known_names(where)) + "; see " + see);
+        throw usage_error(std::string(unknown) + " '" + word + "'" + did_you_mean(flag, known_names(where)) + "; see " +
+                          see);
       }
     }
-    if (!in.remaining().empty())
-      throw usage_error("unexpected argument '" + in.remaining().front() + "'; see " + see);
+    if (!in.remaining().empty()) throw usage_error("unexpected argument '" + in.remaining().front() + "'; see " + see);
   }
 
   void parse() {
@@ -576,27 +578,33 @@ struct parser {
 void check_combinations(cli_options& o, int argc) {
   const bool gpus_given = !o.gpus.empty() || o.gpu_count;
   if (o.gpu && gpus_given) throw usage_error("--gpu and --gpus exclude each other: --gpu N is --gpus N");
-  if ((o.gpu || gpus_given) && o.cpu) throw usage_error(std::string(o.gpu ? "--gpu" : "--gpus") + " and --cpu exclude each other");
-  if (const char* env = std::getenv("ISORUN_ALLOC_CONF"); env && o.alloc_conf.empty()) check_alloc_conf("ISORUN_ALLOC_CONF", env);
+  if ((o.gpu || gpus_given) && o.cpu)
+    throw usage_error(std::string(o.gpu ? "--gpu" : "--gpus") + " and --cpu exclude each other");
+  if (const char* env = std::getenv("ISORUN_ALLOC_CONF"); env && o.alloc_conf.empty())
+    check_alloc_conf("ISORUN_ALLOC_CONF", env);
   if (!o.memory_timeline.empty() && o.what != mode::run_task && o.what != mode::run_command)
-    throw usage_error("--memory-timeline goes with a TASK or a -- CMD (a sweep keeps timelines when its alloc_conf "
-                      "has history:N)");
+    throw usage_error(
+        "--memory-timeline goes with a TASK or a -- CMD (a sweep keeps timelines when its alloc_conf "
+        "has history:N)");
   if (!o.memory_timeline.empty() && o.what == mode::run_command && (!o.mem_limit || o.mem_limit_advisory))
-    throw usage_error("--memory-timeline with -- CMD draws what the cap sees: give the command an enforced "
-                      "--mem-limit (and a GPU)");
+    throw usage_error(
+        "--memory-timeline with -- CMD draws what the cap sees: give the command an enforced "
+        "--mem-limit (and a GPU)");
   if (o.what == mode::sweep) {
     // Options of a single run, which a sweep would not use: said, not ignored.
-    const char* of_a_run = o.gpu                                ? "--gpu"
-                           : !o.gpus.empty() || o.gpu_count     ? "--gpus"
-                           : o.cpu                              ? "--cpu"
-                           : o.json                             ? "--json"
-                           : o.quiet                            ? "--quiet"
-                           : o.mem_limit_advisory               ? "--mem-limit-mode"
+    const char* of_a_run = o.gpu                                      ? "--gpu"
+                           : !o.gpus.empty() || o.gpu_count           ? "--gpus"
+                           : o.cpu                                    ? "--cpu"
+                           : o.json                                   ? "--json"
+                           : o.quiet                                  ? "--quiet"
+                           : o.mem_limit_advisory                     ? "--mem-limit-mode"
                            : o.max_result != cli_options{}.max_result ? "--max-result"
-                                                                : nullptr;
+                                                                      : nullptr;
     if (of_a_run)
-      throw usage_error(std::string(of_a_run) + " before 'sweep' is an option of a single run, which a sweep does not "
-                        "use; give a sweep's flags after 'sweep' (isorun sweep SPEC --gpus 0,1); see isorun sweep --help");
+      throw usage_error(
+          std::string(of_a_run) +
+          " before 'sweep' is an option of a single run, which a sweep does not "
+          "use; give a sweep's flags after 'sweep' (isorun sweep SPEC --gpus 0,1); see isorun sweep --help");
   }
   if (o.what == mode::run_task && o.task.empty()) {
     if (argc <= 1) o.what = mode::nothing;
@@ -616,7 +624,8 @@ void check_subcommand(cli_options& o, const std::vector<std::string>& outs, bool
     throw usage_error("'--' must be followed by the command to sweep");
   if (o.what == mode::run_task && dashes) {
     if (o.command.empty()) throw usage_error("'--' must be followed by a command to run");
-    if (!o.task.empty()) throw usage_error("give a TASK or -- CMD, not both ('" + o.task + "' and '" + o.command[0] + "')");
+    if (!o.task.empty())
+      throw usage_error("give a TASK or -- CMD, not both ('" + o.task + "' and '" + o.command[0] + "')");
     o.what = mode::run_command;
   } else if (dashes && o.what != mode::sweep && !o.command.empty()) {
     throw usage_error("'--' cannot be combined with a subcommand");

@@ -60,14 +60,14 @@ struct sweep_flags {
 /// Everything the command line says, checked.
 struct cli_options {
   mode what = mode::run_task;
-  mode help_of = mode::run_task;  ///< with mode::help: whose help
-  std::optional<int> gpu;               ///< --gpu N
-  std::vector<int> gpus;                ///< --gpus 0,1
-  int gpu_count = 0;                    ///< --gpus any:N
-  bool cpu = false;                     ///< --cpu
-  std::uint64_t mem_limit = 0;          ///< --mem-limit (also a sweep flag: the cap per trial)
-  bool mem_limit_advisory = false;      ///< --mem-limit-mode advisory (-- CMD only)
-  std::uint64_t host_mem_limit = 0;     ///< --host-mem-limit (also a sweep flag: per trial)
+  mode help_of = mode::run_task;         ///< with mode::help: whose help
+  std::optional<int> gpu;                ///< --gpu N
+  std::vector<int> gpus;                 ///< --gpus 0,1
+  int gpu_count = 0;                     ///< --gpus any:N
+  bool cpu = false;                      ///< --cpu
+  std::uint64_t mem_limit = 0;           ///< --mem-limit (also a sweep flag: the cap per trial)
+  bool mem_limit_advisory = false;       ///< --mem-limit-mode advisory (-- CMD only)
+  std::uint64_t host_mem_limit = 0;      ///< --host-mem-limit (also a sweep flag: per trial)
   std::chrono::milliseconds timeout{0};  ///< --timeout (also a sweep flag: per trial)
   std::chrono::milliseconds grace{5000};
   std::vector<std::string> task_libraries;  ///< --tasks

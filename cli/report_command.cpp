@@ -15,7 +15,8 @@ namespace isorun::cli {
 
 int write_report(const cli_options& o) {
   sweep::write_report(o.out);
-  std::fprintf(stderr, "isorun: report in %s\n", printable((std::filesystem::path(o.out) / "report.html").string()).c_str());
+  std::fprintf(stderr, "isorun: report in %s\n",
+               printable((std::filesystem::path(o.out) / "report.html").string()).c_str());
   return 0;
 }
 
@@ -30,11 +31,13 @@ int show_status(const cli_options& o) {
   }
   std::string by_outcome;
   for (const auto& [k, n] : d.outcomes) by_outcome += (by_outcome.empty() ? "" : ", ") + std::to_string(n) + " " + k;
-  std::printf("sweep %s in %s: %zu of %zu trials journaled%s%s\n", printable(d.subject).c_str(), printable(out.string()).c_str(),
-              d.records.size(), total, by_outcome.empty() ? "" : ": ", by_outcome.c_str());
+  std::printf("sweep %s in %s: %zu of %zu trials journaled%s%s\n", printable(d.subject).c_str(),
+              printable(out.string()).c_str(), d.records.size(), total, by_outcome.empty() ? "" : ": ",
+              by_outcome.c_str());
   std::size_t waiting = 0;
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(out / "slurm" / "results", ec)) waiting += e.path().extension() == ".json";
+  for (const auto& e : std::filesystem::directory_iterator(out / "slurm" / "results", ec))
+    waiting += e.path().extension() == ".json";
   std::ifstream in(out / "slurm" / "jobs.json");
   const auto jobs = parse_bounded_json(in);
   if (jobs.is_array())
@@ -47,7 +50,8 @@ int show_status(const cli_options& o) {
                                                   : std::to_string(active->size()) + " array tasks queued or running";
       std::printf("Slurm job array %s: %s\n", printable(job).c_str(), state.c_str());
     }
-  if (waiting) std::printf("%zu trial results wait to be journaled (run the sweep's command again, or --attach)\n", waiting);
+  if (waiting)
+    std::printf("%zu trial results wait to be journaled (run the sweep's command again, or --attach)\n", waiting);
   return 0;
 }
 

@@ -4,10 +4,10 @@
 #include <cstdio>
 #include <memory>
 
+#include <nlohmann/json.hpp>
 #include "gpu_choice.hpp"
 #include "interrupt.hpp"
 #include "memory_timeline.hpp"
-#include <nlohmann/json.hpp>
 
 #include "isorun/runner/command.hpp"
 #include "isorun/runner/errors.hpp"
@@ -34,7 +34,8 @@ int run_command(const cli_options& o) {
                       "): nothing would be capped. Give it a GPU (--gpu N), or cap its host memory with "
                       "--host-mem-limit SIZE");
   if (!o.memory_timeline.empty()) {
-    if (gpus.empty()) throw usage_error("--memory-timeline with -- CMD draws what the cap sees on the command's GPUs: give it --gpu N");
+    if (gpus.empty())
+      throw usage_error("--memory-timeline with -- CMD draws what the cap sees on the command's GPUs: give it --gpu N");
     check_timeline_page(o.memory_timeline);
   }
   if (o.mem_limit && o.mem_limit_advisory && !o.quiet)
@@ -45,13 +46,13 @@ int run_command(const cli_options& o) {
   std::unique_ptr<runner::command> cmd;  // outlives the scope that may stop it
   interrupt_scope stop;
   cmd = runner::command::start({.argv = o.command,
-                                     .gpus = std::move(gpus),
-                                     .mem_limit = o.mem_limit,
-                                     .host_mem_limit = o.host_mem_limit,
-                                     .enforce_cap = !o.mem_limit_advisory,
-                                     .timeout = o.timeout,
-                                     .grace = o.grace,
-                                     .memory_events = o.memory_timeline.empty() ? 0u : memory_events});
+                                .gpus = std::move(gpus),
+                                .mem_limit = o.mem_limit,
+                                .host_mem_limit = o.host_mem_limit,
+                                .enforce_cap = !o.mem_limit_advisory,
+                                .timeout = o.timeout,
+                                .grace = o.grace,
+                                .memory_events = o.memory_timeline.empty() ? 0u : memory_events});
   running = cmd.get();
   stop.hand_to([](int sig) noexcept { running.load()->cancel(sig); });
   const runner::command_result& r = cmd->wait();
@@ -74,7 +75,8 @@ int run_command(const cli_options& o) {
   }
   // Killed by its cgroup's OOM killer past --host-mem-limit: said, with the program's own status.
   if (r.status.error_type == "host_memory") std::fprintf(stderr, "isorun: %s\n", printable(r.status.message).c_str());
-  else if (!o.quiet && r.program->signal) std::fprintf(stderr, "isorun: command %s\n", runner::describe(*r.program).c_str());
+  else if (!o.quiet && r.program->signal)
+    std::fprintf(stderr, "isorun: command %s\n", runner::describe(*r.program).c_str());
   return r.program->shell_code();
 }
 

@@ -15,7 +15,6 @@
 
 #include "gpu_choice.hpp"
 #include "interrupt.hpp"
-#include "memory_timeline.hpp"
 #include "isorun/alloc/config.hpp"
 #include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/errors.hpp"
@@ -30,6 +29,7 @@
 #include "isorun/sweep/html_report.hpp"
 #include "isorun/sweep/journal.hpp"
 #include "isorun/worker/task.hpp"
+#include "memory_timeline.hpp"
 
 namespace isorun::cli {
 namespace {
@@ -44,9 +44,9 @@ const worker::task_info& find_task(const std::string& name) {
     known += (known.empty() ? "" : ", ") + t->name;
     names.push_back(t->name);
   }
-  throw usage_error("unknown task '" + name + "'" + did_you_mean(name, names) + "; " +
-                    (known.empty() ? "no tasks are registered (load a library with --tasks LIB.so)"
-                                   : "registered tasks: " + known));
+  throw usage_error(
+      "unknown task '" + name + "'" + did_you_mean(name, names) + "; " +
+      (known.empty() ? "no tasks are registered (load a library with --tasks LIB.so)" : "registered tasks: " + known));
 }
 
 // --memory-timeline: the worker writes its timeline next to the page, which is drawn from it
@@ -56,7 +56,8 @@ std::string ask_for_timeline(const cli_options& o, runner::job_spec& spec) {
   check_timeline_page(o.memory_timeline);  // said before the task runs
   const std::string timeline_json = serialization::temporary_name(o.memory_timeline + ".json");
   spec.memory_timeline = fs::absolute(timeline_json).string();
-  std::string conf = spec.alloc_conf.empty() && std::getenv("ISORUN_ALLOC_CONF") ? std::getenv("ISORUN_ALLOC_CONF") : spec.alloc_conf;
+  std::string conf = spec.alloc_conf.empty() && std::getenv("ISORUN_ALLOC_CONF") ? std::getenv("ISORUN_ALLOC_CONF")
+                                                                                 : spec.alloc_conf;
   if (alloc::alloc_config::parse(conf).history == 0) conf += std::string(conf.empty() ? "" : ",") + "history:100000";
   spec.alloc_conf = conf;
   return timeline_json;
@@ -69,13 +70,16 @@ void draw_timeline(const cli_options& o, const std::string& timeline_json, const
     timeline = sweep::read_memory_timeline(timeline_json);
   } catch (const std::exception& e) {
     std::error_code ec;
-    problem = fs::exists(fs::symlink_status(timeline_json, ec)) ? std::string(e.what())
-                                                                : "the worker ended before writing it (" + out.describe() + ")";
+    problem = fs::exists(fs::symlink_status(timeline_json, ec))
+                  ? std::string(e.what())
+                  : "the worker ended before writing it (" + out.describe() + ")";
   }
   std::error_code ec;
   fs::remove(timeline_json, ec);
   if (!problem.empty()) std::fprintf(stderr, "isorun: no memory timeline: %s\n", printable(problem).c_str());
-  else write_timeline_page(o.memory_timeline, timeline, o.task + " on " + out.device + ": " + std::string(to_string(out.kind)), o.quiet);
+  else
+    write_timeline_page(o.memory_timeline, timeline,
+                        o.task + " on " + out.device + ": " + std::string(to_string(out.kind)), o.quiet);
 }
 
 // The result on stdout (or the whole record, with --json) and the summary on stderr.
@@ -88,17 +92,22 @@ int report(const cli_options& o, const runner::job_result& r) {
     json parsed = parse_bounded_json(text_result, &too_deep);
     if (parsed.is_discarded() || !parsed.is_object() || !parsed.contains("result")) {
       if (too_deep)
-        std::fprintf(stderr, "isorun: %s: worker result is nested deeper than %d levels\n", o.task.c_str(), max_json_depth);
-      else
-        std::fprintf(stderr, "isorun: %s: worker result is not valid JSON\n", o.task.c_str());
+        std::fprintf(stderr, "isorun: %s: worker result is nested deeper than %d levels\n", o.task.c_str(),
+                     max_json_depth);
+      else std::fprintf(stderr, "isorun: %s: worker result is not valid JSON\n", o.task.c_str());
       return exit_code(outcome_kind::invalid_result);
     }
     result = parsed["result"];
   }
   if (o.json) {
-    json record = {{"task", o.task}, {"outcome", to_string(out.kind)}, {"exit_code", exit_code(out.kind)},
-                   {"device", out.device}, {"wall_ms", out.wall.count() / 1e6}, {"run_ms", out.run.count() / 1e6},
-                   {"peak_allocated", out.peak_allocated}, {"peak_reserved", out.peak_reserved}};
+    json record = {{"task", o.task},
+                   {"outcome", to_string(out.kind)},
+                   {"exit_code", exit_code(out.kind)},
+                   {"device", out.device},
+                   {"wall_ms", out.wall.count() / 1e6},
+                   {"run_ms", out.run.count() / 1e6},
+                   {"peak_allocated", out.peak_allocated},
+                   {"peak_reserved", out.peak_reserved}};
     if (out.host_memory_peak) record["host_memory_peak"] = out.host_memory_peak;
     if (out.ok()) record["result"] = result;
     else {
@@ -128,7 +137,8 @@ std::atomic<runner::job*> running{nullptr};  // what interrupt_scope stops
 int run_task(const cli_options& o, const std::vector<std::string>& libs) {
   const worker::task_info& task = find_task(o.task);
   const std::string text = runner::arguments::build_task_args(task, o.params).dump();
-  runner::job_spec spec = runner::job_spec_for(task.name, serialization::encoding::json, blob(text.data(), text.size()), pick_gpus(o),
+  runner::job_spec spec = runner::job_spec_for(task.name, serialization::encoding::json, blob(text.data(), text.size()),
+                                               pick_gpus(o),
                                                {.mem_limit = o.mem_limit,
                                                 .host_mem_limit = o.host_mem_limit,
                                                 .timeout = o.timeout,

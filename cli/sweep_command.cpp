@@ -26,7 +26,8 @@ sweep::sweep_spec read_spec(const cli_options& o) {
   const std::string& first = o.sweep.target;
   const auto& grid = o.sweep.grid;
   if (!o.command.empty()) {
-    if (!first.empty()) throw usage_error("sweep " + first + " -- CMD: give a spec, a TASK or a command after --, not two");
+    if (!first.empty())
+      throw usage_error("sweep " + first + " -- CMD: give a spec, a TASK or a command after --, not two");
     if (grid.empty()) throw usage_error("sweep -- CMD: give its parameters with --grid key=v1,v2");
     return sweep::spec_from_grid(o.command, grid);
   }
@@ -101,7 +102,8 @@ sweep::sweep_options run_options(const cli_options& o, const std::vector<std::st
   return ro;
 }
 
-int summarize(const cli_options& o, const sweep::sweep_spec& s, const sweep::sweep_summary& summary, const std::string& where) {
+int summarize(const cli_options& o, const sweep::sweep_spec& s, const sweep::sweep_summary& summary,
+              const std::string& where) {
   if (!o.sweep.node.empty()) return summary.failed || summary.interrupted ? 1 : 0;  // the submitter reports
   if (summary.detached) {
     std::string jobs;

@@ -17,7 +17,10 @@ int list_tasks(const cli_options& o) {
   if (o.json) {
     json out = json::array();
     for (auto* t : tasks)
-      out.push_back({{"name", t->name}, {"arguments", t->arg_types}, {"result", t->result_type}, {"parameters", runner::arguments::task_parameters(*t)}});
+      out.push_back({{"name", t->name},
+                     {"arguments", t->arg_types},
+                     {"result", t->result_type},
+                     {"parameters", runner::arguments::task_parameters(*t)}});
     std::cout << out.dump(2) << "\n";
     return 0;
   }
@@ -30,7 +33,8 @@ int list_tasks(const cli_options& o) {
     for (std::size_t i = 0; i < t->arg_types.size(); ++i) kinds += (i ? ", " : "") + t->arg_types[i];
     std::cout << t->name << "(" << kinds << ") -> " << t->result_type << "\n";
     const json params = runner::arguments::task_parameters(*t);
-    for (auto it = params.begin(); it != params.end(); ++it) std::cout << "    " << it.key() << "=" << it.value().dump() << "\n";
+    for (auto it = params.begin(); it != params.end(); ++it)
+      std::cout << "    " << it.key() << "=" << it.value().dump() << "\n";
   }
   return 0;
 }

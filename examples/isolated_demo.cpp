@@ -38,7 +38,7 @@ isorun::blob ramp(std::uint64_t n) {
   std::vector<float> host(n);
   std::iota(host.begin(), host.end(), 0.0f);
   out.copy_from_host(host.data(), n * sizeof(float));  // on a GPU, kernels would write it
-  return w.device_result(out);  // streamed to the caller: return it as the whole result
+  return w.device_result(out);                         // streamed to the caller: return it as the whole result
 }
 ISORUN_TASK(ramp);
 

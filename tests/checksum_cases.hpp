@@ -29,8 +29,9 @@ inline checksum_tally check_chunk_checksums(isorun::alloc::backend& memory, cons
   checksum_tally t;
   for (const std::size_t header_bytes : {0, 1, 8, 16})
     for (const std::size_t shift : {0, 3, 8})
-      for (const std::size_t total : {0, 1, 3, 4, 8, 9, 16, 17, 33, 65, 97, 128, 129, 200, 240, 241, 1024, 1025, 1087,
-                                      1088, 1089, 4096 + 63, 65536, 1000003, 3 * 1048576})
+      for (const std::size_t total :
+           {0,   1,   3,   4,    8,    9,    16,   17,   33,        65,    97,      128,        129,
+            200, 240, 241, 1024, 1025, 1087, 1088, 1089, 4096 + 63, 65536, 1000003, 3 * 1048576})
         for (const std::size_t chunk : {std::size_t{1000}, std::size_t{4 << 20}}) {
           if (total < header_bytes || total - header_bytes + shift > bytes.size()) continue;
           const std::size_t n = total - header_bytes;

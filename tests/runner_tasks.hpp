@@ -30,13 +30,13 @@
 #include <vector>
 
 #include "isorun/alloc/device_buffer.hpp"
-#include "isorun/serialization/result_stream.hpp"
 #include "isorun/isorun.hpp"
-#include "isorun/runner/job.hpp"
 #include "isorun/runner/containment.hpp"
-#include "isorun/runner/process.hpp"
+#include "isorun/runner/job.hpp"
 #include "isorun/runner/launcher.hpp"
+#include "isorun/runner/process.hpp"
 #include "isorun/runner/standby.hpp"
+#include "isorun/serialization/result_stream.hpp"
 #include "isorun/serialization/segment_pool.hpp"
 #include "test_support.hpp"
 
@@ -320,7 +320,8 @@ inline std::string escapes_to_rewrite(const std::string& dir) {
       const int fd = std::stoi(entry.path().filename().string());
       std::uint64_t magic = 0;
       if (::pread(fd, &magic, sizeof magic, 0) == sizeof magic && magic == isorun::serialization::result_magic)
-        [[maybe_unused]] auto n = ::pwrite(fd, "XXXXXXXX", 8, 200);
+          [[maybe_unused]]
+        auto n = ::pwrite(fd, "XXXXXXXX", 8, 200);
     }
     ::_exit(0);
   }
@@ -339,13 +340,14 @@ inline isorun::blob escapee(const std::string& dir) {
   if (::fork() == 0) {
     ::setsid();
     ::close(left[0]);
-    ::close(left[1]);  // the worker's read returns
+    ::close(left[1]);                   // the worker's read returns
     { std::ifstream go(dir + "/go"); }  // blocks until the test opens it
     int refused = 0, changed = 0;
     for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
       const int fd = std::stoi(entry.path().filename().string());
       std::uint64_t magic = 0;
-      if (::pread(fd, &magic, sizeof magic, 0) != sizeof magic || magic != isorun::serialization::result_magic) continue;
+      if (::pread(fd, &magic, sizeof magic, 0) != sizeof magic || magic != isorun::serialization::result_magic)
+        continue;
       const char x = 'X';
       (::pwrite(fd, &x, 1, 100) == 1 ? changed : refused) += 1;
       void* m = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

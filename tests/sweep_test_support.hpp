@@ -4,11 +4,11 @@
 #include <catch2/catch.hpp>
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
-#include <sys/inotify.h>
-#include <fcntl.h>
 #include <signal.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,7 +31,6 @@
 namespace fs = std::filesystem;
 namespace sw = isorun::sweep;
 using nlohmann::json;
-
 
 inline std::string temp_dir() {
   char dir[] = "/tmp/isorun-sweep-test-XXXXXX";
@@ -112,8 +111,8 @@ inline std::string step_spec(int n, const std::string& log, const std::string& o
   return s + "]\n  log: \"" + log + "\"\nresources: {cpu_slots: 1}\nout: \"" + out + "\"\n";
 }
 
-
-inline isorun::test::captured sweep_cli(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+inline isorun::test::captured sweep_cli(const std::vector<std::string>& args,
+                                        const std::vector<std::string>& env = {}) {
   std::vector<std::string> a = {"--tasks", SWEEP_TEST_TASKS};
   a.insert(a.end(), args.begin(), args.end());
   return isorun::test::run_captured(ISORUN_CLI, a, env);
@@ -129,7 +128,6 @@ inline bool read_until(int fd, const std::string& text, std::string& seen) {
   }
   return true;
 }
-
 
 // A python3 that has NumPy (the PATH's, or Debian's), for the Python example; "" if none.
 inline std::string python_with_numpy() {
@@ -148,8 +146,6 @@ inline json read_journal(const fs::path& file) {
   }
   return by_id;
 }
-
-
 
 // How many times `what` occurs in `text`.
 inline std::size_t occurrences(const std::string& text, const std::string& what) {

@@ -17,7 +17,8 @@ using namespace isorun::literals;
 namespace {
 
 std::shared_ptr<admission> one_gpu_of(std::uint64_t bytes, std::size_t cpu_slots = 2) {
-  isorun::runner::gpu_info g{.index = 0, .uuid = "GPU-sim-0", .total_memory = bytes, .free_memory = bytes, .simulated = true};
+  isorun::runner::gpu_info g{
+      .index = 0, .uuid = "GPU-sim-0", .total_memory = bytes, .free_memory = bytes, .simulated = true};
   return std::make_shared<admission>(admission::limits{.gpus = {g}, .cpu_slots = cpu_slots, .name = "the test"});
 }
 
@@ -55,8 +56,10 @@ TEST_CASE("admission puts no more caps on a GPU than its memory, and admits the 
 
 TEST_CASE("a call that can never fit is refused at once, saying why", "[runner][admission]") {
   auto a = one_gpu_of(16_GiB, 2);
-  CHECK_THROWS_WITH(a->enqueue(on_gpu0(20_GiB)), Catch::Contains("exceeds GPU 0") && Catch::Contains("lower mem_limit"));
-  CHECK_THROWS_WITH(a->enqueue({.gpus = {3}, .mem_limit = 1_GiB}), Catch::Contains("GPU 3 is not one of the test's GPUs (0)"));
+  CHECK_THROWS_WITH(a->enqueue(on_gpu0(20_GiB)),
+                    Catch::Contains("exceeds GPU 0") && Catch::Contains("lower mem_limit"));
+  CHECK_THROWS_WITH(a->enqueue({.gpus = {3}, .mem_limit = 1_GiB}),
+                    Catch::Contains("GPU 3 is not one of the test's GPUs (0)"));
   CHECK_THROWS_WITH(a->enqueue({.gpu_count = 2, .mem_limit = 1_GiB}), Catch::Contains("2 GPUs asked for"));
   CHECK_THROWS_WITH(a->enqueue({.cpus = 3}), Catch::Contains("3 CPU slots") && Catch::Contains("2 CPU slots"));
   CHECK(a->waiting() == 0);
@@ -116,7 +119,7 @@ TEST_CASE("any N GPUs go to the freest; a whole GPU for a call without a cap", "
   auto a = std::make_shared<admission>(admission::limits{.gpus = two, .cpu_slots = 1});
   auto on0 = a->admit({.gpus = {0}, .mem_limit = 10_GiB});
   auto any = a->admit({.gpu_count = 1, .mem_limit = 4_GiB});
-  CHECK(any->gpus().front().index == 1);  // the freer one
+  CHECK(any->gpus().front().index == 1);   // the freer one
   auto whole = a->enqueue({.gpus = {1}});  // no cap: GPU 1 to itself, once it is empty
   CHECK_FALSE(admitted(whole));
   any.reset();

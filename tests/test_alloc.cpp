@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "checksum_cases.hpp"
 #include "isorun/alloc/caching_allocator.hpp"
 #include "isorun/alloc/config.hpp"
 #include "isorun/alloc/cuda_module.hpp"
@@ -22,7 +23,6 @@
 #include "isorun/alloc/host_backend.hpp"
 #include "isorun/alloc/simulated_device.hpp"
 #include "isorun/alloc/std_adaptor.hpp"
-#include "checksum_cases.hpp"
 
 using namespace isorun::alloc;
 constexpr std::size_t MiB = 1 << 20;
@@ -248,7 +248,8 @@ TEST_CASE("expandable maps pages on demand and never strands freed pages", "[all
   CHECK(e.device.used() == 0);
 }
 
-TEST_CASE("expandable maps each run of missing pages in one call, and waits for the stream before unmapping", "[alloc]") {
+TEST_CASE("expandable maps each run of missing pages in one call, and waits for the stream before unmapping",
+          "[alloc]") {
   fixture f(64 * MiB, "strategy:expandable");
   auto maps = [&] { return f.alloc.stats().num_backend_allocs; };
   void* a = f.alloc.allocate(8 * MiB);
@@ -374,7 +375,8 @@ TEST_CASE("bad input gets a specific error", "[alloc]") {
   CHECK_THROWS_AS(f.alloc.deallocate(&local), std::invalid_argument);
   CHECK_THROWS_AS(f.alloc.record_stream(&local, 1), std::invalid_argument);
   host_backend d(1ULL << 30);
-  CHECK_THROWS_WITH(caching_allocator(std::make_unique<shared_host>(&d), 1 * MiB), Catch::Contains("cannot hold a single 2 MiB"));
+  CHECK_THROWS_WITH(caching_allocator(std::make_unique<shared_host>(&d), 1 * MiB),
+                    Catch::Contains("cannot hold a single 2 MiB"));
   CHECK_THROWS_WITH(caching_allocator(std::make_unique<shared_host>(&d), 8 * MiB, alloc_config::parse("reserve_mb:8")),
                     Catch::Contains("leaves nothing"));
   f.alloc.check_invariants();
@@ -492,14 +494,18 @@ TEST_CASE("simulated device: a copy checks which side each pointer is on", "[all
   std::vector<char> host(4096);
   auto& be = f.alloc.memory();
   // A host pointer where a device pointer belongs, and the reverse: what cudaMemcpy rejects.
-  CHECK_THROWS_WITH(be.copy(host.data(), host.data(), 16, copy_kind::host_to_device), Catch::Contains("not device memory"));
-  CHECK_THROWS_WITH(be.copy(buf.data(), buf.data(), 16, copy_kind::device_to_host), Catch::Contains("is device memory"));
-  CHECK_THROWS_WITH(be.copy(buf.data(), host.data(), 16, copy_kind::device_to_device), Catch::Contains("not device memory"));
+  CHECK_THROWS_WITH(be.copy(host.data(), host.data(), 16, copy_kind::host_to_device),
+                    Catch::Contains("not device memory"));
+  CHECK_THROWS_WITH(be.copy(buf.data(), buf.data(), 16, copy_kind::device_to_host),
+                    Catch::Contains("is device memory"));
+  CHECK_THROWS_WITH(be.copy(buf.data(), host.data(), 16, copy_kind::device_to_device),
+                    Catch::Contains("not device memory"));
   CHECK_THROWS_WITH(buf.copy_from_host(host.data(), 4097), Catch::Contains("exceed"));
   CHECK_THROWS_AS(std_adaptor<int>(f.alloc), std::invalid_argument);
 }
 
-TEST_CASE("simulated device: caps, expandable pages, debug fill and capacity behave as on a GPU", "[alloc][simulated]") {
+TEST_CASE("simulated device: caps, expandable pages, debug fill and capacity behave as on a GPU",
+          "[alloc][simulated]") {
   {
     simulated_fixture f(64 * MiB, "strategy:expandable,debug_fill:0xA5");
     std::vector<device_buffer> held;
@@ -544,7 +550,8 @@ TEST_CASE("simulated device: caps, expandable pages, debug fill and capacity beh
   }
 }
 
-TEST_CASE("simulated device: chunk checksums computed where the bytes lie are libxxhash's XXH3, in every form", "[alloc][simulated]") {
+TEST_CASE("simulated device: chunk checksums computed where the bytes lie are libxxhash's XXH3, in every form",
+          "[alloc][simulated]") {
   // The simulated device runs the CUDA kernel's decomposition (chunk_checksum.hpp) on the host.
   simulated_fixture f(64 * MiB, "");
   std::mt19937_64 rng(7);
@@ -567,7 +574,8 @@ TEST_CASE("simulated device: chunk checksums computed where the bytes lie are li
   std::memcpy(expect.data() + sizeof length, bytes.data(), 100);
   CHECK(one == XXH3_64bits(expect.data(), expect.size()));
   const unsigned char header[17] = {};
-  CHECK_THROWS_WITH(buf.checksum_chunks(header, 17, 100, 4 << 20, &one), Catch::Contains("a header of 17 bytes (at most 16)"));
+  CHECK_THROWS_WITH(buf.checksum_chunks(header, 17, 100, 4 << 20, &one),
+                    Catch::Contains("a header of 17 bytes (at most 16)"));
   CHECK_THROWS_WITH(buf.checksum_chunks(header, 0, 100, 0, &one), Catch::Contains("a chunk of 0 bytes"));
   CHECK_THROWS_AS(buf.checksum_chunks(header, 0, bytes.size() + 1, 4 << 20, &one), std::out_of_range);
   CHECK_THROWS_WITH(f.alloc.memory().checksum_chunks(nullptr, 0, bytes.data(), 100, 4 << 20, &one),

@@ -32,7 +32,8 @@ isorun::test::captured capped(const std::vector<std::string>& command, const std
 }
 }  // namespace
 
-TEST_CASE("the cap fails closed: a process that cannot reach it gets no device memory, and says why", "[cap][hostile]") {
+TEST_CASE("the cap fails closed: a process that cannot reach it gets no device memory, and says why",
+          "[cap][hostile]") {
   // The library preloaded without the variables that lead to the cap (as if a program removed
   // them before starting this one without the exec wrappers).
   auto r = isorun::test::run_captured(CAP_PROBE, {"fill", "64", "direct", "info"},
@@ -45,7 +46,8 @@ TEST_CASE("the cap fails closed: a process that cannot reach it gets no device m
   CHECK(r.err.find("refused in process") == r.err.rfind("refused in process"));
 }
 
-TEST_CASE("the cap's variables are read when the library loads: unsetting them later changes nothing", "[cap][hostile]") {
+TEST_CASE("the cap's variables are read when the library loads: unsetting them later changes nothing",
+          "[cap][hostile]") {
   for (const char* name : {"ISORUN_CAP_REGION", "ISORUN_CAP_TERMS"}) {
     auto r = capped({CAP_PROBE, "unset", name, "fill", "64", "direct"});
     INFO(name << ": " << r.err);
@@ -91,8 +93,8 @@ TEST_CASE("a child started with a clean environment is capped too", "[cap][hosti
     CHECK(r.out == "filled 4 code 2\n");
   }
   SECTION("a shell that clears LD_PRELOAD before starting the program") {
-    auto r = capped({"/bin/sh", "-c", std::string("unset LD_PRELOAD ISORUN_CAP_REGION; exec ") + CAP_PROBE +
-                                          " fill 64 direct"});
+    auto r = capped(
+        {"/bin/sh", "-c", std::string("unset LD_PRELOAD ISORUN_CAP_REGION; exec ") + CAP_PROBE + " fill 64 direct"});
     INFO(r.err);
     REQUIRE(r.code == 0);
     CHECK(r.out == "filled 4 code 2\n");
@@ -108,7 +110,8 @@ TEST_CASE("more processes than the old fixed 256 slots: every one is capped", "[
 }
 
 TEST_CASE("CUDA arrays count against the cap", "[cap]") {
-  auto r = capped({CAP_PROBE, "arrays", "64", "2d", "arrays", "64", "3d", "arrays", "64", "mip", "fill", "64", "direct"});
+  auto r = capped(
+      {CAP_PROBE, "arrays", "64", "2d", "arrays", "64", "3d", "arrays", "64", "mip", "fill", "64", "direct"});
   INFO(r.err);
   REQUIRE(r.code == 0);
   // A mipmapped array of two levels holds 64 + 8 MiB: three fit under 256 MiB. Destroying the
@@ -170,9 +173,9 @@ TEST_CASE("a process that finds every slot of the cap taken gets no device memor
   // One slot, held by a live process (this one).
   cap_files files(256ULL << 20, 1);
   REQUIRE(files.ledger().claim(static_cast<std::int32_t>(::getpid()), 1) != nullptr);
-  auto r = isorun::test::run_captured(CAP_PROBE, {"fill", "64", "direct"},
-                                      {fake_driver, std::string("LD_PRELOAD=") + CAP_LIBRARY, files.region(),
-                                       files.terms()});
+  auto r = isorun::test::run_captured(
+      CAP_PROBE, {"fill", "64", "direct"},
+      {fake_driver, std::string("LD_PRELOAD=") + CAP_LIBRARY, files.region(), files.terms()});
   REQUIRE(r.code == 0);
   CHECK(r.out == "filled 0 code 2\n");
   CHECK_THAT(r.err, Catch::Contains("all 1 process slots of the cap are taken by live processes"));
@@ -186,8 +189,8 @@ TEST_CASE("a process whose region comes with its call stays within its cap until
   cap_files files(512ULL << 20, 4);
   auto r = isorun::test::run_captured(
       CAP_PROBE, {"fill", "64", "direct", "set", files.region(), "set", files.terms(), "fill", "64", "direct"},
-      {fake_driver, std::string("LD_PRELOAD=") + CAP_LIBRARY, std::string(cap::deferred_env) + "=" +
-                                                                  std::to_string(256ULL << 20)});
+      {fake_driver, std::string("LD_PRELOAD=") + CAP_LIBRARY,
+       std::string(cap::deferred_env) + "=" + std::to_string(256ULL << 20)});
   INFO(r.err);
   REQUIRE(r.code == 0);
   CHECK(r.out == "filled 4 code 2\nfilled 4 code 2\n");
@@ -202,15 +205,16 @@ TEST_CASE("a process whose region comes with its call stays within its cap until
   CHECK(closed.out == "filled 0 code 2\nfilled 0 code 2\n");
 }
 
-TEST_CASE("a process whose region comes with its call pins it when bound, before the call's code runs", "[cap][hostile]") {
+TEST_CASE("a process whose region comes with its call pins it when bound, before the call's code runs",
+          "[cap][hostile]") {
   const std::string deferred = std::string(cap::deferred_env) + "=" + std::to_string(256ULL << 20);
   // Bound right after the call's variables are set: the call's code can no longer point them
   // at files of its own, and a child it starts with a clean environment shares the region.
   cap_files files(256ULL << 20, 4);
   auto r = isorun::test::run_captured(
       CAP_PROBE,
-      {"set", files.region(), "set", files.terms(), "bind", "set", std::string(cap::region_env) + "=/nonexistent", "set",
-       std::string(cap::terms_env) + "=/nonexistent", "create", "128", "spawn-clean", "fill", "64", "direct"},
+      {"set", files.region(), "set", files.terms(), "bind", "set", std::string(cap::region_env) + "=/nonexistent",
+       "set", std::string(cap::terms_env) + "=/nonexistent", "create", "128", "spawn-clean", "fill", "64", "direct"},
       {fake_driver, std::string("LD_PRELOAD=") + CAP_LIBRARY, deferred});
   INFO(r.err);
   REQUIRE(r.code == 0);
@@ -290,14 +294,15 @@ TEST_CASE("the ledger's ring keeps the last changes, each whole, when a memory t
   cap::process_slot* a = ledger->claim(self, slots, ring);
   REQUIRE(a);
   for (int i = 1; i <= 3; ++i) CHECK(ledger->reserve(*a, 0, i << 20, 8 << 20, ring));  // 1, 2, 3 MiB held
-  CHECK_FALSE(ledger->reserve(*a, 0, 4 << 20, 8 << 20, ring));                          // 4 more: refused
+  CHECK_FALSE(ledger->reserve(*a, 0, 4 << 20, 8 << 20, ring));                         // 4 more: refused
   ledger->release(*a, 0, 2 << 20, ring);
   ledger->charge(*a, 0, 1 << 20);  // no ring: not kept
   REQUIRE(ledger->events_next.load() == 5);
   // Five written into four: the first was overwritten, the other four are there in order.
-  const std::pair<cap::memory_event::kind_t, std::uint64_t> expected[] = {
-      {cap::memory_event::held, 2 << 20}, {cap::memory_event::held, 3 << 20},
-      {cap::memory_event::refused, 4 << 20}, {cap::memory_event::released, 2 << 20}};
+  const std::pair<cap::memory_event::kind_t, std::uint64_t> expected[] = {{cap::memory_event::held, 2 << 20},
+                                                                          {cap::memory_event::held, 3 << 20},
+                                                                          {cap::memory_event::refused, 4 << 20},
+                                                                          {cap::memory_event::released, 2 << 20}};
   std::int64_t last = 0;
   for (std::uint64_t n = 1; n < 5; ++n) {
     const cap::memory_event& e = ring.at[n % events];
@@ -337,9 +342,9 @@ TEST_CASE("a context made with cuCtxCreate is counted as a primary context is", 
   // The probe starts with device 0's primary context; then a context of its own on device 1,
   // where it allocates.
   cap_files files(256ULL << 20, 4);
-  auto r = isorun::test::run_captured(CAP_PROBE, {"ctx-create", "1", "fill", "64", "direct"},
-                                      {fake_driver, std::string("LD_PRELOAD=") + CAP_LIBRARY, files.region(),
-                                       files.terms(), "ISORUN_GPU=0,1"});
+  auto r = isorun::test::run_captured(
+      CAP_PROBE, {"ctx-create", "1", "fill", "64", "direct"},
+      {fake_driver, std::string("LD_PRELOAD=") + CAP_LIBRARY, files.region(), files.terms(), "ISORUN_GPU=0,1"});
   INFO(r.err);
   REQUIRE(r.code == 0);
   CHECK(r.out == "ctx-create 1 0\nfilled 4 code 2\n");
@@ -367,8 +372,7 @@ TEST_CASE("stream-ordered pools: what a pool keeps counts, the pool still serves
                    "async-free", "trim", "0", "fill", "64", "direct"});
   INFO(r.err);
   REQUIRE(r.code == 0);
-  CHECK(r.out ==
-        "async 0\nasync-freed\nfilled 1 code 2\nasync 0\nfreed\nasync-freed\ntrimmed 0\nfilled 4 code 2\n");
+  CHECK(r.out == "async 0\nasync-freed\nfilled 1 code 2\nasync 0\nfreed\nasync-freed\ntrimmed 0\nfilled 4 code 2\n");
 }
 
 TEST_CASE("stream-ordered pools: 100,000 async allocations and frees leave the accounting exact", "[cap][pools]") {
@@ -379,8 +383,7 @@ TEST_CASE("stream-ordered pools: 100,000 async allocations and frees leave the a
   CHECK(r.out == "cycles 100000 0\ninfo 255 256\nsynced\ninfo 256 256\n");
 }
 
-TEST_CASE("memory shared by export and import, or by CUDA IPC, is counted once, to the handle that made it",
-          "[cap]") {
+TEST_CASE("memory shared by export and import, or by CUDA IPC, is counted once, to the handle that made it", "[cap]") {
   // 128 MiB made, exported and imported again, and an IPC pointer opened: the cap holds 128 MiB
   // of it, and gets it all back when the importer's handle and then the maker's are released.
   auto r = capped({CAP_PROBE, "share", "128", "fill", "64", "direct", "free", "unshare", "fill", "64", "direct"});

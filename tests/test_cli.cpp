@@ -8,10 +8,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -132,7 +132,8 @@ TEST_CASE("each outcome class has its exit code", "[cli]") {
   CHECK(slow.err.find("timed out after") != std::string::npos);
 }
 
-TEST_CASE("--host-mem-limit ends a task past it out of memory (exit 3), and a command, saying so", "[cli][host-memory]") {
+TEST_CASE("--host-mem-limit ends a task past it out of memory (exit 3), and a command, saying so",
+          "[cli][host-memory]") {
   // Where no cgroup can enforce it, the flag is refused (exit 2): the bad-input test checks that.
   // Caps with room for a sanitizer build's worker (its shadow memory and quarantine count too).
   auto probe = run(with_tasks({"-q", "--cpu", "--host-mem-limit", "512M", "filled", "arg0=1"}));
@@ -230,7 +231,8 @@ TEST_CASE("isorun gpus says how workers are contained; a supervisor killed -9 le
   auto victim = start({"--cpu", "--", "sh", "-c", "echo started; exec sleep 1000"}, chosen);
   char buf[16];
   REQUIRE(::read(victim.out, buf, sizeof buf) > 0);  // the command runs, in its cgroup
-  const std::string left = std::filesystem::path(where).parent_path() / ("isorun-" + std::to_string(victim.process.pid()));
+  const std::string left = std::filesystem::path(where).parent_path() /
+                           ("isorun-" + std::to_string(victim.process.pid()));
   CHECK(std::filesystem::exists(left));
   ::kill(victim.process.pid(), SIGKILL);
   finish(victim);
@@ -325,7 +327,8 @@ TEST_CASE("`isorun tasks` lists tasks with their signature and parameters", "[cl
 TEST_CASE("-- CMD mirrors the command's status and exports the assignment", "[cli]") {
   CHECK(run({"--cpu", "--", "sh", "-c", "exit 7"}).code == 7);
   CHECK(run({"-q", "--cpu", "--", "sh", "-c", "kill -TERM $$"}).code == 128 + SIGTERM);
-  auto env = run({"--gpu", "1", "--mem-limit", "1G", "--", "sh", "-c", "echo $CUDA_VISIBLE_DEVICES $CUDA_DEVICE_ORDER $ISORUN_MEM_LIMIT"},
+  auto env = run({"--gpu", "1", "--mem-limit", "1G", "--", "sh", "-c",
+                  "echo $CUDA_VISIBLE_DEVICES $CUDA_DEVICE_ORDER $ISORUN_MEM_LIMIT"},
                  {"ISORUN_SIMULATE_GPUS=2x16G"});
   CHECK(env.code == 0);
   CHECK(env.out == "GPU-sim-1 PCI_BUS_ID 1073741824\n");
@@ -334,7 +337,8 @@ TEST_CASE("-- CMD mirrors the command's status and exports the assignment", "[cl
 
 TEST_CASE("isorun runs -- CMD itself, without libisorun.so, and hands the rest to isorun-cli", "[cli][front-end]") {
   // The command's parent is the shim; the shim's parent is the isorun that supervises the command.
-  const auto r = run({"-q", "--cpu", "--", "sh", "-c", "p=$(cut -d' ' -f4 /proc/$PPID/stat); readlink /proc/$p/exe; cat /proc/$p/maps"});
+  const auto r = run({"-q", "--cpu", "--", "sh", "-c",
+                      "p=$(cut -d' ' -f4 /proc/$PPID/stat); readlink /proc/$p/exe; cat /proc/$p/maps"});
   REQUIRE(r.code == 0);
   CHECK(r.out.substr(0, r.out.find('\n')) == fs::canonical(ISORUN_CLI).string());
   CHECK(r.out.find("libisorun.so") == std::string::npos);
@@ -375,9 +379,10 @@ TEST_CASE("isorun runs -- CMD itself, without libisorun.so, and hands the rest t
   fs::create_directories(spaced / "lib");
   fs::copy_file(ISORUN_CLI, spaced / "bin" / "isorun");
   const fs::path lib = fs::path(ISORUN_CLI).parent_path().parent_path() / "lib";
-  for (const char* program : {"isorun-cli", "isorun-command-shim"}) fs::create_symlink(lib / program, spaced / "lib" / program);
-  const auto spaced_run =
-      isorun::test::run_captured(loader, {(spaced / "bin" / "isorun").string(), "-q", "--cpu", "--", "echo", "spaced"});
+  for (const char* program : {"isorun-cli", "isorun-command-shim"})
+    fs::create_symlink(lib / program, spaced / "lib" / program);
+  const auto spaced_run = isorun::test::run_captured(
+      loader, {(spaced / "bin" / "isorun").string(), "-q", "--cpu", "--", "echo", "spaced"});
   INFO(spaced_run.err);
   CHECK(spaced_run.code == 0);
   CHECK(spaced_run.out == "spaced\n");
@@ -385,8 +390,8 @@ TEST_CASE("isorun runs -- CMD itself, without libisorun.so, and hands the rest t
 }
 
 TEST_CASE("-- CMD timeout stops the command and its children", "[cli]") {
-  auto r = run({"--cpu", "--timeout", "2s", "--grace", "100ms", "--", "sh", "-c",
-                "trap '' TERM; sleep 1000 & echo $!; wait"});
+  auto r = run(
+      {"--cpu", "--timeout", "2s", "--grace", "100ms", "--", "sh", "-c", "trap '' TERM; sleep 1000 & echo $!; wait"});
   CHECK(r.code == 124);
   const pid_t grandchild = std::stoi(r.out);
   CHECK(isorun::test::process_gone(grandchild));
@@ -434,10 +439,11 @@ TEST_CASE("a full /dev/shm does not matter: results pass through anonymous memor
     WARN("cannot make a mount namespace here (unshare -m): the full /dev/shm check needs one");
     return;
   }
-  const std::string script = "mount -t tmpfs -o size=4k tmpfs /dev/shm && head -c 8k /dev/zero > /dev/shm/filler; "
-                             "df -k /dev/shm | tail -1 | awk '{print \"free=\" $4}' >&2; exec \"$0\" \"$@\"";
-  auto r = isorun::test::run_captured(
-      "/usr/bin/unshare", {"-m", "sh", "-c", script, ISORUN_CLI, "--tasks", CLI_TEST_TASKS, "-q", "--cpu", "filled", "arg0=8"});
+  const std::string script =
+      "mount -t tmpfs -o size=4k tmpfs /dev/shm && head -c 8k /dev/zero > /dev/shm/filler; "
+      "df -k /dev/shm | tail -1 | awk '{print \"free=\" $4}' >&2; exec \"$0\" \"$@\"";
+  auto r = isorun::test::run_captured("/usr/bin/unshare", {"-m", "sh", "-c", script, ISORUN_CLI, "--tasks",
+                                                           CLI_TEST_TASKS, "-q", "--cpu", "filled", "arg0=8"});
   INFO(r.err);
   CHECK_THAT(r.err, Catch::Contains("free=0"));  // it is full
   REQUIRE(r.code == 0);
@@ -460,11 +466,13 @@ TEST_CASE("--mem-limit is enforced by the worker's allocator; OOM exits 3 with t
   auto env = run(with_tasks({"--cpu", "hog", "arg0=1"}), {"ISORUN_ALLOC_CONF=colour:red"});
   CHECK(env.code == 2);
   CHECK_THAT(env.err, Catch::Contains("ISORUN_ALLOC_CONF") && Catch::Contains("unknown key 'colour'"));
-  auto expandable = run(with_tasks({"-q", "--cpu", "--mem-limit", "64M", "--alloc-conf", "strategy:expandable", "hog", "arg0=56"}));
+  auto expandable = run(
+      with_tasks({"-q", "--cpu", "--mem-limit", "64M", "--alloc-conf", "strategy:expandable", "hog", "arg0=56"}));
   CHECK(expandable.code == 0);
 }
 
-TEST_CASE("a simulated GPU's memory is device memory: host code that touches it crashes the worker", "[cli][simulated]") {
+TEST_CASE("a simulated GPU's memory is device memory: host code that touches it crashes the worker",
+          "[cli][simulated]") {
   const std::vector<std::string> sim = {"ISORUN_SIMULATE_GPUS=1x4G"};
   auto on_gpu = run(with_tasks({"--gpu", "0", "--mem-limit", "1G", "touch_device"}), sim);
   CHECK(on_gpu.code == 4);
@@ -486,7 +494,8 @@ TEST_CASE("the examples' tasks run on a simulated GPU", "[cli][simulated]") {
   CHECK(run({"-q", "--gpu", "0", "sum_squares", "arg0=10"}, sim).code == 0);
   for (const char* model : {"mlp", "softmax"}) {
     INFO(model);
-    auto digits = run({"-q", "--json", "--gpu", "0", "--mem-limit", "1G", "digits", std::string("model=") + model}, sim);
+    auto digits = run({"-q", "--json", "--gpu", "0", "--mem-limit", "1G", "digits", std::string("model=") + model},
+                      sim);
     REQUIRE(digits.code == 0);
     json j = json::parse(digits.out);
     CHECK(j["result"]["device"] == "simulated:GPU-sim-0");
@@ -506,7 +515,8 @@ TEST_CASE("a GPU without a usable driver: a clear error, not a crash", "[cli]") 
   CHECK_THAT(r.err, !Catch::Contains("SIGSEGV"));
 }
 
-TEST_CASE("--gpu N looks its GPU up in the inventory cache, which a changed driver or GPU makes stale", "[cli][gpu-cache]") {
+TEST_CASE("--gpu N looks its GPU up in the inventory cache, which a changed driver or GPU makes stale",
+          "[cli][gpu-cache]") {
   // A made-up /proc/driver/nvidia for the stand-in NVML's one GPU, a cache folder of its own, and
   // a log of NVML's initialisations.
   const fs::path dir = fs::temp_directory_path() / ("isorun-gpu-cache-" + std::to_string(::getpid()));
@@ -601,7 +611,8 @@ TEST_CASE("every documented exit code, and the messages that go with the rough e
   // An oversized result is an invalid result (5), not the task's error.
   auto oversized = run({"--cpu", "--max-result", "10", "hello"});
   CHECK(oversized.code == 5);
-  CHECK_THAT(oversized.err, Catch::Contains("invalid_result") && Catch::Contains("exceeds the limit of 10 bytes (--max-result)"));
+  CHECK_THAT(oversized.err,
+             Catch::Contains("invalid_result") && Catch::Contains("exceeds the limit of 10 bytes (--max-result)"));
   // isorun itself failing (here: no descriptors left for the worker's channels) is 125.
   auto internal = isorun::test::run_captured("/bin/sh", {"-c", "ulimit -n 8; exec \"$0\" --cpu hello", ISORUN_CLI});
   CHECK(internal.code == 125);
@@ -643,7 +654,8 @@ isorun::test::captured probe(std::vector<std::string> flags, const std::vector<s
 }
 }  // namespace
 
-TEST_CASE("-- CMD under --mem-limit: the driver API is capped, through dlsym and cuGetProcAddress alike", "[cli][cap]") {
+TEST_CASE("-- CMD under --mem-limit: the driver API is capped, through dlsym and cuGetProcAddress alike",
+          "[cli][cap]") {
   // Without a cap the stand-in driver's 16 GiB are all there.
   auto free_run = probe({}, {"info"});
   REQUIRE(free_run.code == 0);
@@ -653,14 +665,14 @@ TEST_CASE("-- CMD under --mem-limit: the driver API is capped, through dlsym and
                                            "free", "create", "200", "create", "100"});
   REQUIRE(r.code == 0);
   CHECK(r.out ==
-        "info 256 256\n"           // cuMemGetInfo reports the cap as the total
-        "filled 16 code 2\n"       // 16 x 16 MiB, then CUDA_ERROR_OUT_OF_MEMORY
+        "info 256 256\n"      // cuMemGetInfo reports the cap as the total
+        "filled 16 code 2\n"  // 16 x 16 MiB, then CUDA_ERROR_OUT_OF_MEMORY
         "info 0 256\n"
         "freed\n"
-        "info 256 256\n"           // freeing gives the headroom back
-        "filled 8 code 2\n"        // the same cap through a cuGetProcAddress pointer
+        "info 256 256\n"     // freeing gives the headroom back
+        "filled 8 code 2\n"  // the same cap through a cuGetProcAddress pointer
         "freed\n"
-        "create 0\n"               // cuMemCreate (PyTorch's expandable segments) counts too
+        "create 0\n"  // cuMemCreate (PyTorch's expandable segments) counts too
         "create 2\n");
   // The supervisor says, after the command, that it hit its cap, with the numbers.
   CHECK_THAT(r.err, Catch::Contains("the command reached its --mem-limit of 256.00 MiB: 3 allocations refused "
@@ -670,8 +682,9 @@ TEST_CASE("-- CMD under --mem-limit: the driver API is capped, through dlsym and
 TEST_CASE("-- CMD on several GPUs: the cap holds on each device on its own", "[cli][cap][multi-gpu]") {
   auto r = isorun::test::run_captured(
       ISORUN_CLI,
-      {"--gpus", "0,1", "--mem-limit", "256M", "--", CAP_PROBE, "fill", "64", "direct", "info", "device", "1", "info",
-       "fill", "64", "direct", "info", "create-on", "0", "64", "create-on", "1", "64", "free", "info", "create-on", "1", "64"},
+      {"--gpus",    "0,1", "--mem-limit", "256M", "--",   CAP_PROBE,   "fill", "64",        "direct", "info",
+       "device",    "1",   "info",        "fill", "64",   "direct",    "info", "create-on", "0",      "64",
+       "create-on", "1",   "64",          "free", "info", "create-on", "1",    "64"},
       {"ISORUN_SIMULATE_GPUS=2x16G", std::string("LD_LIBRARY_PATH=") + FAKE_CUDA_DIR});
   INFO(r.err);
   REQUIRE(r.code == 0);
@@ -679,10 +692,10 @@ TEST_CASE("-- CMD on several GPUs: the cap holds on each device on its own", "[c
         "filled 4 code 2\n"  // device 0 (current first): 4 x 64 MiB, then refused
         "info 0 256\n"
         "device 1 0\n"
-        "info 256 256\n"     // device 1 has its own 256 MiB
+        "info 256 256\n"  // device 1 has its own 256 MiB
         "filled 4 code 2\n"
         "info 0 256\n"
-        "create-on 2\n"      // cuMemCreate is charged to the device its properties name
+        "create-on 2\n"  // cuMemCreate is charged to the device its properties name
         "create-on 2\n"
         "freed\n"
         "info 256 256\n"
@@ -719,7 +732,8 @@ TEST_CASE("a command's memory timeline draws what the command's processes held, 
   // Another process of the command takes 96 MiB blocks until refused (two) and keeps one; this
   // one fills 64 MiB blocks: two fit, the third is refused (the last refusal) with 128 MiB held
   // here and 96 MiB there.
-  auto r = probe({"-q", "--mem-limit", "256M", "--memory-timeline", page}, {"holders", "1", "96", "fill", "64", "direct"});
+  auto r = probe({"-q", "--mem-limit", "256M", "--memory-timeline", page},
+                 {"holders", "1", "96", "fill", "64", "direct"});
   INFO(r.err);
   REQUIRE(r.code == 0);
   CHECK(r.out == "holders 1\nfilled 2 code 2\n");
@@ -757,7 +771,9 @@ TEST_CASE("a command's memory timeline draws what the command's processes held, 
 TEST_CASE("a task's message with terminal control sequences is printed with them made visible", "[cli][hostile]") {
   // OSC (set the window title), CSI (clear the screen), a carriage return that would overwrite
   // the line and a C1 CSI (U+009B); a newline and a tab stay.
-  const std::string nasty = "\x1b]0;pwned\x07\x1b[2J\rfake\xc2\x9b" "1m end\n\tnext é";
+  const std::string nasty =
+      "\x1b]0;pwned\x07\x1b[2J\rfake\xc2\x9b"
+      "1m end\n\tnext é";
   auto r = run(with_tasks({"--cpu", "fail", "arg0=" + nasty}));
   CHECK(r.code == 1);
   for (char c : {'\x1b', '\x07', '\r'}) CHECK(r.err.find(c) == std::string::npos);
@@ -793,8 +809,8 @@ TEST_CASE("--flag=value is --flag value, in a run, a -- CMD and a sweep", "[cli]
   auto after = run(with_tasks({"typed", "n=5", "--cpu", "--json"}));
   REQUIRE(after.code == 0);
   CHECK(json::parse(after.out)["result"]["n"] == 5);
-  auto cmd = run({"-q", "--gpu=1", "--mem-limit-mode=advisory", "--mem-limit=1G", "--", "sh", "-c", "echo $ISORUN_MEM_LIMIT \"$@\"",
-                  "sh", "--gpu=0", "k=v"},
+  auto cmd = run({"-q", "--gpu=1", "--mem-limit-mode=advisory", "--mem-limit=1G", "--", "sh", "-c",
+                  "echo $ISORUN_MEM_LIMIT \"$@\"", "sh", "--gpu=0", "k=v"},
                  sim);
   REQUIRE(cmd.code == 0);
   CHECK(cmd.out == "1073741824 --gpu=0 k=v\n");  // after --, the command's own words, untouched
@@ -842,9 +858,14 @@ TEST_CASE("a mistyped flag gets a did-you-mean in every command", "[cli][options
 }
 
 TEST_CASE("every command's --help fits in 100 columns", "[cli][options]") {
-  for (const std::vector<std::string>& args : {std::vector<std::string>{"--help"}, {"-h"}, {"sweep", "--help"}, {"sweep", "x.yaml", "-h"},
-                                              {"tasks", "--help"}, {"gpus", "--help"}, {"report", "--help"},
-                                              {"status", "--help"}}) {
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"--help"},
+                                               {"-h"},
+                                               {"sweep", "--help"},
+                                               {"sweep", "x.yaml", "-h"},
+                                               {"tasks", "--help"},
+                                               {"gpus", "--help"},
+                                               {"report", "--help"},
+                                               {"status", "--help"}}) {
     INFO(args[0]);
     auto r = run(args);
     CHECK(r.code == 0);
@@ -879,7 +900,8 @@ TEST_CASE("the rough edges of the command line: exit 2, what was wrong", "[cli][
       {{"sweep", "step", "--grid", "i=1", "--retry=out_of_memory=1"}, "OOM is never retried"},
       {{"--gpus=any:0", "hello"}, "any:N needs a count of 1 or more"},
       // A flag that takes a value, followed by another flag: the value is missing, not "--x".
-      {{"sweep", "hello", "--grid", "name=a", "--out", "--fail-fast"}, "--out needs a value, but '--fail-fast' follows it"},
+      {{"sweep", "hello", "--grid", "name=a", "--out", "--fail-fast"},
+       "--out needs a value, but '--fail-fast' follows it"},
       {{"--memory-timeline", "--quiet", "hello"}, "--memory-timeline needs a value, but '--quiet' follows it"},
       // A single run's options before `sweep`: said, not ignored.
       {{"--gpus", "0", "sweep", "--grid", "a=1", "--", "true"}, "--gpus before 'sweep' is an option of a single run"},
@@ -900,7 +922,8 @@ TEST_CASE("the rough edges of the command line: exit 2, what was wrong", "[cli][
 }
 
 TEST_CASE("Ctrl-C on a -- CMD is handed to the command, which ends as it chooses", "[cli][signals]") {
-  auto r = start({"--cpu", "--", "sh", "-c", "trap 'echo got INT; exit 3' INT; echo ready; sleep 1000 >/dev/null 2>&1 & wait"});
+  auto r = start(
+      {"--cpu", "--", "sh", "-c", "trap 'echo got INT; exit 3' INT; echo ready; sleep 1000 >/dev/null 2>&1 & wait"});
   std::string out;
   char buf[64];
   while (out.find("ready\n") == std::string::npos) {

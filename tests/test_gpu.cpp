@@ -23,13 +23,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checksum_cases.hpp"
 #include "isorun/isorun.hpp"
 #include "isorun/runner/gpu_inventory.hpp"
 #include "isorun/runner/launcher.hpp"
 #include "isorun/runner/process.hpp"
 #include "isorun/runner/standby.hpp"
 #include "isorun/runner/units.hpp"
-#include "checksum_cases.hpp"
 #include "test_support.hpp"
 
 using nlohmann::json;
@@ -147,8 +147,10 @@ std::vector<std::uint64_t> device_checksums(int) {
       ++declined;
       break;
     }
-    best_us = std::min<std::uint64_t>(best_us, static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                                   std::chrono::steady_clock::now() - t0).count()));
+    best_us = std::min<std::uint64_t>(
+        best_us,
+        static_cast<std::uint64_t>(
+            std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count()));
   }
   for (std::size_t c = 0; c < got.size(); ++c, ++compared)
     wrong += got[c] != (c == 0 ? first : c + 1 == got.size() ? last : middle);
@@ -197,7 +199,8 @@ TEST_CASE("the cap is --mem-limit minus the measured CUDA context, and the alloc
   CHECK(counted > 64 * MiB);  // a context is hundreds of MiB: it was measured, not left out
   CHECK(cap == (2ULL << 30) - counted);
   std::printf("gpu-check: context %llu MiB (NVML process %llu MiB, device delta %llu MiB)\n",
-              static_cast<unsigned long long>(counted / MiB), static_cast<unsigned long long>(d["context_process"].get<std::uint64_t>() / MiB),
+              static_cast<unsigned long long>(counted / MiB),
+              static_cast<unsigned long long>(d["context_process"].get<std::uint64_t>() / MiB),
               static_cast<unsigned long long>(d["context_device_delta"].get<std::uint64_t>() / MiB));
   // Within the cap every strategy succeeds; one step past it is an OOM that names the context.
   const std::uint64_t fits = (cap / MiB - 8) / 8 * 8;
@@ -252,15 +255,17 @@ TEST_CASE("GPU memory returns to its baseline after a worker exits, a kill -9 of
     WARN("built without nvcc: no CUDA helper program for the -- CMD checks");
     return;
   }
-  auto held = isorun::test::start_captured(ISORUN_CLI, {"--gpu", "0", "--", CUDA_HOLD, "1024"}, {isorun::test::real_gpus});
+  auto held = isorun::test::start_captured(ISORUN_CLI, {"--gpu", "0", "--", CUDA_HOLD, "1024"},
+                                           {isorun::test::real_gpus});
   REQUIRE(wait_ready(held.out));
   CHECK(baseline - free_memory() >= 1024 * MiB);
   ::kill(held.process.pid(), SIGKILL);
   CHECK(isorun::test::finish_captured(held).code == 128 + SIGKILL);
   expect_released(baseline, "kill -9 of isorun while a CUDA child held 1 GiB");
 
-  auto timed = isorun::test::start_captured(ISORUN_CLI, {"--gpu", "0", "--timeout", "20s", "--grace", "200ms", "--", CUDA_HOLD, "1024"},
-                                            {isorun::test::real_gpus});
+  auto timed = isorun::test::start_captured(
+      ISORUN_CLI, {"--gpu", "0", "--timeout", "20s", "--grace", "200ms", "--", CUDA_HOLD, "1024"},
+      {isorun::test::real_gpus});
   REQUIRE(wait_ready(timed.out));
   CHECK(isorun::test::finish_captured(timed).code == 124);
   expect_released(baseline, "--timeout while a CUDA child held 1 GiB");
@@ -271,9 +276,10 @@ TEST_CASE("a warm standby worker has its CUDA context before the call; an early 
   const std::uint64_t baseline = free_memory();
   const isorun::isolated_options opts{
       .gpu = 0, .mem_limit = 2048 * MiB, .standby = 1, .warm_context = true, .early_result = true};
-  auto& pool = r::standby_for(r::launch_spec_for(r::job_spec_for("warm_trivial", isorun::serialization::encoding::binary,
-                                                                 {}, {isorun::gpus().gpus.at(0)}, opts)),
-                              1);
+  auto& pool = r::standby_for(
+      r::launch_spec_for(r::job_spec_for("warm_trivial", isorun::serialization::encoding::binary, {},
+                                         {isorun::gpus().gpus.at(0)}, opts)),
+      1);
   pool.fill();
   // The waiting worker's context shows on the device before any call (polling NVML: nothing
   // signals a context's creation; a 30 s bound turns a worker that never warms into a failure).
@@ -286,7 +292,7 @@ TEST_CASE("a warm standby worker has its CUDA context before the call; an early 
   auto res = isorun::isolated(warm_trivial, opts).try_call(0);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - called).count();
   REQUIRE(res.ok());
-  CHECK(res.value() == 1);          // it did not have to create its context
+  CHECK(res.value() == 1);           // it did not have to create its context
   CHECK(res.status().exit_pending);  // handed over before the context's teardown
   std::printf("gpu-check: trivial CUDA task on a warm standby worker, early result: %.1f ms\n", ms);
   isorun::stop_standby();  // the replacement worker, warm too, is stopped
@@ -297,7 +303,8 @@ TEST_CASE("a result made on the GPU streams back whole through the page-locked r
   const std::uint64_t baseline = free_memory();
   for (const bool early : {false, true}) {
     const std::uint64_t size = 300 * MiB + 7;
-    auto r = isorun::isolated(streamed_from_gpu, {.gpu = 0, .mem_limit = 2048 * MiB, .early_result = early}).try_call(size);
+    auto r =
+        isorun::isolated(streamed_from_gpu, {.gpu = 0, .mem_limit = 2048 * MiB, .early_result = early}).try_call(size);
     REQUIRE(r.ok());
     CHECK(r.status().exit_pending == early);
     const isorun::blob& b = r.value();
@@ -366,8 +373,10 @@ TEST_CASE("the digits classifier trains on the GPU and agrees with the CPU", "[g
   CHECK(gpu["accuracy"].get<double>() >= 0.95);
   CHECK(std::abs(gpu["accuracy"].get<double>() - cpu["accuracy"].get<double>()) <= 0.02);
   CHECK(std::abs(gpu["test_loss"].get<double>() - cpu["test_loss"].get<double>()) <= 0.05);
-  std::printf("gpu-check: digits mlp accuracy GPU %.4f, CPU %.4f\n", gpu["accuracy"].get<double>(), cpu["accuracy"].get<double>());
-  auto softmax = run({"-q", "--gpu", "0", "--mem-limit", "1G", "--alloc-conf", "strategy:expandable", "digits", "model=softmax"});
+  std::printf("gpu-check: digits mlp accuracy GPU %.4f, CPU %.4f\n", gpu["accuracy"].get<double>(),
+              cpu["accuracy"].get<double>());
+  auto softmax = run(
+      {"-q", "--gpu", "0", "--mem-limit", "1G", "--alloc-conf", "strategy:expandable", "digits", "model=softmax"});
   CHECK(softmax.code == 0);
 }
 

@@ -367,14 +367,16 @@ TEST_CASE("a worker's processes cannot move into the supervisor's cgroup", "[run
   const bool escaped = !process_gone(child, 0);
   if (escaped) ::kill(child, SIGKILL);  // (not to be left behind by a failure)
   if (!may_create_cgroup_namespaces()) {
-    WARN("skipped: without CAP_SYS_ADMIN workers share this process's cgroup namespace, and a task's "
-         "child can move into the supervisor's cgroup (containment holds against accidents only)");
+    WARN(
+        "skipped: without CAP_SYS_ADMIN workers share this process's cgroup namespace, and a task's "
+        "child can move into the supervisor's cgroup (containment holds against accidents only)");
     return;
   }
   CHECK(seen == "/");  // its own cgroup is the root of all it can name
   if (!cgroup_namespaces_delegate(contained.where)) {
-    WARN("skipped: the cgroup2 file system here is mounted without nsdelegate, so the kernel lets a "
-         "process in a cgroup namespace move to a cgroup outside it");
+    WARN(
+        "skipped: the cgroup2 file system here is mounted without nsdelegate, so the kernel lets a "
+        "process in a cgroup namespace move to a cgroup outside it");
     return;
   }
   CHECK(err == ENOENT);  // the kernel refuses a move to a cgroup outside the writer's namespace

@@ -49,7 +49,8 @@ TEST_CASE("place_job: listed GPUs in PCI bus order, any N with room, and what it
   auto inv = r::gpu_inventory::simulated("16G,24G,16G,24G");
   inv.gpus[1].free_memory = 2 * GiB;  // GPU 1 is nearly full
   CHECK(indices(r::place_job(inv, {.indices = {3, 0}}, false, 8 * GiB)) == std::vector<int>{0, 3});
-  CHECK(indices(r::place_job(inv, {.count = 2}, false, 8 * GiB)) == std::vector<int>{0, 3});  // the freest: 24G, then 16G
+  CHECK(indices(r::place_job(inv, {.count = 2}, false, 8 * GiB)) ==
+        std::vector<int>{0, 3});  // the freest: 24G, then 16G
   CHECK(indices(r::place_job(inv, {.count = 3}, false, 8 * GiB)) == std::vector<int>{0, 2, 3});  // not GPU 1: no room
   CHECK(indices(r::place_job(inv, {}, true, 0)) == std::vector<int>{0});
   CHECK(r::place_job(inv, {}, false, 0).empty());
@@ -59,7 +60,8 @@ TEST_CASE("place_job: listed GPUs in PCI bus order, any N with room, and what it
   CHECK_THROWS_WITH(r::place_job(inv, {.indices = {2, 2}}, false, 0), Catch::Contains("GPU 2 is listed twice"));
   CHECK_THROWS_WITH(r::place_job(inv, {.indices = {1, 7}}, false, 0), Catch::Contains("GPU 7 does not exist"));
   // The cap is per GPU: it must fit the smallest listed one.
-  CHECK_THROWS_WITH(r::place_job(inv, {.indices = {1, 2}}, false, 20 * GiB), Catch::Contains("exceeds GPU 2's 16.00 GiB"));
+  CHECK_THROWS_WITH(r::place_job(inv, {.indices = {1, 2}}, false, 20 * GiB),
+                    Catch::Contains("exceeds GPU 2's 16.00 GiB"));
   CHECK_THROWS_AS(r::gpu_request_for({.gpu = 0, .gpus = {1}}), isorun::usage_error);
   CHECK_THROWS_WITH(r::gpu_request_for({.gpus = {1}, .gpu_count = 2}), Catch::Contains("give one of gpu"));
   CHECK(r::gpu_request_for({.gpu = 2}).indices == std::vector<int>{2});
@@ -100,8 +102,7 @@ TEST_CASE("gpu_packer serves in order: a waiting wide job holds the GPUs it wait
   CHECK_THROWS_AS(packer.acquire(3), std::invalid_argument);
 }
 
-TEST_CASE("gpu_packer, random mixes of 1-, 2- and 4-GPU jobs: no GPU over-committed, every job served",
-          "[placement]") {
+TEST_CASE("gpu_packer, random mixes of 1-, 2- and 4-GPU jobs: no GPU over-committed, every job served", "[placement]") {
   const std::vector<int> places = {2, 1, 3, 2};
   r::gpu_packer packer(slots_on(places));
   std::vector<std::atomic<int>> in_use(places.size());
@@ -152,7 +153,7 @@ TEST_CASE("gpu_packer: a 4-GPU job is served while 1-GPU jobs keep coming", "[pl
       }
     });
   until([&] { return narrow_cycles >= 100; });  // they are all busy now
-  auto wide = packer.acquire(4);  // would never return if narrow jobs could starve it
+  auto wide = packer.acquire(4);                // would never return if narrow jobs could starve it
   REQUIRE(wide);
   CHECK(wide->size() == 4);
   wide_served = true;

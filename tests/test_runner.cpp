@@ -51,7 +51,8 @@ TEST_CASE("impossible requests for several GPUs are usage errors and start nothi
                     Catch::Contains("3 GPUs asked for, but there are 2"));
   CHECK_THROWS_WITH(isorun::isolated(on_devices, {.gpus = {1, 1}})(0), Catch::Contains("GPU 1 is listed twice"));
   CHECK_THROWS_WITH(isorun::isolated(on_devices, {.gpus = {0, 2}})(0), Catch::Contains("GPU 2 does not exist"));
-  CHECK_THROWS_WITH(isorun::isolated(on_devices, {.gpus = {0, 1}, .mem_limit = 17_GiB})(0), Catch::Contains("exceeds GPU 0"));
+  CHECK_THROWS_WITH(isorun::isolated(on_devices, {.gpus = {0, 1}, .mem_limit = 17_GiB})(0),
+                    Catch::Contains("exceeds GPU 0"));
   CHECK_THROWS_WITH(isorun::isolated(on_devices, {.gpu = 0, .gpus = {1}})(0), Catch::Contains("give one of gpu"));
   CHECK(::waitpid(-1, nullptr, WNOHANG) == -1);  // no child was started
   CHECK(isorun::test::open_fds() == fds);

@@ -208,7 +208,8 @@ TEST_CASE("killing the supervisor with SIGKILL takes its workers and their child
 }
 
 namespace {
-isorun::runner::job_result run_bad_worker(const std::string& mode, const std::vector<isorun::runner::gpu_info>& gpus = {}) {
+isorun::runner::job_result run_bad_worker(const std::string& mode,
+                                          const std::vector<isorun::runner::gpu_info>& gpus = {}) {
   isorun::runner::job_spec spec;
   spec.task = "anything";
   spec.executable = ISORUN_BAD_WORKER;
@@ -352,11 +353,12 @@ TEST_CASE("10,000 trivial tasks, 64 in flight: no descriptor, memory, zombie or 
   const std::size_t grown = resident_kib() > rss ? resident_kib() - rss : 0;
   CHECK(grown < 16 * 1024);  // KiB: steady state, not a leak per task (10,000 x 2 KiB would be 20 MiB)
   WARN("load: 10,000 tasks, 64 in flight, " << static_cast<int>(10000 / seconds) << " tasks/s; fds " << fds << " -> "
-                                           << isorun::test::open_fds() << ", RSS +" << grown << " KiB");
+                                            << isorun::test::open_fds() << ", RSS +" << grown << " KiB");
 }
 
-TEST_CASE("a result segment that cannot grow (file size limit): a clear error, nothing left behind, and it works again after",
-          "[runner][faults]") {
+TEST_CASE(
+    "a result segment that cannot grow (file size limit): a clear error, nothing left behind, and it works again after",
+    "[runner][faults]") {
   // isorun's segments are anonymous memory files, never in /dev/shm; what stops one growing is
   // memory, or a file size limit, which the worker inherits. (A worker dies of SIGXFSZ by
   // default there: it must report EFBIG instead.)
@@ -396,10 +398,11 @@ TEST_CASE("the process limit is reached while a worker starts: a clear error, no
   if (::geteuid() == 0) {
     args = {"--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", exe};
     exe = "/usr/bin/setpriv";
-    if (isorun::test::run_captured(exe, {"--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/test", "-x",
-                                         ISORUN_NPROC_LIMIT}).code != 0) {
+    if (isorun::test::run_captured(
+            exe, {"--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/test", "-x", ISORUN_NPROC_LIMIT})
+            .code != 0) {
       WARN("the process-limit check runs as user nobody, who cannot reach " << ISORUN_NPROC_LIMIT
-                                                                               << " (build in a folder others can read)");
+                                                                            << " (build in a folder others can read)");
       return;
     }
   }
@@ -409,9 +412,11 @@ TEST_CASE("the process limit is reached while a worker starts: a clear error, no
   std::map<std::string, std::string> said;
   std::istringstream in(r.out);
   for (std::string line; std::getline(in, line);)
-    if (const auto colon = line.find(": "); colon != std::string::npos) said[line.substr(0, colon)] = line.substr(colon + 2);
+    if (const auto colon = line.find(": "); colon != std::string::npos)
+      said[line.substr(0, colon)] = line.substr(colon + 2);
   CHECK(said.count("started") == 0);
-  CHECK_THAT(said["refused"], Catch::Contains("cannot start") && Catch::Contains("the process limit, ulimit -u, is reached"));
+  CHECK_THAT(said["refused"],
+             Catch::Contains("cannot start") && Catch::Contains("the process limit, ulimit -u, is reached"));
   const auto fds = said["fds"];
   CHECK(fds.substr(0, fds.find(' ')) == fds.substr(fds.find(' ') + 1));
   CHECK(said["children"] == "none");

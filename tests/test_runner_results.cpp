@@ -65,8 +65,9 @@ TEST_CASE("a large blob the task returns was made where the result goes: nothing
   CHECK(intact_after_name(small, 1_MiB, 4));
 }
 
-TEST_CASE("a blob placed in the result segment keeps its bytes when another result is written there, or a child writes it",
-          "[runner]") {
+TEST_CASE(
+    "a blob placed in the result segment keeps its bytes when another result is written there, or a child writes it",
+    "[runner]") {
   const std::uint64_t size = 48_MiB;
   REQUIRE(isorun::isolated(make_pattern)(size, 1).size() == size);
   // The result is a view into the kept blob: if the kept blob were not moved out of the segment
@@ -140,10 +141,11 @@ TEST_CASE("output_blob: a result written in place in shared memory", "[runner]")
   CHECK(local.mutable_data() != nullptr);
 }
 
-TEST_CASE("device_result: a blob in device memory streams to the supervisor, into memory only it maps", "[runner][stream]") {
+TEST_CASE("device_result: a blob in device memory streams to the supervisor, into memory only it maps",
+          "[runner][stream]") {
   isorun::stop_standby();
   auto& rings = isorun::serialization::segment_pool::rings();  // kept warm between calls
-  REQUIRE(isorun::isolated(from_device)(1, 1).size() == 1);  // and the segment pool warmed up
+  REQUIRE(isorun::isolated(from_device)(1, 1).size() == 1);    // and the segment pool warmed up
   rings.clear();
   const int fds_before = isorun::test::open_fds(), shm_before = isorun::test::shm_entries();
   // Sizes around the ring's slots (8 MiB, 8 of them) and the checksum's 4 MiB chunks: one byte;

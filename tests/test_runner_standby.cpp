@@ -24,7 +24,7 @@ TEST_CASE("a standby worker serves exactly one call, and calls take standby work
     REQUIRE(waiting.size() >= 2);
     const std::string got = isorun::isolated(pid_and_calls, {.standby = 2})(0);
     const auto space = got.find(' ');
-    CHECK(got.substr(space + 1) == "1");                              // a process that ran nothing before
+    CHECK(got.substr(space + 1) == "1");                             // a process that ran nothing before
     CHECK(got.substr(0, space) == std::to_string(waiting.front()));  // the oldest waiting worker
     pids.insert(got.substr(0, space));
   }
@@ -138,8 +138,8 @@ TEST_CASE("a warm standby worker has its GPU and capped allocator ready before i
   const isorun::isolated_options warm{.gpu = 1, .mem_limit = 6_GiB, .standby = 1, .warm_context = true};
   auto launched = warm;  // as isolated() launches it: with its share of the cores as thread limits
   launched.cpus_per_call = r::admission::process().share(r::admission_request_for(warm));
-  auto probe =
-      r::job_spec_for("warm_state", isorun::serialization::encoding::binary, {}, {isorun::gpus().gpus.at(1)}, launched);
+  auto probe = r::job_spec_for("warm_state", isorun::serialization::encoding::binary, {}, {isorun::gpus().gpus.at(1)},
+                               launched);
   auto& pool = r::standby_for(r::launch_spec_for(probe), 1);  // the pool isolated() uses below
   pool.fill();
   const pid_t waiting = pool.snapshot().waiting.front();
@@ -156,8 +156,8 @@ TEST_CASE("a warm standby worker has its GPU and capped allocator ready before i
   // A worker prepared for one GPU refuses an assignment for another (the supervisor never makes
   // one; a worker checks anyway): it stops, and the job is classified, not run on the wrong GPU.
   r::local_launcher launcher;
-  auto on_gpu_0 = launcher.launch(r::launch_spec_for(r::job_spec_for(
-      "warm_state", isorun::serialization::encoding::binary, {}, {isorun::gpus().gpus.at(0)}, warm)));
+  auto on_gpu_0 = launcher.launch(r::launch_spec_for(
+      r::job_spec_for("warm_state", isorun::serialization::encoding::binary, {}, {isorun::gpus().gpus.at(0)}, warm)));
   auto spec = r::job_spec_for("warm_state", isorun::serialization::encoding::binary, isorun::detail::encode_args(0),
                               {isorun::gpus().gpus.at(1)}, warm);
   spec.stderr_echo_fd = -1;
@@ -215,7 +215,7 @@ TEST_CASE("an early result is handed over sealed: no process can change it after
   REQUIRE(::mkfifo((d + "/report").c_str(), 0600) == 0);
   auto r = isorun::isolated(escapee, {.early_result = true}).try_call(d);
   REQUIRE(r.ok());
-  CHECK(r.status().exit_pending);  // handed over on `done`, not at the exit
+  CHECK(r.status().exit_pending);   // handed over on `done`, not at the exit
   { std::ofstream go(d + "/go"); }  // the escaped process now tries its three changes
   int refused = -1, changed = -1;
   std::ifstream(d + "/report") >> refused >> changed;
@@ -340,7 +340,8 @@ TEST_CASE("after an early hand-over, the worker's request segment is reused only
   std::filesystem::remove_all(d);
 }
 
-TEST_CASE("a streamed result is handed over early with no seal: the bytes are the supervisor's already", "[runner][early][stream]") {
+TEST_CASE("a streamed result is handed over early with no seal: the bytes are the supervisor's already",
+          "[runner][early][stream]") {
   auto early = isorun::isolated(from_device, {.gpu = 0, .early_result = true}).try_call(20_MiB, 9);
   REQUIRE(early.ok());
   CHECK(early.status().exit_pending);

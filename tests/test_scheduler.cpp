@@ -20,8 +20,8 @@
 #include <utility>
 
 #include "isorun/sweep/journal.hpp"
-#include "isorun/sweep/run.hpp"
 #include "isorun/sweep/journal_writer.hpp"
+#include "isorun/sweep/run.hpp"
 #include "isorun/sweep/scheduler.hpp"
 #include "isorun/sweep/stop_source.hpp"
 #include "isorun/sweep/trial_backend.hpp"
@@ -39,13 +39,13 @@ class fake_backend final : public sw::trial_backend {
   using script = std::function<void(fake_backend&, const sw::trial&)>;
   fake_backend(std::size_t lanes, script on_start) : lanes_{lanes}, on_start_{std::move(on_start)} {}
 
-  std::vector<sw::trial> adopted;  // what begin() says already runs
+  std::vector<sw::trial> adopted;                   // what begin() says already runs
   std::vector<std::pair<std::size_t, int>> starts;  // (trial, attempt), in order
   std::vector<std::size_t> stopped;                 // stop(trial) calls
   std::size_t peak = 0;                             // most attempts running at once
   int cancel_calls = 0;
   bool finished = false;
-  outcome_kind stop_ends_as = outcome_kind::cancelled;  // a task asking should_stop() returns: success
+  outcome_kind stop_ends_as = outcome_kind::cancelled;    // a task asking should_stop() returns: success
   outcome_kind cancel_ends_as = outcome_kind::cancelled;  // an attempt can end otherwise as it is stopped
   json stop_result = nullptr;
 
@@ -113,7 +113,8 @@ class fake_backend final : public sw::trial_backend {
   void report(const sw::trial& t, std::int64_t step, const json& metrics) { sink_->on_report(t, step, metrics); }
 
   [[nodiscard]] int starts_of(std::size_t index) const {
-    return static_cast<int>(std::count_if(starts.begin(), starts.end(), [&](const auto& s) { return s.first == index; }));
+    return static_cast<int>(
+        std::count_if(starts.begin(), starts.end(), [&](const auto& s) { return s.first == index; }));
   }
 
  private:
@@ -178,8 +179,9 @@ ran run_sweep(const sw::sweep_spec& s, fake_backend& backend, sw::scheduler_opti
     sw::journal_store journal_store(j);
     sw::stop_source stop;
     sw::scheduler* sched_ptr = nullptr;
-    sw::journal_writer writer(store ? *store : journal_store, [](const sw::trial_record&) {},
-                              [&](std::exception_ptr e) { sched_ptr->fail(std::move(e)); });
+    sw::journal_writer writer(
+        store ? *store : journal_store, [](const sw::trial_record&) {},
+        [&](std::exception_ptr e) { sched_ptr->fail(std::move(e)); });
     std::vector<sw::new_trial> trials;
     for (std::size_t i = 0; i < s.trials.size(); ++i)
       trials.push_back({i, sw::trial_id(s.task, s.trials[i]), s.trials[i]});
@@ -274,7 +276,8 @@ fake_backend::script overlapping(std::size_t trials, std::function<outcome_kind(
 
 TEST_CASE("scheduler: keeps every lane busy, never more, and journals every trial once", "[scheduler]") {
   const auto s = spec_of(6);
-  fake_backend backend(2, overlapping(6, [](std::size_t i) { return i == 2 ? outcome_kind::crashed : outcome_kind::success; }));
+  fake_backend backend(
+      2, overlapping(6, [](std::size_t i) { return i == 2 ? outcome_kind::crashed : outcome_kind::success; }));
   const ran r = run_sweep(s, backend);
   CHECK(backend.peak == 2);
   CHECK(backend.starts.size() == 6);
@@ -305,7 +308,8 @@ TEST_CASE("scheduler: fail-fast cancels what runs and starts nothing more", "[sc
   auto s = spec_of(6);
   s.fail_fast = true;
   // Trial 2 crashes as trial 3 starts: 3 is running then, 4 and 5 are queued.
-  fake_backend backend(2, overlapping(6, [](std::size_t i) { return i == 2 ? outcome_kind::crashed : outcome_kind::success; }));
+  fake_backend backend(
+      2, overlapping(6, [](std::size_t i) { return i == 2 ? outcome_kind::crashed : outcome_kind::success; }));
   const ran r = run_sweep(s, backend);
   CHECK(backend.starts == std::vector<std::pair<std::size_t, int>>{{0, 1}, {1, 1}, {2, 1}, {3, 1}});
   CHECK(backend.cancel_calls >= 1);
@@ -346,8 +350,10 @@ TEST_CASE("scheduler: retries follow the outcome class and count attempts", "[sc
   CHECK(r.of(s, 3)->attempts == 2);
 }
 
-TEST_CASE("scheduler: out of memory is retried at factor x the cap up to max, every attempt journaled, other retries "
-          "kept", "[scheduler][retries][oom-retry]") {
+TEST_CASE(
+    "scheduler: out of memory is retried at factor x the cap up to max, every attempt journaled, other retries "
+    "kept",
+    "[scheduler][retries][oom-retry]") {
   auto s = oom_retry_spec_of(3, 2, 3 * GiB);
   s.retries = {{"crashed", 1}};
   s.fail_fast = true;  // an attempt retried at a larger cap is no failure
@@ -364,9 +370,14 @@ TEST_CASE("scheduler: out of memory is retried at factor x the cap up to max, ev
   });
   const ran r = run_sweep(s, backend);
   using start = std::tuple<std::size_t, int, std::uint64_t>;
-  CHECK(starts == std::vector<start>{{0, 1, 0}, {0, 2, 2 * GiB},                      // 1 GiB, then 2
-                                     {1, 1, 0}, {1, 2, 2 * GiB}, {1, 3, 2 * GiB},     // the crash: same cap
-                                     {2, 1, 0}, {2, 2, 2 * GiB}, {2, 3, 3 * GiB}});   // the last at max
+  CHECK(starts == std::vector<start>{{0, 1, 0},
+                                     {0, 2, 2 * GiB},  // 1 GiB, then 2
+                                     {1, 1, 0},
+                                     {1, 2, 2 * GiB},
+                                     {1, 3, 2 * GiB},  // the crash: same cap
+                                     {2, 1, 0},
+                                     {2, 2, 2 * GiB},
+                                     {2, 3, 3 * GiB}});  // the last at max
   CHECK_FALSE(r.error);
   // Journaled: each out-of-memory attempt that was retried (with its cap and the next), and each end.
   CHECK(r.journal_lines == 7);
@@ -421,7 +432,8 @@ TEST_CASE("scheduler: an attempt out of memory as the sweep stops is journaled f
   CHECK_FALSE(sw::final_record(*r.of(s, 0)));
 }
 
-TEST_CASE("scheduler: with fail-fast, an attempt that will be retried does not stop the sweep", "[scheduler][retries]") {
+TEST_CASE("scheduler: with fail-fast, an attempt that will be retried does not stop the sweep",
+          "[scheduler][retries]") {
   auto s = spec_of(3);
   s.fail_fast = true;
   s.retries = {{"crashed", 1}};
@@ -448,7 +460,9 @@ TEST_CASE("scheduler: a first result without the metric stops the sweep, saying 
     CHECK(r.journal.size() == 1);       // the result that decided is kept
   }
   SECTION("a result that has it: the sweep goes on") {
-    fake_backend backend(2, [](fake_backend& b, const sw::trial& t) { b.end(t.index, outcome_kind::success, json{{"acc", 0.9}}); });
+    fake_backend backend(2, [](fake_backend& b, const sw::trial& t) {
+      b.end(t.index, outcome_kind::success, json{{"acc", 0.9}});
+    });
     const ran r = run_sweep(s, backend);
     CHECK(r.metric_error.empty());
     CHECK(r.journal.size() == 5);
@@ -480,19 +494,24 @@ TEST_CASE("scheduler: a stop requested while the sweep is set up, before its sto
   // A Ctrl-C between the CLI's handler and the sweep's start: nothing starts, and the sweep
   // ends as stopped; the next sweep in the process starts with no request.
   const auto s = spec_of(3);
-  fake_backend backend(2, [](fake_backend& b, const sw::trial& t) { b.end(t.index, outcome_kind::success, json{{"acc", 1}}); });
+  fake_backend backend(2, [](fake_backend& b, const sw::trial& t) {
+    b.end(t.index, outcome_kind::success, json{{"acc", 1}});
+  });
   sw::request_stop();
   const ran r = run_sweep(s, backend);
   CHECK(r.stop_requests == 1);
   CHECK(backend.starts.empty());
   CHECK(r.journal_lines == 0);
-  fake_backend next(2, [](fake_backend& b, const sw::trial& t) { b.end(t.index, outcome_kind::success, json{{"acc", 1}}); });
+  fake_backend next(2, [](fake_backend& b, const sw::trial& t) {
+    b.end(t.index, outcome_kind::success, json{{"acc", 1}});
+  });
   const ran again = run_sweep(s, next);
   CHECK(again.stop_requests == 0);
   CHECK(again.journal_lines == 3);
 }
 
-TEST_CASE("scheduler: reports reach an early-stopping rule, which prunes that trial only", "[scheduler][early-stopping]") {
+TEST_CASE("scheduler: reports reach an early-stopping rule, which prunes that trial only",
+          "[scheduler][early-stopping]") {
   auto s = spec_of(3);
   s.retries["task_error"] = 3;  // (the fake ends a stopped attempt as cancelled; a pruned trial is never retried)
   std::vector<std::int64_t> steps;
@@ -504,7 +523,7 @@ TEST_CASE("scheduler: reports reach an early-stopping rule, which prunes that tr
   fake_backend backend(1, [](fake_backend& b, const sw::trial& t) {
     b.report(t, 4, {{"loss", 0.9}});
     b.report(t, 10, {{"loss", t.index == 1 ? 5.0 : 0.5}});
-    b.report(t, 11, {{"loss", 0.1}});  // (not judged for a stopped trial)
+    b.report(t, 11, {{"loss", 0.1}});                            // (not judged for a stopped trial)
     b.end(t.index, outcome_kind::success, json{{"loss", 0.1}});  // (a no-op for a stopped trial)
   });
   const ran r = run_sweep(s, backend, o);
@@ -560,7 +579,8 @@ TEST_CASE("scheduler: a record that says a later step than the reports that reac
   CHECK(r.of(s, 1)->step == 26);
 }
 
-TEST_CASE("scheduler: a trial that succeeds before the stop decision lands stays a success", "[scheduler][early-stopping]") {
+TEST_CASE("scheduler: a trial that succeeds before the stop decision lands stays a success",
+          "[scheduler][early-stopping]") {
   const auto s = spec_of(1);
   sw::scheduler_options o;
   fake_backend* b_ptr = nullptr;
@@ -609,7 +629,9 @@ TEST_CASE("scheduler: trials the backend already runs are not started again", "[
 TEST_CASE("scheduler: a journal that cannot be written stops the sweep with its error", "[scheduler]") {
   const auto s = spec_of(4);
   failing_store store;
-  fake_backend backend(1, [](fake_backend& b, const sw::trial& t) { b.end(t.index, outcome_kind::success, json{{"acc", 1}}); });
+  fake_backend backend(1, [](fake_backend& b, const sw::trial& t) {
+    b.end(t.index, outcome_kind::success, json{{"acc", 1}});
+  });
   const ran r = run_sweep(s, backend, {}, &store);
   REQUIRE(r.error);
   CHECK_THROWS_WITH(std::rethrow_exception(r.error), "disk full");

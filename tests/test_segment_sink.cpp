@@ -124,8 +124,7 @@ TEST_CASE("segment_sink places a blob at the task's offset, with the rest of its
   constexpr std::uint64_t offset = 4096, tail = 1000;
   for (const bool room_for_the_tail : {true, false}) {
     INFO((room_for_the_tail ? "the segment holds the whole payload" : "the segment holds the blob alone"));
-    ser::shm_file file =
-        ser::shm_file::create(ser::header_size + offset + 32 * MiB + (room_for_the_tail ? tail : 0));
+    ser::shm_file file = ser::shm_file::create(ser::header_size + offset + 32 * MiB + (room_for_the_tail ? tail : 0));
     const ser::shm_file same{::dup(file.fd())};
     segment_sink sink(std::move(file), 1ULL << 40);
     sink.set_placed_offset(offset);

@@ -563,7 +563,8 @@ TEST_CASE("an assignment carries its segments' descriptors; stray descriptors ar
   CHECK(std::get<ser::assign_message>(*r.message).cpus.empty());
   REQUIRE(r.fds.size() == ser::assign_fds(a));
   // The same open files, in order, close-on-exec.
-  struct stat ours {}, theirs {};
+  struct stat ours {
+  }, theirs{};
   for (int i = 0; i < 2; ++i) {
     REQUIRE(::fstat(fds[i], &ours) == 0);
     REQUIRE(::fstat(r.fds[i], &theirs) == 0);
@@ -850,10 +851,13 @@ pid_t stream_from_child(const ring_pair& r, std::uint64_t total, int out, std::u
       if (from == hashes::beforehand_wrong) known.at(1) ^= 1;
     }
     ser::stream_writer w(r.mapped, r.event);
-    const std::uint64_t sum = w.write(total, [&](std::byte* dst, std::uint64_t off, std::uint64_t n) {
-      if (off >= die_at) ::_exit(3);
-      for (std::uint64_t i = 0; i < n; ++i) dst[i] = stream_byte(off + i);
-    }, known);
+    const std::uint64_t sum = w.write(
+        total,
+        [&](std::byte* dst, std::uint64_t off, std::uint64_t n) {
+          if (off >= die_at) ::_exit(3);
+          for (std::uint64_t i = 0; i < n; ++i) dst[i] = stream_byte(off + i);
+        },
+        known);
     if (::write(out, &sum, sizeof sum) != sizeof sum) ::_exit(1);
     ::_exit(0);
   }
@@ -862,7 +866,8 @@ pid_t stream_from_child(const ring_pair& r, std::uint64_t total, int out, std::u
 
 }  // namespace
 
-TEST_CASE("a result stream crosses processes whole, through many turns of the ring, checksummed on both sides", "[stream]") {
+TEST_CASE("a result stream crosses processes whole, through many turns of the ring, checksummed on both sides",
+          "[stream]") {
   for (const hashes from : {hashes::by_cpu, hashes::beforehand}) {
     for (const std::uint64_t total : {std::uint64_t{9}, ser::ring_slot_bytes, 3 * ser::ring_bytes + 12345}) {
       INFO("total " << total << (from == hashes::by_cpu ? ", hashed by the worker's CPU" : ", hashed beforehand"));
@@ -908,7 +913,8 @@ TEST_CASE("a result stream whose worker dies midway is reported incomplete, not 
   REQUIRE(::waitpid(child, &status, 0) == child);
   CHECK(WEXITSTATUS(status) == 3);
   reader.stop_waiting();
-  CHECK_THROWS_WITH(reader.finish(), Catch::Contains("the result stream ended after") && Catch::Contains("of 104857600 bytes"));
+  CHECK_THROWS_WITH(reader.finish(),
+                    Catch::Contains("the result stream ended after") && Catch::Contains("of 104857600 bytes"));
   ::close(p[0]);
   ::close(p[1]);
 }
@@ -946,7 +952,8 @@ TEST_CASE("a result stream is checked against the worker's hashes, and its size 
     ring_pair unused;
     ser::stream_writer w(unused.mapped, unused.event);
     const std::uint64_t two[2] = {1, 2};
-    CHECK_THROWS_WITH(w.write(5 * ser::checksum_chunk, [](std::byte*, std::uint64_t, std::uint64_t) {}, two),
+    CHECK_THROWS_WITH(w.write(
+                          5 * ser::checksum_chunk, [](std::byte*, std::uint64_t, std::uint64_t) {}, two),
                       Catch::Contains("2 chunk hashes for 5 chunks"));
   }
   ring_pair r;

@@ -90,22 +90,23 @@ TEST_CASE("Slurm's settings reach sbatch as arguments; the batch script holds on
   // A space and a '%' in the output folder: as a script directive, sbatch would have split the
   // first and expanded the second.
   const fs::path out = sbatch.dir() / "out a%j";
-  const auto sub = sw::slurm::submit(settings(), out, {0, 1, 2}, {"/opt/isorun", "sweep", "it's.yaml"},
-                                     sbatch.dir(), "isorun-x");
+  const auto sub = sw::slurm::submit(settings(), out, {0, 1, 2}, {"/opt/isorun", "sweep", "it's.yaml"}, sbatch.dir(),
+                                     "isorun-x");
   CHECK(sub.job == "4242");
   CHECK(sub.batch == 1);
   const fs::path batch = out / "slurm" / "batch-1.json", script = out / "slurm" / "batch-1.sh";
   const std::vector<std::string> expected = {
-      "--parsable", "--job-name=isorun-x", "--array=0-2%2",
-      "--output=" + sbatch.dir().string() + "/out a%%j/slurm/logs/%A_%a.out", "--no-requeue", "--partition=gpu",
-      "--account=lab", "--time=1:00:00", "--gres=gpu:1", "--comment=two words; touch pwned", "--qos=long",
-      script.string()};
+      "--parsable",    "--job-name=isorun-x",
+      "--array=0-2%2", "--output=" + sbatch.dir().string() + "/out a%%j/slurm/logs/%A_%a.out",
+      "--no-requeue",  "--partition=gpu",
+      "--account=lab", "--time=1:00:00",
+      "--gres=gpu:1",  "--comment=two words; touch pwned",
+      "--qos=long",    script.string()};
   CHECK(sbatch.args() == expected);
 
   const json b = json::parse(read_all(batch));
   CHECK(b["tasks"] == json::parse("[[0], [1], [2]]"));
-  CHECK(b["sbatch"].get<std::vector<std::string>>() ==
-        std::vector<std::string>(expected.begin(), expected.end() - 1));
+  CHECK(b["sbatch"].get<std::vector<std::string>>() == std::vector<std::string>(expected.begin(), expected.end() - 1));
 
   // The script sbatch got: no directive, and two lines that are not comments, each word quoted.
   const std::string text = sbatch.script();
@@ -122,8 +123,8 @@ TEST_CASE("Slurm's settings reach sbatch as arguments; the batch script holds on
   CHECK(commands[2] ==
         "exec '/opt/isorun' 'sweep' 'it'\\''s.yaml' --node '" + batch.string() + "':\"$SLURM_ARRAY_TASK_ID\"");
   // A sweep over a command given after `--`: --node is isorun's, so it goes before the `--`.
-  const std::string over_command =
-      sw::slurm::batch_script(batch, {"/opt/isorun", "sweep", "s.yaml", "--", "train", "--node"}, sbatch.dir());
+  const std::string over_command = sw::slurm::batch_script(
+      batch, {"/opt/isorun", "sweep", "s.yaml", "--", "train", "--node"}, sbatch.dir());
   CHECK_THAT(over_command, Catch::Contains("exec '/opt/isorun' 'sweep' 's.yaml' --node '" + batch.string() +
                                            "':\"$SLURM_ARRAY_TASK_ID\" '--' 'train' '--node'\n"));
 }
@@ -140,7 +141,8 @@ TEST_CASE("a Slurm setting that could leave sbatch's options is refused before a
   CHECK_THAT(setting_problem("extra", "--wrap=id"), Catch::Contains("isorun sets itself"));
   CHECK(setting_problem("extra", "--qos=long").empty());
   // sbatch takes unambiguous abbreviations of long options (getopt_long): so are they refused.
-  for (const char* abbreviated : {"--outp=elsewhere/%a.log", "--er=elsewhere/err", "--arr=0-999", "--wra=id", "--parsa"})
+  for (const char* abbreviated :
+       {"--outp=elsewhere/%a.log", "--er=elsewhere/err", "--arr=0-999", "--wra=id", "--parsa"})
     CHECK_THAT(setting_problem("extra", abbreviated), Catch::Contains("(abbreviated), which isorun sets itself"));
   CHECK(setting_problem("extra", "--part=gpu").empty());  // --partition, not --parsable
   CHECK(setting_problem("extra", "--exclusive").empty());
@@ -237,27 +239,29 @@ TEST_CASE(
   CHECK(!fs::exists(dir / "out" / "slurm"));
 }
 
-TEST_CASE("a Slurm sweep takes each record once, and leaves no array to follow, however its records and Slurm's answers interleave",
-          "[sweep][slurm-submit]") {
+TEST_CASE(
+    "a Slurm sweep takes each record once, and leaves no array to follow, however its records and Slurm's answers interleave",
+    "[sweep][slurm-submit]") {
   // Stand-ins for Slurm's commands: sbatch runs every array task of the script, one after the
   // other, before it answers; squeue keeps listing task 0, as Slurm does while an array's tasks
   // are still ending after their trials' records were written.
   fake_sbatch slurm;
   const fs::path bin = slurm.dir();
-  std::ofstream(bin / "sbatch") << "#!/bin/sh\n"
-                                << "for last; do :; done\n"
-                                << "range=$(printf '%s\\n' \"$@\" | sed -n 's/^--array=\\([0-9]*\\)-\\([0-9]*\\).*/\\1 \\2/p')\n"
-                                << "set -- $range\n"
-                                << "k=$1\n"
-                                << "while [ \"$k\" -le \"$2\" ]; do\n"
-                                << "  SLURM_ARRAY_TASK_ID=$k sh \"$last\" > /dev/null 2>&1 || exit 1\n"
-                                << "  k=$((k + 1))\n"
-                                << "done\n"
-                                << "journal=$(dirname \"$last\")/../results.jsonl\n"
-                                << "if [ -n \"$ANSWER_LATE\" ]; then  # as an sbatch still answering when records come\n"
-                                << "  while [ \"$(cat \"$journal\" 2> /dev/null | wc -l)\" -lt 3 ]; do sleep 0.01; done\n"
-                                << "fi\n"
-                                << "echo 77\n";
+  std::ofstream(bin / "sbatch")
+      << "#!/bin/sh\n"
+      << "for last; do :; done\n"
+      << "range=$(printf '%s\\n' \"$@\" | sed -n 's/^--array=\\([0-9]*\\)-\\([0-9]*\\).*/\\1 \\2/p')\n"
+      << "set -- $range\n"
+      << "k=$1\n"
+      << "while [ \"$k\" -le \"$2\" ]; do\n"
+      << "  SLURM_ARRAY_TASK_ID=$k sh \"$last\" > /dev/null 2>&1 || exit 1\n"
+      << "  k=$((k + 1))\n"
+      << "done\n"
+      << "journal=$(dirname \"$last\")/../results.jsonl\n"
+      << "if [ -n \"$ANSWER_LATE\" ]; then  # as an sbatch still answering when records come\n"
+      << "  while [ \"$(cat \"$journal\" 2> /dev/null | wc -l)\" -lt 3 ]; do sleep 0.01; done\n"
+      << "fi\n"
+      << "echo 77\n";
   std::ofstream(bin / "squeue") << "#!/bin/sh\necho 0\n";
   std::ofstream(bin / "scontrol") << "#!/bin/sh\nexit 0\n";
   std::ofstream(bin / "scancel") << "#!/bin/sh\nexit 0\n";
@@ -265,15 +269,16 @@ TEST_CASE("a Slurm sweep takes each record once, and leaves no array to follow, 
     fs::permissions(bin / name, fs::perms::owner_all);
   const fs::path out = bin / "out";
   std::ofstream(bin / "spec.yaml") << "task: plain_number\nparams:\n  arg0: [1, 2, 3]\n"
-                                      "resources: {backend: slurm, cpu_slots: 1}\nout: \"" << out.string() << "\"\n";
+                                      "resources: {backend: slurm, cpu_slots: 1}\nout: \""
+                                   << out.string() << "\"\n";
   // Records that come after sbatch answered, and records that come while it is still answering
   // (the submitter's poller journals them first): each trial is taken once.
   for (const bool late : {false, true}) {
     INFO("sbatch answers " << (late ? "after the records are journaled" : "at once"));
     fs::remove_all(out);
-    auto r = isorun::test::run_captured(ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "sweep", (bin / "spec.yaml").string(),
-                                                     "--no-progress"},
-                                        {late ? "ANSWER_LATE=1" : "ANSWER_LATE="});
+    auto r = isorun::test::run_captured(
+        ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "sweep", (bin / "spec.yaml").string(), "--no-progress"},
+        {late ? "ANSWER_LATE=1" : "ANSWER_LATE="});
     INFO(r.err);
     REQUIRE(r.code == 0);
     CHECK_THAT(r.err, Catch::Contains("3 succeeded"));
@@ -291,36 +296,41 @@ namespace {
 // output folder), then every array task of the script, one after the other, and answers; squeue
 // lists nothing (every array has ended).
 void slurm_running_tasks_after(const fs::path& bin, const std::string& before) {
-  std::ofstream(bin / "sbatch") << "#!/bin/sh\n"
-                                << "for last; do :; done\n"
-                                << "out=$(dirname \"$last\")/..\n"
-                                << before << "\n"
-                                << "range=$(printf '%s\\n' \"$@\" | sed -n 's/^--array=\\([0-9]*\\)-\\([0-9]*\\).*/\\1 \\2/p')\n"
-                                << "set -- $range\n"
-                                << "k=$1\n"
-                                << "while [ \"$k\" -le \"$2\" ]; do\n"
-                                << "  SLURM_ARRAY_TASK_ID=$k sh \"$last\" > /dev/null 2>&1 || exit 1\n"
-                                << "  k=$((k + 1))\n"
-                                << "done\n"
-                                << "echo 77\n";
+  std::ofstream(bin / "sbatch")
+      << "#!/bin/sh\n"
+      << "for last; do :; done\n"
+      << "out=$(dirname \"$last\")/..\n"
+      << before << "\n"
+      << "range=$(printf '%s\\n' \"$@\" | sed -n 's/^--array=\\([0-9]*\\)-\\([0-9]*\\).*/\\1 \\2/p')\n"
+      << "set -- $range\n"
+      << "k=$1\n"
+      << "while [ \"$k\" -le \"$2\" ]; do\n"
+      << "  SLURM_ARRAY_TASK_ID=$k sh \"$last\" > /dev/null 2>&1 || exit 1\n"
+      << "  k=$((k + 1))\n"
+      << "done\n"
+      << "echo 77\n";
   std::ofstream(bin / "squeue") << "#!/bin/sh\nexit 0\n";
   std::ofstream(bin / "scontrol") << "#!/bin/sh\nexit 0\n";
   std::ofstream(bin / "scancel") << "#!/bin/sh\nexit 0\n";
-  for (const char* name : {"sbatch", "squeue", "scontrol", "scancel"}) fs::permissions(bin / name, fs::perms::owner_all);
+  for (const char* name : {"sbatch", "squeue", "scontrol", "scancel"})
+    fs::permissions(bin / name, fs::perms::owner_all);
 }
 }  // namespace
 
-TEST_CASE("Slurm files planted in the folder (a FIFO as a record, a link as a stop file) neither hang the "
-          "submitter nor are written through", "[sweep][slurm-submit][hostile]") {
+TEST_CASE(
+    "Slurm files planted in the folder (a FIFO as a record, a link as a stop file) neither hang the "
+    "submitter nor are written through",
+    "[sweep][slurm-submit][hostile]") {
   fake_sbatch slurm;
   const fs::path bin = slurm.dir(), out = bin / "out", victim = bin / "victim";
   SECTION("a FIFO among the records is not a record: removed, and the sweep ends") {
     // Planted before any record: the poller's look that takes the last record meets it too.
     slurm_running_tasks_after(bin, "mkdir -p \"$out/slurm/results\"; mkfifo \"$out/slurm/results/planted.json\"");
     std::ofstream(bin / "spec.yaml") << "task: plain_number\nparams:\n  arg0: [1, 2]\n"
-                                        "resources: {backend: slurm, cpu_slots: 1}\nout: \"" << out.string() << "\"\n";
-    auto r = isorun::test::run_captured(ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "sweep", (bin / "spec.yaml").string(),
-                                                     "--no-progress"});
+                                        "resources: {backend: slurm, cpu_slots: 1}\nout: \""
+                                     << out.string() << "\"\n";
+    auto r = isorun::test::run_captured(
+        ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "sweep", (bin / "spec.yaml").string(), "--no-progress"});
     INFO(r.err);
     CHECK(r.code == 0);
     CHECK_THAT(r.err, Catch::Contains("2 succeeded"));
@@ -333,8 +343,10 @@ TEST_CASE("Slurm files planted in the folder (a FIFO as a record, a link as a st
       "params: {x: [1, 2]}\nmetric: {name: loss, goal: minimize}\n"
       "scheduler: {type: asha, grace_period: 1, max_t: 100, reduction_factor: 2}\n";
   auto trial_ids = [&] {
-    std::ofstream(bin / "local.yaml") << sweep << "resources: {cpu_slots: 1}\nout: \"" << (bin / "local").string() << "\"\n";
-    REQUIRE(isorun::test::run_captured(ISORUN_CLI, {"sweep", (bin / "local.yaml").string(), "--no-progress"}).code == 0);
+    std::ofstream(bin / "local.yaml") << sweep << "resources: {cpu_slots: 1}\nout: \"" << (bin / "local").string()
+                                      << "\"\n";
+    REQUIRE(isorun::test::run_captured(ISORUN_CLI, {"sweep", (bin / "local.yaml").string(), "--no-progress"}).code ==
+            0);
     std::vector<std::string> ids;
     std::istringstream journal(read_all(bin / "local" / "results.jsonl"));
     for (std::string line; std::getline(journal, line);) ids.push_back(json::parse(line)["id"].get<std::string>());
@@ -346,7 +358,8 @@ TEST_CASE("Slurm files planted in the folder (a FIFO as a record, a link as a st
     for (const auto& id : trial_ids()) links += "; ln -s '" + victim.string() + "' \"$out/slurm/stop/" + id + "\"";
     // Every trial's stop file is a link to the victim before any report exists.
     slurm_running_tasks_after(bin, links);
-    std::ofstream(bin / "spec.yaml") << sweep << "resources: {backend: slurm, cpu_slots: 1}\nout: \"" << out.string() << "\"\n";
+    std::ofstream(bin / "spec.yaml") << sweep << "resources: {backend: slurm, cpu_slots: 1}\nout: \"" << out.string()
+                                     << "\"\n";
     auto r = isorun::test::run_captured(ISORUN_CLI, {"sweep", (bin / "spec.yaml").string(), "--no-progress"});
     INFO(r.err);
     CHECK(read_all(victim) == "precious\n");

@@ -107,7 +107,8 @@ void replay_against_reference(Rule& rule, Ref& ref, unsigned seed, int n, std::i
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> u(0, 1);
   std::vector<double> floor_(static_cast<std::size_t>(n)), rate(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) floor_[static_cast<std::size_t>(i)] = u(rng), rate[static_cast<std::size_t>(i)] = 0.5 + u(rng);
+  for (int i = 0; i < n; ++i)
+    floor_[static_cast<std::size_t>(i)] = u(rng), rate[static_cast<std::size_t>(i)] = 0.5 + u(rng);
   struct running {
     int trial;
     std::int64_t step;
@@ -132,8 +133,8 @@ void replay_against_reference(Rule& rule, Ref& ref, unsigned seed, int n, std::i
     else r.step += 1 + static_cast<std::int64_t>(u(rng) < 0.2);  // now and then a step is skipped
   }
   CHECK(decisions > n);
-  CHECK(stops > 0);       // the curves are such that some trials must stop...
-  CHECK(stops < n);       // ...and not all
+  CHECK(stops > 0);  // the curves are such that some trials must stop...
+  CHECK(stops < n);  // ...and not all
 }
 
 }  // namespace

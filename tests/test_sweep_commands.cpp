@@ -3,8 +3,10 @@
 
 #include "sweep_test_support.hpp"
 
-TEST_CASE("a command sweep: parameters in the arguments, results from the last JSON line or $ISORUN_RESULT, "
-          "logs, resume", "[sweep][command]") {
+TEST_CASE(
+    "a command sweep: parameters in the arguments, results from the last JSON line or $ISORUN_RESULT, "
+    "logs, resume",
+    "[sweep][command]") {
   const std::string dir = temp_dir(), runs = dir + "/runs";
   // Trial 2 writes its result to $ISORUN_RESULT; the others print it last, after other output.
   std::ofstream(dir + "/spec.yaml")
@@ -66,10 +68,12 @@ TEST_CASE("a command's end is classified: exit code, signal, timeout, and its ca
   CHECK(of(4)["device"] != "cpu");
   fs::remove_all(dir);
 }
-TEST_CASE("resources: host_mem_limit ends a trial past it out of memory; the others go on", "[sweep][command][host-memory]") {
+TEST_CASE("resources: host_mem_limit ends a trial past it out of memory; the others go on",
+          "[sweep][command][host-memory]") {
   const std::string dir = temp_dir();
-  std::ofstream(dir + "/spec.yaml") << "command: [python3, -c, 'b = bytearray({mib} << 20); print(\"{\\\"mib\\\": {mib}}\")']\n"
-                                    << "params:\n  mib: [8, 512]\nresources: {host_mem_limit: 64M}\nout: \"" << dir << "/out\"\n";
+  std::ofstream(dir + "/spec.yaml")
+      << "command: [python3, -c, 'b = bytearray({mib} << 20); print(\"{\\\"mib\\\": {mib}}\")']\n"
+      << "params:\n  mib: [8, 512]\nresources: {host_mem_limit: 64M}\nout: \"" << dir << "/out\"\n";
   auto r = isorun::test::run_captured(ISORUN_CLI, {"sweep", dir + "/spec.yaml", "--no-progress"});
   INFO(r.err);
   if (r.code == 2 && r.err.find("host-mem-limit cannot be enforced here") != std::string::npos) {
@@ -87,7 +91,8 @@ TEST_CASE("resources: host_mem_limit ends a trial past it out of memory; the oth
   fs::remove_all(dir);
 }
 
-TEST_CASE("a command trial under a cap on a GPU gets a memory timeline in the report", "[sweep][command][cap][timeline]") {
+TEST_CASE("a command trial under a cap on a GPU gets a memory timeline in the report",
+          "[sweep][command][cap][timeline]") {
   const std::string dir = temp_dir();
   // mode 0 holds 64 MiB and succeeds; 1 fills the 256 MiB cap in 64 MiB steps and fails.
   std::ofstream(dir + "/spec.yaml")
@@ -119,8 +124,8 @@ TEST_CASE("a command trial under a cap on a GPU gets a memory timeline in the re
   CHECK(occurrences(html, "class=\"timeline\"") == 2);  // one per trial
   CHECK_THAT(html, Catch::Contains(" · out_of_memory · mode=1</h3>"));
   // On CPU slots there is no cap on the driver to keep one: no timeline.
-  auto cpu = isorun::test::run_captured(ISORUN_CLI, {"sweep", "--grid", "i=1", "--cpu-slots", "1", "--out", dir + "/cpu",
-                                                     "--no-progress", "--", "echo", "{i}"});
+  auto cpu = isorun::test::run_captured(ISORUN_CLI, {"sweep", "--grid", "i=1", "--cpu-slots", "1", "--out",
+                                                     dir + "/cpu", "--no-progress", "--", "echo", "{i}"});
   CHECK(cpu.code == 0);
   CHECK_FALSE(read_journal(dir + "/cpu/results.jsonl").begin()->contains("timeline"));
   fs::remove_all(dir);
@@ -152,10 +157,10 @@ TEST_CASE("bad command sweeps: exit 2 with the reason, nothing started", "[sweep
     return r.code;
   };
   const std::string out = dir + "/out";
-  CHECK(code_of({"sweep", "--grid", "lr=1,2", "--out", out, "--", "echo", "{lrr}"}) == 2);       // no such parameter
+  CHECK(code_of({"sweep", "--grid", "lr=1,2", "--out", out, "--", "echo", "{lrr}"}) == 2);  // no such parameter
   CHECK(code_of({"sweep", "--grid", "lr=1,2", "--grid", "h=1", "--out", out, "--", "echo", "{lr}"}) == 2);  // h unused
   CHECK(code_of({"sweep", "--grid", "lr=1,2", "--out", out, "--", "no-such-program-here", "{lr}"}) == 2);
-  CHECK(code_of({"sweep", "--out", out, "--", "echo", "{lr}"}) == 2);  // no parameters
+  CHECK(code_of({"sweep", "--out", out, "--", "echo", "{lr}"}) == 2);                            // no parameters
   CHECK(code_of({"sweep", "step", "--grid", "lr=1", "--out", out, "--", "echo", "{lr}"}) == 2);  // a task and a command
   CHECK(code_of({"sweep", "--grid", "lr=1", "--out", out, "--"}) == 2);
   std::ofstream(dir + "/spec.yaml") << "command: [echo, \"{lr}\"]\nparams:\n  lr: [1]\n  unused: [2]\n";
@@ -177,10 +182,12 @@ TEST_CASE("the Python example sweeps train.py and ranks its trials by accuracy",
   std::stringstream text;
   text << in.rdbuf();
   std::string spec = text.str();
-  spec.replace(spec.find("[python3, examples/python/train.py"), std::string("[python3, examples/python/train.py").size(),
+  spec.replace(spec.find("[python3, examples/python/train.py"),
+               std::string("[python3, examples/python/train.py").size(),
                "[" + python + ", " + EXAMPLES_DIR + "/python/train.py");
   std::ofstream(dir + "/sweep.yaml") << spec;
-  auto r = isorun::test::run_captured(ISORUN_CLI, {"sweep", dir + "/sweep.yaml", "--out", dir + "/out", "--no-progress"});
+  auto r = isorun::test::run_captured(ISORUN_CLI,
+                                      {"sweep", dir + "/sweep.yaml", "--out", dir + "/out", "--no-progress"});
   INFO(r.err);
   REQUIRE(r.code == 0);
   const auto journal = read_journal(dir + "/out/results.jsonl");

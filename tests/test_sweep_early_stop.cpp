@@ -30,10 +30,11 @@ std::string curve_spec(const std::string& dir, const std::string& scheduler, int
                        const std::vector<double>& x = xs, const std::vector<double>& y = ys) {
   // 3 ms a step: a stop decision (a few ms) lands within a step or two of its report.
   return "command: [python3, " CURVE_SCRIPT ", --x, \"{x}\", --y, \"{y}\", --max-t, " + std::to_string(max_t) +
-         ", --sleep-ms, 3, --runs, \"" + dir + "/runs\"]\n"
+         ", --sleep-ms, 3, --runs, \"" + dir +
+         "/runs\"]\n"
          "metric: {name: loss, goal: minimize}\n" +
-         (scheduler.empty() ? "" : "scheduler: " + scheduler + "\n") + "params:\n  x: " + list(x) + "\n  y: " + list(y) +
-         "\nresources: {cpu_slots: 2}\nout: \"" + dir + "/out\"\n";
+         (scheduler.empty() ? "" : "scheduler: " + scheduler + "\n") + "params:\n  x: " + list(x) +
+         "\n  y: " + list(y) + "\nresources: {cpu_slots: 2}\nout: \"" + dir + "/out\"\n";
 }
 
 struct outcome_counts {
@@ -58,9 +59,10 @@ outcome_counts count(const fs::path& journal) {
 
 }  // namespace
 
-TEST_CASE("ASHA on learning curves finds the grid's best at a third of its steps or less; pruned trials are "
-          "journaled once, with their last step, and never rerun",
-          "[sweep][early-stopping]") {
+TEST_CASE(
+    "ASHA on learning curves finds the grid's best at a third of its steps or less; pruned trials are "
+    "journaled once, with their last step, and never rerun",
+    "[sweep][early-stopping]") {
   const std::string dir = temp_dir();
   std::ofstream(dir + "/spec.yaml") << curve_spec(dir, "{type: asha, max_t: 81, grace_period: 1, reduction_factor: 3}");
   auto r = isorun::test::run_captured(ISORUN_CLI, {"sweep", dir + "/spec.yaml", "--no-progress"});
@@ -107,8 +109,9 @@ TEST_CASE("ASHA on learning curves finds the grid's best at a third of its steps
   const auto csv = lines(dir + "/out/results.csv");
   REQUIRE(csv.size() == 82);
   CHECK_THAT(csv.front(), Catch::StartsWith("id,outcome,attempts,wall_s,device,peak_reserved,mem_limit,step,"));
-  CHECK(std::count_if(csv.begin(), csv.end(), [](const std::string& l) { return l.find(",pruned,") != std::string::npos; }) ==
-        static_cast<long>(c.pruned));
+  CHECK(std::count_if(csv.begin(), csv.end(), [](const std::string& l) {
+          return l.find(",pruned,") != std::string::npos;
+        }) == static_cast<long>(c.pruned));
 
   // The report draws the learning curves, pruned trials faded, the rungs marked, and says how
   // much of the budget was used.
@@ -242,10 +245,13 @@ TEST_CASE(
 
 TEST_CASE("--scheduler asha on the command line, with a --grid command sweep", "[sweep][early-stopping][cli]") {
   const std::string dir = temp_dir();
-  auto r = isorun::test::run_captured(
-      ISORUN_CLI, {"sweep", "--grid", "x=0,0.3,0.6,0.8", "--grid", "y=0.2,0.6,1.0", "--metric", "loss:min",
-                   "--scheduler", "asha:max_t=27,reduction_factor=3", "--out", dir + "/out", "--no-progress", "--",
-                   "python3", CURVE_SCRIPT, "--x", "{x}", "--y", "{y}", "--max-t", "27"});
+  auto r = isorun::test::run_captured(ISORUN_CLI, {"sweep",    "--grid",        "x=0,0.3,0.6,0.8",
+                                                   "--grid",   "y=0.2,0.6,1.0", "--metric",
+                                                   "loss:min", "--scheduler",   "asha:max_t=27,reduction_factor=3",
+                                                   "--out",    dir + "/out",    "--no-progress",
+                                                   "--",       "python3",       CURVE_SCRIPT,
+                                                   "--x",      "{x}",           "--y",
+                                                   "{y}",      "--max-t",       "27"});
   INFO(r.err);
   REQUIRE(r.code == 0);
   const auto c = count(dir + "/out/results.jsonl");
@@ -255,11 +261,13 @@ TEST_CASE("--scheduler asha on the command line, with a --grid command sweep", "
   fs::remove_all(dir);
 }
 
-TEST_CASE("kill -9 in the middle of an ASHA sweep, then the same command: journaled trials, pruned ones "
-          "included, are not run again, and every trial ends journaled once",
-          "[sweep][early-stopping][resume]") {
+TEST_CASE(
+    "kill -9 in the middle of an ASHA sweep, then the same command: journaled trials, pruned ones "
+    "included, are not run again, and every trial ends journaled once",
+    "[sweep][early-stopping][resume]") {
   const std::string dir = temp_dir();
-  std::ofstream(dir + "/spec.yaml") << curve_spec(dir, "{type: asha, max_t: 27, grace_period: 1, reduction_factor: 3}", 27);
+  std::ofstream(dir + "/spec.yaml") << curve_spec(dir, "{type: asha, max_t: 27, grace_period: 1, reduction_factor: 3}",
+                                                  27);
   const std::vector<std::string> args = {"sweep", dir + "/spec.yaml", "--no-progress"};
   fs::create_directories(dir + "/out");
   std::ofstream(dir + "/out/results.jsonl").flush();  // there to be watched from the start
@@ -360,9 +368,10 @@ TEST_CASE("bad early-stopping input: exit 2 before anything starts, naming the l
   fs::remove_all(dir);
 }
 
-TEST_CASE("C++ tasks report with this_worker().report(); ASHA prunes them, a task asking should_stop() stops "
-          "cleanly, and a resume reruns nothing",
-          "[sweep][early-stopping][task]") {
+TEST_CASE(
+    "C++ tasks report with this_worker().report(); ASHA prunes them, a task asking should_stop() stops "
+    "cleanly, and a resume reruns nothing",
+    "[sweep][early-stopping][task]") {
   for (const bool clean : {false, true}) {
     INFO((clean ? "the task asks should_stop()" : "the task is killed by the stop"));
     const std::string dir = temp_dir();
@@ -410,25 +419,27 @@ TEST_CASE("a report without the metric stops the sweep at once with exit 2, nami
           "[sweep][early-stopping]") {
   const std::string dir = temp_dir();
   // The curve's reports call the loss "los": the first report cannot be judged.
-  std::ofstream(dir + "/spec.yaml") << "command: [python3, " CURVE_SCRIPT ", --x, \"{x}\", --y, \"0.5\", --metric, "
+  std::ofstream(dir + "/spec.yaml") << "command: [python3, " CURVE_SCRIPT
+                                       ", --x, \"{x}\", --y, \"0.5\", --metric, "
                                        "los, --sleep-ms, 0]\nmetric: {name: loss, goal: minimize}\n"
                                        "scheduler: {type: asha, max_t: 81}\nparams: {x: [0, 0.1, 0.2, 0.3, 0.4, 0.5]}\n"
                                        "resources: {cpu_slots: 1}\nout: \""
                                     << dir << "/out\"\n";
   auto r = isorun::test::run_captured(ISORUN_CLI, {"sweep", dir + "/spec.yaml", "--no-progress"});
   CHECK(r.code == 2);
-  const std::string first = sw::trial_id(
-      "python3 " CURVE_SCRIPT " --x {x} --y 0.5 --metric los --sleep-ms 0", json{{"x", 0}});
+  const std::string first = sw::trial_id("python3 " CURVE_SCRIPT " --x {x} --y 0.5 --metric los --sleep-ms 0",
+                                         json{{"x", 0}});
   CHECK_THAT(r.err, Catch::Contains("spec.yaml: line 2") && Catch::Contains("trial " + first + " reported step 1") &&
                         Catch::Contains("without the metric 'loss'") && Catch::Contains("stopped"));
   CHECK(lines(dir + "/out/results.jsonl").empty());  // stopped at the first report: nothing finished
 }
 
 TEST_CASE("a scheduler with random search draws its trials without a grid", "[sweep][early-stopping][spec]") {
-  const auto s = sw::parse_spec("command: [echo, \"{lr}\"]\nmetric: {name: loss, goal: minimize}\n"
-                                "scheduler: {type: asha, max_t: 81}\n"
-                                "random: {count: 300, seed: 1, params: {lr: {loguniform: [1e-4, 1e-1]}}}\n",
-                                "r.yaml");
+  const auto s = sw::parse_spec(
+      "command: [echo, \"{lr}\"]\nmetric: {name: loss, goal: minimize}\n"
+      "scheduler: {type: asha, max_t: 81}\n"
+      "random: {count: 300, seed: 1, params: {lr: {loguniform: [1e-4, 1e-1]}}}\n",
+      "r.yaml");
   CHECK(s.trials.size() == 300);
   CHECK(s.early_stopping.type == "asha");
   CHECK(s.early_stopping.max_t() == 81);

@@ -45,8 +45,8 @@ TEST_CASE("a trial's deeply nested result or report line is its invalid_result, 
 
   // The same lines planted in the folder's files are ignored lines, on resume and in the report.
   std::ofstream(dir + "/out/results.jsonl", std::ios::app)
-      << "{\"id\":\"0000000000000000\",\"params\":{},\"outcome\":\"success\",\"result\":"
-      << std::string(100000, '[') << std::string(100000, ']') << "}\n";
+      << "{\"id\":\"0000000000000000\",\"params\":{},\"outcome\":\"success\",\"result\":" << std::string(100000, '[')
+      << std::string(100000, ']') << "}\n";
   std::ofstream(dir + "/out/reports.jsonl", std::ios::app)
       << "{\"trial\":\"0000000000000000\",\"step\":1,\"metrics\":" << nested(100000) << "}\n";
   auto again = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
@@ -114,7 +114,8 @@ TEST_CASE("results.csv: text cells a spreadsheet would run as formulas get a lea
   REQUIRE(r.code == 0);
   const std::string csv = read_file(dir + "/out/results.csv");
   INFO(csv);
-  for (const char* cell : {",'-2+3", ",'+1", ",'=HYPERLINK(1)", ",'@SUM(1)", ",-2,", ",a-b"}) CHECK_THAT(csv, Catch::Contains(cell));
+  for (const char* cell : {",'-2+3", ",'+1", ",'=HYPERLINK(1)", ",'@SUM(1)", ",-2,", ",a-b"})
+    CHECK_THAT(csv, Catch::Contains(cell));
   for (const char* cell : {",-2+3", ",+1,", ",=HYPERLINK", ",@SUM"}) CHECK_THAT(csv, !Catch::Contains(cell));
   fs::remove_all(dir);
 }

@@ -1,4 +1,5 @@
-// The journal and the output folder: resume after kill -9, a damaged or doubled journal, a full disk, a failing fsync, the folder lock.
+// The journal and the output folder: resume after kill -9, a damaged or doubled journal, a full disk, a failing fsync,
+// the folder lock.
 #include <catch2/catch.hpp>
 
 #include "sweep_test_support.hpp"
@@ -129,16 +130,18 @@ TEST_CASE("a journal on a full disk: the sweep stops saying so, the journal keep
   load_test_tasks();
   const std::string dir = temp_dir();
   std::ofstream(dir + "/spec.yaml") << "task: step\nparams:\n  i: {range: [0, 399], step: 1}\n"
-                                       "resources: {cpu_slots: 2}\nout: \"" << dir << "/fs/out\"\n";
-  const std::string cli = std::string(ISORUN_CLI) + " --tasks " + SWEEP_TEST_TASKS + " sweep " + dir + "/spec.yaml --no-progress";
+                                       "resources: {cpu_slots: 2}\nout: \""
+                                    << dir << "/fs/out\"\n";
+  const std::string cli = std::string(ISORUN_CLI) + " --tasks " + SWEEP_TEST_TASKS + " sweep " + dir +
+                          "/spec.yaml --no-progress";
   const std::string journal = dir + "/fs/out/results.jsonl";
   // Everything in one namespace (the tmpfs lives as long as it does): a sweep that fills the
   // disk, what it left, then the same command once there is room again.
-  const std::string script = "mkdir -p " + dir + "/fs && mount -t tmpfs -o size=48k tmpfs " + dir + "/fs && " +
-                             "{ " + cli + " 2> " + dir + "/first.err; echo first=$?; } && " +
-                             "echo lines=$(wc -l < " + journal + ") last=$(tail -c 1 " + journal + " | od -An -tx1 | tr -d ' ') && " +
-                             "mount -o remount,size=8m " + dir + "/fs && { " + cli + " > /dev/null 2>&1; echo second=$?; } && " +
-                             "echo total=$(wc -l < " + journal + ")";
+  const std::string script = "mkdir -p " + dir + "/fs && mount -t tmpfs -o size=48k tmpfs " + dir + "/fs && " + "{ " +
+                             cli + " 2> " + dir + "/first.err; echo first=$?; } && " + "echo lines=$(wc -l < " +
+                             journal + ") last=$(tail -c 1 " + journal + " | od -An -tx1 | tr -d ' ') && " +
+                             "mount -o remount,size=8m " + dir + "/fs && { " + cli +
+                             " > /dev/null 2>&1; echo second=$?; } && " + "echo total=$(wc -l < " + journal + ")";
   auto r = isorun::test::run_captured("/usr/bin/unshare", {"-m", "sh", "-c", script});
   INFO(r.out << r.err);
   REQUIRE(r.code == 0);
@@ -156,16 +159,19 @@ TEST_CASE("a journal on a full disk: the sweep stops saying so, the journal keep
   std::ifstream err(dir + "/first.err");
   const std::string said((std::istreambuf_iterator<char>(err)), {});
   CHECK_THAT(said, Catch::Contains("No space left on device"));
-  CHECK_THAT(said, Catch::Contains(std::to_string(journaled) + " trials are journaled; free space and run the same command again"));
+  CHECK_THAT(said, Catch::Contains(std::to_string(journaled) +
+                                   " trials are journaled; free space and run the same command again"));
   CHECK_THAT(said, !Catch::Contains("Ctrl-C"));
   fs::remove_all(dir);
 }
-TEST_CASE("a journal whose fsync fails: the sweep stops saying so, the journal keeps what was durable, resume loses nothing",
-          "[sweep][faults]") {
+TEST_CASE(
+    "a journal whose fsync fails: the sweep stops saying so, the journal keeps what was durable, resume loses nothing",
+    "[sweep][faults]") {
   load_test_tasks();
   const std::string dir = temp_dir();
   std::ofstream(dir + "/spec.yaml") << "task: step\nparams:\n  i: {range: [0, 199], step: 1}\n"
-                                       "resources: {cpu_slots: 2}\nout: \"" << dir << "/out\"\n";
+                                       "resources: {cpu_slots: 2}\nout: \""
+                                    << dir << "/out\"\n";
   const std::vector<std::string> args = {"--tasks", SWEEP_TEST_TASKS, "sweep", dir + "/spec.yaml", "--no-progress"};
   // The disk goes bad after the journal's fifth fsync: every later one fails with EIO.
   auto first = isorun::test::run_captured(ISORUN_CLI, args, failing_fsync("/out/results.jsonl", 5));
@@ -176,8 +182,9 @@ TEST_CASE("a journal whose fsync fails: the sweep stops saying so, the journal k
   CHECK(journaled.size() < 200);
   for (const auto& l : journaled) CHECK_NOTHROW(json::parse(l));
   CHECK_THAT(first.err, Catch::Contains("cannot make the sweep journal durable (fsync): Input/output error"));
-  CHECK_THAT(first.err, Catch::Contains(std::to_string(journaled.size()) +
-                                        " trials are journaled; check the disk (dmesg) and run the same command again"));
+  CHECK_THAT(first.err,
+             Catch::Contains(std::to_string(journaled.size()) +
+                             " trials are journaled; check the disk (dmesg) and run the same command again"));
 
   auto second = isorun::test::run_captured(ISORUN_CLI, args);
   INFO(second.err);
@@ -191,16 +198,18 @@ TEST_CASE("a journal whose fsync fails: the sweep stops saying so, the journal k
 }
 
 // ---- Sweeps over commands ----
-TEST_CASE("2,000 trials, 5% crashing and 5% timing out, the sweep killed -9 three times: each trial journaled once, "
-          "rightly", "[sweep][large][resume]") {
+TEST_CASE(
+    "2,000 trials, 5% crashing and 5% timing out, the sweep killed -9 three times: each trial journaled once, "
+    "rightly",
+    "[sweep][large][resume]") {
   const std::string dir = temp_dir(), out = dir + "/out", journal = out + "/results.jsonl";
   std::ofstream(dir + "/spec.yaml") << "task: chaos\nparams:\n  arg0: {range: [0, 1999], step: 1}\n"
                                        "resources: {cpu_slots: 2}\npolicy: {timeout: 300ms}\nout: \""
                                     << out << "\"\n";
-  const std::vector<std::string> args = {"--tasks", SWEEP_TEST_TASKS, "--grace", "50ms", "sweep", dir + "/spec.yaml",
-                                         "--no-progress"};
+  const std::vector<std::string> args = {"--tasks", SWEEP_TEST_TASKS,   "--grace",      "50ms",
+                                         "sweep",   dir + "/spec.yaml", "--no-progress"};
   fs::create_directories(out);
-  std::ofstream{journal};  // there from the start, so that its growth can be watched
+  std::ofstream{journal};                                  // there from the start, so that its growth can be watched
   for (const std::size_t kill_at : {300u, 900u, 1500u}) {  // journal lines at which the sweep is killed
     auto sweep = start_cli(args, {});
     REQUIRE(wait_for_lines(journal, kill_at));
@@ -208,7 +217,7 @@ TEST_CASE("2,000 trials, 5% crashing and 5% timing out, the sweep killed -9 thre
     sweep.reap();
   }
   auto last = start_cli(args, {});
-  CHECK(last.reap().code == 1);  // done; some trials failed
+  CHECK(last.reap().code == 1);                      // done; some trials failed
   std::map<int, std::vector<std::string>> outcomes;  // i -> every outcome journaled for it
   for (const auto& l : lines(journal)) {
     const auto j = json::parse(l);

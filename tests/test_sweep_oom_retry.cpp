@@ -38,9 +38,10 @@ std::vector<json> records(const fs::path& file) {
 
 }  // namespace
 
-TEST_CASE("oom_retry: a command that needs 1.5 GiB under a 1 GiB cap succeeds at 2 GiB; one that needs more fails "
-          "at max; both journaled per attempt, the final cap in results.csv and the report",
-          "[sweep][command][cap][oom-retry]") {
+TEST_CASE(
+    "oom_retry: a command that needs 1.5 GiB under a 1 GiB cap succeeds at 2 GiB; one that needs more fails "
+    "at max; both journaled per attempt, the final cap in results.csv and the report",
+    "[sweep][command][cap][oom-retry]") {
   const std::string dir = temp_dir(), out = dir + "/out";
   std::ofstream(dir + "/spec.yaml") << needs_memory(
       "  i: [1]\n  mib: [1536, 3000]\n  log: [\"" + dir + "/log\"]\n  gate: [\"" + dir + "/gate\"]\n",
@@ -87,7 +88,7 @@ TEST_CASE("oom_retry: a command that needs 1.5 GiB under a 1 GiB cap succeeds at
   CHECK_THAT(html, Catch::Contains(ok_id + ": reserved 1.50 GiB, allocated 0 B, cap 2.00 GiB"));
   CHECK_THAT(html, Catch::Contains("1.00 GiB (2 trials retried at larger caps, up to 2.00 GiB)"));  // the summary
   CHECK_THAT(html, Catch::Contains("\"mem_limit\""));  // the table's column
-  CHECK(occurrences(html, "2147483648") >= 2);          // each trial's row holds its final cap
+  CHECK(occurrences(html, "2147483648") >= 2);         // each trial's row holds its final cap
   // The timelines drawn are the final attempts': the one that failed at max, none at 1 GiB.
   CHECK_THAT(html, Catch::Contains("of a cap of 2.00 GiB"));
   CHECK_THAT(html, !Catch::Contains("of a cap of 1.00 GiB"));
@@ -98,7 +99,7 @@ TEST_CASE("oom_retry: a sweep stopped after an out-of-memory attempt was journal
           "[sweep][command][cap][oom-retry][resume]") {
   const std::string dir = temp_dir(), out = dir + "/out", gate = dir + "/gate", log = dir + "/log";
   REQUIRE(::mkfifo(gate.c_str(), 0600) == 0);  // the attempt at 2 GiB waits here: the sweep is stopped then
-  std::ofstream{log};                           // (watched from the start)
+  std::ofstream{log};                          // (watched from the start)
   std::ofstream(dir + "/spec.yaml") << needs_memory(
       "  i: [1]\n  mib: [1536]\n  log: [\"" + log + "\"]\n  gate: [\"" + gate + "\"]\n",
       "{gpus: [0], mem_limit: 1G, per_gpu: 1}", "{oom_retry: {factor: 2, max: 4G}}", out);
@@ -113,7 +114,8 @@ TEST_CASE("oom_retry: a sweep stopped after an out-of-memory attempt was journal
 
   // The same command again: the trial starts at 2 GiB, its second attempt, not at the spec's 1 GiB.
   fs::remove(gate);
-  auto again = isorun::test::run_captured(ISORUN_CLI, {"sweep", dir + "/spec.yaml", "--no-progress"}, simulated("1x8G"));
+  auto again = isorun::test::run_captured(ISORUN_CLI, {"sweep", dir + "/spec.yaml", "--no-progress"},
+                                          simulated("1x8G"));
   INFO(again.err);
   CHECK(again.code == 0);
   CHECK_THAT(again.err, Catch::Contains("1 trials (1 to run)"));
@@ -134,7 +136,8 @@ TEST_CASE("oom_retry: a sweep stopped after an out-of-memory attempt was journal
     std::ofstream rewrite(out + "/results.jsonl");
     for (const auto& rec : journaled) rewrite << rec.dump() << "\n";
   }
-  auto crafted = isorun::test::run_captured(ISORUN_CLI, {"sweep", dir + "/spec.yaml", "--no-progress"}, simulated("1x8G"));
+  auto crafted = isorun::test::run_captured(ISORUN_CLI, {"sweep", dir + "/spec.yaml", "--no-progress"},
+                                            simulated("1x8G"));
   INFO(crafted.err);
   CHECK(crafted.code == 0);
   CHECK(lines(log).back() == "end 1 4096");
@@ -217,7 +220,8 @@ TEST_CASE("oom_retry: a task trial under the capped allocator is retried at a la
   fs::remove_all(dir);
 }
 
-TEST_CASE("oom_retry: bad input is refused with the line or flag, exit 2, nothing started", "[sweep][errors][oom-retry]") {
+TEST_CASE("oom_retry: bad input is refused with the line or flag, exit 2, nothing started",
+          "[sweep][errors][oom-retry]") {
   const std::string dir = temp_dir(), out = dir + "/out";
   // In the spec, at its line (the lines alone: "spec errors name the YAML line").
   CHECK_THROWS_WITH(sw::parse_spec("task: t\npolicy: {oom_retry: {factor: 0.5, max: 16G}}\n", "t.yaml"),
@@ -228,8 +232,9 @@ TEST_CASE("oom_retry: bad input is refused with the line or flag, exit 2, nothin
                     Catch::Contains("line 2: oom_retry factor must be a number of at least 1.1"));
   CHECK_THROWS_WITH(sw::parse_spec("task: t\npolicy: {oom_retry: {factor: 2, max: 16G, max_attempts: 1}}\n", "t.yaml"),
                     Catch::Contains("line 2: oom_retry max_attempts must be a whole number from 2 to 1000"));
-  CHECK_THROWS_WITH(sw::parse_spec("task: t\npolicy: {oom_retry: {factor: 2, max: 16G, max_attempts: 2.5}}\n", "t.yaml"),
-                    Catch::Contains("max_attempts must be a whole number"));
+  CHECK_THROWS_WITH(
+      sw::parse_spec("task: t\npolicy: {oom_retry: {factor: 2, max: 16G, max_attempts: 2.5}}\n", "t.yaml"),
+      Catch::Contains("max_attempts must be a whole number"));
   CHECK(sw::parse_spec("task: t\npolicy: {oom_retry: {factor: 1.1, max: 16G, max_attempts: 12}}\n", "t.yaml")
             .oom_retry.max_attempts == 12);
   CHECK_THROWS_WITH(sw::parse_spec("task: t\npolicy: {oom_retry: {factor: 2, max: 16Q}}\n", "t.yaml"),
@@ -252,24 +257,36 @@ TEST_CASE("oom_retry: bad input is refused with the line or flag, exit 2, nothin
   // What needs the rest of the sweep, and the flag: exit 2 naming it, nothing created.
   const std::string base = "task: step\nparams:\n  i: [1]\n  log: [\"" + dir + "/log\"]\nout: \"" + out + "\"\n";
   const std::vector<std::tuple<std::string, std::vector<std::string>, std::string>> bad = {
-      {"resources: {cpu_slots: 1}\npolicy:\n  oom_retry: {factor: 2, max: 4G}\n", {},
+      {"resources: {cpu_slots: 1}\npolicy:\n  oom_retry: {factor: 2, max: 4G}\n",
+       {},
        "spec.yaml: line 8: oom_retry (max 4.00 GiB) retries a trial at a larger cap, and the sweep has no cap to start "
        "from; set one below max (resources: mem_limit: 2.00GiB"},
-      {"resources: {cpu_slots: 1, mem_limit: 4G}\npolicy:\n  oom_retry: {factor: 2, max: 2G}\n", {},
+      {"resources: {cpu_slots: 1, mem_limit: 4G}\npolicy:\n  oom_retry: {factor: 2, max: 2G}\n",
+       {},
        "line 8: oom_retry (max 2.00 GiB): max is not above mem_limit 4.00 GiB"},
-      {"resources: {gpus: [0], mem_limit: 1G}\npolicy:\n  oom_retry: {factor: 2, max: 12G}\n", {},
+      {"resources: {gpus: [0], mem_limit: 1G}\npolicy:\n  oom_retry: {factor: 2, max: 12G}\n",
+       {},
        "line 8: oom_retry (max 12.00 GiB): a trial at the max needs 12.00 GiB on 1 GPU, more than the sweep's GPUs "
        "have for trials (GPU 0: 6.00 GiB; free memory less room for warm standby contexts)"},
-      {"resources: {backend: slurm, mem_limit: 1G}\npolicy:\n  oom_retry: {factor: 2, max: 4G}\n", {},
+      {"resources: {backend: slurm, mem_limit: 1G}\npolicy:\n  oom_retry: {factor: 2, max: 4G}\n",
+       {},
        "line 8: oom_retry (max 4.00 GiB) runs on this machine only, not with backend: slurm"},
-      {"resources: {cpu_slots: 1, mem_limit: 1G}\n", {"--oom-retry", "2"}, "--oom-retry '2': no ':' between the factor and the max"},
-      {"resources: {cpu_slots: 1, mem_limit: 1G}\n", {"--oom-retry", "x:16G"}, "--oom-retry 'x:16G': the factor 'x' is not a number"},
+      {"resources: {cpu_slots: 1, mem_limit: 1G}\n",
+       {"--oom-retry", "2"},
+       "--oom-retry '2': no ':' between the factor and the max"},
+      {"resources: {cpu_slots: 1, mem_limit: 1G}\n",
+       {"--oom-retry", "x:16G"},
+       "--oom-retry 'x:16G': the factor 'x' is not a number"},
       {"resources: {cpu_slots: 1, mem_limit: 1G}\n", {"--oom-retry", "2:"}, "--oom-retry '2:': no max after ':'"},
       {"resources: {cpu_slots: 1, mem_limit: 1G}\n", {"--oom-retry", "1:16G"}, "the factor 1 must be at least 1.1"},
       {"resources: {cpu_slots: 1, mem_limit: 1G}\n", {"--oom-retry", "1.0000000001:16G"}, "must be at least 1.1"},
-      {"resources: {cpu_slots: 1, mem_limit: 1G}\n", {"--oom-retry", "2:16G:1"}, "the attempts '1' are not a whole number of at least 2"},
+      {"resources: {cpu_slots: 1, mem_limit: 1G}\n",
+       {"--oom-retry", "2:16G:1"},
+       "the attempts '1' are not a whole number of at least 2"},
       {"resources: {cpu_slots: 1, mem_limit: 1G}\n", {"--oom-retry", "2:16X"}, "the max '16X' is not a size"},
-      {"resources: {cpu_slots: 1}\n", {"--oom-retry", "2:16G"}, "--oom-retry (max 16.00 GiB) retries a trial at a larger cap"},
+      {"resources: {cpu_slots: 1}\n",
+       {"--oom-retry", "2:16G"},
+       "--oom-retry (max 16.00 GiB) retries a trial at a larger cap"},
   };
   for (const auto& [more, flags, said] : bad) {
     std::ofstream(dir + "/spec.yaml") << base << more;

@@ -45,7 +45,8 @@ isorun::test::captured cli(const std::vector<std::string>& args) {
 
 // A two-trial sweep of `step` on one CPU slot into `out`.
 isorun::test::captured step_sweep(const std::string& out, const std::vector<std::string>& more = {}) {
-  std::vector<std::string> args = {"sweep", "step", "--grid", "i=1,2", "--cpu-slots", "1", "--out", out, "--no-progress"};
+  std::vector<std::string> args = {"sweep", "step",  "--grid", "i=1,2",        "--cpu-slots",
+                                   "1",     "--out", out,      "--no-progress"};
   args.insert(args.end(), more.begin(), more.end());
   return cli(args);
 }
@@ -67,24 +68,41 @@ std::vector<std::string> temporaries(const fs::path& dir, const std::string& exc
 // journal's lines as given.
 void crafted_folder(const fs::path& out, const std::vector<json>& records) {
   fs::create_directories(out / "logs");
-  write_file(out / "sweep.json", json{{"task", "t"}, {"subject", "t"}, {"trials", records.size()},
-                                      {"runs", {{{"run", 1}, {"slots", {{{"index", 0}, {"device", "cpu"}}, {{"index", 1}, {"device", "cpu"}}}}, {"wall_s", 2.0}}}}}
-                                         .dump());
+  write_file(out / "sweep.json",
+             json{{"task", "t"},
+                  {"subject", "t"},
+                  {"trials", records.size()},
+                  {"runs",
+                   {{{"run", 1},
+                     {"slots", {{{"index", 0}, {"device", "cpu"}}, {{"index", 1}, {"device", "cpu"}}}},
+                     {"wall_s", 2.0}}}}}
+                 .dump());
   std::ofstream j(out / "results.jsonl");
   for (const auto& r : records) j << r.dump() << "\n";
 }
 
 json record(const std::string& id, int i, const char* outcome = "success") {
-  return {{"id", id}, {"params", {{"i", i}}}, {"outcome", outcome}, {"slot", 0}, {"run", 1}, {"start_s", 0.1 * i},
-          {"wall_s", 0.5}, {"result", {{"score", i}}}, {"timeline", "logs/" + id + ".memory.json"}};
+  return {{"id", id},
+          {"params", {{"i", i}}},
+          {"outcome", outcome},
+          {"slot", 0},
+          {"run", 1},
+          {"start_s", 0.1 * i},
+          {"wall_s", 0.5},
+          {"result", {{"score", i}}},
+          {"timeline", "logs/" + id + ".memory.json"}};
 }
 
 // A valid timeline whose device is GPU `index` (the page says "GPU <index>").
 json timeline(int index) {
   return {{"start_ns", 1000},
           {"end_ns", 3000000},
-          {"devices", {{{"index", index}, {"cap", 1 << 20}, {"allocated", 4096}, {"reserved", 8192},
-                        {"events", {{{"t_ns", 2000}, {"action", "alloc"}, {"size", 4096}}}}}}}};
+          {"devices",
+           {{{"index", index},
+             {"cap", 1 << 20},
+             {"allocated", 4096},
+             {"reserved", 8192},
+             {"events", {{{"t_ns", 2000}, {"action", "alloc"}, {"size", 4096}}}}}}}};
 }
 
 }  // namespace
@@ -230,8 +248,8 @@ TEST_CASE("isorun report: a timeline is found by its trial's id alone; a bad one
   const std::string a = "00000000000000aa", b = "00000000000000bb", c = "00000000000000cc", e = "00000000000000ee";
   json ra = record(a, 1), rb = record(b, 2), rc = record(c, 3), re = record(e, 4);
   write_file(dir + "/secret.json", timeline(4242).dump());
-  ra["timeline"] = dir + "/secret.json";      // an absolute path, read by no one
-  rb["timeline"] = "../secret.json";          // nor one outside the folder
+  ra["timeline"] = dir + "/secret.json";  // an absolute path, read by no one
+  rb["timeline"] = "../secret.json";      // nor one outside the folder
   crafted_folder(out, {ra, rb, rc, re});
   write_file(out + "/logs/" + c + ".memory.json", "{\"start_ns\": 1, \"devices\": [{\"ind");  // cut short
   write_file(out + "/logs/" + e + ".memory.json", R"({"start_ns": "soon", "devices": []})");  // a wrong type
@@ -243,14 +261,17 @@ TEST_CASE("isorun report: a timeline is found by its trial's id alone; a bad one
   const std::string page = read_file(out + "/report.html");
   CHECK(page.find("GPU 4242") == std::string::npos);
   CHECK(page.find("GPU 7") != std::string::npos);
-  CHECK_THAT(r.err, Catch::Contains("warning: " + out + "/logs/" + c + ".memory.json is not a memory timeline: it is not JSON"));
-  CHECK_THAT(r.err, Catch::Contains("warning: " + out + "/logs/" + e + ".memory.json is not a memory timeline: start_ns"));
+  CHECK_THAT(r.err, Catch::Contains("warning: " + out + "/logs/" + c +
+                                    ".memory.json is not a memory timeline: it is not JSON"));
+  CHECK_THAT(r.err,
+             Catch::Contains("warning: " + out + "/logs/" + e + ".memory.json is not a memory timeline: start_ns"));
   fs::remove_all(dir);
 }
 
 TEST_CASE("isorun report: a record's slot or run beyond what sweep.json lists is not drawn", "[sweep][hostile]") {
   const std::string dir = temp_dir(), out = dir + "/out";
-  json far = record("00000000000000f1", 1), unknown_run = record("00000000000000f2", 2), negative = record("00000000000000f3", 3);
+  json far = record("00000000000000f1", 1), unknown_run = record("00000000000000f2", 2),
+       negative = record("00000000000000f3", 3);
   far["slot"] = 300000000;
   unknown_run["run"] = 7;
   negative["slot"] = -5;
@@ -295,7 +316,8 @@ TEST_CASE("isorun report: a journal or sweep.json that is a FIFO or a link to an
 
 TEST_CASE("journal records with fields of the wrong type or range are no records", "[sweep][hostile]") {
   const std::string dir = temp_dir(), out = dir + "/out";
-  json huge_slot = record("00000000000000a1", 1), float_run = record("00000000000000a2", 2), bad_params = record("00000000000000a3", 3);
+  json huge_slot = record("00000000000000a1", 1), float_run = record("00000000000000a2", 2),
+       bad_params = record("00000000000000a3", 3);
   huge_slot["slot"] = 1e300;
   float_run["run"] = "one";
   bad_params["params"] = json::array({1, 2});
@@ -307,13 +329,15 @@ TEST_CASE("journal records with fields of the wrong type or range are no records
   fs::remove_all(dir);
 }
 
-TEST_CASE("control characters in what the sweep prints from a spec or a journal are shown, not obeyed", "[sweep][hostile]") {
+TEST_CASE("control characters in what the sweep prints from a spec or a journal are shown, not obeyed",
+          "[sweep][hostile]") {
   const std::string dir = temp_dir(), out = dir + "/out";
   const std::string nasty = "\x1b]0;pwned\x07\x1b[2J";
   fs::create_directories(out);
   write_file(out + "/results.jsonl", "garbage " + nasty + "\n");  // reported as a line that is no record
-  write_file(dir + "/spec.yaml", "command: [/bin/sh, -c, \"echo '{\\\"v\\\": 1}'\", \"{x}\"]\n"
-                                 "params:\n  x: [\"\\e]0;pwned\\a\\e[2J\"]\nresources: {cpu_slots: 1}\n");
+  write_file(dir + "/spec.yaml",
+             "command: [/bin/sh, -c, \"echo '{\\\"v\\\": 1}'\", \"{x}\"]\n"
+             "params:\n  x: [\"\\e]0;pwned\\a\\e[2J\"]\nresources: {cpu_slots: 1}\n");
   auto r = isorun::test::run_captured(ISORUN_CLI, {"sweep", dir + "/spec.yaml", "--out", out});
   INFO(r.err);
   CHECK(r.code == 0);
@@ -325,7 +349,8 @@ TEST_CASE("control characters in what the sweep prints from a spec or a journal 
   fs::remove_all(dir);
 }
 
-TEST_CASE("the report's embedded data escapes <, >, &, U+2028 and U+2029, and reads back the same", "[sweep][hostile]") {
+TEST_CASE("the report's embedded data escapes <, >, &, U+2028 and U+2029, and reads back the same",
+          "[sweep][hostile]") {
   const std::string dir = temp_dir(), out = dir + "/out";
   const std::string nasty = "<!--<script> </script> & > \xe2\x80\xa8 \xe2\x80\xa9";
   json r = record("0000000000000001", 1, "task_error");

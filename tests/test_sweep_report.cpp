@@ -64,14 +64,21 @@ TEST_CASE("report axes: a range narrower than its values' precision gets its two
 }
 TEST_CASE("report data: outcome counts and the slots' intervals come from the journal", "[sweep][report]") {
   const std::string dir = temp_dir();
-  std::ofstream(dir + "/sweep.json") << json{{"task", "t"}, {"subject", "t"}, {"metric", {{"name", "acc"}, {"maximize", true}}},
-                                             {"runs", {{{"run", 1}, {"slots", {{{"index", 0}, {"device", "cpu"}}, {{"index", 1}, {"device", "cpu"}}}}, {"wall_s", 3.0}}}}}
-                                              .dump();
+  std::ofstream(dir + "/sweep.json") << json{
+      {"task", "t"},
+      {"subject", "t"},
+      {"metric", {{"name", "acc"}, {"maximize", true}}},
+      {"runs",
+       {{{"run", 1},
+         {"slots", {{{"index", 0}, {"device", "cpu"}}, {{"index", 1}, {"device", "cpu"}}}},
+         {"wall_s", 3.0}}}}}.dump();
   {
     std::ofstream j(dir + "/results.jsonl");
     auto rec = [&](const std::string& id, const char* outcome, int slot, double start, double wall, double acc) {
-      j << json{{"id", id}, {"params", {{"lr", acc / 10}}}, {"outcome", outcome}, {"slot", slot}, {"run", 1},
-                {"start_s", start}, {"wall_s", wall}, {"result", std::string(outcome) == "success" ? json{{"acc", acc}} : json()}}
+      j << json{{"id", id},           {"params", {{"lr", acc / 10}}},
+                {"outcome", outcome}, {"slot", slot},
+                {"run", 1},           {"start_s", start},
+                {"wall_s", wall},     {"result", std::string(outcome) == "success" ? json{{"acc", acc}} : json()}}
                .dump()
         << "\n";
     };
@@ -79,7 +86,7 @@ TEST_CASE("report data: outcome counts and the slots' intervals come from the jo
     rec("b", "crashed", 1, 0.1, 0.4, 0);
     rec("c", "success", 1, 0.6, 1.5, 0.9);
     rec("b", "success", 0, 1.2, 0.5, 0.7);  // a retry in the same run: its last record counts
-    j << "{\"id\": \"cut sh";             // a line being written
+    j << "{\"id\": \"cut sh";               // a line being written
   }
   const auto d = sw::load_report_data(dir);
   REQUIRE(d.records.size() == 3);
@@ -98,8 +105,8 @@ TEST_CASE("report data: outcome counts and the slots' intervals come from the jo
   CHECK(bars[2].slot == 1);
   CHECK(bars[2].end_s == Approx(2.1));
   const std::string page = sw::render_report(d);
-  for (const char* section : {"id=\"summary\"", "id=\"params\"", "id=\"parallel\"", "id=\"trials\"", "id=\"slots\"",
-                              "id=\"memory\""})
+  for (const char* section :
+       {"id=\"summary\"", "id=\"params\"", "id=\"parallel\"", "id=\"trials\"", "id=\"slots\"", "id=\"memory\""})
     CHECK(page.find(section) != std::string::npos);
   CHECK(page.find("best acc") != std::string::npos);
   CHECK(page.find("http") == std::string::npos);  // nothing is fetched
@@ -127,15 +134,22 @@ TEST_CASE("a report of 10,000 trials stays small: charts sample or merge, the ta
   const std::string dir = temp_dir();
   json slots = json::array();
   for (int s = 0; s < 16; ++s) slots.push_back({{"index", s}, {"device", "GPU-sim-" + std::to_string(s / 8)}});
-  std::ofstream(dir + "/sweep.json") << json{{"subject", "big"}, {"metric", {{"name", "loss"}, {"maximize", false}}},
+  std::ofstream(dir + "/sweep.json") << json{{"subject", "big"},
+                                             {"metric", {{"name", "loss"}, {"maximize", false}}},
                                              {"runs", {{{"run", 1}, {"slots", slots}, {"mem_limit", 1 << 30}}}}}
-                                              .dump();
+                                            .dump();
   {
     std::ofstream j(dir + "/results.jsonl");
     for (int i = 0; i < 10000; ++i)
-      j << json{{"id", "t" + std::to_string(i)}, {"params", {{"lr", 1e-4 * (1 + i % 100)}, {"width", i % 7}, {"act", i % 2 ? "relu" : "gelu"}}},
-                {"outcome", i % 50 ? "success" : "out_of_memory"}, {"slot", i % 16}, {"run", 1}, {"start_s", 0.01 * (i / 16)},
-                {"wall_s", 0.0095}, {"peak_reserved", (i % 1000) << 20}, {"mem_limit", 1 << 30},
+      j << json{{"id", "t" + std::to_string(i)},
+                {"params", {{"lr", 1e-4 * (1 + i % 100)}, {"width", i % 7}, {"act", i % 2 ? "relu" : "gelu"}}},
+                {"outcome", i % 50 ? "success" : "out_of_memory"},
+                {"slot", i % 16},
+                {"run", 1},
+                {"start_s", 0.01 * (i / 16)},
+                {"wall_s", 0.0095},
+                {"peak_reserved", (i % 1000) << 20},
+                {"mem_limit", 1 << 30},
                 {"result", i % 50 ? json{{"loss", 1.0 / (1 + i)}} : json()}}
                .dump()
         << "\n";
@@ -144,8 +158,8 @@ TEST_CASE("a report of 10,000 trials stays small: charts sample or merge, the ta
   CHECK(page.size() < 6'000'000);
   CHECK(occurrences(page, "<circle") <= 2 * 2000);  // two numeric parameters, sampled
   CHECK(occurrences(page, "<polyline") <= 800 + 50);
-  CHECK(occurrences(page, "class=\"busy\"") > 0);  // 10,000 bars merged into busy spans
-  CHECK(occurrences(page, "<tr><td") == 0);          // rows are drawn by the page, 50 at a time
+  CHECK(occurrences(page, "class=\"busy\"") > 0);      // 10,000 bars merged into busy spans
+  CHECK(occurrences(page, "<tr><td") == 0);            // rows are drawn by the page, 50 at a time
   CHECK(page.find("\"t9999\"") != std::string::npos);  // ... from the data, all of it
   fs::remove_all(dir);
 }
@@ -153,8 +167,10 @@ TEST_CASE("a sweep writes its report; a trial that ran out of memory shows what 
   const std::string dir = temp_dir();
   std::ofstream(dir + "/spec.yaml") << "task: fill_mib\nparams:\n  arg0: [16, 64, 400]\n"
                                        "resources: {cpu_slots: 2, mem_limit: 256M, alloc_conf: \"history:10000\"}\n"
-                                       "out: \"" << dir << "/out\"\n";
-  auto r = isorun::test::run_captured(ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "sweep", dir + "/spec.yaml", "--no-progress"});
+                                       "out: \""
+                                    << dir << "/out\"\n";
+  auto r = isorun::test::run_captured(ISORUN_CLI,
+                                      {"--tasks", SWEEP_TEST_TASKS, "sweep", dir + "/spec.yaml", "--no-progress"});
   INFO(r.err);
   CHECK(r.code == 1);  // one trial failed
   CHECK_THAT(r.err, Catch::Contains("report " + dir + "/out/report.html"));
@@ -180,7 +196,8 @@ TEST_CASE("a sweep writes its report; a trial that ran out of memory shows what 
   const std::string page = read_file(dir + "/out/report.html");
   CHECK(page.find("id=\"timelines\"") != std::string::npos);
   CHECK(page.find("Out of memory:") != std::string::npos);
-  CHECK(page.find(by_size[400]["id"].get<std::string>() + " · out_of_memory") < page.find(by_size[16]["id"].get<std::string>() + " · success"));
+  CHECK(page.find(by_size[400]["id"].get<std::string>() + " · out_of_memory") <
+        page.find(by_size[16]["id"].get<std::string>() + " · success"));
 
   // isorun report rewrites it from the folder; a folder that is not a sweep's is a usage error.
   fs::remove(dir + "/out/report.html");
@@ -227,8 +244,9 @@ struct rendered {
 rendered in_browser(const std::string& page, const std::string& profile, const std::string& png = "") {
   const char* browser = std::getenv("ISORUN_TEST_BROWSER");
   REQUIRE(browser);
-  std::vector<std::string> args = {"--headless", "--no-sandbox", "--disable-gpu", "--user-data-dir=" + profile,
-                                   "--enable-logging=stderr", "--v=0", "--window-size=1200,3000"};
+  std::vector<std::string> args = {
+      "--headless", "--no-sandbox",           "--disable-gpu", "--user-data-dir=" + profile, "--enable-logging=stderr",
+      "--v=0",      "--window-size=1200,3000"};
   if (!png.empty()) args.push_back("--screenshot=" + png);
   else args.push_back("--dump-dom");
   args.push_back("file://" + page);
@@ -249,10 +267,12 @@ std::vector<std::string> console_lines(const std::string& log) {
 }  // namespace
 TEST_CASE("the digits sweep's report loads in Chromium with every section and no console error", "[browser]") {
   const std::string dir = temp_dir();
-  std::ofstream(dir + "/spec.yaml") << "task: digits\nmetric: {name: accuracy, goal: maximize}\n"
-                                       "params:\n  model: [mlp, softmax]\n  lr: [0.01, 0.1, 1.0]\n  hidden: [16, 64]\n  epochs: 5\n"
-                                       "resources: {cpu_slots: 2, mem_limit: 256M, alloc_conf: \"history:20000\"}\n"
-                                       "out: \"" << dir << "/out\"\n";
+  std::ofstream(dir + "/spec.yaml")
+      << "task: digits\nmetric: {name: accuracy, goal: maximize}\n"
+         "params:\n  model: [mlp, softmax]\n  lr: [0.01, 0.1, 1.0]\n  hidden: [16, 64]\n  epochs: 5\n"
+         "resources: {cpu_slots: 2, mem_limit: 256M, alloc_conf: \"history:20000\"}\n"
+         "out: \""
+      << dir << "/out\"\n";
   REQUIRE(isorun::test::run_captured(ISORUN_CLI, {"sweep", dir + "/spec.yaml", "--no-progress"}).code == 0);
   const auto r = in_browser(dir + "/out/report.html", dir + "/profile");
   INFO(r.log);
@@ -289,8 +309,12 @@ TEST_CASE("a report whose data holds <!--<script> still draws its table in Chrom
   const std::string dir = temp_dir();
   std::ofstream(dir + "/sweep.json") << json{{"task", "t"}, {"subject", "t"}, {"runs", json::array()}}.dump();
   std::ofstream(dir + "/results.jsonl")
-      << json{{"id", "0000000000000001"}, {"params", {{"p", "<!--<script>"}}}, {"outcome", "task_error"},
-              {"error", "<!--<script> </script> \u2028 & >"}}.dump() << "\n"
+      << json{{"id", "0000000000000001"},
+              {"params", {{"p", "<!--<script>"}}},
+              {"outcome", "task_error"},
+              {"error", "<!--<script> </script> \u2028 & >"}}
+             .dump()
+      << "\n"
       << json{{"id", "0000000000000002"}, {"params", {{"p", "x"}}}, {"outcome", "success"}}.dump() << "\n";
   sw::write_report(dir);
   const auto r = in_browser(dir + "/report.html", dir + "/profile");

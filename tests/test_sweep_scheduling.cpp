@@ -68,10 +68,11 @@ TEST_CASE("sweeps run on standby workers: one process per trial, each trial's st
   const auto inventory = isorun::runner::gpu_inventory::simulated("2x16G");
   for (const bool warm_context : {true, false}) {
     const std::string dir = temp_dir();
-    auto s = sw::parse_spec("task: whoami\nparams:\n  arg0: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]\n"
-                            "resources: {gpus: all, mem_limit: 6G, standby: 1, warm_context: " +
-                                std::string(warm_context ? "true" : "false") + "}\n",
-                            "t.yaml");
+    auto s = sw::parse_spec(
+        "task: whoami\nparams:\n  arg0: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]\n"
+        "resources: {gpus: all, mem_limit: 6G, standby: 1, warm_context: " +
+            std::string(warm_context ? "true" : "false") + "}\n",
+        "t.yaml");
     CHECK(s.standby == 1);
     s.out = dir + "/out";
     auto slots = sw::plan_slots(s, inventory, 16).slots;
@@ -93,7 +94,8 @@ TEST_CASE("sweeps run on standby workers: one process per trial, each trial's st
       CHECK(r.result["warm"] == warm_context);
       const int i = r.params["arg0"];
       CHECK(lines(dir + "/out/logs/" + r.id + ".out") ==
-            std::vector<std::string>{"trial " + std::to_string(i) + " in pid " + std::to_string(r.result["pid"].get<int>())});
+            std::vector<std::string>{"trial " + std::to_string(i) + " in pid " +
+                                     std::to_string(r.result["pid"].get<int>())});
     }
     CHECK(pids.size() == 10);
     fs::remove_all(dir);
@@ -151,10 +153,14 @@ TEST_CASE("trials on several GPUs: 1-, 2- and 4-GPU trials packed together, none
   const std::string dir = temp_dir();
   fs::create_directories(dir + "/markers");
   std::ofstream(dir + "/spec.yaml") << "task: gpu_span\nparams:\n  g: [4, 1, 2]\n  i: {range: [0, 11], step: 1}\n"
-                                       "  dir: [\"" << dir << "/markers\"]\n"
+                                       "  dir: [\""
+                                    << dir
+                                    << "/markers\"]\n"
                                        "resources: {gpus: all, mem_limit: 1G, per_gpu: 2, gpus_per_trial: \"{g}\"}\n"
-                                       "out: \"" << dir << "/out\"\n";
-  auto r = isorun::test::run_captured(ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "sweep", dir + "/spec.yaml", "--no-progress"},
+                                       "out: \""
+                                    << dir << "/out\"\n";
+  auto r = isorun::test::run_captured(ISORUN_CLI,
+                                      {"--tasks", SWEEP_TEST_TASKS, "sweep", dir + "/spec.yaml", "--no-progress"},
                                       {"ISORUN_SIMULATE_GPUS=4x16G"});
   INFO(r.err);
   REQUIRE(r.code == 0);
@@ -180,8 +186,9 @@ TEST_CASE("trials on several GPUs: 1-, 2- and 4-GPU trials packed together, none
   // The same from flags: 2-GPU trials, one place per GPU.
   auto flags = isorun::test::run_captured(
       ISORUN_CLI,
-      {"--tasks", SWEEP_TEST_TASKS, "sweep", "gpu_span", "--grid", "i=0,1,2,3", "--grid", "dir=" + dir + "/markers", "--gpus",
-       "1,2,3", "--mem-limit", "1G", "--per-gpu", "1", "--gpus-per-trial", "2", "--out", dir + "/flags", "--no-progress"},
+      {"--tasks", SWEEP_TEST_TASKS, "sweep", "gpu_span", "--grid", "i=0,1,2,3", "--grid", "dir=" + dir + "/markers",
+       "--gpus", "1,2,3", "--mem-limit", "1G", "--per-gpu", "1", "--gpus-per-trial", "2", "--out", dir + "/flags",
+       "--no-progress"},
       {"ISORUN_SIMULATE_GPUS=4x16G"});
   INFO(flags.err);
   REQUIRE(flags.code == 0);
@@ -195,15 +202,16 @@ TEST_CASE("trials on several GPUs: 1-, 2- and 4-GPU trials packed together, none
   fs::remove_all(dir);
 }
 TEST_CASE("the digits example reaches at least 0.95 held-out accuracy on the CPU path", "[sweep][digits]") {
-  auto r = isorun::test::run_captured(ISORUN_CLI, {"--cpu", "-q", "--mem-limit", "256M", "digits", "model=mlp", "lr=0.1",
-                                                   "hidden=64", "epochs=30", "seed=1"});
+  auto r = isorun::test::run_captured(ISORUN_CLI, {"--cpu", "-q", "--mem-limit", "256M", "digits", "model=mlp",
+                                                   "lr=0.1", "hidden=64", "epochs=30", "seed=1"});
   REQUIRE(r.code == 0);
   json j = json::parse(r.out);
   CHECK(j["accuracy"].get<double>() >= 0.95);
   CHECK(j["test_size"] == 359);
   CHECK(j["train_size"] == 1438);
 }
-TEST_CASE("a digits sweep on simulated GPUs: every trial on its slot's GPU, device memory untouched by the host", "[sweep][digits][simulated]") {
+TEST_CASE("a digits sweep on simulated GPUs: every trial on its slot's GPU, device memory untouched by the host",
+          "[sweep][digits][simulated]") {
   const std::string dir = temp_dir();
   std::ofstream(dir + "/spec.yaml") << "task: digits\nmetric: {name: accuracy, goal: maximize}\n"
                                        "params:\n  model: [mlp, softmax]\n  lr: [0.1, 0.3]\n  epochs: 10\n"
@@ -229,7 +237,8 @@ TEST_CASE("a metric that is not a numeric field of the result is an error, not a
                                    << "\"\nmetric: {name: scor, goal: maximize}\n";
   auto r = sweep_cli({"sweep", dir + "/acc.yaml", "--out", dir + "/o1"});
   CHECK(r.code == 2);
-  CHECK_THAT(r.err, Catch::Contains(dir + "/acc.yaml: line 5: metric 'scor' is not a field of the result of task 'step'"));
+  CHECK_THAT(r.err,
+             Catch::Contains(dir + "/acc.yaml: line 5: metric 'scor' is not a field of the result of task 'step'"));
   CHECK_THAT(r.err, Catch::Contains("did you mean 'score'?") && Catch::Contains("numeric fields: i, score"));
   CHECK_FALSE(fs::exists(log));
   CHECK_FALSE(fs::exists(dir + "/o1"));
@@ -244,14 +253,15 @@ TEST_CASE("a metric that is not a numeric field of the result is an error, not a
   CHECK_THAT(late.err, Catch::Contains("metric 'score' is not a field of the result of trial") &&
                            Catch::Contains("numeric fields: value") && Catch::Contains("the sweep was stopped"));
   CHECK(lines(dir + "/o4/results.jsonl").size() < 3);
-  auto fine = sweep_cli({"sweep", "opaque", "--grid", "arg0=1,2,3", "--metric", "value", "--out", dir + "/o5",
-                         "--no-progress"});
+  auto fine = sweep_cli(
+      {"sweep", "opaque", "--grid", "arg0=1,2,3", "--metric", "value", "--out", dir + "/o5", "--no-progress"});
   CHECK(fine.code == 0);
   fs::remove_all(dir);
 }
 TEST_CASE("--metric ranks a --grid sweep", "[sweep][metric]") {
   const std::string dir = temp_dir();
-  auto r = sweep_cli({"sweep", "step", "--grid", "i=1,2,3,4", "--metric", "score:min", "--out", dir + "/g", "--no-progress"});
+  auto r = sweep_cli(
+      {"sweep", "step", "--grid", "i=1,2,3,4", "--metric", "score:min", "--out", dir + "/g", "--no-progress"});
   REQUIRE(r.code == 0);
   std::istringstream table(r.out);
   std::string header, first, second;
@@ -287,8 +297,8 @@ TEST_CASE("Ctrl-C says at once what happens; garbage in the journal is reported 
   const std::string dir = temp_dir(), fifo = dir + "/fifo";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   std::ofstream(dir + "/spec.yaml") << step_spec(3, "", dir + "/out");
-  const std::vector<std::string> args = {"--tasks", SWEEP_TEST_TASKS, "--grace", "30s", "sweep", dir + "/spec.yaml",
-                                         "--no-progress"};
+  const std::vector<std::string> args = {"--tasks", SWEEP_TEST_TASKS,   "--grace",      "30s",
+                                         "sweep",   dir + "/spec.yaml", "--no-progress"};
   auto sweep = isorun::test::start_captured(ISORUN_CLI, args, {"ISORUN_TEST_HANG_AT=1", "ISORUN_TEST_FIFO=" + fifo});
   {
     std::ifstream in(fifo);
@@ -298,7 +308,8 @@ TEST_CASE("Ctrl-C says at once what happens; garbage in the journal is reported 
   ::kill(sweep.process.pid(), SIGINT);
   std::string said;
   REQUIRE(read_until(sweep.err, "Ctrl-C again", said));
-  CHECK_THAT(said, Catch::Contains("stopping: no new trials; 1 running trial gets SIGTERM, then SIGKILL after 30.00 s"));
+  CHECK_THAT(said,
+             Catch::Contains("stopping: no new trials; 1 running trial gets SIGTERM, then SIGKILL after 30.00 s"));
   auto done = isorun::test::finish_captured(sweep);
   CHECK(done.code == 130);
   // A line in the middle of the journal that is not a record: reported, and the trial runs again.
@@ -308,7 +319,8 @@ TEST_CASE("Ctrl-C says at once what happens; garbage in the journal is reported 
     std::ofstream out(dir + "/out/results.jsonl", std::ios::trunc);
     out << "{not json\n" << journal[0] << "\n";
   }
-  auto resumed = isorun::test::run_captured(ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "sweep", dir + "/spec.yaml", "--no-progress"});
+  auto resumed = isorun::test::run_captured(
+      ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "sweep", dir + "/spec.yaml", "--no-progress"});
   CHECK(resumed.code == 0);
   CHECK_THAT(resumed.err, Catch::Contains("results.jsonl line 1 is not a trial record; ignored"));
   CHECK_THAT(resumed.err, Catch::Contains("3 trials (2 to run)"));

@@ -47,8 +47,8 @@ TEST_CASE("a sweep on Slurm: one job array, each trial on the GPU Slurm gave its
   std::ofstream(dir + "/spec.yaml") << "task: gpu_span\nparams:\n  i: {range: [0, 9], step: 1}\n  dir: [\"" << dir
                                     << "/markers\"]\nresources: {backend: slurm, gpus: all, mem_limit: 1G, per_gpu: 1, "
                                        "gpus_per_node: 1, max_running: 4, partition: test, "
-                                       "extra: [\"--comment=two words; touch " << dir << "/pwned\"]}\nout: \"" << out
-                                    << "\"\n";
+                                       "extra: [\"--comment=two words; touch "
+                                    << dir << "/pwned\"]}\nout: \"" << out << "\"\n";
   auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"}, {"ISORUN_SIMULATE_GPUS=2x16G"});
   INFO(r.err);
   REQUIRE(r.code == 0);
@@ -82,12 +82,13 @@ TEST_CASE("on Slurm, an array task that dies leaves its trial to the retry polic
   fs::create_directories(dir + "/m2");
   auto spec = [&](const std::string& name, const std::string& markers, const std::string& policy) {
     std::ofstream(dir + "/" + name) << "task: die_once\nparams:\n  arg0: [1, 2, 3]\n  arg1: [\"" << markers
-                                    << "\"]\nresources: {backend: slurm, cpu_slots: 1}\n" << policy << "out: \"" << dir
-                                    << "/" << name << ".out\"\n";
+                                    << "\"]\nresources: {backend: slurm, cpu_slots: 1}\n"
+                                    << policy << "out: \"" << dir << "/" << name << ".out\"\n";
     return dir + "/" + name;
   };
   // Retried: the first attempt of each trial kills its array task's isorun; the second succeeds.
-  auto r = sweep_cli({"sweep", spec("retried.yaml", dir + "/m1", "policy: {retries: {crashed: 1}}\n"), "--no-progress"});
+  auto r = sweep_cli(
+      {"sweep", spec("retried.yaml", dir + "/m1", "policy: {retries: {crashed: 1}}\n"), "--no-progress"});
   INFO(r.err);
   REQUIRE(r.code == 0);
   CHECK(fs::exists(dir + "/retried.yaml.out/slurm/batch-2.json"));  // the lost trials, in a new array
@@ -155,7 +156,8 @@ TEST_CASE("on Slurm: a node's usage error is not retried; the submitter says it 
   fs::create_directories(dir + "/markers");
   std::ofstream(dir + "/spec.yaml") << "task: gpu_span\nparams:\n  i: [0, 1]\n  dir: [\"" << dir
                                     << "/markers\"]\nresources: {backend: slurm, gpus: all, mem_limit: 1G, "
-                                       "gpus_per_node: 1}\npolicy: {retries: {crashed: 2}}\nout: \"" << dir << "/out\"\n";
+                                       "gpus_per_node: 1}\npolicy: {retries: {crashed: 2}}\nout: \""
+                                    << dir << "/out\"\n";
   auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
   INFO(r.err);
   CHECK(r.code == 2);
@@ -172,16 +174,21 @@ TEST_CASE("on Slurm: a scancel'ed array task's trial is retried; a partition the
   const std::string dir = temp_dir();
   fs::create_directories(dir + "/m");
   std::ofstream(dir + "/m/2.running");  // trial 2 finishes at once; trial 1 waits, the first time
-  std::ofstream(dir + "/spec.yaml") << "task: wait_once\nparams:\n  arg0: [1, 2]\n  arg1: [\"" << dir
-                                    << "/m\"]\nresources: {backend: slurm, cpu_slots: 1}\npolicy: {retries: {crashed: 1}}\n"
-                                       "out: \"" << dir << "/out\"\n";
-  auto sweep = isorun::test::start_captured(ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "sweep", dir + "/spec.yaml", "--no-progress"});
+  std::ofstream(dir + "/spec.yaml")
+      << "task: wait_once\nparams:\n  arg0: [1, 2]\n  arg1: [\"" << dir
+      << "/m\"]\nresources: {backend: slurm, cpu_slots: 1}\npolicy: {retries: {crashed: 1}}\n"
+         "out: \""
+      << dir << "/out\"\n";
+  auto sweep = isorun::test::start_captured(
+      ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "sweep", dir + "/spec.yaml", "--no-progress"});
   REQUIRE(eventually([&] { return fs::exists(dir + "/m/1.running"); }));
   const json batch = read_json(dir + "/out/slurm/batch-1.json");
   const json jobs = read_json(dir + "/out/slurm/jobs.json");
   REQUIRE(jobs.size() == 1);
   const int task = batch["tasks"][0][0] == 0 ? 0 : 1;  // the array task running trial 1 (index 0)
-  REQUIRE(isorun::test::run_captured("/usr/bin/scancel", {jobs[0]["job"].get<std::string>() + "_" + std::to_string(task)}).code == 0);
+  REQUIRE(
+      isorun::test::run_captured("/usr/bin/scancel", {jobs[0]["job"].get<std::string>() + "_" + std::to_string(task)})
+          .code == 0);
   auto done = isorun::test::finish_captured(sweep);
   INFO(done.err);
   CHECK(done.code == 0);
@@ -196,7 +203,8 @@ TEST_CASE("on Slurm: a scancel'ed array task's trial is retried; a partition the
   CHECK(by_trial[2]["attempts"] == 1);
 
   std::ofstream(dir + "/bad.yaml") << "task: plain_number\nparams:\n  arg0: [1]\n"
-                                      "resources: {backend: slurm, partition: nosuchpartition}\nout: \"" << dir << "/bad\"\n";
+                                      "resources: {backend: slurm, partition: nosuchpartition}\nout: \""
+                                   << dir << "/bad\"\n";
   auto bad = sweep_cli({"sweep", dir + "/bad.yaml", "--no-progress"});
   CHECK(bad.code == 2);
   CHECK_THAT(bad.err, Catch::Contains("sbatch refused") && Catch::Contains("invalid partition"));
@@ -208,8 +216,9 @@ TEST_CASE("the digits sweep through Slurm gives the same table as here", "[slurm
   auto spec = [&](const std::string& name, const std::string& backend) {
     std::ofstream(dir + "/" + name) << "task: digits\nmetric: {name: accuracy, goal: maximize}\n"
                                        "params:\n  model: [mlp, softmax]\n  lr: [0.1, 0.3]\n  epochs: 5\n"
-                                       "resources: {backend: " << backend << ", cpu_slots: 2, mem_limit: 256M}\nout: \""
-                                    << dir << "/" << name << ".out\"\n";
+                                       "resources: {backend: "
+                                    << backend << ", cpu_slots: 2, mem_limit: 256M}\nout: \"" << dir << "/" << name
+                                    << ".out\"\n";
     return dir + "/" + name;
   };
   auto local = isorun::test::run_captured(ISORUN_CLI, {"sweep", spec("local.yaml", "local"), "--no-progress"});
@@ -226,15 +235,20 @@ TEST_CASE("on Slurm: a node failure loses the running trial; it is retried once 
   // answering, but with slurmd still there to kill what ran on it, so nothing is left behind).
   const std::string dir = temp_dir();
   fs::create_directories(dir + "/m");
-  std::ofstream(dir + "/spec.yaml") << "task: wait_once\nparams:\n  arg0: [1]\n  arg1: [\"" << dir
-                                    << "/m\"]\nresources: {backend: slurm, cpu_slots: 1}\npolicy: {retries: {crashed: 1}}\n"
-                                       "out: \"" << dir << "/out\"\n";
-  auto sweep = isorun::test::start_captured(ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "sweep", dir + "/spec.yaml", "--no-progress"});
+  std::ofstream(dir + "/spec.yaml")
+      << "task: wait_once\nparams:\n  arg0: [1]\n  arg1: [\"" << dir
+      << "/m\"]\nresources: {backend: slurm, cpu_slots: 1}\npolicy: {retries: {crashed: 1}}\n"
+         "out: \""
+      << dir << "/out\"\n";
+  auto sweep = isorun::test::start_captured(
+      ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "sweep", dir + "/spec.yaml", "--no-progress"});
   REQUIRE(eventually([&] { return fs::exists(dir + "/m/1.running"); }));
   const std::string job = read_json(dir + "/out/slurm/jobs.json")[0]["job"];
   const std::string nodes = isorun::test::run_captured("/usr/bin/sinfo", {"-h", "-o", "%n"}).out;
   const std::string node = nodes.substr(0, nodes.find('\n'));
-  REQUIRE(isorun::test::run_captured("/usr/bin/scontrol", {"update", "nodename=" + node, "state=down", "reason=isorun-test"}).code == 0);
+  REQUIRE(isorun::test::run_captured("/usr/bin/scontrol",
+                                     {"update", "nodename=" + node, "state=down", "reason=isorun-test"})
+              .code == 0);
   CHECK(eventually([&] {
     return sw::slurm::task_states(job).value_or(std::map<int, sw::slurm::task_end>{})[0].state == "NODE_FAIL";
   }));
@@ -255,19 +269,23 @@ TEST_CASE("on Slurm: a node failure loses the running trial; it is retried once 
   CHECK(fs::exists(dir + "/out/slurm/batch-2.json"));
   fs::remove_all(dir);
 }
-TEST_CASE("on Slurm: early stopping; nodes send their trials' reports through the output folder, the submitter "
-          "decides, and a stop ends only that trial on its node",
-          "[slurm]") {
+TEST_CASE(
+    "on Slurm: early stopping; nodes send their trials' reports through the output folder, the submitter "
+    "decides, and a stop ends only that trial on its node",
+    "[slurm]") {
   const std::string dir = temp_dir();
   // Three trials per array task: a pruned trial's neighbours on its node go on.
-  std::ofstream(dir + "/spec.yaml") << "command: [python3, " CURVE_SCRIPT ", --x, \"{x}\", --y, \"{y}\", --max-t, 27, "
-                                       "--sleep-ms, 20, --runs, \""
-                                    << dir << "/runs\"]\nmetric: {name: loss, goal: minimize}\n"
-                                       "scheduler: {type: asha, max_t: 27, grace_period: 1, reduction_factor: 3}\n"
-                                       "params:\n  x: [0, 0.3, 0.6, 0.8]\n  y: [0.2, 0.6, 1.0]\n"
-                                       "resources: {backend: slurm, cpu_slots: 1, trials_per_task: 3, partition: test}\n"
-                                       "out: \""
-                                    << dir << "/out\"\n";
+  std::ofstream(dir + "/spec.yaml")
+      << "command: [python3, " CURVE_SCRIPT
+         ", --x, \"{x}\", --y, \"{y}\", --max-t, 27, "
+         "--sleep-ms, 20, --runs, \""
+      << dir
+      << "/runs\"]\nmetric: {name: loss, goal: minimize}\n"
+         "scheduler: {type: asha, max_t: 27, grace_period: 1, reduction_factor: 3}\n"
+         "params:\n  x: [0, 0.3, 0.6, 0.8]\n  y: [0.2, 0.6, 1.0]\n"
+         "resources: {backend: slurm, cpu_slots: 1, trials_per_task: 3, partition: test}\n"
+         "out: \""
+      << dir << "/out\"\n";
   auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
   INFO(r.err);
   REQUIRE(r.code == 0);
@@ -286,7 +304,7 @@ TEST_CASE("on Slurm: early stopping; nodes send their trials' reports through th
   CHECK(pruned + succeeded == 12);  // a stop took its trial alone, not the array task's others
   REQUIRE(best.is_object());
   CHECK(best["params"] == json{{"x", 0.3}, {"y", 0.6}});
-  CHECK(lines(dir + "/runs").size() == 12);  // each started once: no stop was taken for a lost task
+  CHECK(lines(dir + "/runs").size() == 12);              // each started once: no stop was taken for a lost task
   CHECK(lines(dir + "/out/reports.jsonl").size() > 12);  // the submitter judged and kept every report
   fs::remove_all(dir);
 }

@@ -69,19 +69,19 @@ random: {count: 2, seed: 11, params: {dropout: {uniform: [0.0, 0.5]}}}
   CHECK(sw::trial_id("train", again.trials[0]) != sw::trial_id("train", again.trials[1]));
 }
 TEST_CASE("spec errors name the YAML line", "[sweep][spec]") {
-  CHECK(spec_line("task: t\nparams:\n  lr: [0.1\n") >= 3);                      // malformed YAML
-  CHECK(spec_line("task: t\nparms:\n  lr: [1]\n") == 2);                           // unknown key
-  CHECK(spec_line("task: t\nparams:\n  lr: []\n") == 3);                           // empty grid
-  CHECK(spec_line("task: t\nparams:\n  lr: {range: [1, 0], num: 3}\n") == 3);      // bad range
-  CHECK(spec_line("task: t\nparams:\n  lr: {range: [0, 1]}\n") == 3);              // range without num
-  CHECK(spec_line("task: t\nzip:\n  - {a: [1, 2], b: [1]}\n") == 3);               // uneven zip
-  CHECK(spec_line("task: t\npolicy:\n  retries: {out_of_memory: 1}\n") == 3);      // OOM retry
+  CHECK(spec_line("task: t\nparams:\n  lr: [0.1\n") >= 3);                     // malformed YAML
+  CHECK(spec_line("task: t\nparms:\n  lr: [1]\n") == 2);                       // unknown key
+  CHECK(spec_line("task: t\nparams:\n  lr: []\n") == 3);                       // empty grid
+  CHECK(spec_line("task: t\nparams:\n  lr: {range: [1, 0], num: 3}\n") == 3);  // bad range
+  CHECK(spec_line("task: t\nparams:\n  lr: {range: [0, 1]}\n") == 3);          // range without num
+  CHECK(spec_line("task: t\nzip:\n  - {a: [1, 2], b: [1]}\n") == 3);           // uneven zip
+  CHECK(spec_line("task: t\npolicy:\n  retries: {out_of_memory: 1}\n") == 3);  // OOM retry
   CHECK(spec_line("task: t\nresources:\n  mem_limit: lots\n") == 3);
-  CHECK(spec_line("task: t\npolicy:\n  oom_retry: {factor: 1, max: 16G}\n") == 3);     // factor below 1.1
-  CHECK(spec_line("task: t\npolicy:\n  oom_retry: {factor: x, max: 16G}\n") == 3);     // not a number
-  CHECK(spec_line("task: t\npolicy:\n  oom_retry: {factor: 2, max: lots}\n") == 3);    // not a size
-  CHECK(spec_line("task: t\npolicy:\n  oom_retry: {factor: 2}\n") == 3);               // no max
-  CHECK(spec_line("task: t\npolicy:\n  oom_retry:\n    factr: 2\n") == 4);            // unknown key
+  CHECK(spec_line("task: t\npolicy:\n  oom_retry: {factor: 1, max: 16G}\n") == 3);   // factor below 1.1
+  CHECK(spec_line("task: t\npolicy:\n  oom_retry: {factor: x, max: 16G}\n") == 3);   // not a number
+  CHECK(spec_line("task: t\npolicy:\n  oom_retry: {factor: 2, max: lots}\n") == 3);  // not a size
+  CHECK(spec_line("task: t\npolicy:\n  oom_retry: {factor: 2}\n") == 3);             // no max
+  CHECK(spec_line("task: t\npolicy:\n  oom_retry:\n    factr: 2\n") == 4);           // unknown key
   CHECK_THROWS_WITH(sw::parse_spec("task: t\nparams:\n  lr: []\n", "t.yaml"), Catch::Contains("empty list"));
   CHECK_THROWS_WITH(sw::parse_spec("task: t\nparams:\n  lr: {range: [1, 0], num: 3}\n", "t.yaml"),
                     Catch::Contains("low must be below high"));
@@ -155,7 +155,8 @@ TEST_CASE("by default CPU slots are the cores this process may run on, not the m
 }
 TEST_CASE("standby plans: warm only where the contexts fit beside the caps, none when asked", "[sweep][standby]") {
   const auto inventory = isorun::runner::gpu_inventory::simulated("1x16G");
-  auto s = sw::parse_spec("task: whoami\nparams:\n  i: [0]\nresources: {gpus: all, mem_limit: 2G, per_gpu: 8}\n", "t.yaml");
+  auto s = sw::parse_spec("task: whoami\nparams:\n  i: [0]\nresources: {gpus: all, mem_limit: 2G, per_gpu: 8}\n",
+                          "t.yaml");
   auto slots = sw::plan_slots(s, inventory, 16).slots;
   auto plan = sw::plan_standby(s, slots);  // 8 caps of 2 GiB fill the GPU: no room for contexts
   REQUIRE(plan.groups.size() == 1);
@@ -202,7 +203,8 @@ TEST_CASE("bad sweep input: exit 2, nothing started, an existing journal untouch
   CHECK(run_cli({"sweep", dir + "/unknown_task.yaml", "--out", dir + "/o3"}) == 2);
   CHECK(run_cli({"sweep", dir + "/other.yaml"}) == 2);  // --out holds a different sweep
   CHECK(run_cli({"sweep", dir + "/spec.yaml", "--gpus", "all", "--mem-limit", "1G"}) == 2);  // no GPUs
-  CHECK(run_cli({"sweep", dir + "/spec.yaml", "--gpus", "0", "--mem-limit", "64G"}, {"ISORUN_SIMULATE_GPUS=2x16G"}) == 2);
+  CHECK(run_cli({"sweep", dir + "/spec.yaml", "--gpus", "0", "--mem-limit", "64G"}, {"ISORUN_SIMULATE_GPUS=2x16G"}) ==
+        2);
   CHECK(run_cli({"sweep", dir + "/spec.yaml", "--retry", "out_of_memory=1"}) == 2);
   CHECK(run_cli({"sweep", "step", "--grid", "i="}) == 2);
   CHECK(run_cli({"sweep", dir + "/spec.yaml", "--standby", "-1"}) == 2);
@@ -230,16 +232,19 @@ TEST_CASE("bad sweep input: exit 2, nothing started, an existing journal untouch
 TEST_CASE("gpus_per_trial that cannot be met is refused before anything runs", "[sweep][multi-gpu]") {
   const std::string dir = temp_dir();
   const std::vector<std::pair<std::string, std::string>> bad = {
-      {"resources: {gpus: all, mem_limit: 1G, gpus_per_trial: 5}", "a trial asks for 5 GPUs (gpus_per_trial), but the sweep has 4"},
-      {"resources: {gpus: all, mem_limit: 1G, gpus_per_trial: \"{h}\"}", "gpus_per_trial takes parameter 'h', which the sweep does not have"},
+      {"resources: {gpus: all, mem_limit: 1G, gpus_per_trial: 5}",
+       "a trial asks for 5 GPUs (gpus_per_trial), but the sweep has 4"},
+      {"resources: {gpus: all, mem_limit: 1G, gpus_per_trial: \"{h}\"}",
+       "gpus_per_trial takes parameter 'h', which the sweep does not have"},
       {"resources: {gpus: all, mem_limit: 1G, gpus_per_trial: \"{dir}\"}", "whose value \"x\" is not a number of GPUs"},
       {"resources: {gpus: all, mem_limit: 1G, gpus_per_trial: 0}", "gpus_per_trial must be a whole number, at least 1"},
       {"resources: {gpus_per_trial: 2}", "gpus_per_trial needs GPUs, and the sweep has none"},
   };
   for (const auto& [resources, said] : bad) {
-    std::ofstream(dir + "/spec.yaml") << "task: gpu_span\nparams:\n  g: [1, 2]\n  dir: [x]\n" << resources
-                                      << "\nout: \"" << dir << "/out\"\n";
-    auto r = isorun::test::run_captured(ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "sweep", dir + "/spec.yaml", "--no-progress"},
+    std::ofstream(dir + "/spec.yaml") << "task: gpu_span\nparams:\n  g: [1, 2]\n  dir: [x]\n"
+                                      << resources << "\nout: \"" << dir << "/out\"\n";
+    auto r = isorun::test::run_captured(ISORUN_CLI,
+                                        {"--tasks", SWEEP_TEST_TASKS, "sweep", dir + "/spec.yaml", "--no-progress"},
                                         {"ISORUN_SIMULATE_GPUS=4x16G"});
     INFO(resources << "\n" << r.err);
     CHECK(r.code == 2);
@@ -259,7 +264,8 @@ TEST_CASE("inline --grid sweeps work like a spec", "[sweep]") {
   CHECK(lines(dir + "/g/results.jsonl").size() == 3);
   fs::remove_all(dir);
 }
-TEST_CASE("spec errors: checked before the sweep is announced, the file named once, the line always", "[sweep][errors]") {
+TEST_CASE("spec errors: checked before the sweep is announced, the file named once, the line always",
+          "[sweep][errors]") {
   const std::string dir = temp_dir();
   std::ofstream(dir + "/typo.yaml") << "task: step\nparams:\n  ii: [1, 2]\n";
   auto r = sweep_cli({"sweep", dir + "/typo.yaml", "--out", dir + "/o"});
@@ -273,11 +279,14 @@ TEST_CASE("spec errors: checked before the sweep is announced, the file named on
   CHECK(bad.err.find("bad.yaml") == bad.err.rfind("bad.yaml"));
   CHECK_THAT(bad.err, Catch::Contains("bad.yaml: line"));
   std::ofstream(dir + "/key.yaml") << "task: step\nparams:\n  i: [1]\nresources: {gpu: [0]}\n";
-  CHECK_THAT(sweep_cli({"sweep", dir + "/key.yaml"}).err, Catch::Contains("line 4: unknown resource 'gpu' (did you mean 'gpus'?)"));
+  CHECK_THAT(sweep_cli({"sweep", dir + "/key.yaml"}).err,
+             Catch::Contains("line 4: unknown resource 'gpu' (did you mean 'gpus'?)"));
   std::ofstream(dir + "/big.yaml") << "task: step\nparams:\n  i: [3000000000]\n";
-  CHECK_THAT(sweep_cli({"sweep", dir + "/big.yaml"}).err, Catch::Contains("line 3: parameter i=3000000000: out of range"));
+  CHECK_THAT(sweep_cli({"sweep", dir + "/big.yaml"}).err,
+             Catch::Contains("line 3: parameter i=3000000000: out of range"));
   CHECK_THAT(sweep_cli({"sweep", dir + "/typo.yaml", "--wiat"}).err, Catch::Contains("did you mean '--wait'?"));
-  CHECK_THAT(sweep_cli({"sweep", "stpe", "--grid", "i=1"}).err, Catch::Contains("unknown task 'stpe' (did you mean 'step'?)"));
+  CHECK_THAT(sweep_cli({"sweep", "stpe", "--grid", "i=1"}).err,
+             Catch::Contains("unknown task 'stpe' (did you mean 'step'?)"));
   // A valid sweep announces how its slots were planned.
   auto ok = sweep_cli({"sweep", "step", "--grid", "i=1", "--cpu-slots", "3", "--out", dir + "/g", "--no-progress"});
   CHECK(ok.code == 0);
@@ -285,8 +294,8 @@ TEST_CASE("spec errors: checked before the sweep is announced, the file named on
   fs::remove_all(dir);
 }
 TEST_CASE("command specs: placeholders, both spellings of command:, and their errors", "[sweep][spec][command]") {
-  auto s = sw::parse_spec("command: [sh, -c, 'echo {lr} {{lr} {\"a\": {\"b\": 1}}', 'x{n}y']\nparams:\n  lr: [0.5]\n  n: [3]\n",
-                          "t.yaml");
+  auto s = sw::parse_spec(
+      "command: [sh, -c, 'echo {lr} {{lr} {\"a\": {\"b\": 1}}', 'x{n}y']\nparams:\n  lr: [0.5]\n  n: [3]\n", "t.yaml");
   CHECK(s.task.empty());
   CHECK(s.command_line == 1);
   CHECK(sw::placeholders(s.command) == std::vector<std::string>{"lr", "n"});
@@ -301,9 +310,10 @@ TEST_CASE("command specs: placeholders, both spellings of command:, and their er
   CHECK(spec_line("params:\n  i: [1]\n") == 1);  // neither
   CHECK_THROWS_AS(sw::command_for({"{missing}"}, json{{"i", 1}}), sw::spec_error);
 }
-TEST_CASE("Python specs: python: module:function or a file's function, preload, and their errors", "[sweep][spec][python]") {
-  auto s = sw::parse_spec("python: trials:train\nparams:\n  lr: [0.1]\nresources: {standby: 2, preload: [numpy, torch]}\n",
-                          "t.yaml");
+TEST_CASE("Python specs: python: module:function or a file's function, preload, and their errors",
+          "[sweep][spec][python]") {
+  auto s = sw::parse_spec(
+      "python: trials:train\nparams:\n  lr: [0.1]\nresources: {standby: 2, preload: [numpy, torch]}\n", "t.yaml");
   CHECK(s.python == "trials:train");
   CHECK(s.python_line == 1);
   CHECK(s.task.empty());
@@ -311,10 +321,10 @@ TEST_CASE("Python specs: python: module:function or a file's function, preload, 
   CHECK(s.preload == std::vector<std::string>{"numpy", "torch"});
   CHECK(sw::subject(s) == "python:trials:train");  // what trial ids derive from: not the task "trials"
   CHECK(sw::parse_spec("python: dir/f.py:Model.fit\nparams:\n  i: [1]\n", "t.yaml").python == "dir/f.py:Model.fit");
-  CHECK(spec_line("python: trials\nparams:\n  i: [1]\n") == 1);                 // no function
+  CHECK(spec_line("python: trials\nparams:\n  i: [1]\n") == 1);  // no function
   CHECK(spec_line("python: trials:\nparams:\n  i: [1]\n") == 1);
   CHECK(spec_line("python: [a, b]\nparams:\n  i: [1]\n") == 1);
-  CHECK(spec_line("task: t\npython: m:f\nparams:\n  i: [1]\n") == 2);           // not both
+  CHECK(spec_line("task: t\npython: m:f\nparams:\n  i: [1]\n") == 2);                     // not both
   CHECK(spec_line("task: t\nparams:\n  i: [1]\nresources:\n  preload: [numpy]\n") == 5);  // Python's only
   CHECK(spec_line("python: m:f\nparams:\n  i: [1]\nresources:\n  preload: numpy\n") == 5);
   CHECK(spec_line("python: m:f\nparams:\n  i: [1]\nresources:\n  preload: [\"a,b\"]\n") == 5);

@@ -68,11 +68,11 @@ struct block {
 
 struct segment {
   std::uintptr_t base = 0;
-  std::size_t size = 0;      // address range
+  std::size_t size = 0;  // address range
   bool small = false;
   bool expandable = false;
   stream_id stream = 0;
-  std::size_t live = 0;      // allocated or pending blocks
+  std::size_t live = 0;  // allocated or pending blocks
   std::uint64_t last_used = 0;
   std::vector<bool> mapped;  // expandable: per granule
   std::size_t mapped_pages = 0;

@@ -59,7 +59,8 @@ struct caching_allocator::impl {
 
   void* allocate(std::size_t bytes, stream_id stream) {
     if (bytes == 0) throw std::invalid_argument("allocate(0): zero-byte allocations are not supported");
-    if (bytes > absurd) throw std::invalid_argument("allocate(" + std::to_string(bytes) + "): absurd size (over 1 PiB)");
+    if (bytes > absurd)
+      throw std::invalid_argument("allocate(" + std::to_string(bytes) + "): absurd size (over 1 PiB)");
     strategy->check_stream(stream);
     const std::size_t size = round_up(bytes, rounding);
     std::lock_guard lock(mutex);
@@ -140,7 +141,8 @@ void caching_allocator::deallocate(void* p) { impl_->deallocate(p); }
 void caching_allocator::record_stream(void* p, stream_id stream) {
   std::lock_guard lock(impl_->mutex);
   block* b = impl_->lookup(p, "record_stream");
-  if (stream != b->stream && std::find(b->uses.begin(), b->uses.end(), stream) == b->uses.end()) b->uses.push_back(stream);
+  if (stream != b->stream && std::find(b->uses.begin(), b->uses.end(), stream) == b->uses.end())
+    b->uses.push_back(stream);
 }
 
 void caching_allocator::empty_cache() {
@@ -254,15 +256,20 @@ void caching_allocator::check_invariants() const {
   std::sort(ranges.begin(), ranges.end());
   for (std::size_t i = 1; i < ranges.size(); ++i)
     if (ranges[i].first < ranges[i - 1].second) fail("segments overlap");
-  if (free_blocks != m.blocks.small_free.size() + m.blocks.large_free.size()) fail("pools hold blocks that are not free");
+  if (free_blocks != m.blocks.small_free.size() + m.blocks.large_free.size())
+    fail("pools hold blocks that are not free");
   if (live_blocks != m.blocks.live.size()) fail("live map holds blocks that are not allocated");
-  if (reserved != static_cast<std::uint64_t>(m.books.st.reserved_bytes.current)) fail("reserved_bytes differs from recomputation");
-  if (allocated != static_cast<std::uint64_t>(m.books.st.allocated_bytes.current)) fail("allocated_bytes differs from recomputation");
-  if (live_blocks != static_cast<std::size_t>(m.books.st.allocation.current)) fail("allocation count differs from recomputation");
+  if (reserved != static_cast<std::uint64_t>(m.books.st.reserved_bytes.current))
+    fail("reserved_bytes differs from recomputation");
+  if (allocated != static_cast<std::uint64_t>(m.books.st.allocated_bytes.current))
+    fail("allocated_bytes differs from recomputation");
+  if (live_blocks != static_cast<std::size_t>(m.books.st.allocation.current))
+    fail("allocation count differs from recomputation");
   if (reserved > m.books.limit) fail("reserved " + human(reserved) + " exceeds the cap " + human(m.books.limit));
   std::size_t ordinary = 0;
   for (const segment& s : m.blocks.segments) ordinary += !s.expandable;
-  if (ordinary != static_cast<std::size_t>(m.books.st.segment.current)) fail("segment count differs from recomputation");
+  if (ordinary != static_cast<std::size_t>(m.books.st.segment.current))
+    fail("segment count differs from recomputation");
 }
 
 }  // namespace isorun::alloc

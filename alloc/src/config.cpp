@@ -42,12 +42,15 @@ bool as_bool(std::string_view key, std::string_view v) {
 }  // namespace
 
 void check_cap(std::uint64_t cap, const alloc_config& config) {
-  auto mib = [](std::uint64_t b) { return std::to_string(b / MiB) + (b % MiB ? "." + std::to_string(b % MiB * 10 / MiB) : "") + " MiB"; };
+  auto mib = [](std::uint64_t b) {
+    return std::to_string(b / MiB) + (b % MiB ? "." + std::to_string(b % MiB * 10 / MiB) : "") + " MiB";
+  };
   if (config.reserve >= cap)
     throw config_error("reserve_mb (" + mib(config.reserve) + ") leaves nothing of the " + mib(cap) + " cap");
   if (cap - config.reserve < 2 * MiB)
-    throw config_error("a cap of " + mib(cap - config.reserve) +
-                       " cannot hold a single 2 MiB segment, the allocator's smallest unit; raise --mem-limit to 2M or more");
+    throw config_error(
+        "a cap of " + mib(cap - config.reserve) +
+        " cannot hold a single 2 MiB segment, the allocator's smallest unit; raise --mem-limit to 2M or more");
 }
 
 const char* to_string(strategy s) noexcept {
@@ -76,7 +79,9 @@ alloc_config alloc_config::parse(std::string_view text) {
       if (v == "auto_growth") c.kind = strategy::auto_growth;
       else if (v == "preallocate") c.kind = strategy::preallocate;
       else if (v == "expandable") c.kind = strategy::expandable;
-      else throw config_error("alloc conf: strategy:" + std::string(v) + ": expected auto_growth, preallocate or expandable");
+      else
+        throw config_error("alloc conf: strategy:" + std::string(v) +
+                           ": expected auto_growth, preallocate or expandable");
     } else if (key == "expandable_segments") {
       if (as_bool(key, v)) c.kind = strategy::expandable;
     } else if (key == "pytorch_compat") {
@@ -106,7 +111,8 @@ alloc_config alloc_config::parse(std::string_view text) {
         std::string_view digits = base == 16 ? v.substr(2) : v;
         auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n, base);
         if (ec != std::errc{} || p != digits.data() + digits.size() || n < 0 || n > 255)
-          throw config_error("alloc conf: debug_fill:" + std::string(v) + ": expected true, false or a byte (0..255, 0xA5)");
+          throw config_error("alloc conf: debug_fill:" + std::string(v) +
+                             ": expected true, false or a byte (0..255, 0xA5)");
         c.debug_fill = n;
       }
     } else if (key == "history") {
@@ -125,8 +131,9 @@ alloc_config alloc_config::parse(std::string_view text) {
   if (c.fraction > 0 && c.kind != strategy::preallocate)
     throw config_error("alloc conf: fraction applies to strategy:preallocate only");
   if (c.no_caching && c.kind != strategy::auto_growth)
-    throw config_error("alloc conf: no_caching applies to strategy:auto_growth only (preallocate keeps its one "
-                       "segment; expandable returns free pages under pressure)");
+    throw config_error(
+        "alloc conf: no_caching applies to strategy:auto_growth only (preallocate keeps its one "
+        "segment; expandable returns free pages under pressure)");
   return c;
 }
 

@@ -59,12 +59,18 @@ class nvml_probe {
 
   /// Device memory used, all processes; 0 if unknown.
   std::uint64_t device_used() const {
-    struct { unsigned long long total, free, used; } m{};
+    struct {
+      unsigned long long total, free, used;
+    } m{};
     return device_ && memory_ && memory_(device_, &m) == 0 ? m.used : 0;
   }
   /// This process's usage; 0 if unknown.
   std::uint64_t process_used() const {
-    struct process_info { unsigned pid; unsigned long long used; unsigned gpu_instance, compute_instance; };
+    struct process_info {
+      unsigned pid;
+      unsigned long long used;
+      unsigned gpu_instance, compute_instance;
+    };
     if (!device_ || !procs_) return 0;
     std::vector<process_info> list(256);
     unsigned n = static_cast<unsigned>(list.size());
@@ -290,7 +296,8 @@ class cuda_backend final : public backend {
       checksums_ = nullptr;
       checksum_capacity_ = 0;
       void* p = nullptr;
-      if (cudaHostAlloc(&p, chunks * sizeof(std::uint64_t), cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {
+      if (cudaHostAlloc(&p, chunks * sizeof(std::uint64_t), cudaHostAllocPortable | cudaHostAllocMapped) !=
+          cudaSuccess) {
         cudaGetLastError();
         return false;  // no page-locked memory: the host checksums instead
       }
@@ -331,7 +338,8 @@ class cuda_backend final : public backend {
   decltype(&cuMemSetAccess) set_access_ = nullptr;
 };
 
-backend* create_backend(const char* uuid, int ordinal, cuda_context_info* context, char* error, std::size_t error_size) {
+backend* create_backend(const char* uuid, int ordinal, cuda_context_info* context, char* error,
+                        std::size_t error_size) {
   try {
     cuda_context_info info;
     auto* b = new cuda_backend(uuid, ordinal, info);

@@ -7,7 +7,7 @@ namespace {
 using xxh3::u32;
 using xxh3::u64;
 
-constexpr u32 threads = 256;       // 8 warps
+constexpr u32 threads = 256;  // 8 warps
 constexpr u32 warps = threads / 32;
 constexpr u32 phase_blocks = 256;  // 1 KiB blocks summed between two turns of the chain (16 KiB of sums)
 
@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(threads) chunk_checksums(const xxh3::input in,
       u64 term[4];
 #pragma unroll
       for (u32 j = 0; j < 4; ++j) term[j] = xxh3::warp_term(in, at, t, j);
-      // Sum over the 16 threads of the same half (same t % 2): xor-butterfly over the other bits.
+        // Sum over the 16 threads of the same half (same t % 2): xor-butterfly over the other bits.
 #pragma unroll
       for (u32 offset = 2; offset < 32; offset <<= 1)
 #pragma unroll

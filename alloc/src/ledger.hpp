@@ -99,14 +99,16 @@ struct ledger {
       << "; cap " << human(limit);
     if (!cap_origin.empty()) m << " (" << cap_origin << ")";
     if (cfg.reserve) m << " after keeping " << human(cfg.reserve) << " in reserve";
-    m << "; reserved " << human(res) << ", allocated " << human(alloc) << ", cached free " << human(res - std::min(res, alloc))
-      << " (largest free block " << human(largest) << "), fragmentation " << int(frag * 100 + 0.5) << "%.";
+    m << "; reserved " << human(res) << ", allocated " << human(alloc) << ", cached free "
+      << human(res - std::min(res, alloc)) << " (largest free block " << human(largest) << "), fragmentation "
+      << int(frag * 100 + 0.5) << "%.";
     std::vector<std::pair<std::uintptr_t, std::size_t>> big;
     a.live.for_each([&](block* b) { big.emplace_back(b->addr, b->size); });
     std::sort(big.begin(), big.end(), [](auto& x, auto& y) { return x.second > y.second; });
     if (!big.empty()) {
       m << " Largest live allocations:";
-      for (std::size_t i = 0; i < std::min<std::size_t>(3, big.size()); ++i) m << (i ? "," : "") << " " << human(big[i].second);
+      for (std::size_t i = 0; i < std::min<std::size_t>(3, big.size()); ++i)
+        m << (i ? "," : "") << " " << human(big[i].second);
       m << ".";
     }
     if (alloc + size > limit) {

@@ -169,8 +169,8 @@ std::byte* simulated_device::alias_of(const void* p, std::size_t bytes, const ch
                                 " is not device memory (a host pointer where a device pointer belongs?)");
   const std::size_t offset = static_cast<std::size_t>(static_cast<const std::byte*>(p) - r->device);
   if (bytes > r->bytes - offset)
-    throw std::invalid_argument(std::string("simulated device: ") + role + " " + hex(p) + " + " + std::to_string(bytes) +
-                                " bytes runs past the end of its allocation");
+    throw std::invalid_argument(std::string("simulated device: ") + role + " " + hex(p) + " + " +
+                                std::to_string(bytes) + " bytes runs past the end of its allocation");
   if (r->reserved)
     for (std::size_t g = offset / granule; g < (offset + bytes + granule - 1) / granule; ++g)
       if (!r->mapped[g])

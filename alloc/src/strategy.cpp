@@ -118,7 +118,8 @@ class preallocate final : public segmented {
     default_stream_only_ = true;
     std::uint64_t want = c_.books.limit;
     if (c_.cfg.fraction > 0)
-      want = std::min<std::uint64_t>(want, static_cast<std::uint64_t>(c_.cfg.fraction * double(c_.memory.device_memory().free)));
+      want = std::min<std::uint64_t>(
+          want, static_cast<std::uint64_t>(c_.cfg.fraction * double(c_.memory.device_memory().free)));
     want = want / segment_round * segment_round;
     if (want < small_segment) throw config_error("preallocate: fraction leaves less than one 2 MiB segment");
     void* p = c_.memory.allocate(want);
@@ -166,8 +167,9 @@ class expandable final : public growth_strategy {
     const std::size_t g = c_.memory.granularity();
     for (auto& s : c_.blocks.segments) {
       c_.memory.synchronize(s.stream);
-      for_each_run(s, 0, s.mapped.size(), true,
-                   [&](std::size_t p, std::size_t n) { c_.memory.unmap(reinterpret_cast<void*>(s.base + p * g), n * g); });
+      for_each_run(s, 0, s.mapped.size(), true, [&](std::size_t p, std::size_t n) {
+        c_.memory.unmap(reinterpret_cast<void*>(s.base + p * g), n * g);
+      });
       c_.memory.release_address(reinterpret_cast<void*>(s.base), s.size);
       ++c_.books.st.num_backend_frees;
     }

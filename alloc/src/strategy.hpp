@@ -43,8 +43,9 @@ class growth_strategy {
   /// @throws std::invalid_argument saying what to use instead.
   void check_stream(stream_id stream) const {
     if (stream != 0 && default_stream_only_)
-      throw std::invalid_argument("strategy:preallocate serves the default stream only; use auto_growth or expandable "
-                                  "for work on other streams");
+      throw std::invalid_argument(
+          "strategy:preallocate serves the default stream only; use auto_growth or expandable "
+          "for work on other streams");
   }
 
   /// @brief A free block of at least `size` bytes for `stream`: from the cache, else by holding

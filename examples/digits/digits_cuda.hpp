@@ -18,7 +18,7 @@ struct problem {
   int hidden;
   float lr, weight_decay;
   int epochs, batch;
-  std::mt19937* rng;  // the CPU path's generator, after initialization: same batches
+  std::mt19937* rng;                            // the CPU path's generator, after initialization: same batches
   isorun::alloc::caching_allocator* allocator;  // the worker's (CUDA backend), for scratch buffers
   // The model's parameters in device memory, initialized as on the host path; trained in place.
   // w1 and b1 are null for softmax regression.

@@ -242,8 +242,10 @@ struct device_model {
 
 digits_result digits(const digits_params& p) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (p.model != "mlp" && p.model != "softmax") throw std::invalid_argument("model must be mlp or softmax, not " + p.model);
-  if (p.lr <= 0 || p.epochs < 1 || p.batch < 1 || p.hidden < 1) throw std::invalid_argument("lr, epochs, batch and hidden must be positive");
+  if (p.model != "mlp" && p.model != "softmax")
+    throw std::invalid_argument("model must be mlp or softmax, not " + p.model);
+  if (p.lr <= 0 || p.epochs < 1 || p.batch < 1 || p.hidden < 1)
+    throw std::invalid_argument("lr, epochs, batch and hidden must be positive");
   const dataset d = load(p.data.empty() ? default_data_path() : p.data);
 
   // The split is fixed (its own seed), so trials differ only by their parameters.
@@ -279,9 +281,21 @@ digits_result digits(const digits_params& p) {
   std::vector<float> train_logits, test_logits;
 #ifdef ISORUN_DIGITS_CUDA
   if (worker.kind() == isorun::device_kind::cuda) {
-    digits_gpu::problem gp{&xtr, &ytr, &xte, &yte, m.mlp, p.hidden, static_cast<float>(p.lr),
-                           static_cast<float>(p.weight_decay), p.epochs, p.batch, &rng, &worker.allocator(),
-                           on_device.w1.as<float>(), on_device.b1.as<float>(), on_device.w2.as<float>(),
+    digits_gpu::problem gp{&xtr,
+                           &ytr,
+                           &xte,
+                           &yte,
+                           m.mlp,
+                           p.hidden,
+                           static_cast<float>(p.lr),
+                           static_cast<float>(p.weight_decay),
+                           p.epochs,
+                           p.batch,
+                           &rng,
+                           &worker.allocator(),
+                           on_device.w1.as<float>(),
+                           on_device.b1.as<float>(),
+                           on_device.w2.as<float>(),
                            on_device.b2.as<float>()};
     digits_gpu::train(gp, train_logits, test_logits);
   } else
@@ -313,8 +327,9 @@ digits_result digits(const digits_params& p) {
   }
   score(train_logits, ytr, n_train, r.train_loss);
   r.accuracy = score(test_logits, yte, n_test, r.test_loss);
-  r.device = worker.kind() == isorun::device_kind::cpu ? "cpu"
-                                                       : std::string(to_string(worker.kind())) + ":" + worker.device_uuid();
+  r.device = worker.kind() == isorun::device_kind::cpu
+                 ? "cpu"
+                 : std::string(to_string(worker.kind())) + ":" + worker.device_uuid();
   r.train_size = n_train;
   r.test_size = n_test;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -46,8 +46,8 @@
 #include <string>
 #include <unordered_map>
 
-#include "isorun/preload/cap_region.hpp"
 #include "cap_env.hpp"
+#include "isorun/preload/cap_region.hpp"
 
 extern char** environ;
 
@@ -62,8 +62,8 @@ using CUresult = int;
 using CUdeviceptr = unsigned long long;
 using handle_t = unsigned long long;  // CUmemGenericAllocationHandle
 constexpr CUresult success = 0;
-constexpr CUresult out_of_memory = 2;  // CUDA_ERROR_OUT_OF_MEMORY
-constexpr CUresult not_found = 500;    // CUDA_ERROR_NOT_FOUND
+constexpr CUresult out_of_memory = 2;    // CUDA_ERROR_OUT_OF_MEMORY
+constexpr CUresult not_found = 500;      // CUDA_ERROR_NOT_FOUND
 constexpr CUresult not_permitted = 800;  // CUDA_ERROR_NOT_PERMITTED
 
 // A zygote (zygote_env "1" at load) refuses every CUDA call until its forked child thaws it: the
@@ -120,8 +120,8 @@ struct load_time {
   // "NAME=value" as it was at load, or as it was at the first allocation if it was not set at
   // load (a standby interpreter gets its call's variables after it started); null while unset.
   std::atomic<const char*> entry[pinned_count] = {};
-  const char* self = nullptr;            // this library's path, as LD_PRELOAD names it
-  const char* no_budget = nullptr;       // deferred_env "=0": what a child of a process still deferred gets
+  const char* self = nullptr;       // this library's path, as LD_PRELOAD names it
+  const char* no_budget = nullptr;  // deferred_env "=0": what a child of a process still deferred gets
   using execve_t = int (*)(const char*, char* const*, char* const*);
   using execveat_t = int (*)(int, const char*, char* const*, char* const*, int);
   using fexecve_t = int (*)(int, char* const*, char* const*);
@@ -206,7 +206,7 @@ struct account {
   cap::cap_ledger* ledger = nullptr;
   cap::process_slot* slot = nullptr;
   cap::event_ring ring;  // where this process's changes are kept for a memory timeline, if anywhere
-  std::string refusal;  // why every allocation is refused (the cap cannot be reached), or ""
+  std::string refusal;   // why every allocation is refused (the cap cannot be reached), or ""
   std::atomic<bool> refusal_said{false};
   std::mutex mutex;
   std::unordered_map<CUdeviceptr, holding> pointers;
@@ -233,7 +233,7 @@ struct account {
   std::uint64_t pending_contexts = 0;
 
   account() {
-    pin_unset();  // what was not there at load, if it is now
+    pin_unset();           // what was not there at load, if it is now
     if (uncapped) return;  // a zygote's child without a cap: nothing is charged
     if (region_given()) {
       open_region();
@@ -555,15 +555,26 @@ constexpr unsigned array_sparse = 0x40, array_deferred_mapping = 0x80, array_lay
 
 std::uint64_t texel_bytes(int format, unsigned channels) {
   switch (format) {
-    case 0x01: case 0x08: return channels;          // 8-bit integers
-    case 0x02: case 0x09: case 0x10: return 2ULL * channels;  // 16-bit integers, half
-    case 0x03: case 0x0a: case 0x20: return 4ULL * channels;  // 32-bit integers, float
-    case 0xc0: case 0xc6: return 1;  // (un)signed normalized 8-bit x1, x2, x4
-    case 0xc1: case 0xc7: return 2;
-    case 0xc2: case 0xc8: return 4;
-    case 0xc3: case 0xc9: return 2;  // 16-bit x1, x2, x4
-    case 0xc4: case 0xca: return 4;
-    case 0xc5: case 0xcb: return 8;
+    case 0x01:
+    case 0x08: return channels;  // 8-bit integers
+    case 0x02:
+    case 0x09:
+    case 0x10: return 2ULL * channels;  // 16-bit integers, half
+    case 0x03:
+    case 0x0a:
+    case 0x20: return 4ULL * channels;  // 32-bit integers, float
+    case 0xc0:
+    case 0xc6: return 1;  // (un)signed normalized 8-bit x1, x2, x4
+    case 0xc1:
+    case 0xc7: return 2;
+    case 0xc2:
+    case 0xc8: return 4;
+    case 0xc3:
+    case 0xc9: return 2;  // 16-bit x1, x2, x4
+    case 0xc4:
+    case 0xca: return 4;
+    case 0xc5:
+    case 0xcb: return 8;
     default: return 8;
   }
 }
@@ -623,7 +634,8 @@ CUresult cuMemAllocManaged(CUdeviceptr* dptr, std::size_t bytes, unsigned flags)
 
 CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, std::size_t* pitch, std::size_t width, std::size_t height,
                             unsigned element) {
-  static auto f = real<CUresult (*)(CUdeviceptr*, std::size_t*, std::size_t, std::size_t, unsigned)>("cuMemAllocPitch_v2");
+  static auto f = real<CUresult (*)(CUdeviceptr*, std::size_t*, std::size_t, std::size_t, unsigned)>(
+      "cuMemAllocPitch_v2");
   if (!f) return not_found;
   // The pitch is known only afterwards: reserve with rows padded to 512 bytes, the usual
   // alignment, and charge any difference once it is known.
@@ -750,7 +762,8 @@ CUresult cuMemRelease(handle_t handle) {
 CUresult cuArrayCreate_v2(void** array, const array_descriptor* desc) {
   static auto f = real<CUresult (*)(void**, const array_descriptor*)>("cuArrayCreate_v2");
   if (!f) return not_found;
-  const std::uint64_t bytes = desc ? array_bytes({desc->width, desc->height, 1, desc->format, desc->channels, 0}, 1) : 0;
+  const std::uint64_t bytes = desc ? array_bytes({desc->width, desc->height, 1, desc->format, desc->channels, 0}, 1)
+                                   : 0;
   return charged_array(array, bytes, [&] { return f(array, desc); });
 }
 
@@ -884,7 +897,11 @@ std::uint64_t context_bytes(int device) {
   if (!nvml) return 0;
   using init_t = int (*)();
   using by_index_t = int (*)(unsigned, void**);
-  struct info { unsigned pid; unsigned long long used; unsigned gi, ci; };
+  struct info {
+    unsigned pid;
+    unsigned long long used;
+    unsigned gi, ci;
+  };
   using procs_t = int (*)(void*, unsigned*, info*);
   auto init = reinterpret_cast<init_t>(real_dlsym()(nvml, "nvmlInit_v2"));
   auto by_index = reinterpret_cast<by_index_t>(real_dlsym()(nvml, "nvmlDeviceGetHandleByIndex_v2"));
@@ -1121,18 +1138,18 @@ int pidfd_spawnp(int* pidfd, const char* file, const posix_spawn_file_actions_t*
 
 // The execl family: the arguments gathered on this stack (they may run in a vfork child), then
 // the vector forms above. `with_env`: execle's environment follows the arguments' null.
-#define ISORUN_GATHER_ARGS(first, with_env)                                    \
-  va_list count;                                                              \
-  va_start(count, first);                                                     \
-  std::size_t n = 1;                                                          \
-  while (va_arg(count, char*)) ++n;                                           \
-  va_end(count);                                                              \
-  auto** argv = static_cast<char**>(alloca((n + 1) * sizeof(char*)));         \
-  argv[0] = const_cast<char*>(first);                                         \
-  va_list args;                                                               \
-  va_start(args, first);                                                      \
-  for (std::size_t i = 1; i <= n; ++i) argv[i] = va_arg(args, char*);         \
-  char* const* envp = with_env ? va_arg(args, char* const*) : environ;        \
+#define ISORUN_GATHER_ARGS(first, with_env)                            \
+  va_list count;                                                       \
+  va_start(count, first);                                              \
+  std::size_t n = 1;                                                   \
+  while (va_arg(count, char*)) ++n;                                    \
+  va_end(count);                                                       \
+  auto** argv = static_cast<char**>(alloca((n + 1) * sizeof(char*)));  \
+  argv[0] = const_cast<char*>(first);                                  \
+  va_list args;                                                        \
+  va_start(args, first);                                               \
+  for (std::size_t i = 1; i <= n; ++i) argv[i] = va_arg(args, char*);  \
+  char* const* envp = with_env ? va_arg(args, char* const*) : environ; \
   va_end(args)
 
 extern "C" {

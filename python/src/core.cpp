@@ -385,8 +385,8 @@ class py_job {
     auto* owner = new std::shared_ptr<const void>(r->owner);
     nb::capsule keep(owner, [](void* p) noexcept { delete static_cast<std::shared_ptr<const void>*>(p); });
     const std::size_t shape[1] = {r->payload.size()};
-    nb::ndarray<nb::memview, const std::uint8_t, nb::ndim<1>> view(reinterpret_cast<const std::uint8_t*>(r->payload.data()),
-                                                              1, shape, keep);
+    nb::ndarray<nb::memview, const std::uint8_t, nb::ndim<1>> view(
+        reinterpret_cast<const std::uint8_t*>(r->payload.data()), 1, shape, keep);
     return nb::make_tuple(d, nb::cast(view, nb::rv_policy::reference));
   }
 
@@ -424,8 +424,8 @@ class py_job {
 /// part of how the worker is launched (a standby interpreter gets it at exec: what it preloads,
 /// its thread limits); `o.env` joins it. Without the GIL.
 isorun::runner::job_spec python_job_spec(isorun::blob request, std::vector<std::string> argv,
-                                         const std::vector<std::string>& launch_env, const call_options& o,
-                                         bool on_gpu, isorun::isolated_options& opts) {
+                                         const std::vector<std::string>& launch_env, const call_options& o, bool on_gpu,
+                                         isorun::isolated_options& opts) {
   opts.gpu = o.gpu;
   opts.gpus = o.gpus;
   opts.gpu_count = o.gpu_count;
@@ -587,9 +587,12 @@ py_admission executor_admission(std::vector<int> gpus, bool all_gpus, std::uint6
                                 int cpu_slots) {
   nb::gil_scoped_release unlocked;
   py_admission a;
-  a.admission = isorun::detail::executor_admission(
-      {.gpus = std::move(gpus), .all_gpus = all_gpus, .mem_limit = mem_limit, .per_gpu = per_gpu, .cpu_slots = cpu_slots},
-      a.plan);
+  a.admission = isorun::detail::executor_admission({.gpus = std::move(gpus),
+                                                    .all_gpus = all_gpus,
+                                                    .mem_limit = mem_limit,
+                                                    .per_gpu = per_gpu,
+                                                    .cpu_slots = cpu_slots},
+                                                   a.plan);
   return a;
 }
 
@@ -598,9 +601,12 @@ py_admission executor_admission(std::vector<int> gpus, bool all_gpus, std::uint6
 std::pair<std::vector<std::vector<int>>, std::string> plan_slots(std::vector<int> gpus, bool all_gpus,
                                                                  std::uint64_t mem_limit, int per_gpu, int cpu_slots) {
   nb::gil_scoped_release unlocked;
-  auto plan = isorun::runner::plan_slots(
-      {.gpus = std::move(gpus), .all_gpus = all_gpus, .mem_limit = mem_limit, .per_gpu = per_gpu, .cpu_slots = cpu_slots},
-      isorun::gpus());
+  auto plan = isorun::runner::plan_slots({.gpus = std::move(gpus),
+                                          .all_gpus = all_gpus,
+                                          .mem_limit = mem_limit,
+                                          .per_gpu = per_gpu,
+                                          .cpu_slots = cpu_slots},
+                                         isorun::gpus());
   std::vector<std::vector<int>> slots;
   for (const auto& sl : plan.slots) {
     std::vector<int> indices;
@@ -795,7 +801,8 @@ void sync_environ() {
 /// Serves the assignment this interpreter was launched for, calling `entry` for the call, and
 /// exits the process: never returns.
 [[noreturn]] void serve(nb::callable entry, nb::callable json_entry) {
-  if (!isorun::is_worker_process()) throw isorun::usage_error("isorun._worker runs only as a worker that isorun launched");
+  if (!isorun::is_worker_process())
+    throw isorun::usage_error("isorun._worker runs only as a worker that isorun launched");
   snapshot_environment();  // before the worker's own changes, which sync_environ() brings to os.environ
   ::unsetenv(isorun::serialization::env::worker.data());  // the function's own children are ordinary processes
   python_entry = entry.release().ptr();
@@ -1028,18 +1035,24 @@ NB_MODULE(_core, m) {
       },
       "Waits until no call of this process waits or holds a slot: every worker gone, one that exits "
       "behind an early result too.");
-  m.def("admission_counts", [] {
-    auto& a = isorun::runner::admission::process();
-    return std::make_pair(a.waiting(), a.running());
-  }, "(waiting, running) calls of this process's admission.");
+  m.def(
+      "admission_counts",
+      [] {
+        auto& a = isorun::runner::admission::process();
+        return std::make_pair(a.waiting(), a.running());
+      },
+      "(waiting, running) calls of this process's admission.");
   m.def("plan_slots", &plan_slots, "gpus"_a, "all_gpus"_a, "mem_limit"_a, "per_gpu"_a, "cpu_slots"_a,
         "The slots of a batch: per slot its GPU indices (empty: CPU), and how they were decided.");
   m.def("parse_size", &parse_size, "text"_a, "Bytes in '2G', '512M', '1.5GiB' or a plain count.");
   m.def("parse_duration_ms", &parse_duration_ms, "text"_a, "Milliseconds in '30s', '10m', '250ms'.");
-  m.def("stop_standby", [] {
-    nb::gil_scoped_release unlocked;
-    isorun::stop_standby();
-  }, "Stops every standby worker and waits until they are gone.");
+  m.def(
+      "stop_standby",
+      [] {
+        nb::gil_scoped_release unlocked;
+        isorun::stop_standby();
+      },
+      "Stops every standby worker and waits until they are gone.");
   m.def(
       "pool_stats",
       [] {
@@ -1075,8 +1088,9 @@ NB_MODULE(_core, m) {
       },
       "bytes"_a, "linger_ms"_a,
       "Beyond the idle limit, segments released in the last linger_ms are kept too, up to bytes idle in all.");
-  m.def("segment_idle_bytes", [] { return isorun::serialization::segment_pool::instance().idle_bytes(); },
-        "Bytes of the idle segments the pool keeps now (memory that stays resident).");
+  m.def(
+      "segment_idle_bytes", [] { return isorun::serialization::segment_pool::instance().idle_bytes(); },
+      "Bytes of the idle segments the pool keeps now (memory that stays resident).");
   m.def("sync_environ", &sync_environ,
         "In a worker: os.environ brought up to date with what it set or removed in the C environment since "
         "serve() began.");

@@ -114,8 +114,7 @@ void* numpy_realloc(void*, void* p, std::size_t new_size) noexcept {
   return fresh;
 }
 
-numpy_handler handler = {"isorun_result_segment", 1,
-                         {nullptr, numpy_malloc, numpy_calloc, numpy_realloc, numpy_free}};
+numpy_handler handler = {"isorun_result_segment", 1, {nullptr, numpy_malloc, numpy_calloc, numpy_realloc, numpy_free}};
 
 // NumPy's C-API table, from its core module: numpy._core in NumPy 2, numpy.core before.
 void** numpy_api() {

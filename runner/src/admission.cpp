@@ -21,7 +21,7 @@ struct admission::entry {
   bool granted = false;
   bool cancelled = false;
   std::list<std::shared_ptr<entry>>::iterator at;  // its place in the queue while it waits
-  std::shared_ptr<ticket> ready;  // made at the grant, until the waiter takes it
+  std::shared_ptr<ticket> ready;                   // made at the grant, until the waiter takes it
 
   void changed_now() {
     changed.notify_all();
@@ -89,11 +89,11 @@ std::shared_ptr<admission::waiter> admission::enqueue(admission_request request,
     std::size_t room = 0;
     for (std::size_t i = 0; i < n; ++i) room += need_on(i) <= limits_.gpus[i].free_memory;
     if (room < want)
-      throw usage_error(plural(want, "GPU") + " asked for, but " + limits_.name + " has " + plural(n, "GPU") +
-                        (room < n ? " (" + std::to_string(room) + " with " + format_size(request.mem_limit) +
-                                        " free for the cap)"
-                                  : std::string()) +
-                        "; ask for fewer, or lower mem_limit");
+      throw usage_error(
+          plural(want, "GPU") + " asked for, but " + limits_.name + " has " + plural(n, "GPU") +
+          (room < n ? " (" + std::to_string(room) + " with " + format_size(request.mem_limit) + " free for the cap)"
+                    : std::string()) +
+          "; ask for fewer, or lower mem_limit");
   }
   if (!request.on_gpu() && request.cpus == 0)
     throw usage_error("a CPU call takes at least 1 CPU slot (cpus_per_call 0)");
@@ -359,7 +359,8 @@ bool admission::waiter::advance(std::unique_lock<std::mutex>& lock, std::chrono:
   lock.unlock();
   const bool forever = deadline == std::chrono::steady_clock::time_point::max();
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-  const bool done = there->wait_for(forever ? std::chrono::milliseconds::max() : std::max(left, std::chrono::milliseconds(0)));
+  const bool done = there->wait_for(forever ? std::chrono::milliseconds::max()
+                                            : std::max(left, std::chrono::milliseconds(0)));
   lock.lock();
   return done;
 }
@@ -378,9 +379,8 @@ void admission::waiter::set_notify(std::function<void()> notify) {
 
 bool admission::waiter::wait_for(std::chrono::milliseconds timeout) {
   std::unique_lock lock(at_->mutex_);
-  const auto deadline = timeout == std::chrono::milliseconds::max()
-                            ? std::chrono::steady_clock::time_point::max()
-                            : std::chrono::steady_clock::now() + timeout;
+  const auto deadline = timeout == std::chrono::milliseconds::max() ? std::chrono::steady_clock::time_point::max()
+                                                                    : std::chrono::steady_clock::now() + timeout;
   return advance(lock, deadline);
 }
 

@@ -43,9 +43,9 @@ struct command::state {
   command_spec spec;
   std::optional<driver_cap> cap;
   std::unique_ptr<host_memory_cap> host_cap;  // until the shim is reaped
-  unique_fd report_read;  // the shim's report
-  unique_fd cancel_read, cancel_write;  // one byte per cancel: the signal asked for
-  unique_fd stderr_read;  // with stderr_tail_lines
+  unique_fd report_read;                      // the shim's report
+  unique_fd cancel_read, cancel_write;        // one byte per cancel: the signal asked for
+  unique_fd stderr_read;                      // with stderr_tail_lines
   child shim;
   clock::time_point started;
   std::int64_t started_ns = 0;  // the same, on the clock the cap's events carry
@@ -112,7 +112,8 @@ std::unique_ptr<command> command::start(command_spec spec) {
   opts.cgroup = new_child_cgroup();
   if (spec.host_mem_limit) {
     try {
-      s->host_cap = std::make_unique<host_memory_cap>(opts.cgroup, spec.host_mem_limit, host_memory_cap::before_start_t{});
+      s->host_cap = std::make_unique<host_memory_cap>(opts.cgroup, spec.host_mem_limit,
+                                                      host_memory_cap::before_start_t{});
     } catch (...) {
       if (!opts.cgroup.empty()) kill_and_remove_cgroup(opts.cgroup);  // no child owns it yet
       throw;

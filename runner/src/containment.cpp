@@ -183,12 +183,14 @@ std::optional<std::uint64_t> kill_and_remove_cgroup(const std::string& cgroup) n
     while (events >= 0) {
       char buf[256];
       const ssize_t n = ::pread(events, buf, sizeof buf - 1, 0);
-      if (n <= 0 || std::string_view(buf, static_cast<std::size_t>(n)).find("populated 0") != std::string_view::npos) break;
+      if (n <= 0 || std::string_view(buf, static_cast<std::size_t>(n)).find("populated 0") != std::string_view::npos)
+        break;
       if (!std::exchange(killed, true)) {
         write_text(cgroup + "/cgroup.kill", "1");
         continue;
       }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                                              std::chrono::steady_clock::now());
       if (left.count() <= 0) break;
       pollfd p{events, POLLPRI, 0};
       ::poll(&p, 1, static_cast<int>(left.count()));

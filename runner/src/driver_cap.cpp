@@ -1,8 +1,8 @@
 #include "isorun/runner/driver_cap.hpp"
 
 #include <dlfcn.h>
-#include <link.h>
 #include <fcntl.h>
+#include <link.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -43,10 +43,12 @@ std::filesystem::path file_of_this_code() {
       std::getline(fields, path);
       path.erase(0, path.find_first_not_of(' '));
     }
-    if (constexpr std::string_view deleted = " (deleted)"; path.ends_with(deleted)) path.resize(path.size() - deleted.size());
+    if (constexpr std::string_view deleted = " (deleted)"; path.ends_with(deleted))
+      path.resize(path.size() - deleted.size());
     const auto dash = range.find('-');
     if (dash == std::string::npos || path.empty()) continue;
-    if (std::stoull(range.substr(0, dash), nullptr, 16) <= here && here < std::stoull(range.substr(dash + 1), nullptr, 16))
+    if (std::stoull(range.substr(0, dash), nullptr, 16) <= here &&
+        here < std::stoull(range.substr(dash + 1), nullptr, 16))
       return path;
   }
   return self_executable();
@@ -57,7 +59,8 @@ std::filesystem::path file_of_this_code() {
 std::string beside_library(const char* name, const char* without_it) {
   Dl_info info{};
   link_map* object = nullptr;
-  if (!::dladdr1(reinterpret_cast<void*>(&self_executable), &info, reinterpret_cast<void**>(&object), RTLD_DL_LINKMAP) ||
+  if (!::dladdr1(reinterpret_cast<void*>(&self_executable), &info, reinterpret_cast<void**>(&object),
+                 RTLD_DL_LINKMAP) ||
       !info.dli_fname || !object)
     throw internal_error(std::string("cannot locate libisorun.so, next to which ") + name + " is");
   namespace fs = std::filesystem;
@@ -67,16 +70,17 @@ std::string beside_library(const char* name, const char* without_it) {
   // folder of programs. /proc/self/exe names it, unless the loader was run by hand.
   if (object == _r_debug.r_map) {
     path = (fs::path(self_executable()).parent_path() / ISORUN_LIBDIR_FROM_BINDIR / name).lexically_normal();
-    if (!fs::exists(path)) path = (file_of_this_code().parent_path() / ISORUN_LIBDIR_FROM_BINDIR / name).lexically_normal();
+    if (!fs::exists(path))
+      path = (file_of_this_code().parent_path() / ISORUN_LIBDIR_FROM_BINDIR / name).lexically_normal();
   }
-  if (!fs::exists(path))
-    throw internal_error(path.string() + " is missing, so " + without_it + "; reinstall isorun");
+  if (!fs::exists(path)) throw internal_error(path.string() + " is missing, so " + without_it + "; reinstall isorun");
   return path.string();
 }
 
 driver_cap::driver_cap(std::uint64_t limit, std::uint64_t events)
     : terms_{serialization::shm_file::create(sizeof(preload::cap_terms))},
-      ledger_file_{serialization::shm_file::create(preload::cap_ledger::bytes_for(preload::default_slot_capacity, events))},
+      ledger_file_{
+          serialization::shm_file::create(preload::cap_ledger::bytes_for(preload::default_slot_capacity, events))},
       limit_{limit},
       events_{events},
       ledger_bytes_{preload::cap_ledger::bytes_for(preload::default_slot_capacity, events)} {
@@ -112,11 +116,10 @@ std::uint64_t driver_cap::peak() const noexcept { return ledger_->peak(); }
 
 std::string driver_cap::report(const std::string& what, const std::string& option, std::size_t gpus) const {
   const std::uint64_t refused = ledger_->refusals(), slotless = ledger_->slotless.load();
-  const std::string no_slot =
-      slotless ? std::to_string(slotless) + " process" + (slotless == 1 ? "" : "es") + " found all " +
-                     std::to_string(preload::default_slot_capacity) +
-                     " of the cap's process slots taken, so their CUDA allocations were refused"
-               : "";
+  const std::string no_slot = slotless ? std::to_string(slotless) + " process" + (slotless == 1 ? "" : "es") +
+                                             " found all " + std::to_string(preload::default_slot_capacity) +
+                                             " of the cap's process slots taken, so their CUDA allocations were refused"
+                                       : "";
   if (!refused) return no_slot.empty() ? "" : what + ": " + no_slot;
   const std::uint64_t processes = ledger_->processes.load();
   std::string where;
@@ -152,7 +155,9 @@ std::string driver_cap::memory_timeline(std::int64_t start_ns, std::int64_t end_
     if (e.seq.load(std::memory_order_acquire) != n + 1 || copy.device >= devices || copy.kind < memory_event::held ||
         copy.kind > memory_event::refused)
       continue;
-    const char* action = copy.kind == memory_event::held ? "map" : copy.kind == memory_event::released ? "unmap" : "oom";
+    const char* action = copy.kind == memory_event::held       ? "map"
+                         : copy.kind == memory_event::released ? "unmap"
+                                                               : "oom";
     events[copy.device].push_back({{"t_ns", copy.t_ns}, {"action", action}, {"size", copy.bytes}, {"pid", copy.pid}});
     if (copy.kind == memory_event::refused) {
       std::vector<std::pair<std::int64_t, std::int32_t>> by_size;
@@ -165,12 +170,12 @@ std::string driver_cap::memory_timeline(std::int64_t start_ns, std::int64_t end_
       std::sort(by_size.rbegin(), by_size.rend());
       json processes = json::array();
       for (const auto& [bytes, pid] : by_size) processes.push_back({{"pid", pid}, {"bytes", bytes}});
-      oom = {{"requested", copy.bytes}, {"limit", limit_}, {"reserved", together}, {"allocated", together},
-             {"largest_free", 0}, {"live", json::array()}, {"processes", processes},
-             {"complete", first == 0}};  // false: the ring had moved past the oldest changes
+      oom = {{"requested", copy.bytes}, {"limit", limit_},       {"reserved", together},
+             {"allocated", together},   {"largest_free", 0},     {"live", json::array()},
+             {"processes", processes},  {"complete", first == 0}};  // false: the ring had moved past the oldest changes
     } else {
       held_by[{copy.device, copy.pid}] += copy.kind == memory_event::held ? static_cast<std::int64_t>(copy.bytes)
-                                                           : -static_cast<std::int64_t>(copy.bytes);
+                                                                          : -static_cast<std::int64_t>(copy.bytes);
     }
   }
   // Processes that ended holding memory gave it back as they went: at the end, on the page.

@@ -21,12 +21,16 @@ namespace detail {
 // rest.
 std::shared_ptr<runner::admission> executor_admission(const executor_options& o, std::string& plan) {
   if (o.call.gpu || !o.call.gpus.empty() || o.call.gpu_count || o.call.mem_limit)
-    throw usage_error("an executor places its calls itself: give gpus, all_gpus, mem_limit, per_gpu or cpu_slots to "
-                      "the executor, not gpu, gpus, gpu_count or mem_limit in its call options");
+    throw usage_error(
+        "an executor places its calls itself: give gpus, all_gpus, mem_limit, per_gpu or cpu_slots to "
+        "the executor, not gpu, gpus, gpu_count or mem_limit in its call options");
   if (o.per_gpu < 0 || o.cpu_slots < 0) throw usage_error("per_gpu and cpu_slots cannot be negative");
-  const auto slots = runner::plan_slots(
-      {.gpus = o.gpus, .all_gpus = o.all_gpus, .mem_limit = o.mem_limit, .per_gpu = o.per_gpu, .cpu_slots = o.cpu_slots},
-      gpus());
+  const auto slots = runner::plan_slots({.gpus = o.gpus,
+                                         .all_gpus = o.all_gpus,
+                                         .mem_limit = o.mem_limit,
+                                         .per_gpu = o.per_gpu,
+                                         .cpu_slots = o.cpu_slots},
+                                        gpus());
   plan = slots.how;
   runner::admission::limits l{.cpu_slots = 0, .name = "the executor"};
   std::vector<std::size_t> per;

@@ -139,7 +139,7 @@ std::optional<std::string> cache_key() {
   void* lib = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!lib) return std::nullopt;
   Dl_info info{};
-  struct stat st{};
+  struct stat st {};
   const bool found = ::dladdr(::dlsym(lib, "nvmlInit_v2"), &info) && info.dli_fname && ::stat(info.dli_fname, &st) == 0;
   std::string key = found ? std::string("nvml ") + info.dli_fname + " " + std::to_string(st.st_size) + " " +
                                 std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + "\n"
@@ -254,7 +254,9 @@ gpu_inventory gpu_inventory::simulated(std::string_view spec) {
     if (end == std::string_view::npos) end = spec.size();
     std::string_view part = spec.substr(start, end - start);
     start = end + 1;
-    if (part.empty()) throw parse_error("ISORUN_SIMULATE_GPUS='" + std::string(spec) + "': empty entry; expected e.g. 2x16G or 16G,24G");
+    if (part.empty())
+      throw parse_error("ISORUN_SIMULATE_GPUS='" + std::string(spec) +
+                        "': empty entry; expected e.g. 2x16G or 16G,24G");
     long count = 1;
     std::string_view size = part;
     if (auto x = part.find('x'); x != std::string_view::npos) {
@@ -269,9 +271,11 @@ gpu_inventory gpu_inventory::simulated(std::string_view spec) {
     try {
       bytes = parse_size(size);
     } catch (const parse_error& e) {
-      throw parse_error("ISORUN_SIMULATE_GPUS='" + std::string(spec) + "': " + e.what() + "; expected e.g. 2x16G or 16G,24G");
+      throw parse_error("ISORUN_SIMULATE_GPUS='" + std::string(spec) + "': " + e.what() +
+                        "; expected e.g. 2x16G or 16G,24G");
     }
-    if (bytes == 0) throw parse_error("ISORUN_SIMULATE_GPUS='" + std::string(spec) + "': a GPU needs a non-zero memory size");
+    if (bytes == 0)
+      throw parse_error("ISORUN_SIMULATE_GPUS='" + std::string(spec) + "': a GPU needs a non-zero memory size");
     for (long i = 0; i < count; ++i) {
       gpu_info g;
       g.index = static_cast<int>(inv.gpus.size());

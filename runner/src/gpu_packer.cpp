@@ -43,7 +43,8 @@ void gpu_packer::schedule() {
         --free_[g];
         if (free_memory_[g]) *free_memory_[g] -= t.bytes;
       }
-      std::sort(usable.begin(), usable.end(), [&](std::size_t a, std::size_t b) { return gpus_[a].index < gpus_[b].index; });
+      std::sort(usable.begin(), usable.end(),
+                [&](std::size_t a, std::size_t b) { return gpus_[a].index < gpus_[b].index; });
       t.granted = std::move(usable);
       it = waiting_.erase(it);
       continue;

@@ -143,8 +143,8 @@ std::string host_memory_cap::unavailable() {
   if (c.memory_peak) return "";  // the v2 memory controller is on for the workers' cgroups
   const auto& b = v1();
   if (!b.dir.empty()) return "";
-  return "the workers' cgroups have no memory controller (it is not enabled in " + c.where +
-         "'s parent, and " + b.why_not + "); enable it with +memory in cgroup.subtree_control";
+  return "the workers' cgroups have no memory controller (it is not enabled in " + c.where + "'s parent, and " +
+         b.why_not + "); enable it with +memory in cgroup.subtree_control";
 }
 
 bool host_memory_cap::cap_v2(const std::string& cgroup) {

@@ -5,11 +5,11 @@
 #include <mutex>
 
 #include "isorun/alloc/config.hpp"
-#include "isorun/worker/init.hpp"
 #include "isorun/runner/admission.hpp"
 #include "isorun/runner/placement.hpp"
 #include "isorun/runner/standby.hpp"
 #include "isorun/runner/units.hpp"
+#include "isorun/worker/init.hpp"
 
 namespace isorun {
 
@@ -29,7 +29,8 @@ std::shared_ptr<runner::queued_job> submit_isolated(const void* fn, blob args, c
     std::_Exit(70);
   }
   const worker::task_info* task = worker::registry::instance().find_function(fn);
-  if (!task) throw usage_error("isolated(): this function is not a registered task; add ISORUN_TASK(fn) at namespace scope");
+  if (!task)
+    throw usage_error("isolated(): this function is not a registered task; add ISORUN_TASK(fn) at namespace scope");
 
   runner::admission& process = runner::admission::process();
   runner::admission& first = executor ? *executor : process;

@@ -106,8 +106,8 @@ prepared_request prepare_request(job_spec& spec) {
     p.result = pool.acquire(0, true);
     // A pooled segment still holds the result of the call it served last, which must not pass
     // for this call's if the worker reports success without writing one: its magic goes.
-    if (const std::uint64_t none = 0; p.result->capacity() >= sizeof none &&
-                                      ::pwrite(p.result->fd(), &none, sizeof none, 0) != sizeof none)
+    if (const std::uint64_t none = 0;
+        p.result->capacity() >= sizeof none && ::pwrite(p.result->fd(), &none, sizeof none, 0) != sizeof none)
       throw std::system_error(errno, std::generic_category(), "clearing a result segment");
     if (spec.result_stream) {
       p.ring = ser::segment_pool::rings().acquire(ser::ring_bytes);
@@ -135,7 +135,8 @@ bool assign(int control, const prepared_request& p, const job_spec& spec, pid_t 
   if (spec.stdout_to == stdout_mode::file) {
     // Not through a symbolic link, and a regular file only (O_NONBLOCK: a FIFO does not hold the
     // open up): the file may lie in a folder others write to.
-    out.reset(::open(spec.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644));
+    out.reset(
+        ::open(spec.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644));
     if (!out) throw internal_error("cannot open " + spec.stdout_path + ": " + std::strerror(errno));
     struct stat st {};
     if (::fstat(out.get(), &st) != 0 || !S_ISREG(st.st_mode))
@@ -403,7 +404,8 @@ std::shared_ptr<job::state> job::prepare_state(job_spec& spec) {
   return s;
 }
 
-std::shared_ptr<job> job::assign_prepared(std::shared_ptr<state> s, job_spec spec, launched_worker worker, bool assigned) {
+std::shared_ptr<job> job::assign_prepared(std::shared_ptr<state> s, job_spec spec, launched_worker worker,
+                                          bool assigned) {
   s->worker = std::move(worker);
   s->pid = s->worker.process.pid();
   // The job starts now, not when its worker was launched (a standby one may have waited long):

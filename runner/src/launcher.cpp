@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "isorun/runner/errors.hpp"
-#include "isorun/serialization/protocol.hpp"
 #include "isorun/runner/worker_env.hpp"
+#include "isorun/serialization/protocol.hpp"
 
 namespace isorun::runner {
 namespace ser = isorun::serialization;

@@ -13,13 +13,11 @@ std::string signal_name(int sig) {
 }
 
 std::string describe(const exit_status& status) {
-  if (status.signal)
-    return "killed by " + signal_name(status.signal) + (status.core_dumped ? " (core dumped)" : "");
+  if (status.signal) return "killed by " + signal_name(status.signal) + (status.core_dumped ? " (core dumped)" : "");
   return "exited with code " + std::to_string(status.code);
 }
 
 }  // namespace runner
-
 
 std::string_view to_string(outcome_kind kind) noexcept {
   switch (kind) {

@@ -17,8 +17,10 @@ void check_fits(const gpu_info& gpu, std::uint64_t mem_limit) {
 
 gpu_request gpu_request_for(const isolated_options& opts) {
   const int given = int(opts.gpu.has_value()) + int(!opts.gpus.empty()) + int(opts.gpu_count != 0);
-  if (given > 1) throw usage_error("give one of gpu (one GPU), gpus (these GPUs) and gpu_count (any that many), not several");
-  if (opts.gpu_count < 0) throw usage_error("gpu_count " + std::to_string(opts.gpu_count) + " is negative; ask for 1 or more");
+  if (given > 1)
+    throw usage_error("give one of gpu (one GPU), gpus (these GPUs) and gpu_count (any that many), not several");
+  if (opts.gpu_count < 0)
+    throw usage_error("gpu_count " + std::to_string(opts.gpu_count) + " is negative; ask for 1 or more");
   gpu_request r;
   if (opts.gpu) r.indices = {*opts.gpu};
   r.indices.insert(r.indices.end(), opts.gpus.begin(), opts.gpus.end());
@@ -48,7 +50,8 @@ std::vector<gpu_info> place_job(const gpu_inventory& inventory, const gpu_reques
       throw usage_error(asked + " asked for, but only " + std::to_string(room.size()) + " of the " +
                         std::to_string(inventory.gpus.size()) + " have " + format_size(mem_limit) +
                         " free for the cap; lower --mem-limit or ask for fewer");
-    std::stable_sort(room.begin(), room.end(), [](const gpu_info& a, const gpu_info& b) { return a.free_memory > b.free_memory; });
+    std::stable_sort(room.begin(), room.end(),
+                     [](const gpu_info& a, const gpu_info& b) { return a.free_memory > b.free_memory; });
     chosen.assign(room.begin(), room.begin() + static_cast<std::ptrdiff_t>(n));
   }
   if (chosen.empty() && request.indices.empty() && request.count == 0 && default_to_gpu && !inventory.gpus.empty())
@@ -70,7 +73,8 @@ slot_plan plan_slots(const slot_request& s, const gpu_inventory& inv, unsigned c
   if (gpus.empty()) {
     const int n = s.cpu_slots ? s.cpu_slots : static_cast<int>(cores);
     for (int i = 0; i < n; ++i) plan.slots.push_back({{}, i});
-    plan.how = std::to_string(n) + " CPU slot" + (n == 1 ? "" : "s") + (s.cpu_slots ? " (cpu_slots)" : " (one per core)");
+    plan.how = std::to_string(n) + " CPU slot" + (n == 1 ? "" : "s") +
+               (s.cpu_slots ? " (cpu_slots)" : " (one per core)");
     return plan;
   }
   if (!s.mem_limit && !s.per_gpu)
@@ -95,8 +99,10 @@ slot_plan plan_slots(const slot_request& s, const gpu_inventory& inv, unsigned c
     for (int i = 0; i < n; ++i) plan.slots.push_back({{g}, static_cast<int>(plan.slots.size())});
     plan.how += (plan.how.empty() ? "" : "; ") + how;
   }
-  if (plan.slots.empty()) throw usage_error("no job fits on the listed GPUs with mem-limit " + format_size(s.mem_limit));
-  plan.how = std::to_string(plan.slots.size()) + " GPU slot" + (plan.slots.size() == 1 ? "" : "s") + " (" + plan.how + ")";
+  if (plan.slots.empty())
+    throw usage_error("no job fits on the listed GPUs with mem-limit " + format_size(s.mem_limit));
+  plan.how = std::to_string(plan.slots.size()) + " GPU slot" + (plan.slots.size() == 1 ? "" : "s") + " (" + plan.how +
+             ")";
   return plan;
 }
 

@@ -39,9 +39,9 @@
 #include <boost/process/v2/posix/vfork_launcher.hpp>
 #include <boost/process/v2/process.hpp>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
-#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -73,8 +73,8 @@ int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pi
 // memory: async-signal-safe calls only, no allocation, and no sanitizer instrumentation (it may
 // run on a stack the sanitizers do not know). Returns 0, or the errno of the step that failed.
 __attribute__((no_sanitize("address", "undefined"))) int prepare_child(const spawn_options& options, pid_t parent,
-                                                                        int cgroup_procs,
-                                                                        std::array<int, max_fds>& scratch) {
+                                                                       int cgroup_procs,
+                                                                       std::array<int, max_fds>& scratch) {
   sigset_t all;
   ::sigfillset(&all);
   ::sigprocmask(SIG_SETMASK, &all, nullptr);
@@ -125,8 +125,7 @@ struct isolation_init {
   int exec_errno = 0;
   std::array<int, max_fds> scratch{};
 
-  bp::error_code on_setup(bp::posix::default_launcher& launcher, const bp::filesystem::path&,
-                          const char* const*) {
+  bp::error_code on_setup(bp::posix::default_launcher& launcher, const bp::filesystem::path&, const char* const*) {
     for (const auto& [target, source] : options->fds)
       if (target > 2) launcher.fd_whitelist.push_back(target);
     return {};
@@ -138,8 +137,8 @@ struct isolation_init {
   }
 
   // Boost 1.81 only detects this (never defined) signature; the one below is what it calls.
-  void on_exec_error(bp::posix::default_launcher&, bp::error_code, const bp::filesystem::path&,
-                     const char* const*, bp::error_code);
+  void on_exec_error(bp::posix::default_launcher&, bp::error_code, const bp::filesystem::path&, const char* const*,
+                     bp::error_code);
   void on_exec_error(bp::posix::default_launcher&, const bp::filesystem::path&, const char* const*,
                      const bp::error_code& ec) {
     exec_errno = ec.value();  // vfork: this is the parent's memory
@@ -436,7 +435,8 @@ bool child::wait_for(std::chrono::milliseconds timeout) const noexcept {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     if (peek()) return true;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                                            std::chrono::steady_clock::now());
     if (left.count() < 0) return false;
     pollfd p{pidfd_, POLLIN, 0};
     const long long ms = left.count() > INT_MAX ? INT_MAX : left.count();

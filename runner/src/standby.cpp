@@ -73,7 +73,7 @@ standby_pool::standby_pool(launch_spec spec, std::size_t size, std::size_t max_s
       linger_{linger} {
   if (!wanted_) throw internal_error(std::string("eventfd: ") + std::strerror(errno));
   if (!watched_ || !watch(wanted_)) throw internal_error(std::string("epoll: ") + std::strerror(errno));
-  spec_.label = "standby";  // its task is not known yet
+  spec_.label = "standby";       // its task is not known yet
   spec_.before_start = nullptr;  // a call's, not the pool's
   if (linger_.count() > 0) {
     // Adaptive: nothing until the first call has come and gone. Calls meanwhile get exec'd workers.
@@ -99,7 +99,7 @@ standby_pool::~standby_pool() {
   wake_filler();
   filler_.join();
   std::lock_guard lock(mutex_);
-  ready_.clear();  // each waiting worker's handle stops its process group and reaps it
+  ready_.clear();     // each waiting worker's handle stops its process group and reaps it
   launcher_.reset();  // a zygote goes last
 }
 

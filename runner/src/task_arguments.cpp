@@ -130,7 +130,8 @@ nlohmann::json build_task_args(const worker::task_info& task, const std::vector<
   std::vector<std::pair<std::string, nlohmann::json>> given;
   for (std::size_t i = 0; i < words.size(); ++i) {
     const std::string& word = words[i];
-    if (utf8_error_at(word) != std::string_view::npos)  // said without the word itself: its bytes cannot be printed as text
+    if (utf8_error_at(word) !=
+        std::string_view::npos)  // said without the word itself: its bytes cannot be printed as text
       throw param_error("argument " + std::to_string(i + 1) + " of the task is not valid UTF-8 text", "");
     const auto eq = word.find('=');
     if (eq == std::string::npos || eq == 0)
@@ -160,7 +161,8 @@ nlohmann::json build_task_args(const worker::task_info& task, const std::vector<
           throw param_error("parameter " + key + "=" + value.dump() + ": " + decode_failure(e.what()), key);
         }
       }
-      throw usage_error("task '" + task.name + "': the arguments do not fit its types: " + decode_failure(whole.what()));
+      throw usage_error("task '" + task.name +
+                        "': the arguments do not fit its types: " + decode_failure(whole.what()));
     }
   }
   return defaults;

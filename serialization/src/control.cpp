@@ -149,8 +149,7 @@ receive_result receive_message(int fd, bool wait) {
         throw wire_error("assignment carried " + std::to_string(r.fds.size()) + " descriptors, not " +
                          std::to_string(want));
       break;
-    default:
-      throw wire_error("control message of unknown kind " + std::to_string(f.kind));
+    default: throw wire_error("control message of unknown kind " + std::to_string(f.kind));
   }
   if (f.kind != 2 && !r.fds.empty()) throw wire_error("control message carried descriptors it should not");
   guard.keep = true;

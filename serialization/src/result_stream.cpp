@@ -10,9 +10,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <condition_variable>
 #include <cstring>
 #include <new>
 #include <system_error>
@@ -36,7 +36,9 @@ void futex_wait(std::uint32_t* word, std::uint32_t expected, long ms) noexcept {
   ::syscall(SYS_futex, word, FUTEX_WAIT, expected, &t, nullptr, 0);
 }
 
-void futex_wake(std::uint32_t* word) noexcept { ::syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0); }
+void futex_wake(std::uint32_t* word) noexcept {
+  ::syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
 
 constexpr long wait_ms = 20;
 
@@ -193,8 +195,8 @@ std::uint64_t write_hashing(slot_filler& filler, std::uint64_t slots, std::uint6
   std::vector<std::uint64_t> hashes(chunks);
   std::mutex mutex;
   std::condition_variable landed_cv;
-  std::uint64_t landed = 0;      // slots `fill` has written
-  std::uint64_t published = 0;   // slots hashed and published, in order
+  std::uint64_t landed = 0;     // slots `fill` has written
+  std::uint64_t published = 0;  // slots hashed and published, in order
   bool failed = false;
   std::uint32_t left[ring_slots] = {};  // per ring slot: chunks of its current use still to hash
   bool hashed[ring_slots] = {};
@@ -214,7 +216,8 @@ std::uint64_t write_hashing(slot_filler& filler, std::uint64_t slots, std::uint6
       const std::uint64_t n = std::min(checksum_chunk, total - c * checksum_chunk);
       const std::uint64_t h = XXH3_64bits(slot_of(filler.ring, k) + at, n);
       hashes[c] = h;
-      std::atomic_ref<std::uint64_t>(ctl.chunk_hash[k % ring_slots][c % ring_chunks_per_slot]).store(h, std::memory_order_relaxed);
+      std::atomic_ref<std::uint64_t>(ctl.chunk_hash[k % ring_slots][c % ring_chunks_per_slot])
+          .store(h, std::memory_order_relaxed);
       std::lock_guard lock(mutex);
       if (--left[k % ring_slots] == 0) hashed[k % ring_slots] = true;
       while (published < slots && hashed[published % ring_slots]) {
@@ -238,7 +241,8 @@ std::uint64_t write_hashing(slot_filler& filler, std::uint64_t slots, std::uint6
       filler.wait_free(k);  // its use before is hashed, published and copied out: its count can restart
       {
         std::lock_guard lock(mutex);
-        left[k % ring_slots] = static_cast<std::uint32_t>(chunks_in(std::min(ring_slot_bytes, total - k * ring_slot_bytes)));
+        left[k % ring_slots] = static_cast<std::uint32_t>(
+            chunks_in(std::min(ring_slot_bytes, total - k * ring_slot_bytes)));
       }
       filler.fill_slot(k);
       {
@@ -300,8 +304,8 @@ stream_reader::stream_reader(std::shared_ptr<pooled_segment> ring, std::uint64_t
   const unsigned cores = detail::threads_for(total_);
   const unsigned writer = std::clamp(
       std::atomic_ref<std::uint32_t>(control_of(mapped_).writer_threads).load(std::memory_order_relaxed), 1u, cores);
-  const unsigned n = static_cast<unsigned>(std::min<std::uint64_t>(
-      chunks_, threads_from_env(0, cores <= 2 ? cores : std::max(2u, cores - writer))));
+  const unsigned n = static_cast<unsigned>(
+      std::min<std::uint64_t>(chunks_, threads_from_env(0, cores <= 2 ? cores : std::max(2u, cores - writer))));
   threads_count_ = n;
   try {
     for (unsigned i = 0; i < n; ++i) threads_.emplace_back([this] { run(); });
@@ -358,7 +362,8 @@ void stream_reader::run() {
       XXH3_64bits_update(state, dst + off, m);
     }
     hashes_[c] = XXH3_64bits_digest(state);
-    const std::uint64_t theirs = std::atomic_ref<std::uint64_t>(ctl.chunk_hash[k % ring_slots][c % ring_chunks_per_slot])
+    const std::uint64_t theirs = std::atomic_ref<std::uint64_t>(
+                                     ctl.chunk_hash[k % ring_slots][c % ring_chunks_per_slot])
                                      .load(std::memory_order_relaxed);
     std::lock_guard lock(mutex_);
     if (hashes_[c] != theirs && error_.empty())
@@ -369,7 +374,8 @@ void stream_reader::run() {
     ++copied_in_slot_[k % ring_slots];
     bool woke = false;
     while (freed_ * ring_slot_bytes < total_ &&
-           copied_in_slot_[freed_ % ring_slots] == chunks_in(std::min(ring_slot_bytes, total_ - freed_ * ring_slot_bytes))) {
+           copied_in_slot_[freed_ % ring_slots] ==
+               chunks_in(std::min(ring_slot_bytes, total_ - freed_ * ring_slot_bytes))) {
       copied_in_slot_[freed_ % ring_slots] = 0;
       ++freed_;
       counter(ctl.freed).store(static_cast<std::uint32_t>(freed_), std::memory_order_release);
@@ -386,8 +392,9 @@ stream_reader::received stream_reader::finish() {
   std::lock_guard lock(mutex_);
   if (!error_.empty()) throw wire_error(error_);
   if (done_chunks_ != chunks_)
-    throw wire_error("the result stream ended after " + std::to_string(std::min(total_, done_chunks_ * checksum_chunk)) +
-                     " of " + std::to_string(total_) + " bytes");
+    throw wire_error("the result stream ended after " +
+                     std::to_string(std::min(total_, done_chunks_ * checksum_chunk)) + " of " + std::to_string(total_) +
+                     " bytes");
   if (tracing())  // the supervisor's side of the worker's trace
     std::fprintf(stderr,
                  "isorun stream: supervisor: %llu bytes into %s memory on %u threads, whole %.2f ms after it began "

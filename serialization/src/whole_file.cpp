@@ -15,7 +15,8 @@ std::string temporary_name(const std::string& name) {
   std::uint64_t r = 0;
   if (::getrandom(&r, sizeof r, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof r))
     // No entropy yet (early boot): unpredictable enough, and O_EXCL keeps it safe regardless.
-    r = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) * 0x9e3779b97f4a7c15ULL ^
+    r = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) *
+            0x9e3779b97f4a7c15ULL ^
         static_cast<std::uint64_t>(::getpid());
   char hex[16];
   std::snprintf(hex, sizeof hex, "%012llx", static_cast<unsigned long long>(r & 0xffffffffffffULL));

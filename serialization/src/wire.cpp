@@ -50,8 +50,8 @@ segment_header read_header(const std::byte* segment, std::uint64_t mapped_size, 
   return h;
 }
 
-std::span<const std::byte> open_payload(const std::byte* segment, std::uint64_t mapped_size,
-                                        std::uint64_t magic, std::uint64_t max_payload, encoding& enc) {
+std::span<const std::byte> open_payload(const std::byte* segment, std::uint64_t mapped_size, std::uint64_t magic,
+                                        std::uint64_t max_payload, encoding& enc) {
   const segment_header h = read_header(segment, mapped_size, magic, max_payload);
   if (h.payload_size > mapped_size - header_size)
     throw wire_error("payload claims " + std::to_string(h.payload_size) + " bytes but the segment holds only " +

@@ -50,7 +50,7 @@ class early_stopper {
   const sweep_spec& s_;
   report_log& log_;
   std::map<std::string, std::int64_t> counted_;  // the last step counted, by trial
-  std::unique_ptr<stop_rule> rule_;  // none without a scheduler
+  std::unique_ptr<stop_rule> rule_;              // none without a scheduler
 };
 
 }  // namespace isorun::sweep

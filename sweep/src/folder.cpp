@@ -63,11 +63,13 @@ unique_fd open_file(int dir, const std::string& name, int flags, const fs::path&
   if (!fd) {
     if (errno == ENOENT && !(flags & O_CREAT)) return fd;
     if (errno == ELOOP) refuse_link(shown);
-    if (errno != ENXIO && errno != EISDIR) throw internal_error("cannot open " + shown.string() + ": " + std::strerror(errno));
+    if (errno != ENXIO && errno != EISDIR)
+      throw internal_error("cannot open " + shown.string() + ": " + std::strerror(errno));
   }
   struct stat st {};
   if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
-    throw usage_error(shown.string() + " is not a regular file (a FIFO, a device or a folder); isorun reads and writes " +
+    throw usage_error(shown.string() +
+                      " is not a regular file (a FIFO, a device or a folder); isorun reads and writes " +
                       "only plain files in a sweep's folder: remove it, or choose another --out");
   if (::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK) != 0)
     throw internal_error("cannot use " + shown.string() + ": " + std::strerror(errno));

@@ -115,9 +115,14 @@ const char* script = R"(
 // the peak against the cap.
 json table_data(const report_data& d) {
   const result_columns columns = columns_of(d.records);
-  json cols = json::array({{{"name", "id"}}, {{"name", "outcome"}, {"kind", "outcome"}}, {{"name", "attempts"}},
-                           {{"name", "wall_s"}}, {{"name", "device"}}, {{"name", "peak_reserved"}, {"kind", "bytes"}},
-                           {{"name", "mem_limit"}, {"kind", "bytes"}}, {{"name", "peak/cap"}}});
+  json cols = json::array({{{"name", "id"}},
+                           {{"name", "outcome"}, {"kind", "outcome"}},
+                           {{"name", "attempts"}},
+                           {{"name", "wall_s"}},
+                           {{"name", "device"}},
+                           {{"name", "peak_reserved"}, {"kind", "bytes"}},
+                           {{"name", "mem_limit"}, {"kind", "bytes"}},
+                           {{"name", "peak/cap"}}});
   // With checkpoints, as in results.csv: the step each trial reached and saved, and what its
   // resumes did again.
   const bool saved = std::any_of(d.records.begin(), d.records.end(),
@@ -128,7 +133,13 @@ json table_data(const report_data& d) {
   cols.push_back({{"name", "error"}, {"kind", "error"}});
   json rows = json::array();
   for (const auto& r : d.records) {
-    json row = {r.id, std::string(outcome_name(r)), r.attempts, r.wall_s, r.device, r.peak_reserved, r.mem_limit,
+    json row = {r.id,
+                std::string(outcome_name(r)),
+                r.attempts,
+                r.wall_s,
+                r.device,
+                r.peak_reserved,
+                r.mem_limit,
                 r.mem_limit ? json(static_cast<double>(r.peak_reserved) / static_cast<double>(r.mem_limit)) : json()};
     if (saved) {
       row.push_back(r.step >= 0 ? json(r.step) : json());
@@ -211,7 +222,8 @@ void run_cards(std::ostringstream& o, const report_data& d) {
     for (const auto& [i, dev] : r.slots)
       if (dev != "cpu") {
         std::size_t at = 0;
-        for (std::size_t comma; (comma = dev.find(',', at)) != std::string::npos; at = comma + 1) gpus.insert(dev.substr(at, comma - at));
+        for (std::size_t comma; (comma = dev.find(',', at)) != std::string::npos; at = comma + 1)
+          gpus.insert(dev.substr(at, comma - at));
         gpus.insert(dev.substr(at));
       }
   }
@@ -222,7 +234,8 @@ void run_cards(std::ostringstream& o, const report_data& d) {
 
 void summary_section(std::ostringstream& o, const report_data& d) {
   o << "<section id=\"summary\"><h1>Sweep: " << esc(d.subject) << "</h1><p class=\"sub\">" << esc(d.out) << " · "
-    << d.records.size() << " trials journaled · " << d.runs.size() << " run" << (d.runs.size() == 1 ? "" : "s") << "</p>";
+    << d.records.size() << " trials journaled · " << d.runs.size() << " run" << (d.runs.size() == 1 ? "" : "s")
+    << "</p>";
   o << "<div class=\"cards\">";
   for (const auto& [k, n] : d.outcomes)
     card(o, k, std::to_string(n),
@@ -382,8 +395,8 @@ std::string render_report(const report_data& d) {
   pareto_section(o, d);
   lineage_section(o, d);
   resource_sections(o, d);
-  o << "<script type=\"application/json\" id=\"trials-data\">" << script_json(table_data(d)) << "</script><script>" << script
-    << "</script></body></html>\n";
+  o << "<script type=\"application/json\" id=\"trials-data\">" << script_json(table_data(d)) << "</script><script>"
+    << script << "</script></body></html>\n";
   return o.str();
 }
 

@@ -30,7 +30,8 @@ using nlohmann::json;
 std::string trial_id(const std::string& task, const nlohmann::json& params) {
   const std::string canonical = task + "\n" + params.dump();  // object keys are sorted
   char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(XXH3_64bits(canonical.data(), canonical.size())));
+  std::snprintf(buf, sizeof buf, "%016llx",
+                static_cast<unsigned long long>(XXH3_64bits(canonical.data(), canonical.size())));
   return buf;
 }
 
@@ -40,10 +41,18 @@ bool is_trial_id(const std::string& id) {
 }
 
 json trial_record::to_json() const {
-  json j = {{"id", id},         {"params", params}, {"outcome", std::string(outcome_name(*this))},
-            {"attempts", attempts}, {"wall_s", wall_s}, {"device", device},
-            {"slot", slot},     {"peak_reserved", peak_reserved}, {"peak_allocated", peak_allocated},
-            {"mem_limit", mem_limit}, {"run", run}, {"start_s", start_s}};
+  json j = {{"id", id},
+            {"params", params},
+            {"outcome", std::string(outcome_name(*this))},
+            {"attempts", attempts},
+            {"wall_s", wall_s},
+            {"device", device},
+            {"slot", slot},
+            {"peak_reserved", peak_reserved},
+            {"peak_allocated", peak_allocated},
+            {"mem_limit", mem_limit},
+            {"run", run},
+            {"start_s", start_s}};
   j["result"] = result;
   if (!error.empty()) j["error"] = error;
   if (!timeline.empty()) j["timeline"] = timeline;
@@ -81,7 +90,8 @@ T field(const json& j, const char* key, T fallback) {
   } else if constexpr (std::is_unsigned_v<T>) {
     if (v.is_number_unsigned()) return v.get<T>();
   } else if (v.is_number_unsigned()) {
-    if (v.get<unsigned long long>() <= static_cast<unsigned long long>(std::numeric_limits<T>::max())) return v.get<T>();
+    if (v.get<unsigned long long>() <= static_cast<unsigned long long>(std::numeric_limits<T>::max()))
+      return v.get<T>();
   } else if (v.is_number_integer()) {
     const long long x = v.get<long long>();
     if (x >= std::numeric_limits<T>::min() && x <= std::numeric_limits<T>::max()) return static_cast<T>(x);
@@ -129,21 +139,23 @@ journal::journal(const fs::path& folder) : path_{folder / "results.jsonl"} {
   const unique_fd dir = detail::open_folder(folder);
   if (!dir) throw internal_error("cannot open " + folder.string() + ": no such folder");
   unique_fd fd = detail::open_file(dir.get(), "results.jsonl", O_RDWR | O_CREAT | O_APPEND, path_);
-  const std::size_t complete = detail::for_each_line(fd.get(), max_line, path_, [&](std::string_view line, int number, bool too_long) {
-    const std::string where = path_.string() + " line " + std::to_string(number);
-    if (too_long) {
-      warnings_.push_back(where + " is longer than " + std::to_string(max_line >> 20) + " MiB: not a trial record; ignored");
-      return;
-    }
-    try {
-      trial_record r = trial_record::from_json(parse_bounded_json(line));
-      if (final_record(r)) ended_at_[r.id] = records_++;
-      latest_[r.id] = std::move(r);
-    } catch (const std::exception&) {
-      warnings_.push_back(where + " is not a trial record; ignored (" + std::string(line.substr(0, 60)) +
-                          (line.size() > 60 ? "..." : "") + ")");
-    }
-  });
+  const std::size_t complete = detail::for_each_line(
+      fd.get(), max_line, path_, [&](std::string_view line, int number, bool too_long) {
+        const std::string where = path_.string() + " line " + std::to_string(number);
+        if (too_long) {
+          warnings_.push_back(where + " is longer than " + std::to_string(max_line >> 20) +
+                              " MiB: not a trial record; ignored");
+          return;
+        }
+        try {
+          trial_record r = trial_record::from_json(parse_bounded_json(line));
+          if (final_record(r)) ended_at_[r.id] = records_++;
+          latest_[r.id] = std::move(r);
+        } catch (const std::exception&) {
+          warnings_.push_back(where + " is not a trial record; ignored (" + std::string(line.substr(0, 60)) +
+                              (line.size() > 60 ? "..." : "") + ")");
+        }
+      });
   detail::drop_cut_line(fd.get(), complete, path_);
   fd_ = fd.release();
 }
@@ -183,10 +195,13 @@ void journal::append(const std::vector<trial_record>& records) {
     // Whole lines only: what this batch wrote, in part or not durably, is cut off again, so the
     // journal holds exactly the trials that count as done (the reader would drop a cut line
     // anyway); those trials run again on resume.
-    if (before >= 0) [[maybe_unused]] int rc = ::ftruncate(fd_, before);
+    if (before >= 0) [[maybe_unused]]
+      int rc = ::ftruncate(fd_, before);
     const bool full = failed == ENOSPC || failed == EDQUOT;
     throw internal_error(std::string(step) + ": " + std::strerror(failed) + " (" + path_.string() + "; " +
-                         std::to_string(latest_.size()) + " trials are journaled; " + (full ? "free space" : "check the disk (dmesg)") + " and run the same command again to resume)");
+                         std::to_string(latest_.size()) + " trials are journaled; " +
+                         (full ? "free space" : "check the disk (dmesg)") +
+                         " and run the same command again to resume)");
   }
   for (const auto& r : records) {
     if (final_record(r)) ended_at_[r.id] = records_++;
@@ -231,7 +246,6 @@ folder_lock::folder_lock(const fs::path& out, bool wait) {
   }
   fd_ = fd.release();
 }
-
 
 folder_lock::~folder_lock() {
   if (fd_ >= 0) ::close(fd_);  // releases the flock

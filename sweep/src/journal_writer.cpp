@@ -43,7 +43,8 @@ void journal_writer::loop() {
         error_ = std::current_exception();
       }
       if (error_) on_error_(error_);
-      else for (const auto& rec : batch) on_durable_(rec);
+      else
+        for (const auto& rec : batch) on_durable_(rec);
     }
     lk.lock();
   }

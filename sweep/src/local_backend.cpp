@@ -287,8 +287,8 @@ local_backend::local_backend(local_setup setup)
   if (cpu_slots) widened_ = admission_->widen_cpu_slots(cpu_slots);
   // Trials whose caps differ (out-of-memory retries) are packed by memory, on any GPU where the
   // cap fits; trials spanning GPUs take places on several. Otherwise each lane keeps its slot.
-  const bool on_gpus =
-      std::any_of(setup_.slots.begin(), setup_.slots.end(), [](const slot& sl) { return !sl.gpus.empty(); });
+  const bool on_gpus = std::any_of(setup_.slots.begin(), setup_.slots.end(),
+                                   [](const slot& sl) { return !sl.gpus.empty(); });
   if (spans_gpus(s) || (s.oom_retry && on_gpus))
     packer_.emplace(setup_.slots, s.oom_retry ? trial_memory(s, setup_.slots) : std::map<int, std::uint64_t>{});
 }
@@ -372,7 +372,7 @@ void local_backend::cancel_all() {
   for (const auto& r : running_) r.cancel(planned_stop_signal());
   for (auto& [key, g] : groups_)
     if (g.pool) g.pool->interrupt();  // a zygote still importing is not waited for
-  if (packer_) packer_->close();  // attempts waiting for GPUs start no more
+  if (packer_) packer_->close();      // attempts waiting for GPUs start no more
   work_.notify_all();
 }
 
@@ -583,7 +583,8 @@ trial_record local_backend::attempt(const slot& sl, const trial& t, std::shared_
     rec.preempted = rec.preempted && rec.checkpoint > saved.from;
   }
   rec.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (std::error_code ec; !rec.timeline.empty() && !fs::exists(setup_.out / rec.timeline, ec)) rec.timeline.clear();  // it died first
+  if (std::error_code ec; !rec.timeline.empty() && !fs::exists(setup_.out / rec.timeline, ec))
+    rec.timeline.clear();  // it died first
   return rec;
 }
 
@@ -615,7 +616,8 @@ void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec
                                std::shared_ptr<const void> admitted, const attempt_checkpoints& saved) {
   const fs::path log = setup_.out / "logs" / rec.id;
   std::string log_problem;
-  if (!log_file(setup_.logs, setup_.out, rec.id + ".out", log_problem)) {  // (checked here, opened for the worker when it is assigned)
+  if (!log_file(setup_.logs, setup_.out, rec.id + ".out",
+                log_problem)) {  // (checked here, opened for the worker when it is assigned)
     rec.kind = outcome_kind::internal_error;
     rec.error = log_problem;
     return;
@@ -677,8 +679,8 @@ void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec
   }
   if (!r.status.ok()) return;
   bool too_deep = false;
-  json parsed =
-      parse_bounded_json(std::string_view(reinterpret_cast<const char*>(r.payload.data()), r.payload.size()), &too_deep);
+  json parsed = parse_bounded_json(std::string_view(reinterpret_cast<const char*>(r.payload.data()), r.payload.size()),
+                                   &too_deep);
   if (parsed.is_object() && parsed.contains("result")) {
     rec.result = parsed["result"];
   } else {
@@ -766,7 +768,7 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
   } catch (const std::exception&) {
   }  // (no reports then, nor commits but the next attempt's; the log itself was checked above)
   const runner::command_result& r = await(sl, t, {.command = cmd.get()}, *cmd, rec);
-  follow.end();                     // every line it printed is handed on before its result is read,
+  follow.end();                        // every line it printed is handed on before its result is read,
   if (committer) committer->finish();  // and every checkpoint it announced committed
   if (!r.memory_timeline.empty()) {
     // Where a task's worker writes its own (run_worker), by name in OUT/logs; a timeline that

@@ -48,10 +48,10 @@ struct local_setup {
   const trial_program* program = nullptr;  ///< what the trials run; outlives the backend
   const sweep_options* options = nullptr;  ///< task libraries, worker program, grace
   std::vector<slot> slots;
-  std::filesystem::path out;             ///< the output folder
-  int logs = -1;                         ///< OUT/logs, opened (not owned)
-  bool timelines = false;                ///< keep each trial's memory timeline
-  int run = 0;                           ///< records' run number (0 on a Slurm node)
+  std::filesystem::path out;                        ///< the output folder
+  int logs = -1;                                    ///< OUT/logs, opened (not owned)
+  bool timelines = false;                           ///< keep each trial's memory timeline
+  int run = 0;                                      ///< records' run number (0 on a Slurm node)
   std::chrono::steady_clock::time_point run_start;  ///< records' start_s is after this
   std::optional<nlohmann::json> first;              ///< the first trial's parameters (standby workers are made for it)
 };
@@ -111,7 +111,8 @@ class local_backend final : public trial_backend {
   std::shared_ptr<runner::job> start_job(const slot& sl, runner::job_spec spec);
   void run_command(const slot& sl, const trial& t, trial_record& rec, int err, attempt_checkpoints& saved);
   template <class Runs>
-  auto await(const slot& sl, const trial& t, running_trial what, Runs& runs, trial_record& rec) -> decltype(runs.wait());
+  auto await(const slot& sl, const trial& t, running_trial what, Runs& runs, trial_record& rec)
+      -> decltype(runs.wait());
   // @throws usage_error for parameters the program refuses (a trial a source made).
   runner::job_spec trial_spec(const slot& sl, const nlohmann::json& params, std::uint64_t mem_limit) const;
   void make_standby_pools();
@@ -124,7 +125,7 @@ class local_backend final : public trial_backend {
   runner::admission* admission_;
   std::shared_ptr<void> widened_;        // the admission's CPU slots, at least this sweep's
   std::map<int, std::size_t> slots_on_;  // the sweep's slots per GPU index
-  log_follower follower_;  // workers' stdout logs; outlives the lanes, which end their followings
+  log_follower follower_;                // workers' stdout logs; outlives the lanes, which end their followings
   std::optional<runner::gpu_packer> packer_;
   std::map<int, standby_group_state> groups_;  // by the slot's GPU (-1: CPU slots)
   std::vector<char> slot_started_;             // under mutex_

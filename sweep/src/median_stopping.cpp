@@ -10,7 +10,8 @@ namespace isorun::sweep {
 
 median_stopping_rule::median_stopping_rule(std::int64_t grace_period, int min_samples)
     : grace_period_{grace_period}, min_samples_{min_samples} {
-  if (grace_period < 0 || min_samples < 1) throw std::invalid_argument("median needs grace_period >= 0, min_samples >= 1");
+  if (grace_period < 0 || min_samples < 1)
+    throw std::invalid_argument("median needs grace_period >= 0, min_samples >= 1");
 }
 
 void median_stopping_rule::curve::put(std::int64_t step, double value) {

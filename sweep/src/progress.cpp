@@ -22,7 +22,11 @@ std::string duration(double seconds) {
 }  // namespace
 
 progress::progress(const sweep_spec& s, bool enabled, std::size_t todo, std::size_t lanes)
-    : s_{s}, enabled_{enabled}, tty_{enabled && ::isatty(STDERR_FILENO)}, todo_{todo}, lanes_{std::max<std::size_t>(1, lanes)} {}
+    : s_{s},
+      enabled_{enabled},
+      tty_{enabled && ::isatty(STDERR_FILENO)},
+      todo_{todo},
+      lanes_{std::max<std::size_t>(1, lanes)} {}
 
 void progress::running(std::size_t n) {
   std::lock_guard lock(mutex_);
@@ -72,9 +76,9 @@ void progress::stopping(int requests, std::size_t running, std::chrono::millisec
     std::fprintf(stderr,
                  "isorun: stopping: no new trials; %zu running trial%s SIGTERM, then SIGKILL after %s; "
                  "Ctrl-C again to kill %s now\n",
-                 running, running == 1 ? " gets" : "s get", format_duration(grace).c_str(), running == 1 ? "it" : "them");
-  else
-    std::fprintf(stderr, "isorun: killing %zu running trial%s now\n", running, running == 1 ? "" : "s");
+                 running, running == 1 ? " gets" : "s get", format_duration(grace).c_str(),
+                 running == 1 ? "it" : "them");
+  else std::fprintf(stderr, "isorun: killing %zu running trial%s now\n", running, running == 1 ? "" : "s");
 }
 
 void progress::end() {

@@ -84,30 +84,36 @@ void check(const sweep_spec& s) {
   if (is_file(module)) {
     std::error_code ec;
     if (!fs::is_regular_file(module, ec))
-      throw located(s, s.python_line, "python: " + module + " is not a file (a path is taken from the folder isorun "
-                                      "runs in, " + fs::current_path(ec).string() + ")");
+      throw located(s, s.python_line,
+                    "python: " + module +
+                        " is not a file (a path is taken from the folder isorun "
+                        "runs in, " +
+                        fs::current_path(ec).string() + ")");
   }
   std::vector<std::string> env = runner::inherited_environment();
   env.push_back(std::string(trial_env) + "=1");
   const runner::program_output r = runner::run_to_end(
-      python, {"-c", check_script, request(s, nlohmann::json::object())["function"].get<std::string>()}, std::move(env));
+      python, {"-c", check_script, request(s, nlohmann::json::object())["function"].get<std::string>()},
+      std::move(env));
   if (r.code == no_isorun)
-    throw located(s, s.python_line, "python: " + python + " cannot import the isorun package (" + last_line(r.err) +
-                                        "); install it there (pip install . in isorun's repository), or set "
-                                        "ISORUN_PYTHON to a Python that has it");
+    throw located(s, s.python_line,
+                  "python: " + python + " cannot import the isorun package (" + last_line(r.err) +
+                      "); install it there (pip install . in isorun's repository), or set "
+                      "ISORUN_PYTHON to a Python that has it");
   if (r.code == import_failed)
     throw located(s, s.python_line,
                   "python: " + s.python + " fails to import in a trial:\n" + last_lines(r.err, 6) +
                       "\n(a trial imports its module as a script run with no arguments, sys.argv "
                       "being [its file]: parse the command line under if __name__ == \"__main__\":)");
   if (r.code == no_module)
-    throw located(s, s.python_line, "python: " + s.python + " is not found by " + python +
-                                        (r.err.empty() ? "" : " (" + last_line(r.err) + ")") +
-                                        "; modules are found from the folder isorun runs in and PYTHONPATH, or name "
-                                        "a file: path/to/file.py:function");
+    throw located(s, s.python_line,
+                  "python: " + s.python + " is not found by " + python +
+                      (r.err.empty() ? "" : " (" + last_line(r.err) + ")") +
+                      "; modules are found from the folder isorun runs in and PYTHONPATH, or name "
+                      "a file: path/to/file.py:function");
   if (r.code != 0)
-    throw located(s, s.python_line, "python: " + python + " did not run (exit " + std::to_string(r.code) + "): " +
-                                        last_line(r.err));
+    throw located(s, s.python_line,
+                  "python: " + python + " did not run (exit " + std::to_string(r.code) + "): " + last_line(r.err));
 }
 
 nlohmann::json request(const sweep_spec& s, const nlohmann::json& params) {

@@ -116,8 +116,8 @@ result_columns columns_of(const std::vector<trial_record>& records) {
     if (r.result.is_object())
       for (auto it = r.result.begin(); it != r.result.end(); ++it) result_names.insert(it.key());
   }
-  static const std::set<std::string> fixed = {"id",           "outcome", "attempts", "wall_s",
-                                              "device",       "peak_reserved", "step", "error"};
+  static const std::set<std::string> fixed = {"id",     "outcome",       "attempts", "wall_s",
+                                              "device", "peak_reserved", "step",     "error"};
   result_columns c;
   c.params.assign(param_names.begin(), param_names.end());
   c.fields.assign(result_names.begin(), result_names.end());
@@ -151,8 +151,8 @@ std::string results_csv(const std::vector<trial_record>& records) {
   for (const auto& h : columns.headers) csv << "," << csv_field(json(h));
   csv << ",error\n";
   for (const auto& r : records) {
-    csv << r.id << "," << outcome_name(r) << "," << r.attempts << "," << r.wall_s << "," << csv_field(json(r.device)) << ","
-        << r.peak_reserved << "," << r.mem_limit;
+    csv << r.id << "," << outcome_name(r) << "," << r.attempts << "," << r.wall_s << "," << csv_field(json(r.device))
+        << "," << r.peak_reserved << "," << r.mem_limit;
     if (steps) csv << "," << (r.step >= 0 ? std::to_string(r.step) : std::string());
     if (saved)
       csv << "," << (r.checkpoint >= 0 ? std::to_string(r.checkpoint) : std::string()) << "," << r.steps_redone();

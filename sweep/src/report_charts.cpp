@@ -130,7 +130,8 @@ std::string detail::parallel_chart(const report_data& d) {
                             : scale{-0.5, static_cast<double>(ax.categories.size()) - 0.5, B, T, false});
   const scale my = padded(lo, hi, B, T, false);
   std::vector<std::unordered_map<std::string, std::size_t>> at;
-  for (const auto& ax : d.params) at.push_back(ax.numeric ? std::unordered_map<std::string, std::size_t>{} : places(ax));
+  for (const auto& ax : d.params)
+    at.push_back(ax.numeric ? std::unordered_map<std::string, std::size_t>{} : places(ax));
   auto yof = [&](std::size_t i, const trial_record& r, double m) {
     if (i == d.params.size()) return my(m);
     const auto& ax = d.params[i];

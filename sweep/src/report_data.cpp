@@ -5,7 +5,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <unordered_set>
 #include <cctype>
 #include <climits>
 #include <cmath>
@@ -13,6 +12,7 @@
 #include <map>
 #include <set>
 #include <tuple>
+#include <unordered_set>
 
 #include "folder.hpp"
 #include "isorun/runner/bounded_json.hpp"

@@ -63,7 +63,8 @@ void report_log::append(const trial_report& r) {
   }
   const off_t before = ::lseek(fd_, 0, SEEK_END);
   if (const int failed = detail::write_all(fd_, line)) {
-    if (before >= 0) [[maybe_unused]] int rc = ::ftruncate(fd_, before);
+    if (before >= 0) [[maybe_unused]]
+      int rc = ::ftruncate(fd_, before);
     fail(failed);
   }
   std::lock_guard lock(mutex_);

@@ -88,14 +88,16 @@ std::vector<std::size_t> gpus_per_trial(const sweep_spec& s, const std::vector<s
   const std::size_t have = runner::gpu_packer(slots).gpus();
   const int line = s.gpus_per_trial_line;
   if (have == 0)
-    throw located(s, line, "gpus_per_trial needs GPUs, and the sweep has none; list them (resources: gpus: [0, 1], "
-                           "or --gpus 0,1)");
+    throw located(s, line,
+                  "gpus_per_trial needs GPUs, and the sweep has none; list them (resources: gpus: [0, 1], "
+                  "or --gpus 0,1)");
   const std::string& name = s.gpus_per_trial_param;
   if (!name.empty() && !s.trials.empty() && !s.trials.front().contains(name)) {
     std::vector<std::string> names;
     for (const auto& [k, v] : s.trials.front().items()) names.push_back(k);
-    throw located(s, line, "gpus_per_trial takes parameter '" + name + "', which the sweep does not have" +
-                               did_you_mean(name, names) + "; its parameters: " + name_list(names));
+    throw located(s, line,
+                  "gpus_per_trial takes parameter '" + name + "', which the sweep does not have" +
+                      did_you_mean(name, names) + "; its parameters: " + name_list(names));
   }
   std::vector<std::size_t> counts;
   counts.reserve(s.trials.size());
@@ -104,13 +106,15 @@ std::vector<std::size_t> gpus_per_trial(const sweep_spec& s, const std::vector<s
     if (!name.empty()) {
       const json& v = t[name];
       if (!v.is_number_integer() || v.get<long long>() < 1 || v.get<long long>() > 1024)
-        throw located(s, line, "gpus_per_trial takes parameter '" + name + "', whose value " + v.dump() +
-                                   " is not a number of GPUs (1 or more)");
+        throw located(s, line,
+                      "gpus_per_trial takes parameter '" + name + "', whose value " + v.dump() +
+                          " is not a number of GPUs (1 or more)");
       k = v.get<int>();
     }
     if (static_cast<std::size_t>(k) > have)
-      throw located(s, line, "a trial asks for " + std::to_string(k) + " GPUs (gpus_per_trial), but the sweep has " +
-                                 std::to_string(have) + "; list more GPUs or ask for fewer");
+      throw located(s, line,
+                    "a trial asks for " + std::to_string(k) + " GPUs (gpus_per_trial), but the sweep has " +
+                        std::to_string(have) + "; list more GPUs or ask for fewer");
     counts.push_back(static_cast<std::size_t>(k));
   }
   return counts;
@@ -126,14 +130,17 @@ void check_oom_retry(const sweep_spec& s, const std::vector<slot>& slots, const 
   // At its spec line; the flag's errors name the flag, not the spec file.
   auto refused = [&](const std::string& why) { return r.line ? located(s, r.line, why) : spec_error(why, 0); };
   if (s.slurm)
-    throw refused(what + " runs on this machine only, not with backend: slurm; remove it, or run the sweep here "
-                         "(backend: local)");
+    throw refused(what +
+                  " runs on this machine only, not with backend: slurm; remove it, or run the sweep here "
+                  "(backend: local)");
   if (!s.mem_limit) {
     // A cap the first retry can grow from: max / factor, as the spec would write it.
     std::string first = format_size(std::max<std::uint64_t>(1, static_cast<std::uint64_t>(r.max / r.factor)));
     first.erase(std::remove(first.begin(), first.end(), ' '), first.end());  // one word on a command line
-    throw refused(what + " retries a trial at a larger cap, and the sweep has no cap to start from; set one below max "
-                         "(resources: mem_limit: " + first + ", or --mem-limit " + first + ")");
+    throw refused(what +
+                  " retries a trial at a larger cap, and the sweep has no cap to start from; set one below max "
+                  "(resources: mem_limit: " +
+                  first + ", or --mem-limit " + first + ")");
   }
   if (r.max <= s.mem_limit)
     throw refused(what + ": max is not above mem_limit " + format_size(s.mem_limit) +
@@ -158,7 +165,7 @@ void check_oom_retry(const sweep_spec& s, const std::vector<slot>& slots, const 
 struct sweep_run::state {
   sweep_spec s;
   std::unique_ptr<trial_program> program;  // what the trials run
-  std::string subject;  // subject(s): what trial ids are derived from
+  std::string subject;                     // subject(s): what trial ids are derived from
   std::vector<slot> slots;
   sweep_options opt;
   fs::path out;
@@ -171,8 +178,8 @@ struct sweep_run::state {
   // On a Slurm node: the trials of its array task that a source made (a searcher's), by index.
   std::map<std::size_t, new_trial> made;
   std::map<std::string, trial> resumed;  // trials to start again at a larger cap (scheduler_options::resumed)
-  std::vector<std::size_t> gpu_counts;  // spans_gpus(s): each trial's GPUs (by s.trials index)
-  bool timelines = false;  // the allocator keeps a history: each trial's memory timeline is kept
+  std::vector<std::size_t> gpu_counts;   // spans_gpus(s): each trial's GPUs (by s.trials index)
+  bool timelines = false;                // the allocator keeps a history: each trial's memory timeline is kept
   std::size_t skipped = 0;
   bool metric_known = false;  // checked against the result type up front
   bool ran = false;
@@ -543,7 +550,9 @@ sweep_summary sweep_run::run() {
   const bool forwards = node && (s.early_stopping || s.pbt);
   std::function<bool(const trial&, std::int64_t, const json&)> should_stop;
   if (stopper)
-    should_stop = [&](const trial& t, std::int64_t step, const json& metrics) { return stopper->judge(t.id, step, metrics); };
+    should_stop = [&](const trial& t, std::int64_t step, const json& metrics) {
+      return stopper->judge(t.id, step, metrics);
+    };
   else if (forwards)
     should_stop = [&](const trial& t, std::int64_t step, const json& metrics) {
       shared.report(t.id, step, metrics);
@@ -607,7 +616,8 @@ json record_run(const sweep_run::state& st, bool node) {
   const int run_number = static_cast<int>(identity["runs"].size()) + 1;
   json slot_list = json::array();
   for (const auto& sl : st.slots)
-    slot_list.push_back({{"index", sl.index}, {"device", sl.gpus.empty() ? "cpu" : runner::visible_devices_for(sl.gpus)}});
+    slot_list.push_back(
+        {{"index", sl.index}, {"device", sl.gpus.empty() ? "cpu" : runner::visible_devices_for(sl.gpus)}});
   identity["subject"] = st.subject;
   identity["metric"] = s.metric.name.empty() ? json() : json{{"name", s.metric.name}, {"maximize", s.metric.maximize}};
   if (s.search.objectives.size() > 1) {  // for the report's Pareto front
@@ -616,8 +626,11 @@ json record_run(const sweep_run::state& st, bool node) {
       identity["objectives"].push_back({{"name", m.name}, {"maximize", m.maximize}});
   }
   identity["scheduler"] = early_stopping_json(s.early_stopping);  // for the report: the rungs and the budget
-  identity["runs"].push_back({{"run", run_number}, {"slots", slot_list}, {"mem_limit", s.mem_limit},
-                              {"gpus_per_trial", gpus_per_trial_text(s)}, {"trials", st.queue.size()}});
+  identity["runs"].push_back({{"run", run_number},
+                              {"slots", slot_list},
+                              {"mem_limit", s.mem_limit},
+                              {"gpus_per_trial", gpus_per_trial_text(s)},
+                              {"trials", st.queue.size()}});
   if (!node) write_file_durably(st.out / "sweep.json", identity.dump(2) + "\n");
   return identity;
 }

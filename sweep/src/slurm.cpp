@@ -34,8 +34,10 @@ using ran = runner::program_output;
 // Runs a Slurm command to its end and captures what it printed.
 ran run(const std::string& name, const std::vector<std::string>& args) {
   const auto exe = runner::find_executable(name);
-  if (!exe) throw usage_error(name + " not found in PATH: the Slurm backend needs Slurm's commands (sbatch, squeue, "
-                                     "scontrol, scancel) where the sweep is submitted");
+  if (!exe)
+    throw usage_error(name +
+                      " not found in PATH: the Slurm backend needs Slurm's commands (sbatch, squeue, "
+                      "scontrol, scancel) where the sweep is submitted");
   return runner::run_to_end(*exe, args, runner::inherited_environment());
 }
 
@@ -182,8 +184,9 @@ std::vector<std::string> sbatch_arguments(const slurm_spec& s, std::size_t array
 std::string batch_script(const fs::path& batch_file, const std::vector<std::string>& node_command,
                          const fs::path& submit_dir) {
   std::ostringstream script;
-  script << "#!/bin/sh\n# isorun: array task K runs the trials tasks[K] of " << quoted(batch_file.filename().string())
-         << ", here, isolated and capped.\n# Slurm's settings are sbatch's arguments, kept in that file's \"sbatch\".\n";
+  script
+      << "#!/bin/sh\n# isorun: array task K runs the trials tasks[K] of " << quoted(batch_file.filename().string())
+      << ", here, isolated and capped.\n# Slurm's settings are sbatch's arguments, kept in that file's \"sbatch\".\n";
   script << "cd " << quoted(fs::absolute(submit_dir).string()) << " || exit 1\n";
   // Where isorun writes its failure as a record, for the submitter to read
   // (remote_folder::error_record() for this array task; the batch file is in that folder).

@@ -364,7 +364,8 @@ std::vector<finished_trial> slurm_backend::lost(const slurm::submission& sub,
     const auto st = states.find(static_cast<int>(k));
     ends.push_back(st == states.end() ? slurm::task_end{"UNKNOWN"} : st->second);
     if (const auto why = slurm::node_usage_error(ends.back(), folder_.error_record(sub.job, k)))
-      throw usage_error("on Slurm, array task " + task + " refused its trials: " + *why + " (its log: " + log.string() + ")");
+      throw usage_error("on Slurm, array task " + task + " refused its trials: " + *why + " (its log: " + log.string() +
+                        ")");
   }
   for (std::size_t k = 0; k < sub.tasks.size(); ++k) {
     const std::string task = sub.job + "_" + std::to_string(k);
@@ -386,8 +387,8 @@ std::vector<finished_trial> slurm_backend::lost(const slurm::submission& sub,
       rec.attempts = f.t.attempt;
       rec.device = "slurm:" + task;
       rec.mem_limit = setup_.spec->mem_limit;
-      rec.error = "Slurm array task " + task + " ended " + end.state + " without the trial's record (its log: " +
-                  log.string() + ")";
+      rec.error = "Slurm array task " + task + " ended " + end.state +
+                  " without the trial's record (its log: " + log.string() + ")";
       // Stopped on purpose (its time limit, a preemption; or its isorun, warned, could not
       // requeue it), after its trial saved a checkpoint further on: preempted, resumed at once.
       const bool planned = end.state == "TIMEOUT" || end.state == "PREEMPTED" || end.exit_code == slurm::preempted_exit;

@@ -29,9 +29,9 @@ struct slurm_setup {
   const sweep_options* options = nullptr;  ///< node_command, submit_dir
   std::string subject;                     ///< subject(*spec)
   std::filesystem::path out;
-  std::vector<std::size_t> queue;          ///< the trials this run owes (indices into spec->trials)
-  std::set<std::string> journaled;         ///< the ids of trials the journal holds as done
-  std::string job_name;                    ///< sbatch --job-name
+  std::vector<std::size_t> queue;   ///< the trials this run owes (indices into spec->trials)
+  std::set<std::string> journaled;  ///< the ids of trials the journal holds as done
+  std::string job_name;             ///< sbatch --job-name
 };
 
 class slurm_backend final : public trial_backend {
@@ -55,20 +55,20 @@ class slurm_backend final : public trial_backend {
 
  private:
   void poll();
-  void deliver_reports();  // poller: the lines nodes appended to OUT/slurm/reports/ID.jsonl
-  std::vector<finished_trial> merge();          // poller (or begin): records array tasks left
-  std::vector<finished_trial> check_ended();    // poller: arrays that ended, their lost trials
+  void deliver_reports();                     // poller: the lines nodes appended to OUT/slurm/reports/ID.jsonl
+  std::vector<finished_trial> merge();        // poller (or begin): records array tasks left
+  std::vector<finished_trial> check_ended();  // poller: arrays that ended, their lost trials
   std::vector<finished_trial> lost(const slurm::submission& sub, const std::map<int, slurm::task_end>& states);
   std::vector<finished_trial> cancelled_rest();
-  void forget_delivered();  // poller: arrays whose every trial was delivered
-  void save_jobs();  // under mutex_
+  void forget_delivered();                            // poller: arrays whose every trial was delivered
+  void save_jobs();                                   // under mutex_
   void learn(const slurm::made_trial& made);          // under mutex_
   [[nodiscard]] bool knows(std::size_t index) const;  // under mutex_: a trial of the spec's or a made one
   trial make_trial(std::size_t index);                // under mutex_
 
   slurm_setup setup_;
-  std::filesystem::path dir_;                   // OUT/slurm: jobs.json, batch files, logs/
-  remote_folder folder_;                        // OUT/slurm: records, reports, verdicts, errors
+  std::filesystem::path dir_;                    // OUT/slurm: jobs.json, batch files, logs/
+  remote_folder folder_;                         // OUT/slurm: records, reports, verdicts, errors
   std::map<std::string, std::size_t> index_of_;  // under mutex_: trial id -> index
   std::map<std::size_t, trial> made_;            // under mutex_: the trials a source made, by index
   trial_sink* sink_ = nullptr;
@@ -80,7 +80,7 @@ class slurm_backend final : public trial_backend {
   std::map<std::size_t, std::int64_t> checkpoint_at_start_;
   // With checkpoints, the latest step trial `id` committed (-1: none).
   [[nodiscard]] std::int64_t latest_checkpoint(const std::string& id) const;
-  std::set<std::size_t> done_trials_;                  // under mutex_: delivered, and not started again
+  std::set<std::size_t> done_trials_;  // under mutex_: delivered, and not started again
   bool cancelled_ = false, done_ = false;
   std::set<std::string> warned_;                        // poller: report files unusable or skipped in, said once
   std::map<std::size_t, std::uint64_t> report_offset_;  // under mutex_: how much of each trial's reports was read

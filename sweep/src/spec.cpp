@@ -28,7 +28,8 @@ metric_spec parse_metric_flag(const std::string& text) {
 oom_retry_spec parse_oom_retry_flag(const std::string& text) {
   auto bad = [&](const std::string& why) {
     return spec_error("--oom-retry '" + text + "': " + why +
-                          " (expected FACTOR:MAX[:ATTEMPTS], e.g. --oom-retry 2:16G or 1.5:16G:12)", 0);
+                          " (expected FACTOR:MAX[:ATTEMPTS], e.g. --oom-retry 2:16G or 1.5:16G:12)",
+                      0);
   };
   const auto colon = text.find(':');
   if (colon == std::string::npos) throw bad("no ':' between the factor and the max");

@@ -105,7 +105,8 @@ std::vector<json> grid_values(const std::string& name, const YAML::Node& v) {
     }
     if (!v["num"]) fail(v, "parameter '" + name + "': range needs num: or step:");
     double n = number(v["num"], "num");
-    if (n < 2 || n != std::floor(n) || n > 10000) fail(v["num"], "parameter '" + name + "': num must be a whole number from 2");
+    if (n < 2 || n != std::floor(n) || n > 10000)
+      fail(v["num"], "parameter '" + name + "': num must be a whole number from 2");
     const std::string scale = v["scale"] ? v["scale"].Scalar() : "linear";
     if (scale != "linear" && scale != "log") fail(v["scale"], "parameter '" + name + "': scale is linear or log");
     if (scale == "log" && lo <= 0) fail(v["range"], "parameter '" + name + "': a log range needs positive bounds");
@@ -220,8 +221,9 @@ void parse_subject(const YAML::Node& root, sweep_spec& s) {
     if (s.command.empty()) fail(c, "command: is empty; it needs at least the program to run");
   } else {
     if (!root["task"] || !root["task"].IsScalar())
-      fail(root, "the spec needs task: NAME (a registered task), command: [PROGRAM, ARGS...] or python: "
-                 "module:function");
+      fail(root,
+           "the spec needs task: NAME (a registered task), command: [PROGRAM, ARGS...] or python: "
+           "module:function");
     s.task = root["task"].Scalar();
   }
 }
@@ -309,7 +311,8 @@ void zip_trials(const YAML::Node& z, param_names& names, std::vector<json>& tria
     std::vector<std::pair<std::string, std::vector<json>>> cols;
     for (const auto& kv : group) {
       names.claim(kv.first, kv.first.Scalar());
-      if (!kv.second.IsSequence() || kv.second.size() == 0) fail(kv.second, "zip parameter '" + kv.first.Scalar() + "' needs a non-empty list");
+      if (!kv.second.IsSequence() || kv.second.size() == 0)
+        fail(kv.second, "zip parameter '" + kv.first.Scalar() + "' needs a non-empty list");
       if (len && kv.second.size() != len)
         fail(kv.second, "zip parameter '" + kv.first.Scalar() + "' has " + std::to_string(kv.second.size()) +
                             " values, others in its group have " + std::to_string(len));
@@ -332,16 +335,19 @@ void random_trials(const YAML::Node& r, param_names& names, std::vector<json>& t
   if (!r.IsMap()) fail(r, "random: is a mapping: {count: N, seed: S, params: {...}}");
   if (!r["count"] || !r["params"] || !r["params"].IsMap()) fail(r, "random: needs count: and params:");
   const double count = number(r["count"], "random count");
-  if (count < 1 || count != std::floor(count) || count > 100000) fail(r["count"], "random count must be a whole number from 1");
+  if (count < 1 || count != std::floor(count) || count > 100000)
+    fail(r["count"], "random count must be a whole number from 1");
   const std::uint64_t seed = r["seed"] ? static_cast<std::uint64_t>(number(r["seed"], "random seed")) : 0;
   std::vector<std::pair<std::string, YAML::Node>> draws;
   for (const auto& kv : r["params"]) {
     names.claim(kv.first, kv.first.Scalar());
     const auto& d = kv.second;
     if (!d.IsMap() || !(d["uniform"] || d["loguniform"] || d["choice"]))
-      fail(d, "random parameter '" + kv.first.Scalar() + "' needs uniform: [a, b], loguniform: [a, b] or choice: [...]");
+      fail(d,
+           "random parameter '" + kv.first.Scalar() + "' needs uniform: [a, b], loguniform: [a, b] or choice: [...]");
     if (d["uniform"]) bounds(d["uniform"], "uniform");
-    if (d["loguniform"] && bounds(d["loguniform"], "loguniform").first <= 0) fail(d, "loguniform needs positive bounds");
+    if (d["loguniform"] && bounds(d["loguniform"], "loguniform").first <= 0)
+      fail(d, "loguniform needs positive bounds");
     if (d["choice"] && (!d["choice"].IsSequence() || d["choice"].size() == 0)) fail(d, "choice needs a non-empty list");
     draws.emplace_back(kv.first.Scalar(), d);
   }
@@ -389,8 +395,9 @@ void parse_slurm_setting(const std::string& k, const YAML::Node& v, slurm_spec& 
     const double n = number(v, k);
     if (n < (k == "max_running" || k == "gpus_per_node" ? 0 : 1) || n != static_cast<int>(n))
       fail(v, k + " must be a whole number" + (k == "trials_per_task" ? ", at least 1" : ", 0 or more"));
-    (k == "gpus_per_node" ? sl.gpus_per_node : k == "trials_per_task" ? sl.trials_per_task : sl.max_running) =
-        static_cast<int>(n);
+    (k == "gpus_per_node"     ? sl.gpus_per_node
+     : k == "trials_per_task" ? sl.trials_per_task
+                              : sl.max_running) = static_cast<int>(n);
   }
 }
 
@@ -514,10 +521,11 @@ void parse_resources(const YAML::Node& root, sweep_spec& s) {
   if (s.slurm) {
     *s.slurm = slurm_settings;
   } else if (slurm_setting_line) {
-    throw spec_error("line " + std::to_string(slurm_setting_line) +
-                         ": partition, account, time, gpus_per_node, trials_per_task, max_running and extra are Slurm's; "
-                         "add backend: slurm to resources",
-                     slurm_setting_line);
+    throw spec_error(
+        "line " + std::to_string(slurm_setting_line) +
+            ": partition, account, time, gpus_per_node, trials_per_task, max_running and extra are Slurm's; "
+            "add backend: slurm to resources",
+        slurm_setting_line);
   }
 }
 
@@ -832,12 +840,14 @@ void parse_oom_retry(const YAML::Node& v, sweep_spec& s) {
     if (k == "factor") {
       r.factor = number(kv.second, "oom_retry factor");
       if (!(r.factor >= oom_retry_spec::min_factor) || !std::isfinite(r.factor))
-        fail(kv.second, "oom_retry factor must be a number of at least 1.1 (each retry gets a cap at least 10% larger), e.g. 2");
+        fail(kv.second,
+             "oom_retry factor must be a number of at least 1.1 (each retry gets a cap at least 10% larger), e.g. 2");
     } else if (k == "max_attempts") {
       const double n = number(kv.second, "oom_retry max_attempts");
       if (!(n >= 2 && n <= 1000) || n != std::floor(n))
-        fail(kv.second, "oom_retry max_attempts must be a whole number from 2 to 1000 (the attempts at growing caps, "
-                        "the first included), e.g. 8");
+        fail(kv.second,
+             "oom_retry max_attempts must be a whole number from 2 to 1000 (the attempts at growing caps, "
+             "the first included), e.g. 8");
       r.max_attempts = static_cast<int>(n);
     } else if (k == "max") {
       try {
@@ -875,8 +885,9 @@ void parse_policy(const YAML::Node& pol, sweep_spec& s) {
       for (const auto& r : v) {
         const std::string cls = r.first.Scalar();
         if (cls == "out_of_memory")
-          fail(r.first, "out_of_memory is never retried at the same cap (it would fail again); oom_retry: {factor: 2, max: 16G} "
-                        "retries it at larger caps");
+          fail(r.first,
+               "out_of_memory is never retried at the same cap (it would fail again); oom_retry: {factor: 2, max: 16G} "
+               "retries it at larger caps");
         if (cls != "crashed" && cls != "timeout" && cls != "invalid_result" && cls != "task_error")
           fail(r.first, "retries: unknown outcome class '" + cls + "' (crashed, timeout, invalid_result, task_error)");
         const double n = number(r.second, "retries");

@@ -30,7 +30,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   const fs::path paths[3] = {dir / "sweep.json", dir / "results.jsonl", dir / "logs" / "0000000000000001.memory.json"};
   for (int i = 0; i < 3; ++i)
-    std::ofstream(paths[i], std::ios::binary | std::ios::trunc).write(files[i].data(), static_cast<std::streamsize>(files[i].size()));
+    std::ofstream(paths[i], std::ios::binary | std::ios::trunc)
+        .write(files[i].data(), static_cast<std::streamsize>(files[i].size()));
   try {
     const auto d = isorun::sweep::load_report_data(dir);
     (void)isorun::sweep::render_report(d);

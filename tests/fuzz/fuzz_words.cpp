@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "isorun/alloc/config.hpp"
 #include <nlohmann/json.hpp>
+#include "isorun/alloc/config.hpp"
 
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/printable.hpp"

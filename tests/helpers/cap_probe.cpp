@@ -50,9 +50,9 @@
 // Before libcuda is loaded, a leading "unset NAME" removes variable NAME from the environment.
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -137,8 +137,8 @@ int main(int argc, char** argv) {
   via_proc<CUresult (*)(void**, int)>("cuDevicePrimaryCtxRetain")(&ctx, 0);
   via_proc<CUresult (*)(void*)>("cuCtxSetCurrent")(ctx);  // the real driver allocates only in a current context
   const auto free_fn = direct<free_t>("cuMemFree_v2");
-  std::vector<int> holders;  // pipes to the processes of "holders"
-  std::vector<unsigned long long> async_held;  // blocks of "async"
+  std::vector<int> holders;                        // pipes to the processes of "holders"
+  std::vector<unsigned long long> async_held;      // blocks of "async"
   std::vector<unsigned long long> shared_handles;  // of "share"
   for (int i = first; i < argc; ++i) {
     const std::string step = argv[i];
@@ -190,7 +190,8 @@ int main(int argc, char** argv) {
     } else if (step == "trim") {
       void* pool = nullptr;
       via_proc<CUresult (*)(void**, int)>("cuDeviceGetMemPool")(&pool, 0);
-      std::printf("trimmed %d\n", via_proc<CUresult (*)(void*, std::size_t)>("cuMemPoolTrimTo")(pool, std::stoul(arg()) * MiB));
+      std::printf("trimmed %d\n",
+                  via_proc<CUresult (*)(void*, std::size_t)>("cuMemPoolTrimTo")(pool, std::stoul(arg()) * MiB));
     } else if (step == "ctx-create") {
       const int d = std::stoi(arg());
       void* c = nullptr;
@@ -225,17 +226,24 @@ int main(int argc, char** argv) {
       ::setenv(entry.substr(0, eq).c_str(), entry.substr(eq + 1).c_str(), 1);
     } else if (step == "nvml") {
       void* lib = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-      struct { unsigned long long total, free, used; } m{};
-      struct { unsigned version; unsigned long long total, reserved, free, used; } m2{};
+      struct {
+        unsigned long long total, free, used;
+      } m{};
+      struct {
+        unsigned version;
+        unsigned long long total, reserved, free, used;
+      } m2{};
       m2.version = static_cast<unsigned>(sizeof m2) | (2U << 24);
       void* device = nullptr;
-      const bool ok = lib && reinterpret_cast<int (*)()>(::dlsym(lib, "nvmlInit_v2"))() == 0 &&
-                      reinterpret_cast<int (*)(unsigned, void**)>(::dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"))(0, &device) == 0 &&
-                      reinterpret_cast<int (*)(void*, void*)>(::dlsym(lib, "nvmlDeviceGetMemoryInfo"))(device, &m) == 0 &&
-                      reinterpret_cast<int (*)(void*, void*)>(::dlsym(lib, "nvmlDeviceGetMemoryInfo_v2"))(device, &m2) == 0;
+      const bool ok =
+          lib && reinterpret_cast<int (*)()>(::dlsym(lib, "nvmlInit_v2"))() == 0 &&
+          reinterpret_cast<int (*)(unsigned, void**)>(::dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"))(0, &device) == 0 &&
+          reinterpret_cast<int (*)(void*, void*)>(::dlsym(lib, "nvmlDeviceGetMemoryInfo"))(device, &m) == 0 &&
+          reinterpret_cast<int (*)(void*, void*)>(::dlsym(lib, "nvmlDeviceGetMemoryInfo_v2"))(device, &m2) == 0;
       if (!ok) std::printf("nvml failed\n");
-      else std::printf("nvml %llu %llu %llu v2 %llu %llu %llu\n", m.total >> 20, m.used >> 20, m.free >> 20,
-                       m2.total >> 20, m2.used >> 20, m2.free >> 20);
+      else
+        std::printf("nvml %llu %llu %llu v2 %llu %llu %llu\n", m.total >> 20, m.used >> 20, m.free >> 20,
+                    m2.total >> 20, m2.used >> 20, m2.free >> 20);
     } else if (step == "fork") {
       const auto free_mib = [&] {
         std::size_t f = 0, t = 0;
@@ -296,13 +304,25 @@ int main(int argc, char** argv) {
       for (;;) {
         void* a = nullptr;
         if (mip) {
-          struct { std::size_t w, h, d; int format; unsigned channels, flags; } desc{256, 256, mib, 0x20, 4, 0};
+          struct {
+            std::size_t w, h, d;
+            int format;
+            unsigned channels, flags;
+          } desc{256, 256, mib, 0x20, 4, 0};
           rc = via_proc<CUresult (*)(void**, const void*, unsigned)>("cuMipmappedArrayCreate")(&a, &desc, 2);
         } else if (three) {
-          struct { std::size_t w, h, d; int format; unsigned channels, flags; } desc{256, 256, mib, 0x20, 4, 0};
+          struct {
+            std::size_t w, h, d;
+            int format;
+            unsigned channels, flags;
+          } desc{256, 256, mib, 0x20, 4, 0};
           rc = via_proc<CUresult (*)(void**, const void*)>("cuArray3DCreate")(&a, &desc);
         } else {
-          struct { std::size_t w, h; int format; unsigned channels; } desc{1024, mib * 256, 0x20, 1};
+          struct {
+            std::size_t w, h;
+            int format;
+            unsigned channels;
+          } desc{1024, mib * 256, 0x20, 1};
           rc = direct<CUresult (*)(void**, const void*)>("cuArrayCreate_v2")(&a, &desc);
         }
         if (rc != 0) break;
@@ -344,7 +364,8 @@ int main(int argc, char** argv) {
       std::vector<char*> child = {argv[0]};
       for (int k = i + 1; k < argc; ++k) child.push_back(argv[k]);
       child.push_back(nullptr);
-      std::string path = std::string("LD_LIBRARY_PATH=") + (std::getenv("LD_LIBRARY_PATH") ? std::getenv("LD_LIBRARY_PATH") : "");
+      std::string path = std::string("LD_LIBRARY_PATH=") +
+                         (std::getenv("LD_LIBRARY_PATH") ? std::getenv("LD_LIBRARY_PATH") : "");
       char* env[] = {path.data(), nullptr};
       std::fflush(stdout);
       pid_t pid;
@@ -401,7 +422,8 @@ int main(int argc, char** argv) {
         else if (create) release(p);
         else free_fn(p);
       }
-      std::printf("time %.1f\n", std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / double(n));
+      std::printf("time %.1f\n",
+                  std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / double(n));
     } else if (step == "pair" || step == "crash") {
       const std::string mib = arg();
       int to_holder = -1;

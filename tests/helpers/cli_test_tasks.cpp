@@ -47,9 +47,7 @@ int crash(int) {
   return 0;
 }
 
-int oom(int) {
-  throw isorun::out_of_memory("requested 3.00 GiB with 2.00 GiB cap (test)");
-}
+int oom(int) { throw isorun::out_of_memory("requested 3.00 GiB with 2.00 GiB cap (test)"); }
 
 // Prints its pid (to the supervisor's stderr, as task stdout goes there) and waits.
 int wait_forever(int) {

@@ -19,7 +19,8 @@ __global__ void late_writer(unsigned* p, std::size_t n, long long cycles) {
   const long long start = clock64();
   while (clock64() - start < cycles) {
   }
-  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) p[i] = 0xC0FFEE;
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x)
+    p[i] = 0xC0FFEE;
 }
 
 }  // namespace
@@ -41,8 +42,9 @@ int main() {
   a.empty_cache();  // unmaps the 128 pages: must wait for late_writer first
   const cudaError_t rc = cudaDeviceSynchronize();
   const auto s = a.stats();
-  std::printf("expandable on CUDA: %llu map call(s) for %zu MiB, %llu unmap call(s), reserved after %lld B, kernel: %s\n",
-              static_cast<unsigned long long>(mapped), bytes / MiB, static_cast<unsigned long long>(s.num_backend_frees),
-              static_cast<long long>(s.reserved_bytes.current), cudaGetErrorString(rc));
+  std::printf(
+      "expandable on CUDA: %llu map call(s) for %zu MiB, %llu unmap call(s), reserved after %lld B, kernel: %s\n",
+      static_cast<unsigned long long>(mapped), bytes / MiB, static_cast<unsigned long long>(s.num_backend_frees),
+      static_cast<long long>(s.reserved_bytes.current), cudaGetErrorString(rc));
   return rc == cudaSuccess && mapped == 1 && s.num_backend_frees == 1 && s.reserved_bytes.current == 0 ? 0 : 1;
 }

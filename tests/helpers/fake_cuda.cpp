@@ -6,8 +6,8 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -26,8 +26,8 @@ std::map<CUdeviceptr, held> live;
 std::map<unsigned long long, held> handles;
 std::uint64_t used[devices] = {};
 unsigned long long next_handle = 1;
-constexpr CUresult invalid_context = 201;  // CUDA_ERROR_INVALID_CONTEXT
-constexpr CUresult invalid_device = 101;   // CUDA_ERROR_INVALID_DEVICE
+constexpr CUresult invalid_context = 201;      // CUDA_ERROR_INVALID_CONTEXT
+constexpr CUresult invalid_device = 101;       // CUDA_ERROR_INVALID_DEVICE
 thread_local void* current_context = nullptr;  // device + 1, as a pointer
 
 int current_device() { return static_cast<int>(reinterpret_cast<std::uintptr_t>(current_context)) - 1; }
@@ -267,7 +267,7 @@ CUresult cuArray3DCreate_v2(void** array, const array_descriptor* d) {
 }
 CUresult cuMipmappedArrayCreate(void** array, const array_descriptor* d, unsigned levels) {
   std::size_t bytes = 0, w = d->width, h = d->height, z = d->depth;
-  for (unsigned l = 0; l < levels; ++l, w = w > 1 ? w / 2 : 1, h = h > 1 ? h / 2 : 1, z = z > 1 ? z / 2 : 1)
+  for (unsigned l = 0; l<levels; ++l, w = w> 1 ? w / 2 : 1, h = h > 1 ? h / 2 : 1, z = z > 1 ? z / 2 : 1)
     bytes += texels(w, h, z) * 4 * d->channels;
   return create_array(array, bytes);
 }
@@ -286,7 +286,10 @@ CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, unsigned 
 }
 // Base names, as the runtime asks for them, to this driver's versioned functions.
 CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, unsigned long long, void*) {
-  struct entry { const char* name; void* fn; };
+  struct entry {
+    const char* name;
+    void* fn;
+  };
   static const entry table[] = {
       {"cuInit", reinterpret_cast<void*>(&cuInit)},
       {"cuDeviceGet", reinterpret_cast<void*>(&cuDeviceGet)},

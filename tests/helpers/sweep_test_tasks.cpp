@@ -3,14 +3,14 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <vector>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "isorun/alloc/device_buffer.hpp"
 #include "isorun/isorun.hpp"

@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <mutex>
 #include <cerrno>
+#include <mutex>
 
 #include <algorithm>
 #include <chrono>
@@ -108,8 +108,9 @@ const std::string& worker_context::device_uuid() const noexcept {
 
 alloc::caching_allocator& worker_context::allocator(std::size_t i) {
   if (i >= devices_.size())
-    throw std::out_of_range("allocator(" + std::to_string(i) + "): this worker has " +
-                            (has_gpu() ? std::to_string(devices_.size()) + " GPU(s)" : std::string("no GPU (allocator(0) only)")));
+    throw std::out_of_range(
+        "allocator(" + std::to_string(i) + "): this worker has " +
+        (has_gpu() ? std::to_string(devices_.size()) + " GPU(s)" : std::string("no GPU (allocator(0) only)")));
   device_state& d = devices_[i];
   std::call_once(d.once, [&] {
     std::string conf = assigned_.alloc_conf;
@@ -194,26 +195,31 @@ blob worker_context::device_result(const alloc::device_buffer& buffer, std::size
     ring_locked_bytes_ = cuda_->host_register(slots.data(), slots.size()) == 0 ? slots.size() : 0;
   }
   const auto t1 = std::chrono::steady_clock::now();
-  stream_->write(sizeof length + bytes, [&](std::byte* dst, std::uint64_t offset, std::uint64_t n) {
-    if (offset < sizeof length) {
-      const std::uint64_t head = std::min<std::uint64_t>(n, sizeof length - offset);
-      std::memcpy(dst, reinterpret_cast<const std::byte*>(&length) + offset, head);
-      dst += head;
-      offset += head;
-      n -= head;
-    }
-    if (n) buffer.copy_to_host(dst, n, offset - sizeof length);
-  }, chunk_hashes);
+  stream_->write(
+      sizeof length + bytes,
+      [&](std::byte* dst, std::uint64_t offset, std::uint64_t n) {
+        if (offset < sizeof length) {
+          const std::uint64_t head = std::min<std::uint64_t>(n, sizeof length - offset);
+          std::memcpy(dst, reinterpret_cast<const std::byte*>(&length) + offset, head);
+          dst += head;
+          offset += head;
+          n -= head;
+        }
+        if (n) buffer.copy_to_host(dst, n, offset - sizeof length);
+      },
+      chunk_hashes);
   if (trace) {  // ISORUN_STREAM_TRACE: where a streamed result's time goes, on stderr
     const auto t2 = std::chrono::steady_clock::now();
     char hashing[64];
     if (chunk_hashes.empty()) std::snprintf(hashing, sizeof hashing, "by the CPU as they stream");
-    else std::snprintf(hashing, sizeof hashing, "on the device in %.2f ms", std::chrono::duration<double, std::milli>(hashed - t0).count());
+    else
+      std::snprintf(hashing, sizeof hashing, "on the device in %.2f ms",
+                    std::chrono::duration<double, std::milli>(hashed - t0).count());
     std::fprintf(stderr,
                  "isorun stream: %llu bytes; chunks checksummed %s; %llu of the ring mapped and %s, waited %.2f ms "
                  "in all; streamed in %.2f ms\n",
-                 static_cast<unsigned long long>(bytes), hashing,
-                 static_cast<unsigned long long>(slots.size()), ring_locked_bytes_ ? "page-locked" : "not page-locked",
+                 static_cast<unsigned long long>(bytes), hashing, static_cast<unsigned long long>(slots.size()),
+                 ring_locked_bytes_ ? "page-locked" : "not page-locked",
                  std::chrono::duration<double, std::milli>(t1 - t0).count(),
                  std::chrono::duration<double, std::milli>(t2 - t1).count());
   }

@@ -28,7 +28,8 @@ void erase_template_arg(std::string& s, const std::string& prefix) {
 }
 
 void replace_all(std::string& s, const std::string& from, const std::string& to) {
-  for (std::size_t at = 0; (at = s.find(from, at)) != std::string::npos; at += to.size()) s.replace(at, from.size(), to);
+  for (std::size_t at = 0; (at = s.find(from, at)) != std::string::npos; at += to.size())
+    s.replace(at, from.size(), to);
 }
 
 }  // namespace

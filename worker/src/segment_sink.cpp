@@ -21,7 +21,10 @@ segment_sink* installed_sink = nullptr;  // the one install_blob_placement() mad
 }  // namespace
 
 segment_sink::segment_sink(ser::shm_file file, std::uint64_t max_result, ser::shm_file ring, int stream_event)
-    : file_{std::move(file)}, max_result_{max_result}, owner_pid_{::getpid()}, ring_{std::move(ring)},
+    : file_{std::move(file)},
+      max_result_{max_result},
+      owner_pid_{::getpid()},
+      ring_{std::move(ring)},
       stream_event_{stream_event} {}
 
 segment_sink::~segment_sink() {
@@ -212,8 +215,7 @@ void segment_sink::close() {
 // finds its bytes in place and only checksums them. Otherwise it is moved out of the way first
 // (mapping the segment anew for a larger payload would move it).
 std::byte* segment_sink::claim_locked(std::uint64_t size, const std::byte* blob_bytes) {
-  if (placed_ && (blob_bytes != placed_ || ser::header_size + size > map_.size()))
-    evict_locked();
+  if (placed_ && (blob_bytes != placed_ || ser::header_size + size > map_.size())) evict_locked();
   claimed_ = true;
   return area_locked(size);
 }

@@ -9,6 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -16,10 +18,8 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
-#include <sstream>
-#include <algorithm>
-#include <atomic>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 #include <tuple>
@@ -161,8 +161,9 @@ void write_memory_timeline(const char* path, std::int64_t start_ns, const std::o
   }
   o << "]";
   if (oom) {
-    o << ",\"oom\":{\"requested\":" << oom->requested << ",\"limit\":" << oom->limit << ",\"reserved\":" << oom->reserved
-      << ",\"allocated\":" << oom->allocated << ",\"largest_free\":" << oom->largest_free << ",\"live\":[";
+    o << ",\"oom\":{\"requested\":" << oom->requested << ",\"limit\":" << oom->limit
+      << ",\"reserved\":" << oom->reserved << ",\"allocated\":" << oom->allocated
+      << ",\"largest_free\":" << oom->largest_free << ",\"live\":[";
     for (std::size_t i = 0; i < oom->live.size(); ++i) o << (i ? "," : "") << oom->live[i];
     o << "]}";
   }
@@ -225,7 +226,7 @@ void assign_devices(const ser::request& req) {
   std::vector<gpu_device> devices;
   for (const auto& g : req.gpus) devices.push_back({.index = g.index, .uuid = g.uuid, .memory = g.memory});
   this_worker().assign({.devices = std::move(devices),
-                        .kind = req.gpus.empty()         ? device_kind::cpu
+                        .kind = req.gpus.empty()        ? device_kind::cpu
                                 : req.gpus[0].simulated ? device_kind::simulated
                                                         : device_kind::cuda,
                         .mem_limit = req.mem_limit,
@@ -258,8 +259,7 @@ void run_task(const ser::request& req, const std::shared_ptr<const void>& reques
     if (!task) throw std::invalid_argument("no task named '" + req.task + "' in this worker");
     const bool binary = req.encoding == static_cast<std::uint32_t>(ser::encoding::binary);
     const bool blob_result = task->result_type == "isorun::blob";
-    if (binary && blob_result)
-      this_worker().set_output_area([&sink](std::uint64_t n) { return sink.claim_area(n); });
+    if (binary && blob_result) this_worker().set_output_area([&sink](std::uint64_t n) { return sink.claim_area(n); });
     if (binary) place_blobs(*task, req, sink, blob_result);
     if (req.encoding == static_cast<std::uint32_t>(ser::encoding::json)) {
       std::string json(reinterpret_cast<const char*>(req.args.data()), req.args.size());
@@ -387,6 +387,5 @@ bool is_worker_process() noexcept {
   const char* w = std::getenv(ser::env::worker.data());
   return w && std::strcmp(w, "1") == 0;
 }
-
 
 }  // namespace isorun

@@ -21,8 +21,10 @@ class device_buffer {
   device_buffer(caching_allocator& allocator, std::size_t bytes, stream_id stream = 0)
       : allocator_{&allocator}, data_{allocator.allocate(bytes, stream)}, size_{bytes}, stream_{stream} {}
   device_buffer(device_buffer&& o) noexcept
-      : allocator_{std::exchange(o.allocator_, nullptr)}, data_{std::exchange(o.data_, nullptr)},
-        size_{std::exchange(o.size_, 0)}, stream_{o.stream_} {}
+      : allocator_{std::exchange(o.allocator_, nullptr)},
+        data_{std::exchange(o.data_, nullptr)},
+        size_{std::exchange(o.size_, 0)},
+        stream_{o.stream_} {}
   device_buffer& operator=(device_buffer&& o) noexcept {
     if (this != &o) {
       reset();
@@ -56,7 +58,8 @@ class device_buffer {
   /// @throws std::out_of_range past the end; as backend::copy.
   void copy_to_host(void* dst, std::size_t bytes, std::size_t offset = 0) const {
     check_range(bytes, offset);
-    allocator_->memory().copy(dst, static_cast<const std::byte*>(data_) + offset, bytes, copy_kind::device_to_host, stream_);
+    allocator_->memory().copy(dst, static_cast<const std::byte*>(data_) + offset, bytes, copy_kind::device_to_host,
+                              stream_);
   }
 
   /// @brief Checksums of this buffer's first `bytes` after a host `header`, chunk by chunk,

@@ -14,11 +14,11 @@ namespace isorun {
 
 /// Figures at the time of an out-of-memory failure; zero where unknown.
 struct oom_figures {
-  std::uint64_t requested = 0;     ///< bytes asked for
-  std::uint64_t limit = 0;         ///< the cap
-  std::uint64_t reserved = 0;      ///< bytes held from the backend
-  std::uint64_t allocated = 0;     ///< bytes in live allocations
-  std::uint64_t largest_free = 0;  ///< largest free cached block
+  std::uint64_t requested = 0;      ///< bytes asked for
+  std::uint64_t limit = 0;          ///< the cap
+  std::uint64_t reserved = 0;       ///< bytes held from the backend
+  std::uint64_t allocated = 0;      ///< bytes in live allocations
+  std::uint64_t largest_free = 0;   ///< largest free cached block
   std::vector<std::uint64_t> live;  ///< the live allocations' sizes, largest first (at most 64)
 };
 

@@ -60,8 +60,8 @@ class simulated_device final : public backend {
     std::byte* device = nullptr;  // PROT_NONE: what users see
     std::byte* alias = nullptr;   // read-write view of the same pages, for copy() and fill()
     std::size_t bytes = 0;
-    bool reserved = false;        // reserve_address(): pages count only while mapped
-    std::vector<bool> mapped;     // per granule, for reserved regions
+    bool reserved = false;     // reserve_address(): pages count only while mapped
+    std::vector<bool> mapped;  // per granule, for reserved regions
   };
   region make_region(std::size_t bytes);
   static void drop_region(region& r) noexcept;

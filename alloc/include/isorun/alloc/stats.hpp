@@ -37,11 +37,11 @@ struct allocator_stats {
   stat active;
   stat inactive_split;
   std::uint64_t num_ooms = 0;
-  std::uint64_t num_alloc_retries = 0;     ///< cache flushes to satisfy a request
-  std::uint64_t num_backend_allocs = 0;    ///< segments or page ranges taken from the backend
+  std::uint64_t num_alloc_retries = 0;   ///< cache flushes to satisfy a request
+  std::uint64_t num_backend_allocs = 0;  ///< segments or page ranges taken from the backend
   std::uint64_t num_backend_frees = 0;
   std::uint64_t num_device_alloc_failures = 0;  ///< backend said no below the cap (device full)
-  std::uint64_t leaked_bytes = 0;          ///< live at teardown
+  std::uint64_t leaked_bytes = 0;               ///< live at teardown
   std::uint64_t leaked_allocations = 0;
 
   /// @brief 1 - peak allocated / peak reserved (0 when nothing was reserved).

@@ -74,7 +74,9 @@ inline constexpr std::size_t max_devices = 16;
 /// @brief The ledger index of CUDA device `ordinal`: itself, or the last one past the range
 ///        (so a charge is never lost, only pooled).
 constexpr std::size_t ledger_of(int ordinal) noexcept {
-  return ordinal < 0 ? 0 : static_cast<std::size_t>(ordinal) < max_devices ? static_cast<std::size_t>(ordinal) : max_devices - 1;
+  return ordinal < 0                                       ? 0
+         : static_cast<std::size_t>(ordinal) < max_devices ? static_cast<std::size_t>(ordinal)
+                                                           : max_devices - 1;
 }
 
 /// The sealed part: read-only to every process of the command.
@@ -106,13 +108,13 @@ struct event_ring {
 };
 
 struct process_slot {
-  std::atomic<std::int32_t> pid;  ///< 0: free; -1: being reclaimed
+  std::atomic<std::int32_t> pid;                  ///< 0: free; -1: being reclaimed
   std::atomic<std::uint64_t> bytes[max_devices];  ///< held on each device
 };
 
 /// One device's side of the cap: what the command's processes hold on it, together.
 struct device_ledger {
-  std::atomic<std::uint64_t> used;             ///< Σ of the slots' bytes on this device
+  std::atomic<std::uint64_t> used;  ///< Σ of the slots' bytes on this device
   std::atomic<std::uint64_t> peak;
   std::atomic<std::uint64_t> refusals;         ///< allocations refused for the cap
   std::atomic<std::uint64_t> largest_refused;  ///< the largest refused request, bytes
@@ -123,11 +125,11 @@ struct device_ledger {
 /// in the same file (`ledger_bytes`).
 struct cap_ledger {
   std::uint64_t magic;
-  std::atomic<std::uint64_t> contexts;    ///< CUDA contexts counted
-  std::atomic<std::uint64_t> processes;   ///< processes that attached
-  std::atomic<std::uint64_t> slots_used;  ///< slots ever handed out: scans stop here
-  std::atomic<std::uint64_t> slotless;    ///< processes refused for want of a free slot
-  std::atomic<std::uint64_t> events_next; ///< events written to the ring, ever
+  std::atomic<std::uint64_t> contexts;     ///< CUDA contexts counted
+  std::atomic<std::uint64_t> processes;    ///< processes that attached
+  std::atomic<std::uint64_t> slots_used;   ///< slots ever handed out: scans stop here
+  std::atomic<std::uint64_t> slotless;     ///< processes refused for want of a free slot
+  std::atomic<std::uint64_t> events_next;  ///< events written to the ring, ever
   device_ledger devices[max_devices];
 
   /// @brief The size of a ledger file with `capacity` slots and a ring of `events` events.
@@ -187,7 +189,7 @@ struct cap_ledger {
   /// @brief Takes back the bytes of processes that are gone. @return the bytes taken back.
   std::uint64_t reclaim_dead(const event_ring& ring = {}) noexcept {
     std::uint64_t back = 0;
-    for (process_slot* s = slots(), *end = s + in_use(); s != end; ++s) {
+    for (process_slot *s = slots(), *end = s + in_use(); s != end; ++s) {
       std::int32_t pid = s->pid.load();
       if (pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
       if (!s->pid.compare_exchange_strong(pid, -1)) continue;  // -1: being reclaimed
@@ -217,7 +219,9 @@ struct cap_ledger {
   }
 
   /// @brief The slots handed out so far, for a reader (the supervisor's timeline).
-  [[nodiscard]] const process_slot* slots_begin() const noexcept { return reinterpret_cast<const process_slot*>(this + 1); }
+  [[nodiscard]] const process_slot* slots_begin() const noexcept {
+    return reinterpret_cast<const process_slot*>(this + 1);
+  }
   [[nodiscard]] std::size_t slots_in_use() const noexcept { return in_use(); }
 
   /// @brief A slot for process `pid`, or nullptr when all `capacity` are taken by live
@@ -225,13 +229,13 @@ struct cap_ledger {
   ///        A slot that already names `pid` belonged to the program this process ran before an
   ///        exec, whose device memory went with its image: it is emptied and taken over.
   process_slot* claim(std::int32_t pid, std::size_t capacity, const event_ring& ring = {}) noexcept {
-    for (process_slot* s = slots(), *end = s + in_use(); s != end; ++s)
+    for (process_slot *s = slots(), *end = s + in_use(); s != end; ++s)
       if (s->pid.load() == pid) {
         empty(*s, ring, pid);
         return s;
       }
     for (int pass = 0; pass < 2; ++pass) {
-      for (process_slot* s = slots(), *end = s + in_use(); s != end; ++s)
+      for (process_slot *s = slots(), *end = s + in_use(); s != end; ++s)
         if (take(*s, pid)) return s;
       // None free among those handed out: one more from the untouched rest.
       for (std::uint64_t n = slots_used.load(); n < capacity;)

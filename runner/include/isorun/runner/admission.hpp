@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
+#include "isorun/export.hpp"
 #include "isorun/runner/gpu_inventory.hpp"
 #include "isorun/runner/options.hpp"
-#include "isorun/export.hpp"
 
 namespace isorun::runner {
 
@@ -59,9 +59,9 @@ class ISORUN_API admission : public std::enable_shared_from_this<admission> {
  public:
   /// What an admission shares out.
   struct limits {
-    std::vector<gpu_info> gpus;   ///< each with `free_memory` to share (at detection)
-    std::size_t per_gpu = 0;      ///< calls per GPU at most; 0 = as many as their caps allow
-    std::size_t cpu_slots = 1;    ///< CPU slots
+    std::vector<gpu_info> gpus;  ///< each with `free_memory` to share (at detection)
+    std::size_t per_gpu = 0;     ///< calls per GPU at most; 0 = as many as their caps allow
+    std::size_t cpu_slots = 1;   ///< CPU slots
     /// GPU calls that may run at once, for their share of the cores; 0: one per GPU.
     std::size_t gpu_slots = 0;
     std::string name = "this process";  ///< in messages: "exceeds <name>'s 2 CPU slots"
@@ -132,7 +132,7 @@ class ISORUN_API admission : public std::enable_shared_from_this<admission> {
   // (per_gpu), else the whole GPU.
   [[nodiscard]] std::uint64_t need_on(const admission_request& r, std::size_t i) const noexcept;
   void release(const grant& g) noexcept;
-  void pump();  // grants what fits, in order; under mutex_
+  void pump();                                           // grants what fits, in order; under mutex_
   [[nodiscard]] std::size_t cpu_slots() const noexcept;  // limits_.cpu_slots, or wider; under mutex_
   bool try_grant(entry& e, const std::vector<bool>& gpu_blocked);
 
@@ -140,11 +140,11 @@ class ISORUN_API admission : public std::enable_shared_from_this<admission> {
 
   limits limits_;
   mutable std::mutex mutex_;
-  std::condition_variable idle_;             // a ticket was released, or the queue emptied
-  std::list<std::shared_ptr<entry>> queue_;  // arrival order
+  std::condition_variable idle_;              // a ticket was released, or the queue emptied
+  std::list<std::shared_ptr<entry>> queue_;   // arrival order
   std::list<std::weak_ptr<waiter>> waiters_;  // every waiter made here, until it goes
   std::size_t queued_on_gpu_ = 0;             // entries of queue_ that ask for GPUs
-  std::vector<std::uint64_t> used_bytes_;    // per limits_.gpus[i]
+  std::vector<std::uint64_t> used_bytes_;     // per limits_.gpus[i]
   std::vector<std::size_t> used_calls_;
   std::size_t used_cpus_ = 0;
   std::size_t running_ = 0;
@@ -197,12 +197,12 @@ class ISORUN_API admission::waiter {
   std::shared_ptr<admission> at_;
   std::shared_ptr<entry> entry_;
   std::shared_ptr<admission> then_;
-  std::exception_ptr failed_;  // queuing in then_ failed: get() rethrows it
-  std::shared_ptr<ticket> outer_;          // granted by at_, waiting in then_
-  std::shared_ptr<waiter> inner_;          // the place in then_
+  std::exception_ptr failed_;      // queuing in then_ failed: get() rethrows it
+  std::shared_ptr<ticket> outer_;  // granted by at_, waiting in then_
+  std::shared_ptr<waiter> inner_;  // the place in then_
   std::shared_ptr<ticket> ready_;
   bool taken_ = false;
-  bool cancel_asked_ = false;  // under at_'s mutex: reaches `inner_` once it exists
+  bool cancel_asked_ = false;                          // under at_'s mutex: reaches `inner_` once it exists
   std::function<void()> notify_;                       // set_notify's, for `inner_` once it exists (under at_'s mutex)
   std::list<std::weak_ptr<waiter>>::iterator listed_;  // in at_->waiters_
 };

@@ -19,14 +19,14 @@
 #include <string>
 #include <vector>
 
+#include "isorun/export.hpp"
 #include "isorun/runner/admission.hpp"
 #include "isorun/runner/isolated.hpp"
-#include "isorun/export.hpp"
 
 namespace isorun {
 
 struct executor_options {
-  std::vector<int> gpus;        ///< GPU indices; empty and !all_gpus = CPU slots
+  std::vector<int> gpus;  ///< GPU indices; empty and !all_gpus = CPU slots
   bool all_gpus = false;
   std::uint64_t mem_limit = 0;  ///< cap per call on its GPU; packs calls per GPU
   int per_gpu = 0;              ///< calls per GPU at most; 0 = as many caps as fit, at most cores per GPU

@@ -16,12 +16,12 @@
 namespace isorun::runner {
 
 struct gpu_info {
-  int index = 0;                  ///< NVML index (PCI bus order)
-  std::string uuid;               ///< what CUDA_VISIBLE_DEVICES gets
+  int index = 0;     ///< NVML index (PCI bus order)
+  std::string uuid;  ///< what CUDA_VISIBLE_DEVICES gets
   std::string name;
-  std::uint64_t total_memory = 0; ///< bytes
-  std::uint64_t free_memory = 0;  ///< bytes, at detection time
-  bool simulated = false;         ///< from ISORUN_SIMULATE_GPUS: workers get a simulated device
+  std::uint64_t total_memory = 0;  ///< bytes
+  std::uint64_t free_memory = 0;   ///< bytes, at detection time
+  bool simulated = false;          ///< from ISORUN_SIMULATE_GPUS: workers get a simulated device
 };
 
 struct ISORUN_API gpu_inventory {

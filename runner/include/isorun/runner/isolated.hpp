@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "isorun/export.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/job.hpp"
 #include "isorun/runner/options.hpp"
@@ -30,7 +31,6 @@
 #include "isorun/serialization/blob.hpp"
 #include "isorun/serialization/codec.hpp"
 #include "isorun/worker/task.hpp"
-#include "isorun/export.hpp"
 
 namespace isorun {
 

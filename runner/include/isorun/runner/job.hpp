@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "isorun/export.hpp"
 #include "isorun/runner/gpu_inventory.hpp"
 #include "isorun/runner/options.hpp"
 #include "isorun/runner/outcome.hpp"
 #include "isorun/serialization/blob.hpp"
 #include "isorun/serialization/wire.hpp"
-#include "isorun/export.hpp"
 
 namespace isorun::runner {
 
@@ -35,11 +35,11 @@ enum class stdout_mode {
 struct job_spec {
   std::string task;  ///< registered task name
   serialization::encoding encoding = serialization::encoding::binary;
-  blob args;                                ///< arguments, already encoded
-  std::vector<gpu_info> gpus;               ///< visible as CUDA devices 0, 1, ...; empty: CPU only
-  std::uint64_t mem_limit = 0;              ///< bytes per device, 0 = none
-  std::uint64_t host_mem_limit = 0;         ///< bytes of host memory (isolated_options::host_mem_limit)
-  std::chrono::milliseconds timeout{0};     ///< 0 = none
+  blob args;                             ///< arguments, already encoded
+  std::vector<gpu_info> gpus;            ///< visible as CUDA devices 0, 1, ...; empty: CPU only
+  std::uint64_t mem_limit = 0;           ///< bytes per device, 0 = none
+  std::uint64_t host_mem_limit = 0;      ///< bytes of host memory (isolated_options::host_mem_limit)
+  std::chrono::milliseconds timeout{0};  ///< 0 = none
   /// First signal → SIGKILL delay; after an early hand-over, how long the worker may take to exit.
   std::chrono::milliseconds grace{5000};
   /// The first signal of a stop (the timeout, cancel()): SIGTERM; a sweep whose trials keep
@@ -53,14 +53,14 @@ struct job_spec {
   std::vector<std::string> worker_argv;
   stdout_mode stdout_to = stdout_mode::inherit;
   std::string stdout_path;
-  int stdout_fd = -1;                ///< stdout_mode::fd
-  int stderr_echo_fd = 2;            ///< live copy of the worker's stderr; -1 = none
+  int stdout_fd = -1;      ///< stdout_mode::fd
+  int stderr_echo_fd = 2;  ///< live copy of the worker's stderr; -1 = none
   /// Bytes of it copied there at most, then a line saying it was cut (for a file: a sweep's
   /// trial log); 0: no bound.
   std::uint64_t stderr_echo_limit = 0;
   std::size_t stderr_tail_lines = 20;
-  std::uint64_t max_result = 0;           ///< larger results are rejected; 0: the machine's physical memory
-  std::vector<std::string> extra_env;     ///< "KEY=VALUE" added to the worker's environment
+  std::uint64_t max_result = 0;        ///< larger results are rejected; 0: the machine's physical memory
+  std::vector<std::string> extra_env;  ///< "KEY=VALUE" added to the worker's environment
   /// On a GPU: the worker creates its CUDA context and capped allocator as soon as it is
   /// launched, before its assignment (isolated_options::warm_context).
   bool warm_context = false;
@@ -104,21 +104,21 @@ struct call_trace {
 struct job_result {
   outcome status;
   serialization::encoding encoding = serialization::encoding::binary;
-  std::span<const std::byte> payload;   ///< valid while `owner` lives
-  std::shared_ptr<const void> owner;    ///< keeps the result segment mapped (or a small result's copy)
-  bool sent_inline = false;             ///< the result came in the worker's `done`, not through shared memory
-  std::int64_t received_ns = 0;         ///< CLOCK_MONOTONIC when the payload was validated
-  std::int64_t encode_begin_ns = 0;     ///< CLOCK_MONOTONIC when the worker began encoding
-  std::uint64_t encode_ns = 0;          ///< time the worker spent encoding into shared memory
-  std::int64_t reaped_ns = 0;           ///< CLOCK_MONOTONIC when the worker was reaped; 0 after an early hand-over
+  std::span<const std::byte> payload;  ///< valid while `owner` lives
+  std::shared_ptr<const void> owner;   ///< keeps the result segment mapped (or a small result's copy)
+  bool sent_inline = false;            ///< the result came in the worker's `done`, not through shared memory
+  std::int64_t received_ns = 0;        ///< CLOCK_MONOTONIC when the payload was validated
+  std::int64_t encode_begin_ns = 0;    ///< CLOCK_MONOTONIC when the worker began encoding
+  std::uint64_t encode_ns = 0;         ///< time the worker spent encoding into shared memory
+  std::int64_t reaped_ns = 0;          ///< CLOCK_MONOTONIC when the worker was reaped; 0 after an early hand-over
   call_trace trace;
 };
 
 /// @brief The job_spec for `task` with `args` (encoded as `encoding`) on `gpus` (none: the
 ///        CPU; placed by place_job) under `opts`: the one place options become a spec. The
 ///        caller adds what only it knows (task libraries, where output goes).
-ISORUN_API job_spec job_spec_for(std::string task, serialization::encoding encoding, blob args, std::vector<gpu_info> gpus,
-                      const isolated_options& opts);
+ISORUN_API job_spec job_spec_for(std::string task, serialization::encoding encoding, blob args,
+                                 std::vector<gpu_info> gpus, const isolated_options& opts);
 
 /// @brief The thread-count variables (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, MKL_NUM_THREADS,
 ///        VECLIB_MAXIMUM_THREADS, NUMEXPR_NUM_THREADS) set to `threads`, but for those `env` or

@@ -19,16 +19,16 @@
 namespace isorun {
 
 struct map_options {
-  std::vector<int> gpus;                 ///< GPU indices; empty and !all_gpus = CPU slots
+  std::vector<int> gpus;  ///< GPU indices; empty and !all_gpus = CPU slots
   bool all_gpus = false;
-  std::uint64_t mem_limit = 0;           ///< cap per call; also packs calls per GPU
-  int per_gpu = 0;                       ///< calls per GPU (0 = floor(free memory / mem_limit))
-  int cpu_slots = 0;                     ///< 0 = number of cores
+  std::uint64_t mem_limit = 0;  ///< cap per call; also packs calls per GPU
+  int per_gpu = 0;              ///< calls per GPU (0 = floor(free memory / mem_limit))
+  int cpu_slots = 0;            ///< 0 = number of cores
   std::chrono::milliseconds timeout{0};
   std::string alloc_conf;
   bool echo_stderr = true;
-  std::size_t standby = 0;               ///< workers launched ahead of need (isolated_options::standby)
-  bool warm_context = false;             ///< standby workers prepare their GPU (isolated_options::warm_context)
+  std::size_t standby = 0;    ///< workers launched ahead of need (isolated_options::standby)
+  bool warm_context = false;  ///< standby workers prepare their GPU (isolated_options::warm_context)
 };
 
 /// @brief Runs `fn` on every input, in parallel on planned slots (an executor's: executor.hpp);

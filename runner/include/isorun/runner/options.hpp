@@ -14,14 +14,14 @@ namespace isorun {
 /// How to run an isolated call: what isolated() and map() take, and what the CLI's flags and a
 /// sweep's spec turn into (runner::job_spec_for).
 struct isolated_options {
-  std::optional<int> gpu;                 ///< physical GPU index; unset (and no gpus, gpu_count) = CPU only
+  std::optional<int> gpu;  ///< physical GPU index; unset (and no gpus, gpu_count) = CPU only
   /// Several GPUs by physical index: the worker sees exactly these, in PCI bus order, as CUDA
   /// devices 0, 1, ... (this_worker().devices()). Excludes `gpu` and `gpu_count`.
   std::vector<int> gpus;
   /// Any this many GPUs, chosen by the supervisor among those with room for the cap (the freest
   /// first). Excludes `gpu` and `gpus`.
   int gpu_count = 0;
-  std::uint64_t mem_limit = 0;            ///< hard cap on each of the worker's devices; 0 = none
+  std::uint64_t mem_limit = 0;  ///< hard cap on each of the worker's devices; 0 = none
   /// Hard cap on the host memory of the worker and everything it starts (its cgroup's
   /// memory.max, with no swap past it); 0 = none. Past it the call ends out_of_memory. Needs
   /// cgroup containment with the memory controller: refused (usage_error) where there is none.
@@ -31,13 +31,13 @@ struct isolated_options {
   /// them), and the CPU slots a CPU call takes at admission. 0: its share, the cores divided
   /// by the calls that may run beside it (one, for a call of the process's admission).
   unsigned cpus_per_call = 0;
-  std::chrono::milliseconds timeout{0};   ///< 0 = none
+  std::chrono::milliseconds timeout{0};  ///< 0 = none
   /// Between SIGTERM and SIGKILL when stopping; with early_result, also how long the worker may
   /// take to exit after its result was handed over.
   std::chrono::milliseconds grace{5000};
-  std::string alloc_conf;                 ///< allocator configuration (ISORUN_ALLOC_CONF syntax)
-  std::vector<std::string> env;           ///< extra "KEY=VALUE" for the worker
-  bool echo_stderr = true;                ///< copy the worker's stderr to ours, live
+  std::string alloc_conf;        ///< allocator configuration (ISORUN_ALLOC_CONF syntax)
+  std::vector<std::string> env;  ///< extra "KEY=VALUE" for the worker
+  bool echo_stderr = true;       ///< copy the worker's stderr to ours, live
   /// Larger results are rejected (invalid_result); 0: this machine's physical memory, the most
   /// a result could take in the caller's memory.
   std::uint64_t max_result = 0;

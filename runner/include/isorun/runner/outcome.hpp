@@ -16,8 +16,8 @@ namespace isorun {
 namespace runner {
 /// How a process ended.
 struct exit_status {
-  int code = -1;      ///< exit code when it exited normally, else -1
-  int signal = 0;     ///< terminating signal, or 0
+  int code = -1;   ///< exit code when it exited normally, else -1
+  int signal = 0;  ///< terminating signal, or 0
   bool core_dumped = false;
   [[nodiscard]] bool exited() const noexcept { return signal == 0; }
   [[nodiscard]] bool success() const noexcept { return signal == 0 && code == 0; }
@@ -33,7 +33,6 @@ ISORUN_API std::string describe(const exit_status& status);
 
 }  // namespace runner
 
-
 enum class outcome_kind {
   success,         ///< result delivered and validated
   task_error,      ///< the task threw
@@ -47,8 +46,8 @@ enum class outcome_kind {
 
 /// Every outcome class, in declaration order.
 inline constexpr outcome_kind all_outcome_kinds[] = {
-    outcome_kind::success,   outcome_kind::task_error, outcome_kind::out_of_memory,  outcome_kind::crashed,
-    outcome_kind::timeout,   outcome_kind::cancelled,  outcome_kind::invalid_result, outcome_kind::internal_error};
+    outcome_kind::success, outcome_kind::task_error, outcome_kind::out_of_memory,  outcome_kind::crashed,
+    outcome_kind::timeout, outcome_kind::cancelled,  outcome_kind::invalid_result, outcome_kind::internal_error};
 
 /// @brief "success", "task_error", ...
 ISORUN_API std::string_view to_string(outcome_kind kind) noexcept;
@@ -61,9 +60,9 @@ ISORUN_API int exit_code(outcome_kind kind) noexcept;
 
 struct ISORUN_API outcome {
   outcome_kind kind = outcome_kind::internal_error;
-  std::string error_type;   ///< exception type for task_error / out_of_memory
-  std::string message;      ///< human-readable detail
-  runner::exit_status exit; ///< how the worker process ended
+  std::string error_type;                ///< exception type for task_error / out_of_memory
+  std::string message;                   ///< human-readable detail
+  runner::exit_status exit;              ///< how the worker process ended
   std::vector<std::string> stderr_tail;  ///< last lines of the worker's stderr
   std::chrono::milliseconds timeout{0};
   std::uint64_t peak_allocated = 0;  ///< worker allocator peaks, bytes (0 when unknown)
@@ -75,8 +74,8 @@ struct ISORUN_API outcome {
   /// The result was handed over before the worker had exited (isolated_options::early_result):
   /// `exit` is not known; the worker is still being stopped and reaped in the background.
   bool exit_pending = false;
-  std::chrono::nanoseconds run{0};   ///< inside the task function
-  std::string device;                ///< "cpu" or the GPU's UUID
+  std::chrono::nanoseconds run{0};  ///< inside the task function
+  std::string device;               ///< "cpu" or the GPU's UUID
 
   [[nodiscard]] bool ok() const noexcept { return kind == outcome_kind::success; }
   /// @brief One line: "task_error: std::runtime_error: bad lr".

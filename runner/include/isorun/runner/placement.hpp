@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "isorun/export.hpp"
 #include "isorun/runner/gpu_inventory.hpp"
 #include "isorun/runner/options.hpp"
-#include "isorun/export.hpp"
 
 namespace isorun::runner {
 
@@ -36,12 +36,12 @@ ISORUN_API gpu_request gpu_request_for(const isolated_options& opts);
 ///        and there is one; otherwise none (the CPU). The cap is per GPU and checked on each.
 /// @throws usage_error, nothing started: a GPU that does not exist (naming those that do), a GPU
 ///         listed twice, more GPUs than there are (or have room), a cap larger than a GPU.
-ISORUN_API std::vector<gpu_info> place_job(const gpu_inventory& inventory, const gpu_request& request, bool default_to_gpu,
-                                std::uint64_t mem_limit);
+ISORUN_API std::vector<gpu_info> place_job(const gpu_inventory& inventory, const gpu_request& request,
+                                           bool default_to_gpu, std::uint64_t mem_limit);
 
 /// What a batch of jobs asks for.
 struct slot_request {
-  std::vector<int> gpus;        ///< GPU indices; empty and !all_gpus = CPU slots
+  std::vector<int> gpus;  ///< GPU indices; empty and !all_gpus = CPU slots
   bool all_gpus = false;
   std::uint64_t mem_limit = 0;  ///< cap per job: packs jobs per GPU
   int per_gpu = 0;              ///< jobs per GPU; 0 = as many caps as fit, at most cores per GPU

@@ -12,9 +12,9 @@
 #include <memory>
 #include <mutex>
 
+#include "isorun/export.hpp"
 #include "isorun/runner/admission.hpp"
 #include "isorun/runner/job.hpp"
-#include "isorun/export.hpp"
 
 namespace isorun::runner {
 
@@ -113,12 +113,12 @@ class ISORUN_API queued_job : public std::enable_shared_from_this<queued_job> {
   std::shared_ptr<job> job_;
   std::exception_ptr failed_;  // the start threw
   bool cancelled_ = false;
-  bool ended_ = false;         // cancelled before the start, or the start failed
-  bool handed_ = false;        // to the watcher
+  bool ended_ = false;             // cancelled before the start, or the start failed
+  bool handed_ = false;            // to the watcher
   std::atomic<bool> done_{false};  // its job's watch is over, or it ended without one
   // The result of a call cancelled before its start; made only then: a queued call is small.
   std::unique_ptr<job_result> unstarted_;
-  int done_event_ = -1;        // done_fd()'s eventfd
+  int done_event_ = -1;  // done_fd()'s eventfd
   std::function<void()> on_done_;
 };
 

@@ -2,9 +2,9 @@
 /// @file command.hpp
 /// Any program, isolated: what `isorun -- CMD` and command sweeps run. The program runs under a
 /// small shim (command_shim.hpp) that shares the program's process group, kills the group if the
-/// supervisor disappears and reports the program's own exit status. Under a memory cap the shim preloads the driver-API cap
-/// library (libisorun_cuda_cap.so) into the program, with a shared region that counts the
-/// device memory of all the program's processes.
+/// supervisor disappears and reports the program's own exit status. Under a memory cap the shim preloads the driver-API
+/// cap library (libisorun_cuda_cap.so) into the program, with a shared region that counts the device memory of all the
+/// program's processes.
 
 #include <sys/types.h>
 
@@ -16,17 +16,17 @@
 #include <string>
 #include <vector>
 
+#include "isorun/internal_api.hpp"
 #include "isorun/runner/gpu_inventory.hpp"
 #include "isorun/runner/outcome.hpp"
-#include "isorun/internal_api.hpp"
 
 namespace isorun::runner {
 
 /// What to run, where, and under which limits.
 struct command_spec {
-  std::vector<std::string> argv;          ///< argv[0]: a path, or a name looked up in PATH
-  std::vector<gpu_info> gpus;             ///< visible as CUDA devices 0, 1, ...; empty: none
-  std::uint64_t mem_limit = 0;            ///< bytes, 0 = none
+  std::vector<std::string> argv;  ///< argv[0]: a path, or a name looked up in PATH
+  std::vector<gpu_info> gpus;     ///< visible as CUDA devices 0, 1, ...; empty: none
+  std::uint64_t mem_limit = 0;    ///< bytes, 0 = none
   /// Hard cap on the host memory of the command and everything it starts (host_memory.hpp);
   /// 0 = none. Past it the command ends out_of_memory.
   std::uint64_t host_mem_limit = 0;
@@ -35,8 +35,8 @@ struct command_spec {
   std::chrono::milliseconds grace{5000};  ///< first signal → SIGKILL delay
   /// The first signal at the timeout (a sweep whose trials keep checkpoints sends its warning).
   int timeout_signal = SIGTERM;
-  std::vector<std::string> extra_env;     ///< "KEY=VALUE" added to the program's environment
-  int stdin_fd = 0;                       ///< -1: /dev/null
+  std::vector<std::string> extra_env;  ///< "KEY=VALUE" added to the program's environment
+  int stdin_fd = 0;                    ///< -1: /dev/null
   int stdout_fd = 1;
   /// Where the program's stderr goes. With `stderr_tail_lines` > 0 it passes through the
   /// supervisor (a pipe), which keeps its last lines for the outcome; else it goes straight there.

@@ -22,9 +22,9 @@ namespace isorun::runner {
 
 /// How children are contained here.
 struct containment_info {
-  bool cgroup = false;      ///< true: a cgroup v2 per child; false: the process group alone
-  std::string where;        ///< the directory the children's cgroups are made in ("" without)
-  std::string why_not;      ///< why there is no cgroup ("" with one)
+  bool cgroup = false;       ///< true: a cgroup v2 per child; false: the process group alone
+  std::string where;         ///< the directory the children's cgroups are made in ("" without)
+  std::string why_not;       ///< why there is no cgroup ("" with one)
   bool memory_peak = false;  ///< the cgroups report memory.peak (the memory controller is on)
 };
 

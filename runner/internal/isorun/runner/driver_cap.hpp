@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "isorun/serialization/shm_segment.hpp"
 #include "isorun/internal_api.hpp"
+#include "isorun/serialization/shm_segment.hpp"
 
 namespace isorun::preload {
 struct cap_ledger;

@@ -26,9 +26,9 @@
 #include <thread>
 #include <vector>
 
+#include "isorun/internal_api.hpp"
 #include "isorun/runner/gpu_inventory.hpp"
 #include "isorun/runner/placement.hpp"
-#include "isorun/internal_api.hpp"
 
 namespace isorun::runner {
 
@@ -69,7 +69,7 @@ class ISORUN_INTERNAL_API gpu_packer {
   bool could_hold(std::size_t g, std::uint64_t bytes) const;  // ever, once GPU g's jobs have ended
 
   std::vector<gpu_info> gpus_;
-  std::vector<int> free_;  // free places per GPU
+  std::vector<int> free_;                                           // free places per GPU
   std::vector<std::optional<std::uint64_t>> memory_, free_memory_;  // per GPU; nullopt: not counted
   std::deque<ticket*> waiting_;
   bool closed_ = false;

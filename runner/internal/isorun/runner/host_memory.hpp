@@ -12,9 +12,9 @@
 #include <optional>
 #include <string>
 
+#include "isorun/internal_api.hpp"
 #include "isorun/runner/outcome.hpp"
 #include "isorun/runner/process.hpp"
-#include "isorun/internal_api.hpp"
 
 namespace isorun::runner {
 
@@ -59,7 +59,7 @@ class ISORUN_INTERNAL_API host_memory_cap {
   int join_ = -1;   // v1_'s cgroup.procs, until the child is started
 
   bool cap_v2(const std::string& cgroup);  // where the v2 memory controller is on
-  void make_v1();                           // the v1 cgroup, with its limits
+  void make_v1();                          // the v1 cgroup, with its limits
 };
 
 }  // namespace isorun::runner

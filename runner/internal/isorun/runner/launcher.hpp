@@ -10,19 +10,19 @@
 #include <string>
 #include <vector>
 
+#include "isorun/internal_api.hpp"
 #include "isorun/runner/job.hpp"
 #include "isorun/runner/process.hpp"
 #include "isorun/runner/unique_fd.hpp"
 #include "isorun/serialization/protocol.hpp"
-#include "isorun/internal_api.hpp"
 
 namespace isorun::runner {
 
 /// What a worker needs at exec time; everything else comes with its assignment (a stdout file
 /// too: see job_spec::stdout_path).
 struct launch_spec {
-  std::string executable;              ///< worker program; empty = this program
-  std::string label;                   ///< shown after "isorun-worker" in ps (the task, when known)
+  std::string executable;  ///< worker program; empty = this program
+  std::string label;       ///< shown after "isorun-worker" in ps (the task, when known)
   /// Set: the worker's arguments after argv[0] (the executable) instead of "isorun-worker
   /// [label]": for a worker that is an interpreter running a program of its own (Python's).
   std::vector<std::string> argv;
@@ -43,7 +43,8 @@ struct launch_spec {
 };
 
 /// @brief The warm_device for a job on `gpu` under `mem_limit` and `alloc_conf`.
-inline serialization::warm_device warm_device_for(const gpu_info& gpu, std::uint64_t mem_limit, std::string alloc_conf) {
+inline serialization::warm_device warm_device_for(const gpu_info& gpu, std::uint64_t mem_limit,
+                                                  std::string alloc_conf) {
   return {.index = gpu.index,
           .simulated = gpu.simulated,
           .device_memory = gpu.total_memory,
@@ -72,7 +73,8 @@ inline launch_spec launch_spec_for(const job_spec& spec) {
                 .extra_env = spec.extra_env,
                 .stdout_to_stderr = spec.stdout_to == stdout_mode::to_stderr};
   // (One GPU only: a worker on several prepares them once assigned.)
-  if (spec.warm_context && spec.gpus.size() == 1) l.warm = warm_device_for(spec.gpus.front(), spec.mem_limit, spec.alloc_conf);
+  if (spec.warm_context && spec.gpus.size() == 1)
+    l.warm = warm_device_for(spec.gpus.front(), spec.mem_limit, spec.alloc_conf);
   return l;
 }
 

@@ -16,21 +16,21 @@
 #include <utility>
 #include <vector>
 
-#include "isorun/runner/outcome.hpp"
 #include "isorun/internal_api.hpp"
+#include "isorun/runner/outcome.hpp"
 
 namespace isorun::runner {
 
 /// What to start and how.
 struct spawn_options {
-  std::string executable;                ///< path to exec (not searched in PATH)
-  std::vector<std::string> args;         ///< argv[1..]; argv[0] is `executable`
-  std::vector<std::string> env;          ///< the whole environment, "KEY=VALUE"
+  std::string executable;         ///< path to exec (not searched in PATH)
+  std::vector<std::string> args;  ///< argv[1..]; argv[0] is `executable`
+  std::vector<std::string> env;   ///< the whole environment, "KEY=VALUE"
   /// {child fd, parent fd}: each parent fd appears in the child under the given number.
   /// Child fds must be 0, 1, 2 or a contiguous run from 3; every other descriptor is closed.
   std::vector<std::pair<int, int>> fds;
-  bool new_process_group = true;         ///< the child leads a group of its own
-  int parent_death_signal = SIGKILL;     ///< sent to the child if the spawning thread dies; 0 = none
+  bool new_process_group = true;      ///< the child leads a group of its own
+  int parent_death_signal = SIGKILL;  ///< sent to the child if the spawning thread dies; 0 = none
   /// An empty cgroup (new_child_cgroup()) the child is born in (clone3 with CLONE_INTO_CGROUP;
   /// before Linux 5.7 it moves itself there before it execs), and which its handle then owns:
   /// reap() kills whatever is left in it and removes it. "" = none.

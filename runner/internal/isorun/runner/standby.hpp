@@ -16,9 +16,9 @@
 #include <thread>
 #include <vector>
 
+#include "isorun/internal_api.hpp"
 #include "isorun/runner/launcher.hpp"
 #include "isorun/runner/unique_fd.hpp"
-#include "isorun/internal_api.hpp"
 
 namespace isorun::runner {
 
@@ -111,29 +111,29 @@ class ISORUN_INTERNAL_API standby_pool final : public launcher {
   // a dormant pool stops its zygote meanwhile.
   std::shared_ptr<launcher> launcher_;
   mutable std::mutex mutex_;
-  unique_fd wanted_;  // an eventfd: wakes the filler (a take, a resize, the stop)
+  unique_fd wanted_;                                   // an eventfd: wakes the filler (a take, a resize, the stop)
   unique_fd watched_{::epoll_create1(EPOLL_CLOEXEC)};  // what the filler sleeps on: wanted_, owed_
-  std::condition_variable changed_;  // fill(): the pool changed
+  std::condition_variable changed_;                    // fill(): the pool changed
   std::deque<launched_worker> ready_;
-  std::deque<unique_fd> owed_;  // pidfds of the workers taken and not yet replaced, oldest first
+  std::deque<unique_fd> owed_;     // pidfds of the workers taken and not yet replaced, oldest first
   std::deque<unique_fd> running_;  // pidfds of the workers taken that may still run
   std::size_t size_;
-  std::size_t target_;    // size_, or more while calls come back to back
+  std::size_t target_;  // size_, or more while calls come back to back
   std::size_t max_size_;
   std::chrono::milliseconds idle_;
   std::chrono::milliseconds linger_;
   std::chrono::steady_clock::time_point last_take_{};
   std::chrono::steady_clock::time_point last_end_{};  // when a call taken from an adaptive pool was seen to end
-  bool dormant_ = false;         // adaptive, and holding nothing until a take
-  bool waking_pending_ = false;  // a take woke it and is launching its own worker
-  bool hurry_ = false;           // a second take came meanwhile: it starts without that exit
-  bool need_zygote_ = false;     // the filler is to start the zygote (once woken)
-  unique_fd waking_;             // a dormant pool's waking call's worker: the pool starts once it exits
+  bool dormant_ = false;                              // adaptive, and holding nothing until a take
+  bool waking_pending_ = false;                       // a take woke it and is launching its own worker
+  bool hurry_ = false;                                // a second take came meanwhile: it starts without that exit
+  bool need_zygote_ = false;                          // the filler is to start the zygote (once woken)
+  unique_fd waking_;  // a dormant pool's waking call's worker: the pool starts once it exits
   std::uint64_t hits_ = 0, misses_ = 0;
   bool stopping_ = false;
   bool interrupted_ = false;    // interrupt(): the zygote is not waited for
   bool zygote_settled_ = true;  // with a zygote: it is ready (its imports done), or failed
-  bool failing_ = false;  // launching failed: stop trying in the background, take() reports it
+  bool failing_ = false;        // launching failed: stop trying in the background, take() reports it
   std::thread filler_;
 };
 

@@ -7,9 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "isorun/internal_api.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/worker/task.hpp"
-#include "isorun/internal_api.hpp"
 
 namespace isorun::runner::arguments {
 
@@ -35,7 +35,8 @@ ISORUN_INTERNAL_API std::size_t utf8_error_at(std::string_view text);
 /// @throws param_error for a word without '=', an unknown (with "did you mean") or repeated key,
 ///         a value of the wrong type, or one out of range for the task's C++ type (checked by
 ///         decoding the arguments as the worker would); the message lists the parameters.
-ISORUN_INTERNAL_API nlohmann::json build_task_args(const worker::task_info& task, const std::vector<std::string>& words);
+ISORUN_INTERNAL_API nlohmann::json build_task_args(const worker::task_info& task,
+                                                   const std::vector<std::string>& words);
 
 /// @brief The task's parameters with their defaults, as accepted by build_task_args (an object;
 ///        empty if the task cannot be called from the CLI).

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "isorun/runner/gpu_inventory.hpp"
 #include "isorun/internal_api.hpp"
+#include "isorun/runner/gpu_inventory.hpp"
 
 namespace isorun::runner {
 

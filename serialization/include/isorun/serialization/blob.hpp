@@ -16,13 +16,13 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <stdexcept>
 #include <span>
+#include <stdexcept>
 #include <type_traits>
 #include <utility>
 
-#include "isorun/serialization/streams.hpp"
 #include "isorun/export.hpp"
+#include "isorun/serialization/streams.hpp"
 
 namespace isorun {
 
@@ -93,8 +93,12 @@ class blob {
   }
 
   blob(blob&& o) noexcept
-      : storage_{std::move(o.storage_)}, external_{std::exchange(o.external_, nullptr)}, owner_{std::move(o.owner_)},
-        data_{std::exchange(o.data_, nullptr)}, size_{std::exchange(o.size_, 0)}, streamed_{std::exchange(o.streamed_, false)} {}
+      : storage_{std::move(o.storage_)},
+        external_{std::exchange(o.external_, nullptr)},
+        owner_{std::move(o.owner_)},
+        data_{std::exchange(o.data_, nullptr)},
+        size_{std::exchange(o.size_, 0)},
+        streamed_{std::exchange(o.streamed_, false)} {}
   blob& operator=(blob&& o) noexcept {
     storage_ = std::move(o.storage_);
     external_ = std::exchange(o.external_, nullptr);

@@ -20,9 +20,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "isorun/export.hpp"
 #include "isorun/serialization/streams.hpp"
 #include "isorun/serialization/wire.hpp"
-#include "isorun/export.hpp"
 
 namespace isorun::serialization::detail {
 /// @brief Faults in the pages of memory about to be filled by a copy, on several threads when
@@ -50,10 +50,20 @@ class unaligned_iterator {
   }
   T operator[](difference_type i) const noexcept { return *(*this + i); }
   unaligned_iterator& operator++() noexcept { return p_ += sizeof(T), *this; }
-  unaligned_iterator operator++(int) noexcept { auto old = *this; ++*this; return old; }
+  unaligned_iterator operator++(int) noexcept {
+    auto old = *this;
+    ++*this;
+    return old;
+  }
   unaligned_iterator& operator--() noexcept { return p_ -= sizeof(T), *this; }
-  unaligned_iterator operator--(int) noexcept { auto old = *this; --*this; return old; }
-  unaligned_iterator& operator+=(difference_type n) noexcept { return p_ += n * static_cast<difference_type>(sizeof(T)), *this; }
+  unaligned_iterator operator--(int) noexcept {
+    auto old = *this;
+    --*this;
+    return old;
+  }
+  unaligned_iterator& operator+=(difference_type n) noexcept {
+    return p_ += n * static_cast<difference_type>(sizeof(T)), *this;
+  }
   unaligned_iterator& operator-=(difference_type n) noexcept { return *this += -n; }
   friend unaligned_iterator operator+(unaligned_iterator it, difference_type n) noexcept { return it += n; }
   friend unaligned_iterator operator+(difference_type n, unaligned_iterator it) noexcept { return it += n; }
@@ -88,8 +98,8 @@ namespace cereal {
 inline void CEREAL_SERIALIZE_FUNCTION_NAME(BinaryInputArchive& ar, SizeTag<size_type&>& tag) {
   ar(tag.size);
   if (auto* scope = isorun::serialization::in_place_scope::current(); scope && tag.size > scope->reader().remaining())
-    throw Exception("length " + std::to_string(tag.size) + " exceeds the " + std::to_string(scope->reader().remaining()) +
-                    " bytes left in the payload");
+    throw Exception("length " + std::to_string(tag.size) + " exceeds the " +
+                    std::to_string(scope->reader().remaining()) + " bytes left in the payload");
 }
 
 /// Vectors of numbers and strings are filled from the payload in one pass: no zero-filled
@@ -130,8 +140,7 @@ std::enable_if_t<!std::is_arithmetic_v<T>> CEREAL_LOAD_FUNCTION_NAME(BinaryInput
   v.clear();
   if (auto* scope = isorun::serialization::in_place_scope::current())
     v.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(n, scope->reader().remaining() / sizeof(T))));
-  else
-    v.reserve(static_cast<std::size_t>(n));
+  else v.reserve(static_cast<std::size_t>(n));
   for (size_type i = 0; i < n; ++i) ar(v.emplace_back());
 }
 

@@ -59,7 +59,7 @@ class ISORUN_API span_writer final : public std::streambuf {
   std::uint64_t capacity_;
   std::uint64_t pos_ = 0;
   std::uint64_t hashed_ = 0;
-  void* state_;  // XXH3_state_t of the current checksum chunk, kept out of this header
+  void* state_;                        // XXH3_state_t of the current checksum chunk, kept out of this header
   std::uint64_t chunk_filled_ = 0;     // bytes of the current chunk hashed so far
   std::vector<std::uint64_t> chunks_;  // the hashes of the completed chunks
 };

@@ -59,13 +59,13 @@ ISORUN_API std::uint64_t checksum(std::span<const std::byte> bytes);
 
 /// @brief Writes the header for a payload already in place after it.
 ISORUN_API void write_header(std::byte* segment, std::uint64_t magic, encoding enc, std::uint64_t payload_size,
-                  std::uint64_t payload_checksum) noexcept;
+                             std::uint64_t payload_checksum) noexcept;
 
 /// @brief Reads and validates a segment's header (not its payload): magic, version, encoding,
 ///        and the payload size against `max_payload`.
 /// @throws wire_error for a segment smaller than its header or a header that fails a check.
 ISORUN_API segment_header read_header(const std::byte* segment, std::uint64_t mapped_size, std::uint64_t magic,
-                           std::uint64_t max_payload);
+                                      std::uint64_t max_payload);
 
 /// @brief Validates a segment and returns its payload.
 /// @param segment     start of the mapped segment
@@ -76,6 +76,6 @@ ISORUN_API segment_header read_header(const std::byte* segment, std::uint64_t ma
 /// @throws wire_error if the segment is too small, has a wrong magic/version/encoding, claims a
 ///         payload beyond the mapping or above `max_payload`, or fails its checksum.
 ISORUN_API std::span<const std::byte> open_payload(const std::byte* segment, std::uint64_t mapped_size,
-                                        std::uint64_t magic, std::uint64_t max_payload, encoding& enc);
+                                                   std::uint64_t magic, std::uint64_t max_payload, encoding& enc);
 
 }  // namespace isorun::serialization

@@ -100,13 +100,13 @@ struct done_message {
   std::string visible_devices;  ///< CUDA_VISIBLE_DEVICES as the worker sees it
   std::string device_order;     ///< CUDA_DEVICE_ORDER as the worker sees it
   task_status status = task_status::ok;
-  std::string error_type;  ///< demangled exception type, for task_error / out_of_memory
-  std::string message;     ///< exception message (truncated to fit a control message)
+  std::string error_type;            ///< demangled exception type, for task_error / out_of_memory
+  std::string message;               ///< exception message (truncated to fit a control message)
   std::uint64_t peak_allocated = 0;  ///< allocator peak, bytes (0 when unknown)
   std::uint64_t peak_reserved = 0;
-  std::uint64_t run_ns = 0;           ///< time inside the task function
-  std::uint64_t encode_ns = 0;        ///< time to encode the result into shared memory
-  std::int64_t encode_begin_ns = 0;   ///< CLOCK_MONOTONIC when encoding began
+  std::uint64_t run_ns = 0;          ///< time inside the task function
+  std::uint64_t encode_ns = 0;       ///< time to encode the result into shared memory
+  std::int64_t encode_begin_ns = 0;  ///< CLOCK_MONOTONIC when encoding began
   // Where the worker's part of the call went (CLOCK_MONOTONIC; 0 where a worker does not say).
   std::int64_t assigned_ns = 0;  ///< it had its assignment
   std::int64_t request_ns = 0;   ///< its request mapped, its task's libraries loaded
@@ -138,7 +138,7 @@ ISORUN_INTERNAL_API void send_message(int fd, const control_message& message, st
 /// Result of a receive.
 struct receive_result {
   std::optional<control_message> message;  ///< set when a message arrived
-  bool closed = false;                      ///< the peer closed its end
+  bool closed = false;                     ///< the peer closed its end
   /// Descriptors that came with the message (close-on-exec), owned by the receiver. Only an
   /// assign_message may carry them, exactly assign_fds of them; anything else is rejected.
   std::vector<int> fds;

@@ -52,7 +52,7 @@ inline constexpr int let_go_wait_ms = 1000;
 /// Environment variables of the protocol. Set by the supervisor; the first is removed by
 /// the process they start, so a task's own children are ordinary processes.
 namespace env {
-inline constexpr std::string_view worker = "ISORUN_WORKER";  ///< "1": run as a worker
+inline constexpr std::string_view worker = "ISORUN_WORKER";        ///< "1": run as a worker
 inline constexpr std::string_view gpu = "ISORUN_GPU";              ///< assigned GPUs' indices ("0,1"), "" for none
 inline constexpr std::string_view mem_limit = "ISORUN_MEM_LIMIT";  ///< the cap per device in bytes, "0" for none
 inline constexpr std::string_view visible_devices = "CUDA_VISIBLE_DEVICES";  ///< the assigned GPUs' UUIDs
@@ -88,10 +88,10 @@ inline constexpr std::string_view all[] = {
 /// context and capped allocator at launch (CUDA_VISIBLE_DEVICES is then set at exec), so its
 /// task starts at once. Its assignment must be for exactly this device, cap and configuration.
 struct warm_device {
-  int index = 0;                   ///< physical GPU index
-  bool simulated = false;          ///< a simulated GPU (ISORUN_SIMULATE_GPUS)
-  std::uint64_t device_memory = 0; ///< the GPU's total memory, bytes
-  std::uint64_t mem_limit = 0;     ///< the cap, bytes; 0 = none
+  int index = 0;                    ///< physical GPU index
+  bool simulated = false;           ///< a simulated GPU (ISORUN_SIMULATE_GPUS)
+  std::uint64_t device_memory = 0;  ///< the GPU's total memory, bytes
+  std::uint64_t mem_limit = 0;      ///< the cap, bytes; 0 = none
   std::string uuid;
   std::string alloc_conf;
 

@@ -15,13 +15,12 @@
 
 namespace isorun::serialization {
 
-
 /// One GPU of an assignment.
 struct request_gpu {
-  std::int32_t index = 0;        ///< physical (NVML) index
+  std::int32_t index = 0;  ///< physical (NVML) index
   std::string uuid;
-  std::uint64_t memory = 0;      ///< total device memory, bytes
-  bool simulated = false;        ///< a simulated GPU (ISORUN_SIMULATE_GPUS)
+  std::uint64_t memory = 0;  ///< total device memory, bytes
+  bool simulated = false;    ///< a simulated GPU (ISORUN_SIMULATE_GPUS)
 
   template <class Archive>
   void serialize(Archive& ar) {
@@ -31,13 +30,13 @@ struct request_gpu {
 
 struct request {
   std::uint32_t protocol = protocol_version;
-  std::string task;                          ///< registered task name
-  std::uint32_t encoding = 1;                ///< serialization::encoding of args and result
-  std::vector<std::string> task_libraries;   ///< shared objects to dlopen before lookup
-  std::uint64_t mem_limit = 0;               ///< bytes per device; 0 = no cap
-  std::vector<request_gpu> gpus;             ///< in CUDA ordinal order; empty = CPU only
-  std::string alloc_conf;                    ///< ISORUN_ALLOC_CONF-style configuration
-  std::uint64_t max_result = 0;              ///< largest result the supervisor accepts
+  std::string task;                         ///< registered task name
+  std::uint32_t encoding = 1;               ///< serialization::encoding of args and result
+  std::vector<std::string> task_libraries;  ///< shared objects to dlopen before lookup
+  std::uint64_t mem_limit = 0;              ///< bytes per device; 0 = no cap
+  std::vector<request_gpu> gpus;            ///< in CUDA ordinal order; empty = CPU only
+  std::string alloc_conf;                   ///< ISORUN_ALLOC_CONF-style configuration
+  std::uint64_t max_result = 0;             ///< largest result the supervisor accepts
   /// The supervisor may hand the result over before this process exits: release what the task
   /// held and unmap the result before reporting done, so the supervisor can seal it.
   bool early_result = false;
@@ -48,7 +47,7 @@ struct request {
   /// The size of this task's last result in this supervisor (0: none yet): a CPU worker maps
   /// that much of its result segment ahead, while the task runs, when it is large.
   std::uint64_t expected_result = 0;
-  blob args;                                 ///< encoded arguments
+  blob args;  ///< encoded arguments
 
   template <class Archive>
   void serialize(Archive& ar) {

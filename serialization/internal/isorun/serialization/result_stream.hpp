@@ -33,8 +33,8 @@
 #include <thread>
 #include <vector>
 
-#include "isorun/serialization/wire.hpp"
 #include "isorun/internal_api.hpp"
+#include "isorun/serialization/wire.hpp"
 
 namespace isorun::serialization {
 
@@ -137,7 +137,7 @@ class ISORUN_INTERNAL_API stream_reader {
   std::vector<std::uint64_t> hashes_;
   std::atomic<std::uint64_t> next_chunk_{0};
   std::atomic<bool> stop_waiting_{false};
-  std::mutex mutex_;  // guards what follows
+  std::mutex mutex_;                           // guards what follows
   std::vector<std::uint32_t> copied_in_slot_;  // per ring slot: chunks copied of its current use
   std::uint64_t done_chunks_ = 0;
   std::uint64_t freed_ = 0;  // slots freed, in order

@@ -96,5 +96,4 @@ class ISORUN_INTERNAL_API mapping {
   std::uint64_t length_ = 0;
 };
 
-
 }  // namespace isorun::serialization

@@ -17,7 +17,8 @@ namespace isorun::serialization {
 ///        replaces whatever is there (a symbolic link is replaced, not followed). Readers see
 ///        the old file or the whole new one.
 /// @return 0, or the errno of the step that failed; nothing is left behind then.
-[[nodiscard]] ISORUN_INTERNAL_API int write_whole_file(int dir_fd, const std::string& name, std::string_view content, bool durable);
+[[nodiscard]] ISORUN_INTERNAL_API int write_whole_file(int dir_fd, const std::string& name, std::string_view content,
+                                                       bool durable);
 
 /// @brief The temporary name write_whole_file uses for `name`: `name.XXXXXXXXXXXX.tmp`, twelve
 ///        random hex digits (what a reader of the folder skips by its ".tmp").

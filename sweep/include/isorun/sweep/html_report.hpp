@@ -47,9 +47,9 @@ struct slot_interval {
 
 /// What a report is drawn from.
 struct report_data {
-  std::string out;                  ///< the output folder
-  std::string subject;              ///< the task, or the command
-  std::string metric;               ///< "" = none (wall time is shown instead)
+  std::string out;      ///< the output folder
+  std::string subject;  ///< the task, or the command
+  std::string metric;   ///< "" = none (wall time is shown instead)
   bool maximize = true;
   /// A search with several objectives (sweep.json's objectives): each {name, maximize}; the
   /// report then shows their Pareto front.
@@ -62,7 +62,7 @@ struct report_data {
   /// trial's index in `records` and its timeline, read from OUT/logs (the file of its record's
   /// id and attempt) and checked.
   std::vector<std::pair<std::size_t, nlohmann::json>> timelines;
-  std::size_t timelines_kept = 0;  ///< trials whose timeline file is there (more than are shown)
+  std::size_t timelines_kept = 0;     ///< trials whose timeline file is there (more than are shown)
   std::vector<std::string> warnings;  ///< what was left out, and why (a damaged timeline, say)
   /// Early stopping (sweep.json's scheduler): its rule ("" none), max_t (0: not given), and
   /// the steps of ASHA's rungs, marked on the learning curves.

@@ -44,7 +44,7 @@ struct trial_record {
   /// Stopped early by the sweep's scheduler (ASHA, median): journaled as outcome "pruned", with
   /// `kind` cancelled and `result` its last report. Done, not failed; never retried or rerun.
   bool pruned = false;
-  std::int64_t step = -1;       ///< the last step the trial reported (-1: it reported none)
+  std::int64_t step = -1;  ///< the last step the trial reported (-1: it reported none)
   /// An attempt that ran out of memory and is run again at this larger cap (0: none). Such a
   /// record is not the trial's end: it keeps the attempt's cap in the journal, and a resumed
   /// sweep starts the trial again at this cap.
@@ -86,7 +86,9 @@ struct trial_record {
 }
 
 /// @brief Whether a record counts as done without failing: a success, or a pruned trial.
-[[nodiscard]] inline bool done_well(const trial_record& r) noexcept { return r.kind == outcome_kind::success || r.pruned; }
+[[nodiscard]] inline bool done_well(const trial_record& r) noexcept {
+  return r.kind == outcome_kind::success || r.pruned;
+}
 
 /// OUT/results.jsonl, open for appending. Reading it keeps complete lines only: a line cut short
 /// by a crash is truncated away before anything is appended; a line that is not a record (or is
@@ -97,7 +99,6 @@ class journal {
   /// The longest line read as a record: no record isorun writes comes near it, and a reader
   /// holds no more than this of a damaged or planted file.
   static constexpr std::size_t max_line = std::size_t{256} << 20;
-
 
   /// @brief Opens (or creates) the journal in `folder` and reads what it holds.
   /// @throws usage_error if a link or anything but a regular file is there; internal_error if

@@ -40,7 +40,7 @@ struct sweep_options {
   std::vector<std::string> task_libraries;
   std::string executable;  ///< worker program; empty = this program
   bool rerun_failed = false;
-  bool progress = true;    ///< live progress line on a terminal, plain lines otherwise
+  bool progress = true;        ///< live progress line on a terminal, plain lines otherwise
   bool wait_for_lock = false;  ///< wait for another sweep using the output folder instead of failing
   std::chrono::milliseconds grace{5000};
   /// With the Slurm backend: the command each array task runs on its node, in `submit_dir`

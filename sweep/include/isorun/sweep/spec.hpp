@@ -35,9 +35,9 @@ class spec_error : public std::invalid_argument {
 };
 
 struct metric_spec {
-  std::string name;       ///< numeric field of the task's result object; "" = rank by wall time
+  std::string name;  ///< numeric field of the task's result object; "" = rank by wall time
   bool maximize = true;
-  int line = 0;           ///< YAML line of `metric:` (0 for flags)
+  int line = 0;  ///< YAML line of `metric:` (0 for flags)
 };
 
 /// @brief Parses `--metric NAME[:min|max]` (max when no goal is given).
@@ -133,10 +133,10 @@ struct pbt_spec {
 struct oom_retry_spec {
   static constexpr double min_factor = 1.1;  ///< each retry's cap at least this much larger
   static constexpr int default_max_attempts = 8;
-  double factor = 0;      ///< at least min_factor; 0: no out-of-memory retries
-  std::uint64_t max = 0;  ///< the largest cap an attempt gets, per GPU
+  double factor = 0;                        ///< at least min_factor; 0: no out-of-memory retries
+  std::uint64_t max = 0;                    ///< the largest cap an attempt gets, per GPU
   int max_attempts = default_max_attempts;  ///< attempts at growing caps, the first included
-  int line = 0;           ///< YAML line of `oom_retry:` (0 for the flag)
+  int line = 0;                             ///< YAML line of `oom_retry:` (0 for the flag)
   [[nodiscard]] explicit operator bool() const noexcept { return factor > 0; }
 };
 
@@ -154,13 +154,13 @@ oom_retry_spec parse_oom_retry_flag(const std::string& text);
 /// through sbatch, each array task an `isorun` on its node running its trials isolated and capped
 /// on the GPUs Slurm gave it.
 struct slurm_spec {
-  std::string partition;            ///< sbatch --partition ("" = the cluster's default)
-  std::string account;              ///< --account
-  std::string time;                 ///< --time, per array task ("" = the partition's limit)
-  int gpus_per_node = 0;            ///< --gres=gpu:N for each array task (0: no GPUs)
-  int trials_per_task = 1;          ///< trials each array task runs (on its slots, as locally)
-  int max_running = 0;              ///< array tasks at once (--array=...%N; 0 = no limit)
-  std::vector<std::string> extra;   ///< more sbatch options, as given ("--qos=long")
+  std::string partition;           ///< sbatch --partition ("" = the cluster's default)
+  std::string account;             ///< --account
+  std::string time;                ///< --time, per array task ("" = the partition's limit)
+  int gpus_per_node = 0;           ///< --gres=gpu:N for each array task (0: no GPUs)
+  int trials_per_task = 1;         ///< trials each array task runs (on its slots, as locally)
+  int max_running = 0;             ///< array tasks at once (--array=...%N; 0 = no limit)
+  std::vector<std::string> extra;  ///< more sbatch options, as given ("--qos=long")
   /// Trials that keep checkpoints: the warning Slurm sends the array task's isorun this long
   /// before its time limit (sbatch --signal), which then warns its trials and requeues the task
   /// (sbatch --requeue). 0: none, and Slurm never requeues an array task.
@@ -170,54 +170,54 @@ struct slurm_spec {
 
 /// A sweep: the task or command, its trials, where they run, and what to rank them by.
 struct sweep_spec {
-  std::string source;                   ///< where it came from, for messages: "FILE.yaml", "--grid" or ""
-  std::string task;                     ///< a registered task; empty for a command sweep
+  std::string source;  ///< where it came from, for messages: "FILE.yaml", "--grid" or ""
+  std::string task;    ///< a registered task; empty for a command sweep
   /// A command sweep: the program and its arguments, `{name}` standing for parameter `name`
   /// (`{{name}` for the literal text; other braces are literal). Its result is the last line of its stdout that is a
   /// JSON object, or the JSON object it writes to the file named by $ISORUN_RESULT.
   std::vector<std::string> command;
-  int command_line = 0;                 ///< YAML line of `command:` (0 for flags)
+  int command_line = 0;  ///< YAML line of `command:` (0 for flags)
   /// A Python sweep: the function each trial calls, `module:function` or `path/file.py:function`
   /// (a path as given: relative to the current folder), with the trial's parameters as keyword
   /// arguments, in a fresh interpreter (python_trials.hpp); its returned dict is the result.
   std::string python;
-  int python_line = 0;                  ///< YAML line of `python:`
+  int python_line = 0;  ///< YAML line of `python:`
   /// Modules a Python sweep's standby interpreters import while they wait (`resources: preload:`).
   std::vector<std::string> preload;
   metric_spec metric;
-  early_stopping_spec early_stopping;   ///< `scheduler:` (type "" for none)
-  std::vector<nlohmann::json> trials;   ///< expanded parameter sets, in order
+  early_stopping_spec early_stopping;      ///< `scheduler:` (type "" for none)
+  std::vector<nlohmann::json> trials;      ///< expanded parameter sets, in order
   std::map<std::string, int> param_lines;  ///< YAML line where each parameter is given
-  std::vector<int> gpus;                ///< GPU indices; empty = CPU slots
+  std::vector<int> gpus;                   ///< GPU indices; empty = CPU slots
   bool all_gpus = false;
   std::uint64_t mem_limit = 0;
-  std::uint64_t host_mem_limit = 0;     ///< host memory cap per trial (its cgroup); 0 = none
-  int per_gpu = 0;                      ///< 0 = floor(free memory / mem_limit)
+  std::uint64_t host_mem_limit = 0;  ///< host memory cap per trial (its cgroup); 0 = none
+  int per_gpu = 0;                   ///< 0 = floor(free memory / mem_limit)
   /// GPUs each trial runs on at once (one place on each; `mem_limit` is per GPU), or, with
   /// `gpus_per_trial_param`, the value of that parameter in each trial.
   int gpus_per_trial = 1;
-  std::string gpus_per_trial_param;     ///< `gpus_per_trial: "{name}"`: parameter `name` says
-  int gpus_per_trial_line = 0;          ///< YAML line of `gpus_per_trial:` (0 for flags)
-  int cpu_slots = 0;                    ///< 0 = number of cores
+  std::string gpus_per_trial_param;  ///< `gpus_per_trial: "{name}"`: parameter `name` says
+  int gpus_per_trial_line = 0;       ///< YAML line of `gpus_per_trial:` (0 for flags)
+  int cpu_slots = 0;                 ///< 0 = number of cores
   std::chrono::milliseconds timeout{0};
-  std::map<std::string, int> retries;   ///< outcome class -> extra attempts
-  oom_retry_spec oom_retry;             ///< out-of-memory retries at larger caps (off by default)
-  checkpoint_spec checkpoints;          ///< trials that keep their progress (off by default)
-  search_spec search;                   ///< trials chosen from the results so far (off by default)
-  pbt_spec pbt;                         ///< population-based training (off by default)
+  std::map<std::string, int> retries;  ///< outcome class -> extra attempts
+  oom_retry_spec oom_retry;            ///< out-of-memory retries at larger caps (off by default)
+  checkpoint_spec checkpoints;         ///< trials that keep their progress (off by default)
+  search_spec search;                  ///< trials chosen from the results so far (off by default)
+  pbt_spec pbt;                        ///< population-based training (off by default)
   /// With search: the spec's `params:`, constants every trial gets beside the searcher's choice.
   /// `trials` then holds one trial of them and the search's parameters (each at its low bound),
   /// for the checks made before anything starts; it never runs.
   nlohmann::json search_constants = nlohmann::json::object();
   bool fail_fast = false;
-  std::string out;                      ///< output folder
+  std::string out;  ///< output folder
   std::string alloc_conf;
-  int standby = 1;                      ///< workers kept launched ahead per slot; 0 = none
-  bool warm_context = true;             ///< GPU standby workers prepare their context where it fits
+  int standby = 1;           ///< workers kept launched ahead per slot; 0 = none
+  bool warm_context = true;  ///< GPU standby workers prepare their context where it fits
   /// `resources: start: zygote` (python: only): each trial's interpreter forked from one that
   /// imported the preloads and the trial's module, rather than exec'd.
   bool zygote = false;
-  std::optional<slurm_spec> slurm;      ///< run the trials on Slurm (backend: slurm); here otherwise
+  std::optional<slurm_spec> slurm;  ///< run the trials on Slurm (backend: slurm); here otherwise
 };
 
 /// @brief Parses a YAML sweep spec and expands its trials (library isorun::sweep_spec).
@@ -260,7 +260,9 @@ using runner::slot_plan;
 
 /// @brief Whether a trial may run on more than one GPU at once (gpus_per_trial above 1, or taken
 ///        from a parameter): such trials are packed by runner::gpu_packer, not on fixed slots.
-[[nodiscard]] inline bool spans_gpus(const sweep_spec& s) { return s.gpus_per_trial > 1 || !s.gpus_per_trial_param.empty(); }
+[[nodiscard]] inline bool spans_gpus(const sweep_spec& s) {
+  return s.gpus_per_trial > 1 || !s.gpus_per_trial_param.empty();
+}
 
 /// @brief The GPUs a trial of `params` takes: gpus_per_trial, or its parameter's value (checked
 ///        before the sweep starts for the spec's trials).
@@ -283,7 +285,8 @@ using runner::slot_plan;
 
 /// @brief The GPUs, cap and packing a sweep asks for, for runner::plan_slots.
 [[nodiscard]] inline runner::slot_request resources(const sweep_spec& s) {
-  return {.gpus = s.gpus, .all_gpus = s.all_gpus, .mem_limit = s.mem_limit, .per_gpu = s.per_gpu, .cpu_slots = s.cpu_slots};
+  return {
+      .gpus = s.gpus, .all_gpus = s.all_gpus, .mem_limit = s.mem_limit, .per_gpu = s.per_gpu, .cpu_slots = s.cpu_slots};
 }
 
 /// @brief The slots for a sweep's trials: runner::plan_slots for what the spec asks for.

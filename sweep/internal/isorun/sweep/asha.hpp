@@ -35,7 +35,7 @@ class asha_rule final : public stop_rule {
  private:
   int eta_;
   std::vector<std::int64_t> rungs_;
-  std::vector<std::map<std::string, double>> recorded_;      // per rung: trial -> value there
+  std::vector<std::map<std::string, double>> recorded_;         // per rung: trial -> value there
   std::map<std::string, std::map<std::size_t, bool>> verdict_;  // trial -> rung -> stopped there
 };
 

@@ -90,9 +90,9 @@ class pbt_population {
   };
   friend class pbt_source;
   void ended(const std::string& id);
-  void decide_ready();                                             // under mutex_
-  void decide(std::int64_t step);                                  // under mutex_
-  void decide_late(std::size_t place, std::int64_t step);          // under mutex_
+  void decide_ready();                                     // under mutex_
+  void decide(std::int64_t step);                          // under mutex_
+  void decide_late(std::size_t place, std::int64_t step);  // under mutex_
   // Under mutex_: the members with a value at `step`, best first (ties in an order drawn now),
   // and k, the size of the top and bottom quantiles of them.
   std::pair<std::vector<std::size_t>, std::size_t> ranking(std::int64_t step);

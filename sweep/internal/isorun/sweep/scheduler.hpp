@@ -97,7 +97,7 @@ class scheduler final : private trial_sink {
   void on_finished(std::vector<finished_trial> batch) override;
   void on_report(const trial& t, std::int64_t step, const nlohmann::json& metrics) override;
   void on_error(std::exception_ptr error) override;
-  bool stopping() const;  // under mutex_
+  bool stopping() const;        // under mutex_
   std::optional<trial> take();  // under mutex_
   // Under mutex_: what one attempt's end means; true if the sweep must stop.
   bool settle(finished_trial& f, std::vector<trial_record>& final);
@@ -116,7 +116,7 @@ class scheduler final : private trial_sink {
   std::set<std::size_t> stopped_;          // stopped one by one (stop())
   std::set<std::size_t> pruned_;           // stopped by early stopping (prune())
   std::map<std::size_t, std::pair<std::int64_t, nlohmann::json>> last_report_;  // running trials' last reports
-  std::mutex judging_;                     // should_stop sees one report at a time
+  std::mutex judging_;                                                          // should_stop sees one report at a time
   std::map<std::size_t, totals> totals_;
   std::size_t cancelled_ = 0;
   bool halted_ = false, metric_checked_ = false;

@@ -26,8 +26,8 @@ struct trial {  // NOLINT(bugprone-exception-escape): its moves are std::string'
   int attempt = 1;        ///< 1 for the first, 2 for the first retry, ...
   /// This attempt's cap per GPU: larger than the spec's after an out-of-memory retry; 0: the spec's.
   std::uint64_t mem_limit = 0;
-  int oom_retries = 0;    ///< attempts before this one that were retried at a larger cap
-  nlohmann::json params;  ///< the trial's parameters
+  int oom_retries = 0;              ///< attempts before this one that were retried at a larger cap
+  nlohmann::json params;            ///< the trial's parameters
   nlohmann::json origin = nullptr;  ///< new_trial::origin, for its records
 };
 

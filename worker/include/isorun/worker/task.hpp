@@ -37,10 +37,10 @@
 #include <utility>
 #include <vector>
 
+#include "isorun/export.hpp"
 #include "isorun/serialization/blob.hpp"
 #include "isorun/serialization/codec.hpp"
 #include "isorun/serialization/wire.hpp"
-#include "isorun/export.hpp"
 
 namespace isorun::worker {
 
@@ -234,6 +234,6 @@ bool register_task(const char* name, R (*fn)(A...)) {
 #define ISORUN_TASK(fn) ISORUN_TASK_AS(fn, #fn)
 
 /// Registers function `fn` as a task named `name`.
-#define ISORUN_TASK_AS(fn, name)                                                             \
-  [[maybe_unused]] static const bool ISORUN_DETAIL_CAT(isorun_task_registered_, __LINE__) = \
-      ::isorun::worker::register_task(name, &fn)
+#define ISORUN_TASK_AS(fn, name)                                                \
+  [[maybe_unused]] static const bool ISORUN_DETAIL_CAT(isorun_task_registered_, \
+                                                       __LINE__) = ::isorun::worker::register_task(name, &fn)

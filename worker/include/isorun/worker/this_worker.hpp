@@ -38,10 +38,10 @@ ISORUN_API const char* to_string(device_kind kind) noexcept;
 
 /// One GPU a worker was assigned.
 struct gpu_device {
-  int index = 0;            ///< physical (NVML) index; inside the worker it is CUDA device `ordinal`
-  int ordinal = 0;          ///< its CUDA device number in this worker (its place in devices())
+  int index = 0;    ///< physical (NVML) index; inside the worker it is CUDA device `ordinal`
+  int ordinal = 0;  ///< its CUDA device number in this worker (its place in devices())
   std::string uuid;
-  std::uint64_t memory = 0; ///< total memory, bytes
+  std::uint64_t memory = 0;  ///< total memory, bytes
 };
 
 class ISORUN_API worker_context {
@@ -63,7 +63,9 @@ class ISORUN_API worker_context {
   /// The (first) assigned GPU's UUID ("" without a GPU).
   [[nodiscard]] const std::string& device_uuid() const noexcept;
   /// Total memory of the (first) assigned GPU, bytes (0 without a GPU).
-  [[nodiscard]] std::uint64_t device_memory() const noexcept { return has_gpu() ? assigned_.devices.front().memory : 0; }
+  [[nodiscard]] std::uint64_t device_memory() const noexcept {
+    return has_gpu() ? assigned_.devices.front().memory : 0;
+  }
   /// The memory cap per device, bytes; 0 = none.
   [[nodiscard]] std::uint64_t mem_limit() const noexcept { return assigned_.mem_limit; }
   /// Name of the running task.
@@ -187,7 +189,9 @@ class ISORUN_API worker_context {
   /// True once allocator() has created the first device's allocator.
   [[nodiscard]] bool has_allocator() const noexcept { return has_allocator(0); }
   /// True once allocator(i) has created the i-th device's allocator.
-  [[nodiscard]] bool has_allocator(std::size_t i) const noexcept { return i < devices_.size() && devices_[i].allocator != nullptr; }
+  [[nodiscard]] bool has_allocator(std::size_t i) const noexcept {
+    return i < devices_.size() && devices_[i].allocator != nullptr;
+  }
   /// @brief The largest peaks over the devices' allocators that exist: {allocated, reserved}
   ///        bytes (the cap is per device, so the largest is what compares to it).
   [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> peaks() const;

@@ -30,12 +30,12 @@
 #include <thread>
 #include <vector>
 
+#include "isorun/internal_api.hpp"
 #include "isorun/serialization/blob_placement.hpp"
 #include "isorun/serialization/result_stream.hpp"
 #include "isorun/serialization/shm_segment.hpp"
 #include "isorun/worker/task.hpp"
 #include "isorun/worker/this_worker.hpp"
-#include "isorun/internal_api.hpp"
 
 namespace isorun::worker {
 
@@ -46,8 +46,8 @@ class ISORUN_INTERNAL_API result_too_large : public std::length_error {
 };
 
 class ISORUN_INTERNAL_API segment_sink final : public result_sink,
-                           public worker_context::result_stream,
-                           public serialization::blob_placement {
+                                               public worker_context::result_stream,
+                                               public serialization::blob_placement {
  public:
   /// @param file the result segment; @param max_result the largest payload accepted;
   /// @param ring, stream_event the result ring and its eventfd (invalid / -1: none).
@@ -130,7 +130,7 @@ class ISORUN_INTERNAL_API segment_sink final : public result_sink,
 
   static constexpr std::uint64_t premap_threshold = 32ULL << 20;
 
-  std::mutex mutex_;  // the segment's mapping and its placed blob, shared by the task's threads
+  std::mutex mutex_;      // the segment's mapping and its placed blob, shared by the task's threads
   std::string inline_;    // a small result's header and payload, written here instead of the segment
   bool inlined_ = false;  // the area reserve() gave is inline_
   bool committed_ = false;
@@ -140,14 +140,14 @@ class ISORUN_INTERNAL_API segment_sink final : public result_sink,
   std::thread premapper_;
   std::atomic<bool> stop_premap_{false};
   std::uint64_t max_result_;
-  pid_t owner_pid_;                  // the worker; a process the task forks places nothing
-  bool claimed_ = false;             // by output_blob or the encoder: nothing is placed any more
-  std::byte* placed_ = nullptr;      // the blob placed in the payload area, while it lives
+  pid_t owner_pid_;              // the worker; a process the task forks places nothing
+  bool claimed_ = false;         // by output_blob or the encoder: nothing is placed any more
+  std::byte* placed_ = nullptr;  // the blob placed in the payload area, while it lives
   std::uint64_t placed_size_ = 0;
   std::uint64_t placed_offset_ = sizeof(std::uint64_t);  // where in the payload a blob is placed
   struct evicted {
-    std::byte* data;                 // the placed blob's bytes, now in private pages
-    serialization::mapping pages;    // the range those pages occupy, unmapped when it is freed
+    std::byte* data;               // the placed blob's bytes, now in private pages
+    serialization::mapping pages;  // the range those pages occupy, unmapped when it is freed
   };
   std::vector<evicted> evicted_;
   serialization::shm_file ring_;
