@@ -9,7 +9,8 @@
 
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/printable.hpp"
-#include "isorun/sweep/html_report.hpp"
+#include "isorun/sweep/journal.hpp"
+#include "isorun/sweep/memory_timeline.hpp"
 
 namespace isorun::cli {
 namespace fs = std::filesystem;

@@ -26,8 +26,8 @@
 #include "isorun/runner/task_arguments.hpp"
 #include "isorun/runner/units.hpp"
 #include "isorun/serialization/whole_file.hpp"
-#include "isorun/sweep/html_report.hpp"
 #include "isorun/sweep/journal.hpp"
+#include "isorun/sweep/memory_timeline.hpp"
 #include "isorun/worker/task.hpp"
 #include "memory_timeline.hpp"
 

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "isorun/sweep/html_report.hpp"
+#include "isorun/sweep/report_model.hpp"
 
 namespace isorun::sweep::detail {
 

@@ -4,7 +4,7 @@
 
 #include <optional>
 
-#include "isorun/sweep/html_report.hpp"
+#include "isorun/sweep/report_model.hpp"
 
 namespace isorun::sweep::detail {
 

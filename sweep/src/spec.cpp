@@ -1,13 +1,11 @@
 // The parts of a spec that are not YAML: flags, locations, parameter words.
 #include "isorun/sweep/spec.hpp"
-#include "isorun/sweep/stop_rule.hpp"
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 
 #include "isorun/runner/units.hpp"
-#include "trial_program.hpp"
 
 namespace isorun::sweep {
 
@@ -72,54 +70,6 @@ std::uint64_t next_cap(const oom_retry_spec& r, std::uint64_t cap) {
   return grown >= static_cast<double>(r.max) ? r.max : std::max(cap + 1, static_cast<std::uint64_t>(grown));
 }
 
-const std::string& scheduler_flag_help() {
-  static const std::string help = [] {
-    std::string rules;
-    for (const auto& k : stop_rule_kinds()) {
-      rules += (rules.empty() ? "" : ", ") + std::string(k.name) + " (" + k.about;
-      for (std::size_t i = 0; i < k.settings.size(); ++i) rules += (i ? ", " : "; ") + std::string(k.settings[i].name);
-      rules += ")";
-    }
-    return "stop bad trials early on the steps they report: " + rules +
-           "; e.g. asha:max_t=81,reduction_factor=3; none turns the spec's off";
-  }();
-  return help;
-}
-
-early_stopping_spec parse_scheduler_flag(const std::string& text) {
-  const auto colon = text.find(':');
-  const std::string type = text.substr(0, colon);
-  if (type == "none") return {};
-  auto bad = [&](const std::string& why) {
-    return spec_error("--scheduler " + text + ": " + why +
-                          " (e.g. --scheduler asha:max_t=81,grace_period=1,reduction_factor=3 or --scheduler "
-                          "median:grace_period=5,min_samples=3)",
-                      0);
-  };
-  const stop_rule_kind* kind = find_stop_rule(type);
-  if (!kind) throw bad("unknown scheduler '" + type + "'; known: " + stop_rule_names() + ", none");
-  early_stopping_spec e = default_early_stopping(*kind);
-  for (std::size_t at = colon; at != std::string::npos && at < text.size();) {
-    const auto end = text.find(',', at + 1);
-    const std::string item = text.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1);
-    at = end;
-    const auto eq = item.find('=');
-    const std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
-    long long n = 0;
-    std::size_t used = 0;
-    try {
-      n = std::stoll(value, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (value.empty() || used != value.size() || n < 0 || n > (1LL << 40))
-      throw bad("'" + item + "' is not KEY=WHOLE_NUMBER");
-    if (const std::string why = set_early_stopping(e, key, n); !why.empty()) throw bad(why);
-  }
-  if (const std::string why = early_stopping_problem(e); !why.empty()) throw bad(why);
-  return e;
-}
-
 spec_error located(const sweep_spec& s, int line, const std::string& what) {
   std::string where = s.source.empty() ? "" : s.source + ": ";
   if (line > 0) where += "line " + std::to_string(line) + ": ";
@@ -170,8 +120,6 @@ std::string expand(const std::string& word, OnName&& on_name) {
 }
 
 }  // namespace
-
-std::string subject(const sweep_spec& s) { return program_of(s)->subject(); }
 
 std::vector<std::string> placeholders(const std::vector<std::string>& command) {
   std::vector<std::string> names;

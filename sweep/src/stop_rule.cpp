@@ -147,4 +147,53 @@ early_stopping_spec early_stopping_from_json(const nlohmann::json& j) {
   return s;
 }
 
+// The --scheduler flag: the registry's rows are its help and its grammar.
+const std::string& scheduler_flag_help() {
+  static const std::string help = [] {
+    std::string rules;
+    for (const auto& k : stop_rule_kinds()) {
+      rules += (rules.empty() ? "" : ", ") + std::string(k.name) + " (" + k.about;
+      for (std::size_t i = 0; i < k.settings.size(); ++i) rules += (i ? ", " : "; ") + std::string(k.settings[i].name);
+      rules += ")";
+    }
+    return "stop bad trials early on the steps they report: " + rules +
+           "; e.g. asha:max_t=81,reduction_factor=3; none turns the spec's off";
+  }();
+  return help;
+}
+
+early_stopping_spec parse_scheduler_flag(const std::string& text) {
+  const auto colon = text.find(':');
+  const std::string type = text.substr(0, colon);
+  if (type == "none") return {};
+  auto bad = [&](const std::string& why) {
+    return spec_error("--scheduler " + text + ": " + why +
+                          " (e.g. --scheduler asha:max_t=81,grace_period=1,reduction_factor=3 or --scheduler "
+                          "median:grace_period=5,min_samples=3)",
+                      0);
+  };
+  const stop_rule_kind* kind = find_stop_rule(type);
+  if (!kind) throw bad("unknown scheduler '" + type + "'; known: " + stop_rule_names() + ", none");
+  early_stopping_spec e = default_early_stopping(*kind);
+  for (std::size_t at = colon; at != std::string::npos && at < text.size();) {
+    const auto end = text.find(',', at + 1);
+    const std::string item = text.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1);
+    at = end;
+    const auto eq = item.find('=');
+    const std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    long long n = 0;
+    std::size_t used = 0;
+    try {
+      n = std::stoll(value, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (value.empty() || used != value.size() || n < 0 || n > (1LL << 40))
+      throw bad("'" + item + "' is not KEY=WHOLE_NUMBER");
+    if (const std::string why = set_early_stopping(e, key, n); !why.empty()) throw bad(why);
+  }
+  if (const std::string why = early_stopping_problem(e); !why.empty()) throw bad(why);
+  return e;
+}
+
 }  // namespace isorun::sweep

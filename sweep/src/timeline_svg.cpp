@@ -15,7 +15,7 @@
 #include "folder.hpp"
 #include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/unique_fd.hpp"
-#include "isorun/sweep/html_report.hpp"
+#include "isorun/sweep/memory_timeline.hpp"
 #include "svg.hpp"
 
 namespace isorun::sweep {

@@ -9,4 +9,7 @@ std::unique_ptr<trial_program> program_of(const sweep_spec& s) {
   return task_program(s);
 }
 
+// Declared with the spec (spec.hpp): what trial ids derive from is each kind of trial's to say.
+std::string subject(const sweep_spec& s) { return program_of(s)->subject(); }
+
 }  // namespace isorun::sweep

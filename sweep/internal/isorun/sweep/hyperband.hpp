@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "isorun/sweep/asha.hpp"
-#include "isorun/sweep/stop_rule.hpp"
+#include "isorun/sweep/stop_rule_base.hpp"
 
 namespace isorun::sweep {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "isorun/sweep/stop_rule.hpp"
+#include "isorun/sweep/stop_rule_base.hpp"
 
 namespace isorun::sweep {
 

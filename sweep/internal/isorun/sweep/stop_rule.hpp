@@ -1,9 +1,8 @@
 #pragma once
 /// @file stop_rule.hpp
-/// Early stopping's decision, as the sweep sees it: trials report a metric at steps, and a rule
-/// says after each report whether that trial goes on. Pure logic: no clock, no files, no
-/// threads, so that replaying the reports a sweep journaled, in their order, rebuilds exactly
-/// the state the rule had (what makes a resumed sweep decide as an uninterrupted one would).
+/// Early stopping's rules as the sweep knows them: a registry, one row per rule, from which the
+/// spec's parsers, its checks, sweep.json and the report all work. What a rule is, and why it is
+/// pure logic, is in stop_rule_base.hpp.
 
 #include <cstdint>
 #include <memory>
@@ -13,20 +12,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "isorun/sweep/stop_rule_base.hpp"
+
 namespace isorun::sweep {
 
 struct early_stopping_spec;
-
-class stop_rule {
- public:
-  virtual ~stop_rule() = default;
-  /// @brief Trial `id` reported `value` at `step`; lower is better (the caller negates a metric
-  ///        to maximize). NaN counts as the worst value.
-  /// @return true if the trial should stop now. A trial that repeats a step it already reported
-  ///         (a resumed sweep runs an interrupted trial again from its start) is judged as it
-  ///         was the first time where the rule keeps that judgement (ASHA's rungs).
-  virtual bool report(const std::string& id, std::int64_t step, double value) = 0;
-};
 
 // The registry: every rule a sweep can name, one row each. The spec's parsers (YAML and
 // --scheduler), its checks, sweep.json and the report all work from these rows, so a new rule
