@@ -30,7 +30,8 @@
 #include "isorun/runner/job.hpp"
 #include "isorun/runner/standby.hpp"
 #include "isorun/sweep/log_follower.hpp"
-#include "isorun/sweep/run.hpp"
+#include "isorun/sweep/standby_plan.hpp"
+#include "isorun/sweep/sweep_options.hpp"
 #include "isorun/sweep/trial_backend.hpp"
 #include "isorun/worker/checkpoint.hpp"
 

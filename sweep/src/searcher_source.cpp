@@ -22,8 +22,8 @@
 #include "isorun/runner/process.hpp"
 #include "isorun/runner/stream_tail.hpp"
 #include "isorun/runner/worker_env.hpp"
+#include "isorun/sweep/errors.hpp"
 #include "isorun/sweep/journal.hpp"
-#include "isorun/sweep/run.hpp"
 #include "python_trials.hpp"
 
 namespace isorun::sweep {

@@ -225,6 +225,11 @@ std::vector<std::string> slurm_backend::jobs() {
   return out;
 }
 
+void slurm_backend::journaled(const journal& j) {
+  for (const auto& found : folder_.records())
+    if (j.latest().count(found.record.id)) folder_.remove_record(found.file);
+}
+
 // Follows the arrays until finish(): their records, and the trials of those that ended.
 void slurm_backend::poll() {
   for (;;) {

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "isorun/sweep/remote_folder.hpp"
-#include "isorun/sweep/run.hpp"
 #include "isorun/sweep/slurm.hpp"
+#include "isorun/sweep/sweep_options.hpp"
 #include "isorun/sweep/trial_backend.hpp"
 
 namespace isorun::sweep {
@@ -52,6 +52,8 @@ class slurm_backend final : public trial_backend {
 
   /// The arrays in flight now (what a detached sweep leaves running).
   [[nodiscard]] std::vector<std::string> jobs() override;
+  /// Removes the array tasks' records that are now durable in the journal.
+  void journaled(const journal& j) override;
 
  private:
   void poll();

@@ -9,7 +9,7 @@
 #include <atomic>
 
 #include "isorun/runner/errors.hpp"
-#include "isorun/sweep/run.hpp"
+#include "isorun/sweep/stop_request.hpp"
 
 namespace isorun::sweep {
 

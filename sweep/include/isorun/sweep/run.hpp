@@ -4,85 +4,21 @@
 /// then trials run isolated and capped on the planned slots, each final outcome journaled before
 /// it counts, so re-running the same command resumes.
 
-#include <chrono>
 #include <cstddef>
-#include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
-#include "isorun/runner/errors.hpp"
+#include "isorun/sweep/errors.hpp"
 #include "isorun/sweep/journal.hpp"
 #include "isorun/sweep/spec.hpp"
-
-namespace isorun::runner {
-class admission;
-}
+#include "isorun/sweep/standby_plan.hpp"
+#include "isorun/sweep/stop_request.hpp"
+#include "isorun/sweep/sweep_options.hpp"
 
 namespace isorun::sweep {
 
-class trial_source;
-class list_source;
-
-/// The searcher (`search:`) failed: it could not be started, exited, answered what is not an
-/// answer, or took longer than its timeout; or OUT/search.jsonl, which a resumed search replays,
-/// holds a line isorun does not write. The message names the searcher and OUT/search.err (or the
-/// file and line). The sweep stopped; what was journaled stays, and running it again resumes it.
-/// The CLI exits with 1 (docs/sweeps.md).
-class search_error : public isorun::error {
- public:
-  using error::error;
-};
-
-/// How a sweep runs, beyond its spec.
-struct sweep_options {
-  std::vector<std::string> task_libraries;
-  std::string executable;  ///< worker program; empty = this program
-  bool rerun_failed = false;
-  bool progress = true;        ///< live progress line on a terminal, plain lines otherwise
-  bool wait_for_lock = false;  ///< wait for another sweep using the output folder instead of failing
-  std::chrono::milliseconds grace{5000};
-  /// With the Slurm backend: the command each array task runs on its node, in `submit_dir`
-  /// (the isorun command line that made this sweep; `--node FILE:K` is added).
-  std::vector<std::string> node_command;
-  std::string submit_dir = ".";
-  /// With the Slurm backend: submit, and return without waiting (`isorun status OUT` shows
-  /// progress; running the same command again follows the arrays and journals their results).
-  bool detach = false;
-  /// This process is array task K of a Slurm submission ("FILE:K"): it runs the trials listed
-  /// for K here, and leaves each one's record in OUT/slurm/results/ for the submitter to journal.
-  std::string node;
-  /// Where the trials come from, where not the spec's list alone (trial_source.hpp): made with
-  /// the spec's trials still to run as a list_source, which it may give out among its own. Not
-  /// with the Slurm backend, whose arrays are submitted for the spec's list.
-  std::function<std::unique_ptr<trial_source>(std::unique_ptr<list_source> listed)> source;
-  /// The source's name and settings, part of which sweep an output folder holds: resuming with
-  /// another source is refused.
-  std::string source_name;
-  /// Where each trial is admitted before it starts, beside the other calls of this process
-  /// (runner/admission.hpp); null: the process's, runner::admission::process().
-  runner::admission* admission = nullptr;
-};
-
-/// Workers a group of slots keeps on standby: while a slot's trial runs, its next worker is
-/// launched and waits, so trials do not wait for process starts. Each is used for one trial.
-struct standby_group {
-  std::optional<gpu_info> gpu;  ///< the GPU the group's slots share; nullopt: the CPU slots
-  std::size_t waiting = 0;      ///< workers kept waiting: resources.standby per slot
-  bool warm = false;            ///< they create their CUDA context and capped allocator while waiting
-};
-
-/// How a sweep keeps workers on standby, and in words (the CLI prints it).
-struct standby_plan {
-  std::vector<standby_group> groups;
-  std::string how;  ///< e.g. "standby: 1 per slot, warm on GPU 0"
-};
-
-/// @brief One group per GPU (and one for CPU slots): `s.standby` workers per slot, warm on a GPU
-///        when `s.warm_context` and their contexts fit beside the slots' caps
-///        (runner::warm_standby_fits), cold (exec'd, no context) otherwise.
-standby_plan plan_standby(const sweep_spec& s, const std::vector<slot>& slots);
+struct run_state;  // what the run's parts share (sweep/src/run_state.hpp)
 
 /// What a finished (or interrupted) sweep did.
 struct sweep_summary {
@@ -125,14 +61,8 @@ class sweep_run {
   ///         internal_error if the journal cannot be written.
   sweep_summary run();
 
-  struct state;
-
  private:
-  std::unique_ptr<state> state_;
+  std::unique_ptr<run_state> state_;
 };
-
-/// @brief Asks a running sweep to stop (as Ctrl-C): no new trials, running ones cancelled; a
-///        second call kills them at once. Says so on stderr at once. Async-signal-safe.
-void request_stop() noexcept;
 
 }  // namespace isorun::sweep

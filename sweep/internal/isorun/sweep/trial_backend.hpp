@@ -91,6 +91,9 @@ class trial_backend {
   /// @brief What the backend left running elsewhere for a detached sweep (a cluster's job
   ///        ids); none for a backend that runs trials here.
   [[nodiscard]] virtual std::vector<std::string> jobs() { return {}; }
+  /// @brief After finish(), once the run's records are durable in `j`: what the backend kept
+  ///        elsewhere until they were (a cluster's nodes' records) can go.
+  virtual void journaled(const journal& j) { (void)j; }
 };
 
 }  // namespace isorun::sweep
