@@ -7,20 +7,20 @@ import collections
 import concurrent.futures
 import dataclasses
 import functools
+import inspect
 import itertools
-import math
 import os
 import select
 import sys
 import threading
 import types
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from concurrent.futures._base import CANCELLED as _CANCELLED
 from concurrent.futures._base import CANCELLED_AND_NOTIFIED as _CANCELLED_AND_NOTIFIED
 from concurrent.futures._base import PENDING as _PENDING
-from typing import Any, Callable, Generic, Optional, TypeVar, Union, overload
+from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, TypeVar, Union, overload
 
-from . import _core, _output, _pool
+from . import _core, _options, _output, _pool
 from ._outcome import Outcome, Result
 from ._payload import RAISED, code_names, decode_result, encode_call, importable
 from .errors import (
@@ -36,83 +36,71 @@ from .errors import (
     WorkerExited,
 )
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 __all__ = ["isolated", "IsolatedFunction", "IsolatedFuture", "map", "stop_standby", "pool_stats", "PoolStats"]
 
 R = TypeVar("R")
-Size = Union[int, str]
-Duration = Union[int, float, str]
+Size = _options.Size
+_size = _options.size
+check_option_names = _options.check_names
 
 
-def _size(value: Optional[Size], what: str) -> int:
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise UsageError(f"{what} takes bytes (an int) or a size such as '2G', not {value!r}")
-    if isinstance(value, int):
-        if value < 0:
-            raise UsageError(f"{what} cannot be negative ({value})")
-        return value
-    return _core.parse_size(value)
-
-
-def _ms(value: Optional[Duration], what: str) -> int:
-    """Milliseconds of a timeout or grace period (None: 0, not given); finite and positive."""
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise UsageError(f"{what} takes seconds or a duration such as '30s', not {value!r}")
-    if isinstance(value, str):
-        ms = _core.parse_duration_ms(value)  # raises UsageError where it is not a duration
-    elif not math.isfinite(value):
-        raise UsageError(f"{what} takes a finite number of seconds, not {value!r} (leave it out for none)")
-    else:
-        ms = math.ceil(value * 1000)  # a positive fraction of a millisecond is not 0, "none"
-    if ms <= 0:
-        raise UsageError(f"{what} must be positive, not {value!r}")
-    return ms
-
-
-def _gpu_indices(gpus: Union[str, Sequence[int], None]) -> Union[str, tuple[int, ...]]:
-    """``gpus`` as given to isolated(): "all", or a list or tuple of GPU indices."""
-    if gpus is None:
-        return ()
-    if isinstance(gpus, str):
-        if gpus != "all":
-            raise UsageError(f"gpus takes 'all' or a list of GPU indices, not {gpus!r}")
-        return "all"
-    if not isinstance(gpus, (list, tuple)) or any(isinstance(g, bool) or not isinstance(g, int) for g in gpus):
-        raise UsageError(f"gpus takes 'all' or a list of GPU indices (ints), not {gpus!r}")
-    return tuple(gpus)
-
-
-@dataclasses.dataclass(frozen=True)
 class _Options:
-    """The options of isolated(), checked and resolved once, when the function is wrapped."""
+    """The options of isolated() as given, resolved once (_options.resolve) when the function is
+    wrapped; each option's resolved value is an attribute of the same name (``gpus``: "all" or a
+    tuple; ``timeout`` and ``grace`` as ``timeout_ms`` and ``grace_ms``)."""
 
-    gpu: Optional[int] = None
-    gpus: Union[str, tuple[int, ...]] = ()  # or "all": every GPU, found when a call starts
-    gpu_count: int = 0
-    mem_limit: int = 0
-    timeout_ms: int = 0
-    grace_ms: int = 5000
-    env: tuple[str, ...] = ()
-    standby: int = 0
-    warm_context: bool = False
-    early_result: bool = False
-    alloc_conf: str = ""
-    preload: tuple[str, ...] = ()
-    python: str = ""
-    echo_stderr: bool = True
-    host_mem_limit: int = 0
-    cpus_per_call: int = 0
-    capture_output: bool = False
-    start: str = "auto"  # "auto" (an adaptive zygote pool), "exec" or "zygote"
-    # launch()'s last answer and the sys.path it was made for: [(path, answer)].
-    _launch: list = dataclasses.field(default_factory=list, init=False, repr=False, compare=False)
+    def __init__(self, given: Mapping[str, Any]) -> None:
+        self.given = dict(given)  # what options() changes and resolves again
+        self._values = _options.resolve(self.given)
+        # launch()'s last answer and the sys.path it was made for: [(path, answer)].
+        self._launch: list = []
+
+    @classmethod
+    def resolve(cls, **given: Any) -> _Options:
+        _options.check_names(given, "isolated()")
+        return cls(given)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # (not yet set while unpickling)
+            raise AttributeError(name)
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(f"isolated() has no option {name!r}") from None
 
     def __getstate__(self) -> dict[str, Any]:
         # Without the launch kept for calls (its C++ options do not pickle): made again where used.
-        return {**self.__dict__, "_launch": []}
+        return {"given": self.given, "_values": self._values, "_launch": []}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Options) and self._values == other._values
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def changed(self, changes: Mapping[str, Any]) -> _Options:
+        """These options with ``changes``; a change of where the call runs replaces the old
+        placement as a whole (gpu=1 on a function that had gpus=[0, 1] is one GPU)."""
+        _options.check_names(changes, "options()")
+        given = dict(self.given)
+        if changes.keys() & set(_options.PLACEMENT):
+            for name in _options.PLACEMENT:
+                given.pop(name, None)
+        given.update(changes)
+        return _Options(given)
+
+    @property
+    def timeout_ms(self) -> int:
+        return int(self._values["timeout"])
+
+    @property
+    def grace_ms(self) -> int:
+        return int(self._values["grace"])
 
     @property
     def adaptive(self) -> bool:
@@ -129,79 +117,6 @@ class _Options:
     def on_gpu(self) -> bool:
         """Whether the call names its GPUs (else it runs where an executor puts it, or on the CPU)."""
         return self.gpu is not None or bool(self.gpus) or self.gpu_count > 0
-
-    @classmethod
-    def resolve(cls, *, gpu: Optional[int] = None, gpus: Union[str, Sequence[int], None] = None, gpu_count: int = 0,
-                cpu: bool = False, mem_limit: Optional[Size] = None, timeout: Optional[Duration] = None,
-                grace: Optional[Duration] = None, env: Union[Mapping[str, str], Sequence[str], None] = None,
-                standby: int = 0, warm_context: bool = False, early_result: bool = False, alloc_conf: str = "",
-                preload: Sequence[str] = (), python: Optional[str] = None, echo_stderr: bool = True,
-                host_mem_limit: Optional[Size] = None, cpus_per_call: Optional[int] = None,
-                capture_output: bool = False, start: str = "auto", **unknown: Any) -> _Options:
-        if unknown:
-            check_option_names(unknown, "isolated()")
-        if cpu and (gpu is not None or gpus or gpu_count):
-            raise UsageError("cpu=True excludes gpu, gpus and gpu_count")
-        if gpu is not None and (isinstance(gpu, bool) or not isinstance(gpu, int)):
-            raise UsageError(f"gpu takes a GPU index, not {gpu!r}")
-        gpu_list = _gpu_indices(gpus)
-        if isinstance(gpu_count, bool) or not isinstance(gpu_count, int) or gpu_count < 0:
-            raise UsageError(f"gpu_count takes a number of GPUs, not {gpu_count!r}")
-        if capture_output and early_result:
-            raise UsageError("capture_output=True excludes early_result=True: the output is complete only once the "
-                             "worker has exited, after an early result")
-        if isinstance(standby, bool) or not isinstance(standby, int) or standby < 0:
-            raise UsageError(f"standby takes a number of workers, not {standby!r}")
-        if start not in _STARTS:
-            raise UsageError(f"start takes 'auto' (the default: workers forked from a zygote the first call starts, "
-                             f"kept while calls come), 'exec' (each worker an exec'd interpreter) or 'zygote' "
-                             f"(each worker forked from one interpreter that imported the preloads), not {start!r}")
-        if start == "zygote" and warm_context:
-            raise UsageError("start='zygote' excludes warm_context=True: a zygote never initializes CUDA (its "
-                             "forked workers would inherit the driver's state), so no waiting worker has a context")
-        if isinstance(preload, str):
-            preload = [preload]
-        for name in preload:
-            if not isinstance(name, str) or not name or "," in name:
-                raise UsageError(f"preload takes module names, not {name!r}")
-        env_list: list[str] = []
-        if isinstance(env, Mapping):
-            env_list = [f"{k}={v}" for k, v in env.items()]
-        elif env is not None:
-            env_list = list(env)
-        for entry in env_list:
-            if not isinstance(entry, str) or "=" not in entry or entry.startswith("="):
-                raise UsageError(f"env entries are KEY=VALUE, not {entry!r}")
-        if cpus_per_call is not None and (isinstance(cpus_per_call, bool) or not isinstance(cpus_per_call, int)
-                                          or cpus_per_call < 1):
-            raise UsageError(f"cpus_per_call takes a number of cores (1 or more), not {cpus_per_call!r}")
-        host_cap = _size(host_mem_limit, "host_mem_limit")
-        if host_mem_limit is not None and host_cap < (16 << 20):
-            raise UsageError(f"host_mem_limit {host_mem_limit!r} is below the smallest, 16M; give a larger cap "
-                             "(e.g. '1G')")
-        interpreter = python or sys.executable
-        if not interpreter or not os.access(interpreter, os.X_OK):
-            raise UsageError(f"python: {interpreter!r} is not an executable interpreter")
-        return cls(
-            gpu=gpu,
-            gpus=gpu_list,
-            gpu_count=gpu_count,
-            mem_limit=_size(mem_limit, "mem_limit"),
-            timeout_ms=_ms(timeout, "timeout"),
-            grace_ms=5000 if grace is None else _ms(grace, "grace"),
-            env=tuple(env_list),
-            standby=standby,
-            warm_context=warm_context,
-            early_result=early_result,
-            alloc_conf=alloc_conf,
-            preload=tuple(preload),
-            python=interpreter,
-            echo_stderr=echo_stderr,
-            host_mem_limit=host_cap,
-            cpus_per_call=cpus_per_call or 0,
-            capture_output=bool(capture_output),
-            start=start,
-        )
 
     def launch(self, output: Optional[_output.CallOutput] = None) -> _core.Launch:
         """How a call's worker is launched (its argv, launch environment and C++ options, the
@@ -221,23 +136,12 @@ class _Options:
 
     def core(self) -> _core.CallOptions:
         o = _core.CallOptions()
-        o.gpu = self.gpu
+        for name, field in _options.CORE_FIELDS:
+            setattr(o, field, self._values[name])
         o.gpus = _all_gpus() if self.gpus == "all" else list(self.gpus)
-        o.gpu_count = self.gpu_count
-        o.mem_limit = self.mem_limit
-        o.timeout_ms = self.timeout_ms
-        o.grace_ms = self.grace_ms
-        o.alloc_conf = self.alloc_conf
-        o.env = list(self.env)
-        o.echo_stderr = self.echo_stderr
-        o.standby = self.standby
-        o.warm_context = self.warm_context
-        o.early_result = self.early_result
         # A small result comes back as the worker reports it, not after its exit, where its
         # output goes straight to fds 1 and 2 (_output.CallOutput.apply turns this off).
         o.early_small_result = not self.early_result
-        o.host_mem_limit = self.host_mem_limit
-        o.cpus_per_call = self.cpus_per_call
         o.zygote = self.zygote
         if self.adaptive and not self.standby:
             # One worker kept forked and waiting (more while calls come back to back), from the
@@ -270,7 +174,6 @@ def _all_gpus() -> list[int]:
     return found
 
 
-_STARTS = ("auto", "exec", "zygote")
 IDLE_ENV = _pool.IDLE_ENV
 _idle_ms = _pool.idle_ms
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -625,27 +528,6 @@ def preloadable(module: str) -> bool:
     return loaded is not None and getattr(loaded, "__file__", None) is not None and importable(module)
 
 
-#: Keywords of other APIs that users bring along, and what isorun calls them.
-_OPTION_HINTS = {"n_jobs": "max_workers", "max_tasks_per_child": None, "mp_context": None, "initializer": "preload",
-                 "gpu_id": "gpu", "device": "gpu", "memory_limit": "mem_limit"}
-
-
-def check_option_names(given: Iterable[str], where: str, own: Sequence[str] = ()) -> None:
-    """Raises :class:`UsageError` for the names in ``given`` that are neither ``own`` (the caller's
-    own options) nor :func:`isolated`'s, listing the valid ones: the one check of option names."""
-    import inspect
-
-    valid = list(dict.fromkeys([*own, *(p for p in inspect.signature(_Options.resolve).parameters
-                                         if p != "unknown")]))
-    unknown = [name for name in given if name not in valid]
-    if not unknown:
-        return
-    hints = [f"{name}: use {_OPTION_HINTS[name]}" for name in unknown if _OPTION_HINTS.get(name)]
-    names = ", ".join(repr(name) for name in unknown)
-    raise UsageError(f"{where} has no option{'s' if len(unknown) > 1 else ''} {names}"
-                     f"{' (' + '; '.join(hints) + ')' if hints else ''}; its options are: {', '.join(valid)}")
-
-
 class IsolatedFunction(Generic[R]):
     """A function wrapped to run in a fresh Python interpreter per call (see :func:`isolated`)."""
 
@@ -663,7 +545,7 @@ class IsolatedFunction(Generic[R]):
             wanted = (module,) if module else _packages_named_by(fn)
             extra = tuple(name for name in wanted if name not in options.preload)
             if extra:
-                options = dataclasses.replace(options, preload=options.preload + extra)
+                options = options.changed({"preload": options.preload + extra})
         self._options = options
         functools.update_wrapper(self, fn)
 
@@ -751,47 +633,22 @@ class IsolatedFunction(Generic[R]):
         o = self._options
         _core.fill_standby(o.launch(), None)
 
-    def options(self, **changes: Any) -> IsolatedFunction[R]:
+    def options(self, **changes: Unpack[_options.Options]) -> IsolatedFunction[R]:
         """The same function with some options changed."""
-        fields = {f.name: getattr(self._options, f.name) for f in dataclasses.fields(self._options)}
-        unknown = set(changes) - {"gpu", "gpus", "gpu_count", "cpu", "mem_limit", "timeout", "grace", "env",
-                                   "standby", "warm_context", "early_result", "alloc_conf", "preload", "python",
-                                   "echo_stderr", "host_mem_limit", "cpus_per_call", "capture_output", "start"}
-        if unknown:
-            raise UsageError(f"unknown option(s): {', '.join(sorted(unknown))}")
-        base = dict(gpu=fields["gpu"], gpus=fields["gpus"], gpu_count=fields["gpu_count"],
-                    mem_limit=fields["mem_limit"], timeout=(fields["timeout_ms"] / 1000) or None,
-                    grace=fields["grace_ms"] / 1000, env=fields["env"], standby=fields["standby"],
-                    warm_context=fields["warm_context"], early_result=fields["early_result"],
-                    alloc_conf=fields["alloc_conf"], preload=fields["preload"], python=fields["python"],
-                    echo_stderr=fields["echo_stderr"], host_mem_limit=fields["host_mem_limit"] or None,
-                    cpus_per_call=fields["cpus_per_call"] or None, capture_output=fields["capture_output"],
-                    start=fields["start"])
-        if changes.keys() & {"gpu", "gpus", "gpu_count", "cpu"}:
-            # Where it runs is given anew, as a whole: the old placement does not stay beside it.
-            base.update(gpu=None, gpus=None, gpu_count=0)
-        base.update(changes)
-        return IsolatedFunction(self.__wrapped__, _Options.resolve(**base))
+        return IsolatedFunction(self.__wrapped__, self._options.changed(changes))
 
     def __repr__(self) -> str:
         return f"<isolated {getattr(self.__wrapped__, '__qualname__', self.__wrapped__)!r}>"
 
 
 @overload
-def isolated(fn: Callable[..., R], /, **options: Any) -> IsolatedFunction[R]: ...
+def isolated(fn: Callable[..., R], /, **options: Unpack[_options.Options]) -> IsolatedFunction[R]: ...
 @overload
-def isolated(fn: None = None, /, **options: Any) -> Callable[[Callable[..., R]], IsolatedFunction[R]]: ...
+def isolated(fn: None = None, /,
+             **options: Unpack[_options.Options]) -> Callable[[Callable[..., R]], IsolatedFunction[R]]: ...
 
 
-# The overloads say what it returns; the options are the keywords below.
-def isolated(fn: Optional[Callable[..., R]] = None, /, *, gpu: Optional[int] = None,  # type: ignore[misc]
-             gpus: Optional[Sequence[int]] = None, gpu_count: int = 0, cpu: bool = False,
-             mem_limit: Optional[Size] = None, timeout: Optional[Duration] = None, grace: Optional[Duration] = None,
-             env: Union[Mapping[str, str], Sequence[str], None] = None, standby: int = 0,
-             warm_context: bool = False, early_result: bool = False, alloc_conf: str = "",
-             preload: Sequence[str] = (), python: Optional[str] = None, echo_stderr: bool = True,
-             host_mem_limit: Optional[Size] = None, cpus_per_call: Optional[int] = None,
-             capture_output: bool = False, start: str = "auto", **unknown: Any) -> Any:
+def isolated(fn: Optional[Callable[..., R]] = None, /, **options: Any) -> Any:
     """Wraps ``fn`` so that each call runs in a fresh Python process no call ran in before,
     forked from a zygote that never initialized CUDA or exec'd (``start``), supervised by
     isorun's C++ runner in this process. As a decorator, with or without options::
@@ -835,14 +692,19 @@ def isolated(fn: Optional[Callable[..., R]] = None, /, *, gpu: Optional[int] = N
 
     Raises :class:`UsageError` for options that cannot work (nothing is started).
     """
-    opts = _Options.resolve(gpu=gpu, gpus=gpus, gpu_count=gpu_count, cpu=cpu, mem_limit=mem_limit, timeout=timeout,
-                            grace=grace, env=env, standby=standby, warm_context=warm_context,
-                            early_result=early_result, alloc_conf=alloc_conf, preload=preload, python=python,
-                            echo_stderr=echo_stderr, host_mem_limit=host_mem_limit, cpus_per_call=cpus_per_call,
-                            capture_output=capture_output, start=start, **unknown)
+    opts = _Options.resolve(**options)
     if fn is None:
         return lambda f: IsolatedFunction(f, opts)
     return IsolatedFunction(fn, opts)
+
+
+# What help() and IDEs show: the options as keywords, from their one declaration.
+isolated.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [inspect.Parameter("fn", inspect.Parameter.POSITIONAL_ONLY, default=None, annotation="Optional[Callable[..., R]]"),
+     *_options.keywords()])
+IsolatedFunction.options.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *_options.keywords()],
+    return_annotation="IsolatedFunction[R]")
 
 
 def map(fn: Union[Callable[..., R], IsolatedFunction[R]], inputs: Iterable[Any], **options: Any) -> list[Result[R]]:

@@ -18,7 +18,6 @@ joblib has no entry points for backends, so the import is what registers it.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Any, Callable, Optional, cast
 
@@ -115,7 +114,7 @@ class IsorunBackend(AutoBatchingMixin, ParallelBackendBase):
         extra = tuple(m for m in modules if preloadable(m) and m not in options.preload)
         if not extra:
             return batch
-        call = IsolatedFunction(batch, dataclasses.replace(options, preload=options.preload + extra))
+        call = IsolatedFunction(batch, options.changed({"preload": options.preload + extra}))
         if call._options.preload not in self._warm:
             # The first batch of its kind: more follow, so its pool starts now and the batch waits
             # for a worker forked from it, rather than each of the first batches start an

@@ -35,6 +35,39 @@ def test_options_keeps_no_timeout_as_none():
     assert f._options.timeout_ms == 0 and f._options.grace_ms == 1000
 
 
+def test_isolated_shows_every_option_as_a_keyword_with_its_default():
+    import inspect
+
+    params = inspect.signature(isorun.isolated).parameters
+    assert list(params)[0] == "fn"
+    keywords = {name: p.default for name, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    assert keywords["mem_limit"] is None and keywords["start"] == "auto" and keywords["echo_stderr"] is True
+    # Each is accepted by isolated() and by options(), and nothing else is.
+    for name in keywords:
+        isorun.isolated(touch, **{name: keywords[name]}).options(**{name: keywords[name]})
+    with pytest.raises(isorun.UsageError, match="unknown option 'colour'.*its options are: gpu, gpus"):
+        isorun.isolated(touch, colour="red")
+    with pytest.raises(isorun.UsageError, match=r"'n_jobs' \(n_jobs: use max_workers\)"):
+        isorun.isolated(touch, n_jobs=2)
+
+
+@pytest.mark.parametrize(("options", "says"), [
+    ({"cpu": True, "gpu": 0}, "cpu=True excludes gpu"),
+    ({"capture_output": True, "early_result": True}, "capture_output=True excludes early_result"),
+    ({"start": "zygote", "warm_context": True}, "start='zygote' excludes warm_context"),
+    ({"alloc_conf": None}, "alloc_conf takes"),
+    ({"standby": -1}, "standby takes a number of workers"),
+])
+def test_options_that_cannot_work_together_or_at_all_are_refused(options, says):
+    with pytest.raises(isorun.UsageError, match=says):
+        isorun.isolated(touch, **options)
+
+
+def test_options_gives_a_new_placement_as_a_whole():
+    f = isorun.isolated(touch, gpus=[0], mem_limit="1G").options(cpu=True)
+    assert not f._options.on_gpu and f._options.mem_limit == 1 << 30
+
+
 @pytest.mark.parametrize("gpus", [3, "some", [0.5], [True], {0: 1}])
 def test_gpus_takes_a_list_of_indices_or_all(gpus):
     with pytest.raises(isorun.UsageError, match="gpus"):
