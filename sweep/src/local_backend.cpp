@@ -691,20 +691,20 @@ void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec
 }
 
 // A command's attempt: its stdout to the log, its result from $ISORUN_RESULT or its last JSON line.
-void local_backend::run_command(const slot& sl, const trial& t, trial_record& rec, int err,
-                                attempt_checkpoints& saved) {
+// A command trial's stdout is its log, written by the command itself (appended: its children
+// share it), so that a line it printed outlives this process (a checkpoint announced just before a
+// kill -9 is committed by the next attempt), and read as it comes into `log_in`: each report line
+// reaches the scheduler while the trial runs. Null where it could not start (`rec` says why).
+std::unique_ptr<runner::command> local_backend::start_command(const slot& sl, const trial& t, trial_record& rec,
+                                                              int err, const attempt_checkpoints& saved,
+                                                              unique_fd& log_in) {
   const sweep_spec& s = *setup_.spec;
   const fs::path log = setup_.out / "logs" / rec.id;
   const fs::path result_file = fs::absolute(log.string() + ".result.json");
   std::error_code ec;
   fs::remove(result_file, ec);
   std::string log_problem;
-  // Its stdout is its log, written by the command itself (appended: its children share it), so
-  // that a line it printed outlives this process (a checkpoint announced just before a kill -9
-  // is committed by the next attempt), and read as it comes: each report line reaches the
-  // scheduler while the trial runs.
-  unique_fd stdout_file = log_file(setup_.logs, setup_.out, rec.id + ".out", log_problem, O_APPEND);
-  unique_fd log_in;
+  const unique_fd stdout_file = log_file(setup_.logs, setup_.out, rec.id + ".out", log_problem, O_APPEND);
   if (stdout_file) {
     try {
       log_in = detail::open_file(setup_.logs, rec.id + ".out", O_RDONLY, log.string() + ".out");
@@ -712,7 +712,6 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
       log_problem = e.what();
     }
   }
-  std::unique_ptr<runner::command> cmd;
   // Under a cap on GPUs the cap sees every allocation of the command's processes: it keeps them
   // for the trial's memory timeline, as it does for `isorun --memory-timeline ... -- CMD`.
   const std::uint64_t cap = cap_of(t, *setup_.spec);
@@ -721,44 +720,70 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
     if (!log_in) throw internal_error(log_problem);
     std::vector<std::string> env = {"ISORUN_RESULT=" + result_file.string(), "ISORUN_TRIAL=" + rec.id};
     env.insert(env.end(), saved.variables.begin(), saved.variables.end());
-    cmd = runner::command::start({.argv = command_for(s.command, rec.params),
-                                  .gpus = sl.gpus,
-                                  .mem_limit = cap,
-                                  .host_mem_limit = s.host_mem_limit,
-                                  .timeout = s.timeout,
-                                  .grace = setup_.options->grace,
-                                  .timeout_signal = planned_stop_signal(),
-                                  .extra_env = std::move(env),
-                                  .stdin_fd = -1,
-                                  .stdout_fd = stdout_file.get(),
-                                  .stderr_fd = err,
-                                  .stderr_tail_lines = 20,
-                                  .stderr_limit = detail::max_log,
-                                  .memory_events = timeline ? command_memory_events : 0});
+    return runner::command::start({.argv = command_for(s.command, rec.params),
+                                   .gpus = sl.gpus,
+                                   .mem_limit = cap,
+                                   .host_mem_limit = s.host_mem_limit,
+                                   .timeout = s.timeout,
+                                   .grace = setup_.options->grace,
+                                   .timeout_signal = planned_stop_signal(),
+                                   .extra_env = std::move(env),
+                                   .stdin_fd = -1,
+                                   .stdout_fd = stdout_file.get(),
+                                   .stderr_fd = err,
+                                   .stderr_tail_lines = 20,
+                                   .stderr_limit = detail::max_log,
+                                   .memory_events = timeline ? command_memory_events : 0});
   } catch (const std::exception& e) {
     rec.kind = outcome_kind::internal_error;
     rec.error = e.what();
-    return;
+    return nullptr;
   }
-  stdout_file.reset();  // the command's now
-  // Its lines are read by the backend's follower as they are written. A `{"checkpoint": STEP}`
-  // line commits what the command staged in $ISORUN_CHECKPOINT_DIR/tmp (or tmp-STEP), in order,
-  // on a thread of the trial's; one that cannot be committed is said in the trial's stderr log,
-  // the folder left as it was.
+}
+
+namespace {
+
+// What a command's `{"checkpoint": STEP}` line does: commits what it staged in
+// $ISORUN_CHECKPOINT_DIR/tmp (or tmp-STEP). One that cannot be committed is said in the trial's
+// stderr log `err`, the folder left as it was.
+std::function<void(std::int64_t)> commit_staged(checkpoint_folder& folder, int err) {
+  return [&folder, err](std::int64_t step) {
+    try {
+      const fs::path staged = folder.command_staged(step);
+      folder.commit(staged, step);
+      if (staged.filename() == checkpoint_folder::command_staging)  // a new, empty tmp for the next
+        if (::mkdir(staged.c_str(), 0755) != 0 && errno != EEXIST)
+          throw internal_error("cannot create " + staged.string() + ": " + std::strerror(errno));
+    } catch (const std::exception& e) {
+      detail::write_all(
+          err, std::string("isorun: checkpoint ") + std::to_string(step) + " not committed: " + e.what() + "\n");
+    }
+  };
+}
+
+}  // namespace
+
+// The memory timeline the cap kept for a command trial, written where a task's worker writes its
+// own (run_worker), by name in OUT/logs; one that cannot be written is left out, as a task's is
+// when its worker dies first.
+void local_backend::keep_timeline(const trial& t, trial_record& rec, const std::string& timeline) {
+  const std::string name = detail::timeline_file(t.id, t.attempt);
+  std::string problem;
+  if (const unique_fd file = log_file(setup_.logs, setup_.out, name, problem)) {
+    if (detail::write_all(file.get(), timeline) == 0) rec.timeline = "logs/" + name;
+    else ::unlinkat(setup_.logs, name.c_str(), 0);  // not half a timeline
+  }
+}
+
+void local_backend::run_command(const slot& sl, const trial& t, trial_record& rec, int err,
+                                attempt_checkpoints& saved) {
+  unique_fd log_in;
+  const std::unique_ptr<runner::command> cmd = start_command(sl, t, rec, err, saved, log_in);
+  if (!cmd) return;
+  // Its lines are read by the backend's follower as they are written; checkpoint lines are
+  // committed, in order, on a thread of the trial's.
   std::optional<checkpoint_committer> committer;
-  if (saved.folder)
-    committer.emplace([&](std::int64_t step) {
-      try {
-        const fs::path staged = saved.folder->command_staged(step);
-        saved.folder->commit(staged, step);
-        if (staged.filename() == checkpoint_folder::command_staging)  // a new, empty tmp for the next
-          if (::mkdir(staged.c_str(), 0755) != 0 && errno != EEXIST)
-            throw internal_error("cannot create " + staged.string() + ": " + std::strerror(errno));
-      } catch (const std::exception& e) {
-        detail::write_all(
-            err, std::string("isorun: checkpoint ") + std::to_string(step) + " not committed: " + e.what() + "\n");
-      }
-    });
+  if (saved.folder) committer.emplace(commit_staged(*saved.folder, err));
   log_follower::following follow;
   try {
     follow = follower_.follow(
@@ -770,16 +795,7 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
   const runner::command_result& r = await(sl, t, {.command = cmd.get()}, *cmd, rec);
   follow.end();                        // every line it printed is handed on before its result is read,
   if (committer) committer->finish();  // and every checkpoint it announced committed
-  if (!r.memory_timeline.empty()) {
-    // Where a task's worker writes its own (run_worker), by name in OUT/logs; a timeline that
-    // cannot be written is left out, as a task's is when its worker dies first.
-    const std::string name = detail::timeline_file(t.id, t.attempt);
-    std::string problem;
-    if (const unique_fd file = log_file(setup_.logs, setup_.out, name, problem)) {
-      if (detail::write_all(file.get(), r.memory_timeline) == 0) rec.timeline = "logs/" + name;
-      else ::unlinkat(setup_.logs, name.c_str(), 0);  // not half a timeline
-    }
-  }
+  if (!r.memory_timeline.empty()) keep_timeline(t, rec, r.memory_timeline);
   if (!r.status.ok()) return;
   try {
     rec.result = read_command_result(setup_.logs, rec.id, setup_.out / "logs");

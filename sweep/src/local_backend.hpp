@@ -111,6 +111,9 @@ class local_backend final : public trial_backend {
                   const attempt_checkpoints& saved);
   std::shared_ptr<runner::job> start_job(const slot& sl, runner::job_spec spec);
   void run_command(const slot& sl, const trial& t, trial_record& rec, int err, attempt_checkpoints& saved);
+  std::unique_ptr<runner::command> start_command(const slot& sl, const trial& t, trial_record& rec, int err,
+                                                 const attempt_checkpoints& saved, unique_fd& log_in);
+  void keep_timeline(const trial& t, trial_record& rec, const std::string& timeline);
   template <class Runs>
   auto await(const slot& sl, const trial& t, running_trial what, Runs& runs, trial_record& rec)
       -> decltype(runs.wait());

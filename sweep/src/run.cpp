@@ -44,9 +44,41 @@ json record_run(const run_state& st, bool node);
 // this run's wall time in sweep.json, and the report.
 void tabulate(const run_state& st, json& identity, clock::time_point run_start, sweep_summary& summary);
 
-// After the scheduler's run: what stopped the sweep, thrown; what it counted, in the summary.
-void conclude(const run_state& st, const scheduler& sched, const stop_source& stop, progress& live,
-              sweep_summary& summary) {
+// What a running trial's reports meet. Where this process holds the sweep's folder, each is made
+// durable and judged by early stopping (an early_stopper, which also feeds population-based
+// training, whose children it gives out as trials); on a Slurm node that forwards them, the
+// submitter judges. Not movable: the scheduler's hook refers to it.
+class report_judge {
+ public:
+  report_judge(run_state& st, const node_session* node_role) {
+    if (st.s.pbt && !node_role) pbt_.emplace(st.s, st.out, st.subject);
+    if (st.reports) stopper_.emplace(st.s, *st.reports, replayed_reports(st), pbt_ ? pbt_->rule() : nullptr);
+    else if (node_role && node_role->forwards()) forward_ = node_role->report_forwarder();
+  }
+  report_judge(const report_judge&) = delete;
+  report_judge& operator=(const report_judge&) = delete;
+
+  [[nodiscard]] pbt_population* population() { return pbt_ ? &*pbt_ : nullptr; }
+  [[nodiscard]] std::function<bool(const trial&, std::int64_t, const json&)> should_stop() {
+    if (!stopper_) return forward_;
+    return
+        [this](const trial& t, std::int64_t step, const json& metrics) { return stopper_->judge(t.id, step, metrics); };
+  }
+
+ private:
+  std::optional<pbt_population> pbt_;
+  std::optional<early_stopper> stopper_;
+  std::function<bool(const trial&, std::int64_t, const json&)> forward_;
+};
+
+// After the scheduler's run: the reports made durable; what stopped the sweep, thrown; what it
+// counted, in the summary.
+void conclude(run_state& st, const scheduler& sched, const stop_source& stop, progress& live, sweep_summary& summary) {
+  try {  // the reports of trials that ended without a record (Ctrl-C): durable too, for a resume
+    if (st.reports) st.reports->sync();
+  } catch (...) {
+    if (!sched.error()) throw;  // (an earlier error is the one to tell)
+  }
   if (const auto error = sched.error()) std::rethrow_exception(error);
   live.end();
   if (const auto problem = sched.metric_error(); !problem.empty())
@@ -126,24 +158,13 @@ sweep_summary sweep_run::run() {
         live.durable(r);
       },
       [&](std::exception_ptr e) { sched_ptr->fail(std::move(e)); });
-  // Every report is made durable; with a scheduler, also judged (a node has no folder of its own).
-  std::optional<early_stopper> stopper;
-  // Population-based training: its decisions are made on reports, its children given out as trials.
-  std::optional<pbt_population> pbt;
-  if (s.pbt && !node) pbt.emplace(s, st.out, st.subject);
-  if (st.reports) stopper.emplace(s, *st.reports, replayed_reports(st), pbt ? pbt->rule() : nullptr);
-  std::function<bool(const trial&, std::int64_t, const json&)> should_stop;
-  if (stopper)
-    should_stop = [&](const trial& t, std::int64_t step, const json& metrics) {
-      return stopper->judge(t.id, step, metrics);
-    };
-  else if (node_role && node_role->forwards()) should_stop = node_role->report_forwarder();
-  const std::unique_ptr<trial_source> source = make_source(st, pbt ? &*pbt : nullptr, backend->lanes());
+  report_judge judge(st, node_role ? &*node_role : nullptr);
+  const std::unique_ptr<trial_source> source = make_source(st, judge.population(), backend->lanes());
   scheduler sched(s, *source, *backend, writer, stop,
                   {.metric_checked = st.metric_known,
                    .stop_fails_as_cancelled = node,
                    .journal_preempted = !node,
-                   .should_stop = std::move(should_stop),
+                   .should_stop = judge.should_stop(),
                    .resumed = st.resumed,
                    .running_changed = [&](std::size_t n) { live.running(n); }});
   sched_ptr = &sched;
@@ -170,11 +191,6 @@ sweep_summary sweep_run::run() {
   }
   stop.close();
   writer.close();
-  try {  // the reports of trials that ended without a record (Ctrl-C): durable too, for a resume
-    if (st.reports) st.reports->sync();
-  } catch (...) {
-    if (!sched.error()) throw;  // (an earlier error is the one to tell)
-  }
   conclude(st, sched, stop, live, summary);
   if (node || summary.detached) return summary;  // the submitter journals and tabulates
   backend->journaled(*st.journal);

@@ -124,7 +124,10 @@ void scheduler::on_finished(std::vector<finished_trial> batch) {
   changed_.notify_all();
 }
 
-bool scheduler::settle(finished_trial& f, std::vector<trial_record>& final) {
+// What the attempt's end means to the sweep: its record's kind as this sweep saw it end (a trial
+// it stopped alone, one early stopping pruned, one preempted with a checkpoint), and the step it
+// reached. Under mutex_.
+void scheduler::reclassify(finished_trial& f) {
   trial_record& rec = f.record;
   running_.erase(f.t.index);
   rec.attempts = std::max(rec.attempts, f.t.attempt);
@@ -162,58 +165,82 @@ bool scheduler::settle(finished_trial& f, std::vector<trial_record>& final) {
     rec.pruned = true;
     rec.error.clear();  // the SIGTERM that stopped it says nothing about the trial
   }
+}
+
+// A cancelled attempt (not pruned): run again at once where it was preempted while the sweep
+// goes on, else counted as cancelled; never an end. Under mutex_.
+void scheduler::after_cancel(finished_trial& f, std::vector<trial_record>& final) {
+  trial_record& rec = f.record;
+  if (rec.preempted && !stopping()) {
+    // Preempted while the sweep goes on (a Slurm array task past its time limit that could
+    // not requeue itself; a trial stopped from outside before the sweep heard of a stop, if
+    // one comes): journaled, and run again at once, from its checkpoint. (An array task's
+    // isorun journals nothing preempted: the requeued task or the submitter goes on.)
+    if (options_.journal_preempted) final.push_back(rec);
+    trial next = f.t;
+    next.attempt = rec.attempts + 1;
+    retries_.push_front(std::move(next));
+    return;
+  }
+  ++cancelled_;
+  // Not an end: the journal says where it got, and the next run goes on from there.
+  if (rec.preempted && options_.journal_preempted) final.push_back(std::move(rec));
+}
+
+// An attempt that ran out of memory, run again at a larger cap while the spec allows one: true
+// if it is not an end (retried, or stopped before its retry). Under mutex_.
+bool scheduler::retried_at_larger_cap(finished_trial& f, std::vector<trial_record>& final) {
+  const trial_record& rec = f.record;
+  // (At most max_attempts attempts at growing caps in a run: the first, then the retries.)
+  if (rec.kind != outcome_kind::out_of_memory || rec.pruned || f.t.oom_retries + 1 >= s_.oom_retry.max_attempts)
+    return false;
+  const std::uint64_t larger = next_cap(s_.oom_retry, cap_of(f.t, s_));
+  if (!larger) return false;
+  // The attempt is journaled with the cap it had and the one that comes next, so the journal
+  // shows every cap tried and a resumed sweep (after a stop now, or a crash during the retry)
+  // starts the trial at the larger cap, not the spec's.
+  trial_record tried = rec;
+  tried.retry_mem_limit = larger;
+  final.push_back(std::move(tried));
+  if (stopping()) {
+    ++cancelled_;  // stopped before its retry: not run to its end here; a resume goes on
+    return true;
+  }
+  trial next = f.t;
+  next.attempt = rec.attempts + 1;
+  next.mem_limit = larger;
+  next.oom_retries = f.t.oom_retries + 1;
+  retries_.push_front(std::move(next));
+  return true;
+}
+
+// An attempt run again under the spec's retries per outcome class, on the lane that just came
+// free: true if it is. Under mutex_.
+bool scheduler::retried(finished_trial& f) {
+  const trial_record& rec = f.record;
+  // The retries per outcome class count the attempts that were not out-of-memory retries: a
+  // trial that needed a larger cap still has all of them (each at the cap it reached).
+  const auto allowed = s_.retries.find(std::string(to_string(rec.kind)));
+  if (rec.kind == outcome_kind::success || rec.pruned || allowed == s_.retries.end() ||
+      rec.attempts - f.t.oom_retries > allowed->second || stopping())
+    return false;
+  trial next = f.t;
+  next.attempt = rec.attempts + 1;
+  retries_.push_front(std::move(next));
+  return true;
+}
+
+bool scheduler::settle(finished_trial& f, std::vector<trial_record>& final) {
+  reclassify(f);
+  trial_record& rec = f.record;
   totals& sum = totals_[f.t.index];
   if (f.t.attempt == 1 || sum.wall_s == 0) sum.start_s = rec.start_s;
   sum.wall_s += rec.wall_s;
   if (rec.kind == outcome_kind::cancelled && !rec.pruned) {
-    if (rec.preempted && !stopping()) {
-      // Preempted while the sweep goes on (a Slurm array task past its time limit that could
-      // not requeue itself; a trial stopped from outside before the sweep heard of a stop, if
-      // one comes): journaled, and run again at once, from its checkpoint. (An array task's
-      // isorun journals nothing preempted: the requeued task or the submitter goes on.)
-      if (options_.journal_preempted) final.push_back(rec);
-      trial next = f.t;
-      next.attempt = rec.attempts + 1;
-      retries_.push_front(std::move(next));
-      return false;
-    }
-    ++cancelled_;
-    // Not an end: the journal says where it got, and the next run goes on from there.
-    if (rec.preempted && options_.journal_preempted) final.push_back(std::move(rec));
+    after_cancel(f, final);
     return false;
   }
-  // (At most max_attempts attempts at growing caps in a run: the first, then the retries.)
-  if (rec.kind == outcome_kind::out_of_memory && !rec.pruned && f.t.oom_retries + 1 < s_.oom_retry.max_attempts) {
-    if (const std::uint64_t larger = next_cap(s_.oom_retry, cap_of(f.t, s_))) {
-      // Run again at a larger cap. The attempt is journaled with the cap it had and the one that
-      // comes next, so the journal shows every cap tried and a resumed sweep (after a stop now,
-      // or a crash during the retry) starts the trial at the larger cap, not the spec's.
-      trial_record tried = rec;
-      tried.retry_mem_limit = larger;
-      final.push_back(std::move(tried));
-      if (!stopping()) {
-        trial next = f.t;
-        next.attempt = rec.attempts + 1;
-        next.mem_limit = larger;
-        next.oom_retries = f.t.oom_retries + 1;
-        retries_.push_front(std::move(next));
-      } else {
-        ++cancelled_;  // stopped before its retry: not run to its end here; a resume goes on
-      }
-      return false;
-    }
-  }
-  // The retries per outcome class count the attempts that were not out-of-memory retries: a
-  // trial that needed a larger cap still has all of them (each at the cap it reached).
-  const auto allowed = s_.retries.find(std::string(to_string(rec.kind)));
-  if (rec.kind != outcome_kind::success && !rec.pruned && allowed != s_.retries.end() &&
-      rec.attempts - f.t.oom_retries <= allowed->second && !stopping()) {
-    // On the lane that just came free.
-    trial next = f.t;
-    next.attempt = rec.attempts + 1;
-    retries_.push_front(std::move(next));
-    return false;
-  }
+  if (retried_at_larger_cap(f, final) || retried(f)) return false;
   ended_.insert(f.t.index);
   rec.start_s = sum.start_s;
   rec.wall_s = sum.wall_s;

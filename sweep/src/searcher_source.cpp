@@ -105,12 +105,24 @@ void check_searcher(const sweep_spec& s) {
 }
 
 searcher_source::searcher_source(searcher_setup setup) : setup_{std::move(setup)} {
-  const search_spec& search = setup_.spec->search;
   const unique_fd dir = detail::open_folder(setup_.out);
   if (!dir) throw internal_error("cannot open " + setup_.out.string());
-  // What an earlier run said to the searcher, and it answered, in order.
-  log_ = detail::open_file(dir.get(), conversation_file, O_RDWR | O_CREAT | O_APPEND, setup_.out / conversation_file);
-  // Each line checked first, as a live answer is: nothing starts for a file that is not what isorun wrote.
+  const std::vector<json> earlier = read_conversation(dir.get());
+  start(copy_stderr(dir.get()));
+  greet(earlier.size());
+  replay(earlier);
+  // Every trial proposed is given out again first; the sweep leaves out those its journal holds
+  // as done. (One the searcher was told of may not be: a stop between the tell and the journal's
+  // write. It runs again, and the searcher keeps what it heard.)
+  quit_ = unique_fd(::eventfd(0, EFD_CLOEXEC));
+  if (!quit_) throw internal_error(std::string("cannot make an eventfd for the searcher: ") + std::strerror(errno));
+  thread_ = std::thread([this] { converse(); });
+}
+
+// What an earlier run said to the searcher, and it answered, in order. Each line is checked first,
+// as a live answer is: nothing starts for a file that is not what isorun wrote.
+std::vector<json> searcher_source::read_conversation(int dir) {
+  log_ = detail::open_file(dir, conversation_file, O_RDWR | O_CREAT | O_APPEND, setup_.out / conversation_file);
   std::vector<json> earlier;
   const auto take = [&](std::string_view line, int number, bool too_long) {
     if (too_long) replay_failed(number, "is longer than " + std::to_string(max_line >> 20) + " MiB");
@@ -122,10 +134,14 @@ searcher_source::searcher_source(searcher_setup setup) : setup_{std::move(setup)
   };
   const std::size_t complete = detail::for_each_line(log_.get(), max_line, setup_.out / conversation_file, take);
   detail::drop_cut_line(log_.get(), complete, setup_.out / conversation_file);
-  // Its stderr goes through a pipe this process copies into OUT/search.err, so that the file
-  // stays within detail::max_log a run (the searcher's own descendants write there too). Each run
-  // appends; a file that has reached the bound starts afresh.
-  unique_fd err = detail::open_file(dir.get(), stderr_file, O_WRONLY | O_CREAT | O_APPEND, setup_.out / stderr_file);
+  return earlier;
+}
+
+// The searcher's stderr goes through a pipe this process copies into OUT/search.err, so that the
+// file stays within detail::max_log a run (the searcher's own descendants write there too). Each
+// run appends; a file that has reached the bound starts afresh. Returns the pipe's write end.
+unique_fd searcher_source::copy_stderr(int dir) {
+  unique_fd err = detail::open_file(dir, stderr_file, O_WRONLY | O_CREAT | O_APPEND, setup_.out / stderr_file);
   struct stat st = {};
   const bool full = ::fstat(err.get(), &st) == 0 && static_cast<std::uint64_t>(st.st_size) >= detail::max_log;
   if (full && ::ftruncate(err.get(), 0) != 0)
@@ -136,9 +152,13 @@ searcher_source::searcher_source(searcher_setup setup) : setup_{std::move(setup)
   unique_fd err_read(pipe_ends[0]), err_write(pipe_ends[1]);
   ::fcntl(err_read.get(), F_SETFL, O_NONBLOCK);
   stderr_ = std::make_unique<stderr_copy>(std::move(err_read), std::move(err));
+  return err_write;
+}
 
-  // Its stdin and stdout are one socket: a message to a searcher that has exited is then an
-  // error to report (send with MSG_NOSIGNAL), not a SIGPIPE that would end isorun.
+// Starts the searcher, its stderr into `err_write`. Its stdin and stdout are one socket: a message
+// to a searcher that has exited is then an error to report (send with MSG_NOSIGNAL), not a
+// SIGPIPE that would end isorun.
+void searcher_source::start(unique_fd err_write) {
   int ends[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends) != 0)
     throw internal_error(std::string("cannot make the searcher's socket: ") + std::strerror(errno));
@@ -162,7 +182,11 @@ searcher_source::searcher_source(searcher_setup setup) : setup_{std::move(setup)
   theirs.reset();  // the searcher's (and its descendants') alone now: its exit is watched too (exchange)
   err_write.reset();
   to_ = std::move(mine);
+}
 
+// The protocol's first message: what is searched, and how many lines of an earlier conversation follow.
+void searcher_source::greet(std::size_t replayed) {
+  const search_spec& search = setup_.spec->search;
   json objectives = json::array();
   for (const auto& m : search.objectives)
     objectives.push_back({{"name", m.name}, {"goal", m.maximize ? "maximize" : "minimize"}});
@@ -174,10 +198,12 @@ searcher_source::searcher_source(searcher_setup setup) : setup_{std::move(setup)
             {"trials", search.trials},
             {"slots", setup_.slots},
             {"search", settings},
-            {"replay", earlier.size()}});
+            {"replay", replayed}});
+}
 
-  // The conversation again, as it went: each ask answered as before (a seeded searcher does), each
-  // tell told again.
+// The conversation again, as it went: each ask answered as before (a seeded searcher does), each
+// tell told again.
+void searcher_source::replay(const std::vector<json>& earlier) {
   bool differed = false;
   for (const auto& line : earlier) {
     if (line.contains("ask")) {  // (both checked: check_replayed)
@@ -205,12 +231,6 @@ searcher_source::searcher_source(searcher_setup setup) : setup_{std::move(setup)
                  "isorun: warning: the searcher (%s) did not propose again what it proposed before; the trials it "
                  "proposed then are kept\n",
                  printable(words(setup_.argv)).c_str());
-  // Every trial proposed is given out again first; the sweep leaves out those its journal holds
-  // as done. (One the searcher was told of may not be: a stop between the tell and the journal's
-  // write. It runs again, and the searcher keeps what it heard.)
-  quit_ = unique_fd(::eventfd(0, EFD_CLOEXEC));
-  if (!quit_) throw internal_error(std::string("cannot make an eventfd for the searcher: ") + std::strerror(errno));
-  thread_ = std::thread([this] { converse(); });
 }
 
 searcher_source::~searcher_source() {

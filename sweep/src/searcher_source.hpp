@@ -107,6 +107,13 @@ class searcher_source final : public trial_source {
     nlohmann::json params;
     bool wait = false, done = false;
   };
+  // The constructor's steps: the earlier conversation read, stderr's copy set up, the searcher
+  // started, greeted, and told the earlier conversation again.
+  std::vector<nlohmann::json> read_conversation(int dir);
+  unique_fd copy_stderr(int dir);
+  void start(unique_fd err_write);
+  void greet(std::size_t replayed);
+  void replay(const std::vector<nlohmann::json>& earlier);
   void converse();                                                           // the thread
   answer_to_ask answered(std::size_t number, const nlohmann::json& answer);  // the thread, no lock held
   void wake();

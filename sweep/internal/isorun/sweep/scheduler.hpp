@@ -99,8 +99,13 @@ class scheduler final : private trial_sink {
   void on_error(std::exception_ptr error) override;
   bool stopping() const;        // under mutex_
   std::optional<trial> take();  // under mutex_
-  // Under mutex_: what one attempt's end means; true if the sweep must stop.
+  // Under mutex_: what one attempt's end means (its kind, another attempt, or an end); true if
+  // the sweep must stop. Its steps follow.
   bool settle(finished_trial& f, std::vector<trial_record>& final);
+  void reclassify(finished_trial& f);
+  void after_cancel(finished_trial& f, std::vector<trial_record>& final);
+  bool retried_at_larger_cap(finished_trial& f, std::vector<trial_record>& final);
+  bool retried(finished_trial& f);
   void halt_and_cancel(std::unique_lock<std::mutex>& lk);
 
   const sweep_spec& s_;
