@@ -27,6 +27,20 @@ int line_of(const YAML::Node& n) { return n.Mark().line >= 0 ? n.Mark().line + 1
   throw spec_error("line " + std::to_string(line_of(n)) + ": " + what, line_of(n));
 }
 
+// Refuses `key`, none of `keys`, as `what` ("search: unknown key"): with the closest known one,
+// and every key the section takes, in the order given.
+[[noreturn]] void unknown_key(const YAML::Node& key, const std::string& what, const std::vector<std::string>& keys) {
+  std::string listed;
+  for (const auto& k : keys) listed += (listed.empty() ? "" : ", ") + k;
+  fail(key, what + " '" + key.Scalar() + "'" + did_you_mean(key.Scalar(), keys) + "; known: " + listed);
+}
+
+// Refuses a key of mapping `m` that is none of `keys` (unknown_key).
+void check_keys(const YAML::Node& m, const std::string& what, const std::vector<std::string>& keys) {
+  for (const auto& kv : m)
+    if (std::find(keys.begin(), keys.end(), kv.first.Scalar()) == keys.end()) unknown_key(kv.first, what, keys);
+}
+
 // A YAML scalar as JSON: integer, number, bool or string, in that order.
 json scalar(const YAML::Node& n) {
   const std::string s = n.Scalar();
@@ -595,20 +609,61 @@ json parse_distribution(const std::string& name, const YAML::Node& n) {
 // search: {type: optuna, sampler: tpe, seed: 0, trials: 100, params: {...}} or {type: command,
 // command: [...], trials: 100}. What it needs of the rest of the spec (the metric) is checked in
 // parse_yaml.
+// search: type optuna's settings: the sampler (one of Optuna's, or the Python API's pickled one)
+// and the seed.
+void parse_optuna_settings(const YAML::Node& v, search_spec& r) {
+  if (v["command"]) fail(v["command"], "search command is for type: command");
+  if (auto n = v["sampler"]) {
+    static const std::vector<std::string> samplers = {"tpe", "cmaes", "gp", "nsgaii", "random", "qmc"};
+    const std::string name = n.IsScalar() ? n.Scalar() : "";
+    // ("pickled:CLASS": the Python API's, a sampler object handed over in $ISORUN_SEARCH_SAMPLER;
+    // its class is named so that the folder's fingerprint tells one sampler from another.)
+    const bool pickled = name.rfind("pickled:", 0) == 0 && name.size() > 8 &&
+                         name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.",
+                                                8) == std::string::npos;
+    if (std::find(samplers.begin(), samplers.end(), name) == samplers.end() && !pickled)
+      fail(n, "search sampler '" + name + "' is not one of Optuna's isorun runs" + did_you_mean(name, samplers) +
+                  "; known: tpe, cmaes, gp, nsgaii, random, qmc");
+    r.sampler = name;
+  }
+  if (auto n = v["seed"]) {
+    const double seed = number(n, "search seed");
+    if (seed < 0 || seed > 4294967295.0 || seed != std::floor(seed))
+      fail(n, "search seed is a whole number from 0 to 2^32-1");
+    r.seed = static_cast<std::int64_t>(seed);
+  }
+}
+
+// search: params: each parameter's distribution, or (a searcher of one's own) the names it chooses.
+void parse_search_params(const YAML::Node& v, search_spec& r, const std::string& example) {
+  if (auto p = v["params"]) {
+    if (p.IsSequence() && p.size() > 0 && r.type == "command") {  // the names a searcher of one's own chooses
+      for (const auto& name : p) {
+        if (!name.IsScalar()) fail(name, "search params: each name is a plain word");
+        r.params[name.Scalar()] = nullptr;
+      }
+    } else if (!p.IsMap() || p.size() == 0) {
+      fail(p, "search params is a mapping of parameter names to distributions" +
+                  std::string(r.type == "command" ? " (or a list of the names the searcher chooses)" : "") + ", " +
+                  example);
+    } else {
+      for (const auto& kv : p) r.params[kv.first.Scalar()] = parse_distribution(kv.first.Scalar(), kv.second);
+    }
+  } else {
+    fail(v, r.type == "optuna" ? "search type optuna needs params: (each parameter's distribution), " + example
+                               : "search needs params: (the names of the parameters the searcher chooses, e.g. "
+                                 "[lr, layers]), so that the trials' program can be checked before anything starts");
+  }
+}
+
 void parse_search(const YAML::Node& v, sweep_spec& s) {
   search_spec r;
   r.line = line_of(v);
   const std::string example =
       "e.g. {type: optuna, sampler: tpe, seed: 0, trials: 100, params: {lr: {float: [1e-4, 0.1], log: true}}}";
   if (!v.IsMap()) fail(v, "search is a mapping, " + example);
-  static const std::vector<std::string> keys = {"type",   "command", "sampler",    "seed",
-                                                "trials", "params",  "objectives", "timeout"};
-  for (const auto& kv : v) {
-    const std::string k = kv.first.Scalar();
-    if (std::find(keys.begin(), keys.end(), k) == keys.end())
-      fail(kv.first, "search: unknown key '" + k + "'" + did_you_mean(k, keys) +
-                         "; known: type, sampler, seed, trials, params, objectives, command, timeout");
-  }
+  check_keys(v, "search: unknown key",
+             {"type", "sampler", "seed", "trials", "params", "objectives", "command", "timeout"});
   const YAML::Node type = v["type"];
   if (!type || !type.IsScalar() || (type.Scalar() != "optuna" && type.Scalar() != "command"))
     fail(type ? type : v,
@@ -638,45 +693,9 @@ void parse_search(const YAML::Node& v, sweep_spec& s) {
     for (const char* optuna_only : {"sampler", "seed"})
       if (v[optuna_only]) fail(v[optuna_only], std::string("search ") + optuna_only + " is for type: optuna");
   } else {
-    if (v["command"]) fail(v["command"], "search command is for type: command");
-    if (auto n = v["sampler"]) {
-      static const std::vector<std::string> samplers = {"tpe", "cmaes", "gp", "nsgaii", "random", "qmc"};
-      const std::string name = n.IsScalar() ? n.Scalar() : "";
-      // ("pickled:CLASS": the Python API's, a sampler object handed over in $ISORUN_SEARCH_SAMPLER;
-      // its class is named so that the folder's fingerprint tells one sampler from another.)
-      const bool pickled = name.rfind("pickled:", 0) == 0 && name.size() > 8 &&
-                           name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.",
-                                                  8) == std::string::npos;
-      if (std::find(samplers.begin(), samplers.end(), name) == samplers.end() && !pickled)
-        fail(n, "search sampler '" + name + "' is not one of Optuna's isorun runs" + did_you_mean(name, samplers) +
-                    "; known: tpe, cmaes, gp, nsgaii, random, qmc");
-      r.sampler = name;
-    }
-    if (auto n = v["seed"]) {
-      const double seed = number(n, "search seed");
-      if (seed < 0 || seed > 4294967295.0 || seed != std::floor(seed))
-        fail(n, "search seed is a whole number from 0 to 2^32-1");
-      r.seed = static_cast<std::int64_t>(seed);
-    }
+    parse_optuna_settings(v, r);
   }
-  if (auto p = v["params"]) {
-    if (p.IsSequence() && p.size() > 0 && r.type == "command") {  // the names a searcher of one's own chooses
-      for (const auto& name : p) {
-        if (!name.IsScalar()) fail(name, "search params: each name is a plain word");
-        r.params[name.Scalar()] = nullptr;
-      }
-    } else if (!p.IsMap() || p.size() == 0) {
-      fail(p, "search params is a mapping of parameter names to distributions" +
-                  std::string(r.type == "command" ? " (or a list of the names the searcher chooses)" : "") + ", " +
-                  example);
-    } else {
-      for (const auto& kv : p) r.params[kv.first.Scalar()] = parse_distribution(kv.first.Scalar(), kv.second);
-    }
-  } else {
-    fail(v, r.type == "optuna" ? "search type optuna needs params: (each parameter's distribution), " + example
-                               : "search needs params: (the names of the parameters the searcher chooses, e.g. "
-                                 "[lr, layers]), so that the trials' program can be checked before anything starts");
-  }
+  parse_search_params(v, r, example);
   if (auto o = v["objectives"]) {
     if (!o.IsSequence() || o.size() == 0)
       fail(o, "search objectives is a list, e.g. [{name: accuracy, goal: maximize}, {name: latency, goal: minimize}]");
@@ -707,14 +726,8 @@ void parse_pbt(const YAML::Node& n, sweep_spec& s, int& population) {
   const std::string example =
       "e.g. {type: pbt, interval: 5, quantile: 0.25, mutations: {lr: perturb, dropout: {uniform: [0, 0.5]}}}";
   if (!n.IsMap()) fail(n, "scheduler pbt takes its settings, " + example);
-  static const std::vector<std::string> keys = {"type", "interval",   "quantile", "resample_probability",
-                                                "seed", "population", "mutations"};
-  for (const auto& kv : n) {
-    const std::string k = kv.first.Scalar();
-    if (std::find(keys.begin(), keys.end(), k) == keys.end())
-      fail(kv.first, "unknown scheduler setting '" + k + "'" + did_you_mean(k, keys) +
-                         " for pbt; known: interval, quantile, resample_probability, seed, population, mutations");
-  }
+  check_keys(n, "pbt: unknown scheduler setting",
+             {"type", "interval", "quantile", "resample_probability", "seed", "population", "mutations"});
   const YAML::Node interval = n["interval"];
   if (!interval) fail(n, "scheduler pbt needs interval: (the steps between its decisions), " + example);
   const double steps = number(interval, "pbt interval");
@@ -822,8 +835,7 @@ void parse_checkpoints(const YAML::Node& v, sweep_spec& s) {
              "are warned), e.g. 2m");
       c.warn_before = std::chrono::duration_cast<std::chrono::seconds>(lead);
     } else {
-      fail(kv.first, "checkpoints: unknown key '" + k + "'" + did_you_mean(k, {"keep", "signal", "warn_before"}) +
-                         "; known: keep, signal, warn_before");
+      unknown_key(kv.first, "checkpoints: unknown key", {"keep", "signal", "warn_before"});
     }
   }
   s.checkpoints = c;
@@ -857,8 +869,7 @@ void parse_oom_retry(const YAML::Node& v, sweep_spec& s) {
       }
       if (r.max == 0) fail(kv.second, "oom_retry max must be above 0, e.g. 16G");
     } else {
-      fail(kv.first, "oom_retry: unknown key '" + k + "'" + did_you_mean(k, {"factor", "max", "max_attempts"}) +
-                         "; known: factor, max, max_attempts");
+      unknown_key(kv.first, "oom_retry: unknown key", {"factor", "max", "max_attempts"});
     }
   }
   if (!r.factor) fail(v, "oom_retry needs factor: (a number of at least 1.1), e.g. {factor: 2, max: 16G}");
@@ -897,10 +908,53 @@ void parse_policy(const YAML::Node& pol, sweep_spec& s) {
     } else if (k == "oom_retry") {
       parse_oom_retry(v, s);
     } else {
-      fail(kv.first, "unknown policy '" + k + "'" + did_you_mean(k, {"timeout", "retries", "fail_fast", "oom_retry"}) +
-                         "; known: timeout, retries, fail_fast, oom_retry");
+      unknown_key(kv.first, "unknown policy", {"timeout", "retries", "fail_fast", "oom_retry"});
     }
   }
+}
+
+// search: with the spec's params, which are then constants every trial has: the searcher chooses
+// the rest, and the spec's one trial is a sample of what it may choose.
+void apply_search(const YAML::Node& root, const YAML::Node& se, sweep_spec& s, std::vector<json>& trials) {
+  // The searcher chooses the trials; the spec's params are constants every trial has.
+  parse_search(se, s);
+  if (trials.size() != 1 || root["zip"] || root["random"])
+    fail(root["params"] && trials.size() != 1 ? root["params"] : se,
+         "with search:, params: are constants every trial gets (one value each) and zip:/random: have no place; "
+         "the searcher chooses the rest (search: params:)");
+  for (const auto& [name, d] : s.search.params.items())
+    if (trials.front().contains(name))
+      fail(se["params"], "parameter '" + name + "' is both a constant in params: and chosen by search:; keep one");
+  if (s.search.objectives.empty()) {
+    if (s.metric.name.empty())
+      fail(se, "search needs metric: (what it optimizes, e.g. {name: loss, goal: minimize}), or search objectives:");
+    s.search.objectives = {s.metric};
+  } else if (s.metric.name.empty()) {
+    s.metric = s.search.objectives.front();  // ranked by the first
+  }
+  s.search_constants = trials.front();
+  trials = {search_sample(s.search, trials.front())};
+}
+
+// scheduler pbt against the rest of the spec: the first population is the spec's trials, and
+// children start from checkpoints of a metric's best.
+void check_pbt(const YAML::Node& root, const sweep_spec& s, int pbt_population) {
+  const YAML::Node at = root["scheduler"];
+  if (!s.checkpoints)
+    fail(at,
+         "scheduler pbt starts each new trial from a top trial's checkpoint: add checkpoints: {keep: 2}, and "
+         "save them in the trials (docs/sweeps.md#checkpoints)");
+  if (s.metric.name.empty())
+    fail(at, "scheduler pbt ranks trials by a metric: add metric: {name: loss, goal: minimize}");
+  if (s.search) fail(at, "scheduler pbt makes its own trials; it does not go with search:");
+  if (pbt_population && static_cast<std::size_t>(pbt_population) != s.trials.size())
+    fail(at["population"], "pbt population " + std::to_string(pbt_population) + ", but params: expand to " +
+                               std::to_string(s.trials.size()) +
+                               " trials; the first population is the spec's trials (random: {count: N} draws N)");
+  if (s.trials.size() < 2) fail(at, "scheduler pbt needs a population of 2 or more trials; params: expand to 1");
+  for (const auto& [name, how] : s.pbt.mutations.items())
+    if (!s.trials.front().contains(name))
+      fail(at["mutations"], "pbt mutation of '" + name + "', which is none of the trials' parameters");
 }
 
 sweep_spec parse_yaml(const std::string& text) {
@@ -912,15 +966,9 @@ sweep_spec parse_yaml(const std::string& text) {
   }
   if (!root.IsMap()) throw spec_error("a sweep spec is a YAML mapping (task:, params:, ...)", 1);
   sweep_spec s;
-  static const std::set<std::string> known = {"task",      "command",     "python",    "metric", "params",
-                                              "zip",       "random",      "resources", "policy", "out",
-                                              "scheduler", "checkpoints", "search"};
-  for (const auto& kv : root)
-    if (!known.count(kv.first.Scalar()))
-      fail(kv.first, "unknown key '" + kv.first.Scalar() + "'" +
-                         did_you_mean(kv.first.Scalar(), {known.begin(), known.end()}) +
-                         "; known: task, command, python, metric, scheduler, params, zip, random, search, resources, "
-                         "policy, checkpoints, out");
+  check_keys(root, "unknown key",
+             {"task", "command", "python", "metric", "scheduler", "params", "zip", "random", "search", "resources",
+              "policy", "checkpoints", "out"});
   parse_subject(root, s);
   if (auto m = root["metric"]) parse_metric(m, s);
   int pbt_population = 0;
@@ -939,26 +987,7 @@ sweep_spec parse_yaml(const std::string& text) {
   cartesian(trials, dims);
   if (auto z = root["zip"]) zip_trials(z, names, trials);
   if (auto r = root["random"]) random_trials(r, names, trials);
-  if (auto se = root["search"]) {
-    // The searcher chooses the trials; the spec's params are constants every trial has.
-    parse_search(se, s);
-    if (trials.size() != 1 || root["zip"] || root["random"])
-      fail(root["params"] && trials.size() != 1 ? root["params"] : se,
-           "with search:, params: are constants every trial gets (one value each) and zip:/random: have no place; "
-           "the searcher chooses the rest (search: params:)");
-    for (const auto& [name, d] : s.search.params.items())
-      if (trials.front().contains(name))
-        fail(se["params"], "parameter '" + name + "' is both a constant in params: and chosen by search:; keep one");
-    if (s.search.objectives.empty()) {
-      if (s.metric.name.empty())
-        fail(se, "search needs metric: (what it optimizes, e.g. {name: loss, goal: minimize}), or search objectives:");
-      s.search.objectives = {s.metric};
-    } else if (s.metric.name.empty()) {
-      s.metric = s.search.objectives.front();  // ranked by the first
-    }
-    s.search_constants = trials.front();
-    trials = {search_sample(s.search, trials.front())};
-  }
+  if (auto se = root["search"]) apply_search(root, se, s, trials);
   s.trials = std::move(trials);
   parse_resources(root, s);
   if (!s.preload.empty() && s.python.empty())
@@ -972,24 +1001,7 @@ sweep_spec parse_yaml(const std::string& text) {
     s.slurm->warning_lead = s.checkpoints.warn_before;
   }
   if (auto o = root["out"]) s.out = o.Scalar();
-  if (s.pbt) {  // the first population is the spec's trials; children start from checkpoints
-    const YAML::Node at = root["scheduler"];
-    if (!s.checkpoints)
-      fail(at,
-           "scheduler pbt starts each new trial from a top trial's checkpoint: add checkpoints: {keep: 2}, and "
-           "save them in the trials (docs/sweeps.md#checkpoints)");
-    if (s.metric.name.empty())
-      fail(at, "scheduler pbt ranks trials by a metric: add metric: {name: loss, goal: minimize}");
-    if (s.search) fail(at, "scheduler pbt makes its own trials; it does not go with search:");
-    if (pbt_population && static_cast<std::size_t>(pbt_population) != s.trials.size())
-      fail(at["population"], "pbt population " + std::to_string(pbt_population) + ", but params: expand to " +
-                                 std::to_string(s.trials.size()) +
-                                 " trials; the first population is the spec's trials (random: {count: N} draws N)");
-    if (s.trials.size() < 2) fail(at, "scheduler pbt needs a population of 2 or more trials; params: expand to 1");
-    for (const auto& [name, how] : s.pbt.mutations.items())
-      if (!s.trials.front().contains(name))
-        fail(at["mutations"], "pbt mutation of '" + name + "', which is none of the trials' parameters");
-  }
+  if (s.pbt) check_pbt(root, s, pbt_population);
   if (s.trials.empty()) fail(root, "the spec expands to no trials");
   return s;
 }
