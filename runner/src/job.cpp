@@ -167,16 +167,44 @@ bool assign(int control, const prepared_request& p, const job_spec& spec, pid_t 
 
 // How the job ended, from what watching recorded: forced ends first (cancel, timeout, protocol
 // violation), then the worker's own report, validated; no report means it crashed.
-job_result classify(watch_record w, const job_spec& spec, const call_trace& trace) {
-  const auto& result_segment = w.result_segment;
+// A successful worker's result, received: inline in its done message, through the ring, or in
+// its segment; checked against the spec's encoding and bound. Throws where it is not what it says.
+void receive_result(watch_record& w, const job_spec& spec, job_result& r) {
+  const bool sent_inline = !w.done->inline_result.empty();
+  if (!sent_inline && !w.streamed) w.streamed = streamed_header(*w.result_segment);
+  ser::encoding enc{};
+  if (sent_inline) {
+    const std::string& bytes = w.done->inline_result;
+    auto copy = ser::aligned_copy(bytes);
+    r.payload = ser::open_payload(copy.get(), bytes.size(), ser::result_magic, spec.max_result, enc);
+    r.owner = std::move(copy);
+    r.sent_inline = true;
+  } else if (w.streamed) {  // the payload came through the ring
+    const ser::segment_header h = ser::read_header(reinterpret_cast<const std::byte*>(&*w.streamed),
+                                                   sizeof(ser::segment_header), ser::streamed_result_magic,
+                                                   spec.max_result);
+    if (!w.stream) throw ser::wire_error("it says its result was streamed, but no stream began");
+    auto got = w.stream->finish();
+    if (h.payload_size != got.payload.size() || h.checksum != got.checksum)
+      throw ser::wire_error("the streamed result differs from what its header says (size or checksum)");
+    enc = static_cast<ser::encoding>(h.encoding);
+    r.payload = got.payload;
+    r.owner = std::move(got.owner);
+  } else {
+    r.payload = w.result_segment->payload(ser::result_magic, spec.max_result, enc);
+    r.owner = w.result_segment;
+  }
+  if (enc != spec.encoding) throw ser::wire_error("result has a different encoding than requested");
+  r.encoding = enc;
+  r.received_ns = monotonic_ns();
+  result_sizes::instance().record(spec.task, r.payload.size());
+}
+
+// What the watch saw of the worker, whatever its outcome: its exit, times, peaks and stderr.
+job_result observed(watch_record& w, const job_spec& spec, const call_trace& trace) {
   job_result r;
   r.trace = trace;
   r.trace.done_seen_ns = w.done_seen_ns;
-  if (w.done) {
-    r.trace.worker_assigned_ns = w.done->assigned_ns;
-    r.trace.worker_request_ns = w.done->request_ns;
-    r.trace.worker_sent_ns = w.done->sent_ns;
-  }
   outcome& o = r.status;
   o.exit = w.exited;
   o.exit_pending = w.early;
@@ -186,6 +214,9 @@ job_result classify(watch_record w, const job_spec& spec, const call_trace& trac
   o.stderr_tail = std::move(w.stderr_tail);
   o.host_memory_peak = w.memory_peak;
   if (w.done) {
+    r.trace.worker_assigned_ns = w.done->assigned_ns;
+    r.trace.worker_request_ns = w.done->request_ns;
+    r.trace.worker_sent_ns = w.done->sent_ns;
     o.peak_allocated = w.done->peak_allocated;
     o.peak_reserved = w.done->peak_reserved;
     o.run = std::chrono::nanoseconds(w.done->run_ns);
@@ -193,40 +224,18 @@ job_result classify(watch_record w, const job_spec& spec, const call_trace& trac
     r.encode_ns = w.done->encode_ns;
   }
   r.reaped_ns = w.reaped_ns;
+  return r;
+}
 
+job_result classify(watch_record w, const job_spec& spec, const call_trace& trace) {
+  job_result r = observed(w, spec, trace);
+  outcome& o = r.status;
   if (w.forced) {
     o.kind = w.forced->first;
     o.message = std::move(w.forced->second);
   } else if (w.done && w.done->status == ser::task_status::ok) {
     try {
-      const bool sent_inline = !w.done->inline_result.empty();
-      if (!sent_inline && !w.streamed) w.streamed = streamed_header(*result_segment);
-      ser::encoding enc{};
-      if (sent_inline) {
-        const std::string& bytes = w.done->inline_result;
-        auto copy = ser::aligned_copy(bytes);
-        r.payload = ser::open_payload(copy.get(), bytes.size(), ser::result_magic, spec.max_result, enc);
-        r.owner = std::move(copy);
-        r.sent_inline = true;
-      } else if (w.streamed) {  // the payload came through the ring
-        const ser::segment_header h = ser::read_header(reinterpret_cast<const std::byte*>(&*w.streamed),
-                                                       sizeof(ser::segment_header), ser::streamed_result_magic,
-                                                       spec.max_result);
-        if (!w.stream) throw ser::wire_error("it says its result was streamed, but no stream began");
-        auto got = w.stream->finish();
-        if (h.payload_size != got.payload.size() || h.checksum != got.checksum)
-          throw ser::wire_error("the streamed result differs from what its header says (size or checksum)");
-        enc = static_cast<ser::encoding>(h.encoding);
-        r.payload = got.payload;
-        r.owner = std::move(got.owner);
-      } else {
-        r.payload = result_segment->payload(ser::result_magic, spec.max_result, enc);
-        r.owner = result_segment;
-      }
-      if (enc != spec.encoding) throw ser::wire_error("result has a different encoding than requested");
-      r.encoding = enc;
-      r.received_ns = monotonic_ns();
-      result_sizes::instance().record(spec.task, r.payload.size());
+      receive_result(w, spec, r);
       o.kind = outcome_kind::success;
     } catch (const std::exception& e) {
       r.payload = {};

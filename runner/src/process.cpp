@@ -313,13 +313,52 @@ exit_status from_siginfo(const siginfo_t& info) {
 
 bool cgroup_namespaces_enabled() noexcept { return cgroup_namespaces.load(std::memory_order_relaxed); }
 
-child spawn(const spawn_options& options) {
+namespace {
+
+// What spawn() refuses before it starts anything: more descriptors than it passes, or ones above
+// 2 that are not contiguous from 3.
+void check_fds(const spawn_options& options) {
   if (options.fds.size() > max_fds) throw spawn_error("too many descriptors to pass to a child", EINVAL);
   int expected = 3;
   for (const auto& [target, source] : options.fds) {
     if (target <= 2) continue;
     if (target != expected++) throw spawn_error("child descriptors above 2 must be contiguous from 3", EINVAL);
   }
+}
+
+// Every way a start can fail ends here: the child `started` (if any: exec failed, and it has
+// exited, or the handle failed after it ran) reaped, and one spawn_error saying why.
+spawn_error start_failed(const spawn_options& options, int err, pid_t started) {
+  if (started > 0) {
+    ::kill(started, SIGKILL);
+    int status;
+    while (::waitpid(started, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  const char* hint = err == EMFILE   ? " (too many open files: raise the limit, ulimit -n)"
+                     : err == EAGAIN ? " (the process limit, ulimit -u, is reached, or memory is short)"
+                                     : "";
+  return spawn_error("cannot start " + options.executable + ": " + std::strerror(err) + hint, err);
+}
+
+// The started child's pidfd, which the child handle owns (killed and reaped where there is none).
+int open_pidfd(pid_t pid) {
+  const int pidfd = pidfd_open(pid);
+  if (pidfd < 0) {
+    const int err = errno;
+    ::kill(pid, SIGKILL);
+    int status;
+    ::waitpid(pid, &status, 0);
+    throw spawn_error("pidfd_open failed (Linux 5.3 or newer is required): " + std::string(std::strerror(err)), err);
+  }
+  ::fcntl(pidfd, F_SETFD, FD_CLOEXEC);
+  return pidfd;
+}
+
+}  // namespace
+
+child spawn(const spawn_options& options) {
+  check_fds(options);
 
   bp::posix::vfork_launcher launcher;
   const auto envp = c_strings(options.env);
@@ -340,20 +379,10 @@ child spawn(const spawn_options& options) {
     cgroup.fd = ::open(path.c_str(), flags | O_CLOEXEC);
     if (cgroup.fd < 0) throw spawn_error("cannot join cgroup " + options.cgroup + ": " + std::strerror(errno), errno);
   };
-  // Every way the start can fail ends here: the child (if one was started: `started` from
-  // clone3, else Boost's) reaped, and one spawn_error saying why.
+  // Every way the start can fail ends here (start_failed): the child, if one was started
+  // (`started` from clone3, else Boost's), reaped, and one spawn_error saying why.
   auto failed = [&](int err, pid_t started = -1) {
-    if (started <= 0) started = launcher.pid;
-    if (started > 0) {  // exec failed (it has exited), or the handle failed after it ran
-      ::kill(started, SIGKILL);
-      int status;
-      while (::waitpid(started, &status, 0) < 0 && errno == EINTR) {
-      }
-    }
-    const char* hint = err == EMFILE   ? " (too many open files: raise the limit, ulimit -n)"
-                       : err == EAGAIN ? " (the process limit, ulimit -u, is reached, or memory is short)"
-                                       : "";
-    return spawn_error("cannot start " + options.executable + ": " + std::strerror(err) + hint, err);
+    return start_failed(options, err, started > 0 ? started : launcher.pid);
   };
   if (!options.cgroup.empty()) {
     // Born in its cgroup where the kernel can (Linux 5.7), else moved there by the child itself.
@@ -382,15 +411,7 @@ child spawn(const spawn_options& options) {
   } catch (const boost::system::system_error& e) {
     throw failed(e.code().value());
   }
-  const int pidfd = pidfd_open(pid);
-  if (pidfd < 0) {
-    const int err = errno;
-    ::kill(pid, SIGKILL);
-    int status;
-    ::waitpid(pid, &status, 0);
-    throw spawn_error("pidfd_open failed (Linux 5.3 or newer is required): " + std::string(std::strerror(err)), err);
-  }
-  ::fcntl(pidfd, F_SETFD, FD_CLOEXEC);
+  const int pidfd = open_pidfd(pid);
   cgroup.owned = true;
   return child(pid, pidfd, options.new_process_group, options.cgroup);
 }

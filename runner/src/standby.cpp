@@ -174,7 +174,6 @@ void standby_pool::refill() {
   std::optional<launch_spec> bound;  // (made once, by this thread)
   for (;;) {
     if (stopping_) return;
-    int timeout_ms = -1;
     // A dormant pool waits for a take, and then for that call's worker to exit.
     if (waking_ && exited(waking_)) {
       unwatch(waking_);
@@ -190,77 +189,97 @@ void standby_pool::refill() {
       lock.lock();
       continue;
     }
+    int timeout_ms = -1;
     if (woken) {
       if (!bound) bound = ahead_of_time(spec_);
-      // Owed workers that have exited are owed no longer: their replacements are due.
-      std::erase_if(owed_, [&](const unique_fd& pidfd) {
-        if (!exited(pidfd)) return false;
-        unwatch(pidfd);
-        return true;
-      });
-      if (ready_.empty() && !owed_.empty()) {  // nothing waits: launch now
-        unwatch(owed_.front());
-        owed_.pop_front();
-      }
-      if (!failing_ && ready_.size() + owed_.size() < target_) {
-        // With none waiting, or the pool grown for calls that come back to back, calls are taking
-        // workers as fast as they come: this one is soon needed, and starts as quickly and as
-        // cheaply as it can (binding every symbol takes CPU the calls want).
-        const launch_spec& how = ready_.empty() || target_ > size_ ? spec_ : *bound;
-        std::shared_ptr<launcher> from = launcher_;
-        lock.unlock();
-        // Launched outside the lock: take() never waits for a launch that is not its own.
-        std::optional<launched_worker> w;
-        try {
-          w.emplace(from->launch(how));
-        } catch (const std::exception&) {
-        }
-        lock.lock();
-        if (w && !dormant_) ready_.push_back(std::move(*w));
-        else if (!w) failing_ = true;
-        changed_.notify_all();
-        continue;
-      }
-      const auto now = std::chrono::steady_clock::now();
-      if (linger_.count() > 0) {
-        // Adaptive: dormant once no call has run for `linger`. A call that runs longer than that
-        // (a training run) keeps the pool: idleness counts from the end of the last call (seen
-        // at a look every `linger` while any runs), not from when it was taken.
-        if (std::erase_if(running_, exited) > 0) last_end_ = now;
-        const auto left = std::max(last_take_, last_end_) + linger_ - now;
-        if (running_.empty() && left <= std::chrono::steady_clock::duration::zero()) {
-          go_dormant(lock);
-          continue;
-        }
-        timeout_ms = static_cast<int>(
-            std::chrono::ceil<std::chrono::milliseconds>(running_.empty() ? left : std::chrono::nanoseconds(linger_))
-                .count());
-      }
-      // Grown under load: back to `size` once no call has come for `idle`.
-      if (target_ > size_) {
-        const auto left = last_take_ + idle_ - now;
-        if (left <= std::chrono::steady_clock::duration::zero()) {
-          lock.unlock();
-          trim();
-          lock.lock();
-          continue;
-        }
-        const int ms = static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count());
-        timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms);
-      }
+      if (launched_one(lock, *bound)) continue;
+      const std::optional<int> wait = next_look(lock);
+      if (!wait) continue;
+      timeout_ms = *wait;
     }
-    lock.unlock();
-    epoll_event ready[8];
-    if (::epoll_wait(watched_.get(), ready, 8, timeout_ms) < 0 && errno != EINTR) {
-      lock.lock();
-      failing_ = true;  // cannot wait: launch no more in the background (take() still launches)
-      changed_.notify_all();
-      continue;
-    }
-    std::uint64_t drained;
-    [[maybe_unused]] auto n = ::read(wanted_.get(), &drained, sizeof drained);
-    lock.lock();
+    wait_for_events(lock, timeout_ms);
   }
+}
+
+// Launches a worker if one is due (owed workers that exited are owed no longer, and with none
+// waiting an owed one is launched now); true if it did. Under `lock`, released while launching.
+bool standby_pool::launched_one(std::unique_lock<std::mutex>& lock, const launch_spec& bound) {
+  std::erase_if(owed_, [&](const unique_fd& pidfd) {
+    if (!exited(pidfd)) return false;
+    unwatch(pidfd);
+    return true;
+  });
+  if (ready_.empty() && !owed_.empty()) {  // nothing waits: launch now
+    unwatch(owed_.front());
+    owed_.pop_front();
+  }
+  if (failing_ || ready_.size() + owed_.size() >= target_) return false;
+  // With none waiting, or the pool grown for calls that come back to back, calls are taking
+  // workers as fast as they come: this one is soon needed, and starts as quickly and as cheaply
+  // as it can (binding every symbol takes CPU the calls want).
+  const launch_spec& how = ready_.empty() || target_ > size_ ? spec_ : bound;
+  std::shared_ptr<launcher> from = launcher_;
+  lock.unlock();
+  // Launched outside the lock: take() never waits for a launch that is not its own.
+  std::optional<launched_worker> w;
+  try {
+    w.emplace(from->launch(how));
+  } catch (const std::exception&) {
+  }
+  lock.lock();
+  if (w && !dormant_) ready_.push_back(std::move(*w));
+  else if (!w) failing_ = true;
+  changed_.notify_all();
+  return true;
+}
+
+// How long the pool may wait before it looks again (-1: until something happens), or nullopt
+// where it acted now (went dormant, or trimmed): look again at once. Under `lock`.
+std::optional<int> standby_pool::next_look(std::unique_lock<std::mutex>& lock) {
+  const auto now = std::chrono::steady_clock::now();
+  int timeout_ms = -1;
+  if (linger_.count() > 0) {
+    // Adaptive: dormant once no call has run for `linger`. A call that runs longer than that (a
+    // training run) keeps the pool: idleness counts from the end of the last call (seen at a look
+    // every `linger` while any runs), not from when it was taken.
+    if (std::erase_if(running_, exited) > 0) last_end_ = now;
+    const auto left = std::max(last_take_, last_end_) + linger_ - now;
+    if (running_.empty() && left <= std::chrono::steady_clock::duration::zero()) {
+      go_dormant(lock);
+      return std::nullopt;
+    }
+    timeout_ms = static_cast<int>(
+        std::chrono::ceil<std::chrono::milliseconds>(running_.empty() ? left : std::chrono::nanoseconds(linger_))
+            .count());
+  }
+  // Grown under load: back to `size` once no call has come for `idle`.
+  if (target_ > size_) {
+    const auto left = last_take_ + idle_ - now;
+    if (left <= std::chrono::steady_clock::duration::zero()) {
+      lock.unlock();
+      trim();
+      lock.lock();
+      return std::nullopt;
+    }
+    const int ms = static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count());
+    timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms);
+  }
+  return timeout_ms;
+}
+
+// Waits, unlocked, for a watched worker's exit, a wish (wanted_) or `timeout_ms`.
+void standby_pool::wait_for_events(std::unique_lock<std::mutex>& lock, int timeout_ms) {
+  lock.unlock();
+  epoll_event ready[8];
+  if (::epoll_wait(watched_.get(), ready, 8, timeout_ms) < 0 && errno != EINTR) {
+    lock.lock();
+    failing_ = true;  // cannot wait: launch no more in the background (take() still launches)
+    changed_.notify_all();
+    return;
+  }
+  std::uint64_t drained;
+  [[maybe_unused]] auto n = ::read(wanted_.get(), &drained, sizeof drained);
+  lock.lock();
 }
 
 launched_worker standby_pool::take() {

@@ -292,10 +292,9 @@ void run_task(const ser::request& req, const std::shared_ptr<const void>& reques
   }
 }
 
-}  // namespace
-
-namespace detail {
-[[noreturn]] void run_worker() {
+// What a worker process sets up before anything else: its descriptor to the supervisor, its
+// exit with the supervisor's, and SIGXFSZ ignored.
+void enter_worker() {
   if (std::getenv(ser::env::bind_now.data())) {  // launched ahead: bound at load; its task's children bind as usual
     ::unsetenv("LD_BIND_NOW");
     ::unsetenv(ser::env::bind_now.data());
@@ -306,7 +305,60 @@ namespace detail {
   // A file size limit (ulimit -f) reached while the result segment grows: an error saying so
   // (EFBIG), reported as the task's outcome, rather than death by SIGXFSZ. (CPython does the same.)
   ::signal(SIGXFSZ, SIG_IGN);
+}
 
+// The task's times and peaks in its `done`: the run from `start_ns` to its result, and the
+// result's encoding where the sink committed one.
+void account(ser::done_message& done, const segment_sink& sink, std::int64_t start_ns) {
+  std::tie(done.peak_allocated, done.peak_reserved) = this_worker().peaks();
+  const std::int64_t end_ns = sink.run_end_ns_ ? sink.run_end_ns_ : monotonic_ns();
+  done.run_ns = static_cast<std::uint64_t>(end_ns - start_ns);
+  if (sink.committed_ns_) {
+    done.encode_begin_ns = sink.run_end_ns_;
+    done.encode_ns = static_cast<std::uint64_t>(sink.committed_ns_ - sink.run_end_ns_);
+  }
+}
+
+// Whether the result is handed over at `done`, while this process exits; if so, what the exit
+// would release goes now. The supervisor decides alike (worker_watch.cpp): with early_result, or
+// a small CPU result (early_small_result), nothing sealed.
+bool hand_over_early(const ser::request& req, const ser::done_message& done, segment_sink& sink,
+                     std::shared_ptr<void>& result) {
+  const bool early = req.early_result || (req.early_small_result && req.gpus.empty() &&
+                                          done.status == ser::task_status::ok && !done.inline_result.empty());
+  if (!early) return false;
+  // A result in the segment is sealed here, so nothing can still write it, and the task's device
+  // memory goes back now.
+  this_worker().set_output_area(nullptr);
+  if (this_worker().has_gpu()) result.reset();  // device memory it may hold goes back with the rest
+  this_worker().release_task_memory();
+  sink.close();
+  return true;
+}
+
+// Sends `done`; after an early hand-over, sleeps until the supervisor has taken the result
+// (protocol.hpp, let_go): not on the CPU its thread was just woken onto, with this teardown.
+void report(ser::done_message& done, std::int64_t assigned_ns, bool early) {
+  std::cout.flush();
+  std::fflush(nullptr);
+  done.assigned_ns = assigned_ns;
+  done.sent_ns = monotonic_ns();
+  try {
+    ser::send_message(ser::control_fd, done);
+  } catch (const std::exception& e) {
+    die(std::string("cannot report to the supervisor: ") + e.what());
+  }
+  if (!early) return;
+  pollfd p{ser::control_fd, POLLIN, 0};
+  while (::poll(&p, 1, ser::let_go_wait_ms) < 0 && errno == EINTR) {
+  }
+}
+
+}  // namespace
+
+namespace detail {
+[[noreturn]] void run_worker() {
+  enter_worker();
   const std::optional<ser::warm_device> warm = prepare_warm_device();
   assignment assigned = receive_assignment();
   const std::int64_t assigned_ns = monotonic_ns();
@@ -332,43 +384,11 @@ namespace detail {
   const std::int64_t start_ns = monotonic_ns();
   std::shared_ptr<void> result;  // the task's result value, encoded: destroyed after reporting
   run_task(req, request_map, sink, done, oom, result);
-  std::tie(done.peak_allocated, done.peak_reserved) = this_worker().peaks();
   if (!timeline.empty()) write_memory_timeline(timeline.c_str(), start_ns, oom);
-  const std::int64_t end_ns = sink.run_end_ns_ ? sink.run_end_ns_ : monotonic_ns();
-  done.run_ns = static_cast<std::uint64_t>(end_ns - start_ns);
-  if (sink.committed_ns_) {
-    done.encode_begin_ns = sink.run_end_ns_;
-    done.encode_ns = static_cast<std::uint64_t>(sink.committed_ns_ - sink.run_end_ns_);
-  }
+  account(done, sink, start_ns);
   if (done.status == ser::task_status::ok) done.inline_result = sink.take_inline_result();
-  // The supervisor decides alike (worker_watch.cpp): a small CPU result goes early, nothing sealed.
-  const bool early = req.early_result || (req.early_small_result && req.gpus.empty() &&
-                                          done.status == ser::task_status::ok && !done.inline_result.empty());
-  if (early) {
-    // The supervisor hands the result over on `done` while this process exits: a result in the
-    // segment is sealed here, so nothing can still write it, and the task's device memory goes
-    // back now.
-    this_worker().set_output_area(nullptr);
-    if (this_worker().has_gpu()) result.reset();  // device memory it may hold goes back with the rest
-    this_worker().release_task_memory();
-    sink.close();
-  }
-  std::cout.flush();
-  std::fflush(nullptr);
-  done.assigned_ns = assigned_ns;
-  done.sent_ns = monotonic_ns();
-  try {
-    ser::send_message(ser::control_fd, done);
-  } catch (const std::exception& e) {
-    die(std::string("cannot report to the supervisor: ") + e.what());
-  }
-  if (early) {
-    // Asleep until the supervisor has handed the result over (protocol.hpp, let_go): not on the
-    // CPU its thread was just woken onto, with this process's teardown.
-    pollfd p{ser::control_fd, POLLIN, 0};
-    while (::poll(&p, 1, ser::let_go_wait_ms) < 0 && errno == EINTR) {
-    }
-  }
+  const bool early = hand_over_early(req, done, sink, result);
+  report(done, assigned_ns, early);
   // What the exit would tear down on one core, large pieces given back on all of them: the task's
   // result value (freeing a large blob is one page at a time on one core) and, in a CPU worker,
   // the mapping of the result segment (its page-table entries). The supervisor waits for the

@@ -96,6 +96,10 @@ class ISORUN_INTERNAL_API standby_pool final : public launcher {
 
  private:
   void refill();
+  // refill()'s steps, under mutex_ (released while launching or waiting).
+  bool launched_one(std::unique_lock<std::mutex>& lock, const launch_spec& bound);
+  std::optional<int> next_look(std::unique_lock<std::mutex>& lock);
+  void wait_for_events(std::unique_lock<std::mutex>& lock, int timeout_ms);
   void start_zygote();
   void go_dormant(std::unique_lock<std::mutex>& lock);
   void wake_filler() const noexcept;

@@ -7,7 +7,7 @@
 /// directory descriptor), in a cgroup namespace where workers get one, with its parent-death
 /// signal, and then waits for its assignment on its own control socket like any launched worker.
 ///
-/// The zygote's side (the fork) lives in the program that is the zygote (python/src/core.cpp);
+/// The zygote's side (the fork) lives in the program that is the zygote (python/src/zygote.cpp);
 /// this header is the wire between the two, and the supervisor's side.
 
 #include <cstdint>
