@@ -15,7 +15,7 @@
 
 namespace isorun::sweep::python_trials {
 
-/// The task the Python worker serves a call under (python/src/core.cpp).
+/// The task the Python worker serves a call under (python/src/worker_side.cpp).
 inline constexpr const char* task_name = "isorun.python";
 
 /// Set in a trial's interpreter (and the check's): isorun.sweep() refuses to start a sweep
