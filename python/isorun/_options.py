@@ -146,7 +146,7 @@ def _cpus_per_call(value: Any) -> int:
 
 def _alloc_conf(value: Any) -> str:
     if not isinstance(value, str):
-        raise UsageError(f"alloc_conf takes the allocator's configuration as text (e.g. 'max_cached:1G'), not {value!r}")
+        raise UsageError(f"alloc_conf takes the allocator's configuration as text, not {value!r}")
     return value
 
 

@@ -221,94 +221,125 @@ def _run(spec: Spec, options: list[str], progress: bool, search: Any = None,
     program = _program()
     with tempfile.TemporaryDirectory(prefix="isorun-sweep-spec-") as folder:
         env = dict(os.environ)
-        spec = _with_search(spec, search, trials, folder, env)
-        if isinstance(spec, Mapping):
-            spec = dict(spec)
-            if callable(spec.get("python")):
-                spec["python"] = _target(spec["python"])
-            path = os.path.join(folder, "spec.yaml")
-            with open(path, "w", encoding="utf-8") as f:
-                json.dump(spec, f, indent=2)  # JSON is YAML
-        else:
-            path = os.fspath(spec)
-        env.setdefault("ISORUN_PYTHON", sys.executable)
-        # The trials' interpreters find modules as this one does.
-        env["PYTHONPATH"] = os.pathsep.join(p for p in [*sys.path, env.get("PYTHONPATH", "")] if p)
-        env["ISORUN_STOP_WITH_PARENT"] = str(os.getpid())  # it stops its trials if this process dies
-        error_file = os.path.join(folder, "error.json")
-        env["ISORUN_ERROR_FILE"] = error_file  # its refusal as a record, not words to scrape
+        spec, path = _spec_file(_with_search(spec, search, trials, folder, env), folder)
+        error_file = _command_env(env, folder)
         lines: list[str] = []
+        table: list[str] = []  # its stdout: the rank table, written to sys.stdout once the records are
         # A session of its own: a Ctrl-C at the terminal reaches this process alone, and it hands
         # the command exactly one SIGINT per interrupt, also where only this process is
         # interrupted (Jupyter's "interrupt the kernel").
-        table: list[str] = []  # its stdout: the rank table, written to sys.stdout once the records are
         with subprocess.Popen([program, "sweep", path, *options], stderr=subprocess.PIPE, text=True,
                               stdout=subprocess.DEVNULL if quiet else subprocess.PIPE,
                               errors="replace", env=env, start_new_session=True) as proc:
-            # The command's lines are echoed by a thread of their own, so that this one reads the
-            # journal while they come (or do not).
-            echo = threading.Thread(target=_echo, args=(proc, lines), name="isorun-sweep-stderr", daemon=True)
-            echo.start()
-            keep = threading.Thread(target=_keep, args=(proc, table), name="isorun-sweep-stdout", daemon=True)
-            keep.start()
-            tail: Optional[_JournalTail] = None
-            tally, bar, counts = _Tally(), None, None
-            interrupted = ended = False
-            try:
-                while not ended:
-                    try:
-                        ended = _ended(proc, _POLL_S)
-                    except KeyboardInterrupt:
-                        interrupted = True
-                        proc.send_signal(signal.SIGINT)  # it stops its trials; a second one at once
-                        continue
-                    if ended:
-                        echo.join()  # its last lines, then the journal's last records
-                        keep.join()
-                    if tail is None:
-                        out = next((o for o in map(_out_of, lines) if o), None)
-                        if out is None:
-                            continue
-                        tail = _JournalTail(out)
-                        counts = _counts(next(line for line in lines if _out_of(line)))
-                    records = tail.read()
-                    for record in records:
-                        tally.add(record)
-                    if bar is not None:
-                        bar.update(tally.done, tally.failed)
-                    elif progress and counts and counts[0]:
-                        # From what the journal holds at first (a resumed sweep's records): the
-                        # rate counts what ends from now on.
-                        bar = _progress.Progress(counts[0], "trials", tally.done, tally.failed)
-                    yield from records
-            finally:
-                if bar is not None:
-                    bar.close()
-                if not ended:  # the caller left the iterator, or its on_record raised
-                    _stop(proc)
-                    echo.join()  # (before the pipes they read are closed)
-                    keep.join()
+            followed = yield from _follow(proc, lines, table, progress)
         failure, said_why = _failure(error_file)
+    out, interrupted = followed
     if interrupted:
         raise KeyboardInterrupt
-    code = proc.returncode
+    _raise_for_exit(proc.returncode, failure, said_why, lines, path if isinstance(spec, dict) else None)
+    if out is None:  # (a sweep that ended well said where its results are)
+        raise Error(f"isorun sweep ended with exit code {proc.returncode}: {''.join(lines[-5:]).strip()}")
+    # Through sys.stdout (redirect_stdout, capsys, Jupyter), after the last record was handed over.
+    sys.stdout.write("".join(table))
+    sys.stdout.flush()
+    return out
+
+
+def _spec_file(spec: Spec, folder: str) -> tuple[Spec, str]:
+    """The spec as the command reads it: a file as given, or a mapping written into ``folder`` as
+    JSON (which is YAML), a function named by ``python`` as the module:name the trials import."""
+    if not isinstance(spec, Mapping):
+        return spec, os.fspath(spec)
+    spec = dict(spec)
+    if callable(spec.get("python")):
+        spec["python"] = _target(spec["python"])
+    path = os.path.join(folder, "spec.yaml")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(spec, f, indent=2)
+    return spec, path
+
+
+def _command_env(env: dict[str, str], folder: str) -> str:
+    """Sets what the command needs in ``env`` (the trials' interpreter and its module path, this
+    process as the one it stops with); returns the file its failure record goes to."""
+    env.setdefault("ISORUN_PYTHON", sys.executable)
+    # The trials' interpreters find modules as this one does.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [*sys.path, env.get("PYTHONPATH", "")] if p)
+    env["ISORUN_STOP_WITH_PARENT"] = str(os.getpid())  # it stops its trials if this process dies
+    error_file = os.path.join(folder, "error.json")
+    env["ISORUN_ERROR_FILE"] = error_file  # its refusal as a record, not words to scrape
+    return error_file
+
+
+def _follow(proc: subprocess.Popen, lines: list[str], table: list[str],
+            progress: bool) -> Generator[dict[str, Any], None, tuple[Optional[str], bool]]:
+    """Yields the records the running command journals, until it ends (or the caller leaves, which
+    stops it); returns its output folder (None if it never said) and whether Ctrl-C stopped it.
+    Its stderr lines go to ``lines`` and its stdout to ``table``, each read by a thread of its own,
+    so that this one reads the journal while they come (or do not)."""
+    echo = threading.Thread(target=_echo, args=(proc, lines), name="isorun-sweep-stderr", daemon=True)
+    echo.start()
+    keep = threading.Thread(target=_keep, args=(proc, table), name="isorun-sweep-stdout", daemon=True)
+    keep.start()
+    tail: Optional[_JournalTail] = None
+    out: Optional[str] = None
+    tally, bar, counts = _Tally(), None, None
+    interrupted = ended = False
+    try:
+        while not ended:
+            try:
+                ended = _ended(proc, _POLL_S)
+            except KeyboardInterrupt:
+                interrupted = True
+                proc.send_signal(signal.SIGINT)  # it stops its trials; a second one at once
+                continue
+            if ended:
+                echo.join()  # its last lines, then the journal's last records
+                keep.join()
+            if tail is None:
+                out = next((o for o in map(_out_of, lines) if o), None)
+                if out is None:
+                    continue
+                tail = _JournalTail(out)
+                counts = _counts(next(line for line in lines if _out_of(line)))
+            records = tail.read()
+            for record in records:
+                tally.add(record)
+            if bar is not None:
+                bar.update(tally.done, tally.failed)
+            elif progress and counts and counts[0]:
+                # From what the journal holds at first (a resumed sweep's records): the rate counts
+                # what ends from now on.
+                bar = _progress.Progress(counts[0], "trials", tally.done, tally.failed)
+            yield from records
+    finally:
+        if bar is not None:
+            bar.close()
+        if not ended:  # the caller left the iterator, or its on_record raised
+            _stop(proc)
+            echo.join()  # (before the pipes they read are closed)
+            keep.join()
+    return out, interrupted
+
+
+def _raise_for_exit(code: Optional[int], failure: str, said_why: str, lines: list[str],
+                    written: Optional[str]) -> None:
+    """The exception for how the command ended, if it did not end with its results (exit 0, or 1
+    where trials failed): its refusal as :class:`UsageError` (the spec file ``written`` here
+    called "spec"), Ctrl-C, a failed searcher."""
     said = "".join(lines[-5:]).strip()
     if code == 2:
         # The command's own words, from its failure record, and "the spec" for the file written here.
         message = (said_why if failure == "usage" else "") or said or "isorun sweep refused the spec"
-        if isinstance(spec, dict):
-            message = message.replace(path + ": ", "spec: ")
+        if written:
+            message = message.replace(written + ": ", "spec: ")
         raise UsageError(message)
     if code == 130:
         raise KeyboardInterrupt
     if code == 1 and failure == "search_error":  # (failed trials exit 1 too; the record tells them apart)
         raise Error(said_why)
-    if code not in (0, 1) or tail is None or out is None:  # (out is known once tail is)
+    if code not in (0, 1):
         raise Error(f"isorun sweep ended with exit code {code}: {said}")
-    # Through sys.stdout (redirect_stdout, capsys, Jupyter), after the last record was handed over.
-    sys.stdout.write("".join(table))
-    sys.stdout.flush()
-    return out
 
 
 def _failure(error_file: str) -> tuple[str, str]:
