@@ -91,29 +91,16 @@ std::int64_t parse_duration_ms(const std::string& text) {
   }
 }
 
-/// What the Python layer resolved from the user's options.
-struct call_options {
-  std::optional<int> gpu;
-  std::vector<int> gpus;
-  int gpu_count = 0;
-  std::uint64_t mem_limit = 0;
-  std::int64_t timeout_ms = 0;
-  std::int64_t grace_ms = 5000;
-  std::string alloc_conf;
-  std::vector<std::string> env;
-  bool echo_stderr = true;
+/// What the Python layer resolved from the user's options (_options.py): isolated()'s own, as the
+/// C++ API has them, and what only a Python call has.
+struct call_options : isorun::isolated_options {
   /// Where the worker's output goes when the caller reads it (capture_output, or a sys.stdout
   /// that is not fd 1): its stdout replaced at the assignment, and the live copy of its stderr;
   /// -1: as the runner has them (this process's stdout; stderr to fd 2 when echo_stderr).
   int stdout_fd = -1;
   int stderr_fd = -1;
-  std::size_t standby = 0;
-  bool warm_context = false;
-  bool early_result = false;
   /// A small result of a CPU call handed over as it arrives (job_spec::early_small_result).
   bool early_small_result = false;
-  std::uint64_t host_mem_limit = 0;
-  unsigned cpus_per_call = 0;
   /// Workers forked from a zygote (start="zygote"), kept `standby` waiting, not exec'd each.
   bool zygote = false;
   /// Not 0: the pool is adaptive (start="auto"): dormant after this long without a call.
@@ -404,21 +391,9 @@ class py_job {
 isorun::runner::job_spec python_job_spec(isorun::blob request, std::vector<std::string> argv,
                                          const std::vector<std::string>& launch_env, const call_options& o, bool on_gpu,
                                          isorun::isolated_options& opts) {
-  opts.gpu = o.gpu;
-  opts.gpus = o.gpus;
-  opts.gpu_count = o.gpu_count;
-  opts.mem_limit = o.mem_limit;
-  opts.host_mem_limit = o.host_mem_limit;
-  opts.cpus_per_call = o.cpus_per_call;
-  opts.timeout = std::chrono::milliseconds(o.timeout_ms);
-  opts.grace = std::chrono::milliseconds(o.grace_ms);
-  opts.alloc_conf = o.alloc_conf;
+  opts = o;  // isolated()'s options, as the C++ API has them; the launch's variables first
   opts.env = launch_env;
   opts.env.insert(opts.env.end(), o.env.begin(), o.env.end());
-  opts.echo_stderr = o.echo_stderr;
-  opts.standby = o.standby;
-  opts.warm_context = o.warm_context;
-  opts.early_result = o.early_result;
   // Checked now (a GPU that does not exist, a cap larger than it); admission says which GPUs.
   auto placed = isorun::runner::place_job(isorun::gpus(), isorun::runner::gpu_request_for(opts), false, opts.mem_limit);
   // Under a cap on a GPU the worker runs with the driver-API cap library preloaded; its region
@@ -446,12 +421,7 @@ isorun::runner::job_spec python_job_spec(isorun::blob request, std::vector<std::
 /// GPUs), and the cores it gets (its thread limits) in `cpus_per_call`.
 isorun::runner::admission_request python_request(const call_options& o, isorun::runner::admission& first, bool executor,
                                                  unsigned& cpus_per_call) {
-  isorun::isolated_options placement;
-  placement.gpu = o.gpu;
-  placement.gpus = o.gpus;
-  placement.gpu_count = o.gpu_count;
-  placement.mem_limit = o.mem_limit;
-  placement.cpus_per_call = o.cpus_per_call;
+  isorun::isolated_options placement = o;
   auto request = isorun::runner::admission_request_at(first, executor, placement);
   cpus_per_call = placement.cpus_per_call;
   return request;
@@ -596,25 +566,32 @@ std::pair<std::vector<std::vector<int>>, std::string> plan_slots(std::vector<int
 
 // Its types: the options of a call, an admission, a call in flight, how calls are launched.
 void bind_types(nb::module_& m) {
+  // isolated_options' fields under their own names (the durations in milliseconds), then the
+  // Python call's own.
+  using ms = std::chrono::milliseconds;
   nb::class_<call_options>(m, "CallOptions")
       .def(nb::init<>())
       .def_rw("gpu", &call_options::gpu, nb::arg("gpu").none())
       .def_rw("gpus", &call_options::gpus)
       .def_rw("gpu_count", &call_options::gpu_count)
       .def_rw("mem_limit", &call_options::mem_limit)
-      .def_rw("timeout_ms", &call_options::timeout_ms)
-      .def_rw("grace_ms", &call_options::grace_ms)
+      .def_prop_rw(
+          "timeout_ms", [](const call_options& o) { return o.timeout.count(); },
+          [](call_options& o, std::int64_t v) { o.timeout = ms(v); })
+      .def_prop_rw(
+          "grace_ms", [](const call_options& o) { return o.grace.count(); },
+          [](call_options& o, std::int64_t v) { o.grace = ms(v); })
       .def_rw("alloc_conf", &call_options::alloc_conf)
       .def_rw("env", &call_options::env)
       .def_rw("echo_stderr", &call_options::echo_stderr)
-      .def_rw("stdout_fd", &call_options::stdout_fd)
-      .def_rw("stderr_fd", &call_options::stderr_fd)
       .def_rw("standby", &call_options::standby)
       .def_rw("warm_context", &call_options::warm_context)
       .def_rw("early_result", &call_options::early_result)
-      .def_rw("early_small_result", &call_options::early_small_result)
       .def_rw("host_mem_limit", &call_options::host_mem_limit)
       .def_rw("cpus_per_call", &call_options::cpus_per_call)
+      .def_rw("stdout_fd", &call_options::stdout_fd)
+      .def_rw("stderr_fd", &call_options::stderr_fd)
+      .def_rw("early_small_result", &call_options::early_small_result)
       .def_rw("zygote", &call_options::zygote)
       .def_rw("linger_ms", &call_options::linger_ms);
 
