@@ -20,7 +20,7 @@ class ImportFailed(Exception):
     """The trial's module was found, and importing it raised (``__cause__``): a missing package it
     imports, a ``SystemExit`` from its module-level ``argparse``, ..."""
 
-#: Set in a sweep trial's interpreter (sweep/src/python_trials.hpp, trial_env).
+#: Set in a sweep trial's interpreter (sweep/src/trials/python_trials.hpp, trial_env).
 TRIAL_ENV = "ISORUN_SWEEP_TRIAL"
 
 

@@ -625,6 +625,31 @@ void bind_types(nb::module_& m) {
            "and the calls' options; made into the job its calls share.");
 }
 
+// The result segments this process keeps for reuse, and where its output goes.
+void bind_segments(nb::module_& m) {
+  m.def(
+      "set_segment_idle_limit",
+      [](std::uint64_t bytes) { isorun::serialization::segment_pool::instance().set_idle_limit(bytes); }, "bytes"_a,
+      "Most bytes of idle result and request segments kept for reuse; the rest are closed.");
+  m.def(
+      "set_segment_linger",
+      [](std::uint64_t bytes, std::int64_t linger_ms) {
+        isorun::serialization::segment_pool::instance().set_linger(bytes, std::chrono::milliseconds(linger_ms));
+      },
+      "bytes"_a, "linger_ms"_a,
+      "Beyond the idle limit, segments released in the last linger_ms are kept too, up to bytes idle in all.");
+  m.def(
+      "segment_idle_bytes", [] { return isorun::serialization::segment_pool::instance().idle_bytes(); },
+      "Bytes of the idle segments the pool keeps now (memory that stays resident).");
+  m.def(
+      "stdout_is_pipe",
+      [] {
+        struct stat st {};
+        return ::fstat(STDOUT_FILENO, &st) == 0 && S_ISFIFO(st.st_mode);
+      },
+      "Whether this process's fd 1 is a pipe.");
+}
+
 }  // namespace
 
 namespace isorun_python {
@@ -693,27 +718,7 @@ void bind_caller(nb::module_& m) {
       "Per standby pool of this process: whether it forks from a zygote, is adaptive and dormant now, its "
       "waiting workers' pids, its zygote's pid (-1: none), calls that found a worker waiting (hits) or not "
       "(misses), and its launch environment.");
-  m.def(
-      "set_segment_idle_limit",
-      [](std::uint64_t bytes) { isorun::serialization::segment_pool::instance().set_idle_limit(bytes); }, "bytes"_a,
-      "Most bytes of idle result and request segments kept for reuse; the rest are closed.");
-  m.def(
-      "set_segment_linger",
-      [](std::uint64_t bytes, std::int64_t linger_ms) {
-        isorun::serialization::segment_pool::instance().set_linger(bytes, std::chrono::milliseconds(linger_ms));
-      },
-      "bytes"_a, "linger_ms"_a,
-      "Beyond the idle limit, segments released in the last linger_ms are kept too, up to bytes idle in all.");
-  m.def(
-      "segment_idle_bytes", [] { return isorun::serialization::segment_pool::instance().idle_bytes(); },
-      "Bytes of the idle segments the pool keeps now (memory that stays resident).");
-  m.def(
-      "stdout_is_pipe",
-      [] {
-        struct stat st {};
-        return ::fstat(STDOUT_FILENO, &st) == 0 && S_ISFIFO(st.st_mode);
-      },
-      "Whether this process's fd 1 is a pipe.");
+  bind_segments(m);
 }
 
 }  // namespace isorun_python

@@ -83,7 +83,7 @@ namespace {
 PyObject* python_entry = nullptr;
 PyObject* python_json_entry = nullptr;
 
-// A sweep's trial (sweep/src/python_trials.hpp): the request names the function and its keyword
+// A sweep's trial (sweep/src/trials/python_trials.hpp): the request names the function and its keyword
 // arguments in JSON, and the result is the task's JSON result, {"result": {...}}.
 void run_python_json(const std::string& request, isorun::worker::result_sink& sink) {
   bool ok = false;

@@ -18,7 +18,7 @@
 
 namespace isorun::sweep {
 
-struct run_state;  // what the run's parts share (sweep/src/run_state.hpp)
+struct run_state;  // what the run's parts share (sweep/src/engine/run_state.hpp)
 
 /// What a finished (or interrupted) sweep did.
 struct sweep_summary {

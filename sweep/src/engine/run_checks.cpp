@@ -10,9 +10,10 @@
 #include <cstring>
 #include <filesystem>
 
-#include "backends.hpp"
-#include "early_stop.hpp"
-#include "folder.hpp"
+#include "backends/backends.hpp"
+#include "backends/local_backend.hpp"
+#include "engine/folder.hpp"
+#include "engine/run_state.hpp"
 #include "isorun/alloc/config.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/gpu_packer.hpp"
@@ -20,8 +21,7 @@
 #include "isorun/runner/suggest.hpp"
 #include "isorun/runner/units.hpp"
 #include "isorun/sweep/report.hpp"
-#include "local_backend.hpp"
-#include "run_state.hpp"
+#include "search/early_stop.hpp"
 
 namespace isorun::sweep {
 

@@ -13,13 +13,13 @@
 #include <string>
 #include <vector>
 
-#include "folder.hpp"
+#include "engine/folder.hpp"
 #include "isorun/sweep/journal.hpp"
 #include "isorun/sweep/report_log.hpp"
 #include "isorun/sweep/sweep_options.hpp"
 #include "isorun/sweep/trial_backend.hpp"
 #include "isorun/sweep/trial_source.hpp"
-#include "trial_program.hpp"
+#include "trials/trial_program.hpp"
 
 namespace isorun::sweep {
 

@@ -11,10 +11,10 @@
 #include "isorun/runner/printable.hpp"
 #include "isorun/sweep/report.hpp"
 #include "isorun/sweep/spec.hpp"
-#include "report_charts.hpp"
-#include "report_data.hpp"
-#include "svg.hpp"
-#include "timeline_svg.hpp"
+#include "report/report_charts.hpp"
+#include "report/report_data.hpp"
+#include "report/svg.hpp"
+#include "report/timeline_svg.hpp"
 
 namespace isorun::sweep {
 namespace fs = std::filesystem;

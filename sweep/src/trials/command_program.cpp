@@ -7,7 +7,7 @@
 
 #include "isorun/runner/process.hpp"
 #include "isorun/runner/suggest.hpp"
-#include "trial_program.hpp"
+#include "trials/trial_program.hpp"
 
 namespace isorun::sweep {
 namespace {

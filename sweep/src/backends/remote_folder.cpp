@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "folder.hpp"
+#include "engine/folder.hpp"
 #include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/sweep/report_lines.hpp"

@@ -6,7 +6,7 @@
 #include "isorun/runner/suggest.hpp"
 #include "isorun/runner/task_arguments.hpp"
 #include "isorun/worker/task.hpp"
-#include "trial_program.hpp"
+#include "trials/trial_program.hpp"
 
 namespace isorun::sweep {
 namespace {

@@ -1,5 +1,5 @@
-#include "python_trials.hpp"
-#include "trial_program.hpp"
+#include "trials/python_trials.hpp"
+#include "trials/trial_program.hpp"
 
 #include <cstdlib>
 #include <filesystem>

@@ -1,5 +1,5 @@
 // Files in a sweep's output folder: by name, inside the folder, not through links.
-#include "folder.hpp"
+#include "engine/folder.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

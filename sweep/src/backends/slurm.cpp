@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "folder.hpp"
+#include "engine/folder.hpp"
 #include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/process.hpp"

@@ -8,11 +8,11 @@
 #include <set>
 #include <utility>
 
+#include "engine/run_state.hpp"
 #include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/sweep/pbt.hpp"
-#include "run_state.hpp"
-#include "searcher_source.hpp"
+#include "search/searcher_source.hpp"
 
 namespace isorun::sweep {
 

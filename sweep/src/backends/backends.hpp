@@ -7,8 +7,8 @@
 #include <memory>
 #include <string_view>
 
+#include "engine/run_state.hpp"
 #include "isorun/sweep/trial_backend.hpp"
-#include "run_state.hpp"
 
 namespace isorun::sweep {
 

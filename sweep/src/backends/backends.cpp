@@ -1,4 +1,4 @@
-#include "backends.hpp"
+#include "backends/backends.hpp"
 
 #include <array>
 #include <optional>
@@ -6,8 +6,8 @@
 #include <string>
 #include <utility>
 
-#include "local_backend.hpp"
-#include "slurm_backend.hpp"
+#include "backends/local_backend.hpp"
+#include "backends/slurm_backend.hpp"
 
 namespace isorun::sweep {
 

@@ -1,6 +1,6 @@
 // The local backend: lane threads take attempts from one queue and run each in a fresh capped
 // worker (or the sweep's command) on their slot, or on GPUs the packer gives them.
-#include "local_backend.hpp"
+#include "backends/local_backend.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,7 +13,7 @@
 #include <limits>
 #include <utility>
 
-#include "folder.hpp"
+#include "engine/folder.hpp"
 #include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/command.hpp"
 #include "isorun/runner/driver_cap.hpp"
@@ -22,7 +22,7 @@
 #include "isorun/runner/worker_env.hpp"
 #include "isorun/serialization/machine.hpp"
 #include "isorun/sweep/report_lines.hpp"
-#include "trial_program.hpp"
+#include "trials/trial_program.hpp"
 
 namespace isorun::sweep {
 

@@ -17,7 +17,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "folder.hpp"
+#include "engine/folder.hpp"
 #include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/printable.hpp"

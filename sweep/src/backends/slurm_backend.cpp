@@ -1,4 +1,4 @@
-#include "slurm_backend.hpp"
+#include "backends/slurm_backend.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "folder.hpp"
+#include "engine/folder.hpp"
 #include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/printable.hpp"

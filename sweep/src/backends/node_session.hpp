@@ -11,8 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/run_state.hpp"
 #include "isorun/sweep/remote_folder.hpp"
-#include "run_state.hpp"
 
 namespace isorun::sweep {
 

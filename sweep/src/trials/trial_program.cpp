@@ -1,4 +1,4 @@
-#include "trial_program.hpp"
+#include "trials/trial_program.hpp"
 
 namespace isorun::sweep {
 

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "isorun/runner/suggest.hpp"
-#include "trial_program.hpp"
+#include "trials/trial_program.hpp"
 
 namespace isorun::sweep {
 using nlohmann::json;

@@ -10,8 +10,10 @@
 #include <set>
 #include <utility>
 
-#include "backends.hpp"
-#include "early_stop.hpp"
+#include "backends/backends.hpp"
+#include "backends/node_session.hpp"
+#include "engine/progress.hpp"
+#include "engine/run_state.hpp"
 #include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/printable.hpp"
@@ -23,11 +25,9 @@
 #include "isorun/sweep/report_log.hpp"
 #include "isorun/sweep/scheduler.hpp"
 #include "isorun/sweep/stop_source.hpp"
-#include "node_session.hpp"
-#include "progress.hpp"
-#include "run_state.hpp"
-#include "searcher_source.hpp"
-#include "trial_program.hpp"
+#include "search/early_stop.hpp"
+#include "search/searcher_source.hpp"
+#include "trials/trial_program.hpp"
 
 namespace isorun::sweep {
 

@@ -1,5 +1,5 @@
 // The report's SVG primitives (see svg.hpp).
-#include "svg.hpp"
+#include "report/svg.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 // A trial source that asks a searcher program (searcher_source.hpp).
-#include "searcher_source.hpp"
+#include "search/searcher_source.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -14,7 +14,7 @@
 #include <cstring>
 #include <limits>
 
-#include "folder.hpp"
+#include "engine/folder.hpp"
 #include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/containment.hpp"
 #include "isorun/runner/errors.hpp"
@@ -24,7 +24,7 @@
 #include "isorun/runner/worker_env.hpp"
 #include "isorun/sweep/errors.hpp"
 #include "isorun/sweep/journal.hpp"
-#include "python_trials.hpp"
+#include "trials/python_trials.hpp"
 
 namespace isorun::sweep {
 

@@ -1,5 +1,5 @@
 // Memory timelines: read and checked as a crafted file may be, and drawn (see timeline_svg.hpp).
-#include "timeline_svg.hpp"
+#include "report/timeline_svg.hpp"
 
 #include <fcntl.h>
 
@@ -12,11 +12,11 @@
 #include <stdexcept>
 #include <vector>
 
-#include "folder.hpp"
+#include "engine/folder.hpp"
 #include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/unique_fd.hpp"
 #include "isorun/sweep/memory_timeline.hpp"
-#include "svg.hpp"
+#include "report/svg.hpp"
 
 namespace isorun::sweep {
 namespace fs = std::filesystem;

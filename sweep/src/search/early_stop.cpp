@@ -1,5 +1,5 @@
 // Early stopping in a sweep (early_stop.hpp).
-#include "early_stop.hpp"
+#include "search/early_stop.hpp"
 
 #include <limits>
 

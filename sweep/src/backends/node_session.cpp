@@ -1,4 +1,4 @@
-#include "node_session.hpp"
+#include "backends/node_session.hpp"
 
 #include <chrono>
 #include <condition_variable>

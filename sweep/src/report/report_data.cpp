@@ -1,5 +1,5 @@
 // A report's data, read from a sweep's output folder as a damaged or crafted one may hold it.
-#include "report_data.hpp"
+#include "report/report_data.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -14,14 +14,14 @@
 #include <tuple>
 #include <unordered_set>
 
-#include "folder.hpp"
+#include "engine/folder.hpp"
 #include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/unique_fd.hpp"
 #include "isorun/sweep/report_log.hpp"
 #include "isorun/sweep/spec.hpp"
 #include "isorun/sweep/stop_rule.hpp"
-#include "timeline_svg.hpp"
+#include "report/timeline_svg.hpp"
 
 namespace isorun::sweep {
 namespace fs = std::filesystem;

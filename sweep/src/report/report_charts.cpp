@@ -1,5 +1,5 @@
 // The report's charts (see report_charts.hpp), drawn with svg.hpp.
-#include "report_charts.hpp"
+#include "report/report_charts.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -11,8 +11,8 @@
 #include <unordered_map>
 
 #include "isorun/sweep/spec.hpp"
-#include "report_data.hpp"
-#include "svg.hpp"
+#include "report/report_data.hpp"
+#include "report/svg.hpp"
 
 namespace isorun::sweep {
 using nlohmann::json;

@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "folder.hpp"
+#include "engine/folder.hpp"
 #include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/unique_fd.hpp"
