@@ -12,18 +12,11 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
-#include <dirent.h>
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
-
-#include <linux/sched.h>
 
 #include <algorithm>
 #include <array>
@@ -33,11 +26,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -58,7 +49,6 @@
 #include "isorun/runner/queued_job.hpp"
 #include "isorun/runner/standby.hpp"
 #include "isorun/runner/units.hpp"
-#include "isorun/runner/zygote.hpp"
 #include "isorun/serialization/control.hpp"
 #include "isorun/serialization/protocol.hpp"
 #include "isorun/serialization/segment_pool.hpp"

@@ -5,64 +5,26 @@
 // caller sees it).
 // bounds before the caller sees it; the Python side then parses it bounds-checked.
 #include <nanobind/nanobind.h>
-#include <nanobind/ndarray.h>
-#include <nanobind/stl/optional.h>
-#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
-#include <nanobind/stl/vector.h>
 
-#include <dirent.h>
 #include <dlfcn.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
-#include <linux/sched.h>
-
 #include <algorithm>
-#include <array>
-#include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <thread>
-#include <unordered_map>
-#include <utility>
 #include <vector>
 
 #include "isorun/preload/cap_region.hpp"
-#include "isorun/runner/admission.hpp"
-#include "isorun/runner/driver_cap.hpp"
 #include "isorun/runner/errors.hpp"
-#include "isorun/runner/executor.hpp"
-#include "isorun/runner/isolated.hpp"
-#include "isorun/runner/job.hpp"
-#include "isorun/runner/launcher.hpp"
-#include "isorun/runner/placement.hpp"
-#include "isorun/runner/queued_job.hpp"
-#include "isorun/runner/standby.hpp"
-#include "isorun/runner/units.hpp"
-#include "isorun/runner/zygote.hpp"
-#include "isorun/serialization/control.hpp"
 #include "isorun/serialization/protocol.hpp"
-#include "isorun/serialization/segment_pool.hpp"
-#include "isorun/serialization/shm_segment.hpp"
-#include "isorun/serialization/wire.hpp"
 #include "isorun/worker/init.hpp"
 #include "isorun/worker/task.hpp"
 #include "module.hpp"
