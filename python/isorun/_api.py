@@ -42,9 +42,6 @@ if TYPE_CHECKING:
 __all__ = ["isolated", "IsolatedFunction", "IsolatedFuture", "map", "stop_standby", "pool_stats", "PoolStats"]
 
 R = TypeVar("R")
-Size = _options.Size
-_size = _options.size
-check_option_names = _options.check_names
 
 
 class _Options:

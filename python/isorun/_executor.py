@@ -10,7 +10,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Callable, Optional, TypeVar, Union, cast
 
 from . import _core, _progress
-from ._api import IsolatedFunction, IsolatedFuture, Size, _in_flight, _Options, _size, check_option_names
+from ._api import IsolatedFunction, IsolatedFuture, _in_flight, _Options
+from ._options import Size
+from ._options import check_names as check_option_names
+from ._options import size as _size
 from ._outcome import Result
 from .errors import UsageError
 

@@ -719,7 +719,7 @@ json search_sample(const search_spec& r, const json& constants) {
 
 // scheduler: {type: pbt, interval: 5, quantile: 0.25, resample_probability: 0.25, seed: 0,
 // population: N, mutations: {lr: perturb, dropout: {uniform: [0, 0.5]}}}. What it needs of the rest
-// of the spec (checkpoints, a metric, the population) is checked in parse_yaml.
+// of the spec (checkpoints, a metric, the population) is checked by check_pbt.
 void parse_pbt(const YAML::Node& n, sweep_spec& s, int& population) {
   pbt_spec p;
   p.line = line_of(n);
