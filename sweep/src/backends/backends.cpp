@@ -3,6 +3,7 @@
 #include <array>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -63,10 +64,16 @@ const std::array<backend_kind, 2> backends{{
      .make = make_slurm},
 }};
 
+const backend_kind& named(std::string_view name) {
+  for (const auto& k : backends)
+    if (k.name == name) return k;
+  throw std::logic_error("no backend named " + std::string(name));
+}
+
 }  // namespace
 
 const backend_kind& backend_of(const sweep_spec& s, const sweep_options& options) {
-  return s.slurm && options.node.empty() ? backends[1] : backends[0];
+  return named(s.slurm && options.node.empty() ? "slurm" : "local");
 }
 
 }  // namespace isorun::sweep

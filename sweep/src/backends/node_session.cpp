@@ -63,13 +63,14 @@ node_session::~node_session() = default;
 void node_session::queue_trials(run_state& st) {
   const sweep_spec& s = st.s;
   const slurm::assignment a = slurm::node_trials(st.opt.node);
+  const remote_folder shared(st.out, "slurm");  // where a record waits to be journaled
   for (std::size_t i : a.trials) {
     if (const auto made = a.made.find(i); made != a.made.end())
       st.made[i] = {i, made->second.id, made->second.params, made->second.origin};
     else if (i >= s.trials.size())
       throw usage_error("--node " + st.opt.node + " lists trial " + std::to_string(i) + ", but the sweep has " +
                         std::to_string(s.trials.size()));
-    if (!remote_folder(st.out, "slurm").has_record(trial_at(st, i).id)) st.queue.push_back(i);
+    if (!shared.has_record(trial_at(st, i).id)) st.queue.push_back(i);
   }
 }
 
