@@ -133,28 +133,35 @@ std::string grows_segments(std::uint64_t to) {
 // (so the worker cannot seal its result) and says so; then the worker returns a 1 MiB blob of
 // 'a' written in place. Once the FIFO `dir`/go is opened, the child unmaps and tries to shrink
 // each segment to nothing, and writes "refused changed" to the FIFO `dir`/report.
+// (The worker has threads: its child makes only system calls. Anything that allocates could
+// wait for ever on a lock another thread held at the fork.)
 isorun::blob shrinks_later(const std::string& dir) {
   int mapped[2];
   if (::pipe(mapped) != 0) throw std::runtime_error("pipe");
   isorun::blob b = isorun::this_worker().output_blob(1 << 20);  // the result segment, grown and mapped
   std::memset(b.mutable_data(), 'a', b.size());
+  const std::vector<int> segments = held_segments();
+  const std::string go = dir + "/go", report = dir + "/report";
+  std::vector<std::pair<int, void*>> maps;
+  maps.reserve(segments.size());
   if (::fork() == 0) {
     ::setsid();
-    std::vector<std::pair<int, void*>> maps;
-    for (int fd : held_segments()) {
+    for (int fd : segments) {
       struct stat st {};
       if (::fstat(fd, &st) == 0 && st.st_size > 0)
         maps.emplace_back(fd, ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
     }
     ::close(mapped[0]);
-    ::close(mapped[1]);                 // the worker's read returns
-    { std::ifstream go(dir + "/go"); }  // blocks until the test opens it
+    ::close(mapped[1]);                     // the worker's read returns
+    ::close(::open(go.c_str(), O_RDONLY));  // blocks until the test opens it
     int refused = 0, changed = 0;
     for (auto [fd, m] : maps) {
       if (m != MAP_FAILED) ::munmap(m, 4096);
       (::ftruncate(fd, 0) == 0 ? changed : refused) += 1;
     }
-    std::ofstream(dir + "/report") << refused << " " << changed << std::endl;
+    const char line[] = {static_cast<char>('0' + refused), ' ', static_cast<char>('0' + changed), '\n'};
+    const int out = ::open(report.c_str(), O_WRONLY);
+    [[maybe_unused]] auto n = ::write(out, line, sizeof line);
     ::_exit(0);
   }
   ::close(mapped[1]);
@@ -171,11 +178,12 @@ isorun::blob shrinks_later(const std::string& dir) {
 std::string leaves_cgroup(const std::string& where) {
   int report[2];
   if (::pipe(report) != 0) throw std::runtime_error("pipe");
+  const std::string procs_file = where + "/cgroup.procs";  // (made here: the child only makes system calls)
   const pid_t child = ::fork();
   if (child < 0) throw std::runtime_error("fork failed");
   if (child == 0) {
     ::close(report[0]);
-    const int procs = ::open((where + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+    const int procs = ::open(procs_file.c_str(), O_WRONLY | O_CLOEXEC);
     const int err = procs < 0 ? errno : ::write(procs, "0", 1) == 1 ? 0 : errno;
     [[maybe_unused]] auto n = ::write(report[1], &err, sizeof err);
     if (err != 0) ::_exit(0);
