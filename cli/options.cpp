@@ -250,11 +250,10 @@ const option_row table[] = {
      [](cli_options& o, const std::string& f, const std::string& v) { o.sweep.top = whole_number(f, v); }},
     {"--wait", nullptr, in_sweep, "if another sweep uses the output folder, wait for it instead of failing",
      [](cli_options& o, const std::string&, const std::string&) { o.sweep.wait = true; }},
-    {"--backend", "B", in_sweep,
-     "local (this machine; the default) or slurm (job arrays through sbatch; the spec's resources "
-     "give partition, time, gpus_per_node, trials_per_task, ...)",
+    {"--backend", "B", in_sweep, sweep::backend_choices().c_str(),
      [](cli_options& o, const std::string& f, const std::string& v) {
-       if (v != "local" && v != "slurm") throw usage_error(f + " " + v + ": expected local or slurm");
+       sweep::sweep_spec probe;  // (the spec's table of backends says which names there are)
+       if (!sweep::select_backend(probe, v)) throw usage_error(f + " " + v + ": expected " + sweep::backend_choices());
        o.sweep.backend = v;
      }},
     {"--detach", nullptr, in_sweep,

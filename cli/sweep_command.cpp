@@ -71,9 +71,7 @@ void apply_flags(const cli_options& o, sweep::sweep_spec& s) {
   if (f.fail_fast) s.fail_fast = true;
   if (f.metric) s.metric = *f.metric;
   if (f.scheduler) s.early_stopping = *f.scheduler;
-  if (f.backend == "slurm" && !s.slurm) s.slurm.emplace();
-  if (f.backend == "local") s.slurm.reset();
-  if (f.detach && !s.slurm) throw usage_error("--detach goes with the Slurm backend (--backend slurm)");
+  if (!f.backend.empty()) sweep::select_backend(s, f.backend);  // (checked as the flag was read)
   if (const bool wants_gpus = s.all_gpus || !s.gpus.empty(); !f.node.empty() && wants_gpus)
     if (auto given = sweep::slurm::assigned_gpus()) {  // an array task: the GPUs Slurm gave it
       s.gpus = *given;
@@ -148,11 +146,13 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libs) {
   try {
     sweep::sweep_spec s = read_spec(o);
     apply_flags(o, s);
-    // A Slurm submitter runs nothing itself: its trials' slots are on the nodes.
-    const bool submitter = s.slurm && o.sweep.node.empty();
-    const auto plan = submitter ? runner::slot_plan{{runner::slot{}}, "Slurm job arrays"}
-                                : sweep::plan_slots(s, runner::gpu_inventory::detect());
-    sweep::sweep_run sweep(s, plan.slots, run_options(o, libs));  // checks everything and locks the folder
+    sweep::sweep_options options = run_options(o, libs);
+    // A backend whose trials run elsewhere (a cluster's submitter) runs nothing itself: its
+    // trials' slots are on its nodes.
+    const bool here = sweep::backend_traits_of(s, options).runs_here;
+    const auto plan = here ? sweep::plan_slots(s, runner::gpu_inventory::detect())
+                           : runner::slot_plan{{runner::slot{}}, "backend " + std::string(sweep::backend_name(s))};
+    sweep::sweep_run sweep(s, plan.slots, std::move(options));  // checks everything and locks the folder
     const std::string& where = sweep.out();
     for (const auto& w : sweep.warnings()) std::fprintf(stderr, "isorun: warning: %s\n", printable(w).c_str());
     const std::string spans = sweep::spans_gpus(s) ? "; each trial on " + sweep::gpus_per_trial_text(s) + " GPUs" : "";

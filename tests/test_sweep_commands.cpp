@@ -168,6 +168,23 @@ TEST_CASE("bad command sweeps: exit 2 with the reason, nothing started", "[sweep
   CHECK(r.code == 2);
   CHECK_THAT(r.err, Catch::Contains("spec.yaml: line 4: parameter 'unused' is not used by the command"));
   CHECK_FALSE(fs::exists(out));
+  // Backends: a name the table has not, in the spec or the flag; --detach where trials run here.
+  std::ofstream(dir + "/spec.yaml", std::ios::trunc)
+      << "command: [echo, \"{lr}\"]\nparams:\n  lr: [1]\nresources:\n  backend: kubernetes\n";
+  r = isorun::test::run_captured(ISORUN_CLI, {"sweep", dir + "/spec.yaml", "--out", out});
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("spec.yaml: line 5") && Catch::Contains("backend is local (") &&
+                        Catch::Contains(" or slurm ("));
+  r = isorun::test::run_captured(ISORUN_CLI,
+                                 {"sweep", "--grid", "lr=1", "--backend", "k8s", "--out", out, "--", "echo", "{lr}"});
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--backend k8s: expected local (") && Catch::Contains(" or slurm ("));
+  r = isorun::test::run_captured(ISORUN_CLI,
+                                 {"sweep", "--grid", "lr=1", "--detach", "--out", out, "--", "echo", "{lr}"});
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--detach: backend local runs its trials in this process") &&
+                        Catch::Contains("backends that can: slurm"));
+  CHECK_FALSE(fs::exists(out));
   fs::remove_all(dir);
 }
 TEST_CASE("the Python example sweeps train.py and ranks its trials by accuracy", "[sweep][command][example]") {

@@ -73,7 +73,18 @@ const backend_kind& named(std::string_view name) {
 }  // namespace
 
 const backend_kind& backend_of(const sweep_spec& s, const sweep_options& options) {
-  return named(s.slurm && options.node.empty() ? "slurm" : "local");
+  return named(options.node.empty() ? backend_name(s) : "local");
+}
+
+std::string backends_that(bool backend_traits::*trait) {
+  std::string names;
+  for (const auto& k : backends)
+    if (k.traits.*trait) names += (names.empty() ? "" : ", ") + std::string(k.name);
+  return names;
+}
+
+const backend_traits& backend_traits_of(const sweep_spec& s, const sweep_options& options) {
+  return backend_of(s, options).traits;
 }
 
 }  // namespace isorun::sweep

@@ -1,33 +1,21 @@
 #pragma once
 // Where trials can run, as a table: one row per backend, with what it supports (the engine asks
 // these, never which backend a sweep has) and how it is made. A new backend is its own files, a
-// row in backends.cpp, the spec's parse of its section, its docs and its tests.
+// row in backends.cpp, the spec's parse of its section (its row in spec_yaml.cpp's table of
+// names, which the CLI's --backend reads too), its docs and its tests.
 
 #include <chrono>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "engine/run_state.hpp"
+#include "isorun/sweep/backend_traits.hpp"
 #include "isorun/sweep/trial_backend.hpp"
 
 namespace isorun::sweep {
 
-/// What a backend can do.
-struct backend_traits {
-  /// Its trials run on this machine's slots, so each trial's GPUs, the host cap and the slots'
-  /// room for out-of-memory retries are checked here (a cluster's slots are on its nodes).
-  bool runs_here = true;
-  /// It takes trials from a source the caller made (sweep_options::source) as they come; a
-  /// backend that submits ahead runs the spec's list (or its searcher's).
-  bool caller_sources = true;
-  /// It retries a trial that ran out of memory at a larger cap, every attempt journaled as it
-  /// ends (a cluster's records reach the journal only as each trial's end).
-  bool oom_retry = true;
-  /// It can submit and return, its trials running on elsewhere (--detach).
-  bool detach = false;
-};
-
-/// One backend: its name (the spec's `backend:`), its traits, and its parts.
+/// One backend: its name (the spec's `backend:`, select_backend), its traits, and its parts.
 struct backend_kind {
   std::string_view name;
   backend_traits traits;
@@ -43,5 +31,8 @@ struct backend_kind {
 /// @brief The backend this process runs a sweep's trials on: the spec's, except that an array
 ///        task of a cluster submission (options.node) runs its share on its own slots.
 const backend_kind& backend_of(const sweep_spec& s, const sweep_options& options);
+
+/// @brief The names of the backends that have `trait` ("slurm"), for messages that refuse it.
+std::string backends_that(bool backend_traits::*trait);
 
 }  // namespace isorun::sweep

@@ -116,6 +116,10 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
     throw usage_error("a sweep whose trials come from a source of their own runs here; backend " +
                       std::string(backend.name) +
                       " runs the spec's list of trials (drop backend: " + std::string(backend.name) + ")");
+  if (st.opt.detach && !backend.traits.detach)
+    throw usage_error("--detach: backend " + std::string(backend.name) +
+                      " runs its trials in this process, which cannot return before they end; backends that can: " +
+                      backends_that(&backend_traits::detach));
   if (backend.check) backend.check(st.s);
   if (st.s.search && st.opt.source) throw usage_error("a sweep with search: takes its trials from its searcher alone");
   if (st.s.pbt && st.opt.source) throw usage_error("a sweep with scheduler pbt takes its trials from its population");

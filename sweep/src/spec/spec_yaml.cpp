@@ -427,13 +427,7 @@ void parse_preload(const YAML::Node& v, sweep_spec& s) {
 
 // resources: backend: local or slurm
 void parse_backend(const YAML::Node& v, sweep_spec& s) {
-  if (v.Scalar() == "slurm") {
-    if (!s.slurm) s.slurm.emplace();
-  } else if (v.Scalar() == "local") {
-    s.slurm.reset();
-  } else {
-    fail(v, "backend is local (this machine, the default) or slurm");
-  }
+  if (!v.IsScalar() || !select_backend(s, v.Scalar())) fail(v, "backend is " + backend_choices());
 }
 
 // resources: gpus_per_trial: a whole number, or "{name}" to take it from a parameter.
@@ -1031,6 +1025,50 @@ sweep_spec spec_from_grid(const std::vector<std::string>& command, const grid_fl
   s.task.clear();
   s.command = command;
   return s;
+}
+
+// How a spec names each backend: its name, what it is, how a spec selects it and tells that it
+// has. A new backend is a row here beside its section's keys; the CLI's --backend reads this.
+struct backend_choice {
+  std::string_view name, about;
+  void (*select)(sweep_spec&);
+  bool (*chosen)(const sweep_spec&);
+};
+constexpr backend_choice backend_table[] = {
+    {"local", "this machine; the default", [](sweep_spec& s) { s.slurm.reset(); },
+     [](const sweep_spec& s) { return !s.slurm; }},
+    {"slurm", "job arrays through sbatch; the spec's resources give partition, time, gpus_per_node, ...",
+     [](sweep_spec& s) {
+       if (!s.slurm) s.slurm.emplace();
+     },
+     [](const sweep_spec& s) { return s.slurm.has_value(); }},
+};
+
+bool select_backend(sweep_spec& s, std::string_view name) {
+  for (const auto& b : backend_table)
+    if (b.name == name) {
+      b.select(s);
+      return true;
+    }
+  return false;
+}
+
+std::string_view backend_name(const sweep_spec& s) {
+  for (const auto& b : backend_table)
+    if (b.chosen(s)) return b.name;
+  return backend_table[0].name;
+}
+
+const std::string& backend_choices() {
+  static const std::string text = [] {
+    std::string t;
+    for (const auto& b : backend_table) {
+      if (!t.empty()) t += &b == std::end(backend_table) - 1 ? " or " : ", ";
+      t += std::string(b.name) + " (" + std::string(b.about) + ")";
+    }
+    return t;
+  }();
+  return text;
 }
 
 }  // namespace isorun::sweep

@@ -11,6 +11,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -219,6 +220,17 @@ struct sweep_spec {
   bool zygote = false;
   std::optional<slurm_spec> slurm;  ///< run the trials on Slurm (backend: slurm); here otherwise
 };
+
+/// @brief Sets where `s`'s trials run, by the backend's name (`resources: backend:`,
+///        `--backend`); false, with `s` unchanged, for a name no backend has.
+bool select_backend(sweep_spec& s, std::string_view name);
+
+/// @brief The name of the backend `s` runs its trials on.
+std::string_view backend_name(const sweep_spec& s);
+
+/// @brief Every backend a spec can name, with what it is: "local (...) or slurm (...)", for
+///        --backend's help and the message that refuses another name.
+const std::string& backend_choices();
 
 /// @brief Parses a YAML sweep spec and expands its trials (library isorun::sweep_spec).
 /// @throws spec_error with the YAML line of the problem.
