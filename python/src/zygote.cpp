@@ -75,26 +75,11 @@ int zygote_child_setup(const int* fds, int nfds, pid_t supervisor) {
 /// come with it (at most the child's and a cgroup's: the rest are closed). Returns recvmsg's count.
 ssize_t receive_request(int control, zw::request& req, int* fds, int& nfds) {
   nb::gil_scoped_release unlocked;
-  iovec in{&req, sizeof req};
-  alignas(cmsghdr) char buf[CMSG_SPACE(sizeof(int) * (zw::child_fds + 1))] = {};
-  msghdr m{};
-  m.msg_iov = &in;
-  m.msg_iovlen = 1;
-  m.msg_control = buf;
-  m.msg_controllen = sizeof buf;
-  ssize_t n;
-  while ((n = ::recvmsg(control, &m, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
-  }
-  for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const int k = static_cast<int>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-    for (int i = 0; i < k; ++i) {
-      int fd;
-      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-      if (nfds < zw::child_fds + 1) fds[nfds++] = fd;
-      else ::close(fd);
-    }
-  }
+  std::size_t got = 0;
+  const ssize_t n = isorun::serialization::receive_with_fds(
+      control, std::as_writable_bytes(std::span(&req, 1)),
+      std::span(fds + nfds, static_cast<std::size_t>(zw::child_fds + 1 - nfds)), got);
+  nfds += static_cast<int>(got);
   return n;
 }
 

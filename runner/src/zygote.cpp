@@ -37,23 +37,13 @@ wire::reply exchange(int control, const wire::request& req, const int* fds, int 
     throw internal_error(std::string("the zygote does not take requests: ") + std::strerror(errno));
 
   wire::reply rep;
-  iovec in{&rep, sizeof rep};
-  alignas(cmsghdr) char in_buf[CMSG_SPACE(sizeof(int))] = {};
-  msghdr r{};
-  r.msg_iov = &in;
-  r.msg_iovlen = 1;
-  r.msg_control = in_buf;
-  r.msg_controllen = sizeof in_buf;
-  while ((n = ::recvmsg(control, &r, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
-  }
-  for (cmsghdr* h = CMSG_FIRSTHDR(&r); h; h = CMSG_NXTHDR(&r, h))
-    if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS && h->cmsg_len >= CMSG_LEN(sizeof(int))) {
-      int fd;
-      std::memcpy(&fd, CMSG_DATA(h), sizeof fd);
-      pidfd.reset(fd);
-    }
+  int got[1];
+  std::size_t ngot = 0;
+  int flags = 0;
+  n = ser::receive_with_fds(control, std::as_writable_bytes(std::span(&rep, 1)), got, ngot, 0, &flags);
+  if (ngot == 1) pidfd.reset(got[0]);
   if (n == 0) throw internal_error("the zygote has exited");
-  if (n != static_cast<ssize_t>(sizeof rep) || (r.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
+  if (n != static_cast<ssize_t>(sizeof rep) || (flags & (MSG_TRUNC | MSG_CTRUNC)))
     throw internal_error("the zygote's reply is malformed");
   return rep;
 }

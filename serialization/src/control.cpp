@@ -63,6 +63,34 @@ ssize_t send_with_fds(int fd, std::span<const std::byte> bytes, std::span<const 
   return n;
 }
 
+ssize_t receive_with_fds(int fd, std::span<std::byte> bytes, std::span<int> fds, std::size_t& nfds, int flags,
+                         int* msg_flags) {
+  iovec iov{bytes.data(), bytes.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * max_fds)];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n;
+  while ((n = ::recvmsg(fd, &msg, flags | MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
+  }
+  nfds = 0;
+  if (n < 0) return n;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (std::size_t i = 0; i < count; ++i) {
+      int received;
+      std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof received);
+      if (nfds < fds.size()) fds[nfds++] = received;
+      else ::close(received);
+    }
+  }
+  if (msg_flags) *msg_flags = msg.msg_flags;
+  return n;
+}
+
 void send_message(int fd, const control_message& message, std::span<const int> fds) {
   std::vector<std::byte> buf(sizeof(frame));
   std::visit(
@@ -84,18 +112,14 @@ void send_message(int fd, const control_message& message, std::span<const int> f
 receive_result receive_message(int fd, bool wait) {
   // Not zeroed: most messages are a few hundred bytes, and zeroing the whole would touch 16 pages.
   const std::unique_ptr<std::byte[]> buf(new std::byte[max_control_message]);
-  iovec iov{buf.get(), max_control_message};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * max_fds)];
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
+  int fds[max_fds];
+  std::size_t nfds = 0;
+  int flags = 0;
   ssize_t n;
   for (bool reset_seen = false;;) {
-    n = ::recvmsg(fd, &msg, (wait ? 0 : MSG_DONTWAIT) | MSG_TRUNC | MSG_CMSG_CLOEXEC);
+    n = receive_with_fds(fd, {buf.get(), max_control_message}, fds, nfds, (wait ? 0 : MSG_DONTWAIT) | MSG_TRUNC,
+                         &flags);
     if (n >= 0) break;
-    if (errno == EINTR) continue;
     // A peer that closed its end with messages unread (a worker that died before reading its
     // assignment) leaves one ECONNRESET, reported ahead of what it sent before: read on.
     if (errno == ECONNRESET && !reset_seen) {
@@ -109,18 +133,12 @@ receive_result receive_message(int fd, bool wait) {
     if (errno == ECONNRESET) return {std::nullopt, true, {}};
     throw std::system_error(errno, std::generic_category(), "receiving control message");
   }
-  if (n == 0) return {std::nullopt, true, {}};
-
   // Take ownership of any descriptors first, so every rejection below closes them.
   receive_result r;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (std::size_t i = 0; i < count; ++i) {
-      int received;
-      std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof received);
-      r.fds.push_back(received);
-    }
+  r.fds.assign(fds, fds + nfds);
+  if (n == 0) {
+    for (int d : r.fds) ::close(d);
+    return {std::nullopt, true, {}};
   }
   struct close_unless_kept {
     receive_result& r;
@@ -132,7 +150,7 @@ receive_result receive_message(int fd, bool wait) {
     }
   } guard{r};
 
-  if (msg.msg_flags & MSG_CTRUNC) throw wire_error("control message carried more descriptors than any message may");
+  if (flags & MSG_CTRUNC) throw wire_error("control message carried more descriptors than any message may");
   if (static_cast<std::size_t>(n) > max_control_message)
     throw wire_error("control message of " + std::to_string(n) + " bytes exceeds the " +
                      std::to_string(max_control_message) + "-byte limit");

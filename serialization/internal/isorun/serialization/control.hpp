@@ -130,6 +130,16 @@ using control_message = std::variant<done_message, assign_message>;
 /// @return sendmsg's result: the bytes sent, or -1 with errno set (EINVAL: too many descriptors).
 ISORUN_INTERNAL_API ssize_t send_with_fds(int fd, std::span<const std::byte> bytes, std::span<const int> fds);
 
+/// @brief Receives one datagram on `fd` into `bytes` and the descriptors that came with it
+///        (close-on-exec) into `fds`, `nfds` of them; any beyond `fds`' room are closed. Retries
+///        on EINTR: what every message that passes descriptors between isorun's processes
+///        comes through (send_with_fds's counterpart).
+/// @param flags recvmsg's (MSG_DONTWAIT, MSG_TRUNC); `msg_flags`, where given, gets the
+///        message's (MSG_TRUNC, MSG_CTRUNC: more descriptors came than any message may carry).
+/// @return recvmsg's result: the datagram's bytes, 0 at the peer's end, or -1 with errno set.
+ISORUN_INTERNAL_API ssize_t receive_with_fds(int fd, std::span<std::byte> bytes, std::span<int> fds, std::size_t& nfds,
+                                             int flags = 0, int* msg_flags = nullptr);
+
 /// @brief Sends one message, with `fds` attached as SCM_RIGHTS (the caller keeps its copies);
 ///        retries on EINTR.
 /// @throws std::system_error on a socket error (e.g. the peer is gone).
