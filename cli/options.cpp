@@ -256,6 +256,17 @@ const option_row table[] = {
        if (!sweep::select_backend(probe, v)) throw usage_error(f + " " + v + ": expected " + sweep::backend_choices());
        o.sweep.backend = v;
      }},
+    {"--track", "NAME[=URI]", in_sweep,
+     "send the sweep's events to a tracker too: mlflow (URI: its tracking store, e.g. sqlite:///mlflow.db) or "
+     "tensorboard (URI: its log folder); or one the spec's track: names (repeatable)",
+     [](cli_options& o, const std::string& f, const std::string& v) {
+       const auto eq = v.find('=');
+       const std::string name = v.substr(0, eq);
+       if (name.empty() || name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
+                               std::string::npos)
+         throw usage_error(f + " " + v + ": expected NAME or NAME=URI, e.g. mlflow=sqlite:///mlflow.db");
+       o.sweep.track.emplace_back(name, eq == std::string::npos ? "" : v.substr(eq + 1));
+     }},
     {"--detach", nullptr, in_sweep,
      "with slurm: submit and return; the same command again (or --attach) follows the arrays, "
      "journals their results and resubmits lost trials",

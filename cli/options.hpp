@@ -54,6 +54,7 @@ struct sweep_flags {
   bool progress = true;                                                ///< --no-progress
   std::string backend;                                                 ///< --backend local|slurm
   bool detach = false;                                                 ///< --detach
+  std::vector<std::pair<std::string, std::string>> track;              ///< --track NAME[=URI]
   std::string node;  ///< --node FILE:TASK, what a Slurm array task runs (isorun passes it)
 };
 

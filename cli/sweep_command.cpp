@@ -1,5 +1,6 @@
 #include "sweep_command.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -72,6 +73,18 @@ void apply_flags(const cli_options& o, sweep::sweep_spec& s) {
   if (f.metric) s.metric = *f.metric;
   if (f.scheduler) s.early_stopping = *f.scheduler;
   if (!f.backend.empty()) sweep::select_backend(s, f.backend);  // (checked as the flag was read)
+  for (const auto& [name, uri] : f.track) {
+    auto it = std::find_if(s.track.begin(), s.track.end(), [&](const auto& t) { return t.name == name; });
+    if (it == s.track.end()) {
+      const auto& known = sweep::builtin_trackers();
+      if (std::find(known.begin(), known.end(), name) == known.end())
+        throw usage_error("--track " + name +
+                          ": not a tracker isorun has (mlflow, tensorboard) nor one the spec's "
+                          "track: names");
+      it = s.track.insert(s.track.end(), sweep::track_spec{.name = name});
+    }
+    if (!uri.empty()) it->settings["uri"] = uri;
+  }
   if (const bool wants_gpus = s.all_gpus || !s.gpus.empty(); !f.node.empty() && wants_gpus)
     if (auto given = sweep::slurm::assigned_gpus()) {  // an array task: the GPUs Slurm gave it
       s.gpus = *given;

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from typing import Any, Callable, Optional, Union
 
 from . import _progress
@@ -209,6 +209,33 @@ def _options(out: Any, rerun_failed: Any, args: Any, progress: Any) -> list[str]
     return options
 
 
+Track = Union[str, Sequence[str], Mapping[str, Mapping[str, Any]]]
+
+
+def _with_track(spec: Spec, track: Optional[Track]) -> tuple[Spec, list[str]]:
+    """The spec and the command's options with ``track`` added (docs/sweeps.md#trackers): a name
+    (``"mlflow"``, ``"mlflow=sqlite:///mlflow.db"``) or a list of them as ``--track`` options; a
+    mapping of trackers by name to their settings, merged into a mapping spec's ``track``."""
+    if track is None:
+        return spec, []
+    if isinstance(track, str):
+        track = [track]
+    if isinstance(track, Mapping):
+        if not all(isinstance(k, str) and isinstance(v, Mapping) for k, v in track.items()):
+            raise UsageError(f"track takes a mapping of trackers by name to their settings, not {track!r}")
+        if isinstance(spec, Mapping):
+            merged = dict(spec)
+            merged["track"] = {**(spec.get("track") or {}), **{k: dict(v) for k, v in track.items()}}
+            return merged, []
+        if any(set(v) - {"uri"} for v in track.values()):
+            raise UsageError("track: settings other than uri go in the spec file's track: section")
+        track = [f"{k}={v['uri']}" if "uri" in v else k for k, v in track.items()]
+    if not isinstance(track, Sequence) or not all(isinstance(t, str) and t for t in track):
+        raise UsageError(f"track takes a tracker's name (\"mlflow\", \"mlflow=URI\"), a list of them or a mapping of "
+                         f"them to their settings, not {track!r}")
+    return spec, [option for t in track for option in ("--track", t)]
+
+
 def _run(spec: Spec, options: list[str], progress: bool, search: Any = None,
          trials: Optional[int] = None, quiet: bool = False) -> Generator[dict[str, Any], None, str]:
     """Runs ``isorun sweep`` and yields each record as it is journaled, the records of earlier
@@ -395,7 +422,7 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 def sweep(spec: Spec, *, out: Union[str, os.PathLike[str], None] = None, rerun_failed: bool = False,
           args: tuple[str, ...] = (), progress: bool = False,
           on_record: Optional[Callable[[dict[str, Any]], None]] = None, search: Any = None,
-          trials: Optional[int] = None, quiet: bool = False) -> SweepResults:
+          trials: Optional[int] = None, quiet: bool = False, track: Optional[Track] = None) -> SweepResults:
     """Runs a sweep and returns its records.
 
     ``spec`` is a sweep spec: the path of a YAML file, or a dict with the same keys
@@ -423,6 +450,11 @@ def sweep(spec: Spec, *, out: Union[str, os.PathLike[str], None] = None, rerun_f
                       "search": {"params": {"lr": {"float": [1e-4, 0.1], "log": True}}}},
                      search=optuna.samplers.TPESampler(seed=0), trials=200)
 
+    ``track`` sends the sweep's events to trackers as well (docs/sweeps.md#trackers): ``"mlflow"``
+    (the sweep a parent run, each trial a child run), ``"mlflow=sqlite:///mlflow.db"``,
+    ``"tensorboard"``, a list of them, or a mapping of trackers by name to their settings
+    (``{"mlflow": {"uri": ..., "experiment": "lr-search"}}``).
+
     Returns the records (:class:`SweepResults`, a list; ``.frame()`` makes a DataFrame), also
     when some trials failed: each record says how its trial ended. Raises :class:`UsageError`
     for a spec isorun refuses (nothing is started), :class:`KeyboardInterrupt` when the sweep
@@ -430,7 +462,9 @@ def sweep(spec: Spec, *, out: Union[str, os.PathLike[str], None] = None, rerun_f
     """
     if on_record is not None and not callable(on_record):
         raise UsageError(f"on_record takes a function of one record, not {on_record!r}")
-    stream = _run(spec, _options(out, rerun_failed, args, progress), progress, search, trials, _quiet(quiet))
+    spec, tracking = _with_track(spec, track)
+    stream = _run(spec, _options(out, rerun_failed, args, progress) + tracking, progress, search, trials,
+                  _quiet(quiet))
     while True:
         try:
             record = next(stream)
@@ -446,7 +480,8 @@ def sweep(spec: Spec, *, out: Union[str, os.PathLike[str], None] = None, rerun_f
 
 def sweep_iter(spec: Spec, *, out: Union[str, os.PathLike[str], None] = None, rerun_failed: bool = False,
                args: tuple[str, ...] = (), progress: bool = False, search: Any = None,
-               trials: Optional[int] = None, quiet: bool = False) -> Iterator[dict[str, Any]]:
+               trials: Optional[int] = None, quiet: bool = False, track: Optional[Track] = None
+               ) -> Iterator[dict[str, Any]]:
     """Runs a sweep as :func:`sweep` does, and yields each trial's record as it is journaled in
     ``OUT/results.jsonl``, while the sweep runs: those of earlier runs of the same sweep first
     (resume), then each as its trial ends. A trial retried under a larger cap has a record per
@@ -459,7 +494,9 @@ def sweep_iter(spec: Spec, *, out: Union[str, os.PathLike[str], None] = None, re
     Ctrl-C does, and waits for its trials to stop. The options are :func:`sweep`'s; bad ones are
     a :class:`UsageError` at once, and the errors :func:`sweep` raises come from the iteration.
     """
-    return _run(spec, _options(out, rerun_failed, args, progress), progress, search, trials, _quiet(quiet))
+    spec, tracking = _with_track(spec, track)
+    return _run(spec, _options(out, rerun_failed, args, progress) + tracking, progress, search, trials,
+                _quiet(quiet))
 
 
 def _quiet(quiet: Any) -> bool:

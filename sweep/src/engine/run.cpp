@@ -3,6 +3,7 @@
 // scheduler that decides what runs, one journal writer, the progress line and one stop source.
 #include "isorun/sweep/run.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -27,6 +28,7 @@
 #include "isorun/sweep/stop_source.hpp"
 #include "search/early_stop.hpp"
 #include "search/searcher_source.hpp"
+#include "track/sinks.hpp"
 #include "trials/trial_program.hpp"
 
 namespace isorun::sweep {
@@ -39,6 +41,10 @@ using clock = std::chrono::steady_clock;
 // Adds this run to sweep.json: what the report says about where and how the trials ran.
 // Returns what sweep.json then holds (not written on a Slurm node: that is not a run).
 json record_run(const run_state& st, bool node);
+
+// The sweep as its trackers' first event has it, and as their last.
+json tracked_sweep(const run_state& st, const json& identity);
+json tracked_end(const run_state& st, const sweep_summary& summary);
 
 // After a run that was neither a node's nor detached: the records in spec order, results.csv,
 // this run's wall time in sweep.json, and the report.
@@ -146,6 +152,9 @@ sweep_summary sweep_run::run() {
 
   std::optional<node_session> node_role;  // this process as an array task of a Slurm submission
   if (node) node_role.emplace(st);
+  // The trackers follow the journal from here on (the submitter's, on a cluster).
+  std::optional<track_sinks> trackers;
+  if (!node && !s.track.empty()) trackers.emplace(s.track, st.out, tracked_sweep(st, identity));
   const std::unique_ptr<record_store> store = node_role ? node_role->records()
                                                         : std::make_unique<journal_store>(
                                                               *st.journal, st.reports ? &*st.reports : nullptr);
@@ -199,10 +208,38 @@ sweep_summary sweep_run::run() {
   if (node || summary.detached) return summary;  // the submitter journals and tabulates
   backend->journaled(*st.journal);
   tabulate(st, identity, run_start, summary);
+  if (trackers) trackers->finish(tracked_end(st, summary));
   return summary;
 }
 
 namespace {
+
+// What a tracker is told of the sweep as it starts: sweep.json's account (subject, metric,
+// scheduler, runs) and the spec's parameters, each with the values its trials take (up to 32).
+json tracked_sweep(const run_state& st, const json& identity) {
+  json sweep = identity;
+  json space = json::object();
+  for (const auto& t : st.s.trials)
+    for (const auto& [name, value] : t.items()) {
+      json& values = space[name];
+      if (values.is_null()) values = json::array();
+      if (values.size() < 32 && std::find(values.begin(), values.end(), value) == values.end()) values.push_back(value);
+    }
+  sweep["params"] = space;
+  sweep["trials"] = st.s.trials.size();
+  sweep["out"] = st.out_text;
+  return sweep;
+}
+
+json tracked_end(const run_state& st, const sweep_summary& summary) {
+  return {{"succeeded", summary.succeeded},
+          {"failed", summary.failed},
+          {"pruned", summary.pruned},
+          {"cancelled", summary.cancelled},
+          {"interrupted", summary.interrupted},
+          {"report", (st.out / "report.html").string()},
+          {"results", (st.out / "results.csv").string()}};
+}
 
 json record_run(const run_state& st, bool node) {
   const sweep_spec& s = st.s;

@@ -782,6 +782,42 @@ void parse_pbt(const YAML::Node& n, sweep_spec& s, int& population) {
   s.pbt = std::move(p);
 }
 
+// track: {mlflow: {uri: ..., experiment: ...}, mine: {command: [python3, sink.py], ...}}: each
+// tracker by name, its settings the rest of its mapping.
+void parse_track(const YAML::Node& v, sweep_spec& s) {
+  if (!v.IsMap()) fail(v, "track is a mapping of trackers by name, e.g. {mlflow: {uri: sqlite:///mlflow.db}}");
+  for (const auto& kv : v) {
+    track_spec t;
+    t.name = kv.first.Scalar();
+    t.line = line_of(kv.first);
+    if (t.name.empty() || t.name.find_first_not_of(
+                              "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != std::string::npos)
+      fail(kv.first, "track: a tracker's name is letters, digits, _ and - (it names its folder OUT/track/NAME)");
+    const YAML::Node& body = kv.second;
+    if (!body.IsNull() && !body.IsMap())
+      fail(body, "track: " + t.name + " is a mapping of its settings, e.g. {uri: sqlite:///mlflow.db}, or empty");
+    for (const auto& setting : body) {
+      const std::string key = setting.first.Scalar();
+      if (key != "command") {
+        t.settings[key] = to_json(setting.second);
+        continue;
+      }
+      if (!setting.second.IsSequence() || setting.second.size() == 0)
+        fail(setting.second, "track: " + t.name + ": command is a list of words, e.g. [python3, my_tracker.py]");
+      for (const auto& w : setting.second) {
+        if (!w.IsScalar()) fail(w, "track: " + t.name + ": each word of command is a string");
+        t.command.push_back(w.Scalar());
+      }
+    }
+    const auto& known = builtin_trackers();
+    if (t.command.empty() && std::find(known.begin(), known.end(), t.name) == known.end())
+      fail(kv.first, "track: " + t.name +
+                         " is not a tracker isorun has (mlflow, tensorboard); a tracker of your own gives its "
+                         "command: [...]");
+    s.track.push_back(std::move(t));
+  }
+}
+
 // checkpoints: true, or {keep: 2, signal: SIGUSR1}.
 void parse_checkpoints(const YAML::Node& v, sweep_spec& s) {
   checkpoint_spec c;
@@ -962,7 +998,7 @@ sweep_spec parse_yaml(const std::string& text) {
   sweep_spec s;
   check_keys(root, "unknown key",
              {"task", "command", "python", "metric", "scheduler", "params", "zip", "random", "search", "resources",
-              "policy", "checkpoints", "out"});
+              "policy", "checkpoints", "track", "out"});
   parse_subject(root, s);
   if (auto m = root["metric"]) parse_metric(m, s);
   int pbt_population = 0;
@@ -990,6 +1026,7 @@ sweep_spec parse_yaml(const std::string& text) {
     fail(root["resources"]["start"], "start: zygote forks Python interpreters; it goes with python: only");
   if (auto pol = root["policy"]) parse_policy(pol, s);
   if (auto c = root["checkpoints"]) parse_checkpoints(c, s);
+  if (auto t = root["track"]) parse_track(t, s);
   if (s.slurm && s.checkpoints) {
     s.slurm->warning_signal = s.checkpoints.signal;
     s.slurm->warning_lead = s.checkpoints.warn_before;
@@ -1043,6 +1080,11 @@ constexpr backend_choice backend_table[] = {
      },
      [](const sweep_spec& s) { return s.slurm.has_value(); }},
 };
+
+const std::vector<std::string>& builtin_trackers() {
+  static const std::vector<std::string> names{"mlflow", "tensorboard"};
+  return names;
+}
 
 bool select_backend(sweep_spec& s, std::string_view name) {
   for (const auto& b : backend_table)

@@ -77,6 +77,23 @@ const std::string& scheduler_flag_help();
 ///        a setting out of its range, max_t below the grace period.
 std::string early_stopping_problem(const early_stopping_spec& s);
 
+/// A tracker the sweep's events go to (`track: {NAME: {...}}`, `--track NAME[=URI]`): a process
+/// that reads them as JSON lines on its stdin, started beside the sweep (docs/sweeps.md,
+/// "Trackers"). Its folder, OUT/track/NAME/, is its own; its stdout and stderr go to
+/// OUT/track/NAME.err.
+struct track_spec {
+  std::string name;
+  /// What runs; empty: `python3 -m isorun.track.NAME`, for the built-in trackers (mlflow,
+  /// tensorboard).
+  std::vector<std::string> command;
+  /// The rest of its mapping (an MLflow tracker's uri and experiment), given in its first event.
+  nlohmann::json settings = nlohmann::json::object();
+  int line = 0;
+};
+
+/// @brief The trackers isorun has (`python3 -m isorun.track.NAME`): mlflow, tensorboard.
+const std::vector<std::string>& builtin_trackers();
+
 /// Out-of-memory retries (`policy: oom_retry:`, `--oom-retry`): a trial that ran out of memory is
 /// run again with its cap multiplied by `factor`, up to `max` (the last attempt at exactly `max`),
 /// at most `max_attempts` times in all. Each attempt is a process and a durable journal line: a
@@ -204,6 +221,7 @@ struct sweep_spec {
   std::map<std::string, int> retries;  ///< outcome class -> extra attempts
   oom_retry_spec oom_retry;            ///< out-of-memory retries at larger caps (off by default)
   checkpoint_spec checkpoints;         ///< trials that keep their progress (off by default)
+  std::vector<track_spec> track;       ///< where the sweep's events go besides OUT (none by default)
   search_spec search;                  ///< trials chosen from the results so far (off by default)
   pbt_spec pbt;                        ///< population-based training (off by default)
   /// With search: the spec's `params:`, constants every trial gets beside the searcher's choice.

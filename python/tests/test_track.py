@@ -1,0 +1,109 @@
+"""Trackers: the MLflow tracker against a real MLflow store (SQLite), read back with MlflowClient.
+
+A 12-trial ASHA sweep, killed with SIGKILL in the middle and run again: still one child run per
+trial with its parameters, outcome and attempts, each report's loss at its step (continued, not
+repeated, by the resumed trials), the result as final metrics, and the sweep a parent run with
+the report as an artifact.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+import isorun
+
+mlflow = pytest.importorskip("mlflow", reason="MLflow is not installed (tools/setup.sh installs mlflow-skinny)")
+pytest.importorskip("sqlalchemy", reason="MLflow's SQLite store needs sqlalchemy (tools/setup.sh installs it)")
+
+CURVE = str(Path(__file__).resolve().parents[2] / "tests" / "helpers" / "curve.py")
+
+
+def _spec(tmp_path: Path) -> dict:
+    return {"command": [sys.executable, CURVE, "--x", "{x}", "--y", "{y}", "--max-t", "27", "--sleep-ms", "5"],
+            "metric": {"name": "loss", "goal": "minimize"},
+            "scheduler": {"type": "asha", "max_t": 27, "grace_period": 1, "reduction_factor": 3},
+            "params": {"x": [0, 0.3, 0.6, 0.8], "y": [0.2, 0.6, 1.0]},
+            "resources": {"cpu_slots": 2}, "out": str(tmp_path / "out")}
+
+
+def _sweep_children() -> list[int]:
+    """The pids of this process's children that run the isorun command."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid():
+            pids.append(int(entry))
+    return pids
+
+
+def test_an_asha_sweep_in_mlflow_killed_and_resumed_is_one_run_per_trial(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    spec = _spec(tmp_path)
+    seen: list[dict] = []
+
+    def kill_after_three(record: dict) -> None:
+        seen.append(record)
+        if len(seen) == 3:
+            for pid in _sweep_children():
+                os.kill(pid, signal.SIGKILL)
+
+    with pytest.raises(isorun.Error):  # the command was killed
+        isorun.sweep(spec, track={"mlflow": {"uri": uri, "experiment": "curves"}}, on_record=kill_after_three,
+                     quiet=True)
+    records = isorun.sweep(spec, track={"mlflow": {"uri": uri, "experiment": "curves"}}, quiet=True)
+    assert len(records) == 12
+
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("curves")
+    runs = client.search_runs([experiment.experiment_id], max_results=100)
+    parents = [r for r in runs if r.data.tags.get("isorun.role") == "sweep"]
+    children = [r for r in runs if "isorun.trial" in r.data.tags]
+    assert len(parents) == 1 and len(children) == 12  # no run twice
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    assert parent.data.params["space.x"] == "0, 0.3, 0.6, 0.8"
+    assert parent.data.params["metric"] == "loss (min)"
+    assert "report.html" in [a.path for a in client.list_artifacts(parent.info.run_id)]
+
+    by_trial = {r.data.tags["isorun.trial"]: r for r in children}
+    assert set(by_trial) == {r["id"] for r in records}
+    for record in records:
+        run = by_trial[record["id"]]
+        assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert {k: float(v) for k, v in run.data.params.items()} == {k: float(v) for k, v in record["params"].items()}
+        assert run.data.tags["outcome"] == record["outcome"]
+        assert run.data.tags["attempts"] == str(record["attempts"])
+        assert run.info.status == "FINISHED"
+        history = client.get_metric_history(run.info.run_id, "loss")
+        steps = [m.step for m in history]
+        # Every step the trial reached, in order, each once: a trial that ran again after the
+        # kill continued where its reports had stopped.
+        assert sorted(set(steps)) == list(range(1, record["step"] + 1)), record["id"]
+        assert steps == sorted(steps), record["id"]
+        assert run.data.metrics["loss"] == pytest.approx(record["result"]["loss"])
+    assert (tmp_path / "out" / "track" / "mlflow" / "seen.json").exists()
+    assert (tmp_path / "mlartifacts").is_dir()  # beside the store, not in the working folder
+    assert not Path("mlruns").exists()
+
+
+def test_track_refuses_what_it_cannot_pass_on(tmp_path):
+    with pytest.raises(isorun.UsageError, match="track takes"):
+        isorun.sweep(_spec(tmp_path), track=3)  # type: ignore[arg-type]
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text("command: [true, '{x}']\nparams: {x: [1]}\n")
+    with pytest.raises(isorun.UsageError, match="settings other than uri"):
+        isorun.sweep(spec_file, track={"mlflow": {"experiment": "x"}})
+    with pytest.raises(isorun.UsageError, match="not a tracker isorun has"):
+        isorun.sweep(spec_file, track="wandb", out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
