@@ -60,12 +60,12 @@ if ! python3 -c 'import optuna, cmaes' 2> /dev/null && python3 -m pip --version 
   PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet optuna cmaes > /dev/null 2>&1 ||
     echo "isorun setup: pip could not install optuna; the Optuna search tests will be skipped"
 fi
-# The MLflow tracker (track: {mlflow: ...}, python/tests/test_track.py) and its SQLite store,
-# likewise with pip; where pip cannot, that test is skipped, saying so.
-if ! python3 -c 'import mlflow, sqlalchemy, alembic' 2> /dev/null && python3 -m pip --version > /dev/null 2>&1; then
-  echo "isorun setup: installing mlflow-skinny, sqlalchemy and alembic for $(command -v python3)"
-  PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet mlflow-skinny sqlalchemy alembic > /dev/null 2>&1 ||
-    echo "isorun setup: pip could not install mlflow-skinny; the MLflow tracker's test will be skipped"
+# The trackers (track: {mlflow: ...}, {tensorboard: ...}; python/tests/test_track.py): MLflow with
+# its SQLite store, and TensorBoard, likewise with pip; where pip cannot, those tests are skipped.
+if ! python3 -c 'import mlflow, sqlalchemy, alembic, tensorboard' 2> /dev/null && python3 -m pip --version > /dev/null 2>&1; then
+  echo "isorun setup: installing mlflow-skinny, sqlalchemy, alembic and tensorboard for $(command -v python3)"
+  PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet mlflow-skinny sqlalchemy alembic tensorboard > /dev/null 2>&1 ||
+    echo "isorun setup: pip could not install the trackers' packages; their tests will be skipped"
 fi
 # The Python package (python/, `pip install .`): the python3 on PATH needs its development files,
 # nanobind and scikit-build-core to build it, cloudpickle to run it and pytest to test it. Where

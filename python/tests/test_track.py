@@ -1,4 +1,5 @@
-"""Trackers: the MLflow tracker against a real MLflow store (SQLite), read back with MlflowClient.
+"""Trackers: MLflow's against a real MLflow store (SQLite), read back with MlflowClient, and
+TensorBoard's, read back with TensorBoard's EventAccumulator.
 
 A 12-trial ASHA sweep, killed with SIGKILL in the middle and run again: still one child run per
 trial with its parameters, outcome and attempts, each report's loss at its step (continued, not
@@ -17,8 +18,6 @@ import pytest
 
 import isorun
 
-mlflow = pytest.importorskip("mlflow", reason="MLflow is not installed (tools/setup.sh installs mlflow-skinny)")
-pytest.importorskip("sqlalchemy", reason="MLflow's SQLite store needs sqlalchemy (tools/setup.sh installs it)")
 
 CURVE = str(Path(__file__).resolve().parents[2] / "tests" / "helpers" / "curve.py")
 
@@ -48,6 +47,8 @@ def _sweep_children() -> list[int]:
 
 
 def test_an_asha_sweep_in_mlflow_killed_and_resumed_is_one_run_per_trial(tmp_path):
+    mlflow = pytest.importorskip("mlflow", reason="MLflow is not installed (tools/setup.sh installs mlflow-skinny)")
+    pytest.importorskip("sqlalchemy", reason="MLflow's SQLite store needs sqlalchemy (tools/setup.sh installs it)")
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     spec = _spec(tmp_path)
     seen: list[dict] = []
@@ -107,3 +108,27 @@ def test_track_refuses_what_it_cannot_pass_on(tmp_path):
     with pytest.raises(isorun.UsageError, match="not a tracker isorun has"):
         isorun.sweep(spec_file, track="wandb", out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_sweep_in_tensorboard_has_a_run_per_trial_with_scalars_and_its_hparams_session(tmp_path):
+    pytest.importorskip("tensorboard", reason="TensorBoard is not installed (tools/setup.sh installs it)")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
+
+    spec = _spec(tmp_path)
+    records = isorun.sweep(spec, track="tensorboard", quiet=True)
+    logs = tmp_path / "out" / "track" / "tensorboard" / "logs"
+    assert sorted(p.name for p in logs.iterdir()) == sorted(r["id"] for r in records)
+    for record in records:
+        events = EventAccumulator(str(logs / record["id"]))
+        events.Reload()
+        steps = [s.step for s in events.Scalars("loss")]
+        assert steps == list(range(1, record["step"] + 1)), record["id"]
+        assert events.Scalars("loss")[-1].value == pytest.approx(record["result"]["loss"], rel=1e-6)
+        sessions = {tag: HParamsPluginData.FromString(content)
+                    for tag, content in events.PluginTagToContent("hparams").items()}
+        start = sessions["_hparams_/session_start_info"].session_start_info
+        assert {k: v.number_value for k, v in start.hparams.items()} == record["params"]
+        experiment = sessions["_hparams_/experiment"].experiment
+        assert [m.name.tag for m in experiment.metric_infos] == ["loss"]
+        assert sessions["_hparams_/session_end_info"].session_end_info.status == 1  # STATUS_SUCCESS

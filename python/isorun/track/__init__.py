@@ -22,11 +22,27 @@ a tracker keeps in its folder what it needs to skip what it has seen (:class:`Se
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from typing import Any, Optional
 
-__all__ = ["Seen", "Tracker", "serve"]
+__all__ = ["Seen", "Tracker", "numbers", "serve"]
+
+
+def numbers(value: Any, prefix: str = "") -> dict[str, float]:
+    """The numeric fields of a result or a report's metrics: a number (named ``result``), or a
+    mapping of them, nested names joined by '.'; what is not a finite number is left out."""
+    if isinstance(value, bool):
+        return {prefix or "result": float(value)}
+    if isinstance(value, (int, float)):
+        return {prefix or "result": float(value)} if math.isfinite(value) else {}
+    if isinstance(value, dict):
+        out: dict[str, float] = {}
+        for k, v in value.items():
+            out.update(numbers(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {}
 
 
 class Seen:

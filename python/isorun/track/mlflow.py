@@ -15,33 +15,18 @@ logged: every trial is one run, and a trial's metrics continue where they stoppe
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any, Optional
 
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
-from isorun.track import Seen, Tracker, serve
+from isorun.track import Seen, Tracker, numbers, serve
 
 __all__ = ["MlflowTracker", "main"]
 
 # MLflow's limit on a param's value (characters).
 _PARAM_CHARS = 6000
-
-
-def _numbers(value: Any, prefix: str = "") -> dict[str, float]:
-    """The numeric fields of a result (a number, or a mapping of them, nested names joined by '.')."""
-    if isinstance(value, bool):
-        return {prefix or "result": float(value)}
-    if isinstance(value, (int, float)):
-        return {prefix or "result": float(value)} if math.isfinite(value) else {}
-    if isinstance(value, dict):
-        out: dict[str, float] = {}
-        for k, v in value.items():
-            out.update(_numbers(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return {}
 
 
 def _artifacts_beside(uri: str) -> Optional[str]:
@@ -127,7 +112,7 @@ class MlflowTracker(Tracker):
         if state["step"] is not None and step <= state["step"]:
             return  # logged before this start
         run = self._child(trial)
-        metrics = [Metric(k, v, 0, step) for k, v in _numbers(event.get("metrics") or {}).items()]
+        metrics = [Metric(k, v, 0, step) for k, v in numbers(event.get("metrics") or {}).items()]
         self.client.log_batch(run, metrics=metrics)
         state["step"] = step
         self.seen.save()
@@ -144,7 +129,7 @@ class MlflowTracker(Tracker):
         tags = [RunTag("outcome", str(record.get("outcome"))), RunTag("attempts", str(record.get("attempts")))]
         if record.get("error"):
             tags.append(RunTag("error", str(record["error"])[:5000]))
-        metrics = [Metric(k, v, 0, int(record.get("step", 0) or 0)) for k, v in _numbers(record.get("result")).items()]
+        metrics = [Metric(k, v, 0, int(record.get("step", 0) or 0)) for k, v in numbers(record.get("result")).items()]
         for field in ("wall_s", "peak_allocated", "peak_reserved"):
             if isinstance(record.get(field), (int, float)):
                 metrics.append(Metric(f"isorun.{field}", float(record[field]), 0, 0))
