@@ -51,6 +51,7 @@ class MlflowTracker(Tracker):
         self.out = ""
         self.experiment = ""
         self.parent = ""
+        self.runs: dict[str, str] = {}
 
     def sweep(self, event: dict[str, Any]) -> None:
         settings = event.get("settings") or {}
@@ -64,7 +65,10 @@ class MlflowTracker(Tracker):
         self.experiment = found.experiment_id if found else self.client.create_experiment(
             name, artifact_location=settings.get("artifacts") or _artifacts_beside(uri))
         self.seen = Seen(folder)
-        self.parent = self.seen.data.get("parent") or self._find({"isorun.out": self.out, "isorun.role": "sweep"})
+        # The runs an earlier start made (one look: a tracker killed between making a run and
+        # saving its state finds it here, and makes no second one).
+        self.runs = self._runs()
+        self.parent = self.seen.data.get("parent") or self.runs.get("", "")
         sweep = event.get("sweep") or {}
         if not self.parent:
             subject = str(sweep.get("subject") or "sweep")
@@ -87,19 +91,27 @@ class MlflowTracker(Tracker):
         if os.path.exists(spec):
             self.client.log_artifact(self.parent, spec)
 
-    def _find(self, tags: dict[str, str]) -> str:
-        """The run with these tags in the experiment, or ''."""
+    def _runs(self) -> dict[str, str]:
+        """The runs of this sweep in the experiment by trial ('' for the sweep's own)."""
         assert self.client is not None
-        query = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
-        runs = self.client.search_runs([self.experiment], filter_string=query, max_results=1)
-        return runs[0].info.run_id if runs else ""
+        runs: dict[str, str] = {}
+        token = None
+        while True:
+            page = self.client.search_runs([self.experiment], filter_string=f"tags.`isorun.out` = '{self.out}'",
+                                           max_results=1000, page_token=token)
+            for run in page:
+                tags = run.data.tags
+                runs[tags.get("isorun.trial", "") if tags.get("isorun.role") != "sweep" else ""] = run.info.run_id
+            token = page.token
+            if not token:
+                return runs
 
     def _child(self, trial: str) -> str:
         """The trial's run, made where it has none."""
         assert self.client is not None and self.seen is not None
         state = self.seen.trial(trial)
         if not state.get("run"):
-            state["run"] = self._find({"isorun.out": self.out, "isorun.trial": trial}) or self.client.create_run(
+            state["run"] = self.runs.get(trial) or self.client.create_run(
                 self.experiment, run_name=trial,
                 tags={"mlflow.parentRunId": self.parent, "isorun.out": self.out, "isorun.trial": trial}).info.run_id
             self.seen.save()
@@ -124,8 +136,9 @@ class MlflowTracker(Tracker):
         if state["ended"]:
             return
         run = self._child(trial)
-        logged = self.client.get_run(run).data.params
-        params = [Param(k, _text(v)) for k, v in (record.get("params") or {}).items() if k not in logged]
+        # Once (MLflow refuses a param logged again with another value; a retried attempt has the same).
+        params = [] if state.get("params") else [Param(k, _text(v)) for k, v in (record.get("params") or {}).items()]
+        state["params"] = True
         tags = [RunTag("outcome", str(record.get("outcome"))), RunTag("attempts", str(record.get("attempts")))]
         if record.get("error"):
             tags.append(RunTag("error", str(record["error"])[:5000]))

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
@@ -201,6 +202,10 @@ runner::child track_sinks::sink::start(int err, unique_fd& to) {
   o.fds = {{0, theirs.get()}, {1, err}, {2, err}};
   o.cgroup = runner::new_child_cgroup();  // what it starts goes with it
   runner::child c = runner::spawn(o);
+  // Below everything the sweep runs (SCHED_IDLE): a tracker takes only CPU time the sweep leaves,
+  // and falls behind instead (the journal keeps what it has not read).
+  const sched_param idle{};
+  ::sched_setscheduler(c.pid(), SCHED_IDLE, &idle);
   ::fcntl(mine.get(), F_SETFL, O_NONBLOCK);
   to = std::move(mine);
   return c;
