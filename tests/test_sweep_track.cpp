@@ -92,7 +92,7 @@ TEST_CASE("a tracker is given the sweep, every report and record in journal orde
   CHECK(fs::is_directory(dir + "/out/track/rec"));
   check_complete(got, dir + "/out");
   CHECK(got.back()["succeeded"] == 9 - count_pruned(dir + "/out/results.jsonl"));  // this run's
-  CHECK(fs::file_size(dir + "/out/track/rec.err") == 0);  // it said nothing
+  CHECK(fs::file_size(dir + "/out/track/rec.err") == 0);                           // it said nothing
   fs::remove_all(dir);
 }
 
