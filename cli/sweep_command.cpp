@@ -73,7 +73,8 @@ void apply_flags(const cli_options& o, sweep::sweep_spec& s) {
   if (f.metric) s.metric = *f.metric;
   if (f.scheduler) s.early_stopping = *f.scheduler;
   if (!f.backend.empty()) sweep::select_backend(s, f.backend);  // (checked as the flag was read)
-  for (const auto& [name, uri] : f.track) {
+  for (const auto& flag : f.track) {
+    const std::string &name = flag.first, &uri = flag.second;
     auto it = std::find_if(s.track.begin(), s.track.end(), [&](const auto& t) { return t.name == name; });
     if (it == s.track.end()) {
       const auto& known = sweep::builtin_trackers();
