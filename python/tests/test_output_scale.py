@@ -23,8 +23,12 @@ def _fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def wait_for(path):
-    """Runs until the FIFO `path` is opened for writing (a call that lasts as long as the test wants)."""
+def wait_for(path, ready=None):
+    """Runs until the FIFO `path` is opened for writing (a call that lasts as long as the test
+    wants); first says "ready" into the FIFO `ready`, where given (the call has started)."""
+    if ready is not None:
+        with open(ready, "w") as f:
+            f.write("ready")
     with open(path) as f:
         return f.read()
 
@@ -51,8 +55,9 @@ def _lines_of(tag, n):
 
 
 def test_queued_calls_under_a_redirected_stdout_cost_no_thread_or_descriptor_each(tmp_path):
-    go = str(tmp_path / "go")
+    go, ready = str(tmp_path / "go"), str(tmp_path / "ready")
     os.mkfifo(go)
+    os.mkfifo(ready)
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         # Exec'd workers: the default's pool (a thread and a zygote's descriptors, once) would come
@@ -61,8 +66,10 @@ def test_queued_calls_under_a_redirected_stdout_cost_no_thread_or_descriptor_eac
             assert ex.submit(say, "warm").result() == 4
         threads, fds = _threads(), _fds()
         with isorun.Executor(cpu_slots=1, start="exec") as ex:
-            running = ex.submit(wait_for, go)
+            running = ex.submit(wait_for, go, ready)
             try:
+                with open(ready) as f:  # its worker runs it: every descriptor of its start settled
+                    assert f.read() == "ready"
                 first = [ex.submit(square, i) for i in range(10)]
                 queued_threads, queued_fds = _threads(), _fds()
                 queued = first + [ex.submit(square, i) for i in range(10, 2000)]
