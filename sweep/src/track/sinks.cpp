@@ -19,8 +19,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include "engine/folder.hpp"
@@ -56,36 +58,26 @@ class followed {
  public:
   explicit followed(fs::path path) : path_{std::move(path)} {}
 
-  // Calls `each` with each complete line appended since the last call; true if it read to the end.
-  template <class F>
-  bool read_new(F&& each, std::size_t budget) {
+  // Calls `each` with each complete line appended since the last call, reading at most `budget`
+  // bytes; true if it read to the end.
+  bool read_new(const std::function<void(std::string_view)>& each, std::size_t budget) {
     if (!fd_) fd_.reset(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd_) return true;  // not there yet: nothing to read
-    char buf[1 << 16];
-    while (budget > 0) {
-      const ssize_t n = ::read(fd_.get(), buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return true;
-      budget -= std::min(budget, static_cast<std::size_t>(n));
-      for (ssize_t i = 0; i < n; ++i) {
-        if (buf[i] != '\n') {
-          if (partial_.size() < journal::max_line) partial_.push_back(buf[i]);
-          else too_long_ = true;  // (the journal's readers skip such a line too)
-          continue;
-        }
-        if (!too_long_) each(partial_);
-        partial_.clear();
-        too_long_ = false;
-      }
-    }
-    return false;
+    const detail::lines_read r = detail::read_lines(fd_.get(), journal::max_line, budget, in_long_line_, path_,
+                                                    [&](std::string_view line, int, bool too_long) {
+                                                      if (!too_long)
+                                                        each(line);  // (the journal's readers skip such a line too)
+                                                    });
+    // A line still being written is read again next time, unless it is already too long to pass on.
+    if (!r.long_tail && r.read > r.complete) ::lseek(fd_.get(), -static_cast<off_t>(r.read - r.complete), SEEK_CUR);
+    in_long_line_ = r.long_tail;
+    return r.read < budget;
   }
 
  private:
   fs::path path_;
   unique_fd fd_;
-  std::string partial_;
-  bool too_long_ = false;
+  bool in_long_line_ = false;
 };
 
 // The bytes sent on `fd` that its reader has not read yet (0 on an error).
@@ -101,7 +93,7 @@ void kill_tracker(runner::child& c) {
 }
 
 // A line of OUT/reports.jsonl as an event.
-std::optional<json> report_event(const std::string& line) {
+std::optional<json> report_event(std::string_view line) {
   json j = parse_bounded_json(line);
   if (!j.is_object() || !j.contains("trial")) return std::nullopt;
   j["event"] = "report";
@@ -109,7 +101,7 @@ std::optional<json> report_event(const std::string& line) {
 }
 
 // A line of OUT/results.jsonl (a trial's record) as an event.
-std::optional<json> end_event(const std::string& line) {
+std::optional<json> end_event(std::string_view line) {
   const json j = parse_bounded_json(line);
   if (!j.is_object() || !j.contains("id") || !j["id"].is_string()) return std::nullopt;
   bool final = true;
@@ -260,8 +252,8 @@ std::string track_sinks::sink::serve(int err) {
       // A trial's reports are written before its record: the records read first, then the
       // reports, and the records sent after them, so no trial's end comes before one of its reports.
       std::vector<std::string> records;
-      const bool all_records = results.read_new([&](const std::string& l) { records.push_back(l); }, read_ahead);
-      const bool all = reports.read_new([&](const std::string& l) { add(report_event(l)); }, read_ahead) && all_records;
+      const bool all_records = results.read_new([&](std::string_view l) { records.emplace_back(l); }, read_ahead);
+      const bool all = reports.read_new([&](std::string_view l) { add(report_event(l)); }, read_ahead) && all_records;
       for (const auto& l : records) add(end_event(l));
       if (end && all) {
         json last = *end;
