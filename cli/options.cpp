@@ -262,8 +262,7 @@ const option_row table[] = {
      [](cli_options& o, const std::string& f, const std::string& v) {
        const auto eq = v.find('=');
        const std::string name = v.substr(0, eq);
-       if (name.empty() || name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
-                               std::string::npos)
+       if (!sweep::tracker_name_ok(name))
          throw usage_error(f + " " + v + ": expected NAME or NAME=URI, e.g. mlflow=sqlite:///mlflow.db");
        o.sweep.track.emplace_back(name, eq == std::string::npos ? "" : v.substr(eq + 1));
      }},

@@ -77,11 +77,9 @@ void apply_flags(const cli_options& o, sweep::sweep_spec& s) {
     const std::string &name = flag.first, &uri = flag.second;
     auto it = std::find_if(s.track.begin(), s.track.end(), [&](const auto& t) { return t.name == name; });
     if (it == s.track.end()) {
-      const auto& known = sweep::builtin_trackers();
-      if (std::find(known.begin(), known.end(), name) == known.end())
-        throw usage_error("--track " + name +
-                          ": not a tracker isorun has (mlflow, tensorboard) nor one the spec's "
-                          "track: names");
+      if (!sweep::builtin_tracker(name))
+        throw usage_error("--track " + name + ": not a tracker isorun has (" + sweep::builtin_tracker_names() +
+                          ") nor one the spec's track: names");
       it = s.track.insert(s.track.end(), sweep::track_spec{.name = name});
     }
     if (!uri.empty()) it->settings["uri"] = uri;

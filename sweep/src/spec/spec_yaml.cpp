@@ -790,8 +790,7 @@ void parse_track(const YAML::Node& v, sweep_spec& s) {
     track_spec t;
     t.name = kv.first.Scalar();
     t.line = line_of(kv.first);
-    if (t.name.empty() || t.name.find_first_not_of(
-                              "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != std::string::npos)
+    if (!tracker_name_ok(t.name))
       fail(kv.first, "track: a tracker's name is letters, digits, _ and - (it names its folder OUT/track/NAME)");
     const YAML::Node& body = kv.second;
     if (!body.IsNull() && !body.IsMap())
@@ -809,11 +808,9 @@ void parse_track(const YAML::Node& v, sweep_spec& s) {
         t.command.push_back(w.Scalar());
       }
     }
-    const auto& known = builtin_trackers();
-    if (t.command.empty() && std::find(known.begin(), known.end(), t.name) == known.end())
-      fail(kv.first, "track: " + t.name +
-                         " is not a tracker isorun has (mlflow, tensorboard); a tracker of your own gives its "
-                         "command: [...]");
+    if (t.command.empty() && !builtin_tracker(t.name))
+      fail(kv.first, "track: " + t.name + " is not a tracker isorun has (" + builtin_tracker_names() +
+                         "); a tracker of your own gives its command: [...]");
     s.track.push_back(std::move(t));
   }
 }
@@ -1081,9 +1078,26 @@ constexpr backend_choice backend_table[] = {
      [](const sweep_spec& s) { return s.slurm.has_value(); }},
 };
 
-const std::vector<std::string>& builtin_trackers() {
-  static const std::vector<std::string> names{"mlflow", "tensorboard"};
-  return names;
+// The trackers isorun has: python3 -m isorun.track.NAME (python/isorun/track/).
+constexpr std::string_view builtin_tracker_table[] = {"mlflow", "tensorboard"};
+
+bool tracker_name_ok(std::string_view name) {
+  return !name.empty() &&
+         name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") == name.npos;
+}
+
+bool builtin_tracker(std::string_view name) {
+  return std::find(std::begin(builtin_tracker_table), std::end(builtin_tracker_table), name) !=
+         std::end(builtin_tracker_table);
+}
+
+const std::string& builtin_tracker_names() {
+  static const std::string text = [] {
+    std::string t;
+    for (std::string_view n : builtin_tracker_table) t += (t.empty() ? "" : ", ") + std::string(n);
+    return t;
+  }();
+  return text;
 }
 
 bool select_backend(sweep_spec& s, std::string_view name) {

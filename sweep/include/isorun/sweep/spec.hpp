@@ -91,8 +91,14 @@ struct track_spec {
   int line = 0;
 };
 
-/// @brief The trackers isorun has (`python3 -m isorun.track.NAME`): mlflow, tensorboard.
-const std::vector<std::string>& builtin_trackers();
+/// @brief Whether `name` can name a tracker: letters, digits, _ and - (it names OUT/track/NAME).
+bool tracker_name_ok(std::string_view name);
+
+/// @brief Whether isorun has a tracker of that name (`python3 -m isorun.track.NAME`).
+bool builtin_tracker(std::string_view name);
+
+/// @brief The trackers isorun has, for messages: "mlflow, tensorboard".
+const std::string& builtin_tracker_names();
 
 /// Out-of-memory retries (`policy: oom_retry:`, `--oom-retry`): a trial that ran out of memory is
 /// run again with its cap multiplied by `factor`, up to `max` (the last attempt at exactly `max`),
