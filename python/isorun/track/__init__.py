@@ -67,6 +67,11 @@ class Seen:
         trials: dict[str, Any] = self.data.setdefault("trials", {})
         return trials.setdefault(trial, {"step": None, "ended": False})
 
+    def passed(self, trial: str, step: int) -> bool:
+        """Whether a report of ``trial`` at ``step`` (or a later one) was passed on already."""
+        last = self.trial(trial)["step"]
+        return last is not None and step <= last
+
     def save(self) -> None:
         """Writes the state durably enough for a restart: aside, then renamed over the old."""
         aside = self._path + ".tmp"

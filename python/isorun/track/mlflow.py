@@ -121,7 +121,7 @@ class MlflowTracker(Tracker):
         assert self.client is not None and self.seen is not None
         trial, step = str(event["trial"]), int(event["step"])
         state = self.seen.trial(trial)
-        if state["step"] is not None and step <= state["step"]:
+        if self.seen.passed(trial, step):
             return  # logged before this start
         run = self._child(trial)
         metrics = [Metric(k, v, 0, step) for k, v in numbers(event.get("metrics") or {}).items()]

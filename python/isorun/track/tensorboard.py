@@ -88,7 +88,7 @@ class TensorBoardTracker(Tracker):
         assert self.seen is not None
         trial, step = str(event["trial"]), int(event["step"])
         state = self.seen.trial(trial)
-        if state["step"] is not None and step <= state["step"]:
+        if self.seen.passed(trial, step):
             return
         values = [Summary.Value(tag=k, simple_value=v) for k, v in numbers(event.get("metrics") or {}).items()]
         self._write(trial, step, Summary(value=values))
@@ -105,7 +105,7 @@ class TensorBoardTracker(Tracker):
         self._start(trial, record.get("params") or {})
         step = int(record.get("step", 0) or 0)
         values = [Summary.Value(tag=k, simple_value=v) for k, v in numbers(record.get("result")).items()]
-        if values and (state["step"] is None or step > state["step"]):
+        if values and not self.seen.passed(trial, step):
             self._write(trial, step, Summary(value=values))
         ok = record.get("outcome") in ("success", "pruned")
         end = SessionEndInfo(status=Status.Value("STATUS_SUCCESS" if ok else "STATUS_FAILURE"),
