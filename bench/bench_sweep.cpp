@@ -48,19 +48,26 @@ double list_schedule_ms(const std::vector<int>& durations, std::size_t slots) {
   return *std::max_element(free_at.begin(), free_at.end());
 }
 struct run_figures {
+  std::size_t slots = 0;
   double makespan_ms = 0, gap_ms = 0, start_ms = 0, overhead_ms = 0;
   double end_wait_ms = 0;  // the last trial's end to the sweep's return
 };
 
 // Runs `s` on `slots` and measures it: the slot time between trials, and the rest.
-run_figures measure(isorun::sweep::sweep_spec s, const std::vector<isorun::runner::slot>& slots, double total_ms,
-                    int trials) {
+// Runs `s` (its trials `total_ms` long in all) on the simulated GPUs' slots, in an output folder
+// of its own named by `tag` and `run` (removed after), and measures it.
+run_figures measure(isorun::sweep::sweep_spec s, const char* tag, int run, double total_ms, int trials) {
   using namespace isorun;
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("isorun-bench-" + std::string(tag) + "-" + std::to_string(::getpid()) + "-" + std::to_string(run));
+  s.out = dir.string();
+  const auto slots = sweep::plan_slots(s, runner::gpu_inventory::simulated("2x16G")).slots;
   sweep::sweep_options ro;
   ro.progress = false;
   const std::int64_t t0 = monotonic_ns();
   auto summary = sweep::sweep_run(s, slots, ro).run();
   const std::int64_t t1 = monotonic_ns();
+  std::filesystem::remove_all(dir);
   if (summary.succeeded != summary.total - summary.skipped) {
     std::fprintf(stderr, "bench_sweep: %zu trials failed\n", summary.failed);
     std::exit(1);
@@ -76,6 +83,7 @@ run_figures measure(isorun::sweep::sweep_spec s, const std::vector<isorun::runne
     spans[static_cast<std::size_t>(r.slot)].emplace_back(end - r.params["arg0"].get<std::int64_t>() * 1'000'000, end);
   }
   run_figures f;
+  f.slots = slots.size();
   double busy_ms = 0;
   for (auto& sp : spans) {
     if (sp.empty()) continue;
@@ -92,7 +100,7 @@ run_figures measure(isorun::sweep::sweep_spec s, const std::vector<isorun::runne
 }
 
 // `trials` trials of 50..200 ms (seeded by `rep`) of wait_ms; their total duration in `total_ms`.
-isorun::sweep::sweep_spec wait_spec(int trials, int rep, double& total_ms, std::vector<int>& durations) {
+isorun::sweep::sweep_spec wait_spec(int trials, int per_gpu, int rep, double& total_ms, std::vector<int>& durations) {
   isorun::sweep::sweep_spec s;
   s.task = "wait_ms";
   std::mt19937 rng(42 + rep);
@@ -105,6 +113,7 @@ isorun::sweep::sweep_spec wait_spec(int trials, int rep, double& total_ms, std::
   }
   s.all_gpus = true;
   s.mem_limit = 2ULL << 30;
+  s.per_gpu = per_gpu;
   return s;
 }
 
@@ -132,19 +141,13 @@ int track_figures(int trials, int per_gpu, int reps) {
     const int rep = run / 2, tracked = run % 2 == 0 ? 1 : 0;
     double total_ms = 0;
     std::vector<int> durations;
-    sweep::sweep_spec s = wait_spec(trials, rep, total_ms, durations);
-    s.per_gpu = per_gpu;
-    const auto dir = std::filesystem::temp_directory_path() /
-                     ("isorun-bench-track-" + std::to_string(::getpid()) + "-" + std::to_string(run));
-    s.out = (dir / "out").string();
+    sweep::sweep_spec s = wait_spec(trials, per_gpu, rep, total_ms, durations);
     if (tracked) s.track.push_back({.name = "mlflow", .settings = {{"uri", uri}}});
-    const auto slots = sweep::plan_slots(s, runner::gpu_inventory::simulated("2x16G")).slots;
-    const run_figures f = measure(s, slots, total_ms, trials);
-    std::filesystem::remove_all(dir);
+    const run_figures f = measure(s, "track", run, total_ms, trials);
     gaps[tracked].push_back(f.gap_ms);
     waits[tracked].push_back(f.end_wait_ms);
     std::printf("run %d (%s): %d trials, %zu slots, makespan %.0f ms, gap %.3f ms, end wait %.0f ms\n", rep,
-                tracked ? "mlflow" : "no tracker", trials, slots.size(), f.makespan_ms, f.gap_ms, f.end_wait_ms);
+                tracked ? "mlflow" : "no tracker", trials, f.slots, f.makespan_ms, f.gap_ms, f.end_wait_ms);
   }
   std::filesystem::remove_all(store);
   std::vector<double> ratio;
@@ -185,17 +188,11 @@ int main(int argc, char** argv) {
     const int rep = run / 2, standby = run % 2 == 0 ? 1 : 0;
     double total_ms = 0;
     std::vector<int> durations;
-    sweep::sweep_spec s = wait_spec(trials, rep, total_ms, durations);
-    s.per_gpu = per_gpu;
+    sweep::sweep_spec s = wait_spec(trials, per_gpu, rep, total_ms, durations);
     s.standby = standby;
-    const auto dir = std::filesystem::temp_directory_path() /
-                     ("isorun-bench-sweep-" + std::to_string(::getpid()) + "-" + std::to_string(run));
-    s.out = dir.string();
-    const auto slots = sweep::plan_slots(s, runner::gpu_inventory::simulated("2x16G")).slots;
-    const run_figures f = measure(s, slots, total_ms, trials);
-    std::filesystem::remove_all(dir);
-    const double ideal_ms = total_ms / static_cast<double>(slots.size());
-    const double list_ms = list_schedule_ms(durations, slots.size());
+    const run_figures f = measure(s, "sweep", run, total_ms, trials);
+    const double ideal_ms = total_ms / static_cast<double>(f.slots);
+    const double list_ms = list_schedule_ms(durations, f.slots);
     ratios[standby].push_back(f.makespan_ms / ideal_ms);
     list_ratios[standby].push_back(f.makespan_ms / list_ms);
     overheads[standby].push_back(f.overhead_ms);
@@ -203,8 +200,8 @@ int main(int argc, char** argv) {
     starts[standby].push_back(f.start_ms);
     std::printf(
         "run %d (%s): %d trials, %zu slots, makespan %.0f ms, ideal %.0f ms (%.3f), list schedule %.0f ms (%.3f)\n",
-        rep, standby ? "standby" : "no standby", trials, slots.size(), f.makespan_ms, ideal_ms,
-        f.makespan_ms / ideal_ms, list_ms, f.makespan_ms / list_ms);
+        rep, standby ? "standby" : "no standby", trials, f.slots, f.makespan_ms, ideal_ms, f.makespan_ms / ideal_ms,
+        list_ms, f.makespan_ms / list_ms);
   }
   for (int standby : {1, 0}) {
     const char* name = standby ? "standby" : "no standby";
