@@ -1082,8 +1082,8 @@ constexpr backend_choice backend_table[] = {
 constexpr std::string_view builtin_tracker_table[] = {"mlflow", "tensorboard"};
 
 bool tracker_name_ok(std::string_view name) {
-  return !name.empty() &&
-         name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") == name.npos;
+  return !name.empty() && name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") ==
+                              std::string_view::npos;
 }
 
 bool builtin_tracker(std::string_view name) {
