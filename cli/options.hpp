@@ -58,6 +58,14 @@ struct sweep_flags {
   std::string node;  ///< --node FILE:TASK, what a Slurm array task runs (isorun passes it)
 };
 
+/// --serve and its address: the live report (isorun report OUT --serve, isorun sweep --serve).
+struct serve_flags {
+  bool on = false;                 ///< --serve
+  std::string bind = "127.0.0.1";  ///< --bind ADDR
+  int port = -1;                   ///< --port N (-1: not given; served on a free port)
+  bool addressed = false;          ///< --bind or --port given (they need --serve)
+};
+
 /// Everything the command line says, checked.
 struct cli_options {
   mode what = mode::run_task;
@@ -82,6 +90,7 @@ struct cli_options {
   std::vector<std::string> command;  ///< after -- (the program to run, or to sweep)
   std::string out;                   ///< OUT of `isorun report` and `isorun status`
   sweep_flags sweep;                 ///< after `isorun sweep`
+  serve_flags serve;                 ///< report and sweep: --serve, --bind, --port
   std::vector<std::string> argv;     ///< the whole command line, as given
 };
 

@@ -1,19 +1,77 @@
 #include "report_command.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "interrupt.hpp"
 #include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/printable.hpp"
 #include "isorun/sweep/html_report.hpp"
+#include "isorun/sweep/report_model.hpp"
 #include "isorun/sweep/slurm.hpp"
 
 namespace isorun::cli {
 
+namespace {
+
+// Requests logged on stderr with the time, as a development server does (only in the foreground:
+// beside a sweep, the terminal is the sweep's).
+void log_request(const std::string& line) {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  ::localtime_r(&t, &tm);
+  char when[16];
+  std::strftime(when, sizeof when, "%H:%M:%S", &tm);
+  std::fprintf(stderr, "isorun: %s %s\n", when, line.c_str());
+}
+
+sweep::report_server::settings serve_settings(const serve_flags& f, bool log_requests) {
+  return {.bind = f.bind, .port = std::max(f.port, 0), .on_request = log_requests ? log_request : nullptr};
+}
+
+sweep::report_server* serving = nullptr;  // what a signal stops (set before the handler is)
+
+// isorun report OUT --serve: in the foreground, requests logged, until Ctrl-C.
+int serve_report(const cli_options& o) {
+  (void)sweep::load_report_data(o.out);  // usage_error if OUT is not a sweep's folder
+  sweep::report_server server(o.out, serve_settings(o.serve, true));
+  serving = &server;
+  const interrupt_scope stop([](int) noexcept { serving->stop(); });
+  std::fprintf(stderr, "isorun: serving the report of %s at %s (live: it updates as the sweep goes; Ctrl-C stops)\n",
+               printable(o.out).c_str(), server.url().c_str());
+  server.serve();
+  serving = nullptr;
+  return 0;
+}
+
+}  // namespace
+
+served_report::served_report(const serve_flags& flags, const std::string& out) {
+  if (!flags.on) return;
+  server_ = std::make_unique<sweep::report_server>(out, serve_settings(flags, false));
+  std::fprintf(stderr, "isorun: the report, live: %s\n", server_->url().c_str());
+  thread_ = std::thread([server = server_.get()] {
+    try {
+      server->serve();
+    } catch (const std::exception& e) {  // the sweep goes on without its page
+      std::fprintf(stderr, "isorun: warning: the live report stopped: %s\n", printable(e.what()).c_str());
+    }
+  });
+}
+
+served_report::~served_report() {
+  if (!server_) return;
+  server_->stop();
+  thread_.join();
+}
+
 int write_report(const cli_options& o) {
+  if (o.serve.on) return serve_report(o);
   sweep::write_report(o.out);
   std::fprintf(stderr, "isorun: report in %s\n",
                printable((std::filesystem::path(o.out) / "report.html").string()).c_str());

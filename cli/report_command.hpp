@@ -1,13 +1,32 @@
 #pragma once
 // `isorun report OUT` and `isorun status OUT`: a sweep's folder, read.
 
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "isorun/sweep/report_server.hpp"
 #include "options.hpp"
 
 namespace isorun::cli {
 
-/// @brief (Re)writes o.out/report.html. @throws usage_error if o.out is not a sweep's folder.
-/// @return the exit code, 0.
+/// @brief (Re)writes o.out/report.html; with --serve, serves it live until a signal instead.
+/// @throws usage_error if o.out is not a sweep's folder. @return the exit code, 0.
 int write_report(const cli_options& o);
+
+/// The live report beside a sweep (isorun sweep --serve): served on a thread of its own from
+/// construction, stopped (the pages told so) by destruction. Nothing without --serve.
+class served_report {
+ public:
+  served_report(const serve_flags& flags, const std::string& out);
+  ~served_report();
+  served_report(const served_report&) = delete;
+  served_report& operator=(const served_report&) = delete;
+
+ private:
+  std::unique_ptr<sweep::report_server> server_;
+  std::thread thread_;
+};
 
 /// @brief Prints a sweep's progress from its folder o.out (and squeue, for Slurm arrays).
 /// @throws usage_error if o.out is not a sweep's folder. @return the exit code, 0.

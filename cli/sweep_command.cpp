@@ -18,6 +18,7 @@
 #include "isorun/runner/process.hpp"
 #include "isorun/sweep/slurm.hpp"
 #include "isorun/sweep/sweep.hpp"
+#include "report_command.hpp"
 
 namespace isorun::cli {
 namespace {
@@ -191,7 +192,11 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libs) {
       warning = s.checkpoints.signal;
       stop.also_catch(s.checkpoints.signal);
     }
-    const int code = summarize(o, s, sweep.run(), where);
+    const auto summary = [&] {
+      const served_report page(node ? serve_flags{} : o.serve, where);  // (the submitter's, not a node's)
+      return sweep.run();
+    }();
+    const int code = summarize(o, s, summary, where);
     if (!node || !warned) return code;
     std::string why;
     if (sweep::slurm::requeue_this_task(why)) {

@@ -158,3 +158,37 @@ inline std::string read_file(const fs::path& p) {
   std::ifstream in(p);
   return std::string((std::istreambuf_iterator<char>(in)), {});
 }
+
+// ---- Pages in a browser: the [browser] cases, which tests/browser_test.sh runs with headless
+// Chromium ----
+
+struct rendered {
+  int code = -1;
+  std::string dom, log;
+};
+
+/// @brief The page at `url` as headless Chromium leaves it once its scripts have run (or, with
+///        `png`, a screenshot of it), and what it logged. `extra`: more of Chromium's flags.
+inline rendered in_browser(const std::string& url, const std::string& profile, const std::string& png = "",
+                           const std::vector<std::string>& extra = {}) {
+  const char* browser = std::getenv("ISORUN_TEST_BROWSER");
+  REQUIRE(browser);
+  std::vector<std::string> args = {
+      "--headless", "--no-sandbox",           "--disable-gpu", "--user-data-dir=" + profile, "--enable-logging=stderr",
+      "--v=0",      "--window-size=1200,3000"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  args.push_back(png.empty() ? "--dump-dom" : "--screenshot=" + png);
+  args.push_back(url);
+  auto r = isorun::test::run_captured(browser, args);
+  return {r.code, r.out, r.err};
+}
+
+/// @brief Console messages Chromium logged for a page: errors thrown by its script, or anything
+///        it printed (isorun's pages print nothing).
+inline std::vector<std::string> console_lines(const std::string& log) {
+  std::vector<std::string> out;
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);)
+    if (line.find("CONSOLE") != std::string::npos || line.find("Uncaught") != std::string::npos) out.push_back(line);
+  return out;
+}

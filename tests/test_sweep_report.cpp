@@ -233,38 +233,6 @@ TEST_CASE("--memory-timeline draws one run's memory, and an OOM's live allocatio
 }
 
 // ---- The report in a browser (tests/browser_test.sh runs these with headless Chromium) ----
-namespace {
-
-struct rendered {
-  int code = -1;
-  std::string dom, log;
-};
-
-// The page as headless Chromium leaves it once its script has run, and what it logged.
-rendered in_browser(const std::string& page, const std::string& profile, const std::string& png = "") {
-  const char* browser = std::getenv("ISORUN_TEST_BROWSER");
-  REQUIRE(browser);
-  std::vector<std::string> args = {
-      "--headless", "--no-sandbox",           "--disable-gpu", "--user-data-dir=" + profile, "--enable-logging=stderr",
-      "--v=0",      "--window-size=1200,3000"};
-  if (!png.empty()) args.push_back("--screenshot=" + png);
-  else args.push_back("--dump-dom");
-  args.push_back("file://" + page);
-  auto r = isorun::test::run_captured(browser, args);
-  return {r.code, r.out, r.err};
-}
-
-// Console messages Chromium logged for the page: errors thrown by its script, or anything it
-// printed (the page prints nothing).
-std::vector<std::string> console_lines(const std::string& log) {
-  std::vector<std::string> out;
-  std::istringstream in(log);
-  for (std::string line; std::getline(in, line);)
-    if (line.find("CONSOLE") != std::string::npos || line.find("Uncaught") != std::string::npos) out.push_back(line);
-  return out;
-}
-
-}  // namespace
 TEST_CASE("the digits sweep's report loads in Chromium with every section and no console error", "[browser]") {
   const std::string dir = temp_dir();
   std::ofstream(dir + "/spec.yaml")
@@ -274,7 +242,7 @@ TEST_CASE("the digits sweep's report loads in Chromium with every section and no
          "out: \""
       << dir << "/out\"\n";
   REQUIRE(isorun::test::run_captured(ISORUN_CLI, {"sweep", dir + "/spec.yaml", "--no-progress"}).code == 0);
-  const auto r = in_browser(dir + "/out/report.html", dir + "/profile");
+  const auto r = in_browser("file://" + dir + "/out/report.html", dir + "/profile");
   INFO(r.log);
   REQUIRE(r.code == 0);
   CHECK(console_lines(r.log).empty());
@@ -283,7 +251,8 @@ TEST_CASE("the digits sweep's report loads in Chromium with every section and no
     CHECK(r.dom.find(std::string("<section id=\"") + section + "\"") != std::string::npos);
   CHECK(occurrences(r.dom, "<tr><td>") >= 12);  // the script drew the 12 trials' rows
   CHECK(r.dom.find("12 trials; page 1 of 1") != std::string::npos);
-  if (const char* keep = std::getenv("ISORUN_REPORT_PNG")) in_browser(dir + "/out/report.html", dir + "/profile", keep);
+  if (const char* keep = std::getenv("ISORUN_REPORT_PNG"))
+    in_browser("file://" + dir + "/out/report.html", dir + "/profile", keep);
   fs::remove_all(dir);
 }
 TEST_CASE("an out-of-memory trial's timeline loads in Chromium, showing what was live", "[browser]") {
@@ -291,7 +260,7 @@ TEST_CASE("an out-of-memory trial's timeline loads in Chromium, showing what was
   REQUIRE(isorun::test::run_captured(ISORUN_CLI, {"--tasks", SWEEP_TEST_TASKS, "--cpu", "--mem-limit", "256M",
                                                   "--memory-timeline", dir + "/oom.html", "fill_mib", "arg0=400"})
               .code == 3);
-  const auto r = in_browser(dir + "/oom.html", dir + "/profile");
+  const auto r = in_browser("file://" + dir + "/oom.html", dir + "/profile");
   INFO(r.log);
   REQUIRE(r.code == 0);
   CHECK(console_lines(r.log).empty());
@@ -300,7 +269,8 @@ TEST_CASE("an out-of-memory trial's timeline loads in Chromium, showing what was
   CHECK(r.dom.find("<polyline class=\"allocated\"") != std::string::npos);
   CHECK(occurrences(r.dom, "<tr><td>") == 1);  // 32 x 8 MiB, one row
   CHECK(r.dom.find("32 × 8.00 MiB</td><td>256.00 MiB</td>") != std::string::npos);
-  if (const char* keep = std::getenv("ISORUN_TIMELINE_PNG")) in_browser(dir + "/oom.html", dir + "/profile", keep);
+  if (const char* keep = std::getenv("ISORUN_TIMELINE_PNG"))
+    in_browser("file://" + dir + "/oom.html", dir + "/profile", keep);
   fs::remove_all(dir);
 }
 TEST_CASE("a report whose data holds <!--<script> still draws its table in Chromium", "[browser][hostile]") {
@@ -317,7 +287,7 @@ TEST_CASE("a report whose data holds <!--<script> still draws its table in Chrom
       << "\n"
       << json{{"id", "0000000000000002"}, {"params", {{"p", "x"}}}, {"outcome", "success"}}.dump() << "\n";
   sw::write_report(dir);
-  const auto r = in_browser(dir + "/report.html", dir + "/profile");
+  const auto r = in_browser("file://" + dir + "/report.html", dir + "/profile");
   INFO(r.log);
   REQUIRE(r.code == 0);
   CHECK(console_lines(r.log).empty());

@@ -52,19 +52,22 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}td.err{white-space:nor
 .curves polyline{fill:none;stroke-width:1.2}.curves .full{stroke:#264653;stroke-opacity:.8}
 .curves .pruned{stroke:#adb5bd;stroke-opacity:.35}.curves circle.stop{fill:#9d8189;fill-opacity:.5}.curves polyline:hover{stroke-width:3;stroke-opacity:1}
 line.rung{stroke:#e76f51;stroke-dasharray:4 3}
+#live{position:fixed;top:8px;right:12px;font-size:12px;background:#f6f6f6;border:1px solid #ddd;border-radius:4px;padding:2px 8px;color:#555}
 )";
 
 // Sorting and paging of the table, whose rows are the JSON in #trials-data. Marks the page
-// ready when done, so a headless browser (and its test) can tell the script ran.
+// ready when done, so a headless browser (and its test) can tell the script ran. On a live page
+// it runs again with each new page, and keeps the reader's sort and page across them.
 const char* script = R"(
 (function(){
   var data = JSON.parse(document.getElementById('trials-data').textContent);
-  var cols = data.columns, rows = data.rows, page = 0, size = 50, key = -1, dir = 1;
+  var cols = data.columns, rows = data.rows, page = 0, size = 50, key = -1, dir = 1, kept = window.isorunTable;
+  function keep(){ window.isorunTable = {key: key, dir: dir, page: page}; }
   var thead = document.querySelector('#trials thead tr'), tbody = document.querySelector('#trials tbody');
   var info = document.getElementById('page-info');
   cols.forEach(function(c, i){
     var th = document.createElement('th'); th.textContent = c.name;
-    th.onclick = function(){ dir = key === i ? -dir : 1; key = i; page = 0; sort(); draw(); };
+    th.onclick = function(){ dir = key === i ? -dir : 1; key = i; page = 0; sort(); draw(); keep(); };
     thead.appendChild(th);
   });
   function cmp(a, b){
@@ -103,13 +106,65 @@ const char* script = R"(
     });
     info.textContent = rows.length + ' trials; page ' + (page + 1) + ' of ' + pages;
   }
-  document.getElementById('prev').onclick = function(){ page--; draw(); };
-  document.getElementById('next').onclick = function(){ page++; draw(); };
-  if (data.sort >= 0) { key = data.sort; dir = data.dir; sort(); }
+  document.getElementById('prev').onclick = function(){ page--; draw(); keep(); };
+  document.getElementById('next').onclick = function(){ page++; draw(); keep(); };
+  if (kept && kept.key < cols.length) { key = kept.key; dir = kept.dir; page = kept.page; }
+  else if (data.sort >= 0) { key = data.sort; dir = data.dir; }
+  if (key >= 0) sort();
   draw();
   document.body.setAttribute('data-ready', 'yes');
 })();
 )";
+
+// A live page's news (report_server.cpp): a long poll for the page after the generation this one
+// shows, held by the server while a sweep runs; a new page is swapped in for the body (no reload:
+// the reader's scroll and the table's sort stay), and a badge says what the server said.
+const char* live_script = R"(
+(function(){
+  var root = document.documentElement, gen = root.getAttribute('data-generation'), updates = 0;
+  var badge = document.createElement('div');
+  badge.id = 'live';
+  function say(text){ badge.textContent = text; if (badge.parentNode !== document.body) document.body.appendChild(badge); }
+  function swap(html, next){
+    var doc = new DOMParser().parseFromString(html, 'text/html'), y = window.scrollY;
+    document.title = doc.title;
+    document.body.replaceWith(document.adoptNode(doc.body));
+    // A script parsed elsewhere never runs: the table's runs again as a new element.
+    var old = document.getElementById('table-script');
+    if (old) { var s = document.createElement('script'); s.id = old.id; s.textContent = old.textContent; old.replaceWith(s); }
+    window.scrollTo(0, y);
+    gen = next;
+    root.setAttribute('data-generation', gen);
+    root.setAttribute('data-live-updates', String(++updates));
+  }
+  function poll(){
+    fetch('live?since=' + encodeURIComponent(gen), {cache: 'no-store'}).then(function(r){
+      var running = r.headers.get('X-Isorun-Running') === '1', last = r.headers.get('X-Isorun-Closing') === '1';
+      return (r.status === 200 ? r.text() : Promise.resolve(null)).then(function(html){
+        if (html !== null) swap(html, r.headers.get('X-Isorun-Generation'));
+        if (last) return say('the server has stopped: this page no longer updates');
+        say(running ? 'live: the sweep is running' : 'live: no sweep runs in this folder now');
+        setTimeout(poll, running ? 1000 : 5000);
+      });
+    }).catch(function(){ say('the server does not answer: trying again'); setTimeout(poll, 5000); });
+  }
+  poll();
+})();
+)";
+
+// The page's head, up to <body>: on a live page the generation it shows is the root's.
+void page_head(std::ostringstream& o, const std::string& title, const page_options& page) {
+  o << "<!DOCTYPE html><html lang=\"en\"";
+  if (!page.live_generation.empty()) o << " data-generation=\"" << esc(page.live_generation) << "\"";
+  o << "><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width\"><title>" << esc(title)
+    << "</title><style>" << style << "</style></head><body>";
+}
+
+// The end of the page: the live script where the page is live.
+void page_tail(std::ostringstream& o, const page_options& page) {
+  if (!page.live_generation.empty()) o << "<script>" << live_script << "</script>";
+  o << "</body></html>\n";
+}
 
 // The table's data: the columns of results.csv (mem_limit: the cap the trial finally needed), plus
 // the peak against the cap.
@@ -386,17 +441,27 @@ void resource_sections(std::ostringstream& o, const report_data& d) {
 
 }  // namespace
 
-std::string render_report(const report_data& d) {
+std::string render_report(const report_data& d, const page_options& page) {
   std::ostringstream o;
-  o << "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width\">"
-    << "<title>isorun sweep: " << esc(d.subject) << "</title><style>" << style << "</style></head><body>";
+  page_head(o, "isorun sweep: " + d.subject, page);
   summary_section(o, d);
   trial_sections(o, d);
   pareto_section(o, d);
   lineage_section(o, d);
   resource_sections(o, d);
-  o << "<script type=\"application/json\" id=\"trials-data\">" << script_json(table_data(d)) << "</script><script>"
-    << script << "</script></body></html>\n";
+  o << "<script type=\"application/json\" id=\"trials-data\">" << script_json(table_data(d))
+    << "</script><script id=\"table-script\">" << script << "</script>";
+  page_tail(o, page);
+  return o.str();
+}
+
+std::string render_waiting_page(const std::string& out, const page_options& page) {
+  std::ostringstream o;
+  page_head(o, "isorun sweep in " + out, page);
+  o << "<section id=\"summary\"><h1>Sweep in " << esc(out)
+    << "</h1><p class=\"sub\">No trial journaled yet: the page fills in as the sweep writes its records.</p>"
+       "</section><script>document.body.setAttribute('data-ready', 'yes');</script>";
+  page_tail(o, page);
   return o.str();
 }
 
@@ -408,10 +473,10 @@ void write_report(const fs::path& out) {
 
 std::string render_memory_timeline(const json& timeline, const std::string& title) {
   std::ostringstream o;
-  o << "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << esc(title) << "</title><style>"
-    << style << "</style></head><body><section id=\"timelines\"><h1>" << esc(title) << "</h1>"
-    << detail::timeline_svg(timeline)
-    << "</section><script>document.body.setAttribute('data-ready', 'yes');</script></body></html>\n";
+  page_head(o, title, {});
+  o << "<section id=\"timelines\"><h1>" << esc(title) << "</h1>" << detail::timeline_svg(timeline)
+    << "</section><script>document.body.setAttribute('data-ready', 'yes');</script>";
+  page_tail(o, {});
   return o.str();
 }
 

@@ -1,0 +1,49 @@
+#pragma once
+/// @file report_server.hpp
+/// A sweep folder's report served over HTTP and kept live while the sweep runs: `isorun report
+/// OUT --serve` and `isorun sweep --serve`. The page asks for news with a long poll (GET
+/// /live?since=GENERATION, held while a sweep holds the folder's lock, answered with the new page
+/// as soon as the journal changes) and swaps it in without a reload. Read-only: GET and HEAD of
+/// the page and of the regular files inside OUT, nothing else; bound to 127.0.0.1 by default and
+/// then answering only requests addressed to the loopback (no DNS rebinding).
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace isorun::sweep {
+
+class report_server {
+ public:
+  struct settings {
+    std::string bind = "127.0.0.1";  ///< the address to listen on: an IPv4 or IPv6 literal
+    int port = 0;                    ///< 0: a free one, which url() names
+    /// Told of each request, as a development server logs it: `PEER "REQUEST LINE" STATUS`, the
+    /// status "held" for a long poll that waits for news. Called on serve()'s thread.
+    std::function<void(const std::string& line)> on_request;
+  };
+
+  /// @brief Listens at once, so that url() is known before serve().
+  /// @throws usage_error (a bad address; a port in use or not allowed), internal_error.
+  report_server(std::filesystem::path out, const settings& how);
+  ~report_server();
+  report_server(const report_server&) = delete;
+  report_server& operator=(const report_server&) = delete;
+
+  /// @brief Where a browser finds the page: http://ADDRESS:PORT/.
+  [[nodiscard]] const std::string& url() const noexcept;
+
+  /// @brief Serves until stop(). Pages waiting for news are then sent the last state, marked as
+  ///        the server's last word, before it returns.
+  void serve();
+
+  /// @brief Makes serve() return (at once if it has not begun). Async-signal-safe; any thread.
+  void stop() noexcept;
+
+ private:
+  struct state;
+  std::unique_ptr<state> s_;
+};
+
+}  // namespace isorun::sweep

@@ -1,0 +1,475 @@
+// The live report's server: one thread, one poll() loop over the listening socket, the folder's
+// inotify watch, a wake-up eventfd and the connections. A connection carries one request (the
+// response closes it), so no request ever waits behind another; a long poll is a connection held
+// until the journal changes, the sweep ends or a while has passed.
+#include "isorun/sweep/report_server.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <linux/openat2.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <list>
+#include <sstream>
+
+#include "isorun/runner/errors.hpp"
+#include "isorun/runner/printable.hpp"
+#include "isorun/runner/unique_fd.hpp"
+#include "isorun/sweep/html_report.hpp"
+#include "isorun/sweep/report_model.hpp"
+
+namespace isorun::sweep {
+namespace fs = std::filesystem;
+using clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr std::size_t max_head = std::size_t{16} << 10;  // a request's line and headers; a browser's are ~1 KiB
+constexpr std::size_t max_connections = 128;             // past it, new ones wait in the listen queue
+constexpr auto hold = std::chrono::seconds(25);          // a long poll is answered "nothing new" after this
+constexpr auto flush_at_stop = std::chrono::seconds(2);  // for the last words to slow readers
+
+// The files whose change is news: what the report is drawn from.
+constexpr const char* watched[] = {"sweep.json", "results.jsonl", "reports.jsonl"};
+
+struct connection {
+  unique_fd fd;
+  std::string peer;
+  std::string in;   // the request's head, as far as it came
+  std::string out;  // the response's head (and body, unless it comes from `file`)
+  std::size_t sent = 0;
+  unique_fd file;  // a served file's body, sent after `out`
+  off_t file_at = 0, file_end = 0;
+  bool waiting = false;  // a long poll, held for news
+  std::string since;
+  bool head_only = false;
+  clock::time_point until;
+};
+
+std::string status_line(int code) {
+  switch (code) {
+    case 200: return "200 OK";
+    case 204: return "204 No Content";
+    case 400: return "400 Bad Request";
+    case 403: return "403 Forbidden";
+    case 404: return "404 Not Found";
+    case 405: return "405 Method Not Allowed";
+    case 431: return "431 Request Header Fields Too Large";
+    default: return "500 Internal Server Error";
+  }
+}
+
+// A response's head for a body of `length` bytes, `extra` being header lines each ending in \r\n.
+// Nothing is cached (the page changes), nothing sniffed or framed; one request per connection.
+std::string response_head(int code, const std::string& type, std::uint64_t length, const std::string& extra = {}) {
+  std::string r = "HTTP/1.1 " + status_line(code) + "\r\n";
+  if (!type.empty()) r += "Content-Type: " + type + "\r\n";
+  return r + "Content-Length: " + std::to_string(length) +
+         "\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\n"
+         "Referrer-Policy: no-referrer\r\nConnection: close\r\n" +
+         extra + "\r\n";
+}
+
+// A whole response; with head_only (a HEAD request), its head.
+std::string response(int code, const std::string& type, const std::string& body, const std::string& extra = {},
+                     bool head_only = false) {
+  return response_head(code, type, body.size(), extra) + (head_only ? std::string() : body);
+}
+
+std::string text_response(int code, const std::string& message, const std::string& extra = {}) {
+  return response(code, "text/plain; charset=utf-8", message + "\n", extra);
+}
+
+// %XX escapes decoded; nullopt for a bad escape or a NUL.
+std::optional<std::string> percent_decoded(std::string_view s) {
+  std::string o;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      o += s[i];
+      continue;
+    }
+    if (i + 2 >= s.size() || !std::isxdigit(static_cast<unsigned char>(s[i + 1])) ||
+        !std::isxdigit(static_cast<unsigned char>(s[i + 2])))
+      return std::nullopt;
+    o += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
+    i += 2;
+  }
+  if (o.find('\0') != std::string::npos) return std::nullopt;
+  return o;
+}
+
+// A file's path inside OUT as a request names it, or "" if it could name anything else: no
+// empty, "." or ".." component (the kernel's RESOLVE_BENEATH is the second line of defence).
+std::string inside_path(const std::string& path) {
+  std::string rel = path.substr(1);
+  std::size_t at = 0;
+  while (true) {
+    const auto slash = rel.find('/', at);
+    const std::string_view part = std::string_view(rel).substr(at, slash - at);
+    if (part.empty() || part == "." || part == "..") return {};
+    if (slash == std::string::npos) return rel;
+    at = slash + 1;
+  }
+}
+
+std::string content_type(const std::string& name) {
+  const std::string ext = fs::path(name).extension().string();
+  if (ext == ".html") return "text/html; charset=utf-8";
+  if (ext == ".csv") return "text/csv; charset=utf-8";
+  if (ext == ".json") return "application/json";
+  if (ext == ".svg") return "image/svg+xml";
+  if (ext == ".png") return "image/png";
+  if (ext == ".jsonl" || ext == ".log" || ext == ".txt" || ext == ".err" || ext == ".yaml" || ext == ".yml")
+    return "text/plain; charset=utf-8";
+  return "application/octet-stream";
+}
+
+// The value of header `name` (lower case) in a request head, "" if absent.
+std::string header(const std::string& head, std::string_view name) {
+  std::istringstream in(head);
+  std::string line;
+  std::getline(in, line);  // the request line
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const auto colon = line.find(':');
+    if (colon != name.size()) continue;
+    std::string key = line.substr(0, colon);
+    std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (key != name) continue;
+    const auto v = line.find_first_not_of(" \t", colon + 1);
+    return v == std::string::npos ? std::string() : line.substr(v);
+  }
+  return {};
+}
+
+// A number for what the report is drawn from: it changes whenever one of the watched files does.
+std::string generation_of(int dir) {
+  std::uint64_t h = 1469598103934665603ULL;  // FNV-1a over the files' identities, sizes and times
+  const auto mix = [&h](std::uint64_t v) {
+    for (int k = 0; k < 8; ++k, v >>= 8) h = (h ^ (v & 0xff)) * 1099511628211ULL;
+  };
+  for (const char* name : watched) {
+    struct stat st {};
+    if (::fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    mix(st.st_ino), mix(static_cast<std::uint64_t>(st.st_size));
+    mix(static_cast<std::uint64_t>(st.st_mtim.tv_sec)), mix(static_cast<std::uint64_t>(st.st_mtim.tv_nsec));
+  }
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
+  return text;
+}
+
+// Whether a sweep runs in the folder now: some process holds the flock on its sweep.lock. Read
+// from /proc/locks, since taking the lock to test it could make a sweep starting at that moment
+// fail to take it.
+bool sweep_running(int dir) {
+  struct stat st {};
+  if (::fstatat(dir, "sweep.lock", &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
+  char id[64];
+  std::snprintf(id, sizeof id, "%02x:%02x:%llu", major(st.st_dev), minor(st.st_dev),
+                static_cast<unsigned long long>(st.st_ino));
+  std::ifstream locks("/proc/locks");
+  for (std::string line; std::getline(locks, line);) {
+    std::istringstream words(line);
+    std::string n, kind, mode, access, pid, file;
+    if (words >> n >> kind >> mode >> access >> pid >> file && kind == "FLOCK" && file == id) return true;
+  }
+  return false;
+}
+
+// A file of OUT opened for reading, with no link followed and nothing outside OUT reached.
+unique_fd open_inside(int dir, const std::string& rel) {
+  open_how how{};
+  how.flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  return unique_fd(static_cast<int>(::syscall(SYS_openat2, dir, rel.c_str(), &how, sizeof how)));
+}
+
+}  // namespace
+
+struct report_server::state {
+  fs::path out;
+  settings how;
+  std::string url, authority;  // authority: host:port as the browser names it ("" on a non-loopback bind)
+  bool loopback = false;
+  unique_fd listener, wake, watch, dir;
+  std::list<connection> connections;
+  std::string generation;
+  bool running = false;
+  std::string page_generation, page;  // the last page rendered, for the generation it shows
+
+  void refresh() {
+    generation = generation_of(dir.get());
+    running = sweep_running(dir.get());
+  }
+  const std::string& current_page();
+  void answer_news(connection& c, bool closing);
+  void handle_request(connection& c);
+  void serve_file(connection& c, const std::string& rel);
+  bool host_allowed(const std::string& host) const;
+  void accept_all();
+  bool pump(connection& c, short events);
+  void log(const connection& c, const std::string& request_line, const std::string& what) const;
+};
+
+report_server::report_server(fs::path out, const settings& how) : s_{std::make_unique<state>()} {
+  state& s = *s_;
+  s.out = std::move(out);
+  s.how = how;
+  s.dir.reset(::open(s.out.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!s.dir) throw usage_error("cannot serve " + s.out.string() + ": " + std::strerror(errno));
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+  if (in_addr a{}; ::inet_pton(AF_INET, how.bind.c_str(), &a) == 1) {
+    auto& v4 = reinterpret_cast<sockaddr_in&>(addr);
+    v4 = {
+        .sin_family = AF_INET, .sin_port = htons(static_cast<std::uint16_t>(how.port)), .sin_addr = a, .sin_zero = {}};
+    len = sizeof v4;
+    s.loopback = (ntohl(a.s_addr) >> 24) == 127;
+  } else if (in6_addr a6{}; ::inet_pton(AF_INET6, how.bind.c_str(), &a6) == 1) {
+    auto& v6 = reinterpret_cast<sockaddr_in6&>(addr);
+    v6.sin6_family = AF_INET6;
+    v6.sin6_port = htons(static_cast<std::uint16_t>(how.port));
+    v6.sin6_addr = a6;
+    len = sizeof v6;
+    s.loopback = IN6_IS_ADDR_LOOPBACK(&a6);
+  } else {
+    throw usage_error("--bind " + how.bind + ": expected an IP address, e.g. 127.0.0.1 (the default) or ::1");
+  }
+  if (how.port < 0 || how.port > 65535) throw usage_error("--port " + std::to_string(how.port) + ": expected 0..65535");
+  s.listener.reset(::socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  const int one = 1;
+  if (!s.listener || ::setsockopt(s.listener.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0)
+    throw internal_error(std::string("report server: socket: ") + std::strerror(errno));
+  if (::bind(s.listener.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0)
+    throw usage_error("cannot serve the report on " + how.bind + " port " + std::to_string(how.port) + ": " +
+                      std::strerror(errno) +
+                      (errno == EADDRINUSE ? " (give another --port, or 0 for a free one)" : ""));
+  if (::listen(s.listener.get(), 64) != 0 || ::getsockname(s.listener.get(), reinterpret_cast<sockaddr*>(&addr), &len))
+    throw internal_error(std::string("report server: listen: ") + std::strerror(errno));
+  const int port = ntohs(addr.ss_family == AF_INET ? reinterpret_cast<sockaddr_in&>(addr).sin_port
+                                                   : reinterpret_cast<sockaddr_in6&>(addr).sin6_port);
+  const std::string host = addr.ss_family == AF_INET6 ? "[" + how.bind + "]" : how.bind;
+  s.url = "http://" + host + ":" + std::to_string(port) + "/";
+  if (s.loopback) s.authority = ":" + std::to_string(port);
+  s.wake.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  s.watch.reset(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
+  if (!s.wake || !s.watch ||
+      ::inotify_add_watch(s.watch.get(), s.out.c_str(),
+                          IN_MODIFY | IN_CLOSE_WRITE | IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_ONLYDIR) < 0)
+    throw internal_error("report server: cannot watch " + s.out.string() + ": " + std::strerror(errno));
+  s.refresh();
+}
+
+report_server::~report_server() = default;
+
+const std::string& report_server::url() const noexcept { return s_->url; }
+
+void report_server::stop() noexcept {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const auto n = ::write(s_->wake.get(), &one, sizeof one);
+}
+
+// Browsers name a loopback server as 127.0.0.1:PORT, localhost:PORT or [::1]:PORT; a page from
+// elsewhere that resolves its own name to 127.0.0.1 (DNS rebinding) names that name.
+bool report_server::state::host_allowed(const std::string& host) const {
+  if (authority.empty()) return true;
+  for (const char* name : {"127.0.0.1", "localhost", "[::1]"})
+    if (host == name + authority) return true;
+  return false;
+}
+
+const std::string& report_server::state::current_page() {
+  if (page_generation != generation || page.empty()) {
+    const page_options options{.live_generation = generation};
+    try {
+      page = render_report(load_report_data(out), options);
+    } catch (const usage_error&) {  // no sweep.json and journal yet: the sweep is starting
+      page = render_waiting_page(out.string(), options);
+    }
+    page_generation = generation;
+  }
+  return page;
+}
+
+// A long poll's answer: the page if it shows something newer than the poller's, else nothing new.
+void report_server::state::answer_news(connection& c, bool closing) {
+  const std::string extra = "X-Isorun-Running: " + std::string(running && !closing ? "1" : "0") +
+                            "\r\nX-Isorun-Generation: " + generation + "\r\n" +
+                            (closing ? "X-Isorun-Closing: 1\r\n" : "");
+  c.out = c.since != generation ? response(200, "text/html; charset=utf-8", current_page(), extra, c.head_only)
+                                : response(204, "", "", extra, c.head_only);
+  c.waiting = false;
+}
+
+void report_server::state::log(const connection& c, const std::string& request_line, const std::string& what) const {
+  if (how.on_request) how.on_request(c.peer + " \"" + printable(request_line) + "\" " + what);
+}
+
+void report_server::state::serve_file(connection& c, const std::string& rel) {
+  unique_fd f = rel.empty() ? unique_fd() : open_inside(dir.get(), rel);
+  struct stat st {};
+  if (!f || ::fstat(f.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    c.out = text_response(404, "not found: the server gives out the report and the regular files inside its folder");
+    return;
+  }
+  c.out = response_head(200, content_type(rel), static_cast<std::uint64_t>(st.st_size));
+  if (!c.head_only) {
+    c.file = std::move(f);
+    c.file_end = st.st_size;
+  }
+}
+
+void report_server::state::handle_request(connection& c) {
+  const std::string line = c.in.substr(0, c.in.find("\r\n"));
+  std::istringstream words(line);
+  std::string method, target, version;
+  words >> method >> target >> version;
+  int code = 200;
+  const auto reply = [&](int status, const std::string& message, const std::string& extra = {}) {
+    code = status;
+    c.out = text_response(status, message, extra);
+  };
+  if (method.empty() || target.empty() || target[0] != '/' || !version.starts_with("HTTP/1.")) {
+    reply(400, "bad request: expected GET /PATH HTTP/1.1");
+  } else if (method != "GET" && method != "HEAD") {
+    reply(405, "the report server is read-only: GET and HEAD only", "Allow: GET, HEAD\r\n");
+  } else if (!host_allowed(header(c.in, "host"))) {
+    reply(403, "forbidden: this server answers requests for 127.0.0.1, localhost or [::1] only");
+  } else {
+    c.head_only = method == "HEAD";
+    const auto q = target.find('?');
+    const auto path = percent_decoded(target.substr(0, q));
+    const std::string query = q == std::string::npos ? "" : target.substr(q + 1);
+    if (!path) {
+      reply(400, "bad request: a malformed %-escape in the path");
+    } else if (*path == "/") {
+      refresh();
+      c.out = response(200, "text/html; charset=utf-8", current_page(), "", c.head_only);
+    } else if (*path == "/live") {
+      refresh();
+      c.since = query.starts_with("since=") ? query.substr(6) : "";
+      c.waiting = c.since == generation && running;
+      c.until = clock::now() + hold;
+      if (!c.waiting) answer_news(c, false);
+      code = c.waiting ? 0 : c.since == generation ? 204 : 200;
+      if (c.waiting) log(c, line, "held");
+    } else if (*path == "/favicon.ico") {
+      c.out = response(204, "", "", "", c.head_only), code = 204;
+    } else {
+      serve_file(c, inside_path(*path));
+      code = c.out.starts_with("HTTP/1.1 200") ? 200 : 404;
+    }
+  }
+  if (code) log(c, line, std::to_string(code));
+}
+
+// Reads or writes what a connection is ready for; false once it is done with (to be closed).
+bool report_server::state::pump(connection& c, short events) {
+  if (c.waiting) return !(events & (POLLRDHUP | POLLHUP | POLLERR));  // a held poll whose reader hung up
+  if (c.out.empty()) {
+    char buf[4096];
+    const ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, 0);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return false;
+    if (n > 0) c.in.append(buf, static_cast<std::size_t>(n));
+    if (c.in.size() > max_head) c.out = text_response(431, "request head too large");
+    else if (c.in.find("\r\n\r\n") != std::string::npos) handle_request(c);
+    return true;
+  }
+  if (c.sent < c.out.size()) {
+    const ssize_t n = ::send(c.fd.get(), c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
+    if (n < 0) return errno == EAGAIN || errno == EINTR;
+    c.sent += static_cast<std::size_t>(n);
+    if (c.sent < c.out.size()) return true;
+  }
+  if (c.file && c.file_at < c.file_end) {
+    const ssize_t n = ::sendfile(c.fd.get(), c.file.get(), &c.file_at,
+                                 static_cast<std::size_t>(c.file_end - c.file_at));
+    if (n < 0) return errno == EAGAIN || errno == EINTR;
+    if (n == 0) return false;  // the file shrank under us: the response cannot be completed
+    return c.file_at < c.file_end;
+  }
+  return false;  // all sent: closed, as the response said
+}
+
+void report_server::state::accept_all() {
+  while (connections.size() < max_connections) {
+    sockaddr_storage peer{};
+    socklen_t len = sizeof peer;
+    unique_fd fd(::accept4(listener.get(), reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!fd) return;
+    char text[INET6_ADDRSTRLEN] = "?";
+    const void* a = peer.ss_family == AF_INET ? static_cast<const void*>(&reinterpret_cast<sockaddr_in&>(peer).sin_addr)
+                                              : &reinterpret_cast<sockaddr_in6&>(peer).sin6_addr;
+    ::inet_ntop(peer.ss_family, a, text, sizeof text);
+    connections.push_back(connection{.fd = std::move(fd), .peer = text});
+  }
+}
+
+void report_server::serve() {
+  state& s = *s_;
+  bool stopping = false;
+  clock::time_point give_up{};
+  std::vector<pollfd> fds;
+  while (!stopping || !s.connections.empty()) {
+    fds.clear();
+    fds.push_back({s.wake.get(), POLLIN, 0});
+    fds.push_back({s.watch.get(), POLLIN, 0});
+    fds.push_back({s.listener.get(), static_cast<short>(stopping ? 0 : POLLIN), 0});
+    auto wait = stopping ? give_up : clock::now() + hold;
+    for (const auto& c : s.connections) {
+      const bool writing = !c.out.empty() && (c.sent < c.out.size() || c.file_at < c.file_end);
+      // (a held poll is watched for its reader hanging up, not for more bytes, which browsers never send)
+      fds.push_back({c.fd.get(), static_cast<short>(c.waiting ? POLLRDHUP : writing ? POLLOUT : POLLIN), 0});
+      if (c.waiting) wait = std::min(wait, c.until);
+    }
+    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wait - clock::now()).count();
+    if (::poll(fds.data(), fds.size(), static_cast<int>(std::max<long long>(ms, 0))) < 0 && errno != EINTR)
+      throw internal_error(std::string("report server: poll: ") + std::strerror(errno));
+    bool news = false;
+    if (fds[0].revents & POLLIN) {  // stop(): the held polls get the last state, then the rest is flushed
+      std::uint64_t n;
+      [[maybe_unused]] const auto r = ::read(s.wake.get(), &n, sizeof n);
+      stopping = true;
+      give_up = clock::now() + flush_at_stop;
+      s.refresh();
+      for (auto& c : s.connections)
+        if (c.waiting) s.answer_news(c, true);
+    }
+    if (fds[1].revents & POLLIN) {
+      alignas(inotify_event) char buf[4096];
+      while (::read(s.watch.get(), buf, sizeof buf) > 0) news = true;
+    }
+    if (fds[2].revents & POLLIN) s.accept_all();
+    std::size_t k = 3;
+    for (auto it = s.connections.begin(); it != s.connections.end(); ++k) {
+      // (a connection accepted in this round has no pollfd yet: it is pumped next round)
+      const bool ready = k < fds.size() && fds[k].fd == it->fd.get() && fds[k].revents != 0;
+      it = !ready || s.pump(*it, fds[k].revents) ? std::next(it) : s.connections.erase(it);
+    }
+    if (news) s.refresh();
+    const auto now = clock::now();
+    for (auto& c : s.connections)
+      if (c.waiting && (c.since != s.generation || !s.running || now >= c.until)) s.answer_news(c, false);
+    if (stopping && now >= give_up) break;
+  }
+}
+
+}  // namespace isorun::sweep
