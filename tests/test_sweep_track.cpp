@@ -49,31 +49,43 @@ std::vector<json> last_start(const std::vector<json>& all) {
   return {all.begin() + static_cast<std::ptrdiff_t>(from), all.end()};
 }
 
-// Checks that `got` (one start's events) holds every report of OUT/reports.jsonl and every record
-// of OUT/results.jsonl, each once and in the file's order, no trial's end before one of its
-// reports, and ends with the sweep's end.
+// Checks that `got` (one start's events) holds every line of OUT/starts.jsonl and
+// OUT/reports.jsonl and every record of OUT/results.jsonl, each once and in the file's
+// order, each trial's start before its reports and none of its reports after its end, and ends
+// with the sweep's end.
 void check_complete(const std::vector<json>& got, const std::string& out) {
   REQUIRE(got.size() >= 2);
   CHECK(got.front()["event"] == "sweep");
   CHECK(got.front()["out"] == out);
   CHECK(got.front()["sweep"]["params"]["x"] == json::array({0, 0.3, 0.6}));
   CHECK(got.front()["sweep"]["metric"]["name"] == "loss");
-  std::vector<json> reports, records;
-  std::set<std::string> ended;
+  std::vector<json> starts, reports, records;
+  std::set<std::string> started, ended;
   for (const auto& e : got) {
-    if (e["event"] == "report") {
-      CHECK(ended.count(e["trial"].get<std::string>()) == 0);  // none after its trial's end
+    const std::string trial = e.value("trial", "");
+    if (e["event"] == "start") {
+      CHECK(e["attempt"].get<int>() >= 1);
+      CHECK(e["params"].contains("x"));
+      started.insert(trial);
+      starts.push_back(e);
+    } else if (e["event"] == "report") {
+      CHECK(started.count(trial) == 1);  // after its start
+      CHECK(ended.count(trial) == 0);    // none after its trial's end
       reports.push_back({{"trial", e["trial"]}, {"step", e["step"]}, {"metrics", e["metrics"]}});
     } else if (e["event"] == "end") {
-      ended.insert(e["trial"].get<std::string>());
+      CHECK(started.count(trial) == 1);
+      ended.insert(trial);
       records.push_back(e["record"]);
     }
   }
   std::vector<json> journal_reports, journal_records;
+  for (const auto& l : lines(out + "/starts.jsonl")) journal_reports.push_back(json::parse(l));
   for (const auto& l : lines(out + "/reports.jsonl")) journal_reports.push_back(json::parse(l));
   for (const auto& l : lines(out + "/results.jsonl")) journal_records.push_back(json::parse(l));
-  CHECK(reports == journal_reports);
+  starts.insert(starts.end(), reports.begin(), reports.end());  // as the files hold them
+  CHECK(starts == journal_reports);
   CHECK(records == journal_records);
+  CHECK(started.size() == journal_records.size());
   CHECK(got.back()["event"] == "sweep_end");
   CHECK(got.back()["report"] == out + "/report.html");
 }

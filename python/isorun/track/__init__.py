@@ -10,6 +10,8 @@ The events, each with ``"event"`` naming it:
 - ``sweep``: first, at every start of the tracker: ``settings`` (the rest of its mapping in the
   spec), ``folder`` (``OUT/track/NAME/``, its own), ``out`` and ``sweep`` (subject, metric,
   scheduler, runs, each parameter's values).
+- ``start``: an attempt of a trial starts: ``trial``, ``attempt`` (1, then each retry's),
+  ``params``. (For the trials this process starts: not those a Slurm array runs.)
 - ``report``: a trial's intermediate report: ``trial``, ``step``, ``metrics``.
 - ``end``: a trial's record (``record``, a line of ``OUT/results.jsonl``); ``final`` is false for
   an attempt that is retried at a larger cap.
@@ -24,8 +26,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import select
 import sys
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 __all__ = ["Seen", "Tracker", "numbers", "serve"]
 
@@ -89,6 +92,9 @@ class Tracker:
     def sweep(self, event: dict[str, Any]) -> None:
         """The sweep's first event (at every start of the tracker)."""
 
+    def start(self, event: dict[str, Any]) -> None:
+        """An attempt of a trial starts."""
+
     def report(self, event: dict[str, Any]) -> None:
         """A trial's intermediate report."""
 
@@ -98,14 +104,39 @@ class Tracker:
     def sweep_end(self, event: dict[str, Any]) -> None:
         """The run is over; the last event."""
 
+    def idle(self) -> None:
+        """Every event sent so far has been handled, and no more wait: a tracker that gathers work
+        into batches while it is behind (one database transaction for many events) does it now.
+        Also called once the input ends."""
+
+
+def _handle(tracker: Tracker, line: Union[str, bytes]) -> None:
+    event = json.loads(line)
+    kind = str(event.get("event"))
+    handler = getattr(tracker, kind, None)
+    if handler is not None and not kind.startswith("_") and kind != "idle":
+        handler(event)
+
 
 def serve(tracker: Tracker, stream: Optional[Any] = None) -> None:
-    """Reads the sweep's events from ``stream`` (stdin) and calls ``tracker``'s method for each.
+    """Reads the sweep's events from ``stream`` (stdin) and calls ``tracker``'s method for each,
+    and its :meth:`Tracker.idle` whenever no more events wait and at the end.
 
     An event of a kind the tracker does not know is skipped (later versions may add kinds).
     """
-    for line in stream if stream is not None else sys.stdin:
-        event = json.loads(line)
-        handler = getattr(tracker, str(event.get("event")), None)
-        if handler is not None and not str(event.get("event")).startswith("_"):
-            handler(event)
+    if stream is not None:
+        for line in stream:
+            _handle(tracker, line)
+        tracker.idle()
+        return
+    fd, rest = sys.stdin.fileno(), b""
+    while chunk := os.read(fd, 1 << 16):
+        *lines, rest = (rest + chunk).split(b"\n")
+        for line in lines:
+            if line.strip():
+                _handle(tracker, line)
+        if not select.select([fd], [], [], 0)[0]:
+            tracker.idle()
+    if rest.strip():
+        _handle(tracker, rest)
+    tracker.idle()

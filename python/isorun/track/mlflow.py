@@ -42,6 +42,15 @@ def _text(value: Any) -> str:
             ", ".join(map(str, value)))[:_PARAM_CHARS]
 
 
+class _Waiting:
+    """What a trial's run waits for: its parameters (from its start) and its reports' metrics."""
+
+    def __init__(self) -> None:
+        self.params: dict[str, Any] = {}
+        self.metrics: list[Metric] = []
+        self.step: Optional[int] = None  # the last report's
+
+
 class MlflowTracker(Tracker):
     """The sweep's events as MLflow runs (a parent for the sweep, a child per trial)."""
 
@@ -52,6 +61,7 @@ class MlflowTracker(Tracker):
         self.experiment = ""
         self.parent = ""
         self.runs: dict[str, str] = {}
+        self.waiting: dict[str, _Waiting] = {}  # by trial: what waits for the tracker to be idle
 
     def sweep(self, event: dict[str, Any]) -> None:
         settings = event.get("settings") or {}
@@ -114,19 +124,58 @@ class MlflowTracker(Tracker):
             state["run"] = self.runs.get(trial) or self.client.create_run(
                 self.experiment, run_name=trial,
                 tags={"mlflow.parentRunId": self.parent, "isorun.out": self.out, "isorun.trial": trial}).info.run_id
-            self.seen.save()
         return str(state["run"])
 
-    def report(self, event: dict[str, Any]) -> None:
+    def _log(self, trial: str, metrics: list[Metric], tags: list[RunTag],
+             params: Optional[dict[str, Any]] = None) -> str:
+        """Logs to the trial's run (made where it has none) what waits for it and what is given,
+        in as few of MLflow's batches as its limits allow; returns the run. The parameters (its
+        start's, else ``params``) go once: MLflow refuses a param logged again."""
         assert self.client is not None and self.seen is not None
-        trial, step = str(event["trial"]), int(event["step"])
-        state = self.seen.trial(trial)
-        if self.seen.passed(trial, step):
-            return  # logged before this start
         run = self._child(trial)
-        metrics = [Metric(k, v, 0, step) for k, v in numbers(event.get("metrics") or {}).items()]
-        self.client.log_batch(run, metrics=metrics)
-        state["step"] = step
+        state = self.seen.trial(trial)
+        waiting = self.waiting.pop(trial, None)
+        chosen = (waiting.params if waiting is not None and waiting.params else params) or {}
+        logged = [] if state.get("params") else [Param(k, _text(v)) for k, v in chosen.items()]
+        metrics = (waiting.metrics if waiting is not None else []) + metrics
+        if logged:
+            state["params"] = True
+        while metrics or logged or tags:  # at most 1000 values a batch, 100 of them params, 100 tags
+            batch_params, logged = logged[:100], logged[100:]
+            batch_tags, tags = tags[:100], tags[100:]
+            room = 1000 - len(batch_params) - len(batch_tags)
+            batch_metrics, metrics = metrics[:room], metrics[room:]
+            self.client.log_batch(run, metrics=batch_metrics, params=batch_params, tags=batch_tags)
+        if waiting is not None and waiting.step is not None:
+            state["step"] = waiting.step
+        return run
+
+    def start(self, event: dict[str, Any]) -> None:
+        assert self.seen is not None
+        trial = str(event["trial"])
+        state = self.seen.trial(trial)
+        if not state["ended"] and not state.get("params"):
+            # Made when the tracker is idle (or with the trial's end, if that comes first): a
+            # tracker behind the sweep makes a run and logs a trial in one go.
+            self.waiting.setdefault(trial, _Waiting()).params = dict(event.get("params") or {})
+
+    def report(self, event: dict[str, Any]) -> None:
+        assert self.seen is not None
+        trial, step = str(event["trial"]), int(event["step"])
+        waiting = self.waiting.get(trial)
+        if self.seen.passed(trial, step) or (waiting is not None and waiting.step is not None and waiting.step >= step):
+            return  # logged before this start
+        waiting = self.waiting.setdefault(trial, _Waiting())
+        waiting.metrics += [Metric(k, v, 0, step) for k, v in numbers(event.get("metrics") or {}).items()]
+        waiting.step = step
+
+    def idle(self) -> None:
+        """Makes the runs of the trials that started, and logs the reports that came, since the
+        last time: a run and a batch a trial, however many reports it made meanwhile."""
+        if self.seen is None or not self.waiting:
+            return
+        for trial in list(self.waiting):
+            self._log(trial, [], [])
         self.seen.save()
 
     def end(self, event: dict[str, Any]) -> None:
@@ -135,10 +184,6 @@ class MlflowTracker(Tracker):
         state = self.seen.trial(trial)
         if state["ended"]:
             return
-        run = self._child(trial)
-        # Once (MLflow refuses a param logged again with another value; a retried attempt has the same).
-        params = [] if state.get("params") else [Param(k, _text(v)) for k, v in (record.get("params") or {}).items()]
-        state["params"] = True
         tags = [RunTag("outcome", str(record.get("outcome"))), RunTag("attempts", str(record.get("attempts")))]
         if record.get("error"):
             tags.append(RunTag("error", str(record["error"])[:5000]))
@@ -146,8 +191,9 @@ class MlflowTracker(Tracker):
         for field in ("wall_s", "peak_allocated", "peak_reserved"):
             if isinstance(record.get(field), (int, float)):
                 metrics.append(Metric(f"isorun.{field}", float(record[field]), 0, 0))
-        self.client.log_batch(run, metrics=metrics, params=params, tags=tags)
+        run = self._log(trial, metrics, tags, record.get("params"))
         if not event.get("final", True):
+            self.seen.save()
             return  # retried at a larger cap: the trial goes on
         for suffix in (".out", ".err"):
             log = os.path.join(self.out, "logs", trial + suffix)
@@ -160,6 +206,7 @@ class MlflowTracker(Tracker):
 
     def sweep_end(self, event: dict[str, Any]) -> None:
         assert self.client is not None
+        self.idle()
         report = event.get("report")
         if report and os.path.exists(report):
             self.client.log_artifact(self.parent, report)

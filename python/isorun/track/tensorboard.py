@@ -84,6 +84,13 @@ class TensorBoardTracker(Tracker):
         self._write(trial, 0, _hparams(_SESSION_START, HParamsPluginData(session_start_info=start)))
         state["session"] = True
 
+    def start(self, event: dict[str, Any]) -> None:
+        assert self.seen is not None
+        trial = str(event["trial"])
+        if not self.seen.trial(trial)["ended"]:
+            self._start(trial, event.get("params") or {})
+            self.seen.save()
+
     def report(self, event: dict[str, Any]) -> None:
         assert self.seen is not None
         trial, step = str(event["trial"]), int(event["step"])

@@ -20,6 +20,7 @@ using nlohmann::json;
 
 namespace {
 constexpr const char* file_name = "reports.jsonl";
+constexpr const char* starts_name = "starts.jsonl";
 
 // Reads every complete report line of `fd`; returns the bytes up to the last complete line.
 std::size_t read_reports(int fd, const fs::path& shown, std::vector<trial_report>& out) {
@@ -34,20 +35,26 @@ std::size_t read_reports(int fd, const fs::path& shown, std::vector<trial_report
 }
 }  // namespace
 
-report_log::report_log(const fs::path& folder) : path_{folder / file_name} {
+report_log::report_log(const fs::path& folder) : path_{folder / file_name}, starts_path_{folder / starts_name} {
   const unique_fd dir = detail::open_folder(folder);
   if (!dir) throw internal_error("cannot open " + folder.string() + ": no such folder");
   unique_fd fd = detail::open_file(dir.get(), file_name, O_RDWR | O_CREAT | O_APPEND, path_);
   detail::drop_cut_line(fd.get(), read_reports(fd.get(), path_, earlier_), path_);
+  unique_fd starts = detail::open_file(dir.get(), starts_name, O_RDWR | O_CREAT | O_APPEND, starts_path_);
+  const auto whole = detail::for_each_line(starts.get(), journal::max_line, starts_path_,
+                                           [](std::string_view, int, bool) {});
+  detail::drop_cut_line(starts.get(), whole, starts_path_);
   fd_ = fd.release();
+  starts_fd_ = starts.release();
 }
 
 report_log::~report_log() {
   if (fd_ >= 0) ::close(fd_);
+  if (starts_fd_ >= 0) ::close(starts_fd_);
 }
 
-void report_log::fail(int error) const {
-  throw internal_error("cannot write the sweep's reports to " + path_.string() + ": " + std::strerror(error) +
+void report_log::fail(int error, const fs::path& file) const {
+  throw internal_error("cannot write the sweep's reports to " + file.string() + ": " + std::strerror(error) +
                        " (run the same command again to resume)");
 }
 
@@ -56,26 +63,34 @@ void report_log::fail(int error) const {
 // trial ran on and no other trial's report was read. The line is in the file once written, so a
 // crash of isorun loses nothing; sync() makes it durable before any record that follows it.
 void report_log::append(const trial_report& r) {
-  const std::string line = json{{"trial", r.trial}, {"step", r.step}, {"metrics", r.metrics}}.dump() + "\n";
-  {
-    std::lock_guard lock(mutex_);
-    if (failed_) fail(failed_);
-  }
-  const off_t before = ::lseek(fd_, 0, SEEK_END);
-  if (const int failed = detail::write_all(fd_, line)) {
-    if (before >= 0) [[maybe_unused]]
-      int rc = ::ftruncate(fd_, before);
-    fail(failed);
-  }
+  append_line(fd_, path_, json{{"trial", r.trial}, {"step", r.step}, {"metrics", r.metrics}}.dump() + "\n");
   std::lock_guard lock(mutex_);
   ++appended_;
+}
+
+void report_log::append_start(const std::string& trial, int attempt, const json& params) {
+  append_line(starts_fd_, starts_path_,
+              json{{"trial", trial}, {"event", "start"}, {"attempt", attempt}, {"params", params}}.dump() + "\n");
+}
+
+void report_log::append_line(int fd, const fs::path& file, const std::string& line) {
+  {
+    std::lock_guard lock(mutex_);
+    if (failed_) fail(failed_, path_);
+  }
+  const off_t before = ::lseek(fd, 0, SEEK_END);
+  if (const int failed = detail::write_all(fd, line)) {
+    if (before >= 0) [[maybe_unused]]
+      int rc = ::ftruncate(fd, before);
+    fail(failed, file);
+  }
 }
 
 void report_log::sync() {
   std::uint64_t upto = 0;
   {
     std::lock_guard lock(mutex_);
-    if (failed_) fail(failed_);
+    if (failed_) fail(failed_, path_);
     if (synced_ == appended_) return;
     upto = appended_;  // what was written before the fdatasync starts is covered by it
   }
@@ -83,7 +98,7 @@ void report_log::sync() {
   std::lock_guard lock(mutex_);
   if (failed) {
     failed_ = failed;
-    fail(failed);
+    fail(failed, path_);
   }
   synced_ = std::max(synced_, upto);
 }

@@ -179,6 +179,10 @@ sweep_summary sweep_run::run() {
                    .journal_preempted = !node,
                    .should_stop = judge.should_stop(),
                    .resumed = st.resumed,
+                   .starting =
+                       [&st](const trial& t) {  // for the trackers: a line in OUT/reports.jsonl
+                         if (st.reports) st.reports->append_start(t.id, t.attempt, t.params);
+                       },
                    .running_changed = [&](std::size_t n) { live.running(n); }});
   sched_ptr = &sched;
   struct closer {  // nothing calls into the scheduler once it is gone

@@ -86,6 +86,8 @@ void scheduler::run(bool detach) {
       if (options_.running_changed) options_.running_changed(running_.size());
       lk.unlock();
       try {
+        if (options_.starting)
+          for (const trial& t : batch) options_.starting(t);
         backend_.start(batch);
         lk.lock();
       } catch (...) {

@@ -100,6 +100,13 @@ std::optional<json> report_event(std::string_view line) {
   return j;
 }
 
+// A line of OUT/starts.jsonl (an attempt's start, which says so) as an event.
+std::optional<json> start_event(std::string_view line) {
+  json j = parse_bounded_json(line);
+  if (!j.is_object() || !j.contains("trial") || j.value("event", "") != "start") return std::nullopt;
+  return j;
+}
+
 // A line of OUT/results.jsonl (a trial's record) as an event.
 std::optional<json> end_event(std::string_view line) {
   const json j = parse_bounded_json(line);
@@ -238,8 +245,9 @@ std::string track_sinks::sink::serve(int err) {
   const unique_fd changes(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
   if (!changes || ::inotify_add_watch(changes.get(), out.c_str(), IN_MODIFY | IN_CREATE | IN_MOVED_TO) < 0)
     return std::string("cannot be fed: inotify: ") + std::strerror(errno);
-  followed reports(out / "reports.jsonl"), results(out / "results.jsonl");
+  followed starts(out / "starts.jsonl"), reports(out / "reports.jsonl"), results(out / "results.jsonl");
   std::string pending = hello.dump() + "\n";
+  std::string held;  // reports and records read, sent once every start written before them is
   std::size_t sent = 0;
   bool end_sent = false;
   auto progress = clock::now();
@@ -249,12 +257,26 @@ std::string track_sinks::sink::serve(int err) {
   for (;;) {
     const std::optional<json> end = ended();
     if (!end_sent && pending.size() - sent < read_ahead) {
-      // A trial's reports are written before its record: the records read first, then the
-      // reports, and the records sent after them, so no trial's end comes before one of its reports.
-      std::vector<std::string> records;
-      const bool all_records = results.read_new([&](std::string_view l) { records.emplace_back(l); }, read_ahead);
-      const bool all = reports.read_new([&](std::string_view l) { add(report_event(l)); }, read_ahead) && all_records;
-      for (const auto& l : records) add(end_event(l));
+      // An attempt's start is written before its reports, and they before its record: the
+      // records read first, then the reports, then the starts, and sent in the other order, the
+      // reports and records held until the starts are read to their end, so that no trial's
+      // report comes before its start, nor its end before one of its reports.
+      bool all = false;  // (whether the files were read to their ends: not while reports are held)
+      if (held.empty()) {
+        std::vector<std::string> records;
+        all = results.read_new([&](std::string_view l) { records.emplace_back(l); }, read_ahead);
+        const auto hold = [&held](const std::optional<json>& e) {
+          if (e) held += e->dump() + "\n";
+        };
+        all = reports.read_new([&](std::string_view l) { hold(report_event(l)); }, read_ahead) && all;
+        for (const auto& l : records) hold(end_event(l));
+      }
+      if (starts.read_new([&](std::string_view l) { add(start_event(l)); }, read_ahead)) {
+        pending += held;
+        held.clear();
+      } else {
+        all = false;
+      }
       if (end && all) {
         json last = *end;
         last["event"] = "sweep_end";

@@ -42,6 +42,13 @@ class report_log {
   /// @throws internal_error if the write fails (what it wrote is cut off again), or a sync failed.
   void append(const trial_report& r);
 
+  /// @brief Appends that an attempt of trial `trial` starts, with its parameters, to
+  ///        OUT/starts.jsonl: a line {"trial", "event": "start", "attempt", "params"}, for the
+  ///        trackers (track/sinks.hpp). In the file when this returns; never synced (a lost line
+  ///        costs a tracker one event, nothing of the sweep's).
+  /// @throws internal_error if the write fails (what it wrote is cut off again).
+  void append_start(const std::string& trial, int attempt, const nlohmann::json& params);
+
   /// @brief Makes every report appended so far durable (one fdatasync, none if there is nothing
   ///        new). May be called from another thread than append()'s.
   /// @throws internal_error if the fdatasync fails; every later append() and sync() then throws
@@ -53,10 +60,11 @@ class report_log {
   static std::vector<trial_report> read(const std::filesystem::path& folder);
 
  private:
-  [[noreturn]] void fail(int error) const;
+  [[noreturn]] void fail(int error, const std::filesystem::path& file) const;
+  void append_line(int fd, const std::filesystem::path& file, const std::string& line);
 
-  int fd_ = -1;
-  std::filesystem::path path_;
+  int fd_ = -1, starts_fd_ = -1;
+  std::filesystem::path path_, starts_path_;
   std::vector<trial_report> earlier_;
   std::mutex mutex_;            // guards the counts below (append and sync run on different threads)
   std::uint64_t appended_ = 0;  // reports appended by this process

@@ -51,6 +51,9 @@ struct scheduler_options {
   /// last journaled record has retry_mem_limit): their next attempt, by trial id (whatever
   /// source gives them again). Each starts at that attempt and cap instead of the spec's first.
   std::map<std::string, trial> resumed;
+  /// Called for each attempt about to start, before the backend starts it (under no lock); what
+  /// it throws stops the sweep as a backend's failure to start would.
+  std::function<void(const trial&)> starting;
   /// Called (under no lock of the backend's) whenever the number of running trials changes.
   std::function<void(std::size_t running)> running_changed;
 };
