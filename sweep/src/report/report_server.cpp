@@ -43,7 +43,9 @@ namespace {
 
 constexpr std::size_t max_head = std::size_t{16} << 10;  // a request's line and headers; a browser's are ~1 KiB
 constexpr std::size_t max_connections = 128;             // past it, new ones wait in the listen queue
-constexpr auto hold = std::chrono::seconds(25);          // a long poll is answered "nothing new" after this
+constexpr auto hold = std::chrono::seconds(25);
+constexpr auto silence = std::chrono::seconds(30);  // a connection neither read nor written this long is closed // a
+                                                    // long poll is answered "nothing new" after this
 constexpr auto flush_at_stop = std::chrono::seconds(2);  // for the last words to slow readers
 
 // The files whose change is news: what the report is drawn from.
@@ -61,6 +63,7 @@ struct connection {
   std::string since;
   bool head_only = false;
   clock::time_point until;
+  clock::time_point moved = clock::now();  // when it last read or wrote a byte
 };
 
 std::string status_line(int code) {
@@ -317,6 +320,7 @@ void report_server::state::answer_news(connection& c, bool closing) {
   c.out = c.since != generation ? response(200, "text/html; charset=utf-8", current_page(), extra, c.head_only)
                                 : response(204, "", "", extra, c.head_only);
   c.waiting = false;
+  c.moved = clock::now();  // (its silence counts from its answer)
 }
 
 void report_server::state::log(const connection& c, const std::string& request_line, const std::string& what) const {
@@ -388,7 +392,7 @@ bool report_server::state::pump(connection& c, short events) {
     char buf[4096];
     const ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, 0);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return false;
-    if (n > 0) c.in.append(buf, static_cast<std::size_t>(n));
+    if (n > 0) c.in.append(buf, static_cast<std::size_t>(n)), c.moved = clock::now();
     if (c.in.size() > max_head) c.out = text_response(431, "request head too large");
     else if (c.in.find("\r\n\r\n") != std::string::npos) handle_request(c);
     return true;
@@ -397,6 +401,7 @@ bool report_server::state::pump(connection& c, short events) {
     const ssize_t n = ::send(c.fd.get(), c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
     if (n < 0) return errno == EAGAIN || errno == EINTR;
     c.sent += static_cast<std::size_t>(n);
+    c.moved = clock::now();
     if (c.sent < c.out.size()) return true;
   }
   if (c.file && c.file_at < c.file_end) {
@@ -404,6 +409,7 @@ bool report_server::state::pump(connection& c, short events) {
                                  static_cast<std::size_t>(c.file_end - c.file_at));
     if (n < 0) return errno == EAGAIN || errno == EINTR;
     if (n == 0) return false;  // the file shrank under us: the response cannot be completed
+    c.moved = clock::now();
     return c.file_at < c.file_end;
   }
   return false;  // all sent: closed, as the response said
@@ -438,7 +444,7 @@ void report_server::serve() {
       const bool writing = !c.out.empty() && (c.sent < c.out.size() || c.file_at < c.file_end);
       // (a held poll is watched for its reader hanging up, not for more bytes, which browsers never send)
       fds.push_back({c.fd.get(), static_cast<short>(c.waiting ? POLLRDHUP : writing ? POLLOUT : POLLIN), 0});
-      if (c.waiting) wait = std::min(wait, c.until);
+      wait = std::min(wait, c.waiting ? c.until : c.moved + silence);
     }
     const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wait - clock::now()).count();
     if (::poll(fds.data(), fds.size(), static_cast<int>(std::max<long long>(ms, 0))) < 0 && errno != EINTR)
@@ -468,6 +474,8 @@ void report_server::serve() {
     const auto now = clock::now();
     for (auto& c : s.connections)
       if (c.waiting && (c.since != s.generation || !s.running || now >= c.until)) s.answer_news(c, false);
+    // A client that sends no request, or reads none of its answer, does not keep its place.
+    s.connections.remove_if([&](const connection& c) { return !c.waiting && now >= c.moved + silence; });
     if (stopping && now >= give_up) break;
   }
 }

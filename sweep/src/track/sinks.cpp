@@ -119,6 +119,41 @@ std::optional<json> end_event(std::string_view line) {
   return json{{"event", "end"}, {"trial", j["id"]}, {"final", final}, {"record", j}};
 }
 
+// The events in the sweep's folder, in the order they happened: an attempt's start is written
+// (OUT/starts.jsonl) before its reports (OUT/reports.jsonl), and they before its record
+// (OUT/results.jsonl). So the records are read first, then the reports, then the starts, and
+// sent in the other order, the reports and records held until the starts are read to their end:
+// no trial's report comes before its start, nor its end before one of its reports.
+class journal_events {
+ public:
+  explicit journal_events(const fs::path& out)
+      : starts_{out / "starts.jsonl"}, reports_{out / "reports.jsonl"}, results_{out / "results.jsonl"} {}
+
+  // Appends to `to` the events written since the last call, as JSON lines; true if every file
+  // was read to its end (nothing new is left to send).
+  bool read_new(std::string& to) {
+    bool all = false;  // (not while reports are held: the files were not read this time)
+    if (held_.empty()) {
+      std::vector<std::string> records;
+      all = results_.read_new([&](std::string_view l) { records.emplace_back(l); }, read_ahead);
+      all = reports_.read_new([&](std::string_view l) { add(held_, report_event(l)); }, read_ahead) && all;
+      for (const auto& l : records) add(held_, end_event(l));
+    }
+    if (!starts_.read_new([&](std::string_view l) { add(to, start_event(l)); }, read_ahead)) return false;
+    to += held_;
+    held_.clear();
+    return all;
+  }
+
+ private:
+  static void add(std::string& to, const std::optional<json>& e) {
+    if (e) to += e->dump() + "\n";
+  }
+
+  followed starts_, reports_, results_;
+  std::string held_;  // reports' and records' events read, sent once the starts before them are
+};
+
 }  // namespace
 
 struct track_sinks::sink {
@@ -245,39 +280,15 @@ std::string track_sinks::sink::serve(int err) {
   const unique_fd changes(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
   if (!changes || ::inotify_add_watch(changes.get(), out.c_str(), IN_MODIFY | IN_CREATE | IN_MOVED_TO) < 0)
     return std::string("cannot be fed: inotify: ") + std::strerror(errno);
-  followed starts(out / "starts.jsonl"), reports(out / "reports.jsonl"), results(out / "results.jsonl");
+  journal_events journal(out);
   std::string pending = hello.dump() + "\n";
-  std::string held;  // reports and records read, sent once every start written before them is
   std::size_t sent = 0;
   bool end_sent = false;
   auto progress = clock::now();
-  auto add = [&](const std::optional<json>& e) {
-    if (e) pending += e->dump() + "\n";
-  };
   for (;;) {
     const std::optional<json> end = ended();
     if (!end_sent && pending.size() - sent < read_ahead) {
-      // An attempt's start is written before its reports, and they before its record: the
-      // records read first, then the reports, then the starts, and sent in the other order, the
-      // reports and records held until the starts are read to their end, so that no trial's
-      // report comes before its start, nor its end before one of its reports.
-      bool all = false;  // (whether the files were read to their ends: not while reports are held)
-      if (held.empty()) {
-        std::vector<std::string> records;
-        all = results.read_new([&](std::string_view l) { records.emplace_back(l); }, read_ahead);
-        const auto hold = [&held](const std::optional<json>& e) {
-          if (e) held += e->dump() + "\n";
-        };
-        all = reports.read_new([&](std::string_view l) { hold(report_event(l)); }, read_ahead) && all;
-        for (const auto& l : records) hold(end_event(l));
-      }
-      if (starts.read_new([&](std::string_view l) { add(start_event(l)); }, read_ahead)) {
-        pending += held;
-        held.clear();
-      } else {
-        all = false;
-      }
-      if (end && all) {
+      if (journal.read_new(pending) && end) {
         json last = *end;
         last["event"] = "sweep_end";
         pending += last.dump() + "\n";
