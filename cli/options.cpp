@@ -78,6 +78,18 @@ void set_mem_limit(cli_options& o, const std::string& flag, const std::string& v
   if (o.mem_limit == 0) throw usage_error(flag + " must be greater than zero");
 }
 
+void set_port(cli_options& o, const std::string& flag, const std::string& v) {
+  const int n = small_number(v, 65535);
+  if (n < 0) throw usage_error(flag + " " + v + ": expected a port number, 0..65535 (0: a free one)");
+  o.serve.port = n;
+  o.serve.addressed = true;
+}
+
+void set_bind(cli_options& o, const std::string&, const std::string& v) {
+  o.serve.bind = v;
+  o.serve.addressed = true;
+}
+
 void set_timeout(cli_options& o, const std::string& flag, const std::string& v) {
   o.timeout = parse_duration(v);
   if (o.timeout.count() <= 0) throw usage_error(flag + " must be greater than zero");
@@ -136,193 +148,163 @@ void set_retry(cli_options& o, const std::string& flag, const std::string& v) {
 
 // The options of every command. A name may have a row per command where it means something else
 // there (--gpus of a run is not --gpus of a sweep); the value checks are shared.
-const option_row
-    table
-        [] =
-            {
-                // isorun [OPTIONS] TASK / -- CMD
-                {"--gpu", "N", in_main, "run on GPU N (default: GPU 0 if there is one, else CPU)",
-                 [](cli_options& o, const std::string& f, const std::string& v) {
-                   const int i = small_number(v);
-                   if (i < 0)
-                     throw usage_error(f + " '" + v +
-                                       "': expected a GPU index such as 0 (see isorun gpus), or use --cpu");
-                   o.gpu = i;
-                 }},
-                {"--gpus", "LIST", in_main,
-                 "run on these GPUs (0,1), or on any N with room for the cap (any:N); the worker sees exactly "
-                 "them, in PCI bus order, as CUDA devices 0, 1, ...",
-                 set_run_gpus},
-                {"--cpu", nullptr, in_main, "run with no GPU visible",
-                 [](cli_options& o, const std::string&, const std::string&) { o.cpu = true; }},
-                {"--mem-limit", "SIZE", in_main,
-                 "hard cap on the worker's device memory, on each of its GPUs (CUDA context included): 2G, "
-                 "512M, 1.5GiB, 2GB, bytes; with --cpu, a TASK's cap on what isorun's allocator gives it. For "
-                 "-- CMD it is enforced on the CUDA driver API for the command and every process it starts, "
-                 "together (allocations past it fail with CUDA_ERROR_OUT_OF_MEMORY; cuMemGetInfo reports the "
-                 "cap): a guard every process stays within, not a security boundary against a program that "
-                 "sets out to escape it (that is cgroup dmem's); see docs/any-program.md. A -- CMD with no GPU "
-                 "is refused it: its host memory is --host-mem-limit's",
-                 set_mem_limit},
-                {"--host-mem-limit", "SIZE", in_main | in_sweep,
-                 "hard cap on the host memory of the worker (or -- CMD, or each trial) and every process it "
-                 "starts, enforced by its cgroup (no swap past it): past it, it ends out of memory (exit 3). "
-                 "Refused where no cgroup with the memory controller can enforce it",
-                 [](cli_options& o, const std::string& f, const std::string& v) {
-                   o.host_mem_limit = parse_size(v);
-                   if (o.host_mem_limit == 0) throw usage_error(f + " must be greater than zero");
-                 }},
-                {"--mem-limit-mode", "M", in_main,
-                 "for -- CMD: enforced (default) or advisory (only exported, as ISORUN_MEM_LIMIT)",
-                 [](cli_options& o, const std::string& f, const std::string& v) {
-                   if (v != "enforced" && v != "advisory")
-                     throw usage_error(f + " " + v + ": expected enforced or advisory");
-                   o.mem_limit_advisory = v == "advisory";
-                 }},
-                {"--timeout", "DUR", in_main, "stop the worker after DUR: 500ms, 30s, 5m, 1h", set_timeout},
-                {"--grace", "DUR", in_main, "time between SIGTERM and SIGKILL when stopping (default 5s)",
-                 [](cli_options& o, const std::string&, const std::string& v) { o.grace = parse_duration(v); }},
-                {"--tasks", "LIB.so", in_main | in_tasks,
-                 "load tasks from this library (repeatable; also ISORUN_TASKS=a.so:b.so; libraries in "
-                 "<libdir>/isorun/tasks are always loaded)",
-                 [](cli_options& o, const std::string&, const std::string& v) { o.task_libraries.push_back(v); }},
-                {"--alloc-conf", "STR", in_main, "allocator configuration, as ISORUN_ALLOC_CONF",
-                 [](cli_options& o, const std::string& f, const std::string& v) {
-                   check_alloc_conf(f, v);
-                   o.alloc_conf = v;
-                 }},
-                {"--max-result", "SIZE", in_main, "reject results larger than SIZE (default: this machine's memory)",
-                 [](cli_options& o, const std::string&, const std::string& v) { o.max_result = parse_size(v); }},
-                {"--json", nullptr, in_main,
-                 "print a JSON record (outcome, result, timings) instead of only the result",
-                 [](cli_options& o, const std::string&, const std::string&) { o.json = true; }},
-                {"--json", nullptr, in_tasks | in_gpus, "print JSON instead of text",
-                 [](cli_options& o, const std::string&, const std::string&) { o.json = true; }},
-                {"--memory-timeline", "FILE.html", in_main,
-                 "draw the device memory over time (allocated, reserved, the cap) and, after an "
-                 "out-of-memory failure, what was live then, into FILE.html: a TASK's (turns on the "
-                 "allocator's history: history:100000 unless --alloc-conf sets history:N), or with "
-                 "--mem-limit what every process of a -- CMD held (the cap's view, by process)",
-                 [](cli_options& o, const std::string& f, const std::string& v) {
-                   if (v.empty()) throw usage_error(f + " needs a file name, e.g. memory.html");
-                   o.memory_timeline = v;
-                 }},
-                {"-q,--quiet", nullptr, in_main, "no summary line on stderr",
-                 [](cli_options& o, const std::string&, const std::string&) { o.quiet = true; }},
-                // isorun sweep
-                {"--grid", "KEY=V1,V2", in_sweep, "a parameter of a TASK or a -- PROGRAM and its values (repeatable)",
-                 set_grid},
-                {"--out", "DIR", in_sweep,
-                 "output folder (results.jsonl, results.csv, logs/); default isorun-sweep-TASK",
-                 [](cli_options& o, const std::string&, const std::string& v) { o.sweep.out = v; }},
-                {"--gpus", "LIST", in_sweep, "GPU indices (0,1) or all; without it, trials use CPU slots",
-                 [](cli_options& o, const std::string& f, const std::string& v) {
-                   o.sweep.all_gpus = v == "all";
-                   o.sweep.gpus = o.sweep.all_gpus ? std::vector<int>{} : gpu_indices(f, v, "all");
-                 }},
-                {"--mem-limit", "SIZE", in_sweep, "cap per trial; on GPUs, slots per GPU = floor(free memory / SIZE)",
-                 set_mem_limit},
-                {"--per-gpu", "N", in_sweep,
-                 "trials per GPU instead (default: as many caps as fit, at most the cores per GPU)",
-                 [](cli_options& o, const std::string& f, const std::string& v) {
-                   o.sweep.per_gpu = whole_number(f, v);
-                 }},
-                {"--gpus-per-trial", "N", in_sweep,
-                 "GPUs each trial runs on at once (one of its places on each; the cap is per GPU), or {name}: as "
-                 "many as parameter name says, so 1-, 2- and 4-GPU trials mix; served in order, a waiting wide "
-                 "trial holding the GPUs it waits for",
-                 set_gpus_per_trial},
-                {"--cpu-slots", "N", in_sweep, "parallel CPU trials (default: the cores isorun may run on)",
-                 [](cli_options& o, const std::string& f, const std::string& v) {
-                   o.sweep.cpu_slots = whole_number(f, v);
-                 }},
-                {"--timeout", "DUR", in_sweep, "per-trial timeout", set_timeout},
-                {"--standby", "N", in_sweep,
-                 "workers launched ahead per slot, each used for one trial (default 1; 0: none)",
-                 [](cli_options& o, const std::string& f, const std::string& v) {
-                   o.sweep.standby = whole_number(f, v);
-                 }},
-                {"--no-warm-context", nullptr, in_sweep,
-                 "standby workers on GPUs do not create their CUDA context ahead",
-                 [](cli_options& o, const std::string&, const std::string&) { o.sweep.cold_standby = true; }},
-                {"--retry", "CLASS=N", in_sweep,
-                 "retries for crashed, timeout, invalid_result or task_error (OOM: --oom-retry)", set_retry},
-                {"--oom-retry", "FACTOR:MAX[:ATTEMPTS]", in_sweep,
-                 "run a trial that ran out of memory again with its cap times FACTOR (at least 1.1), up to MAX "
-                 "(the last attempt at MAX), where the larger cap fits, at most ATTEMPTS times in all (8): 2:16G",
-                 [](cli_options& o, const std::string&, const std::string& v) {
-                   o.sweep.oom_retry = sweep::parse_oom_retry_flag(v);
-                 }},
-                {"--rerun-failed", nullptr, in_sweep, "rerun trials whose journaled outcome is a failure",
-                 [](cli_options& o, const std::string&, const std::string&) { o.sweep.rerun_failed = true; }},
-                {"--fail-fast", nullptr, in_sweep, "stop at the first failed trial",
-                 [](cli_options& o, const std::string&, const std::string&) { o.sweep.fail_fast = true; }},
-                {"--metric", "NAME[:min|max]", in_sweep,
-                 "rank by this numeric field of the result (max if no goal given)",
-                 [](cli_options& o, const std::string&, const std::string& v) {
-                   o.sweep.metric = sweep::parse_metric_flag(v);
-                 }},
-                {"--scheduler", "TYPE[:K=V,...]", in_sweep,
-                 sweep::scheduler_flag_help().c_str(),  // (the registry's rules)
-                 [](cli_options& o, const std::string&, const std::string& v) {
-                   o.sweep.scheduler = sweep::parse_scheduler_flag(v);
-                 }},
-                {"--top", "K", in_sweep, "rows in the final table (default 5)",
-                 [](cli_options& o, const std::string& f, const std::string& v) { o.sweep.top = whole_number(f, v); }},
-                {"--wait", nullptr, in_sweep, "if another sweep uses the output folder, wait for it instead of failing",
-                 [](cli_options& o, const std::string&, const std::string&) { o.sweep.wait = true; }},
-                {"--backend", "B", in_sweep, sweep::backend_choices().c_str(),
-                 [](cli_options& o, const std::string& f, const std::string& v) {
-                   sweep::sweep_spec probe;  // (the spec's table of backends says which names there are)
-                   if (!sweep::select_backend(probe, v))
-                     throw usage_error(f + " " + v + ": expected " + sweep::backend_choices());
-                   o.sweep.backend = v;
-                 }},
-                {"--track", "NAME[=URI]", in_sweep,
-                 "send the sweep's events to a tracker too: mlflow (URI: its tracking store, e.g. sqlite:///mlflow.db) or "
-                 "tensorboard (URI: its log folder); or one the spec's track: names (repeatable)",
-                 [](cli_options& o, const std::string& f, const std::string& v) {
-                   const auto eq = v.find('=');
-                   const std::string name = v.substr(0, eq);
-                   if (!sweep::tracker_name_ok(name))
-                     throw usage_error(f + " " + v + ": expected NAME or NAME=URI, e.g. mlflow=sqlite:///mlflow.db");
-                   o.sweep.track.emplace_back(name, eq == std::string::npos ? "" : v.substr(eq + 1));
-                 }},
-                {"--detach", nullptr, in_sweep,
-                 "with slurm: submit and return; the same command again (or --attach) follows the arrays, "
-                 "journals their results and resubmits lost trials",
-                 [](cli_options& o, const std::string&, const std::string&) { o.sweep.detach = true; }},
-                {"--attach", nullptr, in_sweep, "the same as running the command again: follow what was submitted",
-                 [](cli_options&, const std::string&, const std::string&) {}},
-                {"--no-progress", nullptr, in_sweep, "no progress output",
-                 [](cli_options& o, const std::string&, const std::string&) { o.sweep.progress = false; }},
-                // isorun report and isorun sweep
-                {"--serve", nullptr, in_sweep | in_report,
-                 "serve the report at http://127.0.0.1:PORT/ and keep it live: the page updates as trials end "
-                 "(read-only; the address is printed)",
-                 [](cli_options& o, const std::string&, const std::string&) { o.serve.on = true; }},
-                {"--port", "N", in_sweep | in_report, "with --serve: the port (default: a free one)",
-                 [](cli_options& o, const std::string& f, const std::string& v) {
-                   const int n = small_number(v, 65535);
-                   if (n < 0) throw usage_error(f + " " + v + ": expected a port number, 0..65535 (0: a free one)");
-                   o.serve.port = n;
-                   o.serve.addressed = true;
-                 }},
-                {"--bind", "ADDR", in_sweep | in_report,
-                 "with --serve: the address to listen on (default 127.0.0.1; 0.0.0.0 or :: serve other machines too)",
-                 [](cli_options& o, const std::string&, const std::string& v) {
-                   o.serve.bind = v;
-                   o.serve.addressed = true;
-                 }},
-                {"--node", "FILE:TASK", in_sweep, nullptr,  // an array task of a Slurm submission: isorun passes it
-                 [](cli_options& o, const std::string&, const std::string& v) { o.sweep.node = v; }},
-                // every command
-                {"-h,--help", nullptr, everywhere, "this text",
-                 [](cli_options& o, const std::string&, const std::string&) { o.what = mode::help; }},
-                {"--version", nullptr, in_main, "the version",
-                 [](cli_options& o, const std::string&, const std::string&) {
-                   if (o.what != mode::help) o.what = mode::version;
-                 }},
+const option_row table[] = {
+    // isorun [OPTIONS] TASK / -- CMD
+    {"--gpu", "N", in_main, "run on GPU N (default: GPU 0 if there is one, else CPU)",
+     [](cli_options& o, const std::string& f, const std::string& v) {
+       const int i = small_number(v);
+       if (i < 0) throw usage_error(f + " '" + v + "': expected a GPU index such as 0 (see isorun gpus), or use --cpu");
+       o.gpu = i;
+     }},
+    {"--gpus", "LIST", in_main,
+     "run on these GPUs (0,1), or on any N with room for the cap (any:N); the worker sees exactly "
+     "them, in PCI bus order, as CUDA devices 0, 1, ...",
+     set_run_gpus},
+    {"--cpu", nullptr, in_main, "run with no GPU visible",
+     [](cli_options& o, const std::string&, const std::string&) { o.cpu = true; }},
+    {"--mem-limit", "SIZE", in_main,
+     "hard cap on the worker's device memory, on each of its GPUs (CUDA context included): 2G, "
+     "512M, 1.5GiB, 2GB, bytes; with --cpu, a TASK's cap on what isorun's allocator gives it. For "
+     "-- CMD it is enforced on the CUDA driver API for the command and every process it starts, "
+     "together (allocations past it fail with CUDA_ERROR_OUT_OF_MEMORY; cuMemGetInfo reports the "
+     "cap): a guard every process stays within, not a security boundary against a program that "
+     "sets out to escape it (that is cgroup dmem's); see docs/any-program.md. A -- CMD with no GPU "
+     "is refused it: its host memory is --host-mem-limit's",
+     set_mem_limit},
+    {"--host-mem-limit", "SIZE", in_main | in_sweep,
+     "hard cap on the host memory of the worker (or -- CMD, or each trial) and every process it "
+     "starts, enforced by its cgroup (no swap past it): past it, it ends out of memory (exit 3). "
+     "Refused where no cgroup with the memory controller can enforce it",
+     [](cli_options& o, const std::string& f, const std::string& v) {
+       o.host_mem_limit = parse_size(v);
+       if (o.host_mem_limit == 0) throw usage_error(f + " must be greater than zero");
+     }},
+    {"--mem-limit-mode", "M", in_main,
+     "for -- CMD: enforced (default) or advisory (only exported, as ISORUN_MEM_LIMIT)",
+     [](cli_options& o, const std::string& f, const std::string& v) {
+       if (v != "enforced" && v != "advisory") throw usage_error(f + " " + v + ": expected enforced or advisory");
+       o.mem_limit_advisory = v == "advisory";
+     }},
+    {"--timeout", "DUR", in_main, "stop the worker after DUR: 500ms, 30s, 5m, 1h", set_timeout},
+    {"--grace", "DUR", in_main, "time between SIGTERM and SIGKILL when stopping (default 5s)",
+     [](cli_options& o, const std::string&, const std::string& v) { o.grace = parse_duration(v); }},
+    {"--tasks", "LIB.so", in_main | in_tasks,
+     "load tasks from this library (repeatable; also ISORUN_TASKS=a.so:b.so; libraries in "
+     "<libdir>/isorun/tasks are always loaded)",
+     [](cli_options& o, const std::string&, const std::string& v) { o.task_libraries.push_back(v); }},
+    {"--alloc-conf", "STR", in_main, "allocator configuration, as ISORUN_ALLOC_CONF",
+     [](cli_options& o, const std::string& f, const std::string& v) {
+       check_alloc_conf(f, v);
+       o.alloc_conf = v;
+     }},
+    {"--max-result", "SIZE", in_main, "reject results larger than SIZE (default: this machine's memory)",
+     [](cli_options& o, const std::string&, const std::string& v) { o.max_result = parse_size(v); }},
+    {"--json", nullptr, in_main, "print a JSON record (outcome, result, timings) instead of only the result",
+     [](cli_options& o, const std::string&, const std::string&) { o.json = true; }},
+    {"--json", nullptr, in_tasks | in_gpus, "print JSON instead of text",
+     [](cli_options& o, const std::string&, const std::string&) { o.json = true; }},
+    {"--memory-timeline", "FILE.html", in_main,
+     "draw the device memory over time (allocated, reserved, the cap) and, after an "
+     "out-of-memory failure, what was live then, into FILE.html: a TASK's (turns on the "
+     "allocator's history: history:100000 unless --alloc-conf sets history:N), or with "
+     "--mem-limit what every process of a -- CMD held (the cap's view, by process)",
+     [](cli_options& o, const std::string& f, const std::string& v) {
+       if (v.empty()) throw usage_error(f + " needs a file name, e.g. memory.html");
+       o.memory_timeline = v;
+     }},
+    {"-q,--quiet", nullptr, in_main, "no summary line on stderr",
+     [](cli_options& o, const std::string&, const std::string&) { o.quiet = true; }},
+    // isorun sweep
+    {"--grid", "KEY=V1,V2", in_sweep, "a parameter of a TASK or a -- PROGRAM and its values (repeatable)", set_grid},
+    {"--out", "DIR", in_sweep, "output folder (results.jsonl, results.csv, logs/); default isorun-sweep-TASK",
+     [](cli_options& o, const std::string&, const std::string& v) { o.sweep.out = v; }},
+    {"--gpus", "LIST", in_sweep, "GPU indices (0,1) or all; without it, trials use CPU slots",
+     [](cli_options& o, const std::string& f, const std::string& v) {
+       o.sweep.all_gpus = v == "all";
+       o.sweep.gpus = o.sweep.all_gpus ? std::vector<int>{} : gpu_indices(f, v, "all");
+     }},
+    {"--mem-limit", "SIZE", in_sweep, "cap per trial; on GPUs, slots per GPU = floor(free memory / SIZE)",
+     set_mem_limit},
+    {"--per-gpu", "N", in_sweep, "trials per GPU instead (default: as many caps as fit, at most the cores per GPU)",
+     [](cli_options& o, const std::string& f, const std::string& v) { o.sweep.per_gpu = whole_number(f, v); }},
+    {"--gpus-per-trial", "N", in_sweep,
+     "GPUs each trial runs on at once (one of its places on each; the cap is per GPU), or {name}: as "
+     "many as parameter name says, so 1-, 2- and 4-GPU trials mix; served in order, a waiting wide "
+     "trial holding the GPUs it waits for",
+     set_gpus_per_trial},
+    {"--cpu-slots", "N", in_sweep, "parallel CPU trials (default: the cores isorun may run on)",
+     [](cli_options& o, const std::string& f, const std::string& v) { o.sweep.cpu_slots = whole_number(f, v); }},
+    {"--timeout", "DUR", in_sweep, "per-trial timeout", set_timeout},
+    {"--standby", "N", in_sweep, "workers launched ahead per slot, each used for one trial (default 1; 0: none)",
+     [](cli_options& o, const std::string& f, const std::string& v) { o.sweep.standby = whole_number(f, v); }},
+    {"--no-warm-context", nullptr, in_sweep, "standby workers on GPUs do not create their CUDA context ahead",
+     [](cli_options& o, const std::string&, const std::string&) { o.sweep.cold_standby = true; }},
+    {"--retry", "CLASS=N", in_sweep, "retries for crashed, timeout, invalid_result or task_error (OOM: --oom-retry)",
+     set_retry},
+    {"--oom-retry", "FACTOR:MAX[:ATTEMPTS]", in_sweep,
+     "run a trial that ran out of memory again with its cap times FACTOR (at least 1.1), up to MAX "
+     "(the last attempt at MAX), where the larger cap fits, at most ATTEMPTS times in all (8): 2:16G",
+     [](cli_options& o, const std::string&, const std::string& v) {
+       o.sweep.oom_retry = sweep::parse_oom_retry_flag(v);
+     }},
+    {"--rerun-failed", nullptr, in_sweep, "rerun trials whose journaled outcome is a failure",
+     [](cli_options& o, const std::string&, const std::string&) { o.sweep.rerun_failed = true; }},
+    {"--fail-fast", nullptr, in_sweep, "stop at the first failed trial",
+     [](cli_options& o, const std::string&, const std::string&) { o.sweep.fail_fast = true; }},
+    {"--metric", "NAME[:min|max]", in_sweep, "rank by this numeric field of the result (max if no goal given)",
+     [](cli_options& o, const std::string&, const std::string& v) { o.sweep.metric = sweep::parse_metric_flag(v); }},
+    {"--scheduler", "TYPE[:K=V,...]", in_sweep,
+     sweep::scheduler_flag_help().c_str(),  // (the registry's rules)
+     [](cli_options& o, const std::string&, const std::string& v) {
+       o.sweep.scheduler = sweep::parse_scheduler_flag(v);
+     }},
+    {"--top", "K", in_sweep, "rows in the final table (default 5)",
+     [](cli_options& o, const std::string& f, const std::string& v) { o.sweep.top = whole_number(f, v); }},
+    {"--wait", nullptr, in_sweep, "if another sweep uses the output folder, wait for it instead of failing",
+     [](cli_options& o, const std::string&, const std::string&) { o.sweep.wait = true; }},
+    {"--backend", "B", in_sweep, sweep::backend_choices().c_str(),
+     [](cli_options& o, const std::string& f, const std::string& v) {
+       sweep::sweep_spec probe;  // (the spec's table of backends says which names there are)
+       if (!sweep::select_backend(probe, v)) throw usage_error(f + " " + v + ": expected " + sweep::backend_choices());
+       o.sweep.backend = v;
+     }},
+    {"--track", "NAME[=URI]", in_sweep,
+     "send the sweep's events to a tracker too: mlflow (URI: its tracking store, e.g. sqlite:///mlflow.db) or "
+     "tensorboard (URI: its log folder); or one the spec's track: names (repeatable)",
+     [](cli_options& o, const std::string& f, const std::string& v) {
+       const auto eq = v.find('=');
+       const std::string name = v.substr(0, eq);
+       if (!sweep::tracker_name_ok(name))
+         throw usage_error(f + " " + v + ": expected NAME or NAME=URI, e.g. mlflow=sqlite:///mlflow.db");
+       o.sweep.track.emplace_back(name, eq == std::string::npos ? "" : v.substr(eq + 1));
+     }},
+    {"--detach", nullptr, in_sweep,
+     "with slurm: submit and return; the same command again (or --attach) follows the arrays, "
+     "journals their results and resubmits lost trials",
+     [](cli_options& o, const std::string&, const std::string&) { o.sweep.detach = true; }},
+    {"--attach", nullptr, in_sweep, "the same as running the command again: follow what was submitted",
+     [](cli_options&, const std::string&, const std::string&) {}},
+    {"--no-progress", nullptr, in_sweep, "no progress output",
+     [](cli_options& o, const std::string&, const std::string&) { o.sweep.progress = false; }},
+    // isorun report and isorun sweep
+    {"--serve", nullptr, in_sweep | in_report,
+     "serve the report over HTTP and keep it live: the page updates as trials end (read-only; the "
+     "address to open, with its token, is printed)",
+     [](cli_options& o, const std::string&, const std::string&) { o.serve.on = true; }},
+    {"--port", "N", in_sweep | in_report, "with --serve: the port (default: a free one)", set_port},
+    {"--bind", "ADDR", in_sweep | in_report,
+     "with --serve: the address to listen on (default 127.0.0.1; 0.0.0.0 or :: serve other "
+     "machines too)",
+     set_bind},
+    {"--node", "FILE:TASK", in_sweep, nullptr,  // an array task of a Slurm submission: isorun passes it
+     [](cli_options& o, const std::string&, const std::string& v) { o.sweep.node = v; }},
+    // every command
+    {"-h,--help", nullptr, everywhere, "this text",
+     [](cli_options& o, const std::string&, const std::string&) { o.what = mode::help; }},
+    {"--version", nullptr, in_main, "the version",
+     [](cli_options& o, const std::string&, const std::string&) {
+       if (o.what != mode::help) o.what = mode::version;
+     }},
 };
 
 std::string long_name(const option_row& row) {

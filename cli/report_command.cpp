@@ -30,8 +30,11 @@ void log_request(const std::string& line) {
   std::fprintf(stderr, "isorun: %s %s\n", when, line.c_str());
 }
 
-sweep::report_server::settings serve_settings(const serve_flags& f, bool log_requests) {
-  return {.bind = f.bind, .port = std::max(f.port, 0), .on_request = log_requests ? log_request : nullptr};
+sweep::report_server::settings serve_settings(const serve_flags& f, bool foreground) {
+  return {.bind = f.bind,
+          .port = std::max(f.port, 0),
+          .beside_sweep = !foreground,
+          .on_request = foreground ? log_request : nullptr};
 }
 
 sweep::report_server* serving = nullptr;  // what a signal stops (set before the handler is)
@@ -41,11 +44,13 @@ int serve_report(const cli_options& o) {
   (void)sweep::load_report_data(o.out);  // usage_error if OUT is not a sweep's folder
   sweep::report_server server(o.out, serve_settings(o.serve, true));
   serving = &server;
-  const interrupt_scope stop([](int) noexcept { serving->stop(); });
-  std::fprintf(stderr, "isorun: serving the report of %s at %s (live: it updates as the sweep goes; Ctrl-C stops)\n",
-               printable(o.out).c_str(), server.url().c_str());
-  server.serve();
-  serving = nullptr;
+  {
+    const interrupt_scope stop([](int) noexcept { serving->stop(); });
+    std::fprintf(stderr, "isorun: serving the report of %s at %s (live: it updates as the sweep goes; Ctrl-C stops)\n",
+                 printable(o.out).c_str(), server.url().c_str());
+    server.serve();
+  }
+  serving = nullptr;  // (the handler is gone)
   return 0;
 }
 

@@ -75,6 +75,7 @@ struct serving {
     thread.join();
   }
   int port() const { return std::stoi(server.url().substr(server.url().rfind(':') + 1)); }
+  std::string token() const { return server.url().substr(server.url().find("?token=") + 7); }
   // Waits until the server has logged a request whose line ends in `status`.
   void wait_for(const std::string& status) {
     std::unique_lock lock(m);
@@ -131,8 +132,16 @@ reply ask(int port, const std::string& request) {
   return parsed(read_to_end(fd.get()));
 }
 
-reply get(int port, const std::string& target, const std::string& method = "GET") {
-  return ask(port, method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(port) + "\r\n\r\n");
+// A request as the page's browser sends it: `line` (METHOD TARGET), addressed to `host`, with the
+// cookie the page set (the token of the URL the server printed).
+std::string request(const serving& srv, const std::string& line, const std::string& host = "127.0.0.1") {
+  const std::string port = std::to_string(srv.port());
+  return line + " HTTP/1.1\r\nHost: " + host + ":" + port + "\r\nCookie: isorun_token_" + port + "=" + srv.token() +
+         "\r\n\r\n";
+}
+
+reply get(const serving& srv, const std::string& target, const std::string& method = "GET") {
+  return ask(srv.port(), request(srv, method + " " + target));
 }
 
 // The generation a page shows (its root's data-generation).
@@ -159,7 +168,7 @@ TEST_CASE("the report server gives out the live page and the files inside OUT, a
   serving srv(s.out);
   const int port = srv.port();
 
-  const reply page = get(port, "/");
+  const reply page = get(srv, "/");
   CHECK(page.status == 200);
   CHECK(page.header("Content-Type") == "text/html; charset=utf-8");
   CHECK(page.header("Cache-Control") == "no-store");
@@ -167,16 +176,16 @@ TEST_CASE("the report server gives out the live page and the files inside OUT, a
   CHECK(page.body.find("id=\"table-script\"") != std::string::npos);
   CHECK(page.body.find("live?since=") != std::string::npos);  // the live script
   CHECK(!generation_of(page.body).empty());
-  const reply head = get(port, "/", "HEAD");
+  const reply head = get(srv, "/", "HEAD");
   CHECK(head.status == 200);
   CHECK(head.body.empty());
   CHECK(head.header("Content-Length") == std::to_string(page.body.size()));
 
-  const reply csv = get(port, "/results.csv");
+  const reply csv = get(srv, "/results.csv");
   CHECK(csv.status == 200);
   CHECK(csv.header("Content-Type") == "text/csv; charset=utf-8");
   CHECK(csv.body == read_text(s.out + "/results.csv"));
-  CHECK(get(port, "/logs").status == 404);  // a folder
+  CHECK(get(srv, "/logs").status == 404);  // a folder
 
   for (const char* method : {"POST", "PUT", "DELETE", "PATCH"}) {
     const reply r = ask(port, std::string(method) + " /results.csv HTTP/1.1\r\nHost: 127.0.0.1:" +
@@ -187,20 +196,32 @@ TEST_CASE("the report server gives out the live page and the files inside OUT, a
   for (const std::string escape :
        {"/../../../../etc/passwd", "/%2e%2e/%2e%2e/%2e%2e/etc/passwd", "/logs/..%2f..%2f..%2fetc%2fpasswd",
         "//etc/passwd", "/./results.csv", "/passwd", "/%2fetc%2fpasswd"}) {
-    const reply r = get(port, escape);
+    const reply r = get(srv, escape);
     INFO(escape);
     CHECK(r.status == 404);
     CHECK(r.body.find("root:") == std::string::npos);
   }
-  CHECK(get(port, "/%zz").status == 400);
-  CHECK(get(port, "/results.csv%00.html").status == 400);
+  CHECK(get(srv, "/%zz").status == 400);
+  CHECK(get(srv, "/results.csv%00.html").status == 400);
   CHECK(ask(port, "nonsense\r\n\r\n").status == 400);
   CHECK(ask(port, "GET / HTTP/1.1\r\nX: " + std::string(20000, 'a') + "\r\n\r\n").status == 431);
   // A page elsewhere whose name resolves to 127.0.0.1 (DNS rebinding) names that name.
   const reply rebound = ask(port,
                             "GET /results.csv HTTP/1.1\r\nHost: attacker.example:" + std::to_string(port) + "\r\n\r\n");
   CHECK(rebound.status == 403);
-  CHECK(ask(port, "GET / HTTP/1.1\r\nHost: localhost:" + std::to_string(port) + "\r\n\r\n").status == 200);
+  CHECK(ask(port, request(srv, "GET /", "localhost")).status == 200);
+  // Another user of the machine who finds the port has no token: refused, whatever the address.
+  const std::string bare = "GET /results.csv HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(port) + "\r\n";
+  const reply no_token = ask(port, bare + "\r\n");
+  CHECK(no_token.status == 403);
+  CHECK(no_token.body.find("?token=") != std::string::npos);
+  CHECK(ask(port, bare + "Cookie: isorun_token_" + std::to_string(port) + "=" + std::string(32, '0') + "\r\n\r\n")
+            .status == 403);
+  // The printed URL's token, in the query: the page, and a cookie of this port's for what follows.
+  const reply first = ask(
+      port, "GET /?token=" + srv.token() + " HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(port) + "\r\n\r\n");
+  CHECK(first.status == 200);
+  CHECK(first.header("Set-Cookie").starts_with("isorun_token_" + std::to_string(port) + "=" + srv.token() + ";"));
 
   CHECK(contents(s.out) == before);  // nothing in OUT was written, made or removed
 }
@@ -209,16 +230,16 @@ TEST_CASE("the report server holds a long poll while a sweep holds OUT, and answ
   const swept s;
   serving srv(s.out);
   const int port = srv.port();
-  const std::string shown = generation_of(get(port, "/").body);
+  const std::string shown = generation_of(get(srv, "/").body);
 
   SECTION("no sweep holds OUT: nothing new is said at once, as not running") {
-    const reply r = get(port, "/live?since=" + shown);
+    const reply r = get(srv, "/live?since=" + shown);
     CHECK(r.status == 204);
     CHECK(r.header("X-Isorun-Running") == "0");
     CHECK(r.header("X-Isorun-Generation") == shown);
   }
   SECTION("a page that shows an older generation gets the current page at once") {
-    const reply r = get(port, "/live?since=0");
+    const reply r = get(srv, "/live?since=0");
     CHECK(r.status == 200);
     CHECK(r.header("X-Isorun-Generation") == shown);
     CHECK(generation_of(r.body) == shown);
@@ -228,9 +249,8 @@ TEST_CASE("the report server holds a long poll while a sweep holds OUT, and answ
   REQUIRE(::flock(lock.get(), LOCK_EX) == 0);
   SECTION("the journal grows: the held poll is answered with the page that has the new trial") {
     const unique_fd poll = connect_to(port);
-    const std::string request = "GET /live?since=" + shown + " HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(port) +
-                                "\r\n\r\n";
-    REQUIRE(::write(poll.get(), request.data(), request.size()) == static_cast<ssize_t>(request.size()));
+    const std::string held = request(srv, "GET /live?since=" + shown);
+    REQUIRE(::write(poll.get(), held.data(), held.size()) == static_cast<ssize_t>(held.size()));
     srv.wait_for("held");
     s.arrive();
     const reply r = parsed(read_to_end(poll.get()));
@@ -242,9 +262,8 @@ TEST_CASE("the report server holds a long poll while a sweep holds OUT, and answ
   }
   SECTION("the sweep ends (its lock goes): the held poll is told, nothing new, not running") {
     const unique_fd poll = connect_to(port);
-    const std::string request = "GET /live?since=" + shown + " HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(port) +
-                                "\r\n\r\n";
-    REQUIRE(::write(poll.get(), request.data(), request.size()) == static_cast<ssize_t>(request.size()));
+    const std::string held = request(srv, "GET /live?since=" + shown);
+    REQUIRE(::write(poll.get(), held.data(), held.size()) == static_cast<ssize_t>(held.size()));
     srv.wait_for("held");
     lock.reset();
     const reply r = parsed(read_to_end(poll.get()));
@@ -253,9 +272,8 @@ TEST_CASE("the report server holds a long poll while a sweep holds OUT, and answ
   }
   SECTION("the server stops: the held poll is told it was the last word") {
     const unique_fd poll = connect_to(port);
-    const std::string request = "GET /live?since=" + shown + " HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(port) +
-                                "\r\n\r\n";
-    REQUIRE(::write(poll.get(), request.data(), request.size()) == static_cast<ssize_t>(request.size()));
+    const std::string held = request(srv, "GET /live?since=" + shown);
+    REQUIRE(::write(poll.get(), held.data(), held.size()) == static_cast<ssize_t>(held.size()));
     srv.wait_for("held");
     srv.server.stop();
     const reply r = parsed(read_to_end(poll.get()));
@@ -282,8 +300,8 @@ TEST_CASE("isorun report --serve and sweep --serve refuse bad input before servi
   CHECK(r.err.find("--bind localhost: expected an IP address") != std::string::npos);
   // A port in use: the message says so and what to do; the sweep has not started.
   const report_server taken(s.out, {});
-  const std::string& url = taken.url();  // http://127.0.0.1:PORT/
-  const std::string port = url.substr(url.rfind(':') + 1, url.size() - url.rfind(':') - 2);
+  const std::string& url = taken.url();  // http://127.0.0.1:PORT/?token=...
+  const std::string port = std::to_string(std::stoi(url.substr(url.rfind(':') + 1)));
   r = cli({"sweep", "--grid", "x=1", "--out", dir + "/busy", "--no-progress", "--serve", "--port", port, "--", "sh",
            "-c", "echo '{}' {x}"});
   CHECK(r.code == 2);

@@ -104,10 +104,13 @@ class Tracker:
     def sweep_end(self, event: dict[str, Any]) -> None:
         """The run is over; the last event."""
 
-    def idle(self) -> None:
+    def idle(self) -> bool:
         """Every event sent so far has been handled, and no more wait: a tracker that gathers work
         into batches while it is behind (one database transaction for many events) does it now.
-        Also called once the input ends."""
+        Also called once the input ends. Returns True while work remains: :func:`serve` calls it
+        again unless events wait (the sweep counts a tracker that reads nothing for 30 s as hung,
+        so one call should take a second or so at most)."""
+        return False
 
 
 def _handle(tracker: Tracker, line: Union[str, bytes]) -> None:
@@ -127,7 +130,8 @@ def serve(tracker: Tracker, stream: Optional[Any] = None) -> None:
     if stream is not None:
         for line in stream:
             _handle(tracker, line)
-        tracker.idle()
+        while tracker.idle():
+            pass
         return
     fd, rest = sys.stdin.fileno(), b""
     while chunk := os.read(fd, 1 << 16):
@@ -135,8 +139,9 @@ def serve(tracker: Tracker, stream: Optional[Any] = None) -> None:
         for line in lines:
             if line.strip():
                 _handle(tracker, line)
-        if not select.select([fd], [], [], 0)[0]:
-            tracker.idle()
+        while not select.select([fd], [], [], 0)[0] and tracker.idle():
+            pass
     if rest.strip():
         _handle(tracker, rest)
-    tracker.idle()
+    while tracker.idle():
+        pass

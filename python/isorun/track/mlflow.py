@@ -16,6 +16,7 @@ logged: every trial is one run, and a trial's metrics continue where they stoppe
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Optional
 
 from mlflow import MlflowClient
@@ -168,15 +169,23 @@ class MlflowTracker(Tracker):
         waiting = self.waiting.setdefault(trial, _Waiting())
         waiting.metrics += [Metric(k, v, 0, step) for k, v in numbers(event.get("metrics") or {}).items()]
         waiting.step = step
-
-    def idle(self) -> None:
-        """Makes the runs of the trials that started, and logs the reports that came, since the
-        last time: a run and a batch a trial, however many reports it made meanwhile."""
-        if self.seen is None or not self.waiting:
-            return
-        for trial in list(self.waiting):
+        if len(waiting.metrics) >= 1000:  # a batch's worth: logged now, however far behind
             self._log(trial, [], [])
-        self.seen.save()
+            self.seen.save()
+
+    def idle(self) -> bool:
+        """Makes the runs of the trials that started, and logs the reports that came, since the
+        last time: a run and a batch a trial, however many reports it made meanwhile; for a second
+        at most (True: some wait still)."""
+        if self.seen is None:
+            return False
+        until = time.monotonic() + 1.0
+        for trial in list(self.waiting):
+            if time.monotonic() >= until:
+                return True
+            self._log(trial, [], [])
+            self.seen.save()  # (after each trial: a tracker killed now repeats nothing it logged)
+        return False
 
     def end(self, event: dict[str, Any]) -> None:
         assert self.client is not None and self.seen is not None

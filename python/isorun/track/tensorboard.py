@@ -89,6 +89,7 @@ class TensorBoardTracker(Tracker):
         trial = str(event["trial"])
         if not self.seen.trial(trial)["ended"]:
             self._start(trial, event.get("params") or {})
+            self.writers[trial].flush()  # on disk before the state says so
             self.seen.save()
 
     def report(self, event: dict[str, Any]) -> None:

@@ -140,6 +140,10 @@ const char* live_script = R"(
   function poll(){
     fetch('live?since=' + encodeURIComponent(gen), {cache: 'no-store'}).then(function(r){
       var running = r.headers.get('X-Isorun-Running') === '1', last = r.headers.get('X-Isorun-Closing') === '1';
+      if (r.status !== 200 && r.status !== 204) {
+        say('the server refused (HTTP ' + r.status + '): open the address isorun printed');
+        return;
+      }
       return (r.status === 200 ? r.text() : Promise.resolve(null)).then(function(html){
         if (html !== null) swap(html, r.headers.get('X-Isorun-Generation'));
         if (last) return say('the server has stopped: this page no longer updates');

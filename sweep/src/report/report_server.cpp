@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
+#include <sys/random.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -132,6 +133,44 @@ std::string inside_path(const std::string& path) {
   }
 }
 
+// 128 random bits as hex: the URL's token, as Jupyter's, so that another user of the machine who
+// finds the port cannot read the folder.
+std::string random_token() {
+  unsigned char bytes[16];
+  if (::getrandom(bytes, sizeof bytes, 0) != static_cast<ssize_t>(sizeof bytes))
+    throw internal_error(std::string("report server: getrandom: ") + std::strerror(errno));
+  std::string hex;
+  for (const unsigned char b : bytes) {
+    hex += "0123456789abcdef"[b >> 4];
+    hex += "0123456789abcdef"[b & 15];
+  }
+  return hex;
+}
+
+// The token a request shows: ?token= in its query, or the cookie `name` the first page set.
+std::string shown_token(const std::string& query, const std::string& cookies, const std::string& name) {
+  const std::pair<std::string_view, std::string> sources[] = {{query, "token="}, {cookies, name + "="}};
+  for (const auto& [source, key] : sources) {
+    std::size_t at = 0;
+    while (at < source.size()) {
+      const auto end = std::min(source.find_first_of("&;", at), source.size());
+      std::string_view part = source.substr(at, end - at);
+      part.remove_prefix(std::min(part.find_first_not_of(' '), part.size()));
+      if (part.starts_with(key)) return std::string(part.substr(key.size()));
+      at = end + 1;
+    }
+  }
+  return {};
+}
+
+// Whether `shown` is the token, in a time that does not tell how much of it was right.
+bool same_token(const std::string& shown, const std::string& token) {
+  unsigned char differ = shown.size() != token.size();
+  for (std::size_t i = 0; i < token.size(); ++i)
+    differ |= static_cast<unsigned char>(i < shown.size() ? shown[i] ^ token[i] : 1);
+  return differ == 0;
+}
+
 std::string content_type(const std::string& name) {
   const std::string ext = fs::path(name).extension().string();
   if (ext == ".html") return "text/html; charset=utf-8";
@@ -151,13 +190,15 @@ std::string header(const std::string& head, std::string_view name) {
   std::getline(in, line);  // the request line
   while (std::getline(in, line)) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) break;  // the end of the head: what follows is a body
     const auto colon = line.find(':');
     if (colon != name.size()) continue;
     std::string key = line.substr(0, colon);
     std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) { return std::tolower(c); });
     if (key != name) continue;
     const auto v = line.find_first_not_of(" \t", colon + 1);
-    return v == std::string::npos ? std::string() : line.substr(v);
+    if (v == std::string::npos) return {};
+    return line.substr(v, line.find_last_not_of(" \t") + 1 - v);
   }
   return {};
 }
@@ -197,11 +238,12 @@ bool sweep_running(int dir) {
   return false;
 }
 
-// A file of OUT opened for reading, with no link followed and nothing outside OUT reached.
+// A file of OUT opened for reading, with no link followed and nothing outside OUT reached (no
+// mount crossed either).
 unique_fd open_inside(int dir, const std::string& rel) {
   open_how how{};
   how.flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK;
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
   return unique_fd(static_cast<int>(::syscall(SYS_openat2, dir, rel.c_str(), &how, sizeof how)));
 }
 
@@ -210,8 +252,10 @@ unique_fd open_inside(int dir, const std::string& rel) {
 struct report_server::state {
   fs::path out;
   settings how;
-  std::string url, authority;  // authority: host:port as the browser names it ("" on a non-loopback bind)
+  std::string url, port, cookie;  // cookie: the token's name, this port's (cookies are per host)
+  std::string token;              // in the printed URL, then a cookie: what a request shows to be the user's
   bool loopback = false;
+  clock::time_point accept_again{};  // out of descriptors: when to try accepting again
   unique_fd listener, wake, watch, dir;
   std::list<connection> connections;
   std::string generation;
@@ -220,11 +264,12 @@ struct report_server::state {
 
   void refresh() {
     generation = generation_of(dir.get());
-    running = sweep_running(dir.get());
+    running = how.beside_sweep || sweep_running(dir.get());
   }
   const std::string& current_page();
   void answer_news(connection& c, bool closing);
   void handle_request(connection& c);
+  std::string route(connection& c, const std::string& path, const std::string& query);
   void serve_file(connection& c, const std::string& rel);
   bool host_allowed(const std::string& host) const;
   void accept_all();
@@ -271,7 +316,10 @@ report_server::report_server(fs::path out, const settings& how) : s_{std::make_u
                                                    : reinterpret_cast<sockaddr_in6&>(addr).sin6_port);
   const std::string host = addr.ss_family == AF_INET6 ? "[" + how.bind + "]" : how.bind;
   s.url = "http://" + host + ":" + std::to_string(port) + "/";
-  if (s.loopback) s.authority = ":" + std::to_string(port);
+  s.port = std::to_string(port);
+  s.cookie = "isorun_token_" + s.port;
+  s.token = random_token();
+  s.url += "?token=" + s.token;
   s.wake.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   s.watch.reset(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
   if (!s.wake || !s.watch ||
@@ -290,12 +338,14 @@ void report_server::stop() noexcept {
   [[maybe_unused]] const auto n = ::write(s_->wake.get(), &one, sizeof one);
 }
 
-// Browsers name a loopback server as 127.0.0.1:PORT, localhost:PORT or [::1]:PORT; a page from
-// elsewhere that resolves its own name to 127.0.0.1 (DNS rebinding) names that name.
+// Browsers name a loopback server as 127.0.0.1:PORT, localhost:PORT, [::1]:PORT or its own
+// address; a page from elsewhere that resolves a name of its own to it (DNS rebinding) names
+// that name. (Served on every address, a machine's names are not known: the token guards it.)
 bool report_server::state::host_allowed(const std::string& host) const {
-  if (authority.empty()) return true;
-  for (const char* name : {"127.0.0.1", "localhost", "[::1]"})
-    if (host == name + authority) return true;
+  if (!loopback) return true;
+  const std::string bound = how.bind.find(':') != std::string::npos ? "[" + how.bind + "]" : how.bind;
+  for (const std::string& name : {std::string("127.0.0.1"), std::string("localhost"), std::string("[::1]"), bound})
+    if (host == name + ":" + port) return true;
   return false;
 }
 
@@ -346,43 +396,61 @@ void report_server::state::handle_request(connection& c) {
   std::istringstream words(line);
   std::string method, target, version;
   words >> method >> target >> version;
-  int code = 200;
-  const auto reply = [&](int status, const std::string& message, const std::string& extra = {}) {
-    code = status;
-    c.out = text_response(status, message, extra);
+  const auto q = target.find('?');
+  const std::string query = q == std::string::npos ? "" : target.substr(q + 1);
+  const std::string token = shown_token(query, header(c.in, "cookie"), cookie);
+  std::string status;
+  const auto reply = [&](int code, const std::string& message, const std::string& extra = {}) {
+    status = std::to_string(code);
+    c.out = text_response(code, message, extra);
   };
   if (method.empty() || target.empty() || target[0] != '/' || !version.starts_with("HTTP/1.")) {
     reply(400, "bad request: expected GET /PATH HTTP/1.1");
   } else if (method != "GET" && method != "HEAD") {
     reply(405, "the report server is read-only: GET and HEAD only", "Allow: GET, HEAD\r\n");
   } else if (!host_allowed(header(c.in, "host"))) {
-    reply(403, "forbidden: this server answers requests for 127.0.0.1, localhost or [::1] only");
+    reply(403, "forbidden: this server answers requests for " + how.bind + ", 127.0.0.1, localhost or [::1] only");
+  } else if (!same_token(token, this->token)) {
+    reply(403, "forbidden: open the address isorun printed, with its ?token=");
+  } else if (const auto path = percent_decoded(target.substr(0, q)); !path) {
+    reply(400, "bad request: a malformed %-escape in the path");
   } else {
     c.head_only = method == "HEAD";
-    const auto q = target.find('?');
-    const auto path = percent_decoded(target.substr(0, q));
-    const std::string query = q == std::string::npos ? "" : target.substr(q + 1);
-    if (!path) {
-      reply(400, "bad request: a malformed %-escape in the path");
-    } else if (*path == "/") {
-      refresh();
-      c.out = response(200, "text/html; charset=utf-8", current_page(), "", c.head_only);
-    } else if (*path == "/live") {
-      refresh();
-      c.since = query.starts_with("since=") ? query.substr(6) : "";
-      c.waiting = c.since == generation && running;
-      c.until = clock::now() + hold;
-      if (!c.waiting) answer_news(c, false);
-      code = c.waiting ? 0 : c.since == generation ? 204 : 200;
-      if (c.waiting) log(c, line, "held");
-    } else if (*path == "/favicon.ico") {
-      c.out = response(204, "", "", "", c.head_only), code = 204;
-    } else {
-      serve_file(c, inside_path(*path));
-      code = c.out.starts_with("HTTP/1.1 200") ? 200 : 404;
+    try {
+      status = route(c, *path, query);
+    } catch (const std::exception& e) {  // (the page could not be drawn: said, and the server goes on)
+      reply(500, std::string("the report could not be drawn: ") + e.what());
     }
   }
-  if (code) log(c, line, std::to_string(code));
+  log(c, line, status);
+}
+
+// A GET (or HEAD) of `path` with the token shown: the page, news for it, or a file. Returns the
+// status to log.
+std::string report_server::state::route(connection& c, const std::string& path, const std::string& query) {
+  if (path == "/") {
+    refresh();
+    // The token goes on as a cookie of this port's: the page's own requests carry it.
+    const std::string keep = "Set-Cookie: " + cookie + "=" + token + "; Path=/; HttpOnly; SameSite=Strict\r\n";
+    c.out = response(200, "text/html; charset=utf-8", current_page(), keep, c.head_only);
+    return "200";
+  }
+  if (path == "/live") {
+    refresh();
+    const auto since = query.find("since=");
+    c.since = since == std::string::npos ? "" : query.substr(since + 6, query.find('&', since) - since - 6);
+    c.waiting = c.since == generation && running;
+    c.until = clock::now() + hold;
+    if (c.waiting) return "held";
+    answer_news(c, false);
+    return c.since == generation ? "204" : "200";
+  }
+  if (path == "/favicon.ico") {
+    c.out = response(204, "", "", "", c.head_only);
+    return "204";
+  }
+  serve_file(c, inside_path(path));
+  return c.out.starts_with("HTTP/1.1 200") ? "200" : "404";
 }
 
 // Reads or writes what a connection is ready for; false once it is done with (to be closed).
@@ -393,8 +461,9 @@ bool report_server::state::pump(connection& c, short events) {
     const ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, 0);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return false;
     if (n > 0) c.in.append(buf, static_cast<std::size_t>(n)), c.moved = clock::now();
-    if (c.in.size() > max_head) c.out = text_response(431, "request head too large");
-    else if (c.in.find("\r\n\r\n") != std::string::npos) handle_request(c);
+    const auto end = c.in.find("\r\n\r\n");
+    if (end < max_head) handle_request(c);  // (npos is not)
+    else if (c.in.size() > max_head) c.out = text_response(431, "request head too large");
     return true;
   }
   if (c.sent < c.out.size()) {
@@ -420,7 +489,10 @@ void report_server::state::accept_all() {
     sockaddr_storage peer{};
     socklen_t len = sizeof peer;
     unique_fd fd(::accept4(listener.get(), reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC));
-    if (!fd) return;
+    if (!fd) {
+      if (errno == EMFILE || errno == ENFILE) accept_again = clock::now() + std::chrono::milliseconds(100);
+      return;
+    }
     char text[INET6_ADDRSTRLEN] = "?";
     const void* a = peer.ss_family == AF_INET ? static_cast<const void*>(&reinterpret_cast<sockaddr_in&>(peer).sin_addr)
                                               : &reinterpret_cast<sockaddr_in6&>(peer).sin6_addr;
@@ -431,6 +503,10 @@ void report_server::state::accept_all() {
 
 void report_server::serve() {
   state& s = *s_;
+  struct closing {  // however serve() ends, no connection is accepted that nobody would answer
+    unique_fd& listener;
+    ~closing() { listener.reset(); }
+  } closing{s.listener};
   bool stopping = false;
   clock::time_point give_up{};
   std::vector<pollfd> fds;
@@ -438,8 +514,11 @@ void report_server::serve() {
     fds.clear();
     fds.push_back({s.wake.get(), POLLIN, 0});
     fds.push_back({s.watch.get(), POLLIN, 0});
-    fds.push_back({s.listener.get(), static_cast<short>(stopping ? 0 : POLLIN), 0});
+    // (not while full, or out of descriptors for a while: a waiting connection would wake it at once)
+    const bool accepting = !stopping && s.connections.size() < max_connections && clock::now() >= s.accept_again;
+    fds.push_back({s.listener.get(), static_cast<short>(accepting ? POLLIN : 0), 0});
     auto wait = stopping ? give_up : clock::now() + hold;
+    if (s.accept_again > clock::now()) wait = std::min(wait, s.accept_again);
     for (const auto& c : s.connections) {
       const bool writing = !c.out.empty() && (c.sent < c.out.size() || c.file_at < c.file_end);
       // (a held poll is watched for its reader hanging up, not for more bytes, which browsers never send)

@@ -59,19 +59,24 @@ class followed {
   explicit followed(fs::path path) : path_{std::move(path)} {}
 
   // Calls `each` with each complete line appended since the last call, reading at most `budget`
-  // bytes; true if it read to the end.
+  // bytes (more where one line is longer); true if it read to the end.
   bool read_new(const std::function<void(std::string_view)>& each, std::size_t budget) {
     if (!fd_) fd_.reset(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd_) return true;  // not there yet: nothing to read
-    const detail::lines_read r = detail::read_lines(fd_.get(), journal::max_line, budget, in_long_line_, path_,
-                                                    [&](std::string_view line, int, bool too_long) {
-                                                      if (!too_long)
-                                                        each(line);  // (the journal's readers skip such a line too)
-                                                    });
-    // A line still being written is read again next time, unless it is already too long to pass on.
-    if (!r.long_tail && r.read > r.complete) ::lseek(fd_.get(), -static_cast<off_t>(r.read - r.complete), SEEK_CUR);
-    in_long_line_ = r.long_tail;
-    return r.read < budget;
+    for (;;) {
+      const detail::lines_read r = detail::read_lines(fd_.get(), journal::max_line, budget, in_long_line_, path_,
+                                                      [&](std::string_view line, int, bool too_long) {
+                                                        if (!too_long)
+                                                          each(line);  // (the journal's readers skip such a line too)
+                                                      });
+      // A line still being written is read again next time, unless it is already too long to pass on.
+      if (!r.long_tail && r.read > r.complete) ::lseek(fd_.get(), -static_cast<off_t>(r.read - r.complete), SEEK_CUR);
+      in_long_line_ = r.long_tail;
+      // A line longer than the budget, read whole, and none before it: read again, in one go
+      // up to the longest line there may be, or it would be read again for ever.
+      if (r.complete > 0 || r.read < budget || r.long_tail || budget >= journal::max_line) return r.read < budget;
+      budget = journal::max_line;
+    }
   }
 
  private:
@@ -132,17 +137,19 @@ class journal_events {
   // Appends to `to` the events written since the last call, as JSON lines; true if every file
   // was read to its end (nothing new is left to send).
   bool read_new(std::string& to) {
-    bool all = false;  // (not while reports are held: the files were not read this time)
-    if (held_.empty()) {
-      std::vector<std::string> records;
-      all = results_.read_new([&](std::string_view l) { records.emplace_back(l); }, read_ahead);
-      all = reports_.read_new([&](std::string_view l) { add(held_, report_event(l)); }, read_ahead) && all;
-      for (const auto& l : records) add(held_, end_event(l));
+    // (A file not read this time, its events still held, was not read to its end.)
+    const bool records_all = records_.empty() &&
+                             results_.read_new([&](std::string_view l) { add(records_, end_event(l)); }, read_ahead);
+    const bool reports_all = held_.size() < read_ahead &&
+                             reports_.read_new([&](std::string_view l) { add(held_, report_event(l)); }, read_ahead);
+    if (reports_all) {  // every report written before these records is held: they go after them
+      held_ += records_;
+      records_.clear();
     }
     if (!starts_.read_new([&](std::string_view l) { add(to, start_event(l)); }, read_ahead)) return false;
     to += held_;
     held_.clear();
-    return all;
+    return records_all && reports_all;
   }
 
  private:
@@ -151,7 +158,8 @@ class journal_events {
   }
 
   followed starts_, reports_, results_;
-  std::string held_;  // reports' and records' events read, sent once the starts before them are
+  std::string records_;  // records' events read, held until the reports before them are
+  std::string held_;     // reports' and records' events, held until the starts before them are
 };
 
 }  // namespace

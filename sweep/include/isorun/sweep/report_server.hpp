@@ -5,7 +5,8 @@
 /// /live?since=GENERATION, held while a sweep holds the folder's lock, answered with the new page
 /// as soon as the journal changes) and swaps it in without a reload. Read-only: GET and HEAD of
 /// the page and of the regular files inside OUT, nothing else; bound to 127.0.0.1 by default and
-/// then answering only requests addressed to the loopback (no DNS rebinding).
+/// then answering only requests addressed to the loopback (no DNS rebinding); every request shows
+/// the token of the URL it prints, as Jupyter's do.
 
 #include <filesystem>
 #include <functional>
@@ -19,6 +20,9 @@ class report_server {
   struct settings {
     std::string bind = "127.0.0.1";  ///< the address to listen on: an IPv4 or IPv6 literal
     int port = 0;                    ///< 0: a free one, which url() names
+    /// Served beside a sweep, for as long as it runs: the pages are told it runs, wherever the
+    /// folder's lock cannot be seen (/proc/locks misses some network file systems' locks).
+    bool beside_sweep = false;
     /// Told of each request, as a development server logs it: `PEER "REQUEST LINE" STATUS`, the
     /// status "held" for a long poll that waits for news. Called on serve()'s thread.
     std::function<void(const std::string& line)> on_request;
@@ -31,7 +35,9 @@ class report_server {
   report_server(const report_server&) = delete;
   report_server& operator=(const report_server&) = delete;
 
-  /// @brief Where a browser finds the page: http://ADDRESS:PORT/.
+  /// @brief Where a browser finds the page: http://ADDRESS:PORT/?token=TOKEN. The token (128
+  ///        random bits, set as a cookie by the page) is what every request must show: another
+  ///        user of the machine who finds the port cannot read the folder.
   [[nodiscard]] const std::string& url() const noexcept;
 
   /// @brief Serves until stop(). Pages waiting for news are then sent the last state, marked as
