@@ -75,8 +75,10 @@ def test_queued_calls_under_a_redirected_stdout_cost_no_thread_or_descriptor_eac
                 queued = first + [ex.submit(square, i) for i in range(10, 2000)]
                 assert ex.waiting >= 1999
                 # Not a thread, nor a pipe, per call: 1,990 more calls queued cost nothing more.
+                # (Fewer may be open: a descriptor of an earlier call's, closed meanwhile by the
+                # thread that reaps it.)
                 counts = (_threads(), _fds())
-                assert counts == (queued_threads, queued_fds)
+                assert counts[0] <= queued_threads and counts[1] <= queued_fds, (counts, queued_threads, queued_fds)
                 assert counts[0] <= threads + 2
                 assert counts[1] <= fds + 16  # the running worker's descriptors, the shared pipes
             finally:
