@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
 # The GPU inventory is read once per process, at the first call: the simulated one the C++ tests
 # use (no GPU needed), unless the environment names another.
 os.environ.setdefault("ISORUN_SIMULATE_GPUS", "1x16G")
+
+# Ctrl-C as at a terminal, in this process and the programs the tests start (a handled signal is
+# the default again after exec), whatever the suite's parent did: a shell's background job starts
+# it with SIGINT ignored, Python then keeps it so, and the tests that stop a call or a caller with
+# SIGINT would wait for ever.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _children() -> set[int]:

@@ -146,10 +146,7 @@ def test_a_small_result_comes_back_before_the_exit_and_the_output_before_it():
 
 
 CALLER = """
-import os, signal, sys, threading, isorun
-# Ctrl-C as at a terminal, whatever this test's parent did with SIGINT (a shell's background job
-# inherits it ignored, and Python then leaves it so).
-signal.signal(signal.SIGINT, signal.default_int_handler)
+import os, sys, threading, isorun
 sys.path.insert(0, sys.argv[1])
 import zygote_probe
 def probe():
