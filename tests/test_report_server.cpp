@@ -29,13 +29,6 @@ using isorun::sweep::report_server;
 
 namespace {
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // A folder three trials of a real sweep wrote; the last trial's record is taken out of the
 // journal and kept in `last`, so that a test can make it arrive.
 struct swept {
@@ -46,7 +39,7 @@ struct swept {
                      "echo \"{\\\"v\\\": $1}\"", "sh", "{x}"});
     INFO(r.err);
     REQUIRE(r.code == 0);
-    const std::string journal = read_text(out + "/results.jsonl");
+    const std::string journal = read_file(out + "/results.jsonl");
     const auto cut = journal.rfind('\n', journal.size() - 2) + 1;
     last = journal.substr(cut);
     std::ofstream(out + "/results.jsonl", std::ios::trunc) << journal.substr(0, cut);
@@ -144,6 +137,15 @@ reply get(const serving& srv, const std::string& target, const std::string& meth
   return ask(srv.port(), request(srv, method + " " + target));
 }
 
+// A long poll for news after generation `since`, sent and, once the server says so, held.
+unique_fd held_poll(serving& srv, const std::string& since) {
+  unique_fd poll = connect_to(srv.port());
+  const std::string held = request(srv, "GET /live?since=" + since);
+  REQUIRE(::write(poll.get(), held.data(), held.size()) == static_cast<ssize_t>(held.size()));
+  srv.wait_for("held");
+  return poll;
+}
+
 // The generation a page shows (its root's data-generation).
 std::string generation_of(const std::string& page) {
   const auto at = page.find("data-generation=\"");
@@ -155,7 +157,7 @@ std::string generation_of(const std::string& page) {
 std::map<std::string, std::string> contents(const fs::path& dir) {
   std::map<std::string, std::string> all;
   for (const auto& e : fs::recursive_directory_iterator(dir))
-    if (!e.is_symlink() && e.is_regular_file()) all[e.path().string()] = read_text(e.path());
+    if (!e.is_symlink() && e.is_regular_file()) all[e.path().string()] = read_file(e.path());
   return all;
 }
 
@@ -184,7 +186,7 @@ TEST_CASE("the report server gives out the live page and the files inside OUT, a
   const reply csv = get(srv, "/results.csv");
   CHECK(csv.status == 200);
   CHECK(csv.header("Content-Type") == "text/csv; charset=utf-8");
-  CHECK(csv.body == read_text(s.out + "/results.csv"));
+  CHECK(csv.body == read_file(s.out + "/results.csv"));
   CHECK(get(srv, "/logs").status == 404);  // a folder
 
   for (const char* method : {"POST", "PUT", "DELETE", "PATCH"}) {
@@ -229,7 +231,6 @@ TEST_CASE("the report server gives out the live page and the files inside OUT, a
 TEST_CASE("the report server holds a long poll while a sweep holds OUT, and answers it with the new page") {
   const swept s;
   serving srv(s.out);
-  const int port = srv.port();
   const std::string shown = generation_of(get(srv, "/").body);
 
   SECTION("no sweep holds OUT: nothing new is said at once, as not running") {
@@ -248,10 +249,7 @@ TEST_CASE("the report server holds a long poll while a sweep holds OUT, and answ
   unique_fd lock(::open((s.out + "/sweep.lock").c_str(), O_RDWR | O_CLOEXEC));
   REQUIRE(::flock(lock.get(), LOCK_EX) == 0);
   SECTION("the journal grows: the held poll is answered with the page that has the new trial") {
-    const unique_fd poll = connect_to(port);
-    const std::string held = request(srv, "GET /live?since=" + shown);
-    REQUIRE(::write(poll.get(), held.data(), held.size()) == static_cast<ssize_t>(held.size()));
-    srv.wait_for("held");
+    const unique_fd poll = held_poll(srv, shown);
     s.arrive();
     const reply r = parsed(read_to_end(poll.get()));
     CHECK(r.status == 200);
@@ -261,20 +259,14 @@ TEST_CASE("the report server holds a long poll while a sweep holds OUT, and answ
     CHECK(r.body.find("3 trials journaled") != std::string::npos);
   }
   SECTION("the sweep ends (its lock goes): the held poll is told, nothing new, not running") {
-    const unique_fd poll = connect_to(port);
-    const std::string held = request(srv, "GET /live?since=" + shown);
-    REQUIRE(::write(poll.get(), held.data(), held.size()) == static_cast<ssize_t>(held.size()));
-    srv.wait_for("held");
+    const unique_fd poll = held_poll(srv, shown);
     lock.reset();
     const reply r = parsed(read_to_end(poll.get()));
     CHECK(r.status == 204);
     CHECK(r.header("X-Isorun-Running") == "0");
   }
   SECTION("the server stops: the held poll is told it was the last word") {
-    const unique_fd poll = connect_to(port);
-    const std::string held = request(srv, "GET /live?since=" + shown);
-    REQUIRE(::write(poll.get(), held.data(), held.size()) == static_cast<ssize_t>(held.size()));
-    srv.wait_for("held");
+    const unique_fd poll = held_poll(srv, shown);
     srv.server.stop();
     const reply r = parsed(read_to_end(poll.get()));
     CHECK(r.status == 204);
@@ -306,7 +298,7 @@ TEST_CASE("isorun report --serve and sweep --serve refuse bad input before servi
            "-c", "echo '{}' {x}"});
   CHECK(r.code == 2);
   CHECK(r.err.find("give another --port") != std::string::npos);
-  CHECK(read_text(dir + "/busy/results.jsonl").empty());  // no trial ran
+  CHECK(read_file(dir + "/busy/results.jsonl").empty());  // no trial ran
   r = cli({"sweep", "--grid", "x=1", "--backend", "slurm", "--detach", "--serve", "--", "sh", "-c", "echo {x}"});
   CHECK(r.code == 2);
   CHECK(r.err.find("--serve with --detach") != std::string::npos);
