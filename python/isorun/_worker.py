@@ -229,17 +229,21 @@ def main() -> None:
     zygote = os.environ.pop(ZYGOTE_ENV, "") == "1"
     children = _zygote_prepare() if zygote else {}
     _preload()
+    global modules_at_entry
     if zygote:
         # A zygote: forks a worker per request and never returns but in each child, which then
         # serves its one call as an exec'd worker would. What the preloads printed leaves the
         # buffers first: else every child would write it again.
         _flush()
         _rehearse()
+        # Taken here, once, rather than in each child: a set of every module's name writes each
+        # name's reference count, and each child would copy those pages from the zygote.
+        modules_at_entry = frozenset(sys.modules)
         _core.zygote_serve()
         _zygote_child(children)
         _rehearse()
-    global modules_at_entry
-    modules_at_entry = frozenset(sys.modules)
+    else:
+        modules_at_entry = frozenset(sys.modules)
     _core.serve(_entry, _sweep_entry)
 
 
