@@ -1,9 +1,10 @@
 """isolated()'s options, each declared once.
 
-An option is a line of :class:`Options` (its name and type, what users and type checkers see)
-and a row of ``_ROWS`` (its default, its check and the ``CallOptions`` field it sets). From
-these come isolated()'s keywords, the check of option names, the resolved options a call is
-launched with, ``IsolatedFunction.options()`` and the C++ options (``_api._Options.core``).
+An option is a line of :class:`Options`: its name and type, what users and type checkers see,
+annotated with its row (its default, its check and the ``CallOptions`` field it sets, which
+runner/option_table.hpp binds by name). From these come isolated()'s keywords, the check of
+option names, the resolved options a call is launched with, ``IsolatedFunction.options()`` and
+the C++ options (``_api._Options.core``).
 What one option's value forbids in another is a rule of ``_RULES``.
 """
 
@@ -15,7 +16,7 @@ import math
 import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Callable, Optional, TypedDict, Union
+from typing import Annotated, Any, Callable, Optional, TypedDict, Union, get_type_hints
 
 from . import _core
 from .errors import UsageError
@@ -23,32 +24,6 @@ from .errors import UsageError
 Size = Union[int, str]
 Duration = Union[int, float, str]
 STARTS = ("auto", "exec", "zygote")
-
-
-class Options(TypedDict, total=False):
-    """The options of :func:`isorun.isolated` (and ``IsolatedFunction.options``, ``map``,
-    :class:`isorun.Executor`'s per-function defaults), by name and type. What each means is
-    documented on :func:`isorun.isolated`."""
-
-    gpu: Optional[int]
-    gpus: Union[str, Sequence[int], None]
-    gpu_count: int
-    cpu: bool
-    mem_limit: Optional[Size]
-    timeout: Optional[Duration]
-    grace: Optional[Duration]
-    env: Union[Mapping[str, str], Sequence[str], None]
-    standby: int
-    warm_context: bool
-    early_result: bool
-    alloc_conf: str
-    preload: Union[str, Sequence[str]]
-    python: Optional[str]
-    echo_stderr: bool
-    host_mem_limit: Optional[Size]
-    cpus_per_call: Optional[int]
-    capture_output: bool
-    start: str
 
 
 def size(value: Optional[Size], what: str) -> int:
@@ -165,31 +140,36 @@ class _Row:
     core: str = ""  # the CallOptions field the resolved value sets as it is ("": none, or computed)
 
 
-_ROWS: dict[str, _Row] = {
-    "gpu": _Row(None, _gpu, "gpu"),
-    "gpus": _Row(None, gpu_indices),  # "all" is found when a call starts (_api._Options.core)
-    "gpu_count": _Row(0, _count("gpu_count takes a number of GPUs"), "gpu_count"),
-    "cpu": _Row(False, bool),
-    "mem_limit": _Row(None, lambda v: size(v, "mem_limit"), "mem_limit"),
-    "timeout": _Row(None, lambda v: ms(v, "timeout"), "timeout_ms"),
-    "grace": _Row(None, lambda v: 5000 if v is None else ms(v, "grace"), "grace_ms"),
-    "env": _Row(None, _env, "env"),
-    "standby": _Row(0, _count("standby takes a number of workers"), "standby"),
-    "warm_context": _Row(False, bool, "warm_context"),
-    "early_result": _Row(False, bool, "early_result"),
-    "alloc_conf": _Row("", _alloc_conf, "alloc_conf"),
-    "preload": _Row((), _preload),
-    "python": _Row(None, _python),
-    "echo_stderr": _Row(True, bool, "echo_stderr"),
-    "host_mem_limit": _Row(None, _host_mem_limit, "host_mem_limit"),
-    "cpus_per_call": _Row(None, _cpus_per_call, "cpus_per_call"),
-    "capture_output": _Row(False, bool),
-    "start": _Row("auto", _start),
-}
+class Options(TypedDict, total=False):
+    """The options of :func:`isorun.isolated` (and ``IsolatedFunction.options``, ``map``,
+    :class:`isorun.Executor`'s per-function defaults), by name and type. What each means is
+    documented on :func:`isorun.isolated`. Each line is also the option's row: its default, its
+    check and the ``CallOptions`` field it sets."""
+
+    gpu: Annotated[Optional[int], _Row(None, _gpu, "gpu")]
+    gpus: Annotated[Union[str, Sequence[int], None], _Row(None, gpu_indices)]  # "all": found as a call starts
+    gpu_count: Annotated[int, _Row(0, _count("gpu_count takes a number of GPUs"), "gpu_count")]
+    cpu: Annotated[bool, _Row(False, bool)]
+    mem_limit: Annotated[Optional[Size], _Row(None, lambda v: size(v, "mem_limit"), "mem_limit")]
+    timeout: Annotated[Optional[Duration], _Row(None, lambda v: ms(v, "timeout"), "timeout_ms")]
+    grace: Annotated[Optional[Duration], _Row(None, lambda v: 5000 if v is None else ms(v, "grace"), "grace_ms")]
+    env: Annotated[Union[Mapping[str, str], Sequence[str], None], _Row(None, _env, "env")]
+    standby: Annotated[int, _Row(0, _count("standby takes a number of workers"), "standby")]
+    warm_context: Annotated[bool, _Row(False, bool, "warm_context")]
+    early_result: Annotated[bool, _Row(False, bool, "early_result")]
+    alloc_conf: Annotated[str, _Row("", _alloc_conf, "alloc_conf")]
+    preload: Annotated[Union[str, Sequence[str]], _Row((), _preload)]
+    python: Annotated[Optional[str], _Row(None, _python)]
+    echo_stderr: Annotated[bool, _Row(True, bool, "echo_stderr")]
+    host_mem_limit: Annotated[Optional[Size], _Row(None, _host_mem_limit, "host_mem_limit")]
+    cpus_per_call: Annotated[Optional[int], _Row(None, _cpus_per_call, "cpus_per_call")]
+    capture_output: Annotated[bool, _Row(False, bool)]
+    start: Annotated[str, _Row("auto", _start)]
+
+
+_HINTS = get_type_hints(Options, include_extras=True)
+_ROWS: dict[str, _Row] = {name: hint.__metadata__[0] for name, hint in _HINTS.items()}
 NAMES = tuple(_ROWS)
-if set(NAMES) != set(Options.__annotations__):  # the two halves of the declaration stay one
-    raise ImportError(f"isorun: options typed but not checked, or checked but not typed: "
-                      f"{sorted(set(NAMES) ^ set(Options.__annotations__))}")
 CORE_FIELDS = tuple((name, row.core) for name, row in _ROWS.items() if row.core)
 # The options that say where a call runs: given anew, they replace the old placement as a whole.
 PLACEMENT = ("gpu", "gpus", "gpu_count", "cpu")
@@ -210,9 +190,8 @@ _RULES: tuple[tuple[Callable[[dict[str, Any]], bool], str], ...] = (
 def keywords() -> list[inspect.Parameter]:
     """The options as keyword-only parameters, with their defaults and types: the signature that
     help(), IDEs and Jupyter show for a function taking ``**options: Unpack[Options]``."""
-    hints = {name: getattr(hint, "__forward_arg__", hint) for name, hint in Options.__annotations__.items()}
-    return [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=row.default, annotation=hints[name])
-            for name, row in _ROWS.items()]
+    return [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=row.default,
+                              annotation=_HINTS[name].__origin__) for name, row in _ROWS.items()]
 
 
 def resolve(given: Mapping[str, Any]) -> dict[str, Any]:

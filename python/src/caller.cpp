@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -33,6 +34,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -45,6 +47,7 @@
 #include "isorun/runner/isolated.hpp"
 #include "isorun/runner/job.hpp"
 #include "isorun/runner/launcher.hpp"
+#include "isorun/runner/option_table.hpp"
 #include "isorun/runner/placement.hpp"
 #include "isorun/runner/queued_job.hpp"
 #include "isorun/runner/standby.hpp"
@@ -554,32 +557,30 @@ std::pair<std::vector<std::vector<int>>, std::string> plan_slots(std::vector<int
   return {std::move(slots), plan.how};
 }
 
+/// An option of isolated_options as an attribute of CallOptions under its own name: a duration's
+/// in milliseconds (`timeout_ms`), an optional one taking None.
+template <class T>
+void bind_option(nb::class_<call_options>& c, const isorun::runner::option_row<T>& row) {
+  if constexpr (std::is_same_v<T, std::chrono::milliseconds>) {
+    static std::list<std::string> names;  // a name given to nanobind lives as long as the module
+    const char* name = names.emplace_back(std::string(row.name) + "_ms").c_str();
+    c.def_prop_rw(
+        name, [field = row.field](const call_options& o) { return (o.*field).count(); },
+        [field = row.field](call_options& o, std::int64_t v) { o.*field = T(v); });
+  } else if constexpr (std::is_same_v<T, std::optional<int>>) {
+    c.def_rw(row.name, row.field, nb::arg(row.name).none());
+  } else {
+    c.def_rw(row.name, row.field);
+  }
+}
+
 // Its types: the options of a call, an admission, a call in flight, how calls are launched.
 void bind_types(nb::module_& m) {
-  // isolated_options' fields under their own names (the durations in milliseconds), then the
-  // Python call's own.
-  using ms = std::chrono::milliseconds;
-  nb::class_<call_options>(m, "CallOptions")
-      .def(nb::init<>())
-      .def_rw("gpu", &call_options::gpu, nb::arg("gpu").none())
-      .def_rw("gpus", &call_options::gpus)
-      .def_rw("gpu_count", &call_options::gpu_count)
-      .def_rw("mem_limit", &call_options::mem_limit)
-      .def_prop_rw(
-          "timeout_ms", [](const call_options& o) { return o.timeout.count(); },
-          [](call_options& o, std::int64_t v) { o.timeout = ms(v); })
-      .def_prop_rw(
-          "grace_ms", [](const call_options& o) { return o.grace.count(); },
-          [](call_options& o, std::int64_t v) { o.grace = ms(v); })
-      .def_rw("alloc_conf", &call_options::alloc_conf)
-      .def_rw("env", &call_options::env)
-      .def_rw("echo_stderr", &call_options::echo_stderr)
-      .def_rw("standby", &call_options::standby)
-      .def_rw("warm_context", &call_options::warm_context)
-      .def_rw("early_result", &call_options::early_result)
-      .def_rw("host_mem_limit", &call_options::host_mem_limit)
-      .def_rw("cpus_per_call", &call_options::cpus_per_call)
-      .def_rw("stdout_fd", &call_options::stdout_fd)
+  // isolated_options' fields (runner/option_table.hpp), then the Python call's own.
+  nb::class_<call_options> options(m, "CallOptions");
+  options.def(nb::init<>());
+  isorun::runner::for_each_option([&](const auto& row) { bind_option(options, row); });
+  options.def_rw("stdout_fd", &call_options::stdout_fd)
       .def_rw("stderr_fd", &call_options::stderr_fd)
       .def_rw("early_small_result", &call_options::early_small_result)
       .def_rw("zygote", &call_options::zygote)

@@ -24,6 +24,7 @@
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/host_memory.hpp"
 #include "isorun/runner/launcher.hpp"
+#include "isorun/runner/option_table.hpp"
 #include "isorun/runner/placement.hpp"
 #include "isorun/runner/process.hpp"
 #include "isorun/runner/stream_tail.hpp"
@@ -305,20 +306,15 @@ job_spec job_spec_for(std::string task, serialization::encoding encoding, blob a
   spec.encoding = encoding;
   spec.args = std::move(args);
   spec.gpus = std::move(gpus);
-  spec.mem_limit = opts.mem_limit;
-  spec.host_mem_limit = opts.host_mem_limit;
-  spec.timeout = opts.timeout;
-  spec.grace = opts.grace;
-  spec.alloc_conf = opts.alloc_conf;
+  for_each_option([&](const auto& row) {
+    if (row.sets) spec.*row.sets = opts.*row.field;
+  });
   spec.extra_env = opts.env;
   if (opts.cpus_per_call) {
     auto limits = thread_limits(opts.cpus_per_call, opts.env);
     spec.extra_env.insert(spec.extra_env.end(), limits.begin(), limits.end());
   }
   spec.stderr_echo_fd = opts.echo_stderr ? 2 : -1;
-  spec.max_result = opts.max_result;
-  spec.warm_context = opts.warm_context;
-  spec.early_result = opts.early_result;
   return spec;
 }
 
