@@ -97,7 +97,7 @@ def test_an_asha_sweep_in_mlflow_killed_and_resumed_is_one_run_per_trial(tmp_pat
         assert len(steps) >= record["step"], record["id"]
         # The result's loss, at the step it was reached.
         assert record["result"]["loss"] in [pytest.approx(m.value) for m in history if m.step == record["step"]]
-    assert (tmp_path / "out" / "track" / "mlflow" / "seen.json").exists()
+    assert (tmp_path / "out" / "track" / "mlflow" / "seen.jsonl").exists()
     assert (tmp_path / "mlartifacts").is_dir()  # beside the store, not in the working folder
     assert not Path("mlruns").exists()
 
@@ -167,3 +167,31 @@ def test_mlflow_shows_a_trial_running_with_its_parameters_from_its_start(tmp_pat
     assert run.info.status == "RUNNING"
     assert run.data.params == {"lr": "0.1"}
     assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "loss")] == [(1, 0.5)]
+
+
+def test_what_a_tracker_saw_grows_a_line_per_change_and_survives_a_cut_line(tmp_path):
+    from isorun.track import Seen
+
+    seen = Seen(str(tmp_path))
+    seen.data["parent"] = "run-0"
+    sizes = []
+    for i in range(200):
+        seen.trial(f"t{i}")["step"] = 1
+        seen.passed("t0", 1)  # read, not changed: nothing written for it
+        seen.save()
+        sizes.append((tmp_path / "seen.jsonl").stat().st_size)
+    growth = [b - a for a, b in zip(sizes, sizes[1:])]
+    assert max(growth) < 60 < sizes[-1] / 100  # a line a save (the changed trial's), not the whole state
+    seen.trial("t7")["ended"] = True
+    seen.save()
+    with open(tmp_path / "seen.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"trial": "t8", "state": {"step": 9')  # a kill in the middle of a line
+
+    again = Seen(str(tmp_path))
+    assert again.data["parent"] == "run-0"
+    assert again.trial("t7") == {"step": 1, "ended": True}
+    assert again.trial("t8") == {"step": 1, "ended": False}  # the cut line is not read
+    assert len((tmp_path / "seen.jsonl").read_text().splitlines()) == 201  # compacted as it opened
+    again.trial("t8")["step"] = 2
+    again.save()
+    assert Seen(str(tmp_path)).trial("t8")["step"] == 2  # appended after the compaction, not joined

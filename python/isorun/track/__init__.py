@@ -28,6 +28,7 @@ import math
 import os
 import select
 import sys
+from collections.abc import Iterable
 from typing import Any, Optional, Union
 
 __all__ = ["Seen", "Tracker", "numbers", "serve"]
@@ -49,24 +50,65 @@ def numbers(value: Any, prefix: str = "") -> dict[str, float]:
 
 
 class Seen:
-    """What a tracker has already passed on, kept in ``FOLDER/seen.json``: replayed events skip it.
+    """What a tracker has already passed on, kept in ``FOLDER/seen.jsonl``: replayed events skip it.
 
-    Per trial: the last step whose report was passed on and whether its end was. Saved after each
-    change (written aside, then renamed), so a tracker killed at any point repeats at most the one
-    event it was passing on.
+    Per trial: the last step whose report was passed on and whether its end was, and what else the
+    tracker keeps beside them (its run's id). A save appends a line for each trial changed since
+    the last one, so a sweep of many trials costs a line per change, not the whole state each
+    time; the file is compacted (written aside, then renamed) when it is opened. A tracker killed
+    at any point repeats at most the one event it was passing on; a line cut short by the kill is
+    not read.
     """
 
     def __init__(self, folder: str) -> None:
-        self._path = os.path.join(folder, "seen.json")
+        self._path = os.path.join(folder, "seen.jsonl")
         self.data: dict[str, Any] = {"trials": {}}
+        self._written: dict[str, str] = {}  # each trial's state as last written ("" for the rest)
+        self._touched: set[str] = set()
         try:
             with open(self._path, encoding="utf-8") as f:
-                self.data = json.load(f)
+                for line in f:
+                    self._apply(line)
         except FileNotFoundError:
-            pass
+            return
+        self._compact()  # (also drops a line cut short, which a line appended after would join)
+
+    def _apply(self, line: str) -> None:
+        try:
+            change = json.loads(line)
+        except ValueError:
+            return  # the last line, cut short by a kill
+        if not isinstance(change, dict):
+            return
+        if "trial" in change:
+            self.data["trials"][str(change["trial"])] = change.get("state", {})
+        else:
+            self.data.update(change.get("sweep", {}))
+
+    def _lines(self, trials: Iterable[str], whole: bool) -> list[str]:
+        """The lines that record ``trials`` (and the rest of the state, if it changed or ``whole``)."""
+        lines = []
+        rest = json.dumps({k: v for k, v in self.data.items() if k != "trials"}, sort_keys=True)
+        if whole or rest != self._written.get(""):
+            self._written[""] = rest
+            lines.append(f'{{"sweep": {rest}}}\n')
+        for trial in trials:
+            text = json.dumps(self.data["trials"][trial], sort_keys=True)
+            if whole or text != self._written.get(trial):
+                self._written[trial] = text
+                lines.append(f'{{"trial": {json.dumps(trial)}, "state": {text}}}\n')
+        return lines
+
+    def _compact(self) -> None:
+        aside = self._path + ".tmp"
+        with open(aside, "w", encoding="utf-8") as f:
+            f.writelines(self._lines(list(self.data["trials"]), whole=True))
+        os.replace(aside, self._path)
 
     def trial(self, trial: str) -> dict[str, Any]:
-        """The record of ``trial`` (created empty): ``step`` (last report passed on), ``ended``."""
+        """The record of ``trial`` (created empty): ``step`` (last report passed on), ``ended``;
+        a tracker may keep more in it. Changes to it are written by the next :meth:`save`."""
+        self._touched.add(trial)
         trials: dict[str, Any] = self.data.setdefault("trials", {})
         return trials.setdefault(trial, {"step": None, "ended": False})
 
@@ -76,11 +118,12 @@ class Seen:
         return last is not None and step <= last
 
     def save(self) -> None:
-        """Writes the state durably enough for a restart: aside, then renamed over the old."""
-        aside = self._path + ".tmp"
-        with open(aside, "w", encoding="utf-8") as f:
-            json.dump(self.data, f)
-        os.replace(aside, self._path)
+        """Writes what changed since the last save (a line each), for a restart to find."""
+        lines = self._lines(sorted(self._touched), whole=False)
+        self._touched.clear()
+        if lines:
+            with open(self._path, "a", encoding="utf-8") as f:
+                f.writelines(lines)
 
 
 class Tracker:
