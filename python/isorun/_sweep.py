@@ -193,7 +193,7 @@ class _Tally:
 _POLL_S = 0.1
 
 
-def _options(out: Any, rerun_failed: Any, args: Any, progress: Any) -> list[str]:
+def _options(out: Any, rerun_failed: Any, args: Any, progress: Any, serve: Any = False) -> list[str]:
     """The command's options from the keyword arguments, checked (``progress`` too) before
     anything starts."""
     if not isinstance(rerun_failed, bool):
@@ -206,7 +206,18 @@ def _options(out: Any, rerun_failed: Any, args: Any, progress: Any) -> list[str]
         options += ["--out", os.fspath(out)]
     if rerun_failed:
         options.append("--rerun-failed")
-    return options
+    return options + _serve(serve)
+
+
+def _serve(serve: Any) -> list[str]:
+    """``serve``: False, True (a free port) or a port, as the command's options."""
+    if serve is False:
+        return []
+    if serve is True:
+        return ["--serve"]
+    if isinstance(serve, bool) or not isinstance(serve, int) or not 0 < serve < 65536:
+        raise UsageError(f"serve takes True (a free port), a port (1 to 65535) or False, not {serve!r}")
+    return ["--serve", "--port", str(serve)]
 
 
 Track = Union[str, Sequence[str], Mapping[str, Mapping[str, Any]]]
@@ -422,7 +433,8 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 def sweep(spec: Spec, *, out: Union[str, os.PathLike[str], None] = None, rerun_failed: bool = False,
           args: tuple[str, ...] = (), progress: bool = False,
           on_record: Optional[Callable[[dict[str, Any]], None]] = None, search: Any = None,
-          trials: Optional[int] = None, quiet: bool = False, track: Optional[Track] = None) -> SweepResults:
+          trials: Optional[int] = None, quiet: bool = False, track: Optional[Track] = None,
+          serve: Union[bool, int] = False) -> SweepResults:
     """Runs a sweep and returns its records.
 
     ``spec`` is a sweep spec: the path of a YAML file, or a dict with the same keys
@@ -453,7 +465,10 @@ def sweep(spec: Spec, *, out: Union[str, os.PathLike[str], None] = None, rerun_f
     ``track`` sends the sweep's events to trackers as well (docs/sweeps.md#trackers): ``"mlflow"``
     (the sweep a parent run, each trial a child run), ``"mlflow=sqlite:///mlflow.db"``,
     ``"tensorboard"``, a list of them, or a mapping of trackers by name to their settings
-    (``{"mlflow": {"uri": ..., "experiment": "lr-search"}}``).
+    (``{"mlflow": {"uri": ..., "experiment": "lr-search"}}``). ``serve=True`` serves the live
+    report while the sweep runs (``isorun sweep --serve``, docs/sweeps.md#the-live-report): its
+    address, with the token that opens it, is the command's line ``isorun: the report, live:
+    URL`` on stderr; ``serve=PORT`` takes that port on 127.0.0.1.
 
     Returns the records (:class:`SweepResults`, a list; ``.frame()`` makes a DataFrame), also
     when some trials failed: each record says how its trial ended. Raises :class:`UsageError`
@@ -463,7 +478,7 @@ def sweep(spec: Spec, *, out: Union[str, os.PathLike[str], None] = None, rerun_f
     if on_record is not None and not callable(on_record):
         raise UsageError(f"on_record takes a function of one record, not {on_record!r}")
     spec, tracking = _with_track(spec, track)
-    stream = _run(spec, _options(out, rerun_failed, args, progress) + tracking, progress, search, trials,
+    stream = _run(spec, _options(out, rerun_failed, args, progress, serve) + tracking, progress, search, trials,
                   _quiet(quiet))
     while True:
         try:
@@ -480,8 +495,8 @@ def sweep(spec: Spec, *, out: Union[str, os.PathLike[str], None] = None, rerun_f
 
 def sweep_iter(spec: Spec, *, out: Union[str, os.PathLike[str], None] = None, rerun_failed: bool = False,
                args: tuple[str, ...] = (), progress: bool = False, search: Any = None,
-               trials: Optional[int] = None, quiet: bool = False, track: Optional[Track] = None
-               ) -> Iterator[dict[str, Any]]:
+               trials: Optional[int] = None, quiet: bool = False, track: Optional[Track] = None,
+               serve: Union[bool, int] = False) -> Iterator[dict[str, Any]]:
     """Runs a sweep as :func:`sweep` does, and yields each trial's record as it is journaled in
     ``OUT/results.jsonl``, while the sweep runs: those of earlier runs of the same sweep first
     (resume), then each as its trial ends. A trial retried under a larger cap has a record per
@@ -495,7 +510,7 @@ def sweep_iter(spec: Spec, *, out: Union[str, os.PathLike[str], None] = None, re
     a :class:`UsageError` at once, and the errors :func:`sweep` raises come from the iteration.
     """
     spec, tracking = _with_track(spec, track)
-    return _run(spec, _options(out, rerun_failed, args, progress) + tracking, progress, search, trials,
+    return _run(spec, _options(out, rerun_failed, args, progress, serve) + tracking, progress, search, trials,
                 _quiet(quiet))
 
 

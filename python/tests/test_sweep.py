@@ -455,6 +455,33 @@ def test_sweep_iter_yields_records_while_the_sweep_runs(tmp_path):
     assert rest[0]["outcome"] == "success" and rest[0]["result"]["released"] is True
 
 
+def test_serve_shows_the_live_report_while_the_sweep_runs(tmp_path, capsys):
+    import re
+    import urllib.error
+    import urllib.request
+
+    fifo = tmp_path / "gate"
+    os.mkfifo(fifo)
+    (tmp_path / "gated.py").write_text(GATE)
+    spec = {"python": f"{tmp_path / 'gated.py'}:gate", "params": {"i": [0, 1], "fifo": [str(fifo)]},
+            "resources": {"cpu_slots": 2, "standby": 0}, "out": str(tmp_path / "out")}
+    with pytest.raises(isorun.UsageError, match="serve takes True"):
+        isorun.sweep(spec, serve="yes")
+    stream = isorun.sweep_iter(spec, serve=True)
+    try:
+        assert next(stream)["params"]["i"] == 0  # trial 1 waits at the gate: the sweep runs
+        url = re.search(r"isorun: the report, live: (\S+)", capsys.readouterr().err).group(1)
+        with urllib.request.urlopen(url) as page:
+            assert page.status == 200 and "gated.py:gate" in page.read().decode()
+        with open(fifo, "w") as f:
+            f.write("go\n")
+        assert [r["params"]["i"] for r in stream] == [1]
+    finally:
+        stream.close()
+    with pytest.raises(urllib.error.URLError):  # gone with the sweep
+        urllib.request.urlopen(url)
+
+
 def test_leaving_sweep_iter_early_stops_the_sweep(tmp_path):
     fifo = tmp_path / "gate"
     os.mkfifo(fifo)
