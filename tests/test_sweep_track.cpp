@@ -49,7 +49,7 @@ std::vector<json> last_start(const std::vector<json>& all) {
   return {all.begin() + static_cast<std::ptrdiff_t>(from), all.end()};
 }
 
-// Checks that `got` (one start's events) holds every line of OUT/starts.jsonl and
+// Checks that `got` (one start's events) holds every line of OUT/events.jsonl and
 // OUT/reports.jsonl and every record of OUT/results.jsonl, each once and in the file's
 // order, each trial's start before its reports and none of its reports after its end, and ends
 // with the sweep's end.
@@ -79,7 +79,7 @@ void check_complete(const std::vector<json>& got, const std::string& out) {
     }
   }
   std::vector<json> journal_reports, journal_records;
-  for (const auto& l : lines(out + "/starts.jsonl")) journal_reports.push_back(json::parse(l));
+  for (const auto& l : lines(out + "/events.jsonl")) journal_reports.push_back(json::parse(l));
   for (const auto& l : lines(out + "/reports.jsonl")) journal_reports.push_back(json::parse(l));
   for (const auto& l : lines(out + "/results.jsonl")) journal_records.push_back(json::parse(l));
   starts.insert(starts.end(), reports.begin(), reports.end());  // as the files hold them
@@ -88,6 +88,37 @@ void check_complete(const std::vector<json>& got, const std::string& out) {
   CHECK(started.size() == journal_records.size());
   CHECK(got.back()["event"] == "sweep_end");
   CHECK(got.back()["report"] == out + "/report.html");
+}
+
+// Checks that `got` holds a checkpoint event for each checkpoint each trial committed, `steps`,
+// each after its trial's start and before its end, as OUT/events.jsonl has them.
+void check_checkpoints(const std::vector<json>& got, const std::string& out, const std::vector<int>& steps) {
+  std::map<std::string, std::vector<int>> by_trial;
+  std::set<std::string> started, ended;
+  std::vector<json> sent;
+  for (const auto& e : got) {
+    const std::string trial = e.value("trial", "");
+    if (e["event"] == "start") started.insert(trial);
+    if (e["event"] == "end") ended.insert(trial);
+    if (e["event"] != "checkpoint") continue;
+    CHECK(started.count(trial) == 1);
+    CHECK(ended.count(trial) == 0);
+    CHECK(e["attempt"] == 1);
+    by_trial[trial].push_back(e["step"].get<int>());
+    sent.push_back(e);
+  }
+  std::vector<json> journal;
+  for (const auto& l : lines(out + "/events.jsonl"))
+    if (json j = json::parse(l); j["event"] == "checkpoint") journal.push_back(j);
+  CHECK(sent == journal);
+  const auto records = lines(out + "/results.jsonl");
+  CHECK(by_trial.size() == records.size());
+  for (const auto& l : records) {
+    const json r = json::parse(l);
+    INFO(r.dump());
+    CHECK(by_trial[r["id"].get<std::string>()] == steps);
+    CHECK(r["checkpoint"] == steps.back());
+  }
 }
 
 }  // namespace
@@ -175,5 +206,30 @@ TEST_CASE("bad trackers are refused before anything starts, naming what to write
   CHECK(r.code == 2);
   CHECK_THAT(r.err, Catch::Contains("--track wandb: not a tracker isorun has"));
   CHECK_FALSE(fs::exists(dir + "/out"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a tracker is given each checkpoint as it is committed: a command's, and a task's that commits its own",
+          "[sweep][track][checkpoints]") {
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/command.yaml") << "command: [sh, " CHECKPOINTED_TRIAL ", \"" << dir
+                                       << "/steps\", '30', '10', '{i}']\nparams: {i: [0, 1, 2]}\n"
+                                          "resources: {cpu_slots: 2}\ncheckpoints: {keep: 2}\n"
+                                          "track: {rec: "
+                                       << recorder(dir + "/command-events") << "}}\nout: \"" << dir << "/command\"\n";
+  const auto command = sweep_cli({"sweep", dir + "/command.yaml", "--no-progress"});
+  INFO(command.err);
+  REQUIRE(command.code == 0);
+  check_checkpoints(events(dir + "/command-events"), dir + "/command", {10, 20, 30});
+
+  std::ofstream(dir + "/task.yaml") << "task: checkpointed\nparams:\n  i: [0, 1]\n  steps: [30]\n  every: [10]\n"
+                                       "  log: [\""
+                                    << dir << "/task-steps\"]\nresources: {cpu_slots: 2}\ncheckpoints: {keep: 2}\n"
+                                    << "track: {rec: " << recorder(dir + "/task-events") << "}}\nout: \"" << dir
+                                    << "/task\"\n";
+  const auto task = sweep_cli({"sweep", dir + "/task.yaml", "--no-progress"});
+  INFO(task.err);
+  REQUIRE(task.code == 0);
+  check_checkpoints(events(dir + "/task-events"), dir + "/task", {10, 20, 30});
   fs::remove_all(dir);
 }

@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ._report import write_line
+
 __all__ = ["Checkpoint", "checkpoint", "latest_checkpoint", "should_checkpoint"]
 
 _PREFIX = "step-"
@@ -135,6 +137,7 @@ def checkpoint(step: int) -> Iterator[Path]:
     keep = max(1, int(os.environ.get("ISORUN_CHECKPOINT_KEEP", "1") or 1))
     for old in _committed(folder)[:-keep]:
         shutil.rmtree(old.path, ignore_errors=True)
+    write_line({"checkpoint": step})  # committed: the sweep tells its trackers
 
 
 def _on_warning(signum: int, frame: Any) -> None:

@@ -39,7 +39,12 @@ def report(step: int, **metrics: Any) -> None:
         raise TypeError(f"report: step is a whole number, not {type(step).__name__}")
     if int(step) < 0:
         raise ValueError("report: step is 0 or more")
-    line = json.dumps({"step": int(step), **_plain(metrics)}, allow_nan=False) + "\n"
+    write_line({"step": int(step), **_plain(metrics)})
+
+
+def write_line(fields: dict[str, Any]) -> None:
+    """``fields`` as one JSON line on stdout, which a sweep reads as the trial's log grows."""
+    line = json.dumps(fields, allow_nan=False) + "\n"
     sys.stdout.flush()  # what the function printed before comes first
     data = line.encode()
     while data:  # one write for a line of ordinary size: never interleaved, never seen in part

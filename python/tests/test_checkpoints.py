@@ -90,6 +90,11 @@ def test_a_crash_retry_resumes_from_the_trial_s_checkpoint(trials, tmp_path, sta
     for r in records:
         kept = sorted(p.name for p in (tmp_path / "out" / "checkpoints" / r["id"]).iterdir())
         assert kept == ["resumes.jsonl", "step-000000000020", "step-000000000030", "tmp"]
+    # Each commit is an event for the trackers, with the attempt that made it.
+    events = [json.loads(line) for line in (tmp_path / "out" / "events.jsonl").read_text().splitlines()]
+    for r in records:
+        committed = [(e["attempt"], e["step"]) for e in events if e["trial"] == r["id"] and e["event"] == "checkpoint"]
+        assert committed == [(1, 10), (1, 20), (2, 30)]
 
 
 def test_a_timeout_warns_the_function_which_saves_before_it_is_stopped(trials, tmp_path):

@@ -251,13 +251,16 @@ void worker_context::report_object(std::int64_t step, const std::string& object)
   const bool empty = body.find_first_not_of(" \t\r\n") == std::string::npos;
   for (char& c : body)
     if (c == '\n' || c == '\r') c = ' ';  // one line, whatever the archive's layout
-  const std::string line = "{\"step\": " + std::to_string(step) + (empty ? "" : ", " + body) + "}\n";
+  write_line("report", "{\"step\": " + std::to_string(step) + (empty ? "" : ", " + body) + "}\n");
+}
+
+void worker_context::write_line(const char* what, const std::string& line) {
   std::fflush(stdout);  // what the task printed before comes first
-  // One write: a report is never interleaved with other output, nor seen in part.
+  // One write: a line is never interleaved with other output, nor seen in part.
   for (std::size_t done = 0; done < line.size();) {
     const ssize_t n = ::write(STDOUT_FILENO, line.data() + done, line.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw std::runtime_error(std::string("report: cannot write to stdout: ") + std::strerror(errno));
+    if (n <= 0) throw std::runtime_error(std::string(what) + ": cannot write to stdout: " + std::strerror(errno));
     done += static_cast<std::size_t>(n);
   }
 }
@@ -306,14 +309,17 @@ checkpoint_info worker_context::checkpoint(std::int64_t step,
         "{keep: 2} to the spec)");
   folder->check_step(step);  // refused before anything is written
   const std::filesystem::path staged = folder->stage(step);
+  checkpoint_info committed;
   try {
     write(staged);
-    return folder->commit(staged, step);
+    committed = folder->commit(staged, step);
   } catch (...) {
     std::error_code ec;
     std::filesystem::remove_all(staged, ec);  // a checkpoint not committed leaves nothing
     throw;
   }
+  write_line("checkpoint", "{\"checkpoint\": " + std::to_string(step) + "}\n");  // the sweep tells its trackers
+  return committed;
 }
 
 bool worker_context::should_checkpoint() noexcept {

@@ -141,6 +141,9 @@ class Tracker:
     def report(self, event: dict[str, Any]) -> None:
         """A trial's intermediate report."""
 
+    def checkpoint(self, event: dict[str, Any]) -> None:
+        """A trial's checkpoint is committed (``step``; its folder ``OUT/checkpoints/TRIAL/``)."""
+
     def end(self, event: dict[str, Any]) -> None:
         """A trial's record."""
 

@@ -44,12 +44,14 @@ def _text(value: Any) -> str:
 
 
 class _Waiting:
-    """What a trial's run waits for: its parameters (from its start) and its reports' metrics."""
+    """What a trial's run waits for: its parameters (from its start), its reports' metrics and
+    its latest checkpoint."""
 
     def __init__(self) -> None:
         self.params: dict[str, Any] = {}
         self.metrics: list[Metric] = []
         self.step: Optional[int] = None  # the last report's
+        self.checkpoint: Optional[int] = None
 
 
 class MlflowTracker(Tracker):
@@ -139,6 +141,8 @@ class MlflowTracker(Tracker):
         chosen = (waiting.params if waiting is not None and waiting.params else params) or {}
         logged = [] if state.get("params") else [Param(k, _text(v)) for k, v in chosen.items()]
         metrics = (waiting.metrics if waiting is not None else []) + metrics
+        if waiting is not None and waiting.checkpoint is not None:
+            tags = [RunTag("checkpoint", str(waiting.checkpoint)), *tags]
         if logged:
             state["params"] = True
         while metrics or logged or tags:  # at most 1000 values a batch, 100 of them params, 100 tags
@@ -172,6 +176,13 @@ class MlflowTracker(Tracker):
         if len(waiting.metrics) >= 1000:  # a batch's worth: logged now, however far behind
             self._log(trial, [], [])
             self.seen.save()
+
+    def checkpoint(self, event: dict[str, Any]) -> None:
+        """A trial's checkpoint is committed: its run's tag ``checkpoint`` says the latest step."""
+        assert self.seen is not None
+        trial = str(event["trial"])
+        if not self.seen.trial(trial)["ended"]:
+            self.waiting.setdefault(trial, _Waiting()).checkpoint = int(event["step"])
 
     def idle(self) -> bool:
         """Makes the runs of the trials that started, and logs the reports that came, since the

@@ -662,12 +662,13 @@ void local_backend::run_worker(const slot& sl, const trial& t, trial_record& rec
     return;
   }
   // Its reports (this_worker().report(), isorun.report()) are lines of its stdout log, read as
-  // the worker writes them.
+  // the worker writes them; so are its checkpoints' {"checkpoint": STEP}, said once committed.
   log_follower::following follow;
   try {
     if (unique_fd log_in = detail::open_file(setup_.logs, rec.id + ".out", O_RDONLY, log.string() + ".out"))
-      follow = follower_.follow(std::move(log_in),
-                                [&](std::int64_t step, const json& metrics) { sink_->on_report(t, step, metrics); });
+      follow = follower_.follow(
+          std::move(log_in), [&](std::int64_t step, const json& metrics) { sink_->on_report(t, step, metrics); },
+          [&](std::int64_t step) { sink_->on_checkpoint(t, step); });
   } catch (const std::exception&) {
   }  // (no reports then; the log itself was checked above)
   const runner::job_result& r = await(sl, t, {.job = job}, *job, rec);
@@ -744,16 +745,22 @@ std::unique_ptr<runner::command> local_backend::start_command(const slot& sl, co
 namespace {
 
 // What a command's `{"checkpoint": STEP}` line does: commits what it staged in
-// $ISORUN_CHECKPOINT_DIR/tmp (or tmp-STEP). One that cannot be committed is said in the trial's
-// stderr log `err`, the folder left as it was.
-std::function<void(std::int64_t)> commit_staged(checkpoint_folder& folder, int err) {
-  return [&folder, err](std::int64_t step) {
+// $ISORUN_CHECKPOINT_DIR/tmp (or tmp-STEP), then tells `committed`. One that cannot be committed
+// is said in the trial's stderr log `err`, the folder left as it was.
+std::function<void(std::int64_t)> commit_staged(checkpoint_folder& folder, int err,
+                                                std::function<void(std::int64_t)> committed) {
+  return [&folder, err, committed = std::move(committed)](std::int64_t step) {
     try {
+      if (const auto latest = folder.latest(); latest && latest->step == step) {
+        committed(step);  // committed by the command itself (isorun.checkpoint() in a Python script)
+        return;
+      }
       const fs::path staged = folder.command_staged(step);
       folder.commit(staged, step);
       if (staged.filename() == checkpoint_folder::command_staging)  // a new, empty tmp for the next
         if (::mkdir(staged.c_str(), 0755) != 0 && errno != EEXIST)
           throw internal_error("cannot create " + staged.string() + ": " + std::strerror(errno));
+      committed(step);
     } catch (const std::exception& e) {
       detail::write_all(
           err, std::string("isorun: checkpoint ") + std::to_string(step) + " not committed: " + e.what() + "\n");
@@ -783,7 +790,8 @@ void local_backend::run_command(const slot& sl, const trial& t, trial_record& re
   // Its lines are read by the backend's follower as they are written; checkpoint lines are
   // committed, in order, on a thread of the trial's.
   std::optional<checkpoint_committer> committer;
-  if (saved.folder) committer.emplace(commit_staged(*saved.folder, err));
+  if (saved.folder)
+    committer.emplace(commit_staged(*saved.folder, err, [&](std::int64_t step) { sink_->on_checkpoint(t, step); }));
   log_follower::following follow;
   try {
     follow = follower_.follow(

@@ -20,7 +20,7 @@ using nlohmann::json;
 
 namespace {
 constexpr const char* file_name = "reports.jsonl";
-constexpr const char* starts_name = "starts.jsonl";
+constexpr const char* events_name = "events.jsonl";  // attempts' starts, checkpoints
 
 // Reads every complete report line of `fd`; returns the bytes up to the last complete line.
 std::size_t read_reports(int fd, const fs::path& shown, std::vector<trial_report>& out) {
@@ -35,22 +35,22 @@ std::size_t read_reports(int fd, const fs::path& shown, std::vector<trial_report
 }
 }  // namespace
 
-report_log::report_log(const fs::path& folder) : path_{folder / file_name}, starts_path_{folder / starts_name} {
+report_log::report_log(const fs::path& folder) : path_{folder / file_name}, events_path_{folder / events_name} {
   const unique_fd dir = detail::open_folder(folder);
   if (!dir) throw internal_error("cannot open " + folder.string() + ": no such folder");
   unique_fd fd = detail::open_file(dir.get(), file_name, O_RDWR | O_CREAT | O_APPEND, path_);
   detail::drop_cut_line(fd.get(), read_reports(fd.get(), path_, earlier_), path_);
-  unique_fd starts = detail::open_file(dir.get(), starts_name, O_RDWR | O_CREAT | O_APPEND, starts_path_);
-  const auto whole = detail::for_each_line(starts.get(), journal::max_line, starts_path_,
+  unique_fd events = detail::open_file(dir.get(), events_name, O_RDWR | O_CREAT | O_APPEND, events_path_);
+  const auto whole = detail::for_each_line(events.get(), journal::max_line, events_path_,
                                            [](std::string_view, int, bool) {});
-  detail::drop_cut_line(starts.get(), whole, starts_path_);
+  detail::drop_cut_line(events.get(), whole, events_path_);
   fd_ = fd.release();
-  starts_fd_ = starts.release();
+  events_fd_ = events.release();
 }
 
 report_log::~report_log() {
   if (fd_ >= 0) ::close(fd_);
-  if (starts_fd_ >= 0) ::close(starts_fd_);
+  if (events_fd_ >= 0) ::close(events_fd_);
 }
 
 void report_log::fail(int error, const fs::path& file) const {
@@ -69,8 +69,13 @@ void report_log::append(const trial_report& r) {
 }
 
 void report_log::append_start(const std::string& trial, int attempt, const json& params) {
-  append_line(starts_fd_, starts_path_,
+  append_line(events_fd_, events_path_,
               json{{"trial", trial}, {"event", "start"}, {"attempt", attempt}, {"params", params}}.dump() + "\n");
+}
+
+void report_log::append_checkpoint(const std::string& trial, int attempt, std::int64_t step) {
+  append_line(events_fd_, events_path_,
+              json{{"trial", trial}, {"event", "checkpoint"}, {"attempt", attempt}, {"step", step}}.dump() + "\n");
 }
 
 void report_log::append_line(int fd, const fs::path& file, const std::string& line) {

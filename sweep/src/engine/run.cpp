@@ -137,6 +137,20 @@ sweep_run::sweep_run(const sweep_spec& sp, std::vector<slot> slots, sweep_option
   else node_session::queue_trials(st);
 }
 
+namespace {
+// For the trackers: each attempt's start and each checkpoint committed, a line in OUT/events.jsonl.
+std::function<void(const trial&)> log_start(run_state& st) {
+  return [&st](const trial& t) {
+    if (st.reports) st.reports->append_start(t.id, t.attempt, t.params);
+  };
+}
+std::function<void(const trial&, std::int64_t)> log_checkpoint(run_state& st) {
+  return [&st](const trial& t, std::int64_t step) {
+    if (st.reports) st.reports->append_checkpoint(t.id, t.attempt, step);
+  };
+}
+}  // namespace
+
 sweep_summary sweep_run::run() {
   run_state& st = *state_;
   if (st.ran) throw std::logic_error("sweep_run::run() called twice");
@@ -179,10 +193,8 @@ sweep_summary sweep_run::run() {
                    .journal_preempted = !node,
                    .should_stop = judge.should_stop(),
                    .resumed = st.resumed,
-                   .starting =
-                       [&st](const trial& t) {  // for the trackers: a line in OUT/reports.jsonl
-                         if (st.reports) st.reports->append_start(t.id, t.attempt, t.params);
-                       },
+                   .starting = log_start(st),
+                   .checkpointed = log_checkpoint(st),
                    .running_changed = [&](std::size_t n) { live.running(n); }});
   sched_ptr = &sched;
   struct closer {  // nothing calls into the scheduler once it is gone

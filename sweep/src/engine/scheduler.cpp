@@ -287,6 +287,15 @@ void scheduler::on_report(const trial& t, std::int64_t step, const nlohmann::jso
   if (stop_it && !pruned_already) prune(t);
 }
 
+void scheduler::on_checkpoint(const trial& t, std::int64_t step) {
+  if (!options_.checkpointed) return;
+  try {
+    options_.checkpointed(t, step);
+  } catch (...) {
+    fail(std::current_exception());  // (as a report that cannot be written)
+  }
+}
+
 void scheduler::prune(const trial& t) {
   {
     std::lock_guard lk(mutex_);

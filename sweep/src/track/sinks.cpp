@@ -105,10 +105,13 @@ std::optional<json> report_event(std::string_view line) {
   return j;
 }
 
-// A line of OUT/starts.jsonl (an attempt's start, which says so) as an event.
-std::optional<json> start_event(std::string_view line) {
+// A line of OUT/events.jsonl (an attempt's start or a committed checkpoint, which says which) as
+// an event.
+std::optional<json> attempt_event(std::string_view line) {
   json j = parse_bounded_json(line);
-  if (!j.is_object() || !j.contains("trial") || j.value("event", "") != "start") return std::nullopt;
+  if (!j.is_object() || !j.contains("trial")) return std::nullopt;
+  const std::string event = j.value("event", "");
+  if (event != "start" && event != "checkpoint") return std::nullopt;
   return j;
 }
 
@@ -125,14 +128,15 @@ std::optional<json> end_event(std::string_view line) {
 }
 
 // The events in the sweep's folder, in the order they happened: an attempt's start is written
-// (OUT/starts.jsonl) before its reports (OUT/reports.jsonl), and they before its record
-// (OUT/results.jsonl). So the records are read first, then the reports, then the starts, and
-// sent in the other order, the reports and records held until the starts are read to their end:
-// no trial's report comes before its start, nor its end before one of its reports.
+// (OUT/events.jsonl) before its reports (OUT/reports.jsonl) and checkpoints (OUT/events.jsonl),
+// and they before its record (OUT/results.jsonl). So the records are read first, then the
+// reports, then the starts and checkpoints, and sent in the other order, the reports and records
+// held until the starts are read to their end: no trial's report or checkpoint comes before its
+// start, nor its end before one of them. (A checkpoint may come before a report made before it.)
 class journal_events {
  public:
   explicit journal_events(const fs::path& out)
-      : starts_{out / "starts.jsonl"}, reports_{out / "reports.jsonl"}, results_{out / "results.jsonl"} {}
+      : attempts_{out / "events.jsonl"}, reports_{out / "reports.jsonl"}, results_{out / "results.jsonl"} {}
 
   // Appends to `to` the events written since the last call, as JSON lines; true if every file
   // was read to its end (nothing new is left to send).
@@ -146,7 +150,7 @@ class journal_events {
       held_ += records_;
       records_.clear();
     }
-    if (!starts_.read_new([&](std::string_view l) { add(to, start_event(l)); }, read_ahead)) return false;
+    if (!attempts_.read_new([&](std::string_view l) { add(to, attempt_event(l)); }, read_ahead)) return false;
     to += held_;
     held_.clear();
     return records_all && reports_all;
@@ -157,7 +161,7 @@ class journal_events {
     if (e) to += e->dump() + "\n";
   }
 
-  followed starts_, reports_, results_;
+  followed attempts_, reports_, results_;
   std::string records_;  // records' events read, held until the reports before them are
   std::string held_;     // reports' and records' events, held until the starts before them are
 };

@@ -43,11 +43,15 @@ class report_log {
   void append(const trial_report& r);
 
   /// @brief Appends that an attempt of trial `trial` starts, with its parameters, to
-  ///        OUT/starts.jsonl: a line {"trial", "event": "start", "attempt", "params"}, for the
+  ///        OUT/events.jsonl: a line {"trial", "event": "start", "attempt", "params"}, for the
   ///        trackers (track/sinks.hpp). In the file when this returns; never synced (a lost line
   ///        costs a tracker one event, nothing of the sweep's).
   /// @throws internal_error if the write fails (what it wrote is cut off again).
   void append_start(const std::string& trial, int attempt, const nlohmann::json& params);
+  /// @brief Appends that checkpoint `step` of trial `trial` is committed (in
+  ///        OUT/checkpoints/ID/), to OUT/events.jsonl: {"trial", "event": "checkpoint",
+  ///        "attempt", "step"}. As append_start.
+  void append_checkpoint(const std::string& trial, int attempt, std::int64_t step);
 
   /// @brief Makes every report appended so far durable (one fdatasync, none if there is nothing
   ///        new). May be called from another thread than append()'s.
@@ -63,8 +67,8 @@ class report_log {
   [[noreturn]] void fail(int error, const std::filesystem::path& file) const;
   void append_line(int fd, const std::filesystem::path& file, const std::string& line);
 
-  int fd_ = -1, starts_fd_ = -1;
-  std::filesystem::path path_, starts_path_;
+  int fd_ = -1, events_fd_ = -1;
+  std::filesystem::path path_, events_path_;
   std::vector<trial_report> earlier_;
   std::mutex mutex_;            // guards the counts below (append and sync run on different threads)
   std::uint64_t appended_ = 0;  // reports appended by this process

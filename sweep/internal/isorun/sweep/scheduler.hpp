@@ -54,6 +54,8 @@ struct scheduler_options {
   /// Called for each attempt about to start, before the backend starts it (under no lock); what
   /// it throws stops the sweep as a backend's failure to start would.
   std::function<void(const trial&)> starting;
+  /// Called as a running trial's checkpoint is committed (trial_sink::on_checkpoint).
+  std::function<void(const trial&, std::int64_t step)> checkpointed;
   /// Called (under no lock of the backend's) whenever the number of running trials changes.
   std::function<void(std::size_t running)> running_changed;
 };
@@ -99,6 +101,7 @@ class scheduler final : private trial_sink {
   };
   void on_finished(std::vector<finished_trial> batch) override;
   void on_report(const trial& t, std::int64_t step, const nlohmann::json& metrics) override;
+  void on_checkpoint(const trial& t, std::int64_t step) override;
   void on_error(std::exception_ptr error) override;
   bool stopping() const;        // under mutex_
   std::optional<trial> take();  // under mutex_

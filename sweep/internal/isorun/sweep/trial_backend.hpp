@@ -55,6 +55,10 @@ class trial_sink {
   /// @brief A running trial's intermediate report: its `step` and the metrics it had then.
   ///        What early stopping (ASHA, median stopping) decides on.
   virtual void on_report(const trial& t, std::int64_t step, const nlohmann::json& metrics) = 0;
+  /// @brief Checkpoint `step` of a running trial is committed: by the trial itself (its
+  ///        `{"checkpoint": STEP}` line says so after the fact), or by the backend for a command
+  ///        that announced it. For the trackers; the same call rules as on_report.
+  virtual void on_checkpoint(const trial& t, std::int64_t step) = 0;
   /// @brief The backend cannot go on (a usage error a Slurm node reported, ...): the sweep stops
   ///        as fail-fast does, and run() throws `error` once everything has ended.
   virtual void on_error(std::exception_ptr error) = 0;

@@ -226,6 +226,8 @@ class ISORUN_API worker_context {
     std::unique_ptr<alloc::caching_allocator> allocator;
   };
   static std::string unwrap_metrics(const std::string& wrapped);  // {"metrics": {...}} -> {...}
+  // `line` on stdout in one write (a report's, a checkpoint's); `what` names it in an error.
+  static void write_line(const char* what, const std::string& line);
   std::unique_ptr<device_state[]> device_states_;
   std::span<device_state> devices_;
 };
