@@ -48,6 +48,7 @@ constexpr auto hold = std::chrono::seconds(25);
 constexpr auto silence = std::chrono::seconds(30);  // a connection neither read nor written this long is closed // a
                                                     // long poll is answered "nothing new" after this
 constexpr auto flush_at_stop = std::chrono::seconds(2);  // for the last words to slow readers
+constexpr auto linger = std::chrono::seconds(1);         // an answered connection's, for the client to close
 
 // The files whose change is news: what the report is drawn from.
 constexpr const char* watched[] = {"sweep.json", "results.jsonl", "reports.jsonl"};
@@ -63,6 +64,7 @@ struct connection {
   bool waiting = false;  // a long poll, held for news
   std::string since;
   bool head_only = false;
+  bool draining = false;  // answered and shut for writing: what the client still sends is read away
   clock::time_point until;
   clock::time_point moved = clock::now();  // when it last read or wrote a byte
 };
@@ -456,6 +458,12 @@ std::string report_server::state::route(connection& c, const std::string& path, 
 // Reads or writes what a connection is ready for; false once it is done with (to be closed).
 bool report_server::state::pump(connection& c, short events) {
   if (c.waiting) return !(events & (POLLRDHUP | POLLHUP | POLLERR));  // a held poll whose reader hung up
+  if (c.draining) {  // until the client closes too, or stops sending for a moment
+    char buf[65536];
+    const ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, 0);
+    if (n > 0) c.until = clock::now() + linger;
+    return n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR));
+  }
   if (c.out.empty()) {
     char buf[4096];
     const ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, 0);
@@ -479,9 +487,15 @@ bool report_server::state::pump(connection& c, short events) {
     if (n < 0) return errno == EAGAIN || errno == EINTR;
     if (n == 0) return false;  // the file shrank under us: the response cannot be completed
     c.moved = clock::now();
-    return c.file_at < c.file_end;
+    if (c.file_at < c.file_end) return true;
   }
-  return false;  // all sent: closed, as the response said
+  // All sent. Closed with bytes of the request unread (a body), the socket would be reset, and a
+  // client still sending would lose the answer: so the server's side is shut, and the rest read
+  // away until the client closes too (or is silent for a moment).
+  ::shutdown(c.fd.get(), SHUT_WR);
+  c.draining = true;
+  c.until = clock::now() + linger;
+  return true;
 }
 
 void report_server::state::accept_all() {
@@ -523,7 +537,7 @@ void report_server::serve() {
       const bool writing = !c.out.empty() && (c.sent < c.out.size() || c.file_at < c.file_end);
       // (a held poll is watched for its reader hanging up, not for more bytes, which browsers never send)
       fds.push_back({c.fd.get(), static_cast<short>(c.waiting ? POLLRDHUP : writing ? POLLOUT : POLLIN), 0});
-      wait = std::min(wait, c.waiting ? c.until : c.moved + silence);
+      wait = std::min(wait, c.waiting || c.draining ? c.until : c.moved + silence);
     }
     const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wait - clock::now()).count();
     if (::poll(fds.data(), fds.size(), static_cast<int>(std::max<long long>(ms, 0))) < 0 && errno != EINTR)
@@ -554,7 +568,8 @@ void report_server::serve() {
     for (auto& c : s.connections)
       if (c.waiting && (c.since != s.generation || !s.running || now >= c.until)) s.answer_news(c, false);
     // A client that sends no request, or reads none of its answer, does not keep its place.
-    s.connections.remove_if([&](const connection& c) { return !c.waiting && now >= c.moved + silence; });
+    s.connections.remove_if(
+        [&](const connection& c) { return c.draining ? now >= c.until : !c.waiting && now >= c.moved + silence; });
     if (stopping && now >= give_up) break;
   }
 }
