@@ -3,6 +3,7 @@
 // (The `slurm`-labelled cases in test_sweep_slurm.cpp run the same path on a real test cluster.)
 #include <catch2/catch.hpp>
 
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -127,6 +128,11 @@ TEST_CASE("Slurm's settings reach sbatch as arguments; the batch script holds on
       batch, {"/opt/isorun", "sweep", "s.yaml", "--", "train", "--node"}, sbatch.dir());
   CHECK_THAT(over_command, Catch::Contains("exec '/opt/isorun' 'sweep' 's.yaml' --node '" + batch.string() +
                                            "':\"$SLURM_ARRAY_TASK_ID\" '--' 'train' '--node'\n"));
+  CHECK_THAT(over_command, !Catch::Contains("trap"));
+  // Trials that keep checkpoints: Slurm's warning, if it comes before isorun can take it, is
+  // ignored rather than end the task (isorun's children get its default back).
+  const std::string warned = sw::slurm::batch_script(batch, {"/opt/isorun", "sweep", "s.yaml"}, sbatch.dir(), SIGUSR1);
+  CHECK_THAT(warned, Catch::Contains("\ntrap '' " + std::to_string(SIGUSR1) + "\nexec '/opt/isorun'"));
 }
 
 TEST_CASE("a Slurm setting that could leave sbatch's options is refused before anything is written",

@@ -182,7 +182,7 @@ std::vector<std::string> sbatch_arguments(const slurm_spec& s, std::size_t array
 }
 
 std::string batch_script(const fs::path& batch_file, const std::vector<std::string>& node_command,
-                         const fs::path& submit_dir) {
+                         const fs::path& submit_dir, int warning_signal) {
   std::ostringstream script;
   script
       << "#!/bin/sh\n# isorun: array task K runs the trials tasks[K] of " << quoted(batch_file.filename().string())
@@ -192,7 +192,12 @@ std::string batch_script(const fs::path& batch_file, const std::vector<std::stri
   // (remote_folder::error_record() for this array task; the batch file is in that folder).
   const remote_folder shared(fs::absolute(batch_file.parent_path().parent_path()), batch_file.parent_path().filename());
   script << "ISORUN_ERROR_FILE=" << quoted(shared.errors().string())
-         << "/\"$SLURM_ARRAY_JOB_ID\"_\"$SLURM_ARRAY_TASK_ID\".json; export ISORUN_ERROR_FILE\nexec";
+         << "/\"$SLURM_ARRAY_JOB_ID\"_\"$SLURM_ARRAY_TASK_ID\".json; export ISORUN_ERROR_FILE\n";
+  // Slurm's warning can come while isorun starts (a requeued task may be warned at once): it is
+  // ignored until isorun's own handler takes it, rather than end the task before it could save
+  // and requeue. (isorun's children get every signal's default back.)
+  if (warning_signal) script << "trap '' " << warning_signal << "\n";
+  script << "exec";
   // --node goes with isorun's own flags: before a `--`, past which every word is the command's.
   const auto end_of_flags = std::find(node_command.begin(), node_command.end(), "--");
   for (auto w = node_command.begin(); w != end_of_flags; ++w) script << " " << quoted(*w);
@@ -223,7 +228,7 @@ submission submit(const slurm_spec& s, const fs::path& out, const std::vector<st
   for (const made_trial& t : made)
     batch["made"][std::to_string(t.index)] = {{"id", t.id}, {"params", t.params}, {"origin", t.origin}};
   write_file_durably(dir / (name + ".json"), batch.dump() + "\n");
-  write_file_durably(script, batch_script(dir / (name + ".json"), node_command, submit_dir));
+  write_file_durably(script, batch_script(dir / (name + ".json"), node_command, submit_dir, s.warning_signal));
 
   args.push_back(script.string());
   const ran r = run("sbatch", args);

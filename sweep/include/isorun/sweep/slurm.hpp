@@ -54,8 +54,10 @@ std::vector<std::string> sbatch_arguments(const slurm_spec& s, std::size_t array
 ///        `cd SUBMIT_DIR` and `exec NODE_COMMAND --node BATCH_FILE:$SLURM_ARRAY_TASK_ID` (--node
 ///        before a `--` in NODE_COMMAND, past which the words are a command's), every word
 ///        single-quoted. It holds no #SBATCH directive: those travel as sbatch's arguments.
+///        With a `warning_signal` (trials that keep checkpoints), the shell ignores it before the
+///        exec, so that a warning that comes while isorun starts cannot end the task.
 std::string batch_script(const std::filesystem::path& batch_file, const std::vector<std::string>& node_command,
-                         const std::filesystem::path& submit_dir);
+                         const std::filesystem::path& submit_dir, int warning_signal = 0);
 
 /// A trial a source made (a searcher's, a population's child), which the spec's list does not
 /// hold: a submission file carries it for its array tasks.
