@@ -63,7 +63,8 @@ class Seen:
     def __init__(self, folder: str) -> None:
         self._path = os.path.join(folder, "seen.jsonl")
         self.data: dict[str, Any] = {"trials": {}}
-        self._written: dict[str, str] = {}  # each trial's state as last written ("" for the rest)
+        self._written: dict[str, str] = {}  # each trial's state as last written
+        self._written_rest: Optional[str] = None  # the rest of the state (a tracker's own) as last written
         self._touched: set[str] = set()
         try:
             with open(self._path, encoding="utf-8") as f:
@@ -89,8 +90,8 @@ class Seen:
         """The lines that record ``trials`` (and the rest of the state, if it changed or ``whole``)."""
         lines = []
         rest = json.dumps({k: v for k, v in self.data.items() if k != "trials"}, sort_keys=True)
-        if whole or rest != self._written.get(""):
-            self._written[""] = rest
+        if whole or rest != self._written_rest:
+            self._written_rest = rest
             lines.append(f'{{"sweep": {rest}}}\n')
         for trial in trials:
             text = json.dumps(self.data["trials"][trial], sort_keys=True)
