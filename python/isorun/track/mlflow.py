@@ -119,15 +119,19 @@ class MlflowTracker(Tracker):
             if not token:
                 return runs
 
-    def _child(self, trial: str) -> str:
-        """The trial's run, made where it has none."""
+    def _child(self, trial: str, tags: list[RunTag]) -> tuple[str, list[RunTag]]:
+        """The trial's run, made where it has none, and what of ``tags`` is left to log: a run
+        made here takes them with it (a transaction fewer)."""
         assert self.client is not None and self.seen is not None
         state = self.seen.trial(trial)
         if not state.get("run"):
-            state["run"] = self.runs.get(trial) or self.client.create_run(
-                self.experiment, run_name=trial,
-                tags={"mlflow.parentRunId": self.parent, "isorun.out": self.out, "isorun.trial": trial}).info.run_id
-        return str(state["run"])
+            state["run"] = self.runs.get(trial)
+            if not state["run"]:
+                own = {"mlflow.parentRunId": self.parent, "isorun.out": self.out, "isorun.trial": trial}
+                state["run"] = self.client.create_run(self.experiment, run_name=trial,
+                                                      tags={**own, **{t.key: t.value for t in tags}}).info.run_id
+                tags = []
+        return str(state["run"]), tags
 
     def _log(self, trial: str, metrics: list[Metric], tags: list[RunTag],
              params: Optional[dict[str, Any]] = None) -> str:
@@ -135,14 +139,14 @@ class MlflowTracker(Tracker):
         in as few of MLflow's batches as its limits allow; returns the run. The parameters (its
         start's, else ``params``) go once: MLflow refuses a param logged again."""
         assert self.client is not None and self.seen is not None
-        run = self._child(trial)
         state = self.seen.trial(trial)
         waiting = self.waiting.pop(trial, None)
+        if waiting is not None and waiting.checkpoint is not None:
+            tags = [RunTag("checkpoint", str(waiting.checkpoint)), *tags]
+        run, tags = self._child(trial, tags)
         chosen = (waiting.params if waiting is not None and waiting.params else params) or {}
         logged = [] if state.get("params") else [Param(k, _text(v)) for k, v in chosen.items()]
         metrics = (waiting.metrics if waiting is not None else []) + metrics
-        if waiting is not None and waiting.checkpoint is not None:
-            tags = [RunTag("checkpoint", str(waiting.checkpoint)), *tags]
         if logged:
             state["params"] = True
         while metrics or logged or tags:  # at most 1000 values a batch, 100 of them params, 100 tags
