@@ -42,13 +42,13 @@ sweep::report_server* serving = nullptr;  // what a signal stops (set before the
 // isorun report OUT --serve: in the foreground, requests logged, until Ctrl-C.
 int serve_report(const cli_options& o) {
   (void)sweep::load_report_data(o.out);  // usage_error if OUT is not a sweep's folder
-  sweep::report_server server(o.out, serve_settings(o.serve, true));
+  sweep::report_server server(serve_settings(o.serve, true));
   serving = &server;
   {
     const interrupt_scope stop([](int) noexcept { serving->stop(); });
     std::fprintf(stderr, "isorun: serving the report of %s at %s (live: it updates as the sweep goes; Ctrl-C stops)\n",
                  printable(o.out).c_str(), server.url().c_str());
-    server.serve();
+    server.serve(o.out);
   }
   serving = nullptr;  // (the handler is gone)
   return 0;
@@ -56,24 +56,29 @@ int serve_report(const cli_options& o) {
 
 }  // namespace
 
-served_report::served_report(const serve_flags& flags, const std::string& out) {
-  if (!flags.on) return;
-  server_ = std::make_unique<sweep::report_server>(out, serve_settings(flags, false));
+served_report::served_report(const serve_flags& flags) {
+  if (flags.on) server_ = std::make_unique<sweep::report_server>(serve_settings(flags, false));
+}
+
+void served_report::start(const std::string& out) {
+  if (!server_) return;
   std::fprintf(stderr, "isorun: the report, live: %s\n", server_->url().c_str());
-  thread_ = std::thread([server = server_.get()] {
+  thread_ = std::thread([server = server_.get(), out] {
     try {
-      server->serve();
+      server->serve(out);
     } catch (const std::exception& e) {  // the sweep goes on without its page
       std::fprintf(stderr, "isorun: warning: the live report stopped: %s\n", printable(e.what()).c_str());
     }
   });
 }
 
-served_report::~served_report() {
-  if (!server_) return;
+void served_report::stop() {
+  if (!thread_.joinable()) return;
   server_->stop();
   thread_.join();
 }
+
+served_report::~served_report() { stop(); }
 
 int write_report(const cli_options& o) {
   if (o.serve.on) return serve_report(o);

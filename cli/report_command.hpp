@@ -14,11 +14,15 @@ namespace isorun::cli {
 /// @throws usage_error if o.out is not a sweep's folder. @return the exit code, 0.
 int write_report(const cli_options& o);
 
-/// The live report beside a sweep (isorun sweep --serve): served on a thread of its own from
-/// construction, stopped (the pages told so) by destruction. Nothing without --serve.
+/// The live report beside a sweep (isorun sweep --serve): listening from construction (made
+/// before the sweep, so that a port in use stops it before its folder is made), served on a
+/// thread of its own from start(), stopped (the pages told so) by destruction. Nothing without
+/// --serve.
 class served_report {
  public:
-  served_report(const serve_flags& flags, const std::string& out);
+  explicit served_report(const serve_flags& flags);
+  void start(const std::string& out);
+  void stop();  ///< the pages told the sweep is over; the thread joined
   ~served_report();
   served_report(const served_report&) = delete;
   served_report& operator=(const served_report&) = delete;

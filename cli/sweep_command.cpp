@@ -165,6 +165,8 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libs) {
     const bool here = sweep::backend_traits_of(s, options).runs_here;
     const auto plan = here ? sweep::plan_slots(s, runner::gpu_inventory::detect())
                            : runner::slot_plan{{runner::slot{}}, "backend " + std::string(sweep::backend_name(s))};
+    const bool node = !o.sweep.node.empty();
+    served_report page(node ? serve_flags{} : o.serve);         // (the submitter's, not a node's)
     sweep::sweep_run sweep(s, plan.slots, std::move(options));  // checks everything and locks the folder
     const std::string& where = sweep.out();
     for (const auto& w : sweep.warnings()) std::fprintf(stderr, "isorun: warning: %s\n", printable(w).c_str());
@@ -187,15 +189,13 @@ int run_sweep(const cli_options& o, const std::vector<std::string>& libs) {
     // An array task of a sweep whose trials keep checkpoints: Slurm warns it ahead of its time
     // limit. It stops as for Ctrl-C (its trials warned in turn, saving), then requeues itself,
     // to go on later from the checkpoints.
-    const bool node = !o.sweep.node.empty();
     if (node && s.checkpoints) {
       warning = s.checkpoints.signal;
       stop.also_catch(s.checkpoints.signal);
     }
-    const auto summary = [&] {
-      const served_report page(node ? serve_flags{} : o.serve, where);  // (the submitter's, not a node's)
-      return sweep.run();
-    }();
+    page.start(where);
+    const auto summary = sweep.run();
+    page.stop();
     const int code = summarize(o, s, summary, where);
     if (!node || !warned) return code;
     std::string why;

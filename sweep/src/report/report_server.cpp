@@ -264,6 +264,19 @@ struct report_server::state {
   bool running = false;
   std::string page_generation, page;  // the last page rendered, for the generation it shows
 
+  // The folder served, opened and watched for changes (by serve(): a sweep makes it after the
+  // server listens).
+  void open(const fs::path& folder) {
+    out = folder;
+    dir.reset(::open(out.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dir) throw usage_error("cannot serve " + out.string() + ": " + std::strerror(errno));
+    watch.reset(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
+    if (!watch ||
+        ::inotify_add_watch(watch.get(), out.c_str(),
+                            IN_MODIFY | IN_CLOSE_WRITE | IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_ONLYDIR) < 0)
+      throw internal_error("report server: cannot watch " + out.string() + ": " + std::strerror(errno));
+    refresh();
+  }
   void refresh() {
     generation = generation_of(dir.get());
     running = how.beside_sweep || sweep_running(dir.get());
@@ -279,12 +292,9 @@ struct report_server::state {
   void log(const connection& c, const std::string& request_line, const std::string& what) const;
 };
 
-report_server::report_server(fs::path out, const settings& how) : s_{std::make_unique<state>()} {
+report_server::report_server(const settings& how) : s_{std::make_unique<state>()} {
   state& s = *s_;
-  s.out = std::move(out);
   s.how = how;
-  s.dir.reset(::open(s.out.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!s.dir) throw usage_error("cannot serve " + s.out.string() + ": " + std::strerror(errno));
   sockaddr_storage addr{};
   socklen_t len = 0;
   if (in_addr a{}; ::inet_pton(AF_INET, how.bind.c_str(), &a) == 1) {
@@ -323,12 +333,7 @@ report_server::report_server(fs::path out, const settings& how) : s_{std::make_u
   s.token = random_token();
   s.url += "?token=" + s.token;
   s.wake.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  s.watch.reset(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
-  if (!s.wake || !s.watch ||
-      ::inotify_add_watch(s.watch.get(), s.out.c_str(),
-                          IN_MODIFY | IN_CLOSE_WRITE | IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_ONLYDIR) < 0)
-    throw internal_error("report server: cannot watch " + s.out.string() + ": " + std::strerror(errno));
-  s.refresh();
+  if (!s.wake) throw internal_error(std::string("report server: eventfd: ") + std::strerror(errno));
 }
 
 report_server::~report_server() = default;
@@ -515,8 +520,9 @@ void report_server::state::accept_all() {
   }
 }
 
-void report_server::serve() {
+void report_server::serve(const fs::path& out) {
   state& s = *s_;
+  s.open(out);
   struct closing {  // however serve() ends, no connection is accepted that nobody would answer
     unique_fd& listener;
     ~closing() { listener.reset(); }

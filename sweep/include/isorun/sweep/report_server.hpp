@@ -28,9 +28,10 @@ class report_server {
     std::function<void(const std::string& line)> on_request;
   };
 
-  /// @brief Listens at once, so that url() is known before serve().
+  /// @brief Listens at once, so that url() is known, and a port in use said, before anything
+  ///        else starts (a sweep makes its folder after).
   /// @throws usage_error (a bad address; a port in use or not allowed), internal_error.
-  report_server(std::filesystem::path out, const settings& how);
+  explicit report_server(const settings& how);
   ~report_server();
   report_server(const report_server&) = delete;
   report_server& operator=(const report_server&) = delete;
@@ -40,9 +41,10 @@ class report_server {
   ///        user of the machine who finds the port cannot read the folder.
   [[nodiscard]] const std::string& url() const noexcept;
 
-  /// @brief Serves until stop(). Pages waiting for news are then sent the last state, marked as
-  ///        the server's last word, before it returns.
-  void serve();
+  /// @brief Serves the report of the sweep folder `out` until stop(). Pages waiting for news are
+  ///        then sent the last state, marked as the server's last word, before it returns.
+  /// @throws usage_error if `out` cannot be opened, internal_error.
+  void serve(const std::filesystem::path& out);
 
   /// @brief Makes serve() return (at once if it has not begun). Async-signal-safe; any thread.
   void stop() noexcept;
