@@ -245,6 +245,14 @@ TEST_CASE("remote_folder: what is not a record or a report is skipped, never fol
   reports = folder.reports_since("t1", at).reports;
   REQUIRE(reports.size() == 1);
   CHECK(reports[0].first == 2);
+  // A checkpoint's line is told apart from a report's; one with more in it is neither.
+  folder.checkpoint("t1", 10);
+  std::ofstream(folder.dir() / "reports" / "t1.jsonl", std::ios::app) << "{\"checkpoint\": 20, \"step\": 3}\n";
+  folder.report("t1", 3, {{"loss", 0.3}});
+  const auto read = folder.reports_since("t1", at);
+  CHECK(read.checkpoints == std::vector<std::int64_t>{10});
+  REQUIRE(read.reports.size() == 1);
+  CHECK(read.reports[0].first == 3);
   // Records: a junk file goes, a link goes, a record stays.
   sw::trial_record rec;
   rec.id = "t1";

@@ -1,5 +1,6 @@
 // Sweeps on Slurm (a real single-node cluster, started by tests/slurm/run_tests.sh).
 #include <catch2/catch.hpp>
+#include <numeric>
 
 #include "isorun/sweep/slurm.hpp"
 #include "sweep_test_support.hpp"
@@ -540,5 +541,42 @@ TEST_CASE(
   }
   CHECK(children > 0);
   CHECK(by_id.size() == 4 + children);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("on Slurm: the trackers are given the nodes' reports and checkpoints, each before its trial's end",
+          "[slurm][track][checkpoints]") {
+  const std::string dir = temp_dir();
+  // Two trials of checkpointed_trial.sh (30 steps, a checkpoint every 10), no early stopping:
+  // their nodes forward reports and checkpoints because a tracker wants them.
+  std::ofstream(dir + "/spec.yaml") << "command: [sh, " CHECKPOINTED_TRIAL ", \"" << dir
+                                    << "/steps\", '30', '10', '{i}']\nparams: {i: [0, 1]}\n"
+                                       "resources: {backend: slurm, cpu_slots: 1}\ncheckpoints: {keep: 2}\n"
+                                       "track: {rec: {command: [sh, -c, \"exec cat >> "
+                                    << dir << "/events\"]}}\nout: \"" << dir << "/out\"\n";
+  const auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  std::map<std::string, std::vector<std::int64_t>> reported, checkpointed;
+  std::set<std::string> started, ended;
+  for (const auto& l : lines(dir + "/events")) {
+    const json e = json::parse(l);
+    const std::string trial = e.value("trial", "");
+    if (e["event"] == "start") started.insert(trial);
+    if (e["event"] == "end") ended.insert(trial);
+    if (e["event"] != "report" && e["event"] != "checkpoint") continue;
+    CHECK(started.count(trial) == 1);  // after its start
+    CHECK(ended.count(trial) == 0);    // before its end
+    (e["event"] == "report" ? reported : checkpointed)[trial].push_back(e["step"].get<std::int64_t>());
+  }
+  REQUIRE(ended.size() == 2);
+  std::vector<std::int64_t> all_steps(30);
+  std::iota(all_steps.begin(), all_steps.end(), 1);
+  for (const auto& trial : ended) {
+    INFO(trial);
+    CHECK(reported[trial] == all_steps);
+    CHECK(checkpointed[trial] == std::vector<std::int64_t>{10, 20, 30});
+  }
+  CHECK(lines(dir + "/out/reports.jsonl").size() == 60);  // journaled by the submitter, as a local sweep's
   fs::remove_all(dir);
 }

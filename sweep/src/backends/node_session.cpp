@@ -56,7 +56,10 @@ class node_session::verdict_watch {
 };
 
 node_session::node_session(const run_state& st)
-    : st_{st}, shared_{st.out, "slurm"}, forwards_{static_cast<bool>(st.s.early_stopping) || st.s.pbt} {}
+    : st_{st},
+      shared_{st.out, "slurm"},
+      judged_{static_cast<bool>(st.s.early_stopping) || st.s.pbt},
+      forwards_{judged_ || !st.s.track.empty()} {}
 
 node_session::~node_session() = default;
 
@@ -83,8 +86,13 @@ std::function<bool(const trial&, std::int64_t, const nlohmann::json&)> node_sess
   };
 }
 
+std::function<void(const trial&, std::int64_t)> node_session::checkpoint_forwarder() const {
+  if (!forwards_) return {};
+  return [this](const trial& t, std::int64_t step) { shared_.checkpoint(t.id, step); };
+}
+
 void node_session::watch_verdicts(scheduler& sched) {
-  if (forwards_) verdicts_ = std::make_unique<verdict_watch>(st_, sched);
+  if (judged_) verdicts_ = std::make_unique<verdict_watch>(st_, sched);
 }
 
 void node_session::stop_watching() { verdicts_.reset(); }

@@ -52,18 +52,20 @@ remote_folder::reports_read remote_folder::reports_since(const std::string& id, 
   // The cap of the reports a local trial prints (report_lines): what a node appends is the same
   // report, so a longer line is none, and is not held.
   bool skipped = false;
-  const auto read = detail::read_lines(fd.get(), report_lines::max_line, max_report_look, before != '\n', shown,
-                                       [&](std::string_view line, int, bool too_long) {
-                                         if (too_long) {
-                                           skipped = true;
-                                           return;
-                                         }
-                                         json j = parse_bounded_json(line);
-                                         if (j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
-                                             j.contains("metrics") && j["metrics"].is_object())
-                                           out.reports.emplace_back(j["step"].get<std::int64_t>(),
-                                                                    std::move(j["metrics"]));
-                                       });
+  const auto read = detail::read_lines(
+      fd.get(), report_lines::max_line, max_report_look, before != '\n', shown,
+      [&](std::string_view line, int, bool too_long) {
+        if (too_long) {
+          skipped = true;
+          return;
+        }
+        json j = parse_bounded_json(line);
+        if (!j.is_object()) return;
+        if (j.contains("step") && j["step"].is_number_integer() && j.contains("metrics") && j["metrics"].is_object())
+          out.reports.emplace_back(j["step"].get<std::int64_t>(), std::move(j["metrics"]));
+        else if (j.size() == 1 && j.contains("checkpoint") && j["checkpoint"].is_number_integer())
+          out.checkpoints.push_back(j["checkpoint"].get<std::int64_t>());
+      });
   // A line still being written waits for the next look, unless it is already too long to be a
   // report: then what was read of it is skipped, so that no look reads it again.
   offset += read.long_tail ? read.read : read.complete;
@@ -103,7 +105,14 @@ fs::path remote_folder::error_record(const std::string& job, std::size_t task) c
 }
 
 void remote_folder::report(const std::string& id, std::int64_t step, const json& metrics) const {
-  const std::string line = json{{"step", step}, {"metrics", metrics}}.dump() + "\n";
+  append_report_line(id, json{{"step", step}, {"metrics", metrics}}.dump() + "\n");
+}
+
+void remote_folder::checkpoint(const std::string& id, std::int64_t step) const {
+  append_report_line(id, json{{"checkpoint", step}}.dump() + "\n");
+}
+
+void remote_folder::append_report_line(const std::string& id, const std::string& line) const {
   const std::string name = id + ".jsonl";
   const fs::path shown = dir_ / "reports" / name;
   const unique_fd folder = detail::open_subfolders(out_, {name_.c_str(), "reports"}, true);

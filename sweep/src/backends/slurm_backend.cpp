@@ -170,9 +170,9 @@ void slurm_backend::stop(const trial& t) {
   folder_.stop(t.id);  // only that trial: its array task's other trials go on
 }
 
-// Reports the nodes appended since the last look, to the scheduler, in each file's order; a
-// line still being written waits for the next look. Read before the records, so that a trial's
-// last reports arrive before its end.
+// Reports the nodes appended since the last look, to the scheduler, in each file's order, then
+// the checkpoints they committed (for the trackers); a line still being written waits for the
+// next look. Read before the records, so that a trial's last reports arrive before its end.
 void slurm_backend::deliver_reports() {
   std::vector<std::pair<trial, std::uint64_t>> running;  // and how much of its reports was read
   {
@@ -197,6 +197,7 @@ void slurm_backend::deliver_reports() {
     if (!read.skipped.empty() && warned_.insert(t.id).second)
       std::fprintf(stderr, "isorun: warning: %s\n", printable(read.skipped).c_str());
     for (auto& [step, metrics] : read.reports) sink_->on_report(t, step, metrics);
+    for (std::int64_t step : read.checkpoints) sink_->on_checkpoint(t, step);
     std::lock_guard lock(mutex_);
     report_offset_[t.index] = at;
   }

@@ -194,7 +194,7 @@ sweep_summary sweep_run::run() {
                    .should_stop = judge.should_stop(),
                    .resumed = st.resumed,
                    .starting = log_start(st),
-                   .checkpointed = log_checkpoint(st),
+                   .checkpointed = node_role ? node_role->checkpoint_forwarder() : log_checkpoint(st),
                    .running_changed = [&](std::size_t n) { live.running(n); }});
   sched_ptr = &sched;
   struct closer {  // nothing calls into the scheduler once it is gone

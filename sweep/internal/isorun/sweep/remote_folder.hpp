@@ -6,8 +6,9 @@
 ///
 ///   results/ID.json     a node's final record of trial ID (written whole: temp file, rename)
 ///   reports/ID.jsonl    a node's reports of trial ID as it runs, one {"step", "metrics"} line
-///                       each, appended a line at a time (one write, the file opened each time,
-///                       so that another node sees whole lines)
+///                       each, and a {"checkpoint": STEP} line as each checkpoint is committed,
+///                       appended a line at a time (one write, the file opened each time, so
+///                       that another node sees whole lines)
 ///   stop/ID             the submitter's verdict: stop trial ID alone (early stopping)
 ///   errors/JOB_TASK.json the failure record of a node's isorun that refused its trials
 ///
@@ -50,11 +51,12 @@ class remote_folder {
   /// What one look at a trial's reports found.
   struct reports_read {
     std::vector<std::pair<std::int64_t, nlohmann::json>> reports;
+    std::vector<std::int64_t> checkpoints;  ///< the steps of the checkpoints committed, in order
     /// Why bytes were skipped (a line longer than any report, report_lines::max_line), for a
     /// warning; "" if none were.
     std::string skipped;
   };
-  /// @brief Trial `id`'s reports appended since byte `offset`, which moves past the whole lines
+  /// @brief Trial `id`'s reports and checkpoints appended since byte `offset`, which moves past the whole lines
   ///        read (a line still being written waits for the next look; one that is not a report
   ///        is passed over), and past the bytes skipped of a line longer than a report can be,
   ///        its newline or not. Reads at most max_report_look bytes a look.
@@ -83,6 +85,8 @@ class remote_folder {
 
   /// @brief Appends a report of trial `id` for the submitter.
   void report(const std::string& id, std::int64_t step, const nlohmann::json& metrics) const;
+  /// @brief Appends that trial `id` committed its checkpoint `step` (for the trackers).
+  void checkpoint(const std::string& id, std::int64_t step) const;
   /// @brief Whether the submitter has stopped trial `id`.
   [[nodiscard]] bool stop_requested(const std::string& id) const;
   /// @brief Whether trial `id`'s record is waiting in results/ for the submitter.
@@ -91,6 +95,7 @@ class remote_folder {
   [[nodiscard]] std::unique_ptr<record_store> records_store() const;
 
  private:
+  void append_report_line(const std::string& id, const std::string& line) const;
   std::filesystem::path out_, dir_;
   std::string name_;
 };
