@@ -544,24 +544,18 @@ TEST_CASE(
   fs::remove_all(dir);
 }
 
-TEST_CASE("on Slurm: the trackers are given the nodes' reports and checkpoints, each before its trial's end",
-          "[slurm][track][checkpoints]") {
-  const std::string dir = temp_dir();
-  // Two trials of checkpointed_trial.sh (30 steps, a checkpoint every 10), no early stopping:
-  // their nodes forward reports and checkpoints because a tracker wants them.
-  std::ofstream(dir + "/spec.yaml") << "command: [sh, " CHECKPOINTED_TRIAL ", \"" << dir
-                                    << "/steps\", '30', '10', '{i}']\nparams: {i: [0, 1]}\n"
-                                       "resources: {backend: slurm, cpu_slots: 1}\ncheckpoints: {keep: 2}\n"
-                                       "track: {rec: {command: [sh, -c, \"exec cat >> "
-                                    << dir << "/events\"]}}\nout: \"" << dir << "/out\"\n";
-  const auto r = sweep_cli({"sweep", dir + "/spec.yaml", "--no-progress"});
-  INFO(r.err);
-  REQUIRE(r.code == 0);
+namespace {
+
+// Checks that the tracker that appended its events to `file` was given, for each of `trials`
+// trials of checkpointed_trial.sh (30 steps, a checkpoint every 10), every report and checkpoint,
+// each after the trial's start and before its end.
+void check_forwarded(const std::string& file, std::size_t trials) {
   std::map<std::string, std::vector<std::int64_t>> reported, checkpointed;
   std::set<std::string> started, ended;
-  for (const auto& l : lines(dir + "/events")) {
+  for (const auto& l : lines(file)) {
     const json e = json::parse(l);
     const std::string trial = e.value("trial", "");
+    if (e["event"] == "sweep") started.clear(), ended.clear(), reported.clear(), checkpointed.clear();
     if (e["event"] == "start") started.insert(trial);
     if (e["event"] == "end") ended.insert(trial);
     if (e["event"] != "report" && e["event"] != "checkpoint") continue;
@@ -569,7 +563,7 @@ TEST_CASE("on Slurm: the trackers are given the nodes' reports and checkpoints, 
     CHECK(ended.count(trial) == 0);    // before its end
     (e["event"] == "report" ? reported : checkpointed)[trial].push_back(e["step"].get<std::int64_t>());
   }
-  REQUIRE(ended.size() == 2);
+  REQUIRE(ended.size() == trials);
   std::vector<std::int64_t> all_steps(30);
   std::iota(all_steps.begin(), all_steps.end(), 1);
   for (const auto& trial : ended) {
@@ -577,6 +571,41 @@ TEST_CASE("on Slurm: the trackers are given the nodes' reports and checkpoints, 
     CHECK(reported[trial] == all_steps);
     CHECK(checkpointed[trial] == std::vector<std::int64_t>{10, 20, 30});
   }
-  CHECK(lines(dir + "/out/reports.jsonl").size() == 60);  // journaled by the submitter, as a local sweep's
+}
+
+}  // namespace
+
+TEST_CASE("on Slurm: the trackers are given the nodes' reports and checkpoints, each before its trial's end",
+          "[slurm][track][checkpoints]") {
+  const std::string dir = temp_dir();
+  // Two trials of checkpointed_trial.sh, no early stopping: their nodes forward reports and
+  // checkpoints because a tracker wants them.
+  const auto spec = [&](const std::string& name) {
+    std::ofstream(dir + "/" + name + ".yaml")
+        << "command: [sh, " CHECKPOINTED_TRIAL ", \"" << dir << "/" << name
+        << "-steps\", '30', '10', '{i}']\nparams: {i: [0, 1]}\n"
+           "resources: {backend: slurm, cpu_slots: 1}\ncheckpoints: {keep: 2}\n"
+           "track: {rec: {command: [sh, -c, \"exec cat >> "
+        << dir << "/" << name << "-events\"]}}\nout: \"" << dir << "/" << name << "\"\n";
+    return dir + "/" + name + ".yaml";
+  };
+  const auto r = sweep_cli({"sweep", spec("followed"), "--no-progress"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  check_forwarded(dir + "/followed-events", 2);
+  CHECK(lines(dir + "/followed/reports.jsonl").size() == 60);  // journaled by the submitter, as a local sweep's
+
+  // Detached: the trials end while no one follows; attached again, their records are taken
+  // after every line their nodes left.
+  const auto detached = sweep_cli({"sweep", spec("detached"), "--no-progress", "--detach"});
+  INFO(detached.err);
+  REQUIRE(detached.code == 0);
+  const std::string job = read_json(dir + "/detached/slurm/jobs.json")[0]["job"];
+  REQUIRE(eventually([&] { return in_queue(job) == 0; }));
+  const auto attached = sweep_cli({"sweep", spec("detached"), "--no-progress", "--attach"});
+  INFO(attached.err);
+  REQUIRE(attached.code == 0);
+  check_forwarded(dir + "/detached-events", 2);
+  CHECK(lines(dir + "/detached/reports.jsonl").size() == 60);
   fs::remove_all(dir);
 }

@@ -10,12 +10,14 @@ The events, each with ``"event"`` naming it:
 - ``sweep``: first, at every start of the tracker: ``settings`` (the rest of its mapping in the
   spec), ``folder`` (``OUT/track/NAME/``, its own), ``out`` and ``sweep`` (subject, metric,
   scheduler, runs, each parameter's values).
-- ``start``: an attempt of a trial starts: ``trial``, ``attempt`` (1, then each retry's),
-  ``params``. (For the trials this process starts: not those a Slurm array runs.)
+- ``start``: an attempt of a trial starts (on Slurm: is submitted in an array): ``trial``,
+  ``attempt`` (1, then each retry's), ``params``.
 - ``report``: a trial's intermediate report: ``trial``, ``step``, ``metrics``.
+- ``checkpoint``: a trial's checkpoint is committed: ``trial``, ``attempt``, ``step``.
 - ``end``: a trial's record (``record``, a line of ``OUT/results.jsonl``); ``final`` is false for
   an attempt that is retried at a larger cap.
-- ``sweep_end``: the run is over: ``succeeded``, ``failed``, ``pruned``, ``report``, ``results``.
+- ``sweep_end``: the run is over: ``succeeded``, ``failed``, ``pruned``, ``cancelled``,
+  ``interrupted``, ``report``, ``results``.
 
 A tracker that fails or stops reading is started again and given every event from the start, so
 a tracker keeps in its folder what it needs to skip what it has seen (:class:`Seen` does).

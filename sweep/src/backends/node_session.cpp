@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <set>
@@ -9,6 +10,7 @@
 #include <thread>
 
 #include "isorun/runner/errors.hpp"
+#include "isorun/runner/printable.hpp"
 #include "isorun/sweep/scheduler.hpp"
 #include "isorun/sweep/slurm.hpp"
 
@@ -79,16 +81,31 @@ void node_session::queue_trials(run_state& st) {
 
 std::unique_ptr<record_store> node_session::records() const { return shared_.records_store(); }
 
+// A line the submitter's judging needs cannot be lost: where it cannot be written, the node's
+// trials stop. One only its trackers want is lost with a warning (a tracker costs the sweep
+// nothing).
+void node_session::forward(const trial& t, const std::function<void()>& write) const {
+  if (judged_) return write();
+  try {
+    write();
+  } catch (const std::exception& e) {
+    const std::lock_guard lock(mutex_);
+    if (unforwarded_.insert(t.id).second)
+      std::fprintf(stderr, "isorun: warning: trial %s's reports cannot reach the trackers: %s\n",
+                   printable(t.id).c_str(), printable(e.what()).c_str());
+  }
+}
+
 std::function<bool(const trial&, std::int64_t, const nlohmann::json&)> node_session::report_forwarder() const {
   return [this](const trial& t, std::int64_t step, const nlohmann::json& metrics) {
-    shared_.report(t.id, step, metrics);
+    forward(t, [&] { shared_.report(t.id, step, metrics); });
     return false;  // the submitter decides, and says so through a verdict
   };
 }
 
 std::function<void(const trial&, std::int64_t)> node_session::checkpoint_forwarder() const {
   if (!forwards_) return {};
-  return [this](const trial& t, std::int64_t step) { shared_.checkpoint(t.id, step); };
+  return [this](const trial& t, std::int64_t step) { forward(t, [&] { shared_.checkpoint(t.id, step); }); };
 }
 
 void node_session::watch_verdicts(scheduler& sched) {

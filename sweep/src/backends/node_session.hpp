@@ -8,6 +8,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <set>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -48,11 +51,14 @@ class node_session {
 
  private:
   class verdict_watch;
+  void forward(const trial& t, const std::function<void()>& write) const;
   const run_state& st_;
   remote_folder shared_;
   bool judged_;    // early stopping or PBT: the submitter's verdicts come back
   bool forwards_;  // judged_, or trackers
   std::unique_ptr<verdict_watch> verdicts_;
+  mutable std::mutex mutex_;
+  mutable std::set<std::string> unforwarded_;  // trials whose lines were lost, said once each
 };
 
 }  // namespace isorun::sweep

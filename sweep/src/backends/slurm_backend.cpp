@@ -112,8 +112,14 @@ std::vector<trial> slurm_backend::begin(trial_sink& sink) {
       }
     if (fs::is_directory(dir_, ec)) save_jobs();  // without the arrays no longer in Slurm's queue
   }
-  // Records left by arrays that ended while no one was following (detached, killed).
-  if (auto left = merge(); !left.empty()) sink_->on_finished(std::move(left));
+  // Trials whose records arrays left while no one was following (detached, killed) are
+  // followed too: the first look delivers their reports, then their records.
+  for (const auto& found : folder_.records()) {
+    std::lock_guard lock(mutex_);
+    const auto it = index_of_.find(found.record.id);
+    if (it != index_of_.end() && attempt_.emplace(it->second, 1).second && knows(it->second))
+      adopted.push_back(make_trial(it->second));
+  }
   poller_ = std::thread([this] { poll(); });
   return adopted;
 }
@@ -172,7 +178,7 @@ void slurm_backend::stop(const trial& t) {
 
 // Reports the nodes appended since the last look, to the scheduler, in each file's order, then
 // the checkpoints they committed (for the trackers); a line still being written waits for the
-// next look. Read before the records, so that a trial's last reports arrive before its end.
+// next look. (A trial's last ones, once its record is taken: deliver_rest.)
 void slurm_backend::deliver_reports() {
   std::vector<std::pair<trial, std::uint64_t>> running;  // and how much of its reports was read
   {
@@ -184,7 +190,6 @@ void slurm_backend::deliver_reports() {
         running.emplace_back(std::move(t), report_offset_[i]);
       }
   }
-  if (running.empty()) return;
   for (auto& [t, at] : running) {
     remote_folder::reports_read read;
     try {
@@ -194,13 +199,42 @@ void slurm_backend::deliver_reports() {
         std::fprintf(stderr, "isorun: warning: %s; its reports are ignored\n", printable(e.what()).c_str());
       continue;
     }
-    if (!read.skipped.empty() && warned_.insert(t.id).second)
-      std::fprintf(stderr, "isorun: warning: %s\n", printable(read.skipped).c_str());
-    for (auto& [step, metrics] : read.reports) sink_->on_report(t, step, metrics);
-    for (std::int64_t step : read.checkpoints) sink_->on_checkpoint(t, step);
+    deliver(t, read);
     std::lock_guard lock(mutex_);
     report_offset_[t.index] = at;
   }
+}
+
+// A node appends a trial's last reports before it writes its record, so once the record is
+// taken the file holds them all: they are delivered to the end (look after look) before the
+// record is, however close to its end they came, or however much was left behind.
+void slurm_backend::deliver_rest(const std::vector<finished_trial>& ended) {
+  for (const auto& f : ended) {
+    std::uint64_t at = 0;
+    {
+      std::lock_guard lock(mutex_);
+      at = report_offset_[f.t.index];
+    }
+    for (std::uint64_t before = at + 1; at != before;) {
+      before = at;
+      remote_folder::reports_read read;
+      try {
+        read = folder_.reports_since(f.t.id, at);
+      } catch (const usage_error&) {  // (said by deliver_reports, where it was seen first)
+        break;
+      }
+      deliver(f.t, read);
+    }
+    std::lock_guard lock(mutex_);
+    report_offset_[f.t.index] = at;
+  }
+}
+
+void slurm_backend::deliver(const trial& t, remote_folder::reports_read& read) {
+  if (!read.skipped.empty() && warned_.insert(t.id).second)
+    std::fprintf(stderr, "isorun: warning: %s\n", printable(read.skipped).c_str());
+  for (auto& [step, metrics] : read.reports) sink_->on_report(t, step, metrics);
+  for (std::int64_t step : read.checkpoints) sink_->on_checkpoint(t, step);
 }
 
 void slurm_backend::cancel_all() {
@@ -259,6 +293,7 @@ void slurm_backend::poll() {
       auto gone = check_ended();
       ended.insert(ended.end(), std::make_move_iterator(gone.begin()), std::make_move_iterator(gone.end()));
       forget_delivered();
+      deliver_rest(ended);
     }
     if (!ended.empty()) sink_->on_finished(std::move(ended));
     if (cancelled) {

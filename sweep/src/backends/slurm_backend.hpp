@@ -57,7 +57,9 @@ class slurm_backend final : public trial_backend {
 
  private:
   void poll();
-  void deliver_reports();                     // poller: the lines nodes appended to OUT/slurm/reports/ID.jsonl
+  void deliver_reports();  // poller: the lines nodes appended to OUT/slurm/reports/ID.jsonl
+  void deliver_rest(const std::vector<finished_trial>& ended);  // poller: all the lines left of ended trials
+  void deliver(const trial& t, remote_folder::reports_read& read);
   std::vector<finished_trial> merge();        // poller (or begin): records array tasks left
   std::vector<finished_trial> check_ended();  // poller: arrays that ended, their lost trials
   std::vector<finished_trial> lost(const slurm::submission& sub, const std::map<int, slurm::task_end>& states);

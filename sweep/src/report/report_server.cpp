@@ -522,11 +522,11 @@ void report_server::state::accept_all() {
 
 void report_server::serve(const fs::path& out) {
   state& s = *s_;
-  s.open(out);
   struct closing {  // however serve() ends, no connection is accepted that nobody would answer
     unique_fd& listener;
     ~closing() { listener.reset(); }
   } closing{s.listener};
+  s.open(out);
   bool stopping = false;
   clock::time_point give_up{};
   std::vector<pollfd> fds;
