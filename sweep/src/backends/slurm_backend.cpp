@@ -207,15 +207,17 @@ void slurm_backend::deliver_reports() {
 
 // A node appends a trial's last reports before it writes its record, so once the record is
 // taken the file holds them all: they are delivered to the end (look after look) before the
-// record is, however close to its end they came, or however much was left behind.
+// record is, however close to its end they came, or however much was left behind, up to 16 looks
+// (64 MiB: a file that holds more than any trial reports, a sparse one say, holds up no record).
 void slurm_backend::deliver_rest(const std::vector<finished_trial>& ended) {
+  constexpr int max_looks = 16;
   for (const auto& f : ended) {
     std::uint64_t at = 0;
     {
       std::lock_guard lock(mutex_);
       at = report_offset_[f.t.index];
     }
-    for (std::uint64_t before = at + 1; at != before;) {
+    for (std::uint64_t before = at + 1, looks = 0; at != before && looks < max_looks; ++looks) {
       before = at;
       remote_folder::reports_read read;
       try {
