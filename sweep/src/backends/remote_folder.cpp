@@ -63,8 +63,8 @@ remote_folder::reports_read remote_folder::reports_since(const std::string& id, 
         if (!j.is_object()) return;
         if (j.contains("step") && j["step"].is_number_integer() && j.contains("metrics") && j["metrics"].is_object())
           out.reports.emplace_back(j["step"].get<std::int64_t>(), std::move(j["metrics"]));
-        else if (j.size() == 1 && j.contains("checkpoint") && j["checkpoint"].is_number_integer())
-          out.checkpoints.push_back(j["checkpoint"].get<std::int64_t>());
+        else if (j.size() == 1)  // a checkpoint's line, as checkpoint() writes it, and nothing more
+          if (const auto step = checkpoint_line(line)) out.checkpoints.push_back(*step);
       });
   // A line still being written waits for the next look, unless it is already too long to be a
   // report: then what was read of it is skipped, so that no look reads it again.

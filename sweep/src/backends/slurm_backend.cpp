@@ -176,33 +176,19 @@ void slurm_backend::stop(const trial& t) {
   folder_.stop(t.id);  // only that trial: its array task's other trials go on
 }
 
-// Reports the nodes appended since the last look, to the scheduler, in each file's order, then
-// the checkpoints they committed (for the trackers); a line still being written waits for the
-// next look. (A trial's last ones, once its record is taken: deliver_rest.)
+// Reports the nodes appended since the last look, to the scheduler: a look at each running
+// trial's file. (A trial's last ones, once its record is taken: deliver_rest.)
 void slurm_backend::deliver_reports() {
-  std::vector<std::pair<trial, std::uint64_t>> running;  // and how much of its reports was read
+  std::vector<trial> running;
   {
     std::lock_guard lock(mutex_);
     for (const auto& [i, attempt] : attempt_)
       if (!done_trials_.count(i) && knows(i)) {
-        trial t = make_trial(i);
-        t.attempt = attempt;
-        running.emplace_back(std::move(t), report_offset_[i]);
+        running.push_back(make_trial(i));
+        running.back().attempt = attempt;
       }
   }
-  for (auto& [t, at] : running) {
-    remote_folder::reports_read read;
-    try {
-      read = folder_.reports_since(t.id, at);
-    } catch (const usage_error& e) {  // a link or a FIFO planted there: not the node's reports
-      if (warned_.insert(t.id).second)
-        std::fprintf(stderr, "isorun: warning: %s; its reports are ignored\n", printable(e.what()).c_str());
-      continue;
-    }
-    deliver(t, read);
-    std::lock_guard lock(mutex_);
-    report_offset_[t.index] = at;
-  }
+  for (const trial& t : running) read_reports(t, 1);
 }
 
 // A node appends a trial's last reports before it writes its record, so once the record is
@@ -210,33 +196,35 @@ void slurm_backend::deliver_reports() {
 // record is, however close to its end they came, or however much was left behind, up to 16 looks
 // (64 MiB: a file that holds more than any trial reports, a sparse one say, holds up no record).
 void slurm_backend::deliver_rest(const std::vector<finished_trial>& ended) {
-  constexpr int max_looks = 16;
-  for (const auto& f : ended) {
-    std::uint64_t at = 0;
-    {
-      std::lock_guard lock(mutex_);
-      at = report_offset_[f.t.index];
-    }
-    for (std::uint64_t before = at + 1, looks = 0; at != before && looks < max_looks; ++looks) {
-      before = at;
-      remote_folder::reports_read read;
-      try {
-        read = folder_.reports_since(f.t.id, at);
-      } catch (const usage_error&) {  // (said by deliver_reports, where it was seen first)
-        break;
-      }
-      deliver(f.t, read);
-    }
-    std::lock_guard lock(mutex_);
-    report_offset_[f.t.index] = at;
-  }
+  for (const auto& f : ended) read_reports(f.t, 16);
 }
 
-void slurm_backend::deliver(const trial& t, remote_folder::reports_read& read) {
-  if (!read.skipped.empty() && warned_.insert(t.id).second)
-    std::fprintf(stderr, "isorun: warning: %s\n", printable(read.skipped).c_str());
-  for (auto& [step, metrics] : read.reports) sink_->on_report(t, step, metrics);
-  for (std::int64_t step : read.checkpoints) sink_->on_checkpoint(t, step);
+// Up to `looks` looks at trial `t`'s report file from where the last one stopped: its reports to
+// the scheduler, in the file's order, then the checkpoints committed (for the trackers); a line
+// still being written waits for the next look.
+void slurm_backend::read_reports(const trial& t, int looks) {
+  std::uint64_t at = 0;
+  {
+    std::lock_guard lock(mutex_);
+    at = report_offset_[t.index];
+  }
+  for (std::uint64_t before = at + 1; at != before && looks-- > 0;) {
+    before = at;
+    remote_folder::reports_read read;
+    try {
+      read = folder_.reports_since(t.id, at);
+    } catch (const usage_error& e) {  // a link or a FIFO planted there: not the node's reports
+      if (warned_.insert(t.id).second)
+        std::fprintf(stderr, "isorun: warning: %s; its reports are ignored\n", printable(e.what()).c_str());
+      break;
+    }
+    if (!read.skipped.empty() && warned_.insert(t.id).second)
+      std::fprintf(stderr, "isorun: warning: %s\n", printable(read.skipped).c_str());
+    for (auto& [step, metrics] : read.reports) sink_->on_report(t, step, metrics);
+    for (std::int64_t step : read.checkpoints) sink_->on_checkpoint(t, step);
+  }
+  std::lock_guard lock(mutex_);
+  report_offset_[t.index] = at;
 }
 
 void slurm_backend::cancel_all() {

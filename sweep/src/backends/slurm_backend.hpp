@@ -59,9 +59,9 @@ class slurm_backend final : public trial_backend {
   void poll();
   void deliver_reports();  // poller: the lines nodes appended to OUT/slurm/reports/ID.jsonl
   void deliver_rest(const std::vector<finished_trial>& ended);  // poller: all the lines left of ended trials
-  void deliver(const trial& t, remote_folder::reports_read& read);
-  std::vector<finished_trial> merge();        // poller (or begin): records array tasks left
-  std::vector<finished_trial> check_ended();  // poller: arrays that ended, their lost trials
+  void read_reports(const trial& t, int looks);                 // poller: what a trial's file holds past the last look
+  std::vector<finished_trial> merge();                          // poller (or begin): records array tasks left
+  std::vector<finished_trial> check_ended();                    // poller: arrays that ended, their lost trials
   std::vector<finished_trial> lost(const slurm::submission& sub, const std::map<int, slurm::task_end>& states);
   std::vector<finished_trial> cancelled_rest();
   void forget_delivered();                            // poller: arrays whose every trial was delivered
