@@ -78,6 +78,7 @@ def test_from_the_second_call_on_each_is_forked_and_sees_nothing_of_the_calls_be
     zygotes = {r["imported_by"] for r in runs}
     assert len(zygotes) == 1 and first["pid"] not in zygotes  # one zygote imported the module, once
     assert len({r["pid"] for r in [first] + runs}) == 4 and not zygotes & {r["pid"] for r in runs}
+    f.warm_up()  # (the last call's replacement is forked once its worker has exited)
     pool = _pool_of(state.__module__)
     assert pool.start == "zygote" and pool.adaptive and not pool.dormant
     # The first call missed; the one after warm_up() found its worker waiting; a call right behind
@@ -101,6 +102,33 @@ def test_an_idle_pool_stops_its_zygote_and_its_waiting_worker_and_the_next_call_
     assert again["imported_by"] == again["pid"] and again["counter"] == 1
     f.warm_up()
     assert _pool_of(state.__module__).pids[0] not in held  # a new zygote
+
+
+def held_until_told(fifo: str | None = None) -> int:
+    if fifo is None:
+        return 0
+    with open(fifo) as told:  # (the caller's open for writing returns once this one has opened)
+        return int(told.read())
+
+
+def test_a_call_s_replacement_is_forked_after_its_exit_unless_warm_up_asks_for_it_now(tmp_path):
+    go = str(tmp_path / "go")
+    os.mkfifo(go)
+    f = isorun.isolated(held_until_told)
+    f()
+    f.warm_up()
+    zygote, waiting = _pool_of(held_until_told.__module__).pids
+    future = f.submit(go)
+    with open(go, "w") as tell:  # the call runs now
+        assert future.pid == waiting
+        # A fork is ready long before the next spaced call: none competes with this one for a core.
+        assert _pool_of(held_until_told.__module__).pids == (zygote,)
+        f.warm_up()  # does not wait for the call's end
+        assert _pool_of(held_until_told.__module__).pids[0] == zygote
+        replacement = _pool_of(held_until_told.__module__).pids[1]
+        assert replacement != waiting
+        tell.write("7")
+    assert future.result() == 7
 
 
 @pytest.mark.parametrize("value", ["soon", "0", "-1"])

@@ -167,7 +167,7 @@ void standby_pool::go_dormant(std::unique_lock<std::mutex>& lock) {
 // The filler launches a worker when the pool is short of one that no running call owes it: a
 // worker taken is owed back once it has exited (its call is over, or nearly: with early_result
 // the exit follows the hand-over), and at once if no worker is left waiting, since the next call
-// would otherwise launch its own on its path. Between launches it sleeps on an epoll set of the
+// would otherwise launch its own on its path (but see defers_last()). Between launches it sleeps on an epoll set of the
 // wake-up eventfd and the pidfds of the workers owed, which take() adds to without waking it.
 void standby_pool::refill() {
   std::unique_lock lock(mutex_);
@@ -202,14 +202,14 @@ void standby_pool::refill() {
 }
 
 // Launches a worker if one is due (owed workers that exited are owed no longer, and with none
-// waiting an owed one is launched now); true if it did. Under `lock`, released while launching.
+// waiting an owed one is launched now, unless defers_last()); true if it did. Under `lock`, released while launching.
 bool standby_pool::launched_one(std::unique_lock<std::mutex>& lock, const launch_spec& bound) {
   std::erase_if(owed_, [&](const unique_fd& pidfd) {
     if (!exited(pidfd)) return false;
     unwatch(pidfd);
     return true;
   });
-  if (ready_.empty() && !owed_.empty()) {  // nothing waits: launch now
+  if (ready_.empty() && !owed_.empty() && !defers_last()) {  // nothing waits: launch now
     unwatch(owed_.front());
     owed_.pop_front();
   }
@@ -321,7 +321,7 @@ launched_worker standby_pool::take() {
           owed = true;
         }
         if (unique_fd pidfd{::fcntl(w.process.pidfd(), F_DUPFD_CLOEXEC, 0)}) running_.push_back(std::move(pidfd));
-        const bool now = !owed || ready_.empty();  // a replacement (or more: back to back) is due now
+        const bool now = !owed || (ready_.empty() && !defers_last());  // a replacement (or more: back to back) is due now
         lock.unlock();
         if (now) wake_filler();
         w.waiting = true;
@@ -407,6 +407,8 @@ void standby_pool::interrupt() noexcept {
 
 void standby_pool::fill() {
   std::unique_lock lock(mutex_);
+  ++filling_;  // what the pool owes is launched now, not at the exits
+  wake_filler();
   if (linger_.count() > 0) {  // a warm-up counts as a call: the linger starts now
     last_take_ = std::chrono::steady_clock::now();
     if (dormant_) {  // woken as by a call, without one to wait for
@@ -418,7 +420,14 @@ void standby_pool::fill() {
   // (Dormant again meanwhile, its linger past before it filled: nothing more to wait for.)
   changed_.wait(
       lock, [&] { return dormant_ || (!need_zygote_ && zygote_settled_ && (failing_ || ready_.size() >= target_)); });
+  --filling_;
 }
+
+// A zygote pool replaces even its last waiting worker once the call's worker has exited: a fork
+// is ready within a few ms, before a spaced call's successor, and one forked during the call
+// would take a core from it (calls back to back are not owed: theirs are launched at once).
+// An exec'd worker takes too long for that. fill() wants them all now.
+bool standby_pool::defers_last() const { return spec_.zygote && filling_ == 0; }
 
 standby_pool::stats standby_pool::snapshot() const {
   std::lock_guard lock(mutex_);

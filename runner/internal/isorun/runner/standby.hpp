@@ -27,7 +27,8 @@ namespace isorun::runner {
 /// replacement:
 ///  - for spaced calls (the last worker taken has exited by the next take), once the worker taken
 ///    has exited, so that a launch (an exec and a program's start) does not compete with the call
-///    it replaces for the cores;
+///    it replaces for the cores; if none is left waiting, at once (an exec takes longer than the
+///    gap to the next call), except in a zygote pool (a fork does not);
 ///  - for calls back to back or overlapping (a worker taken earlier is still running), at once:
 ///    waiting for exits would leave the next call without a worker, slower than a cold one;
 ///  - and such a take grows the pool by one (up to `max_size`) for the calls that follow; after
@@ -66,8 +67,8 @@ class ISORUN_INTERNAL_API standby_pool final : public launcher {
 
   /// @brief Blocks until the pool holds all its workers (or launching them fails), and a zygote
   ///        is ready (its preloads imported) or failed: a warm-up before timing, and a fixed
-  ///        point for tests. Workers taken by calls are replaced
-  ///        once they have exited, so this also waits for those calls' workers to end.
+  ///        point for tests. Workers taken by calls are replaced once they have exited, so
+  ///        this also waits for those calls' workers to end, except for the last one (launched now).
   void fill();
 
   /// @brief Stops waiting for a zygote still importing its preloads (a sweep's Ctrl-C while it
@@ -103,6 +104,7 @@ class ISORUN_INTERNAL_API standby_pool final : public launcher {
   void start_zygote();
   void go_dormant(std::unique_lock<std::mutex>& lock);
   void wake_filler() const noexcept;
+  [[nodiscard]] bool defers_last() const;  // under mutex_
   bool watch(const unique_fd& fd) const noexcept;    // adds `fd` to what the filler sleeps on
   void unwatch(const unique_fd& fd) const noexcept;  // and takes it out
 
@@ -137,6 +139,7 @@ class ISORUN_INTERNAL_API standby_pool final : public launcher {
   bool stopping_ = false;
   bool interrupted_ = false;    // interrupt(): the zygote is not waited for
   bool zygote_settled_ = true;  // with a zygote: it is ready (its imports done), or failed
+  std::size_t filling_ = 0;     // fill() calls waiting
   bool failing_ = false;        // launching failed: stop trying in the background, take() reports it
   std::thread filler_;
 };
