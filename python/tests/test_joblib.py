@@ -130,3 +130,36 @@ def test_the_backend_s_options_reach_the_workers():
     with joblib.parallel_backend("isorun", n_jobs=2, env={"ISORUN_TEST_MARK": "batch"}, cpus_per_call=2):
         out = joblib.Parallel()(joblib.delayed(marked)(i) for i in range(2))
     assert out == [("batch", "2")] * 2
+
+
+def square_with_pid(i):
+    return i * i, os.getpid()
+
+
+def nested_sum(i):
+    # A joblib call inside a batch: it runs in the batch's own process, its results as loky's.
+    inner = joblib.Parallel(n_jobs=2)(joblib.delayed(square_with_pid)(i + k) for k in range(3))
+    return sum(v for v, _ in inner), {pid for _, pid in inner} == {os.getpid()}
+
+
+@pytest.mark.parametrize("return_as", ["list", "generator", "generator_unordered"])
+def test_n_jobs_pre_dispatch_and_return_as_behave_as_with_loky(return_as):
+    import isorun.joblib  # noqa: F401
+
+    with joblib.parallel_backend("isorun"):
+        parallel = joblib.Parallel(n_jobs=-1, pre_dispatch="n_jobs", return_as=return_as)
+        out = parallel(joblib.delayed(square_with_pid)(i) for i in range(12))
+        if return_as != "list":
+            assert not isinstance(out, list)  # results as they come, not a list built first
+        values = [v for v, _ in out]
+        assert joblib.effective_n_jobs(-1) == (os.cpu_count() or 1)  # one slot per core
+    expected = [i * i for i in range(12)]
+    assert (sorted(values) if return_as == "generator_unordered" else values) == expected
+
+
+def test_a_nested_parallel_runs_inside_its_batch_s_process():
+    import isorun.joblib  # noqa: F401
+
+    with joblib.parallel_backend("isorun", n_jobs=2):
+        out = joblib.Parallel()(joblib.delayed(nested_sum)(i) for i in range(4))
+    assert out == [(sum((i + k) ** 2 for k in range(3)), True) for i in range(4)]
