@@ -104,7 +104,7 @@ class ISORUN_INTERNAL_API standby_pool final : public launcher {
   void start_zygote();
   void go_dormant(std::unique_lock<std::mutex>& lock);
   void wake_filler() const noexcept;
-  [[nodiscard]] bool defers_last() const;  // under mutex_
+  [[nodiscard]] bool defers_last() const;            // under mutex_
   bool watch(const unique_fd& fd) const noexcept;    // adds `fd` to what the filler sleeps on
   void unwatch(const unique_fd& fd) const noexcept;  // and takes it out
 
