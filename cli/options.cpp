@@ -258,7 +258,7 @@ const option_row table[] = {
      [](cli_options& o, const std::string&, const std::string& v) {
        o.sweep.scheduler = sweep::parse_scheduler_flag(v);
      }},
-    {"--top", "K", in_sweep, "rows in the final table (default 5)",
+    {"--top", "K", in_sweep, "rows in the final table (default 5; 0: no table)",
      [](cli_options& o, const std::string& f, const std::string& v) { o.sweep.top = whole_number(f, v); }},
     {"--wait", nullptr, in_sweep, "if another sweep uses the output folder, wait for it instead of failing",
      [](cli_options& o, const std::string&, const std::string&) { o.sweep.wait = true; }},

@@ -292,6 +292,7 @@ TEST_CASE("the top table aligns its numbers", "[sweep][metric]") {
   CHECK_THAT(rows[2], Catch::Contains("0.974930"));
   CHECK(rows[1].find('.') == rows[2].find('.'));
   CHECK(rows[1].find('.') == rows[3].find('.'));
+  CHECK(sw::top_table(s, records, 0).empty());  // --top 0: no table, not a header alone
 }
 TEST_CASE("Ctrl-C says at once what happens; garbage in the journal is reported by line", "[sweep][signals]") {
   const std::string dir = temp_dir(), fifo = dir + "/fifo";

@@ -78,6 +78,7 @@ std::string metric_problem(const sweep_spec& s, const json& result, const std::s
 }
 
 std::string top_table(const sweep_spec& s, const std::vector<trial_record>& records, int k) {
+  if (k <= 0) return "";  // --top 0: no table
   std::vector<const trial_record*> ok;
   for (const auto& r : records)
     if (r.kind == outcome_kind::success) ok.push_back(&r);
@@ -88,7 +89,7 @@ std::string top_table(const sweep_spec& s, const std::vector<trial_record>& reco
     return s.metric.maximize ? *ma > *mb : *ma < *mb;
   });
   if (ok.empty()) return "(no successful trials)\n";
-  ok.resize(std::min<std::size_t>(static_cast<std::size_t>(std::max(k, 0)), ok.size()));
+  ok.resize(std::min<std::size_t>(static_cast<std::size_t>(k), ok.size()));
   std::vector<double> values;
   for (auto* r : ok) values.push_back(metric_of(s, *r).value_or(r->wall_s));
   auto shown = aligned(values);

@@ -21,7 +21,8 @@ std::optional<double> metric_of(const sweep_spec& s, const trial_record& r);
 ///        naming the numeric fields it has; "" if it can.
 std::string metric_problem(const sweep_spec& s, const nlohmann::json& result, const std::string& whose);
 
-/// @brief The top-k table, sorted by the metric (wall time when there is none), numbers aligned.
+/// @brief The top-k table, sorted by the metric (wall time when there is none), numbers aligned;
+///        "" for k <= 0.
 std::string top_table(const sweep_spec& s, const std::vector<trial_record>& records, int k);
 
 /// The columns a set of records gets after the fixed ones (id, outcome, attempts, wall_s,
