@@ -40,7 +40,11 @@ class SweepResults(list):
         """The records as a pandas DataFrame: one row per trial, its parameters and its result's
         fields as columns (``params.lr``, ``result.loss``) beside ``id`` and ``outcome``.
         Raises ImportError where pandas is not installed."""
-        import pandas
+        try:
+            import pandas
+        except ImportError as e:  # pandas is optional: the records are plain dicts without it
+            raise ImportError("SweepResults.frame() needs pandas: pip install pandas (or use the records, "
+                              "which are dicts, as they are)") from e
 
         return pandas.json_normalize(list(self))
 

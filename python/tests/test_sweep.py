@@ -138,6 +138,12 @@ def test_the_records_as_a_data_frame(trials, tmp_path):
     assert sorted(frame["params.lr"]) == [0.1, 0.5] and "result.loss" in frame.columns
 
 
+def test_the_data_frame_without_pandas_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pandas", None)  # (an import of it raises ImportError)
+    with pytest.raises(ImportError, match="pip install pandas"):
+        isorun.SweepResults([{"id": "1", "outcome": "success"}], out="out").frame()
+
+
 def test_standby_interpreters_import_the_preloads_before_their_trial(trials, tmp_path):
     # A function of another file of the folder: a file's folder comes first on sys.path.
     (tmp_path / "probe.py").write_text("from trials import preloaded\n\ndef probe(i):\n    return preloaded()\n")
