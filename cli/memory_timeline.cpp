@@ -1,5 +1,6 @@
 #include "memory_timeline.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -7,17 +8,24 @@
 #include <cstring>
 #include <filesystem>
 
+#include "isorun/html/memory_timeline.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/printable.hpp"
-#include "isorun/sweep/journal.hpp"
-#include "isorun/sweep/memory_timeline.hpp"
+#include "isorun/runner/unique_fd.hpp"
+#include "isorun/serialization/whole_file.hpp"
 
 namespace isorun::cli {
 namespace fs = std::filesystem;
 
+namespace {
+fs::path folder_of(const std::string& page) {
+  return fs::path(page).has_parent_path() ? fs::path(page).parent_path() : fs::path(".");
+}
+}  // namespace
+
 void check_timeline_page(const std::string& page) {
   // (The page replaces whatever is at its name.)
-  const fs::path folder = fs::path(page).has_parent_path() ? fs::path(page).parent_path() : ".";
+  const fs::path folder = folder_of(page);
   if (::access(folder.c_str(), W_OK | X_OK) != 0)
     throw usage_error("--memory-timeline " + page + ": cannot write there (" + folder.string() + ": " +
                       std::strerror(errno) + ")");
@@ -25,10 +33,14 @@ void check_timeline_page(const std::string& page) {
 
 void write_timeline_page(const std::string& page, const nlohmann::json& timeline, const std::string& title,
                          bool quiet) {
-  try {
-    sweep::write_file_durably(page, sweep::render_memory_timeline(timeline, title));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "isorun: no memory timeline: %s\n", printable(e.what()).c_str());
+  // Whole or not at all, and never through a link planted at its name.
+  const unique_fd dir(::open(folder_of(page).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  const int failed = dir ? serialization::write_whole_file(dir.get(), fs::path(page).filename().string(),
+                                                           html::render_memory_timeline(timeline, title), true)
+                         : errno;
+  if (failed) {
+    std::fprintf(stderr, "isorun: no memory timeline: cannot write %s: %s\n", printable(page).c_str(),
+                 std::strerror(failed));
     return;
   }
   if (!quiet) std::fprintf(stderr, "isorun: memory timeline in %s\n", page.c_str());

@@ -16,6 +16,7 @@
 #include "gpu_choice.hpp"
 #include "interrupt.hpp"
 #include "isorun/alloc/config.hpp"
+#include "isorun/html/memory_timeline.hpp"
 #include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/job.hpp"
@@ -27,7 +28,6 @@
 #include "isorun/runner/units.hpp"
 #include "isorun/serialization/whole_file.hpp"
 #include "isorun/sweep/journal.hpp"
-#include "isorun/sweep/memory_timeline.hpp"
 #include "isorun/worker/task.hpp"
 #include "memory_timeline.hpp"
 
@@ -67,7 +67,7 @@ void draw_timeline(const cli_options& o, const std::string& timeline_json, const
   json timeline;
   std::string problem;
   try {
-    timeline = sweep::read_memory_timeline(timeline_json);
+    timeline = html::read_memory_timeline(timeline_json);
   } catch (const std::exception& e) {
     std::error_code ec;
     problem = fs::exists(fs::symlink_status(timeline_json, ec))

@@ -21,7 +21,7 @@ if ! ctags --version 2> /dev/null | grep -q 'Universal Ctags'; then
   echo "func-length: Universal Ctags is not installed (apt-get install -y universal-ctags)" >&2
   exit 2
 fi
-mapfile -t files < <(git ls-files -- alloc serialization worker runner preload sweep cli python \
+mapfile -t files < <(git ls-files -- alloc serialization worker runner preload html sweep cli python \
   | grep -E '\.(c|cc|cpp|h|hpp|cu|cuh|py)$' | grep -Ev '(^|/)tests?/')
 # One line per function: span, where it starts, its name (a lambda as "lambda in" its enclosing one).
 spans=$(ctags --languages=C++,CUDA,Python --map-C++=+.cu --map-C++=+.cuh --kinds-C++=f --kinds-Python=fm \

@@ -16,7 +16,7 @@ import sys
 
 # Every library folder but two that each still hold a cycle (`tools/include-cycles.py runner
 # serialization` names them); each joins the list once it has none.
-FOLDERS = ["alloc", "worker", "preload", "sweep", "cli", "python/src"]
+FOLDERS = ["alloc", "worker", "preload", "html", "sweep", "cli", "python/src"]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 

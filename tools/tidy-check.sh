@@ -5,7 +5,7 @@
 #   tools/tidy-check.sh --update   rewrite the baseline with today's counts
 # Needs clang-tidy (Debian: apt-get install clang-tidy) and a configured build: it reads
 # build/compile_commands.json (or $ISORUN_BUILD_DIR's); tools/build.sh makes it. The sources are
-# those of alloc/ serialization/ worker/ runner/ preload/ sweep/ cli/ that the build compiles
+# those of alloc/ serialization/ worker/ runner/ preload/ html/ sweep/ cli/ that the build compiles
 # (not the tests, benchmarks or examples; not CUDA sources), one clang-tidy per core. A warning
 # in a header counts once, however many sources include it. The full output is kept in
 # <build>/tidy.log.
@@ -31,7 +31,7 @@ trap 'rm -rf "$sources" "$outputs"' EXIT
 python3 - "$build/compile_commands.json" "$root" > "$sources" << 'EOF'
 import json, os, sys
 entries, root = json.load(open(sys.argv[1])), sys.argv[2]
-dirs = ("alloc", "serialization", "worker", "runner", "preload", "sweep", "cli")
+dirs = ("alloc", "serialization", "worker", "runner", "preload", "html", "sweep", "cli")
 files = set()
 for e in entries:
     path = os.path.relpath(os.path.join(e["directory"], e["file"]), root)

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -44,6 +45,29 @@ int write_whole_file(int dir_fd, const std::string& name, std::string_view conte
   if (::close(fd) != 0 && !failed && errno != EINTR) failed = errno;
   if (!failed && ::renameat(dir_fd, tmp.c_str(), dir_fd, name.c_str()) != 0) failed = errno;
   if (failed) ::unlinkat(dir_fd, tmp.c_str(), 0);
+  return failed;
+}
+
+int read_whole_file(int dir_fd, const std::string& name, std::size_t limit, std::string& out) {
+  out.clear();
+  // O_NONBLOCK: opening a FIFO must not wait for its other end; it is refused below.
+  const int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return errno == ENXIO || errno == EISDIR ? EINVAL : errno;
+  struct stat st {};
+  int failed = ::fstat(fd, &st) != 0 ? errno : S_ISREG(st.st_mode) ? 0 : EINVAL;
+  char buf[65536];
+  while (!failed) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      failed = n < 0 ? errno : 0;
+      break;
+    }
+    if (out.size() + static_cast<std::size_t>(n) > limit) failed = EFBIG;
+    else out.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  if (failed) out.clear();
   return failed;
 }
 

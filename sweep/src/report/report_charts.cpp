@@ -10,13 +10,13 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "isorun/html/svg.hpp"
 #include "isorun/sweep/spec.hpp"
 #include "report/report_data.hpp"
-#include "report/svg.hpp"
 
 namespace isorun::sweep {
 using nlohmann::json;
-using namespace svg;
+using namespace html::svg;
 
 namespace {
 

@@ -15,13 +15,13 @@
 #include <unordered_set>
 
 #include "engine/folder.hpp"
+#include "isorun/html/memory_timeline.hpp"
 #include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/unique_fd.hpp"
 #include "isorun/sweep/report_log.hpp"
 #include "isorun/sweep/spec.hpp"
 #include "isorun/sweep/stop_rule.hpp"
-#include "report/timeline_svg.hpp"
 
 namespace isorun::sweep {
 namespace fs = std::filesystem;
@@ -70,8 +70,10 @@ void load_timelines(report_data& d, int out) {
     if (d.timelines.size() == max_timelines) break;
     const std::string name = detail::timeline_file(d.records[i].id, d.records[i].attempts);
     try {
-      if (json t = detail::read_timeline(logs.get(), name, logs_shown / name); !t.is_null())
-        d.timelines.emplace_back(i, std::move(t));
+      if (const unique_fd fd = detail::open_file(logs.get(), name, O_RDONLY, logs_shown / name))
+        d.timelines.emplace_back(
+            i, html::parse_memory_timeline(detail::read_all(fd.get(), html::max_timeline_bytes, logs_shown / name),
+                                           logs_shown / name));
     } catch (const std::exception& e) {
       d.warnings.push_back(std::string(e.what()) + "; left out of the report");
     }

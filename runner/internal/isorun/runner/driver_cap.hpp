@@ -60,7 +60,7 @@ class ISORUN_INTERNAL_API driver_cap {
   [[nodiscard]] std::string report(const std::string& what, const std::string& option, std::size_t gpus) const;
 
   /// @brief What the run's processes held on each device over time, from the changes the ledger
-  ///        kept, as JSON in the form a task's memory timeline has (sweep::render_memory_timeline
+  ///        kept, as JSON in the form a task's memory timeline has (html::render_memory_timeline
   ///        draws it): per device its cap, what was held at the end and the events ("map",
   ///        "unmap", "oom", each with its process), and at the last refusal, what each process
   ///        held on that device then, largest first. Memory a process still held when it ended went back with

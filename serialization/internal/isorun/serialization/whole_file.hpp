@@ -1,9 +1,10 @@
 #pragma once
 /// @file whole_file.hpp
-/// Files written into a folder others may write to as well (a sweep's output folder, the page
-/// of --memory-timeline): whole or not at all, and never through a symbolic link. The worker
-/// writes its memory timeline this way, the sweep every file it replaces.
+/// Files in a folder others may write to as well (a sweep's output folder, the page of
+/// --memory-timeline): written whole or not at all, read with bounds, never through a symbolic
+/// link. The worker writes its memory timeline this way, the sweep every file it replaces.
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -19,6 +20,14 @@ namespace isorun::serialization {
 /// @return 0, or the errno of the step that failed; nothing is left behind then.
 [[nodiscard]] ISORUN_INTERNAL_API int write_whole_file(int dir_fd, const std::string& name, std::string_view content,
                                                        bool durable);
+
+/// @brief Reads the whole of the file `name` in the directory open as `dir_fd` into `out`, as a
+///        file others may have planted there is read: not through a symbolic link (ELOOP), only
+///        a regular file (EINVAL; a FIFO there neither blocks the open nor is read), at most
+///        `limit` bytes (EFBIG).
+/// @return 0, or the errno of the step that failed (ENOENT: there is none); `out` is then empty.
+[[nodiscard]] ISORUN_INTERNAL_API int read_whole_file(int dir_fd, const std::string& name, std::size_t limit,
+                                                      std::string& out);
 
 /// @brief The temporary name write_whole_file uses for `name`: `name.XXXXXXXXXXXX.tmp`, twelve
 ///        random hex digits (what a reader of the folder skips by its ".tmp").

@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <string>
 
-#include "isorun/sweep/memory_timeline.hpp"
 #include "isorun/sweep/report_model.hpp"
 
 namespace isorun::sweep {

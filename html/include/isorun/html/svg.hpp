@@ -1,7 +1,8 @@
 #pragma once
-// What the report draws its SVG with: text escaped for the page, numbers written as the page
-// shows them, the outcomes' colours, and scales (linear, log, bytes) with round ticks whose
-// labels do not overlap.
+/// @file svg.hpp
+/// What isorun's pages draw their SVG with: text escaped for the page, numbers written as the page
+/// shows them, the outcomes' colours, and scales (linear, log, bytes) with round ticks whose
+/// labels do not overlap.
 
 #include <cstddef>
 #include <cstdint>
@@ -11,7 +12,7 @@
 
 #include "isorun/runner/outcome.hpp"
 
-namespace isorun::sweep::svg {
+namespace isorun::html::svg {
 
 // At most this many points per chart: beyond, a chart samples them.
 constexpr std::size_t max_points = 2000;
@@ -74,4 +75,4 @@ void cap_line(std::ostringstream& o, const byte_axis& y, std::uint64_t cap, doub
 void axes(std::ostringstream& o, const scale& x, const scale& y, double top, double bottom, double left, double right,
           const std::string& xlabel, const std::string& ylabel);
 
-}  // namespace isorun::sweep::svg
+}  // namespace isorun::html::svg

@@ -1,5 +1,5 @@
-// The report's SVG primitives (see svg.hpp).
-#include "report/svg.hpp"
+// The pages' SVG primitives (see svg.hpp).
+#include "isorun/html/svg.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 
 #include "isorun/runner/units.hpp"
 
-namespace isorun::sweep::svg {
+namespace isorun::html::svg {
 
 std::string esc(const std::string& s) {
   std::string o;
@@ -198,4 +198,4 @@ void axes(std::ostringstream& o, const scale& x, const scale& y, double top, dou
     << "</text></g>";
 }
 
-}  // namespace isorun::sweep::svg
+}  // namespace isorun::html::svg

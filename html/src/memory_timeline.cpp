@@ -1,32 +1,31 @@
-// Memory timelines: read and checked as a crafted file may be, and drawn (see timeline_svg.hpp).
-#include "report/timeline_svg.hpp"
+// Memory timelines: read and checked as a crafted file may be, and drawn.
+#include "isorun/html/memory_timeline.hpp"
 
 #include <fcntl.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
 
-#include "engine/folder.hpp"
+#include "isorun/html/page.hpp"
+#include "isorun/html/svg.hpp"
 #include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/unique_fd.hpp"
-#include "isorun/sweep/memory_timeline.hpp"
-#include "report/svg.hpp"
+#include "isorun/serialization/whole_file.hpp"
 
-namespace isorun::sweep {
+namespace isorun::html {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace svg;
 
 namespace {
-
-// A timeline holds the allocator's history (history:N events); this is far beyond any.
-constexpr std::size_t max_timeline = std::size_t{256} << 20;
 
 // a + b, held at the ends of the range: a crafted timeline's sizes cannot overflow the counts
 // drawn back from them (timeline_problem has checked each size is from 0 to 2^63-1).
@@ -196,16 +195,14 @@ void oom_by_size(std::ostringstream& o, const json& f) {
 
 }  // namespace
 
-json detail::read_timeline(int dir, const std::string& name, const fs::path& shown) {
-  const unique_fd fd = detail::open_file(dir, name, O_RDONLY, shown);
-  if (!fd) return json();
-  json t = parse_bounded_json(detail::read_all(fd.get(), max_timeline, shown));
+json parse_memory_timeline(const std::string& text, const fs::path& shown) {
+  json t = parse_bounded_json(text);
   const std::string problem = t.is_discarded() ? "it is not JSON (cut short?)" : timeline_problem(t);
   if (!problem.empty()) throw std::runtime_error(shown.string() + " is not a memory timeline: " + problem);
   return t;
 }
 
-std::string detail::timeline_svg(const json& t) {
+std::string timeline_svg(const json& t) {
   std::ostringstream o;
   const std::int64_t start = t.value("start_ns", std::int64_t{0}), end = t.value("end_ns", start);
   for (const auto& dev : t.value("devices", json::array())) device_chart(o, dev, start, end);
@@ -268,10 +265,27 @@ std::string timeline_problem(const json& t) {
 
 json read_memory_timeline(const fs::path& file) {
   const fs::path folder = file.has_parent_path() ? file.parent_path() : fs::path(".");
-  const unique_fd dir = detail::open_folder(folder);
-  json t = dir ? detail::read_timeline(dir.get(), file.filename().string(), file) : json();
-  if (t.is_null()) throw std::runtime_error(file.string() + " is not there");
-  return t;
+  const unique_fd dir(::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  std::string text;
+  const int failed = dir ? serialization::read_whole_file(dir.get(), file.filename().string(), max_timeline_bytes, text)
+                         : errno;
+  if (failed == ENOENT || failed == ENOTDIR) throw std::runtime_error(file.string() + " is not there");
+  if (failed == ELOOP) throw std::runtime_error(file.string() + " is a symbolic link, which isorun does not follow");
+  if (failed == EINVAL) throw std::runtime_error(file.string() + " is not a regular file");
+  if (failed == EFBIG)
+    throw std::runtime_error(file.string() + " is larger than " + std::to_string(max_timeline_bytes >> 20) +
+                             " MiB, more than a memory timeline ever is");
+  if (failed) throw std::runtime_error("cannot read " + file.string() + ": " + std::strerror(failed));
+  return parse_memory_timeline(text, file);
 }
 
-}  // namespace isorun::sweep
+std::string render_memory_timeline(const json& timeline, const std::string& title) {
+  std::ostringstream o;
+  page_head(o, title, "");
+  o << "<section id=\"timelines\"><h1>" << esc(title) << "</h1>" << timeline_svg(timeline)
+    << "</section><script>document.body.setAttribute('data-ready', 'yes');</script>";
+  page_tail(o, "");
+  return o.str();
+}
+
+}  // namespace isorun::html
