@@ -321,8 +321,7 @@ launched_worker standby_pool::take() {
           owed = true;
         }
         if (unique_fd pidfd{::fcntl(w.process.pidfd(), F_DUPFD_CLOEXEC, 0)}) running_.push_back(std::move(pidfd));
-        const bool now = !owed ||
-                         (ready_.empty() && !defers_last());  // a replacement (or more: back to back) is due now
+        const bool now = !owed || (ready_.empty() && !defers_last());  // replacements due now (or more)
         lock.unlock();
         if (now) wake_filler();
         w.waiting = true;
