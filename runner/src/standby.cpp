@@ -167,8 +167,9 @@ void standby_pool::go_dormant(std::unique_lock<std::mutex>& lock) {
 // The filler launches a worker when the pool is short of one that no running call owes it: a
 // worker taken is owed back once it has exited (its call is over, or nearly: with early_result
 // the exit follows the hand-over), and at once if no worker is left waiting, since the next call
-// would otherwise launch its own on its path (but see defers_last()). Between launches it sleeps on an epoll set of the
-// wake-up eventfd and the pidfds of the workers owed, which take() adds to without waking it.
+// would otherwise launch its own on its path (but see defers_last()). Between launches it sleeps
+// on an epoll set of the wake-up eventfd and the pidfds of the workers owed, which take() adds to
+// without waking it.
 void standby_pool::refill() {
   std::unique_lock lock(mutex_);
   std::optional<launch_spec> bound;  // (made once, by this thread)
@@ -202,7 +203,8 @@ void standby_pool::refill() {
 }
 
 // Launches a worker if one is due (owed workers that exited are owed no longer, and with none
-// waiting an owed one is launched now, unless defers_last()); true if it did. Under `lock`, released while launching.
+// waiting an owed one is launched now, unless defers_last()); true if it did. Under `lock`,
+// released while launching.
 bool standby_pool::launched_one(std::unique_lock<std::mutex>& lock, const launch_spec& bound) {
   std::erase_if(owed_, [&](const unique_fd& pidfd) {
     if (!exited(pidfd)) return false;

@@ -48,26 +48,38 @@ int write_whole_file(int dir_fd, const std::string& name, std::string_view conte
   return failed;
 }
 
-int read_whole_file(int dir_fd, const std::string& name, std::size_t limit, std::string& out) {
-  out.clear();
+int open_regular_file(int dir_fd, const std::string& name, int flags) {
   // O_NONBLOCK: opening a FIFO must not wait for its other end; it is refused below.
-  const int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return errno == ENXIO || errno == EISDIR ? EINVAL : errno;
+  const int fd = ::openat(dir_fd, name.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  int failed = fd < 0 ? (errno == ENXIO || errno == EISDIR ? EINVAL : errno) : 0;
   struct stat st {};
-  int failed = ::fstat(fd, &st) != 0 ? errno : S_ISREG(st.st_mode) ? 0 : EINVAL;
+  if (!failed && (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) failed = EINVAL;
+  if (!failed && ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) failed = errno;
+  if (!failed) return fd;
+  if (fd >= 0) ::close(fd);
+  errno = failed;
+  return -1;
+}
+
+int read_bounded(int fd, std::size_t limit, std::string& out) {
+  out.clear();
   char buf[65536];
-  while (!failed) {
+  for (;;) {
     const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      failed = n < 0 ? errno : 0;
-      break;
-    }
-    if (out.size() + static_cast<std::size_t>(n) > limit) failed = EFBIG;
-    else out.append(buf, static_cast<std::size_t>(n));
+    const int failed = n < 0 ? errno : out.size() + static_cast<std::size_t>(n) > limit ? EFBIG : 0;
+    if (failed) out.clear();
+    if (failed || n == 0) return failed;
+    out.append(buf, static_cast<std::size_t>(n));
   }
+}
+
+int read_whole_file(int dir_fd, const std::string& name, std::size_t limit, std::string& out) {
+  out.clear();
+  const int fd = open_regular_file(dir_fd, name, O_RDONLY);
+  if (fd < 0) return errno;
+  const int failed = read_bounded(fd, limit, out);
   ::close(fd);
-  if (failed) out.clear();
   return failed;
 }
 

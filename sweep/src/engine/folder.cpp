@@ -58,22 +58,15 @@ unique_fd open_subfolders(const fs::path& out, std::initializer_list<const char*
 }
 
 unique_fd open_file(int dir, const std::string& name, int flags, const fs::path& shown) {
-  // O_NONBLOCK: opening a FIFO must not wait for its other end; it is refused below.
-  unique_fd fd(::openat(dir, name.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644));
-  if (!fd) {
-    if (errno == ENOENT && !(flags & O_CREAT)) return fd;
-    if (errno == ELOOP) refuse_link(shown);
-    if (errno != ENXIO && errno != EISDIR)
-      throw internal_error("cannot open " + shown.string() + ": " + std::strerror(errno));
-  }
-  struct stat st {};
-  if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
+  unique_fd fd(serialization::open_regular_file(dir, name, flags));
+  if (fd) return fd;
+  if (errno == ENOENT && !(flags & O_CREAT)) return fd;
+  if (errno == ELOOP) refuse_link(shown);
+  if (errno == EINVAL)
     throw usage_error(shown.string() +
                       " is not a regular file (a FIFO, a device or a folder); isorun reads and writes " +
                       "only plain files in a sweep's folder: remove it, or choose another --out");
-  if (::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK) != 0)
-    throw internal_error("cannot use " + shown.string() + ": " + std::strerror(errno));
-  return fd;
+  throw internal_error("cannot open " + shown.string() + ": " + std::strerror(errno));
 }
 
 void write_durably(int dir, const std::string& name, std::string_view content, const fs::path& shown) {
@@ -84,17 +77,12 @@ void write_durably(int dir, const std::string& name, std::string_view content, c
 
 std::string read_all(int fd, std::size_t limit, const fs::path& shown) {
   std::string text;
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw internal_error("cannot read " + shown.string() + ": " + std::strerror(errno));
-    if (n == 0) return text;
-    if (text.size() + static_cast<std::size_t>(n) > limit)
-      throw usage_error(shown.string() + " is larger than " + std::to_string(limit >> 20) +
-                        " MiB, more than isorun ever writes there; remove it, or choose another --out");
-    text.append(buf, static_cast<std::size_t>(n));
-  }
+  const int failed = serialization::read_bounded(fd, limit, text);
+  if (failed == EFBIG)
+    throw usage_error(shown.string() + " is larger than " + std::to_string(limit >> 20) +
+                      " MiB, more than isorun ever writes there; remove it, or choose another --out");
+  if (failed) throw internal_error("cannot read " + shown.string() + ": " + std::strerror(failed));
+  return text;
 }
 
 lines_read read_lines(int fd, std::size_t max_line, std::size_t budget, bool in_long_line, const fs::path& shown,

@@ -21,11 +21,19 @@ namespace isorun::serialization {
 [[nodiscard]] ISORUN_INTERNAL_API int write_whole_file(int dir_fd, const std::string& name, std::string_view content,
                                                        bool durable);
 
-/// @brief Reads the whole of the file `name` in the directory open as `dir_fd` into `out`, as a
-///        file others may have planted there is read: not through a symbolic link (ELOOP), only
-///        a regular file (EINVAL; a FIFO there neither blocks the open nor is read), at most
-///        `limit` bytes (EFBIG).
-/// @return 0, or the errno of the step that failed (ENOENT: there is none); `out` is then empty.
+/// @brief Opens the file `name` in the directory open as `dir_fd` with `flags` (created 0644 with
+///        O_CREAT), as a file others may have planted there is opened: not through a symbolic
+///        link (ELOOP), only a regular file (EINVAL; a FIFO there neither blocks the open nor is
+///        used). The descriptor blocks as usual.
+/// @return the descriptor, or -1 with errno set (ENOENT: there is none).
+[[nodiscard]] ISORUN_INTERNAL_API int open_regular_file(int dir_fd, const std::string& name, int flags);
+
+/// @brief Reads `fd` from where it is to its end into `out`, at most `limit` bytes (EFBIG).
+/// @return 0, or the errno of the step that failed; `out` is then empty.
+[[nodiscard]] ISORUN_INTERNAL_API int read_bounded(int fd, std::size_t limit, std::string& out);
+
+/// @brief open_regular_file(`dir_fd`, `name`, O_RDONLY), then read_bounded: the whole file.
+/// @return 0, or the errno of the step that failed; `out` is then empty.
 [[nodiscard]] ISORUN_INTERNAL_API int read_whole_file(int dir_fd, const std::string& name, std::size_t limit,
                                                       std::string& out);
 
