@@ -1,6 +1,5 @@
 #include "memory_timeline.hpp"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,7 +10,6 @@
 #include "isorun/html/memory_timeline.hpp"
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/printable.hpp"
-#include "isorun/runner/unique_fd.hpp"
 #include "isorun/serialization/whole_file.hpp"
 
 namespace isorun::cli {
@@ -34,11 +32,7 @@ void check_timeline_page(const std::string& page) {
 void write_timeline_page(const std::string& page, const nlohmann::json& timeline, const std::string& title,
                          bool quiet) {
   // Whole or not at all, and never through a link planted at its name.
-  const unique_fd dir(::open(folder_of(page).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  const int failed = dir ? serialization::write_whole_file(dir.get(), fs::path(page).filename().string(),
-                                                           html::render_memory_timeline(timeline, title), true)
-                         : errno;
-  if (failed) {
+  if (const int failed = serialization::write_whole_file(page, html::render_memory_timeline(timeline, title), true)) {
     std::fprintf(stderr, "isorun: no memory timeline: cannot write %s: %s\n", printable(page).c_str(),
                  std::strerror(failed));
     return;

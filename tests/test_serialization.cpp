@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <future>
@@ -38,6 +39,7 @@
 #include "isorun/serialization/segment_pool.hpp"
 #include "isorun/serialization/shm_segment.hpp"
 #include "isorun/serialization/streams.hpp"
+#include "isorun/serialization/whole_file.hpp"
 #include "isorun/serialization/wire.hpp"
 #include "test_support.hpp"
 
@@ -962,4 +964,31 @@ TEST_CASE("a result stream is checked against the worker's hashes, and its size 
   CHECK_THROWS_WITH(ser::stream_reader(r.ring, 1 << 20), Catch::Contains("0 bytes"));
   ctl.total = (1 << 20) + 1;
   CHECK_THROWS_WITH(ser::stream_reader(r.ring, 1 << 20), Catch::Contains("exceeds the limit of 1048576"));
+}
+
+TEST_CASE("a whole file written by its path replaces a link at the name and leaves no temporary file", "[whole-file]") {
+  char tmpl[] = "/tmp/isorun-whole-file-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl, page = dir + "/page.html", target = dir + "/target";
+  { std::ofstream(target) << "kept"; }
+  REQUIRE(::symlink(target.c_str(), page.c_str()) == 0);  // planted at the page's name
+
+  REQUIRE(ser::write_whole_file(page, "<html>", true) == 0);
+  struct stat st {};
+  REQUIRE(::lstat(page.c_str(), &st) == 0);
+  CHECK(S_ISREG(st.st_mode));  // the link replaced, not written through
+  const auto contents = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  CHECK(contents(page) == "<html>");
+  CHECK(contents(target) == "kept");
+
+  CHECK(ser::write_whole_file(dir + "/missing/page.html", "x", false) == ENOENT);
+  CHECK(ser::write_whole_file(target + "/page.html", "x", false) == ENOTDIR);  // a file is no folder
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  CHECK(left == std::vector<std::string>{"page.html", "target"});
+  std::filesystem::remove_all(dir);
 }

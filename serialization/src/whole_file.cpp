@@ -48,6 +48,16 @@ int write_whole_file(int dir_fd, const std::string& name, std::string_view conte
   return failed;
 }
 
+int write_whole_file(const std::string& path, std::string_view content, bool durable) {
+  const auto slash = path.rfind('/');
+  const std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return errno;
+  const int failed = write_whole_file(dir, path.substr(slash + 1), content, durable);
+  ::close(dir);
+  return failed;
+}
+
 int open_regular_file(int dir_fd, const std::string& name, int flags) {
   // O_NONBLOCK: opening a FIFO must not wait for its other end; it is refused below.
   const int fd = ::openat(dir_fd, name.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);

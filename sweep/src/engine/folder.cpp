@@ -69,12 +69,6 @@ unique_fd open_file(int dir, const std::string& name, int flags, const fs::path&
   throw internal_error("cannot open " + shown.string() + ": " + std::strerror(errno));
 }
 
-void write_durably(int dir, const std::string& name, std::string_view content, const fs::path& shown) {
-  // The old file, if any, stays whole: only a complete, durable copy replaces it.
-  if (const int failed = serialization::write_whole_file(dir, name, content, true))
-    throw internal_error("cannot write " + shown.string() + ": " + std::strerror(failed));
-}
-
 std::string read_all(int fd, std::size_t limit, const fs::path& shown) {
   std::string text;
   const int failed = serialization::read_bounded(fd, limit, text);

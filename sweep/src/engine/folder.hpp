@@ -47,11 +47,6 @@ unique_fd open_subfolders(const std::filesystem::path& out, std::initializer_lis
 ///         internal_error if it cannot be opened.
 unique_fd open_file(int dir, const std::string& name, int flags, const std::filesystem::path& shown);
 
-/// @brief Writes `content` to `name` in `dir` whole or not at all, durably (see
-///        serialization::write_whole_file: a link there is replaced, never written through).
-/// @throws internal_error naming `shown`.
-void write_durably(int dir, const std::string& name, std::string_view content, const std::filesystem::path& shown);
-
 /// @brief The whole of the regular file `fd` if it holds at most `limit` bytes.
 /// @throws usage_error naming `shown` if it is larger; internal_error if it cannot be read.
 std::string read_all(int fd, std::size_t limit, const std::filesystem::path& shown);

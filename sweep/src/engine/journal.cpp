@@ -22,6 +22,7 @@
 #include "isorun/runner/errors.hpp"
 #include "isorun/runner/printable.hpp"
 #include "isorun/runner/unique_fd.hpp"
+#include "isorun/serialization/whole_file.hpp"
 
 namespace isorun::sweep {
 namespace fs = std::filesystem;
@@ -262,10 +263,8 @@ folder_lock& folder_lock::operator=(folder_lock&& other) noexcept {
 }
 
 void write_file_durably(const fs::path& path, const std::string& content) {
-  const fs::path folder = path.has_parent_path() ? path.parent_path() : fs::path(".");
-  const unique_fd dir = detail::open_folder(folder);
-  if (!dir) throw internal_error("cannot write " + path.string() + ": " + folder.string() + " is not a folder");
-  detail::write_durably(dir.get(), path.filename().string(), content, path);
+  if (const int failed = serialization::write_whole_file(path.string(), content, true))
+    throw internal_error("cannot write " + path.string() + ": " + std::strerror(failed));
 }
 
 }  // namespace isorun::sweep

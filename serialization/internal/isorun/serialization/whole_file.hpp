@@ -21,6 +21,11 @@ namespace isorun::serialization {
 [[nodiscard]] ISORUN_INTERNAL_API int write_whole_file(int dir_fd, const std::string& name, std::string_view content,
                                                        bool durable);
 
+/// @brief write_whole_file into the folder of `path` (the working folder for a bare name), opened
+///        for the call, as the file named by the rest of `path`.
+/// @return 0, or the errno of the step that failed (ENOTDIR: the folder is none).
+[[nodiscard]] ISORUN_INTERNAL_API int write_whole_file(const std::string& path, std::string_view content, bool durable);
+
 /// @brief Opens the file `name` in the directory open as `dir_fd` with `flags` (created 0644 with
 ///        O_CREAT), as a file others may have planted there is opened: not through a symbolic
 ///        link (ELOOP), only a regular file (EINVAL; a FIFO there neither blocks the open nor is
