@@ -23,6 +23,7 @@
 #include "isorun/runner/zygote.hpp"
 #include "isorun/serialization/control.hpp"
 #include "isorun/serialization/protocol.hpp"
+#include "isorun/worker/warm_pages.hpp"
 #include "module.hpp"
 
 namespace nb = nanobind;
@@ -111,6 +112,7 @@ long fork_worker(const zw::request& req, int cgroup, int& pidfd) {
 void zygote_serve() {
   const pid_t supervisor = ::getppid();
   const int control = isorun::serialization::control_fd;
+  isorun::worker::note_pages_to_warm();  // what the preloads and the rehearsal mapped, for each worker to map
   zygote_reply({.pid = 0, .error = 0, .threads = thread_count()}, -1);  // ready: the preloads are imported
   for (;;) {
     zw::request req{};

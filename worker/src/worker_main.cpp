@@ -39,6 +39,7 @@
 #include "isorun/worker/segment_sink.hpp"
 #include "isorun/worker/task.hpp"
 #include "isorun/worker/this_worker.hpp"
+#include "isorun/worker/warm_pages.hpp"
 
 namespace isorun {
 namespace {
@@ -84,6 +85,7 @@ struct assignment {
 // CUDA module) can read it: CUDA takes CUDA_VISIBLE_DEVICES when it initialises, not at exec.
 assignment receive_assignment() {
   const ser::cpu_mask before_wait = ser::this_thread_cpus();  // narrowed already if taken while starting
+  worker::warm_pages_while_waiting(ser::control_fd);
   ser::receive_result r;
   try {
     r = ser::receive_message(ser::control_fd, true);
