@@ -36,7 +36,10 @@ def size(value: Optional[Size], what: str) -> int:
         if value < 0:
             raise UsageError(f"{what} cannot be negative ({value})")
         return value
-    return _core.parse_size(value)
+    try:
+        return _core.parse_size(value)
+    except UsageError as e:
+        raise UsageError(f"{what}: {e}") from None
 
 
 def ms(value: Optional[Duration], what: str) -> int:
@@ -46,7 +49,10 @@ def ms(value: Optional[Duration], what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise UsageError(f"{what} takes seconds or a duration such as '30s', not {value!r}")
     if isinstance(value, str):
-        given = _core.parse_duration_ms(value)  # raises UsageError where it is not a duration
+        try:
+            given = _core.parse_duration_ms(value)
+        except UsageError as e:
+            raise UsageError(f"{what}: {e}") from None
     elif not math.isfinite(value):
         raise UsageError(f"{what} takes a finite number of seconds, not {value!r} (leave it out for none)")
     else:

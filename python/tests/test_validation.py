@@ -25,6 +25,14 @@ def test_timeout_and_grace_must_be_finite_and_positive(option, value):
     assert isinstance(info.value, ValueError)
 
 
+@pytest.mark.parametrize("option, value, said", [("timeout", "10 minutes", "invalid duration"),
+                                                  ("grace", "soon", "invalid duration"),
+                                                  ("host_mem_limit", "lots", "invalid size")])
+def test_a_size_or_duration_that_does_not_parse_is_refused_naming_its_option(option, value, said):
+    with pytest.raises(isorun.UsageError, match=f"^{option}: {said} '{value}'"):
+        isorun.isolated(touch, **{option: value})
+
+
 def test_a_timeout_below_a_millisecond_is_not_none():
     f = isorun.isolated(touch, timeout=0.0001)
     assert f._options.timeout_ms == 1
