@@ -281,6 +281,20 @@ def test_a_spec_isorun_refuses_is_a_usage_error_and_starts_nothing(trials, tmp_p
     assert not out.exists()
 
 
+def two(x, y=1):
+    return {"loss": x * y}
+
+
+def test_parameters_the_function_cannot_take_are_refused_before_any_trial_runs(tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(isorun.UsageError, match=r"parameters 'z' are not parameters of two\(x, y=1\)"):
+        isorun.sweep({"python": two, "params": {"x": [1], "z": [1]}, "out": str(out)})
+    with pytest.raises(isorun.UsageError, match="'w', 'z' are not parameters"):  # zip's, random's too
+        isorun.sweep({"python": two, "params": {"x": [1]}, "zip": [{"w": [1, 2], "y": [3, 4]}],
+                      "random": {"count": 2, "params": {"z": {"uniform": [0, 1]}}}, "out": str(out)})
+    assert not out.exists()
+
+
 def test_a_searcher_that_fails_is_an_error_naming_it(trials, tmp_path):
     # The command exits 1 for it, as for failed trials: its failure record tells them apart.
     out = tmp_path / "out"
@@ -350,6 +364,24 @@ def test_a_script_that_sweeps_its_own_function_without_a_main_guard_is_told_so(t
     p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=os.environ.copy())
     assert p.returncode == 1
     assert "UsageError" in p.stderr and "if __name__ == '__main__'" in p.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_script_s_function_under_its_main_guard_is_refused_naming_the_guard(tmp_path):
+    # Its trials import the script, where the guarded block does not run.
+    script = tmp_path / "guarded.py"
+    script.write_text(textwrap.dedent(f'''
+        import isorun
+
+        if __name__ == "__main__":
+            def train(lr):
+                return {{"loss": lr}}
+
+            isorun.sweep({{"python": train, "params": {{"lr": [1, 2]}}, "out": {str(tmp_path / "out")!r}}})
+    '''))
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=os.environ.copy())
+    assert p.returncode == 1
+    assert "train() is not defined when" in p.stderr and "if __name__" in p.stderr, p.stderr
     assert not (tmp_path / "out").exists()
 
 
