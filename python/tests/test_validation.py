@@ -153,3 +153,10 @@ def test_a_call_over_64_mib_warns_once_naming_the_largest_global():
         warnings.simplefilter("always")
         f()
     assert not [w for w in again if issubclass(w.category, isorun.LargeCallWarning)]
+
+
+def test_a_gpu_that_does_not_exist_is_refused_with_the_python_way_out(monkeypatch, tmp_path):
+    monkeypatch.setenv("ISORUN_SIMULATE_GPUS", "1x16G")
+    with pytest.raises(isorun.UsageError, match=r"GPU 3 does not exist; available: 0\.\.0 .*cpu=True in Python"):
+        isorun.isolated(touch, gpu=3)(str(tmp_path / "touched"))
+    assert not (tmp_path / "touched").exists()

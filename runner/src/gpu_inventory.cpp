@@ -310,10 +310,13 @@ const gpu_info& gpu_inventory::at(int index) const {
   for (const auto& g : gpus)
     if (g.index == index) return g;
   if (gpus.empty())
-    throw usage_error("GPU " + std::to_string(index) + " was requested but there is no GPU (" + detail +
-                      "); run with --cpu, or set ISORUN_SIMULATE_GPUS=2x16G for a simulated inventory");
+    throw usage_error(
+        "GPU " + std::to_string(index) + " was requested but there is no GPU (" + detail +
+        "); run on the CPU instead (--cpu; cpu=True in Python), or set ISORUN_SIMULATE_GPUS=2x16G for a " +
+        "simulated inventory");
   throw usage_error("GPU " + std::to_string(index) + " does not exist; available: 0.." +
-                    std::to_string(gpus.size() - 1) + " (see `isorun gpus`), or use --cpu");
+                    std::to_string(gpus.size() - 1) +
+                    " (see `isorun gpus`): choose one of them, or run on the CPU (--cpu; cpu=True in Python)");
 }
 
 std::string gpu_inventory::describe_source() const {

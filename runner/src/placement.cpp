@@ -12,7 +12,7 @@ namespace isorun::runner {
 void check_fits(const gpu_info& gpu, std::uint64_t mem_limit) {
   if (mem_limit > gpu.total_memory)
     throw usage_error("mem-limit " + format_size(mem_limit) + " exceeds GPU " + std::to_string(gpu.index) + "'s " +
-                      format_size(gpu.total_memory));
+                      format_size(gpu.total_memory) + ": give a cap of at most that");
 }
 
 gpu_request gpu_request_for(const isolated_options& opts) {
