@@ -433,20 +433,23 @@ def _raise_for_exit(code: Optional[int], failure: str, said_why: str, lines: lis
                     written: Optional[str]) -> None:
     """The exception for how the command ended, if it did not end with its results (exit 0, or 1
     where trials failed): its refusal as :class:`UsageError` (the spec file ``written`` here
-    called "spec"), Ctrl-C, a failed searcher."""
+    called "spec", without the lines of a file the caller never saw), Ctrl-C, a failed searcher.
+    The command's error lines that :func:`_echo` held back go to stderr where no exception
+    carries them."""
     said = "".join(lines[-5:]).strip()
     if code == 2:
         # The command's own words, from its failure record, and "the spec" for the file written here.
         message = (said_why if failure == "usage" else "") or said or "isorun sweep refused the spec"
         if written:
-            message = message.replace(written + ": ", "spec: ")
+            message = re.sub(re.escape(written) + r": (line \d+(, column \d+)?: )?", "spec: ", message)
         raise UsageError(message)
-    if code == 130:
-        raise KeyboardInterrupt
     if code == 1 and failure == "search_error":  # (failed trials exit 1 too; the record tells them apart)
         raise Error(said_why)
-    if code not in (0, 1):
+    if code not in (0, 1, 130):
         raise Error(f"isorun sweep ended with exit code {code}: {said}")
+    sys.stderr.writelines(line for line in lines if line.startswith(_ERROR_LINE))
+    if code == 130:
+        raise KeyboardInterrupt
 
 
 def _failure(error_file: str) -> tuple[str, str]:
@@ -463,12 +466,18 @@ def _failure(error_file: str) -> tuple[str, str]:
     return str(record.get("outcome")), record["message"]
 
 
+# How the command's error lines begin: held back by _echo, for the exception to carry.
+_ERROR_LINE = "isorun: error: "
+
+
 def _echo(proc: subprocess.Popen[str], lines: list[str]) -> None:
-    """Echoes the command's stderr to this process's and keeps its lines, until it ends."""
+    """Echoes the command's stderr to this process's and keeps its lines, until it ends; its error
+    lines are only kept (:func:`_raise_for_exit` says them once, in the exception or here)."""
     assert proc.stderr is not None
     for line in proc.stderr:
         lines.append(line)
-        sys.stderr.write(line)
+        if not line.startswith(_ERROR_LINE):
+            sys.stderr.write(line)
 
 
 def _keep(proc: subprocess.Popen[str], table: list[str]) -> None:

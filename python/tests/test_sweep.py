@@ -270,10 +270,12 @@ def test_what_a_function_raises_or_returns_wrong_is_the_trial_s_task_error(trial
     assert 'raise ValueError("no good")' in err
 
 
-def test_a_spec_isorun_refuses_is_a_usage_error_and_starts_nothing(trials, tmp_path):
+def test_a_spec_isorun_refuses_is_a_usage_error_and_starts_nothing(trials, tmp_path, capsys):
     out = tmp_path / "out"
-    with pytest.raises(isorun.UsageError, match="unknown key 'bogus'"):
+    # Said once, in the exception, of "spec" (not of the file written for the command, nor its lines).
+    with pytest.raises(isorun.UsageError, match="^spec: unknown key 'bogus'"):
         isorun.sweep({"python": f"{trials}:train", "params": {"lr": [1]}, "bogus": 1, "out": str(out)})
+    assert "bogus" not in capsys.readouterr().err
     with pytest.raises(isorun.UsageError, match="no_such_module:train is not found .*No module named 'no_such_module'"):
         isorun.sweep({"python": "no_such_module:train", "params": {"lr": [1]}, "out": str(out)})
     with pytest.raises(isorun.UsageError, match="not a lambda"):
