@@ -57,9 +57,10 @@ void note_present(int pagemap, std::uintptr_t begin, std::uintptr_t end, std::ui
   }
 }
 
-bool readable_now(int fd) {
+// Whether `fd` is readable within `ms` (an error counts as readable: the wait after this one meets it).
+bool readable(int fd, int ms) {
   pollfd p{.fd = fd, .events = POLLIN, .revents = 0};
-  return ::poll(&p, 1, 0) != 0;  // (an error too: the wait after this one meets it)
+  return ::poll(&p, 1, ms) != 0;
 }
 
 }  // namespace
@@ -86,12 +87,10 @@ void note_pages_to_warm() {
 
 void warm_pages_while_waiting(int fd) {
   auto& runs = noted();
-  if (runs.empty()) return;
-  pollfd p{.fd = fd, .events = POLLIN, .revents = 0};
-  if (::poll(&p, 1, calm_ms) != 0) return;
+  if (runs.empty() || readable(fd, calm_ms)) return;
   for (const run& r : runs)
     for (std::uintptr_t at = r.begin; at < r.end; at += slice) {
-      if (readable_now(fd)) return;
+      if (readable(fd, 0)) return;
       // A failure (an older kernel; a mapping changed since the zygote noted it) costs only the
       // faults it would have saved.
       ::madvise(reinterpret_cast<void*>(at), std::min(slice, r.end - at), MADV_POPULATE_READ);
