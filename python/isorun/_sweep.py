@@ -4,8 +4,6 @@ them as they are journaled."""
 
 from __future__ import annotations
 
-import ast
-import inspect
 import json
 import os
 import re
@@ -64,44 +62,8 @@ def _target(fn: Callable[..., Any]) -> str:
         if not path:
             raise UsageError("a function defined in an interactive session cannot be a sweep's function: put it in "
                              "a file and name it as 'path/to/file.py:function'")
-        _check_top_level(path, qualname)
         return f"{os.path.abspath(path)}:{qualname}"
     return f"{module}:{qualname}"
-
-
-def _check_top_level(path: str, name: str) -> None:
-    """Refuses a function of the script that importing the script does not define (one defined
-    under ``if __name__ == "__main__":``, or inside a function): its trials import the file."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            tree = ast.parse(f.read(), path)
-    except (OSError, SyntaxError, ValueError):
-        return  # not readable as Python source here: the trials say what they find
-    if name not in _defined_on_import(tree.body):
-        raise UsageError(f"the sweep's function {name}() is not defined when {path} is imported (is it under "
-                         f"'if __name__ == \"__main__\":'?): its trials import the file as a module, where that "
-                         f"block does not run; define the function at the top level of the file")
-
-
-def _defined_on_import(body: list[ast.stmt]) -> set[str]:
-    """The names that running ``body`` as a module's defines, but for the main guard's block."""
-    names: set[str] = set()
-    for node in body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
-        elif isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
-            names |= _defined_on_import(node.orelse)
-        elif isinstance(node, (ast.If, ast.For, ast.While, ast.With, ast.Try)):
-            for part in ("body", "orelse", "finalbody"):
-                names |= _defined_on_import(getattr(node, part, []))
-            for handler in getattr(node, "handlers", []):
-                names |= _defined_on_import(handler.body)
-    return names
 
 
 def _program() -> str:
@@ -325,32 +287,6 @@ def _run(spec: Spec, options: list[str], progress: bool, search: Any = None,
     return out
 
 
-def _check_parameters(fn: Callable[..., Any], spec: Mapping[str, Any]) -> None:
-    """Refuses, before any trial starts, a sweep with a parameter the function cannot take as a
-    keyword argument (from ``params``, ``zip``, ``random`` or ``search``)."""
-    def keys(section: Any) -> list[str]:
-        return [str(k) for k in section] if isinstance(section, (Mapping, list)) else []
-
-    names = keys(spec.get("params"))
-    for group in spec.get("zip") or []:
-        names += keys(group)
-    for section in ("random", "search"):
-        if isinstance(spec.get(section), Mapping):
-            names += keys(spec[section].get("params"))
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return  # (a callable without one: its trials say what they find)
-    if any(p.kind == p.VAR_KEYWORD for p in signature.parameters.values()):
-        return
-    takes = {p.name for p in signature.parameters.values() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    unknown = [n for n in dict.fromkeys(names) if n not in takes]
-    if unknown:
-        raise UsageError(f"the sweep's parameters {', '.join(map(repr, unknown))} are not parameters of "
-                         f"{getattr(fn, '__qualname__', fn)}{signature}: rename them in the spec, or add them to "
-                         f"the function")
-
-
 def _spec_file(spec: Spec, folder: str) -> tuple[Spec, str]:
     """The spec as the command reads it: a file as given, or a mapping written into ``folder`` as
     JSON (which is YAML), a function named by ``python`` as the module:name the trials import."""
@@ -358,7 +294,6 @@ def _spec_file(spec: Spec, folder: str) -> tuple[Spec, str]:
         return spec, os.fspath(spec)
     spec = dict(spec)
     if callable(spec.get("python")):
-        _check_parameters(spec["python"], spec)
         spec["python"] = _target(spec["python"])
     path = os.path.join(folder, "spec.yaml")
     with open(path, "w", encoding="utf-8") as f:

@@ -13,12 +13,23 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any, Callable
 
-__all__ = ["run_trial", "resolve", "ImportFailed"]
+__all__ = ["run_trial", "resolve", "check", "ImportFailed", "Refused"]
 
 
 class ImportFailed(Exception):
     """The trial's module was found, and importing it raised (``__cause__``): a missing package it
     imports, a ``SystemExit`` from its module-level ``argparse``, ..."""
+
+
+class Refused(Exception):
+    """The function is found, and its trials could not run as the spec asks: it does not take a
+    parameter of the spec (``unknown``, in the spec's order), or it is defined only when its file
+    runs as the main script."""
+
+    def __init__(self, message: str, unknown: list[str] | None = None):
+        super().__init__(message)
+        self.unknown = unknown or []
+
 
 #: Set in a sweep trial's interpreter (sweep/src/trials/python_trials.hpp, trial_env).
 TRIAL_ENV = "ISORUN_SWEEP_TRIAL"
@@ -83,6 +94,67 @@ def resolve(target: str, path: list[str]) -> Callable[..., Any]:
     if not callable(found):
         raise TypeError(f"{target} is not a function")
     return found
+
+
+def check(target: str, path: list[str], names: list[str]) -> None:
+    """What a sweep checks before its first trial (sweep/src/trials/python_trials.cpp runs it, for
+    the command line and ``isorun.sweep`` alike): the function ``target`` names is found as a trial
+    finds it, takes each of ``names`` (the spec's parameters) as a keyword argument, and needs no
+    other. Raises Refused where it does not, ImportFailed where its module raises."""
+    try:
+        fn = resolve(target, path)
+    except AttributeError:
+        where, _, name = target.rpartition(":")
+        module = sys.modules.get(os.path.splitext(os.path.basename(where))[0] if is_file(where) else where)
+        source = getattr(module, "__file__", None)
+        if source and name.split(".")[0] in _defined_under_main_guard(source):
+            raise Refused(f"{name}() is defined under 'if __name__ == \"__main__\":' in {source}, which does not "
+                          f"run when its trials import the file as a module; define the function at the top level "
+                          f"of the file") from None
+        raise
+    import inspect  # (here: a trial itself does not need it)
+
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # (a callable without one: its trials say what they find)
+    takes = signature.parameters.values()
+    keywords = {p.name for p in takes if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    named = f"{getattr(fn, '__qualname__', fn)}{signature}"
+    unknown = [n for n in dict.fromkeys(names) if n not in keywords]
+    if unknown and not any(p.kind == p.VAR_KEYWORD for p in takes):
+        one = len(unknown) == 1
+        raise Refused(f"the sweep's parameter{'' if one else 's'} {', '.join(map(repr, unknown))} "
+                      f"{'is not a parameter' if one else 'are not parameters'} of {named}: rename "
+                      f"{'it' if one else 'them'} in the spec, or add {'it' if one else 'them'} to the function",
+                      unknown)
+    missing = [p.name for p in takes if p.name in keywords and p.default is p.empty and p.name not in names]
+    if missing:
+        one = len(missing) == 1
+        raise Refused(f"{named} has no default for {', '.join(map(repr, missing))}, which the sweep's parameters "
+                      f"do not give: add {'it' if one else 'them'} to the spec, or give {'it' if one else 'them'} "
+                      f"a default")
+
+
+def _defined_under_main_guard(source: str) -> set[str]:
+    """The names that the top-level ``if __name__ == "__main__":`` blocks of the file ``source``
+    define (empty where it does not parse)."""
+    import ast
+
+    try:
+        with open(source, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), source)
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+            for inner in ast.walk(node):
+                if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    names.add(inner.name)
+                elif isinstance(inner, ast.Name) and isinstance(inner.ctx, ast.Store):
+                    names.add(inner.id)
+    return names
 
 
 def _plain(value: Any) -> Any:

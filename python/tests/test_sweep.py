@@ -289,12 +289,27 @@ def two(x, y=1):
 
 def test_parameters_the_function_cannot_take_are_refused_before_any_trial_runs(tmp_path):
     out = tmp_path / "out"
-    with pytest.raises(isorun.UsageError, match=r"parameters 'z' are not parameters of two\(x, y=1\)"):
+    with pytest.raises(isorun.UsageError, match=r"parameter 'z' is not a parameter of two\(x, y=1\)"):
         isorun.sweep({"python": two, "params": {"x": [1], "z": [1]}, "out": str(out)})
     with pytest.raises(isorun.UsageError, match="'w', 'z' are not parameters"):  # zip's, random's too
         isorun.sweep({"python": two, "params": {"x": [1]}, "zip": [{"w": [1, 2], "y": [3, 4]}],
                       "random": {"count": 2, "params": {"z": {"uniform": [0, 1]}}}, "out": str(out)})
+    with pytest.raises(isorun.UsageError, match=r"two\(x, y=1\) has no default for 'x'"):
+        isorun.sweep({"python": two, "params": {"y": [1]}, "out": str(out)})
     assert not out.exists()
+
+
+def test_a_spec_file_s_parameter_the_function_cannot_take_is_refused_at_its_line(trials, tmp_path):
+    # The command line checks as isorun.sweep does: a module named as module:function, too.
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"python: trials:train\nparams:\n  lr: [1]\n  batch: [2]\nout: {tmp_path / 'out'}\n")
+    program = os.path.join(os.path.dirname(isorun.__file__), "bin", "isorun")
+    p = subprocess.run([program, "sweep", str(spec), "--no-progress"], capture_output=True, text=True,
+                       cwd=trials.parent, env=os.environ.copy())
+    assert p.returncode == 2
+    assert f"isorun: error: {spec}: line 4: python: the sweep's parameter 'batch' is not a parameter of train(" \
+        in p.stderr, p.stderr
+    assert not (tmp_path / "out").exists() and calls(trials) == []
 
 
 def test_a_searcher_that_fails_is_an_error_naming_it(trials, tmp_path):
@@ -383,7 +398,7 @@ def test_a_script_s_function_under_its_main_guard_is_refused_naming_the_guard(tm
     '''))
     p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=os.environ.copy())
     assert p.returncode == 1
-    assert "train() is not defined when" in p.stderr and "if __name__" in p.stderr, p.stderr
+    assert "train() is defined under 'if __name__ == \"__main__\":'" in p.stderr, p.stderr
     assert not (tmp_path / "out").exists()
 
 

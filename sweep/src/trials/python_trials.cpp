@@ -1,8 +1,11 @@
 #include "trials/python_trials.hpp"
 #include "trials/trial_program.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <iterator>
+#include <set>
 
 #include "isorun/runner/driver_cap.hpp"
 #include "isorun/runner/errors.hpp"
@@ -24,26 +27,43 @@ bool is_file(const std::string& where) {
 }
 
 // Exit codes of the check below, beyond 0.
-constexpr int no_isorun = 3, no_module = 4, import_failed = 5;
+constexpr int no_isorun = 3, no_module = 4, import_failed = 5, refused = 6;
 
-// Run by the interpreter: can it serve trials, and does it find the function (by importing its
-// module or loading its file, as a trial does)?
+// Run by the interpreter with the target and the spec's parameter names: can it serve trials, does
+// it find the function (by importing its module or loading its file, as a trial does), and does
+// the function take those parameters (isorun._trial.check)? A refusal for a parameter names it in
+// stdout's last line, after what the module printed.
 constexpr const char* check_script = R"(import os, sys
 try:
     import isorun._core, isorun._payload
-    from isorun._trial import resolve, ImportFailed
+    from isorun._trial import check, ImportFailed, Refused
 except Exception as e:
     print(f"{type(e).__name__}: {e}", file=sys.stderr)
     sys.exit(3)
 try:
-    resolve(sys.argv[1], [os.getcwd()])
+    check(sys.argv[1], [os.getcwd()], sys.argv[2:])
 except ImportFailed as e:
     print(e, file=sys.stderr)
     sys.exit(5)
+except Refused as e:
+    if e.unknown:
+        print(f"\nunknown parameter: {e.unknown[0]}")
+    print(e, file=sys.stderr)
+    sys.exit(6)
 except BaseException as e:
     print(f"{type(e).__name__}: {e}", file=sys.stderr)
     sys.exit(4)
 )";
+
+// The spec's parameter names, in the order its trials first give them.
+std::vector<std::string> parameter_names(const sweep_spec& s) {
+  std::vector<std::string> names;
+  std::set<std::string> seen;
+  for (const auto& trial : s.trials)
+    for (const auto& [name, value] : trial.items())
+      if (seen.insert(name).second) names.push_back(name);
+  return names;
+}
 
 // The last `n` lines of `text` (what a module printed before it failed: argparse's usage and error).
 std::string last_lines(std::string text, std::size_t n) {
@@ -92,9 +112,10 @@ void check(const sweep_spec& s) {
   }
   std::vector<std::string> env = runner::inherited_environment();
   env.push_back(std::string(trial_env) + "=1");
-  const runner::program_output r = runner::run_to_end(
-      python, {"-c", check_script, request(s, nlohmann::json::object())["function"].get<std::string>()},
-      std::move(env));
+  std::vector<std::string> args = {"-c", check_script,
+                                   request(s, nlohmann::json::object())["function"].get<std::string>()};
+  std::ranges::move(parameter_names(s), std::back_inserter(args));
+  const runner::program_output r = runner::run_to_end(python, std::move(args), std::move(env));
   if (r.code == no_isorun)
     throw located(s, s.python_line,
                   "python: " + python + " cannot import the isorun package (" + last_line(r.err) +
@@ -111,6 +132,12 @@ void check(const sweep_spec& s) {
                       (r.err.empty() ? "" : " (" + last_line(r.err) + ")") +
                       "; modules are found from the folder isorun runs in and PYTHONPATH, or name "
                       "a file: path/to/file.py:function");
+  if (r.code == refused) {
+    constexpr std::string_view said = "unknown parameter: ";
+    const std::string last = last_line(r.out);
+    const auto line = last.starts_with(said) ? s.param_lines.find(last.substr(said.size())) : s.param_lines.end();
+    throw located(s, line == s.param_lines.end() ? s.python_line : line->second, "python: " + last_line(r.err));
+  }
   if (r.code != 0)
     throw located(s, s.python_line,
                   "python: " + python + " did not run (exit " + std::to_string(r.code) + "): " + last_line(r.err));
