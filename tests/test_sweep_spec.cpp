@@ -77,6 +77,7 @@ TEST_CASE("spec errors name the YAML line", "[sweep][spec]") {
   CHECK(spec_line("task: t\nzip:\n  - {a: [1, 2], b: [1]}\n") == 3);           // uneven zip
   CHECK(spec_line("task: t\npolicy:\n  retries: {out_of_memory: 1}\n") == 3);  // OOM retry
   CHECK(spec_line("task: t\nresources:\n  mem_limit: lots\n") == 3);
+  CHECK(spec_line("task: t\nresources:\n  mem_limit: 0G\n") == 3);                   // a cap of nothing is not "no cap"
   CHECK(spec_line("task: t\npolicy:\n  oom_retry: {factor: 1, max: 16G}\n") == 3);   // factor below 1.1
   CHECK(spec_line("task: t\npolicy:\n  oom_retry: {factor: x, max: 16G}\n") == 3);   // not a number
   CHECK(spec_line("task: t\npolicy:\n  oom_retry: {factor: 2, max: lots}\n") == 3);  // not a size

@@ -27,7 +27,7 @@ STARTS = ("auto", "exec", "zygote")
 
 
 def size(value: Optional[Size], what: str) -> int:
-    """Bytes of a cap given as an int or a size such as "2G" (None: 0, no cap)."""
+    """Bytes of a cap given as an int or a size such as "2G", more than 0 (None: 0, no cap)."""
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, (int, str)):
@@ -35,11 +35,15 @@ def size(value: Optional[Size], what: str) -> int:
     if isinstance(value, int):
         if value < 0:
             raise UsageError(f"{what} cannot be negative ({value})")
-        return value
-    try:
-        return _core.parse_size(value)
-    except UsageError as e:
-        raise UsageError(f"{what}: {e}") from None
+        given = value
+    else:
+        try:
+            given = _core.parse_size(value)
+        except UsageError as e:
+            raise UsageError(f"{what}: {e}") from None
+    if given == 0:  # as the command line's --mem-limit 0: a cap of nothing is a mistake, not "no cap"
+        raise UsageError(f"{what} must be greater than zero, not {value!r} (leave it out, or None, for no cap)")
+    return given
 
 
 def ms(value: Optional[Duration], what: str) -> int:

@@ -33,6 +33,14 @@ def test_a_size_or_duration_that_does_not_parse_is_refused_naming_its_option(opt
         isorun.isolated(touch, **{option: value})
 
 
+@pytest.mark.parametrize("option", ["mem_limit", "host_mem_limit"])
+@pytest.mark.parametrize("value", [0, "0", "0G"])
+def test_a_cap_of_zero_is_refused_not_taken_as_no_cap(option, value):
+    # As the command line's --mem-limit 0 and a spec's mem_limit: 0 are.
+    with pytest.raises(isorun.UsageError, match=f"^{option} must be greater than zero.*None, for no cap"):
+        isorun.isolated(touch, gpu=0, **{option: value})
+
+
 def test_a_timeout_below_a_millisecond_is_not_none():
     f = isorun.isolated(touch, timeout=0.0001)
     assert f._options.timeout_ms == 1

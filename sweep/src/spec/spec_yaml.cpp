@@ -470,6 +470,7 @@ void parse_resource(const YAML::Node& key, const std::string& k, const YAML::Nod
     else fail(v, "gpus is a list of indices or all");
   } else if (k == "mem_limit") {
     s.mem_limit = parse_size(v.Scalar());
+    if (!s.mem_limit) fail(v, "mem_limit must be greater than zero (leave it out for no cap)");
   } else if (k == "host_mem_limit") {
     s.host_mem_limit = parse_size(v.Scalar());
     if (!s.host_mem_limit) fail(v, "host_mem_limit must be greater than zero");
