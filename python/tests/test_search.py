@@ -93,7 +93,7 @@ def test_a_sampler_or_study_from_python(trials, tmp_path):
     assert len(records) == 6 and all(r["outcome"] == "success" for r in records)
     # The same folder again, with the same kind of sampler: resumed, nothing runs again.
     assert len(isorun.sweep(spec, search=optuna.samplers.TPESampler(seed=3), trials=6)) == 6
-    with pytest.raises(isorun.UsageError, match="holds a different sweep"):  # another sampler: not resumed
+    with pytest.raises(isorun.UsageError, match=r"holds a different sweep.*\(--out; out= in Python\)"):  # another sampler: not resumed
         isorun.sweep(spec, search=optuna.samplers.RandomSampler(seed=3), trials=6)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=5))
     again = isorun.sweep(spec_of(trials, tmp_path / "out2"), search=study, trials=4)

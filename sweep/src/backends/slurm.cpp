@@ -149,8 +149,8 @@ std::vector<std::string> sbatch_arguments(const slurm_spec& s, std::size_t array
   for (char c : logs.string()) {
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f || c == '\\')
       throw usage_error("the output folder " + logs.parent_path().parent_path().string() +
-                        " holds a control character or a backslash, which sbatch cannot take in --output; "
-                        "choose another --out");
+                        " holds a control character or a backslash, which sbatch cannot take in --output; " +
+                        std::string(detail::another_out));
     pattern += c == '%' ? std::string("%%") : std::string(1, c);  // a literal '%' in a filename pattern
   }
   // The job name is the spec's (a command's file name): what a terminal or squeue would garble

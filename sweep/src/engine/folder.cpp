@@ -40,7 +40,7 @@ unique_fd open_subfolder(int dir, const std::string& name, bool create, const fs
   if (errno == ENOTDIR) {
     struct stat st {};
     if (::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) refuse_link(shown);
-    throw usage_error(shown.string() + " is not a folder; remove it, or choose another --out");
+    throw usage_error(shown.string() + " is not a folder; remove it, or " + std::string(another_out));
   }
   throw internal_error("cannot open " + shown.string() + ": " + std::strerror(errno));
 }
@@ -65,7 +65,7 @@ unique_fd open_file(int dir, const std::string& name, int flags, const fs::path&
   if (errno == EINVAL)
     throw usage_error(shown.string() +
                       " is not a regular file (a FIFO, a device or a folder); isorun reads and writes " +
-                      "only plain files in a sweep's folder: remove it, or choose another --out");
+                      "only plain files in a sweep's folder: remove it, or " + std::string(another_out));
   throw internal_error("cannot open " + shown.string() + ": " + std::strerror(errno));
 }
 
@@ -74,7 +74,7 @@ std::string read_all(int fd, std::size_t limit, const fs::path& shown) {
   const int failed = serialization::read_bounded(fd, limit, text);
   if (failed == EFBIG)
     throw usage_error(shown.string() + " is larger than " + std::to_string(limit >> 20) +
-                      " MiB, more than isorun ever writes there; remove it, or choose another --out");
+                      " MiB, more than isorun ever writes there; remove it, or " + std::string(another_out));
   if (failed) throw internal_error("cannot read " + shown.string() + ": " + std::strerror(failed));
   return text;
 }

@@ -22,6 +22,10 @@ namespace isorun::sweep::detail {
 /// The start is kept, where things first went wrong; a failed trial's record quotes the end.
 inline constexpr std::uint64_t max_log = std::uint64_t{8} << 20;
 
+/// How a refusal of the output folder ends: its way out in the command line's words and
+/// Python's, since `isorun.sweep` passes the command's messages on.
+inline constexpr std::string_view another_out = "choose another output folder (--out; out= in Python)";
+
 /// @brief Opens the folder `dir`, following a symbolic link to it (the one link allowed).
 /// @return an empty descriptor if it does not exist or is not a folder.
 /// @throws internal_error if it is there but cannot be opened.

@@ -235,7 +235,7 @@ folder_lock::folder_lock(const fs::path& out, bool wait) {
     if (!wait)
       throw usage_error("output folder " + out.string() + " is in use by another sweep (" +
                         (who.empty() ? std::string("its pid is unknown") : "pid " + who) +
-                        "); wait for it to finish, pass --wait to wait for it, or choose another --out");
+                        "); wait for it to finish, pass --wait to wait for it, or " + std::string(detail::another_out));
     std::fprintf(stderr, "isorun: waiting for the sweep using %s (pid %s) to finish\n", printable(out.string()).c_str(),
                  printable(who).c_str());
     while (::flock(fd.get(), LOCK_EX) != 0)

@@ -8,6 +8,7 @@
 #include <set>
 #include <utility>
 
+#include "engine/folder.hpp"
 #include "engine/run_state.hpp"
 #include "isorun/runner/bounded_json.hpp"
 #include "isorun/runner/errors.hpp"
@@ -78,7 +79,7 @@ void queue_trials(run_state& st) {
       throw usage_error("output folder " + st.out_text + " holds a different sweep (task " +
                         (old.is_discarded() ? std::string("?") : old.value("task", "?")) + ", " +
                         (old.is_discarded() ? std::string("?") : std::to_string(old.value("trials", 0))) +
-                        " trials); choose another --out, or remove it");
+                        " trials); remove it, or " + std::string(detail::another_out));
   } else {
     write_file_durably(st.out / "sweep.json", identity.dump(2) + "\n");
   }

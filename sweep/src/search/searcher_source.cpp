@@ -344,8 +344,8 @@ void searcher_source::converse() {
 
 [[noreturn]] void searcher_source::replay_failed(int line, const std::string& what) const {
   throw search_error((setup_.out / conversation_file).string() + " line " + std::to_string(line) + " " + what +
-                     "; a resumed search replays that file as isorun wrote it: restore it, or run the sweep into "
-                     "another folder (--out)");
+                     "; a resumed search replays that file as isorun wrote it: restore it, or " +
+                     std::string(detail::another_out));
 }
 
 // A line of search.jsonl as isorun writes it: {"ask": N, "params": {...}, ...}, the parameters
