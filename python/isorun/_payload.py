@@ -157,7 +157,7 @@ def _dumps_call(obj: Any) -> bytes:
 def _refused_where(fn: Callable[..., Any], args: tuple, kwargs: dict) -> str:
     """Which part of the call holds what _CallPickler refused (pickled again, part by part: only
     on this failure's path)."""
-    parts = [(f"argument {i}", a) for i, a in enumerate(args)]
+    parts = [(f"argument {i}", a) for i, a in enumerate(args, 1)]
     parts += [(f"keyword argument {k!r}", v) for k, v in kwargs.items()]
     for where, value in parts:
         try:
@@ -300,7 +300,7 @@ def _warn_large(fn: Callable[..., Any], args: tuple, kwargs: dict, size: int) ->
     captured = largest(_captured(fn))
     if captured:
         what.append(f"the largest global it captures is {captured[1]} ({captured[0] / mib:.1f} MiB)")
-    arg = largest([(f"argument {i}", a) for i, a in enumerate(args)] +
+    arg = largest([(f"argument {i}", a) for i, a in enumerate(args, 1)] +
                   [(f"keyword argument {k!r}", v) for k, v in kwargs.items()])
     if arg:
         what.append(f"its largest argument is {arg[1]} ({arg[0] / mib:.1f} MiB)")

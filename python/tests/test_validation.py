@@ -111,18 +111,18 @@ def _refused(tmp_path, *args, **kwargs):
 
 def test_an_open_file_among_the_arguments_is_refused_naming_it(tmp_path):
     with open(tmp_path / "data.txt", "w+") as f:
-        assert "argument 1 is an open file" in _refused(tmp_path, f)
+        assert "argument 2 is an open file" in _refused(tmp_path, f)
         assert "cannot be pickled" not in _refused(tmp_path, f)
         assert "keyword argument 'log' is an open file" in _refused(tmp_path, log=f)
-        assert "argument 1 is an open file" in _refused(tmp_path, [{"nested": f}])
+        assert "argument 2 is an open file" in _refused(tmp_path, [{"nested": f}])
 
 
 def test_sockets_locks_and_generators_are_refused_naming_them(tmp_path):
     with socket.socket() as s:
-        assert "argument 1 is a socket" in _refused(tmp_path, s)
+        assert "argument 2 is a socket" in _refused(tmp_path, s)
     assert "keyword argument 'lock' is a lock" in _refused(tmp_path, lock=threading.Lock())
-    assert "argument 2 is a lock" in _refused(tmp_path, 1, threading.RLock())
-    assert "argument 1 is a generator" in _refused(tmp_path, (i for i in range(3)))
+    assert "argument 3 is a lock" in _refused(tmp_path, 1, threading.RLock())
+    assert "argument 2 is a generator" in _refused(tmp_path, (i for i in range(3)))
 
 
 def test_an_open_file_the_function_captures_is_refused(tmp_path):
@@ -144,7 +144,7 @@ def length(text):
 
 def test_a_call_over_64_mib_of_plain_arguments_warns_naming_the_argument():
     # A module-level function given a string: the standard pickler's path, which warns as well.
-    with pytest.warns(isorun.LargeCallWarning, match="its largest argument is argument 0"):
+    with pytest.warns(isorun.LargeCallWarning, match="its largest argument is argument 1"):
         assert isorun.isolated(length)("x" * ((64 << 20) + 1)) == (64 << 20) + 1
 
 
