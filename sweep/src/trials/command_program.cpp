@@ -35,10 +35,7 @@ class command_trials final : public trial_program {
 
   // Placeholders and parameters that do not match, a program that cannot be found.
   void check() const override {
-    std::vector<std::string> params;
-    for (const auto& t : s_.trials)
-      for (auto it = t.begin(); it != t.end(); ++it)
-        if (std::find(params.begin(), params.end(), it.key()) == params.end()) params.push_back(it.key());
+    const std::vector<std::string> params = parameter_names(s_);
     const std::vector<std::string> used = placeholders(s_.command);
     for (const auto& name : used)
       if (std::find(params.begin(), params.end(), name) == params.end())

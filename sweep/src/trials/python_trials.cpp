@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iterator>
-#include <set>
 
 #include "isorun/runner/driver_cap.hpp"
 #include "isorun/runner/errors.hpp"
@@ -29,10 +28,10 @@ bool is_file(const std::string& where) {
 // Exit codes of the check below, beyond 0.
 constexpr int no_isorun = 3, no_module = 4, import_failed = 5, refused = 6;
 
-// Run by the interpreter with the target and the spec's parameter names: can it serve trials, does
-// it find the function (by importing its module or loading its file, as a trial does), and does
-// the function take those parameters (isorun._trial.check)? A refusal for a parameter names it in
-// stdout's last line, after what the module printed.
+// Run by the interpreter with the target and the spec's parameter names (trial_program.hpp): can
+// it serve trials, does it find the function (by importing its module or loading its file, as a
+// trial does), and does the function take those parameters (isorun._trial.check)? A refusal for a
+// parameter names it in stdout's last line, after what the module printed.
 constexpr const char* check_script = R"(import os, sys
 try:
     import isorun._core, isorun._payload
@@ -54,16 +53,6 @@ except BaseException as e:
     print(f"{type(e).__name__}: {e}", file=sys.stderr)
     sys.exit(4)
 )";
-
-// The spec's parameter names, in the order its trials first give them.
-std::vector<std::string> parameter_names(const sweep_spec& s) {
-  std::vector<std::string> names;
-  std::set<std::string> seen;
-  for (const auto& trial : s.trials)
-    for (const auto& [name, value] : trial.items())
-      if (seen.insert(name).second) names.push_back(name);
-  return names;
-}
 
 // The last `n` lines of `text` (what a module printed before it failed: argparse's usage and error).
 std::string last_lines(std::string text, std::size_t n) {

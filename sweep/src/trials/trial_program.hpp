@@ -86,6 +86,10 @@ class trial_program {
   const sweep_spec& s_;
 };
 
+/// @brief The spec's parameter names, in the order its trials first give them: every one a
+///        trial can get (a searcher names what it chooses in `search: params:`).
+std::vector<std::string> parameter_names(const sweep_spec& s);
+
 /// @brief The program of `s`'s trials (which outlives it).
 std::unique_ptr<trial_program> program_of(const sweep_spec& s);
 

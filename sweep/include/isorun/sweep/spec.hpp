@@ -129,7 +129,7 @@ struct search_spec {
   std::optional<std::int64_t> seed;  ///< type optuna: the sampler's seed
   int trials = 0;                    ///< the budget: at most this many trials asked for
   /// The parameters it chooses: type optuna, name -> distribution ({float: [lo, hi], log, step},
-  /// {int: [lo, hi], log, step}, {categorical: [...]}); type command, optionally the names.
+  /// {int: [lo, hi], log, step}, {categorical: [...]}); type command, the names.
   nlohmann::json params = nlohmann::json::object();
   /// What it optimizes: the metric, or several (multi-objective): {name, maximize} each.
   std::vector<metric_spec> objectives;
