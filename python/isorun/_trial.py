@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Mapping
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 __all__ = ["run_trial", "resolve", "check", "ImportFailed", "Refused"]
 
@@ -23,10 +23,10 @@ class ImportFailed(Exception):
 
 class Refused(Exception):
     """The function is found, and its trials could not run as the spec asks: it does not take a
-    parameter of the spec (``unknown``, in the spec's order), or it is defined only when its file
-    runs as the main script."""
+    parameter of the spec as a keyword (``unknown``, in the spec's order), it needs one the spec
+    does not give, or it is defined only when its file runs as the main script."""
 
-    def __init__(self, message: str, unknown: list[str] | None = None):
+    def __init__(self, message: str, unknown: Optional[list[str]] = None):
         super().__init__(message)
         self.unknown = unknown or []
 
@@ -112,28 +112,42 @@ def check(target: str, path: list[str], names: list[str]) -> None:
                           f"run when its trials import the file as a module; define the function at the top level "
                           f"of the file") from None
         raise
+    _check_parameters(fn, target.rpartition(":")[2], names)
+
+
+def _check_parameters(fn: Callable[..., Any], name: str, names: list[str]) -> None:
+    """Refuses a function that cannot be called with ``names`` as keyword arguments alone."""
     import inspect  # (here: a trial itself does not need it)
 
-    try:
-        signature = inspect.signature(fn)
+    try:  # the signature the trial calls: a decorator's wrapper's own, not what it wraps
+        signature = inspect.signature(fn, follow_wrapped=False)
     except (TypeError, ValueError):
         return  # (a callable without one: its trials say what they find)
     takes = signature.parameters.values()
+    named = " ".join(f"{name}{signature}".split())  # a default's repr may span lines (an array's)
+    positional = [p.name for p in takes if p.kind == p.POSITIONAL_ONLY and (p.name in names or p.default is p.empty)]
+    if positional:
+        raise Refused(f"{named} takes {', '.join(map(repr, positional))} by position only (before '/'), and a "
+                      f"trial passes its parameters as keyword arguments: make {_it(positional)} a keyword "
+                      f"parameter", [n for n in positional if n in names])
     keywords = {p.name for p in takes if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    named = f"{getattr(fn, '__qualname__', fn)}{signature}"
     unknown = [n for n in dict.fromkeys(names) if n not in keywords]
     if unknown and not any(p.kind == p.VAR_KEYWORD for p in takes):
         one = len(unknown) == 1
         raise Refused(f"the sweep's parameter{'' if one else 's'} {', '.join(map(repr, unknown))} "
                       f"{'is not a parameter' if one else 'are not parameters'} of {named}: rename "
-                      f"{'it' if one else 'them'} in the spec, or add {'it' if one else 'them'} to the function",
-                      unknown)
+                      f"{_it(unknown)} in the spec, or add {_it(unknown)} to the function", unknown)
     missing = [p.name for p in takes if p.name in keywords and p.default is p.empty and p.name not in names]
+    if missing and "." in name and missing[0] in ("self", "cls"):
+        raise Refused(f"{named} is a method of a class, called on no object: name a function, a staticmethod "
+                      f"or a classmethod")
     if missing:
-        one = len(missing) == 1
         raise Refused(f"{named} has no default for {', '.join(map(repr, missing))}, which the sweep's parameters "
-                      f"do not give: add {'it' if one else 'them'} to the spec, or give {'it' if one else 'them'} "
-                      f"a default")
+                      f"do not give: add {_it(missing)} to the spec, or give {_it(missing)} a default")
+
+
+def _it(names: list[str]) -> str:
+    return "it" if len(names) == 1 else "them"
 
 
 def _defined_under_main_guard(source: str) -> set[str]:

@@ -312,6 +312,64 @@ def test_a_spec_file_s_parameter_the_function_cannot_take_is_refused_at_its_line
     assert not (tmp_path / "out").exists() and calls(trials) == []
 
 
+CHECKED = textwrap.dedent('''
+    import atexit, functools, sys
+    print("printed at import")
+    atexit.register(lambda: print("printed at exit", file=sys.stderr) or print("and on stdout"))
+
+    def with_device(fn):
+        @functools.wraps(fn)
+        def wrapper(**kw):
+            return fn(device="cpu", **kw)
+        return wrapper
+
+    @with_device
+    def decorated(lr, device):
+        return {"loss": lr}
+
+    class Big:
+        def __repr__(self):
+            return "Big(\\n  1)"
+
+    def big_default(lr, w=Big()):
+        return {"loss": lr}
+
+    def by_position(lr, /, b=1):
+        return {"loss": lr}
+
+    class Model:
+        def fit(self, lr):
+            return {"loss": lr}
+''')
+
+
+@pytest.mark.parametrize("spec, line, said", [
+    # The wrapper the trial calls takes lr; what it wraps also needs device, which it gives.
+    ("python: checked:decorated\nparams:\n  lr: [1]\n", None, None),
+    # Said whole on one line, whatever the module prints at exit after the check.
+    ("python: checked:big_default\nparams:\n  lr: [1]\n  lx: [2]\n", 4,
+     "the sweep's parameter 'lx' is not a parameter of big_default(lr, w=Big( 1)): rename it in the spec"),
+    ("python: checked:by_position\nparams:\n  lr: [1]\n", 3,
+     "by_position(lr, /, b=1) takes 'lr' by position only (before '/'), and a trial passes its parameters as "
+     "keyword arguments"),
+    ("python: checked:Model.fit\nparams:\n  lr: [1]\n", 1, "Model.fit(self, lr) is a method of a class"),
+    ("python: checked:big_default\nmetric: {name: loss, goal: minimize}\nsearch:\n  type: command\n"
+     "  command: [python3, searcher.py]\n  trials: 1\n  params:\n    - lr\n    - zz\n", 9,
+     "the sweep's parameter 'zz' is not a parameter"),
+])
+def test_what_the_check_of_a_function_s_parameters_says_and_where(tmp_path, spec, line, said):
+    (tmp_path / "checked.py").write_text(CHECKED)
+    (tmp_path / "spec.yaml").write_text(spec + "out: out\n")
+    program = os.path.join(os.path.dirname(isorun.__file__), "bin", "isorun")
+    p = subprocess.run([program, "sweep", "spec.yaml", "--no-progress"], capture_output=True, text=True,
+                       cwd=tmp_path, env=os.environ.copy())
+    if said is None:
+        assert p.returncode == 0, p.stderr
+        return
+    assert p.returncode == 2 and f"isorun: error: spec.yaml: line {line}: python: {said}" in p.stderr, p.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_searcher_that_fails_is_an_error_naming_it(trials, tmp_path):
     # The command exits 1 for it, as for failed trials: its failure record tells them apart.
     out = tmp_path / "out"

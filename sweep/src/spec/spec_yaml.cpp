@@ -953,6 +953,11 @@ void apply_search(const YAML::Node& root, const YAML::Node& se, sweep_spec& s, s
   for (const auto& [name, d] : s.search.params.items())
     if (trials.front().contains(name))
       fail(se["params"], "parameter '" + name + "' is both a constant in params: and chosen by search:; keep one");
+  const YAML::Node chosen = se["params"];  // (each name's line, as for params:)
+  for (const auto& entry : chosen) {
+    const YAML::Node name = chosen.IsMap() ? entry.first : YAML::Node(entry);
+    s.param_lines[name.Scalar()] = line_of(name);
+  }
   if (s.search.objectives.empty()) {
     if (s.metric.name.empty())
       fail(se, "search needs metric: (what it optimizes, e.g. {name: loss, goal: minimize}), or search objectives:");

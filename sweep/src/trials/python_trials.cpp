@@ -28,11 +28,15 @@ bool is_file(const std::string& where) {
 // Exit codes of the check below, beyond 0.
 constexpr int no_isorun = 3, no_module = 4, import_failed = 5, refused = 6;
 
+// What the check below writes before the JSON of a refusal, on a line of its own in its stdout
+// (after anything the module printed, before anything it prints at exit).
+constexpr std::string_view refusal_mark = "\x1eisorun-check-refused ";
+
 // Run by the interpreter with the target and the spec's parameter names (trial_program.hpp): can
 // it serve trials, does it find the function (by importing its module or loading its file, as a
-// trial does), and does the function take those parameters (isorun._trial.check)? A refusal for a
-// parameter names it in stdout's last line, after what the module printed.
-constexpr const char* check_script = R"(import os, sys
+// trial does), and does the function take those parameters (isorun._trial.check)? A refusal is
+// {"message", "unknown": [the spec's parameters the function does not take]} after refusal_mark.
+constexpr const char* check_script = R"(import json, os, sys
 try:
     import isorun._core, isorun._payload
     from isorun._trial import check, ImportFailed, Refused
@@ -45,14 +49,31 @@ except ImportFailed as e:
     print(e, file=sys.stderr)
     sys.exit(5)
 except Refused as e:
-    if e.unknown:
-        print(f"\nunknown parameter: {e.unknown[0]}")
-    print(e, file=sys.stderr)
+    sys.stdout.flush()
+    said = json.dumps({"message": str(e), "unknown": e.unknown})
+    os.write(1, f"\n\x1eisorun-check-refused {said}\n".encode())
     sys.exit(6)
 except BaseException as e:
     print(f"{type(e).__name__}: {e}", file=sys.stderr)
     sys.exit(4)
 )";
+
+// The check's refusal: where in the spec (a parameter's line, else python:'s) and what.
+spec_error refusal(const sweep_spec& s, const std::string& out) {
+  nlohmann::json said;
+  if (const auto at = out.rfind(refusal_mark); at != std::string::npos) {
+    const std::size_t from = at + refusal_mark.size(), end = out.find('\n', from);
+    said = nlohmann::json::parse(out.substr(from, end == std::string::npos ? end : end - from), nullptr, false);
+  }
+  if (!said.is_object() || !said.contains("message") || !said["message"].is_string())
+    return located(s, s.python_line, "python: " + s.python + " is refused by the check of its parameters");
+  int line = s.python_line;
+  if (const auto& unknown = said.value("unknown", nlohmann::json::array()); unknown.is_array() && !unknown.empty())
+    if (const auto it = s.param_lines.find(unknown[0].is_string() ? unknown[0].get<std::string>() : "");
+        it != s.param_lines.end())
+      line = it->second;
+  return located(s, line, "python: " + said["message"].get<std::string>());
+}
 
 // The last `n` lines of `text` (what a module printed before it failed: argparse's usage and error).
 std::string last_lines(std::string text, std::size_t n) {
@@ -121,12 +142,7 @@ void check(const sweep_spec& s) {
                       (r.err.empty() ? "" : " (" + last_line(r.err) + ")") +
                       "; modules are found from the folder isorun runs in and PYTHONPATH, or name "
                       "a file: path/to/file.py:function");
-  if (r.code == refused) {
-    constexpr std::string_view said = "unknown parameter: ";
-    const std::string last = last_line(r.out);
-    const auto line = last.starts_with(said) ? s.param_lines.find(last.substr(said.size())) : s.param_lines.end();
-    throw located(s, line == s.param_lines.end() ? s.python_line : line->second, "python: " + last_line(r.err));
-  }
+  if (r.code == refused) throw refusal(s, r.out);
   if (r.code != 0)
     throw located(s, s.python_line,
                   "python: " + python + " did not run (exit " + std::to_string(r.code) + "): " + last_line(r.err));
