@@ -19,6 +19,7 @@ import sys
 import traceback
 import types
 import warnings
+import weakref
 from collections.abc import Iterator
 from typing import Any, Callable, NoReturn, Optional
 
@@ -330,15 +331,83 @@ def encode_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> bytes:
     origins: tuple[dict[tuple[str, int], str], dict[str, list[str]]] = ({}, {})  # none sent by value
     if call is None:
         try:
-            call = _dumps_call((fn, args, kwargs))
+            ahead = _pickled_ahead(fn)
+            if ahead is None:
+                call, origins = _dumps_call((fn, args, kwargs)), _origins(fn)
+            else:
+                head, origins = ahead
+                plain = all(type(a) in _PLAIN for a in args) and all(type(v) in _PLAIN for v in kwargs.values())
+                call = (pickle.dumps if plain else _dumps_call)((head, args, kwargs))
         except _Refused as exc:
             raise UsageError(f"{_refused_where(fn, args, kwargs)} is {exc.what} ({exc.type_name}), which cannot "
                              "travel to another process: pass what the worker needs to open or make it "
                              "(a path, the data) instead") from None
-        origins = _origins(fn)
     if len(call) > LARGE_CALL_BYTES:
         _warn_large(fn, args, kwargs, len(call))
     return pickle.dumps((list(sys.path), call, origins), protocol=5)
+
+
+class _Pickled:
+    """A function pickled ahead, in a call's pickle: unpickled where the call is unpickled."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def __reduce__(self) -> tuple[Callable[[bytes], Any], tuple[bytes]]:
+        return pickle.loads, (self.data,)
+
+
+_Origins = tuple[dict[tuple[str, int], str], dict[str, list[str]]]
+
+#: Functions sent by value whose pickle nothing but their _fixed_state can change: that state,
+#: the function pickled, and its origins, made once. Pickling a function by value is most of a
+#: spaced call's own work in the caller (cloudpickle's Python, run cold after the caller's idle
+#: wait), and a program calls the same function again and again.
+_AHEAD: weakref.WeakKeyDictionary[types.FunctionType, tuple[tuple[Any, ...], _Pickled, _Origins]] = \
+    weakref.WeakKeyDictionary()
+
+
+def _pickled_ahead(fn: Any) -> Optional[tuple[_Pickled, _Origins]]:
+    """``fn`` pickled (by value, as cloudpickle does) and its origins, made on its first call and
+    kept while its _fixed_state stays the same; None for a function whose pickle depends on
+    state the caller may change in place between calls."""
+    state = _fixed_state(fn)
+    if state is None:
+        return None
+    kept = _AHEAD.get(fn)
+    if kept is None or kept[0] != state:
+        kept = (state, _Pickled(_dumps_call(fn)), _origins(fn))
+        _AHEAD[fn] = kept
+    return kept[1], kept[2]
+
+
+def _fixed_state(fn: Any) -> Optional[tuple[Any, ...]]:
+    """All that cloudpickle's pickle of ``fn`` depends on, where each part is immutable: its code
+    and names, defaults of plain types, annotations that are strings or builtin types, and the
+    globals its code names that are modules sent by reference. None where anything else is part
+    of it (a closure, attributes, a global list, function or class: the caller may change those in
+    place between calls)."""
+    by_reference = getattr(getattr(cloudpickle, "cloudpickle", None), "_should_pickle_by_reference", None)
+    if by_reference is None or type(fn) is not types.FunctionType or fn.__closure__ or fn.__dict__:
+        return None
+    keywords = fn.__kwdefaults__ or {}
+    defaults = (fn.__defaults__ or (), tuple(keywords), tuple(keywords.values()))
+    annotations = tuple(fn.__annotations__.items())
+    if not all(type(d) in _PLAIN for d in (*defaults[0], *defaults[2])) or \
+            not all(type(a) is str or isinstance(a, type) and a.__module__ == "builtins" for _, a in annotations):
+        return None
+    modules = []
+    for name in sorted({n for code in _codes(fn.__code__) for n in code.co_names}):
+        value = fn.__globals__.get(name, _UNSEEN)
+        if value is _UNSEEN:
+            continue  # a builtin, or an attribute's name
+        if type(value) is not types.ModuleType or not by_reference(value):
+            return None
+        modules.append((name, value))
+    return (fn.__code__, fn.__name__, fn.__qualname__, fn.__module__, fn.__doc__, defaults, annotations,
+            tuple(modules))
 
 
 #: Argument types the standard pickler writes as cloudpickle does, none of which is refused.

@@ -38,6 +38,49 @@ def whoami():
     return os.getpid(), os.getppid()
 
 
+VALUES = [1, 2]
+MODULE = os
+
+
+def test_a_function_sent_by_value_is_pickled_once_until_what_its_pickle_holds_changes(monkeypatch):
+    from isorun import _payload
+
+    pickled = []
+    dumps = _payload._dumps_call
+    monkeypatch.setattr(_payload, "_dumps_call", lambda obj: pickled.append(obj) or dumps(obj))
+
+    def shift(x, k=1):  # (nested: sent by value, as a function of __main__ is)
+        import math
+
+        return [math.floor(v + k) for v in x] if isinstance(x, list) else math.floor(x + k)
+
+    f = isorun.isolated(shift)
+    assert [f(1), f(2.5), f(x=3), f([1, 2])] == [2, 3, 4, [2, 3]]  # a list: cloudpickle's arguments
+    assert [p for p in pickled if callable(p)] == [shift]  # code, defaults, modules named: the same
+    shift.__defaults__ = (10,)
+    assert f(1) == 11
+    shift.__code__ = (lambda x, k=1: x - k).__code__
+    assert f(1) == -9
+    assert [p for p in pickled if callable(p)] == [shift] * 3
+
+
+def test_what_a_function_sent_by_value_names_is_read_at_each_call(monkeypatch):
+    def total():
+        return sum(VALUES)
+
+    def module_name():
+        return MODULE.__name__
+
+    f, g = isorun.isolated(total), isorun.isolated(module_name)
+    assert (f(), g()) == (3, "os")
+    VALUES.append(4)  # changed in place: a global list is never pickled ahead
+    monkeypatch.setattr(sys.modules[__name__], "MODULE", pickle)  # another module by the same name
+    try:
+        assert (f(), g()) == (7, "pickle")
+    finally:
+        VALUES.pop()
+
+
 def test_a_plain_function_returns_its_value():
     assert isorun.isolated(add)(2, 3) == 5
 
