@@ -336,8 +336,7 @@ def encode_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> bytes:
                 call, origins = _dumps_call((fn, args, kwargs)), _origins(fn)
             else:
                 head, origins = ahead
-                plain = all(type(a) in _PLAIN for a in args) and all(type(v) in _PLAIN for v in kwargs.values())
-                call = (pickle.dumps if plain else _dumps_call)((head, args, kwargs))
+                call = (pickle.dumps if _plain_arguments(args, kwargs) else _dumps_call)((head, args, kwargs))
         except _Refused as exc:
             raise UsageError(f"{_refused_where(fn, args, kwargs)} is {exc.what} ({exc.type_name}), which cannot "
                              "travel to another process: pass what the worker needs to open or make it "
@@ -392,10 +391,9 @@ def _fixed_state(fn: Any) -> Optional[tuple[Any, ...]]:
     by_reference = getattr(getattr(cloudpickle, "cloudpickle", None), "_should_pickle_by_reference", None)
     if by_reference is None or type(fn) is not types.FunctionType or fn.__closure__ or fn.__dict__:
         return None
-    keywords = fn.__kwdefaults__ or {}
-    defaults = (fn.__defaults__ or (), tuple(keywords), tuple(keywords.values()))
+    defaults, keywords = fn.__defaults__ or (), tuple((fn.__kwdefaults__ or {}).items())
     annotations = tuple(fn.__annotations__.items())
-    if not all(type(d) in _PLAIN for d in (*defaults[0], *defaults[2])) or \
+    if not _plain_arguments(defaults, dict(keywords)) or \
             not all(type(a) is str or isinstance(a, type) and a.__module__ == "builtins" for _, a in annotations):
         return None
     modules = []
@@ -406,12 +404,17 @@ def _fixed_state(fn: Any) -> Optional[tuple[Any, ...]]:
         if type(value) is not types.ModuleType or not by_reference(value):
             return None
         modules.append((name, value))
-    return (fn.__code__, fn.__name__, fn.__qualname__, fn.__module__, fn.__doc__, defaults, annotations,
+    return (fn.__code__, fn.__name__, fn.__qualname__, fn.__module__, fn.__doc__, defaults, keywords, annotations,
             tuple(modules))
 
 
 #: Argument types the standard pickler writes as cloudpickle does, none of which is refused.
 _PLAIN = frozenset({int, float, complex, bool, str, type(None)})
+
+
+def _plain_arguments(args: tuple, kwargs: dict) -> bool:
+    """Whether every argument is of a _PLAIN type (immutable, and pickled alike by either)."""
+    return all(type(a) in _PLAIN for a in args) and all(type(v) in _PLAIN for v in kwargs.values())
 
 
 def _plain_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Optional[bytes]:
@@ -420,9 +423,7 @@ def _plain_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Optional[b
     module-level function given numbers or strings, then skips cloudpickle's per-object Python
     hooks and the search for code sent by value: each call runs them cold, after the caller's
     idle wait, at many times their warm cost."""
-    if type(fn) is not types.FunctionType or not all(type(a) in _PLAIN for a in args):
-        return None
-    if not all(type(v) in _PLAIN for v in kwargs.values()) or _by_value(fn):
+    if type(fn) is not types.FunctionType or not _plain_arguments(args, kwargs) or _by_value(fn):
         return None
     try:
         return pickle.dumps((fn, args, kwargs), protocol=5)

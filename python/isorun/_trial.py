@@ -101,10 +101,10 @@ def check(target: str, path: list[str], names: list[str]) -> None:
     the command line and ``isorun.sweep`` alike): the function ``target`` names is found as a trial
     finds it, takes each of ``names`` (the spec's parameters) as a keyword argument, and needs no
     other. Raises Refused where it does not, ImportFailed where its module raises."""
+    where, _, name = target.rpartition(":")
     try:
         fn = resolve(target, path)
     except AttributeError:
-        where, _, name = target.rpartition(":")
         module = sys.modules.get(os.path.splitext(os.path.basename(where))[0] if is_file(where) else where)
         source = getattr(module, "__file__", None)
         if source and name.split(".")[0] in _defined_under_main_guard(source):
@@ -112,7 +112,7 @@ def check(target: str, path: list[str], names: list[str]) -> None:
                           f"run when its trials import the file as a module; define the function at the top level "
                           f"of the file") from None
         raise
-    _check_parameters(fn, target.rpartition(":")[2], names)
+    _check_parameters(fn, name, names)
 
 
 def _check_parameters(fn: Callable[..., Any], name: str, names: list[str]) -> None:
