@@ -299,13 +299,19 @@ def test_parameters_the_function_cannot_take_are_refused_before_any_trial_runs(t
     assert not out.exists()
 
 
+def sweep_command(spec, cwd) -> subprocess.CompletedProcess:
+    """``isorun sweep SPEC`` as a user runs it, its trials in this interpreter (an installed
+    package's, whatever python3 is on PATH)."""
+    program = os.path.join(os.path.dirname(isorun.__file__), "bin", "isorun")
+    return subprocess.run([program, "sweep", str(spec), "--no-progress"], capture_output=True, text=True, cwd=cwd,
+                          env=dict(os.environ, ISORUN_PYTHON=sys.executable))
+
+
 def test_a_spec_file_s_parameter_the_function_cannot_take_is_refused_at_its_line(trials, tmp_path):
     # The command line checks as isorun.sweep does: a module named as module:function, too.
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"python: trials:train\nparams:\n  lr: [1]\n  batch: [2]\nout: {tmp_path / 'out'}\n")
-    program = os.path.join(os.path.dirname(isorun.__file__), "bin", "isorun")
-    p = subprocess.run([program, "sweep", str(spec), "--no-progress"], capture_output=True, text=True,
-                       cwd=trials.parent, env=os.environ.copy())
+    p = sweep_command(spec, trials.parent)
     assert p.returncode == 2
     assert f"isorun: error: {spec}: line 4: python: the sweep's parameter 'batch' is not a parameter of train(" \
         in p.stderr, p.stderr
@@ -360,9 +366,7 @@ CHECKED = textwrap.dedent('''
 def test_what_the_check_of_a_function_s_parameters_says_and_where(tmp_path, spec, line, said):
     (tmp_path / "checked.py").write_text(CHECKED)
     (tmp_path / "spec.yaml").write_text(spec + "out: out\n")
-    program = os.path.join(os.path.dirname(isorun.__file__), "bin", "isorun")
-    p = subprocess.run([program, "sweep", "spec.yaml", "--no-progress"], capture_output=True, text=True,
-                       cwd=tmp_path, env=os.environ.copy())
+    p = sweep_command("spec.yaml", tmp_path)
     if said is None:
         assert p.returncode == 0, p.stderr
         return
