@@ -214,7 +214,11 @@ def _functions_sent_by_value(fn: Any) -> Iterator[types.FunctionType]:
 _NO_FILE = "<dynamic-code>"
 
 
-def _origins(fn: Any) -> tuple[dict[tuple[str, int], str], dict[str, list[str]]]:
+#: Where the code sent by value comes from (:func:`_origins`): files by code, lines by file.
+_Origins = tuple[dict[tuple[str, int], str], dict[str, list[str]]]
+
+
+def _origins(fn: Any) -> _Origins:
     """Where the code sent by value comes from, for the worker's tracebacks: the file of each
     code object (by name and first line; cloudpickle sends none), and the lines of those files
     that are in no file on disk (a notebook cell, ``python -c``) as linecache has them here."""
@@ -328,7 +332,7 @@ def encode_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> bytes:
     generator among them; warns (:class:`LargeCallWarning`, once per function) past
     :data:`LARGE_CALL_BYTES`."""
     call = _plain_call(fn, args, kwargs)
-    origins: tuple[dict[tuple[str, int], str], dict[str, list[str]]] = ({}, {})  # none sent by value
+    origins: _Origins = ({}, {})  # none sent by value
     if call is None:
         try:
             ahead = _pickled_ahead(fn)
@@ -356,9 +360,6 @@ class _Pickled:
 
     def __reduce__(self) -> tuple[Callable[[bytes], Any], tuple[bytes]]:
         return pickle.loads, (self.data,)
-
-
-_Origins = tuple[dict[tuple[str, int], str], dict[str, list[str]]]
 
 #: Functions sent by value whose pickle nothing but their _fixed_state can change: that state,
 #: the function pickled, and its origins, made once. Pickling a function by value is most of a

@@ -23,12 +23,13 @@ class ImportFailed(Exception):
 
 class Refused(Exception):
     """The function is found, and its trials could not run as the spec asks: it does not take a
-    parameter of the spec as a keyword (``unknown``, in the spec's order), it needs one the spec
-    does not give, or it is defined only when its file runs as the main script."""
+    parameter of the spec as a keyword, it needs one the spec does not give, or it is defined only
+    when its file runs as the main script. ``parameter``: the spec's parameter at fault, where
+    one is (the first, in the spec's order)."""
 
-    def __init__(self, message: str, unknown: Optional[list[str]] = None):
+    def __init__(self, message: str, parameter: Optional[str] = None):
         super().__init__(message)
-        self.unknown = unknown or []
+        self.parameter = parameter
 
 
 #: Set in a sweep trial's interpreter (sweep/src/trials/python_trials.hpp, trial_env).
@@ -40,13 +41,18 @@ def is_file(where: str) -> bool:
     return where.endswith(".py") or os.sep in where
 
 
+def file_module_name(where: str) -> str:
+    """The name the module of the file ``where`` is loaded under: its file's name."""
+    return os.path.splitext(os.path.basename(where))[0]
+
+
 def load_file(where: str) -> ModuleType:
     """The module of the file ``where``, loaded as a script's (its folder first on ``sys.path``),
     under its file's name; once per interpreter (a worker that preloaded it keeps that one)."""
     folder = os.path.dirname(where)
     if folder not in sys.path:
         sys.path.insert(0, folder)
-    module_name = os.path.splitext(os.path.basename(where))[0]
+    module_name = file_module_name(where)
     loaded = sys.modules.get(module_name)
     if loaded is not None and getattr(loaded, "__file__", None) == where:
         return loaded
@@ -105,7 +111,7 @@ def check(target: str, path: list[str], names: list[str]) -> None:
     try:
         fn = resolve(target, path)
     except AttributeError:
-        module = sys.modules.get(os.path.splitext(os.path.basename(where))[0] if is_file(where) else where)
+        module = sys.modules.get(file_module_name(where) if is_file(where) else where)
         source = getattr(module, "__file__", None)
         if source and name.split(".")[0] in _defined_under_main_guard(source):
             raise Refused(f"{name}() is defined under 'if __name__ == \"__main__\":' in {source}, which does not "
@@ -129,14 +135,14 @@ def _check_parameters(fn: Callable[..., Any], name: str, names: list[str]) -> No
     if positional:
         raise Refused(f"{named} takes {', '.join(map(repr, positional))} by position only (before '/'), and a "
                       f"trial passes its parameters as keyword arguments: make {_it(positional)} a keyword "
-                      f"parameter", [n for n in positional if n in names])
+                      f"parameter", next((n for n in positional if n in names), None))
     keywords = {p.name for p in takes if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     unknown = [n for n in dict.fromkeys(names) if n not in keywords]
     if unknown and not any(p.kind == p.VAR_KEYWORD for p in takes):
         one = len(unknown) == 1
         raise Refused(f"the sweep's parameter{'' if one else 's'} {', '.join(map(repr, unknown))} "
                       f"{'is not a parameter' if one else 'are not parameters'} of {named}: rename "
-                      f"{_it(unknown)} in the spec, or add {_it(unknown)} to the function", unknown)
+                      f"{_it(unknown)} in the spec, or add {_it(unknown)} to the function", unknown[0])
     missing = [p.name for p in takes if p.name in keywords and p.default is p.empty and p.name not in names]
     if missing and "." in name and missing[0] in ("self", "cls"):
         raise Refused(f"{named} is a method of a class, called on no object: name a function, a staticmethod "

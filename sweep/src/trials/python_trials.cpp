@@ -29,14 +29,16 @@ bool is_file(const std::string& where) {
 constexpr int no_isorun = 3, no_module = 4, import_failed = 5, refused = 6;
 
 // What the check below writes before the JSON of a refusal, on a line of its own in its stdout
-// (after anything the module printed, before anything it prints at exit).
+// (after anything the module printed, before anything it prints at exit). Given to it as its
+// second argument.
 constexpr std::string_view refusal_mark = "\x1eisorun-check-refused ";
 
-// Run by the interpreter with the target and the spec's parameter names (trial_program.hpp): can
-// it serve trials, does it find the function (by importing its module or loading its file, as a
-// trial does), and does the function take those parameters (isorun._trial.check)? A refusal is
-// {"message", "unknown": [the spec's parameters the function does not take]} after refusal_mark.
+// Run by the interpreter with the target, refusal_mark and the spec's parameter names
+// (trial_program.hpp): can it serve trials, does it find the function (by importing its module or
+// loading its file, as a trial does), and does the function take those parameters
+// (isorun._trial.check)? A refusal is {"message", "parameter": the spec's at fault, or null}.
 constexpr const char* check_script = R"(import json, os, sys
+target, mark, names = sys.argv[1], sys.argv[2], sys.argv[3:]  # (a trial's import sets sys.argv)
 try:
     import isorun._core, isorun._payload
     from isorun._trial import check, ImportFailed, Refused
@@ -44,21 +46,21 @@ except Exception as e:
     print(f"{type(e).__name__}: {e}", file=sys.stderr)
     sys.exit(3)
 try:
-    check(sys.argv[1], [os.getcwd()], sys.argv[2:])
+    check(target, [os.getcwd()], names)
 except ImportFailed as e:
     print(e, file=sys.stderr)
     sys.exit(5)
 except Refused as e:
     sys.stdout.flush()
-    said = json.dumps({"message": str(e), "unknown": e.unknown})
-    os.write(1, f"\n\x1eisorun-check-refused {said}\n".encode())
+    said = json.dumps({"message": str(e), "parameter": e.parameter})
+    os.write(1, f"\n{mark}{said}\n".encode())
     sys.exit(6)
 except BaseException as e:
     print(f"{type(e).__name__}: {e}", file=sys.stderr)
     sys.exit(4)
 )";
 
-// The check's refusal: where in the spec (a parameter's line, else python:'s) and what.
+// The check's refusal: where in the spec (its parameter's line, else python:'s) and what.
 spec_error refusal(const sweep_spec& s, const std::string& out) {
   nlohmann::json said;
   if (const auto at = out.rfind(refusal_mark); at != std::string::npos) {
@@ -67,12 +69,12 @@ spec_error refusal(const sweep_spec& s, const std::string& out) {
   }
   if (!said.is_object() || !said.contains("message") || !said["message"].is_string())
     return located(s, s.python_line, "python: " + s.python + " is refused by the check of its parameters");
-  int line = s.python_line;
-  if (const auto& unknown = said.value("unknown", nlohmann::json::array()); unknown.is_array() && !unknown.empty())
-    if (const auto it = s.param_lines.find(unknown[0].is_string() ? unknown[0].get<std::string>() : "");
-        it != s.param_lines.end())
-      line = it->second;
-  return located(s, line, "python: " + said["message"].get<std::string>());
+  const auto parameter = said.find("parameter");
+  const auto line = parameter != said.end() && parameter->is_string()
+                        ? s.param_lines.find(parameter->get<std::string>())
+                        : s.param_lines.end();
+  return located(s, line == s.param_lines.end() ? s.python_line : line->second,
+                 "python: " + said["message"].get<std::string>());
 }
 
 // The last `n` lines of `text` (what a module printed before it failed: argparse's usage and error).
@@ -123,7 +125,8 @@ void check(const sweep_spec& s) {
   std::vector<std::string> env = runner::inherited_environment();
   env.push_back(std::string(trial_env) + "=1");
   std::vector<std::string> args = {"-c", check_script,
-                                   request(s, nlohmann::json::object())["function"].get<std::string>()};
+                                   request(s, nlohmann::json::object())["function"].get<std::string>(),
+                                   std::string(refusal_mark)};
   std::ranges::move(parameter_names(s), std::back_inserter(args));
   const runner::program_output r = runner::run_to_end(python, std::move(args), std::move(env));
   if (r.code == no_isorun)
